@@ -1,0 +1,39 @@
+"""cs-run: the Cerebras PyTorch programming model on plain PyTorch.
+
+Use it as ``import cs_run as cstorch``. Public names are re-exported here explicitly; anything not
+re-exported is internal. Heavy dependencies (h5py, inductor, tensorboard) load where they are used.
+"""
+
+from cs_run import errors as errors
+from cs_run.creation import full as full
+from cs_run.creation import full_like as full_like
+from cs_run.creation import manual_seed as manual_seed
+from cs_run.creation import ones as ones
+from cs_run.creation import ones_like as ones_like
+from cs_run.creation import zeros as zeros
+from cs_run.creation import zeros_like as zeros_like
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "errors",
+    "full",
+    "full_like",
+    "manual_seed",
+    "ones",
+    "ones_like",
+    "zeros",
+    "zeros_like",
+]
+
+# Each block below belongs to one part of the package; edit only your own block.
+# --- engine (issue 5): backend, compile, trace, closures, distributed, utils ---
+# --- end engine ---
+# --- optim (issue 3) ---
+# --- end optim ---
+# --- checkpoint (issue 4): save / load ---
+# --- end checkpoint ---
+# --- amp / metrics (issue 6) ---
+# --- end amp / metrics ---
+# --- runners (issue 2 / 7) ---
+# --- end runners ---
