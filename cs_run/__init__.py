@@ -34,6 +34,10 @@ __all__ = [
 # --- checkpoint (issue 4): save / load ---
 # --- end checkpoint ---
 # --- amp / metrics (issue 6) ---
+from cs_run import amp as amp
+from cs_run import metrics as metrics
+
+__all__ += ["amp", "metrics"]
 # --- end amp / metrics ---
 # --- runners (issue 2 / 7) ---
 # --- end runners ---

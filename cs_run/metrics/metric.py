@@ -1,0 +1,134 @@
+"""Base class of on-system metrics and the global registry of metrics by name.
+
+A metric keeps its running state in registered buffers (it is a ``torch.nn.Module``), so the CSX
+engine discovers the state like a model's buffers, and ``update`` only does in-place tensor ops: an
+update inside a traced step becomes part of the graph and each replay mutates the real state.
+``compute`` is tensor-only too; it normally runs on the host after the run (``float(metric)``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+__all__ = [
+    "Metric",
+    "get_all_metrics",
+    "compute_all_metrics",
+    "reset_all_metrics",
+    "register_metric",
+    "unregister_metric",
+]
+
+logger = logging.getLogger(__name__)
+
+_METRICS: dict[str, Metric] = {}
+
+# Running sums are kept in float64: float32 stops counting exactly past 2**24 tokens, which a long
+# LLM eval reaches. (The vendor keeps float32; results differ only in the last bits.)
+STATE_DTYPE = torch.float64
+
+
+class Metric(torch.nn.Module):
+    """A named metric with tensor state: ``reset``, ``update``, ``compute``; calling it = update + compute.
+
+    Subclasses register their state with :meth:`register_state` in ``__init__`` and implement
+    :meth:`update` (in-place tensor ops only, no Python branching on tensor values) and
+    :meth:`compute` (tensor ops, returns a tensor).
+
+    Args:
+        name: Name under which the metric is registered and reported. Registering a second metric
+            with the same name replaces the first in the registry.
+        compute_on_system: Accepted for compatibility with the vendor API; cs-run always keeps the
+            state on the device and computes from it, so the flag has no effect.
+    """
+
+    def __init__(self, name: str, compute_on_system: bool = True) -> None:
+        super().__init__()
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"Metric name must be a non-empty string, got {name!r}")
+        self.name = name
+        self.compute_on_system = compute_on_system
+        self._initial_values: dict[str, torch.Tensor] = {}
+        register_metric(self)
+
+    # -- state -----------------------------------------------------------------------------------
+    def register_state(self, name: str, value: torch.Tensor) -> None:
+        """Registers a state tensor (a buffer) whose initial value ``reset`` restores in place."""
+        if name in self._initial_values:
+            raise ValueError(f"Metric {self.name!r} already has a state named {name!r}")
+        self._initial_values[name] = value.detach().clone()
+        self.register_buffer(name, value.detach().clone())
+
+    def state_names(self) -> list[str]:
+        """Names of the state tensors, in registration order."""
+        return list(self._initial_values)
+
+    def reset(self) -> None:
+        """Restores every state tensor to its initial value, in place (tensor identity is kept, so
+        a compiled step that captured the state keeps updating the same tensors)."""
+        with torch.no_grad():
+            for name, initial in self._initial_values.items():
+                getattr(self, name).copy_(initial)
+
+    def _to_device_of(self, tensor: torch.Tensor) -> None:
+        """Moves the state to ``tensor``'s device on first use (the metric may be built before the
+        backend moved the model). Compares devices only, never values, so it is trace-safe."""
+        for buf in self.buffers():
+            if buf.device != tensor.device:
+                self.to(tensor.device)
+                self._initial_values = {k: v.to(tensor.device) for k, v in self._initial_values.items()}
+            return
+
+    # -- to implement ----------------------------------------------------------------------------
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        """Accumulates one batch into the state (tensor ops only)."""
+        raise NotImplementedError
+
+    def compute(self) -> torch.Tensor:
+        """The metric value from the current state, as a tensor."""
+        raise NotImplementedError
+
+    # -- conveniences ----------------------------------------------------------------------------
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """``metric(...)``: update with this batch, then return the running value (a tensor)."""
+        self.update(*args, **kwargs)
+        return self.compute()
+
+    def __float__(self) -> float:
+        # Host read: syncs with the device once. Use after the run or inside a step closure.
+        return float(self.compute())
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}"
+
+
+def register_metric(metric: Metric) -> None:
+    """Adds ``metric`` to the global registry; a metric already registered under its name is replaced."""
+    old = _METRICS.get(metric.name)
+    if old is not None and old is not metric:
+        logger.debug("Metric %r re-registered; the new metric replaces the old one", metric.name)
+    _METRICS[metric.name] = metric
+
+
+def unregister_metric(name: str) -> None:
+    """Removes the metric registered under ``name`` (no error when there is none)."""
+    _METRICS.pop(name, None)
+
+
+def get_all_metrics() -> dict[str, Metric]:
+    """Every registered metric by name, in registration order."""
+    return dict(_METRICS)
+
+
+def compute_all_metrics() -> dict[str, float]:
+    """The value of every registered metric as a Python float (one host read per metric)."""
+    return {name: float(metric) for name, metric in _METRICS.items()}
+
+
+def reset_all_metrics() -> None:
+    """Resets every registered metric's state in place, e.g. before an eval pass."""
+    for metric in _METRICS.values():
+        metric.reset()

@@ -1,0 +1,111 @@
+"""The Metric base: registry, reset in place, float(), device-free tensor state."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from sklearn.metrics import accuracy_score
+
+import cs_run as cstorch
+from cs_run.metrics import (
+    AccuracyMetric,
+    compute_all_metrics,
+    get_all_metrics,
+    reset_all_metrics,
+)
+
+
+def _batch(seed: int, n: int = 50, classes: int = 5):
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, classes, (n,), generator=g)
+    preds = torch.randint(0, classes, (n,), generator=g)
+    mask = (torch.rand(n, generator=g) > 0.3).float()
+    return labels, preds, mask
+
+
+def test_registry_replaces_and_lists():
+    a = AccuracyMetric("eval/accuracy")
+    b = AccuracyMetric("other")
+    assert get_all_metrics() == {"eval/accuracy": a, "other": b}
+    a2 = AccuracyMetric("eval/accuracy")
+    assert get_all_metrics()["eval/accuracy"] is a2
+    assert list(get_all_metrics()) == ["eval/accuracy", "other"]
+    assert cstorch.metrics.AccuracyMetric is AccuracyMetric
+
+
+def test_accuracy_against_sklearn_with_mask():
+    acc = AccuracyMetric("acc")
+    all_l, all_p, all_m = [], [], []
+    for seed in range(3):
+        labels, preds, mask = _batch(seed)
+        acc(labels=labels, predictions=preds, weights=mask)
+        all_l.append(labels), all_p.append(preds), all_m.append(mask)
+    want = accuracy_score(torch.cat(all_l), torch.cat(all_p), sample_weight=torch.cat(all_m))
+    assert float(acc) == pytest.approx(want, abs=1e-12)
+    assert compute_all_metrics() == {"acc": pytest.approx(want, abs=1e-12)}
+
+
+def test_accuracy_unweighted_and_call_returns_running_value():
+    acc = AccuracyMetric("acc")
+    labels, preds, _ = _batch(0)
+    value = acc(labels=labels.reshape(5, 10), predictions=preds.reshape(5, 10))
+    assert isinstance(value, torch.Tensor)
+    assert value.item() == pytest.approx(accuracy_score(labels, preds))
+
+
+def test_accuracy_nonbinary_weights_follow_model_zoo():
+    # numerator weighted, denominator counts positive weights (hand computation)
+    acc = AccuracyMetric("acc")
+    labels = torch.tensor([0, 1, 2, 3])
+    preds = torch.tensor([0, 1, 0, 3])
+    weights = torch.tensor([2.0, 0.5, 1.0, 0.0])
+    acc.update(labels, preds, weights)
+    assert float(acc) == pytest.approx((2.0 + 0.5) / 3)
+
+
+def test_reset_all_is_in_place():
+    acc = AccuracyMetric("acc")
+    state = acc.total_correct_predictions
+    labels, preds, _ = _batch(1)
+    acc.update(labels, preds)
+    reset_all_metrics()
+    assert acc.total_correct_predictions is state
+    assert acc.total_correct_predictions.item() == 0 and acc.total_num_tokens.item() == 0
+    assert torch.isnan(acc.compute())
+    acc.update(labels, preds)
+    assert float(acc) == pytest.approx(accuracy_score(labels, preds))
+
+
+def test_state_is_discoverable_as_buffers():
+    acc = AccuracyMetric("acc")
+    assert sorted(n for n, _ in acc.named_buffers()) == ["total_correct_predictions", "total_num_tokens"]
+    assert acc.state_names() == ["total_correct_predictions", "total_num_tokens"]
+    assert set(acc.state_dict()) == {"total_correct_predictions", "total_num_tokens"}
+
+
+@pytest.mark.parametrize(
+    "labels, preds, weights, match",
+    [
+        (torch.zeros(4), torch.zeros(5), None, "same shape"),
+        (torch.zeros(4), torch.zeros(4), torch.ones(3), "weights"),
+    ],
+)
+def test_accuracy_bad_inputs(labels, preds, weights, match):
+    with pytest.raises(ValueError, match=match):
+        AccuracyMetric("acc").update(labels, preds, weights)
+
+
+def test_bad_name():
+    with pytest.raises(ValueError, match="non-empty string"):
+        AccuracyMetric("")
+
+
+def test_accuracy_traces_in_fake_mode_and_replays_like_eager(trace_and_replay):
+    traced, eager = AccuracyMetric("traced"), AccuracyMetric("eager")
+    for seed in range(3):
+        labels, preds, mask = _batch(seed)
+        out = trace_and_replay(traced, labels=labels, predictions=preds, weights=mask)
+        want = eager(labels=labels, predictions=preds, weights=mask)
+        assert torch.equal(out, want)
+    assert torch.equal(traced.total_correct_predictions, eager.total_correct_predictions)
+    assert torch.equal(traced.total_num_tokens, eager.total_num_tokens)
