@@ -7,7 +7,9 @@ import torch
 from cs_run.metrics.metric import STATE_DTYPE
 
 
-def match_shapes(metric: str, labels: torch.Tensor, predictions: torch.Tensor) -> torch.Tensor:
+def match_shapes(
+    metric: str, labels: torch.Tensor, predictions: torch.Tensor
+) -> torch.Tensor:
     """Returns ``predictions`` with the shape of ``labels``; a different element count is an error."""
     if labels.shape == predictions.shape:
         return predictions
@@ -19,7 +21,9 @@ def match_shapes(metric: str, labels: torch.Tensor, predictions: torch.Tensor) -
     return predictions.reshape(labels.shape)
 
 
-def weights_like(metric: str, labels: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+def weights_like(
+    metric: str, labels: torch.Tensor, weights: torch.Tensor | None
+) -> torch.Tensor:
     """``weights`` as a float64 tensor of ``labels``' shape (ones when None)."""
     if weights is None:
         return torch.ones(labels.shape, dtype=STATE_DTYPE, device=labels.device)

@@ -24,7 +24,9 @@ class AccuracyMetric(Metric):
 
     def __init__(self, name: str, compute_on_system: bool = True) -> None:
         super().__init__(name, compute_on_system)
-        self.register_state("total_correct_predictions", torch.zeros((), dtype=STATE_DTYPE))
+        self.register_state(
+            "total_correct_predictions", torch.zeros((), dtype=STATE_DTYPE)
+        )
         self.register_state("total_num_tokens", torch.zeros((), dtype=STATE_DTYPE))
 
     def update(
@@ -39,7 +41,9 @@ class AccuracyMetric(Metric):
         self._to_device_of(labels)
         correct = (labels == predictions).to(STATE_DTYPE)
         if weights is None:
-            num_tokens = torch.full((), labels.numel(), dtype=STATE_DTYPE, device=labels.device)
+            num_tokens = torch.full(
+                (), labels.numel(), dtype=STATE_DTYPE, device=labels.device
+            )
         else:
             if weights.numel() != labels.numel():
                 raise ValueError(

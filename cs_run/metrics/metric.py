@@ -15,10 +15,10 @@ import torch
 
 __all__ = [
     "Metric",
-    "get_all_metrics",
     "compute_all_metrics",
-    "reset_all_metrics",
+    "get_all_metrics",
     "register_metric",
+    "reset_all_metrics",
     "unregister_metric",
 ]
 
@@ -79,7 +79,9 @@ class Metric(torch.nn.Module):
         for buf in self.buffers():
             if buf.device != tensor.device:
                 self.to(tensor.device)
-                self._initial_values = {k: v.to(tensor.device) for k, v in self._initial_values.items()}
+                self._initial_values = {
+                    k: v.to(tensor.device) for k, v in self._initial_values.items()
+                }
             return
 
     # -- to implement ----------------------------------------------------------------------------
@@ -109,7 +111,9 @@ def register_metric(metric: Metric) -> None:
     """Adds ``metric`` to the global registry; a metric already registered under its name is replaced."""
     old = _METRICS.get(metric.name)
     if old is not None and old is not metric:
-        logger.debug("Metric %r re-registered; the new metric replaces the old one", metric.name)
+        logger.debug(
+            "Metric %r re-registered; the new metric replaces the old one", metric.name
+        )
     _METRICS[metric.name] = metric
 
 

@@ -18,7 +18,9 @@ def _clean_registry():
     metric_module._METRICS.update(saved)
 
 
-def _trace_and_replay(metric: torch.nn.Module, *args: torch.Tensor, **kwargs: torch.Tensor) -> torch.Tensor:
+def _trace_and_replay(
+    metric: torch.nn.Module, *args: torch.Tensor, **kwargs: torch.Tensor
+) -> torch.Tensor:
     """Traces ``metric(*args, **kwargs)`` with make_fx in fake mode, its state as graph inputs (the
     way the CSX engine does), then runs the graph on the metric's real state tensors (mutating them
     in place) and returns the graph's output."""
@@ -26,7 +28,9 @@ def _trace_and_replay(metric: torch.nn.Module, *args: torch.Tensor, **kwargs: to
     kw_names = sorted(kwargs)
 
     def step(state, batch, kw):
-        return torch.func.functional_call(metric, dict(zip(names, state)), tuple(batch), dict(zip(kw_names, kw)))
+        return torch.func.functional_call(
+            metric, dict(zip(names, state)), tuple(batch), dict(zip(kw_names, kw))
+        )
 
     state = [b for _, b in metric.named_buffers()]
     kw = [kwargs[k] for k in kw_names]

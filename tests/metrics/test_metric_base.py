@@ -40,7 +40,9 @@ def test_accuracy_against_sklearn_with_mask():
         labels, preds, mask = _batch(seed)
         acc(labels=labels, predictions=preds, weights=mask)
         all_l.append(labels), all_p.append(preds), all_m.append(mask)
-    want = accuracy_score(torch.cat(all_l), torch.cat(all_p), sample_weight=torch.cat(all_m))
+    want = accuracy_score(
+        torch.cat(all_l), torch.cat(all_p), sample_weight=torch.cat(all_m)
+    )
     assert float(acc) == pytest.approx(want, abs=1e-12)
     assert compute_all_metrics() == {"acc": pytest.approx(want, abs=1e-12)}
 
@@ -70,7 +72,9 @@ def test_reset_all_is_in_place():
     acc.update(labels, preds)
     reset_all_metrics()
     assert acc.total_correct_predictions is state
-    assert acc.total_correct_predictions.item() == 0 and acc.total_num_tokens.item() == 0
+    assert (
+        acc.total_correct_predictions.item() == 0 and acc.total_num_tokens.item() == 0
+    )
     assert torch.isnan(acc.compute())
     acc.update(labels, preds)
     assert float(acc) == pytest.approx(accuracy_score(labels, preds))
@@ -78,7 +82,10 @@ def test_reset_all_is_in_place():
 
 def test_state_is_discoverable_as_buffers():
     acc = AccuracyMetric("acc")
-    assert sorted(n for n, _ in acc.named_buffers()) == ["total_correct_predictions", "total_num_tokens"]
+    assert sorted(n for n, _ in acc.named_buffers()) == [
+        "total_correct_predictions",
+        "total_num_tokens",
+    ]
     assert acc.state_names() == ["total_correct_predictions", "total_num_tokens"]
     assert set(acc.state_dict()) == {"total_correct_predictions", "total_num_tokens"}
 
@@ -107,5 +114,7 @@ def test_accuracy_traces_in_fake_mode_and_replays_like_eager(trace_and_replay):
         out = trace_and_replay(traced, labels=labels, predictions=preds, weights=mask)
         want = eager(labels=labels, predictions=preds, weights=mask)
         assert torch.equal(out, want)
-    assert torch.equal(traced.total_correct_predictions, eager.total_correct_predictions)
+    assert torch.equal(
+        traced.total_correct_predictions, eager.total_correct_predictions
+    )
     assert torch.equal(traced.total_num_tokens, eager.total_num_tokens)
