@@ -1,0 +1,83 @@
+"""``cstorch.amp.optimizer_step``: the usual scale -> backward -> unscale -> clip -> step -> update."""
+
+from __future__ import annotations
+
+import torch
+
+from cs_run.amp.grad_scaler import GradScaler
+from cs_run.errors import ParamsError
+
+__all__ = ["optimizer_step"]
+
+
+def optimizer_step(
+    loss: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    grad_scaler: GradScaler | None = None,
+    max_gradient_norm: float | None = None,
+    max_gradient_value: float | None = None,
+    *,
+    max_gradient_val: float | None = None,
+) -> None:
+    """One optimizer step from ``loss``, with optional loss scaling and gradient clipping.
+
+    Runs ``scale(loss).backward()``, ``unscale_``, clipping, ``step``, ``update`` and finally
+    ``optimizer.zero_grad()``. Every part is tensor ops only, so it can sit inside a traced step.
+
+    Args:
+        loss: The loss of this step (a scalar tensor).
+        optimizer: The optimizer to step.
+        grad_scaler: A :class:`GradScaler`, or None for a plain backward and step.
+        max_gradient_norm: Clip the global gradient norm of the optimizer's parameters to this.
+        max_gradient_value: Clamp every gradient element to ``[-value, value]``.
+        max_gradient_val: The seed docs' spelling of ``max_gradient_value``.
+
+    Raises:
+        ParamsError: both a norm and a value clip were given, or a clip bound is not > 0.
+    """
+    if max_gradient_val is not None:
+        if max_gradient_value is not None and max_gradient_value != max_gradient_val:
+            raise ParamsError(
+                "optimizer_step: pass max_gradient_value or max_gradient_val, not both"
+            )
+        max_gradient_value = max_gradient_val
+    if max_gradient_norm is not None and max_gradient_value is not None:
+        raise ParamsError(
+            "optimizer_step: gradient clipping by norm and by value are mutually exclusive; "
+            f"got max_gradient_norm={max_gradient_norm} and max_gradient_value={max_gradient_value}"
+        )
+    for name, bound in (
+        ("max_gradient_norm", max_gradient_norm),
+        ("max_gradient_value", max_gradient_value),
+    ):
+        if bound is not None and (
+            isinstance(bound, bool)
+            or not isinstance(bound, (int, float))
+            or not bound > 0
+        ):
+            raise ParamsError(
+                f"optimizer_step: invalid {name}: {bound!r} (must be a number > 0)"
+            )
+
+    if grad_scaler is not None:
+        grad_scaler.scale(loss).backward()
+        grad_scaler.unscale_(optimizer)
+    else:
+        loss.backward()
+    params = [
+        p
+        for group in optimizer.param_groups
+        for p in group["params"]
+        if p.grad is not None
+    ]
+    if max_gradient_norm is not None:
+        # error_if_nonfinite stays False: an overflow is handled by the scaler's skip, not an error.
+        torch.nn.utils.clip_grad_norm_(params, float(max_gradient_norm))
+    elif max_gradient_value is not None:
+        torch.nn.utils.clip_grad_value_(params, float(max_gradient_value))
+    if grad_scaler is not None:
+        grad_scaler.step(optimizer)
+        grad_scaler.update()
+    else:
+        optimizer.step()
+    optimizer.zero_grad()
