@@ -1,1 +1,1 @@
-"""Placeholder: filled by its issue."""
+"""Example models with their params files; importable as ``cs_run.examples``."""

@@ -1,1 +1,7 @@
-"""Placeholder: filled by its issue."""
+"""The PyTorchBaseRunner hierarchy (seed 002): the loop, its hooks, and one runner per device."""
+
+from cs_run.runners.base import PyTorchBaseRunner as PyTorchBaseRunner
+from cs_run.runners.hooks import RunnerHooks as RunnerHooks
+from cs_run.runners.pytorch_runner import PyTorchRunner as PyTorchRunner
+
+__all__ = ["PyTorchBaseRunner", "PyTorchRunner", "RunnerHooks"]

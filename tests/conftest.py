@@ -49,3 +49,132 @@ def model_dir(tmp_path):
     path = tmp_path / "model_dir"
     path.mkdir()
     return path
+
+
+TOY_MODULE = '''
+"""A user project as a user writes it: model and data functions, a custom runner."""
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from cs_run.runners import PyTorchRunner
+
+
+class Toy(torch.nn.Module):
+    def __init__(self, hidden, dropout):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(6, hidden), torch.nn.ReLU(), torch.nn.Dropout(dropout),
+                                       torch.nn.Linear(hidden, 3))
+
+    def forward(self, batch):
+        x, y = batch
+        return F.cross_entropy(self.net(x), y)
+
+
+def build_model(hidden: int = 8, dropout: float = 0.0):
+    return Toy(hidden, dropout)
+
+
+def make_tensors(split, num_samples, nan_at=-1):
+    g = torch.Generator().manual_seed(0 if split == "train" else 1)
+    x = torch.randn(num_samples, 6, generator=g)
+    y = torch.randint(0, 3, (num_samples,), generator=g)
+    if nan_at >= 0:
+        x[nan_at] = float("nan")
+    return x, y
+
+
+def build_data(split, batch_size=4, shuffle=True, drop_last_batch=True, num_samples: int = 64, nan_at: int = -1):
+    x, y = make_tensors(split, num_samples, nan_at)
+    return DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=shuffle and split == "train",
+                      drop_last=drop_last_batch)
+
+
+CALLS = []
+
+
+class RecordingRunner(PyTorchRunner):
+    def on_train_start(self):
+        CALLS.append("on_train_start"); super().on_train_start()
+
+    def on_train_end(self, early_exit):
+        CALLS.append("on_train_end"); super().on_train_end(early_exit)
+
+    def on_eval_start(self):
+        CALLS.append("on_eval_start"); super().on_eval_start()
+
+    def on_eval_end(self, early_exit):
+        CALLS.append("on_eval_end"); super().on_eval_end(early_exit)
+
+    def on_train_epoch_start(self):
+        CALLS.append("on_train_epoch_start"); super().on_train_epoch_start()
+
+    def on_train_epoch_end(self, early_exit):
+        CALLS.append(f"on_train_epoch_end(early_exit={early_exit})"); super().on_train_epoch_end(early_exit)
+
+    def on_eval_epoch_start(self):
+        CALLS.append("on_eval_epoch_start"); super().on_eval_epoch_start()
+
+    def on_eval_epoch_end(self, early_exit):
+        CALLS.append("on_eval_epoch_end"); super().on_eval_epoch_end(early_exit)
+
+    def on_train_batch_start(self, data):
+        CALLS.append("on_train_batch_start"); return super().on_train_batch_start(data)
+
+    def on_train_batch_end(self, loss, epoch=None, step=None):
+        CALLS.append(f"on_train_batch_end({step})"); super().on_train_batch_end(loss, epoch, step)
+
+    def on_eval_batch_start(self, data):
+        CALLS.append("on_eval_batch_start"); return super().on_eval_batch_start(data)
+
+    def on_eval_batch_end(self, loss, epoch=None, step=None):
+        CALLS.append(f"on_eval_batch_end({step})"); super().on_eval_batch_end(loss, epoch, step)
+
+    def on_checkpoint_saved(self, path, step):
+        CALLS.append(f"on_checkpoint_saved({step})"); super().on_checkpoint_saved(path, step)
+
+
+class NotARunner:
+    pass
+'''
+
+TOY_PARAMS = """
+train_input:
+  data_fn: "toy_models:build_data"
+  batch_size: 4
+  shuffle: true
+  num_samples: 64
+eval_input:
+  data_fn: "toy_models:build_data"
+  batch_size: 8
+  shuffle: false
+  num_samples: 32
+model:
+  name: "toy_models:build_model"
+  hidden: 8
+  dropout: 0.1
+optimizer:
+  optimizer_type: "SGD"
+  learning_rate: 0.1
+  momentum: 0.9
+runconfig:
+  max_steps: 20
+  log_steps: 5
+  checkpoint_steps: 10
+  seed: 3
+  disable_progress_bar: true
+"""
+
+
+@pytest.fixture
+def toy_project(tmp_path, monkeypatch):
+    """A folder with a user module (toy_models.py) on sys.path and its params.yaml; returns the yaml path."""
+    import sys
+
+    (tmp_path / "toy_models.py").write_text(TOY_MODULE)
+    params = tmp_path / "params.yaml"
+    params.write_text(TOY_PARAMS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("toy_models", None)
+    yield params
+    sys.modules.pop("toy_models", None)

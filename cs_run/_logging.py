@@ -1,0 +1,58 @@
+"""Console and run-log handlers: log lines print above tqdm bars, and model_dir/run.log keeps them."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+_FORMAT = "%(asctime)s %(levelname)s: %(message)s"
+_DATEFMT = "%Y-%m-%d %H:%M:%S"
+
+
+class _TqdmHandler(logging.Handler):
+    """Writes through tqdm so a log line never tears a progress bar.
+
+    The stream is looked up per record, so a redirected ``sys.stderr`` (tests, notebooks) is honoured.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:  # logging must never take a run down
+            self.handleError(record)
+
+
+def setup_console_logging(level: str = "INFO") -> None:
+    """Used by the CLI only: a library does not configure logging for its caller."""
+    root = logging.getLogger("cs_run")
+    root.setLevel(level)
+    if not any(isinstance(h, _TqdmHandler) for h in root.handlers):
+        handler = _TqdmHandler()
+        handler.setFormatter(logging.Formatter(_FORMAT, _DATEFMT))
+        root.addHandler(handler)
+    else:
+        for h in root.handlers:
+            h.setLevel(level)
+
+
+@contextlib.contextmanager
+def run_log(model_dir: str | Path, level: str = "INFO"):
+    """Append every cs_run log record of the block to ``model_dir/run.log``."""
+    path = Path(model_dir) / "run.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setLevel(level)
+    handler.setFormatter(logging.Formatter(_FORMAT, _DATEFMT))
+    root = logging.getLogger("cs_run")
+    root.addHandler(handler)
+    if root.level == logging.NOTSET or root.level > logging.getLevelName(level):
+        root.setLevel(level)
+    try:
+        yield path
+    finally:
+        root.removeHandler(handler)
+        handler.close()

@@ -1,0 +1,136 @@
+"""The ``cs-run`` command line: parses, builds params, hands over to a runner. No training logic here.
+
+Exit codes: 0 success, 2 usage or params error (the input is wrong), 1 a run that failed.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+from cs_run.errors import CsRunError
+
+__all__ = ["cli", "main"]
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def default_params_path() -> Path:
+    """The bundled fc_mnist params: what ``cs-run train`` runs when no --params is given."""
+    return Path(str(resources.files("cs_run.examples") / "fc_mnist" / "params.yaml"))
+
+
+class _UserError(click.ClickException):
+    """A CsRunError shown click-style: one ``Error: ...`` line, the error's exit code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CsRunError as e:
+            raise _UserError(str(e), e.exit_code) from None
+
+
+_MODELZOO_OPTIONS = [
+    click.option("--params", "-p", "params_path", type=click.Path(dir_okay=False, path_type=Path),
+                 help="Params YAML (Model Zoo layout). Default: the bundled fc_mnist params."),
+    click.option("--device", type=click.Choice(["CPU", "GPU"], case_sensitive=False), default="CPU",
+                 show_default=True, help="Where to run: eager CPU or GPU."),
+    click.option("--model_dir", "-o", type=click.Path(file_okay=False, path_type=Path),
+                 help="Output folder (checkpoints, summaries, resolved params, run log)."),
+    click.option("--checkpoint_path", type=click.Path(dir_okay=False, path_type=Path),
+                 help="Start from this checkpoint instead of the newest one in model_dir."),
+    click.option("--max_steps", type=click.IntRange(min=0), help="Total steps, counted across resumed runs."),
+    click.option("--num_steps", type=click.IntRange(min=0), help="Steps to run in this invocation."),
+    click.option("--num_epochs", type=click.IntRange(min=0), help="Epochs to run in this invocation."),
+    click.option("--eval_steps", type=click.IntRange(min=1), help="Eval batches per evaluation."),
+    click.option("--logging", "log_level", type=click.Choice(_LEVELS, case_sensitive=False),
+                 help="Log level (default: runconfig.logging, INFO)."),
+    click.option("--runner", help="A custom runner class, 'module:Class', subclassing a cs-run runner."),
+    click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                 help="Override any params key, e.g. --set runconfig.log_steps=10 (repeatable)."),
+]
+
+
+def modelzoo_options(fn):
+    """The Model Zoo run-script flags, declared on each subcommand (they come after it)."""
+    for option in reversed(_MODELZOO_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="cs-run")
+def cli() -> None:
+    """cs-run: train and evaluate cstorch / Model Zoo models on CPU and GPU.
+
+    \b
+    Quick start (bundled fc_mnist on real handwritten digits):
+      cs-run train-and-eval --model_dir model_dir/fc_mnist
+    """
+
+
+def _run(mode: str, options: dict[str, Any]) -> None:
+    from cs_run._logging import setup_console_logging
+    from cs_run.params import load_params, parse_override
+    from cs_run.runners import PyTorchBaseRunner
+    from cs_run.runners._build import check_params_keys
+
+    path: Optional[Path] = options["params_path"] or default_params_path()
+    flags = {
+        "runconfig.model_dir": _absolute(options["model_dir"]),
+        "runconfig.checkpoint_path": _absolute(options["checkpoint_path"]),
+        "runconfig.max_steps": options["max_steps"],
+        "runconfig.num_steps": options["num_steps"],
+        "runconfig.num_epochs": options["num_epochs"],
+        "runconfig.eval_steps": options["eval_steps"],
+        "runconfig.logging": options["log_level"].upper() if options["log_level"] else None,
+    }
+    overrides = dict(parse_override(text) for text in options["overrides"])
+    params = load_params(path, {**overrides, **flags}, key_checker=check_params_keys)
+    setup_console_logging(params.runconfig.logging)
+    runner = PyTorchBaseRunner.create(params, device=options["device"], runner=options["runner"])
+    results = runner.run(mode)
+    for key, value in (results or {}).items():
+        if isinstance(value, dict):
+            line = ", ".join(f"{k}={v:.5f}" for k, v in value.items())
+            click.echo(f"checkpoint step {key}: {line}")
+        else:
+            click.echo(f"{key} = {value:.5f}")
+
+
+def _absolute(path: Optional[Path]) -> Optional[str]:
+    return str(path.expanduser().resolve()) if path is not None else None
+
+
+def _mode_command(name: str, mode: str, summary: str):
+    @cli.command(name, help=summary)
+    @modelzoo_options
+    def command(**options: Any) -> None:
+        _run(mode, options)
+
+    return command
+
+
+train = _mode_command("train", "train", "Train, resuming from the newest checkpoint in model_dir.")
+evaluate = _mode_command("eval", "eval", "Evaluate the newest (or --checkpoint_path) checkpoint on eval_input.")
+train_and_eval = _mode_command("train-and-eval", "train_and_eval", "Train, then evaluate the final weights.")
+eval_all = _mode_command("eval-all", "eval_all", "Evaluate every checkpoint in model_dir, oldest first.")
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Console entry point of ``cs-run``."""
+    cli.main(args=argv, prog_name="cs-run")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,435 @@
+"""Params files in the Model Zoo layout: load, override, validate, resolve, write.
+
+A params file has five sections: ``train_input``, ``eval_input``, ``model``, ``optimizer`` and
+``runconfig``. Every check runs once, at load time, before any work starts, and every error names the
+full key path (and the line in the file where there is one), what is wrong and how to fix it.
+
+Keys that belong to a specific model or data function (``model.depth``, ...) are validated against
+that function's signature: its parameter names are the valid keys and its annotations their types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+
+from cs_run.errors import ParamsError
+
+__all__ = [
+    "Params",
+    "InputParams",
+    "ModelParams",
+    "OptimizerParams",
+    "RunConfig",
+    "load_params",
+    "apply_overrides",
+    "save_params",
+]
+
+SECTIONS = ("train_input", "eval_input", "model", "optimizer", "runconfig")
+
+
+@dataclass
+class InputParams:
+    """``train_input`` / ``eval_input``: how a split's torch DataLoader is built."""
+
+    data_fn: Optional[str] = None
+    """Registry name or ``module:function`` building the DataLoader; defaults to the model's data."""
+    data_dir: Optional[str] = None
+    """Folder with the split's files; relative paths resolve against the params file's folder."""
+    batch_size: int = field(default=128, metadata={"min": 1})
+    """Samples per batch (per micro-batch when gradients are accumulated)."""
+    shuffle: bool = True
+    """Shuffle every epoch (training); the order follows runconfig.seed."""
+    shuffle_seed: Optional[int] = None
+    """Seed of a dedicated shuffle generator; without it the order follows the global RNG (runconfig.seed)."""
+    drop_last_batch: bool = True
+    """Drop the last incomplete batch so every step sees the same shape (one graph on CSX)."""
+    num_workers: int = field(default=0, metadata={"min": 0})
+    """torch DataLoader worker processes."""
+    prefetch_factor: Optional[int] = field(default=None, metadata={"min": 1})
+    """Batches prefetched per worker (only with num_workers > 0)."""
+    persistent_workers: bool = False
+    """Keep workers alive between epochs (only with num_workers > 0)."""
+    extra: dict = field(default_factory=dict)
+    """Keys of the data function itself, validated against its signature."""
+
+
+@dataclass
+class ModelParams:
+    """``model``: which model to build and its precision."""
+
+    name: str = field(default="", metadata={"required": True})
+    """Registry name (``fc_mnist``) or ``module:function`` returning a torch.nn.Module."""
+    mixed_precision: bool = False
+    """Run forward/backward under autocast (bfloat16 with use_bfloat16)."""
+    use_bfloat16: bool = False
+    """With mixed_precision, use bfloat16 instead of float16."""
+    extra: dict = field(default_factory=dict)
+    """Keys of the model function itself, validated against its signature."""
+
+
+@dataclass
+class OptimizerParams:
+    """``optimizer``: the optimizer, its schedule and the step's numerics."""
+
+    optimizer_type: str = field(default="", metadata={"required": True})
+    """Optimizer class name, case-insensitive (SGD, AdamW, ... or a user subclass)."""
+    learning_rate: Union[float, dict, list] = field(default=0.0, metadata={"required": True})
+    """A number, a scheduler dict or a list of them (see cs_run.optim.configure_lr_scheduler)."""
+    grad_accum_steps: int = field(default=1, metadata={"min": 1})
+    """Micro-batches whose gradients are summed before each optimizer step."""
+    max_gradient_norm: Optional[float] = field(default=None, metadata={"min_exclusive": 0})
+    """Clip gradients to this global L2 norm."""
+    max_gradient_value: Optional[float] = field(default=None, metadata={"min_exclusive": 0})
+    """Clip each gradient element to [-value, value]."""
+    loss_scaling_factor: Union[float, str] = 1.0
+    """Static loss scale, or "dynamic" for dynamic loss scaling."""
+    initial_loss_scale: Optional[float] = field(default=None, metadata={"min_exclusive": 0})
+    """Starting scale with dynamic loss scaling."""
+    steps_per_increase: Optional[int] = field(default=None, metadata={"min": 1})
+    """Clean steps before a dynamic loss scale grows."""
+    min_loss_scale: Optional[float] = field(default=None, metadata={"min_exclusive": 0})
+    """Lower bound of the dynamic loss scale."""
+    max_loss_scale: Optional[float] = field(default=None, metadata={"min_exclusive": 0})
+    """Upper bound of the dynamic loss scale."""
+    log_summaries: bool = False
+    """Also write per-parameter-group learning rates to the summaries."""
+    extra: dict = field(default_factory=dict)
+    """Keyword arguments of the optimizer class (momentum, betas, weight_decay, ...)."""
+
+
+@dataclass
+class RunConfig:
+    """``runconfig``: how long to run, where to write, how often to log and checkpoint."""
+
+    model_dir: str = "./model_dir"
+    """Output folder: checkpoints, train/ and eval/ summaries, resolved params, run log."""
+    max_steps: Optional[int] = field(default=None, metadata={"min": 0})
+    """Total optimizer steps, counted across resumed runs."""
+    num_steps: Optional[int] = field(default=None, metadata={"min": 0})
+    """Steps to run in this invocation (exclusive with num_epochs)."""
+    num_epochs: Optional[int] = field(default=None, metadata={"min": 0})
+    """Epochs to run in this invocation (exclusive with num_steps)."""
+    steps_per_epoch: Optional[int] = field(default=None, metadata={"min": 1})
+    """Cap on steps per epoch; defaults to the train loader's length."""
+    eval_steps: Optional[int] = field(default=None, metadata={"min": 1})
+    """Eval batches per evaluation; defaults to the whole eval loader."""
+    eval_frequency: Optional[int] = field(default=None, metadata={"min": 1})
+    """In train_and_eval, also evaluate every this many steps."""
+    checkpoint_steps: int = field(default=0, metadata={"min": 0})
+    """Save a checkpoint every this many steps (0: only at the end)."""
+    save_initial_checkpoint: bool = False
+    """Save a checkpoint of the initial weights at step 0."""
+    max_checkpoints: Optional[int] = field(default=None, metadata={"min": 1})
+    """Keep only the newest this many checkpoints in model_dir."""
+    log_steps: int = field(default=100, metadata={"min": 1})
+    """Log loss and rate every this many steps."""
+    seed: Optional[int] = None
+    """Seed of every RNG (torch, numpy, random); two runs with one seed give identical losses."""
+    checkpoint_path: Optional[str] = None
+    """Start from this checkpoint instead of the newest one in model_dir."""
+    autoload_checkpoint: bool = True
+    """Resume from the newest checkpoint in model_dir when checkpoint_path is not given."""
+    logging: str = field(default="INFO", metadata={"choices": ("DEBUG", "INFO", "WARNING", "ERROR")})
+    """Log level of the console and of model_dir/run.log."""
+    runner: Optional[str] = None
+    """A custom runner class as ``module:Class`` (a subclass of one of cs-run's runners)."""
+    disable_progress_bar: bool = False
+    """Hide the tqdm progress bars (they are hidden anyway when stderr is not a terminal)."""
+
+
+@dataclass
+class Params:
+    """A whole params file, validated."""
+
+    model: ModelParams
+    optimizer: Optional[OptimizerParams]
+    runconfig: RunConfig
+    train_input: Optional[InputParams] = None
+    eval_input: Optional[InputParams] = None
+    source: Optional[str] = None
+    """The params file this came from (for messages), or None."""
+
+    def to_dict(self) -> dict:
+        """Plain nested dict in the file layout, extras folded back into their sections."""
+        out: dict = {}
+        for name in SECTIONS:
+            section = getattr(self, name)
+            if section is None:
+                continue
+            d = dataclasses.asdict(section)
+            extra = d.pop("extra", {}) or {}
+            d.update(extra)
+            out[name] = d
+        return out
+
+
+_SECTION_TYPES = {
+    "train_input": InputParams,
+    "eval_input": InputParams,
+    "model": ModelParams,
+    "optimizer": OptimizerParams,
+    "runconfig": RunConfig,
+}
+_PATH_KEYS = {("train_input", "data_dir"), ("eval_input", "data_dir"), ("runconfig", "model_dir"),
+              ("runconfig", "checkpoint_path")}
+
+
+# ----------------------------------------------------------------------------------------- loading
+
+def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None,
+                *, key_checker=None) -> Params:
+    """Read, override and validate a params file.
+
+    Args:
+        path: the YAML file.
+        overrides: dotted keys (``runconfig.max_steps``) to set after reading; relative paths among
+            them resolve against the current folder, not the file's.
+        key_checker: called as ``key_checker(params_dict, locate)`` to validate the keys that belong
+            to the model and data functions (see :mod:`cs_run.registry`); ``locate(path)`` gives
+            the ``file:line`` suffix for a key path.
+
+    Raises:
+        ParamsError: with the key path, the file and line, and the fix.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ParamsError(f"params file not found: {path}")
+    if path.is_dir():
+        raise ParamsError(f"params path is a folder, expected a YAML file: {path}")
+    text = path.read_text()
+    try:
+        raw = yaml.safe_load(text)
+        lines = _key_lines(yaml.compose(text))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ParamsError(f"params file is not valid YAML ({where}): {getattr(e, 'problem', e)}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ParamsError(f"params file must be a mapping of sections, got {type(raw).__name__} ({path})")
+
+    overridden = {k for k, v in (overrides or {}).items() if v is not None}
+
+    def locate(key_path: str) -> str:
+        if any(key_path == k or key_path.startswith(k + ".") for k in overridden):
+            return " (set on the command line)"
+        line = lines.get(key_path)
+        return f" ({path}:{line})" if line else f" ({path})"
+
+    _resolve_relative_paths(raw, path.parent)
+    if overrides:
+        apply_overrides(raw, overrides)
+    params = validate_params(raw, locate=locate)
+    params.source = str(path)
+    # The default ./model_dir, not given in the file, is relative to the current folder.
+    params.runconfig.model_dir = str(Path(params.runconfig.model_dir).expanduser().resolve())
+    if key_checker is not None:
+        key_checker(params, locate)
+    return params
+
+
+def apply_overrides(raw: dict, overrides: dict[str, Any]) -> None:
+    """Set dotted keys in place; ``None`` values are skipped (an unset CLI flag)."""
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        keys = dotted.split(".")
+        if keys[0] not in SECTIONS:
+            raise ParamsError(_unknown_key_message(dotted, keys[0], SECTIONS, where=" (override)"))
+        node = raw
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ParamsError(f"params: cannot set {dotted}: {key} is not a mapping")
+        node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``runconfig.log_steps=10`` -> ("runconfig.log_steps", 10); values are read as YAML."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ParamsError(f"--set expects KEY=VALUE (e.g. runconfig.log_steps=10), got {text!r}")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def save_params(params: Params, model_dir: str | os.PathLike, name: str = "params_resolved.yaml") -> Path:
+    """Write the resolved params (defaults filled in, paths absolute) next to the checkpoints."""
+    out = Path(model_dir) / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".yaml.tmp")
+    tmp.write_text(yaml.safe_dump(params.to_dict(), sort_keys=False))
+    os.replace(tmp, out)
+    return out
+
+
+# -------------------------------------------------------------------------------------- validation
+
+def validate_params(raw: dict, *, locate=lambda key: "") -> Params:
+    """Check sections, keys, types and ranges; fill defaults."""
+    for name in raw:
+        if name not in SECTIONS:
+            raise ParamsError(_unknown_key_message(name, name, SECTIONS, where=locate(name)))
+    sections: dict[str, Any] = {}
+    for name, cls in _SECTION_TYPES.items():
+        value = raw.get(name)
+        if value is None:
+            sections[name] = None
+            continue
+        if not isinstance(value, dict):
+            raise ParamsError(f"params: {name} must be a mapping, got {_describe(value)}{locate(name)}")
+        sections[name] = _build_section(cls, name, value, locate)
+    if sections["model"] is None:
+        raise ParamsError("params: missing required section 'model' (needs at least model.name)")
+    if sections["runconfig"] is None:
+        sections["runconfig"] = RunConfig()
+    _check_cross_keys(sections, locate)
+    return Params(**sections)
+
+
+def _build_section(cls, section: str, values: dict, locate):
+    hints = typing.get_type_hints(cls)
+    known = [f for f in dataclasses.fields(cls) if f.name != "extra"]
+    has_extra = "extra" in hints
+    kwargs: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in values.items():
+        key_path = f"{section}.{key}"
+        f = next((f for f in known if f.name == key), None)
+        if f is None:
+            if has_extra:
+                extra[key] = value
+                continue
+            raise ParamsError(_unknown_key_message(key_path, key, [k.name for k in known], where=locate(key_path)))
+        if value is None and not f.metadata.get("required"):
+            continue
+        check_value(key_path, value, hints[key], f.metadata, where=locate(key_path))
+        kwargs[key] = float(value) if hints[key] is float and isinstance(value, int) else value
+    for f in known:
+        if f.metadata.get("required") and f.name not in kwargs:
+            key_path = f"{section}.{f.name}"
+            raise ParamsError(f"params: missing required key {key_path}{locate(section)}")
+    if has_extra:
+        kwargs["extra"] = extra
+    return cls(**kwargs)
+
+
+def _check_cross_keys(s: dict, locate) -> None:
+    rc: RunConfig = s["runconfig"]
+    if rc.num_steps is not None and rc.num_epochs is not None:
+        raise ParamsError("params: runconfig.num_steps and runconfig.num_epochs are mutually exclusive; "
+                          f"set only one (max_steps may be combined with either){locate('runconfig')}")
+    if rc.steps_per_epoch is not None and rc.num_epochs is None and rc.num_steps is None and rc.max_steps is None:
+        raise ParamsError("params: runconfig.steps_per_epoch needs runconfig.num_epochs (or num_steps / "
+                          f"max_steps) to define how long to train{locate('runconfig.steps_per_epoch')}")
+    opt: OptimizerParams | None = s["optimizer"]
+    if opt is not None:
+        if opt.max_gradient_norm is not None and opt.max_gradient_value is not None:
+            raise ParamsError("params: optimizer.max_gradient_norm and optimizer.max_gradient_value are "
+                              f"mutually exclusive; clip by norm or by value{locate('optimizer')}")
+        lsf = opt.loss_scaling_factor
+        if isinstance(lsf, str) and lsf != "dynamic":
+            raise ParamsError(f"params: optimizer.loss_scaling_factor: expected a number or 'dynamic', got "
+                              f"{lsf!r}{locate('optimizer.loss_scaling_factor')}")
+        if not isinstance(lsf, str) and lsf <= 0:
+            raise ParamsError(f"params: optimizer.loss_scaling_factor: must be > 0, got {lsf}"
+                              f"{locate('optimizer.loss_scaling_factor')}")
+
+
+def check_value(key_path: str, value: Any, hint: Any, meta: typing.Mapping = {}, *, where: str = "") -> None:
+    """Raise ParamsError unless ``value`` fits the type ``hint`` and the range in ``meta``."""
+    if not _fits(value, hint):
+        raise ParamsError(f"params: {key_path}: expected {_type_name(hint)}, got {_describe(value)}{where}")
+    if "choices" in meta and value not in meta["choices"]:
+        choices = ", ".join(map(str, meta["choices"]))
+        raise ParamsError(f"params: {key_path}: {value!r} is not one of {choices}{where}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "min" in meta and value < meta["min"]:
+            raise ParamsError(f"params: {key_path}: must be >= {meta['min']}, got {value}{where}")
+        if "min_exclusive" in meta and value <= meta["min_exclusive"]:
+            raise ParamsError(f"params: {key_path}: must be > {meta['min_exclusive']}, got {value}{where}")
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    if hint is Any or hint is typing.Any:
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        return any(_fits(value, arg) for arg in typing.get_args(hint))
+    if origin is Literal:
+        return value in typing.get_args(hint)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin in (list, tuple) or hint in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if origin is dict or hint is dict:
+        return isinstance(value, dict)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True
+
+
+def _type_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        names = [_type_name(a) for a in typing.get_args(hint) if a is not type(None)]
+        return " or ".join(names)
+    if origin is Literal:
+        return "one of " + ", ".join(map(repr, typing.get_args(hint)))
+    names = {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string",
+             dict: "a mapping", list: "a list"}
+    return names.get(origin or hint, getattr(hint, "__name__", str(hint)))
+
+
+def _describe(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}" if not isinstance(value, (dict, list)) else type(value).__name__
+
+
+def _unknown_key_message(key_path: str, key: str, valid, *, where: str = "") -> str:
+    close = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
+    hint = f"did you mean '{close[0]}'?" if close else "valid keys: " + ", ".join(sorted(valid))
+    return f"params: unknown key {key_path}; {hint}{where}"
+
+
+def unknown_key_error(key_path: str, key: str, valid, where: str = "") -> ParamsError:
+    """The error for a key no schema or function signature knows, with the closest valid key."""
+    return ParamsError(_unknown_key_message(key_path, key, valid, where=where))
+
+
+def _resolve_relative_paths(raw: dict, base: Path) -> None:
+    for section, key in _PATH_KEYS:
+        node = raw.get(section)
+        if isinstance(node, dict) and isinstance(node.get(key), str):
+            p = Path(node[key]).expanduser()
+            node[key] = str(p if p.is_absolute() else (base / p).resolve())
+
+
+def _key_lines(node, prefix: str = "") -> dict[str, int]:
+    """Map each dotted key path of a composed YAML document to its 1-based line."""
+    out: dict[str, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            path = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
+            out[path] = key_node.start_mark.line + 1
+            out.update(_key_lines(value_node, path))
+    return out

@@ -1,0 +1,114 @@
+"""fc_mnist data: MNIST IDX files when they are there, else scikit-learn's bundled handwritten digits.
+
+Nothing is downloaded. MNIST files (``train-images-idx3-ubyte[.gz]`` / ``t10k-...``) are looked for in
+``data_dir`` and ``data_dir/MNIST/raw`` (torchvision's layout). Without them the 1,797 real 8x8 digits
+that ship inside scikit-learn's wheel are upsampled to MNIST's geometry (a 20x20 digit centred in a
+28x28 frame) and split into fixed train / validation sets. The choice is logged.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import logging
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+__all__ = ["build_dataloader", "read_idx", "load_mnist_idx", "load_digits_as_mnist"]
+
+logger = logging.getLogger(__name__)
+
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
+DIGITS_VALIDATION_SIZE = 297  # of 1,797; fixed split so every run evaluates on the same digits
+_SPLIT_PREFIX = {"train": "train", "eval": "t10k"}
+_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """Read one IDX file (gzipped or not) into an array."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES:
+        raise ValueError(f"{path}: not an IDX file (bad magic number)")
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    dtype = np.dtype(_IDX_DTYPES[data[2]])
+    offset = 4 + 4 * ndim
+    expected = int(np.prod(dims)) * dtype.itemsize
+    if len(data) - offset != expected:
+        raise ValueError(f"{path}: truncated IDX file ({len(data) - offset} bytes of data, expected {expected})")
+    return np.frombuffer(data, dtype=dtype, offset=offset).reshape(dims)
+
+
+def _find_idx(data_dir: Path, prefix: str, kind: str) -> Optional[Path]:
+    for folder in (data_dir, data_dir / "MNIST" / "raw"):
+        for suffix in ("", ".gz"):
+            candidate = folder / f"{prefix}-{kind}-idx{3 if kind == 'images' else 1}-ubyte{suffix}"
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def load_mnist_idx(data_dir: str | Path, split: str) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    """Normalized (N, 1, 28, 28) images and int64 labels of a split, or None when files are missing."""
+    prefix = _SPLIT_PREFIX[split]
+    images_path = _find_idx(Path(data_dir), prefix, "images")
+    labels_path = _find_idx(Path(data_dir), prefix, "labels")
+    if images_path is None or labels_path is None:
+        return None
+    images = torch.from_numpy(read_idx(images_path).astype(np.float32) / 255.0)
+    labels = torch.from_numpy(read_idx(labels_path).astype(np.int64))
+    if images.ndim != 3 or len(images) != len(labels):
+        raise ValueError(f"MNIST files in {data_dir} disagree: images {tuple(images.shape)}, labels {tuple(labels.shape)}")
+    logger.info("fc_mnist data: MNIST IDX files %s (%d samples)", images_path, len(labels))
+    return ((images - MNIST_MEAN) / MNIST_STD).unsqueeze(1), labels
+
+
+@functools.lru_cache(maxsize=1)
+def _digits_as_mnist() -> tuple[torch.Tensor, torch.Tensor]:
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise ImportError("fc_mnist needs MNIST IDX files in train_input.data_dir, or scikit-learn for its "
+                          "bundled digits: pip install 'cs-run[examples]'") from None
+    digits = load_digits()
+    images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0  # (N, 1, 8, 8) in [0, 1]
+    images = F.interpolate(images, size=(20, 20), mode="bilinear", align_corners=False)
+    images = F.pad(images, (4, 4, 4, 4))
+    images = (images - MNIST_MEAN) / MNIST_STD
+    labels = torch.tensor(digits.target, dtype=torch.int64)
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(1234))
+    return images[order], labels[order]
+
+
+def load_digits_as_mnist(split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """scikit-learn's real handwritten digits, at MNIST's size and normalization, fixed split."""
+    images, labels = _digits_as_mnist()
+    cut = len(labels) - DIGITS_VALIDATION_SIZE
+    part = slice(0, cut) if split == "train" else slice(cut, None)
+    return images[part], labels[part]
+
+
+def build_dataloader(split: str, batch_size: int = 128, data_dir: Optional[str] = None, shuffle: bool = True,
+                     shuffle_seed: Optional[int] = None, drop_last_batch: bool = True, num_workers: int = 0,
+                     prefetch_factor: Optional[int] = None, persistent_workers: bool = False) -> DataLoader:
+    """Data function of fc_mnist: a DataLoader of (image, label) batches for ``split``."""
+    loaded = load_mnist_idx(data_dir, split) if data_dir else None
+    if loaded is None:
+        where = f"no MNIST IDX files for '{split}' in {data_dir}; " if data_dir else ""
+        images, labels = load_digits_as_mnist(split)
+        logger.info("fc_mnist data: %susing scikit-learn's bundled handwritten digits upsampled to 28x28 "
+                    "(%s split: %d samples)", where, split, len(labels))
+    else:
+        images, labels = loaded
+    generator = torch.Generator().manual_seed(shuffle_seed) if shuffle_seed is not None else None
+    extra = {"prefetch_factor": prefetch_factor, "persistent_workers": persistent_workers} if num_workers else {}
+    return DataLoader(TensorDataset(images, labels), batch_size=batch_size, shuffle=shuffle and split == "train",
+                      drop_last=drop_last_batch, num_workers=num_workers, generator=generator, **extra)

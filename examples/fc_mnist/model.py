@@ -1,0 +1,72 @@
+"""The Model Zoo fc_mnist model: flatten, depth x (Linear + activation + dropout), Linear(10), NLL."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["MNIST", "FcMnistModel", "build_model"]
+
+_ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid,
+                "leaky_relu": nn.LeakyReLU, "silu": nn.SiLU}
+
+
+class MNIST(nn.Module):
+    """The classifier itself: log-probabilities of the ten digits."""
+
+    def __init__(self, depth: int, hidden_size: int | list[int], dropout: float, activation_fn: str) -> None:
+        super().__init__()
+        sizes = hidden_size if isinstance(hidden_size, list) else [hidden_size] * depth
+        layers, width = [], 28 * 28
+        for size in sizes:
+            layers.append(nn.Linear(width, size))
+            width = size
+        self.fc_layers = nn.ModuleList(layers)
+        self.last_layer = nn.Linear(width, 10)
+        self.nonlin = _ACTIVATIONS[activation_fn]()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        x = torch.flatten(inputs, 1)
+        for layer in self.fc_layers:
+            x = self.dropout(self.nonlin(layer(x)))
+        return F.log_softmax(self.last_layer(x), dim=1)
+
+
+class FcMnistModel(nn.Module):
+    """Wraps the classifier with its loss, the contract of cs-run's runners: ``forward(batch) -> loss``.
+
+    In eval mode it also updates the ``eval/accuracy`` metric (computed on the host after the run).
+    """
+
+    def __init__(self, depth: int, hidden_size: int | list[int], dropout: float, activation_fn: str,
+                 compute_eval_metrics: bool = True) -> None:
+        super().__init__()
+        self.model = MNIST(depth, hidden_size, dropout, activation_fn)
+        self.loss_fn = nn.NLLLoss()
+        self.accuracy = None
+        if compute_eval_metrics:
+            from cs_run.metrics import AccuracyMetric
+
+            self.accuracy = AccuracyMetric("eval/accuracy")
+
+    def forward(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        inputs, labels = batch
+        outputs = self.model(inputs)
+        loss = self.loss_fn(outputs, labels)
+        if self.accuracy is not None and not self.training:
+            self.accuracy(labels=labels.clone(), predictions=outputs.argmax(-1).int())
+        return loss
+
+
+def build_model(depth: int = 10, hidden_size: int | list = 50, dropout: float = 0.0,
+                activation_fn: str = "relu", compute_eval_metrics: bool = True) -> FcMnistModel:
+    """Model function for ``model.name: fc_mnist``; its parameters are the valid ``model`` keys."""
+    if activation_fn not in _ACTIVATIONS:
+        raise ValueError(f"activation_fn: unknown {activation_fn!r}; expected one of {', '.join(_ACTIVATIONS)}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout: must be in [0, 1), got {dropout}")
+    if isinstance(hidden_size, int) and (depth < 0 or hidden_size < 1):
+        raise ValueError(f"depth must be >= 0 and hidden_size >= 1, got depth={depth}, hidden_size={hidden_size}")
+    return FcMnistModel(depth, hidden_size, dropout, activation_fn, compute_eval_metrics)

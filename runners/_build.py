@@ -1,0 +1,107 @@
+"""The factories a runner builds its parts with, each in one place: model, data, optimizer, schedule."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, Callable, Optional
+
+import torch
+
+from cs_run.errors import ParamsError
+from cs_run.params import InputParams, ModelParams, OptimizerParams, Params
+from cs_run.registry import check_function_keys, get_model_spec, resolve_object
+
+__all__ = ["check_params_keys", "build_model", "build_dataloader", "build_optimizer", "build_lr_scheduler",
+           "build_grad_scaler"]
+
+def _model_fn(model: ModelParams) -> Callable[..., torch.nn.Module]:
+    return resolve_object(get_model_spec(model.name).model_fn, key="model.name")
+
+
+def _data_fn(params: Params, section: InputParams, name: str) -> Callable[..., Any]:
+    if section.data_fn:
+        return resolve_object(section.data_fn, key=f"{name}.data_fn")
+    spec = get_model_spec(params.model.name)
+    if spec.data_fn is None:
+        raise ParamsError(f"params: {name}.data_fn: model {params.model.name!r} has no default data; set "
+                          f"{name}.data_fn to a 'module:function' returning a torch DataLoader")
+    return resolve_object(spec.data_fn, key=f"{name}.data_fn")
+
+
+def check_params_keys(params: Params, locate=lambda key: "") -> None:
+    """Validate the model and data functions' own keys against their signatures (load time)."""
+    check_function_keys(_model_fn(params.model), params.model.extra, "model", set(), locate)
+    for name in ("train_input", "eval_input"):
+        section = getattr(params, name)
+        if section is not None:
+            check_function_keys(_data_fn(params, section, name), section.extra, name, {"split"} | _common(section),
+                                locate)
+
+
+def _common(section: InputParams) -> set[str]:
+    return {f.name for f in dataclasses.fields(section)} - {"extra", "data_fn"}
+
+
+def build_model(params: Params) -> torch.nn.Module:
+    fn = _model_fn(params.model)
+    try:
+        model = fn(**params.model.extra)
+    except (TypeError, ValueError) as e:
+        raise ParamsError(f"params: model: {e}") from None
+    if not isinstance(model, torch.nn.Module):
+        raise ParamsError(f"params: model.name: {params.model.name!r} returned {type(model).__name__}, "
+                          "expected a torch.nn.Module whose forward(batch) returns the loss")
+    return model
+
+
+def build_dataloader(params: Params, split: str) -> torch.utils.data.DataLoader:
+    """The split's DataLoader, from its data function with the section's keys it accepts."""
+    name = "train_input" if split == "train" else "eval_input"
+    section: Optional[InputParams] = getattr(params, name)
+    if section is None:
+        raise ParamsError(f"params: missing section {name} (needed to {split})")
+    fn = _data_fn(params, section, name)
+    accepted = inspect.signature(fn).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in accepted.values())
+    kwargs = {k: v for k, v in dataclasses.asdict(section).items()
+              if k not in ("extra", "data_fn") and (takes_any or k in accepted)}
+    if section.shuffle_seed is None:
+        kwargs.pop("shuffle_seed", None)
+    kwargs.update(section.extra)
+    try:
+        loader = fn(split=split, **kwargs)
+    except (TypeError, ValueError) as e:
+        raise ParamsError(f"params: {name}: {e}") from None
+    if not isinstance(loader, torch.utils.data.DataLoader):
+        raise ParamsError(f"params: {name}.data_fn returned {type(loader).__name__}, expected a torch DataLoader")
+    return loader
+
+
+def build_optimizer(opt: OptimizerParams, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """The optimizer block's class and keyword arguments (runner-only keys removed)."""
+    from cs_run import optim
+
+    try:
+        return optim.configure_optimizer(opt.optimizer_type, model.parameters(), **opt.extra)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ParamsError):
+            raise
+        raise ParamsError(f"params: optimizer: {e}") from None
+
+
+def build_lr_scheduler(opt: OptimizerParams, optimizer: torch.optim.Optimizer):
+    from cs_run import optim
+
+    return optim.configure_lr_scheduler(optimizer, opt.learning_rate)
+
+
+def build_grad_scaler(opt: OptimizerParams):
+    """A GradScaler when the block asks for loss scaling (dynamic, or a static factor other than 1)."""
+    if opt.loss_scaling_factor == 1.0:
+        return None
+    from cs_run.amp import GradScaler
+
+    kwargs = {"init_scale": opt.initial_loss_scale, "steps_per_increase": opt.steps_per_increase,
+              "min_loss_scale": opt.min_loss_scale, "max_loss_scale": opt.max_loss_scale}
+    return GradScaler(loss_scale=opt.loss_scaling_factor, **{k: v for k, v in kwargs.items() if v is not None})

@@ -1,0 +1,423 @@
+"""PyTorchBaseRunner: the training and eval loops every runner shares.
+
+The loop reads top to bottom in :meth:`PyTorchBaseRunner.train`. Subclasses differ only in how a step
+executes (:meth:`_train_step`, :meth:`_eval_step`) and how values reach the host
+(:meth:`_fetch_loss`); they never copy the loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import torch
+from tqdm import tqdm
+
+from cs_run._logging import run_log
+from cs_run.errors import CheckpointError, ParamsError, TrainingError
+from cs_run.params import Params, save_params
+from cs_run.runners import _build, _checkpoints
+from cs_run.runners._budget import StepBudget, compute_step_budget
+from cs_run.runners._rng import capture_rng_state, restore_rng_state
+from cs_run.runners._step import StepConfig, resolve_autocast_dtype
+from cs_run.runners.hooks import RunnerHooks
+
+__all__ = ["PyTorchBaseRunner"]
+
+logger = logging.getLogger("cs_run.runners")
+
+MODES = ("train", "eval", "train_and_eval", "eval_all")
+
+
+class PyTorchBaseRunner(RunnerHooks):
+    """Owns the loop: step budget, accumulation, clipping, logging, loss checks, checkpoints, resume.
+
+    Args:
+        params: validated params (see :func:`cs_run.params.load_params`).
+        device: "CPU" or "GPU" (and "CSX" for the CS runners).
+    """
+
+    device_name = "cpu"
+
+    def __init__(self, params: Params, *, device: str = "CPU") -> None:
+        self.params = params
+        self.device_type = device.upper()
+        self.torch_device = self._resolve_torch_device(self.device_type)
+        rc = params.runconfig
+        self.model_dir = Path(rc.model_dir)
+        self.global_step = 0
+        if rc.seed is not None:
+            from cs_run import manual_seed
+
+            manual_seed(rc.seed)
+        # Build what can be wrong before anything is written: model and optimizer errors are params errors.
+        self.model = _build.build_model(params).to(self.torch_device)
+        self.optimizer = None
+        self.lr_scheduler = None
+        self.grad_scaler = None
+        if params.optimizer is not None:
+            self.optimizer = _build.build_optimizer(params.optimizer, self.model)
+            self.lr_scheduler = _build.build_lr_scheduler(params.optimizer, self.optimizer)
+            self.grad_scaler = _build.build_grad_scaler(params.optimizer)
+        opt = params.optimizer
+        self.step_config = StepConfig(
+            max_gradient_norm=opt.max_gradient_norm if opt else None,
+            max_gradient_value=opt.max_gradient_value if opt else None,
+            autocast_dtype=resolve_autocast_dtype(params.model.mixed_precision, params.model.use_bfloat16,
+                                                  self.torch_device.type),
+            device_type=self.torch_device.type,
+        )
+        self._train_loader = None
+        self._epoch = 0
+        self._epoch_step = 0
+        self._epoch_start_rng: Optional[dict] = None
+        self._pending_resume: Optional[dict] = None
+        self._last_saved_step: Optional[int] = None
+
+    # --------------------------------------------------------------------------------- construction
+
+    @staticmethod
+    def create(params: Params, *, device: str = "CPU", runner: Optional[str] = None) -> "PyTorchBaseRunner":
+        """The runner for ``device``; ``runner`` (or runconfig.runner) names a user subclass ``module:Class``."""
+        from cs_run.runners.pytorch_runner import PyTorchRunner
+
+        device = device.upper()
+        if device not in ("CPU", "GPU"):
+            raise ParamsError(f"--device: {device!r} is not supported yet; expected CPU or GPU")
+        expected = PyTorchRunner
+        spec = runner or params.runconfig.runner
+        cls = expected
+        if spec:
+            from cs_run.registry import resolve_object
+
+            cls = resolve_object(spec, key="runconfig.runner")
+            if not (isinstance(cls, type) and issubclass(cls, expected)):
+                raise ParamsError(f"params: runconfig.runner: {spec!r} must be a subclass of "
+                                  f"cs_run.runners.{expected.__name__} for --device {device}")
+        return cls(params, device=device)
+
+    @staticmethod
+    def _resolve_torch_device(device: str) -> torch.device:
+        if device == "GPU":
+            if not torch.cuda.is_available():
+                raise ParamsError("--device GPU: no CUDA device is visible (torch.cuda.is_available() is False); "
+                                  "use --device CPU")
+            return torch.device("cuda")
+        return torch.device("cpu")
+
+    def run(self, mode: str) -> dict[str, Any]:
+        """Run ``mode`` (train, eval, train_and_eval, eval_all); returns the eval results, if any."""
+        if mode not in MODES:
+            raise ParamsError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
+        self._prepare_model_dir()
+        with run_log(self.model_dir, self.params.runconfig.logging):
+            logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
+            if mode == "train":
+                self.train()
+                return {}
+            if mode == "eval":
+                return self.evaluate(checkpoint=self._initial_checkpoint())
+            if mode == "train_and_eval":
+                self.train()
+                return self.evaluate()
+            return self.eval_all()
+
+    def _prepare_model_dir(self) -> None:
+        self.model_dir.mkdir(parents=True, exist_ok=True)
+        save_params(self.params, self.model_dir)
+
+    # ------------------------------------------------------------------------------------- training
+
+    def train(self) -> None:
+        """Train for the step budget, resuming from the newest checkpoint when there is one."""
+        rc = self.params.runconfig
+        if self.optimizer is None:
+            raise ParamsError("params: missing section optimizer (needed to train)")
+        loader = self._train_loader = _build.build_dataloader(self.params, "train")
+        self._load_initial_state(self._initial_checkpoint())
+        accum = self.params.optimizer.grad_accum_steps
+        loader_steps = len(loader) // accum if hasattr(loader, "__len__") else None
+        budget = compute_step_budget(global_step=self.global_step, loader_steps=loader_steps,
+                                     max_steps=rc.max_steps, num_steps=rc.num_steps, num_epochs=rc.num_epochs,
+                                     steps_per_epoch=rc.steps_per_epoch)
+        if self._pending_resume is not None and self._epoch_step >= budget.steps_per_epoch:
+            # The checkpoint closed an epoch: the next one starts fresh from the checkpoint's RNG.
+            restore_rng_state(self._pending_resume["rng"], getattr(loader, "generator", None))
+            self._pending_resume, self._epoch, self._epoch_step = None, self._epoch + 1, 0
+        if budget.steps == 0:
+            logger.info("Nothing to train: global step %d already reached the step budget (max_steps=%s)",
+                        self.global_step, rc.max_steps)
+            return
+        if rc.save_initial_checkpoint and self.global_step == 0:
+            self._save_checkpoint()
+        end_step = self.global_step + budget.steps
+        logger.info("Training %d steps (global step %d -> %d), %d per epoch", budget.steps, self.global_step,
+                    end_step, budget.steps_per_epoch)
+        self.model.train()
+        self._rate = _RateMeter()
+        self.on_train_start()
+        with self._progress("Train", budget.steps) as bar:
+            while self.global_step < end_step:
+                self.on_train_epoch_start()
+                start = self.global_step
+                finished_epoch = self._train_epoch(loader, budget, end_step, bar)
+                if self.global_step == start:
+                    raise ParamsError("params: train_input: the train loader yielded no full step; check "
+                                      "train_input.batch_size, drop_last_batch and grad_accum_steps")
+                self.on_train_epoch_end(early_exit=not finished_epoch)
+                if finished_epoch:
+                    self._epoch, self._epoch_step = self._epoch + 1, 0
+        self.on_train_end(early_exit=False)
+        if self._last_saved_step != self.global_step:
+            self._save_checkpoint()
+
+    def _train_epoch(self, loader, budget: StepBudget, end_step: int, bar) -> bool:
+        """Run steps until the epoch or the budget ends; True when the epoch ended."""
+        for micro_batches in self._epoch_batches(loader, budget.steps_per_epoch):
+            micro_batches = self.on_train_batch_start(micro_batches)
+            loss = self._train_step(micro_batches)
+            self.global_step += 1
+            self._epoch_step += 1
+            self.on_train_batch_end(loss, self._epoch, self.global_step)
+            self._after_train_step(loss, micro_batches, end_step)
+            bar.update(1)
+            if self.global_step >= end_step:
+                return self._epoch_step >= budget.steps_per_epoch
+        return True
+
+    def _epoch_batches(self, loader, steps_per_epoch: int) -> Iterator[list]:
+        """Yield each step's micro-batches; a resumed epoch replays the same order and skips what was done.
+
+        The RNG state just before the loader's iterator is created decides the shuffle order, so it is
+        recorded with every checkpoint and restored, with the done batches skipped, on resume.
+        """
+        generator = getattr(loader, "generator", None)
+        resume = self._pending_resume
+        self._pending_resume = None
+        if resume is not None:
+            restore_rng_state(resume["epoch_start_rng"], generator)
+        self._epoch_start_rng = capture_rng_state(generator)
+        accum = self.params.optimizer.grad_accum_steps
+        iterator = iter(loader)
+        if resume is not None:
+            for _ in range(self._epoch_step * accum):
+                next(iterator)
+            restore_rng_state(resume["rng"], generator)
+        while self._epoch_step < steps_per_epoch:
+            micro = []
+            for batch in iterator:
+                micro.append(self._to_device(batch))
+                if len(micro) == accum:
+                    break
+            if len(micro) < accum:
+                return
+            yield micro
+
+    def _after_train_step(self, loss: torch.Tensor, micro_batches: list, end_step: int) -> None:
+        """Host work after a step: loss check, logging, checkpoint, periodic eval."""
+        rc = self.params.runconfig
+        step = self.global_step
+        self._rate.add(sum(_batch_size(b) for b in micro_batches))
+        if step % rc.log_steps == 0 or step == end_step:
+            value = self._fetch_loss(loss)  # host sync point, only on log steps
+            self._check_loss(value, step)
+            logger.info("| Train Device=%s, Step=%d, Loss=%.5f, Rate=%.2f samples/sec, GlobalRate=%.2f samples/sec",
+                        self.device_name, step, value, self._rate.rate(), self._rate.global_rate())
+        else:
+            self._check_loss_cheaply(loss, step)
+        if (rc.checkpoint_steps and step % rc.checkpoint_steps == 0) or step == end_step:
+            self._save_checkpoint()
+        if rc.eval_frequency and step % rc.eval_frequency == 0 and step != end_step and self.params.eval_input:
+            with _preserved_rng(getattr(self._train_loader, "generator", None)):
+                self.evaluate()
+            self.model.train()
+
+    def _fetch_loss(self, loss: torch.Tensor) -> float:
+        return float(loss)
+
+    def _check_loss_cheaply(self, loss: torch.Tensor, step: int) -> None:
+        """Per-step NaN/inf check; eager runners read the value (already synchronous on CPU)."""
+        self._check_loss(float(loss), step)
+
+    def _check_loss(self, value: float, step: int) -> None:
+        if not math.isfinite(value):
+            last = _checkpoints.latest_checkpoint(self.model_dir)
+            kept = f"the last good checkpoint is {last}" if last else "no checkpoint was written"
+            raise TrainingError(f"loss is {value} at step {step}; training stopped and {kept}. Lower the "
+                                "learning rate, enable gradient clipping (optimizer.max_gradient_norm) or "
+                                "check the data")
+
+    # ------------------------------------------------------------------------------------ evaluation
+
+    def evaluate(self, checkpoint: Optional[Path] = None) -> dict[str, float]:
+        """Evaluate on eval_input (after loading ``checkpoint`` if given); returns loss and metrics."""
+        from cs_run.metrics import compute_all_metrics, reset_all_metrics
+
+        if checkpoint is not None:
+            self._load_weights(checkpoint)
+        loader = _build.build_dataloader(self.params, "eval")
+        limit = self.params.runconfig.eval_steps
+        total_steps = min(limit, len(loader)) if limit and hasattr(loader, "__len__") else (limit or len(loader))
+        self.model.eval()
+        reset_all_metrics()
+        self.on_eval_start()
+        self.on_eval_epoch_start()
+        total_loss, steps = None, 0
+        with self._progress("Eval", total_steps) as bar:
+            for batch in loader:
+                if steps >= total_steps:
+                    break
+                batch = self.on_eval_batch_start(self._to_device(batch))
+                loss = self._eval_step(batch)
+                steps += 1
+                self.on_eval_batch_end(loss, 0, steps)
+                total_loss = loss.float() if total_loss is None else total_loss + loss.float()
+                bar.update(1)
+        if steps == 0:
+            raise ParamsError("params: eval_input: the eval loader yielded no batch; check eval_input.batch_size "
+                              "and drop_last_batch")
+        self.on_eval_epoch_end(early_exit=steps < len(loader))
+        self.on_eval_end(early_exit=steps < len(loader))
+        results = {"eval/loss": self._fetch_loss(total_loss) / steps, **compute_all_metrics()}
+        summary = ", ".join(f"{k}={v:.5f}" for k, v in results.items())
+        logger.info("| Eval Device=%s, GlobalStep=%d, Batches=%d, %s", self.device_name, self.global_step, steps,
+                    summary)
+        return results
+
+    def eval_all(self) -> dict[str, dict[str, float]]:
+        """Evaluate every checkpoint in model_dir, oldest first; results keyed by step."""
+        found = _checkpoints.list_checkpoints(self.model_dir)
+        if not found:
+            raise CheckpointError(f"eval_all: no checkpoint_<step>.mdl files in {self.model_dir}")
+        return {str(step): self.evaluate(checkpoint=path) for step, path in found}
+
+    # ----------------------------------------------------------------------------------- checkpoints
+
+    def _initial_checkpoint(self) -> Optional[Path]:
+        rc = self.params.runconfig
+        if rc.checkpoint_path:
+            path = Path(rc.checkpoint_path)
+            if not path.is_file():
+                raise ParamsError(f"params: runconfig.checkpoint_path: no such file {path}")
+            return path
+        return _checkpoints.latest_checkpoint(self.model_dir) if rc.autoload_checkpoint else None
+
+    def _checkpoint_state(self) -> dict[str, Any]:
+        """Everything an exact resume needs (weights, optimizer, schedule, scaler, RNG, data position)."""
+        state: dict[str, Any] = {"model": self.model.state_dict(), "global_step": self.global_step}
+        if self.optimizer is not None:
+            state["optimizer"] = self.optimizer.state_dict()
+        if self.lr_scheduler is not None:
+            state["lr_scheduler"] = self.lr_scheduler.state_dict()
+        if self.grad_scaler is not None:
+            state["grad_scaler"] = self.grad_scaler.state_dict()
+        generator = getattr(self._train_loader, "generator", None)
+        state["rng"] = capture_rng_state(generator)
+        if self._epoch_start_rng is not None:
+            state["dataloader"] = {"epoch": self._epoch, "epoch_step": self._epoch_step,
+                                   "epoch_start_rng": self._epoch_start_rng}
+        return state
+
+    def _save_checkpoint(self) -> Path:
+        path = _checkpoints.checkpoint_path(self.model_dir, self.global_step)
+        _checkpoints.save_checkpoint(self._checkpoint_state(), path)
+        self._last_saved_step = self.global_step
+        logger.info("Saved checkpoint %s", path)
+        _checkpoints.prune_checkpoints(self.model_dir, self.params.runconfig.max_checkpoints)
+        self.on_checkpoint_saved(str(path), self.global_step)
+        return path
+
+    def _load_initial_state(self, path: Optional[Path]) -> None:
+        """Resume training from ``path``: weights, optimizer, schedule, scaler, step, RNG and data position."""
+        if path is None:
+            return
+        state = _checkpoints.load_checkpoint(path, {"model": self.model.state_dict()})
+        self.global_step = int(state.get("global_step", 0))
+        for key, part in (("optimizer", self.optimizer), ("lr_scheduler", self.lr_scheduler),
+                          ("grad_scaler", self.grad_scaler)):
+            if part is not None and key in state:
+                part.load_state_dict(state[key])
+        data = state.get("dataloader")
+        if data is not None:
+            self._epoch, self._epoch_step = int(data["epoch"]), int(data["epoch_step"])
+            self._pending_resume = {"epoch_start_rng": data["epoch_start_rng"], "rng": state["rng"]}
+        elif "rng" in state:
+            restore_rng_state(state["rng"])
+        self._last_saved_step = self.global_step
+        logger.info("Resuming from checkpoint %s at global step %d", path, self.global_step)
+
+    def _load_weights(self, path: Path) -> None:
+        state = _checkpoints.load_checkpoint(path, {"model": self.model.state_dict()})
+        self.global_step = int(state.get("global_step", 0))
+        logger.info("Loaded weights of %s (global step %d)", path, self.global_step)
+
+    # -------------------------------------------------------------------------- subclass extension
+
+    def _train_step(self, micro_batches: list) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _eval_step(self, batch: Any) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _to_device(self, batch: Any) -> Any:
+        return _move(batch, self.torch_device)
+
+    def _progress(self, desc: str, total: int):
+        disable = True if self.params.runconfig.disable_progress_bar else None  # None: only on a TTY
+        return tqdm(total=total, desc=desc, unit="step", disable=disable, dynamic_ncols=True, leave=False)
+
+
+class _RateMeter:
+    """Samples/sec over the last log interval (Rate) and since the run started (GlobalRate)."""
+
+    def __init__(self) -> None:
+        self._start = self._mark = time.perf_counter()
+        self._total = self._since_mark = 0
+
+    def add(self, samples: int) -> None:
+        self._total += samples
+        self._since_mark += samples
+
+    def rate(self) -> float:
+        now = time.perf_counter()
+        rate = self._since_mark / max(now - self._mark, 1e-9)
+        self._mark, self._since_mark = now, 0
+        return rate
+
+    def global_rate(self) -> float:
+        return self._total / max(time.perf_counter() - self._start, 1e-9)
+
+
+@contextlib.contextmanager
+def _preserved_rng(generator=None):
+    """Run a nested eval without shifting the training run's random streams."""
+    state = capture_rng_state(generator)
+    try:
+        yield
+    finally:
+        restore_rng_state(state, generator)
+
+
+def _move(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        moved = [_move(b, device) for b in batch]
+        return type(batch)(moved) if isinstance(batch, list) else tuple(moved)
+    if isinstance(batch, dict):
+        return {k: _move(v, device) for k, v in batch.items()}
+    return batch
+
+
+def _batch_size(batch: Any) -> int:
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.ndim else 1
+    if isinstance(batch, (list, tuple)) and batch:
+        return _batch_size(batch[0])
+    if isinstance(batch, dict) and batch:
+        return _batch_size(next(iter(batch.values())))
+    return 0

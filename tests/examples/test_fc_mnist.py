@@ -1,0 +1,79 @@
+"""fc_mnist: the IDX reader, the bundled-digits fallback, the model, and training to >= 90% accuracy."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+import torch
+
+from cs_run.examples.fc_mnist import data, model
+
+
+def write_idx(path, array: np.ndarray, compress=False):
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+    payload = header + array.astype(np.uint8).tobytes()
+    if compress:
+        path = path.with_name(path.name + ".gz")
+        payload = gzip.compress(payload)
+    path.write_bytes(payload)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_idx_files_are_read_and_normalized(tmp_path, compress):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(5, 28, 28))
+    labels = np.array([3, 1, 4, 1, 5])
+    write_idx(tmp_path / "train-images-idx3-ubyte", images, compress)
+    write_idx(tmp_path / "train-labels-idx1-ubyte", labels, compress)
+    x, y = data.load_mnist_idx(tmp_path, "train")
+    assert x.shape == (5, 1, 28, 28) and y.tolist() == labels.tolist()
+    expected = (torch.tensor(images, dtype=torch.float32) / 255.0 - data.MNIST_MEAN) / data.MNIST_STD
+    torch.testing.assert_close(x[:, 0], expected)
+    assert data.load_mnist_idx(tmp_path, "eval") is None  # no t10k files
+
+
+def test_truncated_idx_file_is_an_error(tmp_path):
+    write_idx(tmp_path / "f", np.zeros((4, 28, 28)))
+    (tmp_path / "f").write_bytes((tmp_path / "f").read_bytes()[:-10])
+    with pytest.raises(ValueError, match="truncated IDX file"):
+        data.read_idx(tmp_path / "f")
+    (tmp_path / "g").write_bytes(b"not an idx file")
+    with pytest.raises(ValueError, match="bad magic number"):
+        data.read_idx(tmp_path / "g")
+
+
+def test_digits_fallback_is_a_fixed_disjoint_split():
+    train_x, train_y = data.load_digits_as_mnist("train")
+    eval_x, eval_y = data.load_digits_as_mnist("eval")
+    assert train_x.shape == (1500, 1, 28, 28) and eval_x.shape == (297, 1, 28, 28)
+    assert set(train_y.tolist()) == set(range(10))
+    # Same 28x28 geometry as MNIST: the 4-pixel border is background.
+    background = (0 - data.MNIST_MEAN) / data.MNIST_STD
+    assert torch.allclose(train_x[:, :, :4, :], torch.tensor(background))
+    again_x, _ = data.load_digits_as_mnist("eval")
+    assert torch.equal(eval_x, again_x)
+
+
+def test_model_returns_nll_of_log_softmax():
+    torch.manual_seed(0)
+    m = model.build_model(depth=2, hidden_size=16, dropout=0.0, compute_eval_metrics=False)
+    x, y = torch.randn(4, 1, 28, 28), torch.tensor([0, 1, 2, 3])
+    logits = m.model.last_layer(torch.relu(m.model.fc_layers[1](torch.relu(m.model.fc_layers[0](x.flatten(1))))))
+    torch.testing.assert_close(m((x, y)), torch.nn.functional.cross_entropy(logits, y))
+    with pytest.raises(ValueError, match="activation_fn: unknown 'swish'"):
+        model.build_model(activation_fn="swish")
+
+
+def test_bundled_params_train_to_90_percent(tmp_path):
+    from cs_run.cli import default_params_path
+    from cs_run.params import load_params
+    from cs_run.runners import PyTorchBaseRunner
+    from cs_run.runners._build import check_params_keys
+
+    params = load_params(default_params_path(), {"runconfig.model_dir": str(tmp_path / "md"),
+                                                 "runconfig.disable_progress_bar": True},
+                         key_checker=check_params_keys)
+    results = PyTorchBaseRunner.create(params).run("train_and_eval")
+    assert results["eval/accuracy"] >= 0.90

@@ -1,0 +1,143 @@
+"""Params files: every bad input names the key (and line), valid ones fill defaults and resolve paths."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from cs_run.errors import ParamsError
+from cs_run.params import load_params, parse_override, save_params
+from cs_run.runners._build import check_params_keys
+
+GOOD = {
+    "train_input": {"data_dir": "data/train", "batch_size": 32},
+    "model": {"name": "fc_mnist", "depth": 2, "hidden_size": 16},
+    "optimizer": {"optimizer_type": "SGD", "learning_rate": 0.1, "momentum": 0.9},
+    "runconfig": {"max_steps": 10, "log_steps": 5},
+}
+
+
+def write(tmp_path, data, name="params.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def load(path, overrides=None):
+    return load_params(path, overrides, key_checker=check_params_keys)
+
+
+def test_valid_file_fills_defaults_and_resolves_relative_paths(tmp_path):
+    params = load(write(tmp_path, GOOD))
+    assert params.runconfig.max_steps == 10
+    assert params.runconfig.checkpoint_steps == 0  # default
+    assert params.train_input.batch_size == 32 and params.train_input.shuffle is True
+    assert params.train_input.data_dir == str((tmp_path / "data/train").resolve())
+    assert params.model.extra == {"depth": 2, "hidden_size": 16}
+    assert params.optimizer.extra == {"momentum": 0.9}
+    assert isinstance(params.optimizer.learning_rate, float)
+
+
+def test_unknown_key_names_path_closest_key_and_line(tmp_path):
+    data = {**GOOD, "runconfig": {"max_stesp": 10, "log_steps": 5}}
+    path = write(tmp_path, data)
+    with pytest.raises(ParamsError) as err:
+        load(path)
+    msg = str(err.value)
+    assert "runconfig.max_stesp" in msg and "did you mean 'max_steps'" in msg
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "max_stesp" in text)
+    assert f"{path}:{line}" in msg
+    assert err.value.exit_code == 2
+
+
+def test_unknown_section(tmp_path):
+    with pytest.raises(ParamsError, match=r"unknown key runconfg; did you mean 'runconfig'"):
+        load(write(tmp_path, {**GOOD, "runconfg": {}}))
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("runconfig.log_steps", "ten", r"runconfig.log_steps: expected an integer, got str 'ten'"),
+    ("runconfig.log_steps", 0, r"runconfig.log_steps: must be >= 1, got 0"),
+    ("runconfig.seed", 1.5, r"runconfig.seed: expected an integer, got float 1.5"),
+    ("train_input.shuffle", "yes", r"train_input.shuffle: expected a boolean"),
+    ("train_input.batch_size", -4, r"train_input.batch_size: must be >= 1, got -4"),
+    ("optimizer.max_gradient_norm", 0, r"optimizer.max_gradient_norm: must be > 0, got 0"),
+    ("runconfig.logging", "LOUD", r"runconfig.logging: 'LOUD' is not one of DEBUG, INFO"),
+    ("model.depth", "two", r"model.depth: expected an integer, got str 'two'"),
+])
+def test_wrong_type_or_range_names_key_value_and_expectation(tmp_path, key, value, expected):
+    section, name = key.split(".")
+    data = {k: dict(v) for k, v in GOOD.items()}
+    data[section][name] = value
+    with pytest.raises(ParamsError, match=expected):
+        load(write(tmp_path, data))
+
+
+def test_model_keys_are_checked_against_the_model_function(tmp_path):
+    data = {**GOOD, "model": {"name": "fc_mnist", "hiden_size": 3}}
+    with pytest.raises(ParamsError, match=r"unknown key model.hiden_size; did you mean 'hidden_size'"):
+        load(write(tmp_path, data))
+
+
+def test_unknown_model_name_lists_registered_models(tmp_path):
+    data = {**GOOD, "model": {"name": "fc_mnsit"}}
+    with pytest.raises(ParamsError, match=r"model.name: unknown model 'fc_mnsit'; registered models: fc_mnist"):
+        load(write(tmp_path, data))
+
+
+@pytest.mark.parametrize("section, key", [("model", "name"), ("optimizer", "optimizer_type"),
+                                          ("optimizer", "learning_rate")])
+def test_missing_required_key(tmp_path, section, key):
+    data = {k: dict(v) for k, v in GOOD.items()}
+    del data[section][key]
+    with pytest.raises(ParamsError, match=rf"missing required key {section}.{key}"):
+        load(write(tmp_path, data))
+
+
+def test_missing_model_section(tmp_path):
+    data = {k: v for k, v in GOOD.items() if k != "model"}
+    with pytest.raises(ParamsError, match="missing required section 'model'"):
+        load(write(tmp_path, data))
+
+
+@pytest.mark.parametrize("runconfig, expected", [
+    ({"num_steps": 5, "num_epochs": 1}, "mutually exclusive"),
+    ({"steps_per_epoch": 5}, "steps_per_epoch needs runconfig.num_epochs"),
+])
+def test_conflicting_step_keys(tmp_path, runconfig, expected):
+    with pytest.raises(ParamsError, match=expected):
+        load(write(tmp_path, {**GOOD, "runconfig": runconfig}))
+
+
+def test_clip_by_norm_and_value_conflict(tmp_path):
+    opt = {**GOOD["optimizer"], "max_gradient_norm": 1.0, "max_gradient_value": 1.0}
+    with pytest.raises(ParamsError, match="max_gradient_norm and optimizer.max_gradient_value are mutually"):
+        load(write(tmp_path, {**GOOD, "optimizer": opt}))
+
+
+def test_missing_file_directory_and_bad_yaml(tmp_path):
+    with pytest.raises(ParamsError, match="params file not found"):
+        load(tmp_path / "nope.yaml")
+    with pytest.raises(ParamsError, match="is a folder"):
+        load(tmp_path)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  name: [unclosed\n")
+    with pytest.raises(ParamsError, match=rf"not valid YAML \({bad}:\d+\)"):
+        load(bad)
+
+
+def test_overrides_apply_after_reading_and_are_located_on_the_command_line(tmp_path):
+    path = write(tmp_path, GOOD)
+    params = load(path, dict([parse_override("runconfig.log_steps=7"), parse_override("model.depth=3")]))
+    assert params.runconfig.log_steps == 7 and params.model.extra["depth"] == 3
+    with pytest.raises(ParamsError, match=r"runconfig.log_steps: expected an integer.*set on the command line"):
+        load(path, dict([parse_override("runconfig.log_steps=abc")]))
+    with pytest.raises(ParamsError, match="--set expects KEY=VALUE"):
+        parse_override("runconfig.log_steps")
+
+
+def test_resolved_params_round_trip(tmp_path):
+    params = load(write(tmp_path, GOOD))
+    out = save_params(params, tmp_path / "model_dir")
+    again = load(out)
+    assert again.to_dict() == params.to_dict()
