@@ -1,35 +1,92 @@
-"""Input checks and small tensor helpers shared by the metrics (trace-safe: shapes only)."""
+"""Input checks and tensor helpers shared by the metrics (trace-safe: they look at shapes only)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import torch
 
 from cs_run.metrics.metric import STATE_DTYPE
 
 
-def match_shapes(
+def check_same_shape(
     metric: str, labels: torch.Tensor, predictions: torch.Tensor
-) -> torch.Tensor:
-    """Returns ``predictions`` with the shape of ``labels``; a different element count is an error."""
-    if labels.shape == predictions.shape:
-        return predictions
-    if labels.numel() != predictions.numel():
+) -> None:
+    """Raises ValueError unless labels and predictions have the same shape."""
+    if labels.shape != predictions.shape:
         raise ValueError(
             f"{metric}: labels {tuple(labels.shape)} and predictions {tuple(predictions.shape)} must "
             "have the same shape (pass class indices, e.g. logits.argmax(-1), not logits)"
         )
-    return predictions.reshape(labels.shape)
 
 
-def weights_like(
+def flat_weights(
     metric: str, labels: torch.Tensor, weights: torch.Tensor | None
 ) -> torch.Tensor:
-    """``weights`` as a float64 tensor of ``labels``' shape (ones when None)."""
+    """``weights`` flattened to float64 (ones when None); a 0-d weight applies to every element."""
     if weights is None:
-        return torch.ones(labels.shape, dtype=STATE_DTYPE, device=labels.device)
+        return torch.ones(labels.numel(), dtype=STATE_DTYPE, device=labels.device)
+    if weights.dim() == 0:
+        return weights.to(STATE_DTYPE).expand(labels.numel())
     if weights.numel() != labels.numel():
         raise ValueError(
-            f"{metric}: weights {tuple(weights.shape)} must have as many elements as labels "
-            f"{tuple(labels.shape)}"
+            f"{metric}: weights {tuple(weights.shape)} must be a scalar or have as many elements as "
+            f"labels {tuple(labels.shape)}"
         )
-    return weights.reshape(labels.shape).to(STATE_DTYPE)
+    return weights.reshape(-1).to(STATE_DTYPE)
+
+
+def class_mask(
+    metric: str, num_classes: int, ignore: Iterable[int] | None
+) -> list[bool]:
+    """Per-class keep flags (a Python list: it is a constant of the computation, not state)."""
+    ignore = (
+        []
+        if ignore is None
+        else ([ignore] if isinstance(ignore, int) else list(ignore))
+    )
+    bad = [c for c in ignore if not isinstance(c, int) or not 0 <= c < num_classes]
+    if bad:
+        raise ValueError(
+            f"{metric}: ignored classes {bad} are not class indices in [0, {num_classes})"
+        )
+    keep = [c not in ignore for c in range(num_classes)]
+    if not any(keep):
+        raise ValueError(f"{metric}: every one of the {num_classes} classes is ignored")
+    return keep
+
+
+def check_num_classes(metric: str, num_classes: int, minimum: int = 2) -> int:
+    if (
+        isinstance(num_classes, bool)
+        or not isinstance(num_classes, int)
+        or num_classes < minimum
+    ):
+        raise ValueError(
+            f"{metric}: num_classes must be an int >= {minimum}, got {num_classes!r}"
+        )
+    return num_classes
+
+
+def divide_no_nan(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """``num / den``, 0 where ``den`` is 0 (TF's divide_no_nan, as the vendor metrics use)."""
+    safe = torch.where(den == 0, torch.ones_like(den), den)
+    return torch.where(den == 0, torch.zeros_like(num), num / safe)
+
+
+def confusion_matrix(
+    labels: torch.Tensor,
+    predictions: torch.Tensor,
+    num_classes: int,
+    weights: torch.Tensor,
+) -> torch.Tensor:
+    """Weighted ``num_classes x num_classes`` counts, rows = labels, columns = predictions.
+
+    ``scatter_add_`` keeps the output shape fixed (``bincount`` would not under tracing).
+    """
+    index = labels.reshape(-1).long() * num_classes + predictions.reshape(-1).long()
+    counts = torch.zeros(
+        num_classes * num_classes, dtype=STATE_DTYPE, device=labels.device
+    )
+    counts.scatter_add_(0, index, weights)
+    return counts.reshape(num_classes, num_classes)

@@ -1,13 +1,18 @@
-"""Accuracy, Model Zoo semantics."""
+"""Accuracy and mean per-class accuracy, Model Zoo semantics."""
 
 from __future__ import annotations
 
 import torch
 
-from cs_run.metrics._utils import match_shapes
+from cs_run.metrics._utils import (
+    check_num_classes,
+    check_same_shape,
+    divide_no_nan,
+    flat_weights,
+)
 from cs_run.metrics.metric import STATE_DTYPE, Metric
 
-__all__ = ["AccuracyMetric"]
+__all__ = ["AccuracyMetric", "MeanPerClassAccuracyMetric"]
 
 
 class AccuracyMetric(Metric):
@@ -22,7 +27,7 @@ class AccuracyMetric(Metric):
         scale the numerator only.
     """
 
-    def __init__(self, name: str, compute_on_system: bool = True) -> None:
+    def __init__(self, name: str | None = None, compute_on_system: bool = True) -> None:
         super().__init__(name, compute_on_system)
         self.register_state(
             "total_correct_predictions", torch.zeros((), dtype=STATE_DTYPE)
@@ -36,26 +41,73 @@ class AccuracyMetric(Metric):
         weights: torch.Tensor | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        """Accumulates one batch. ``dtype`` is accepted for vendor compatibility and ignored."""
-        predictions = match_shapes("AccuracyMetric", labels, predictions)
+        """Accumulates one batch. ``dtype`` is accepted for vendor compatibility and ignored.
+
+        Predictions with the same number of elements but another shape are reshaped to labels'.
+        """
+        if labels.shape != predictions.shape and labels.numel() == predictions.numel():
+            predictions = predictions.reshape(labels.shape)
+        check_same_shape("AccuracyMetric", labels, predictions)
         self._to_device_of(labels)
-        correct = (labels == predictions).to(STATE_DTYPE)
+        correct = (labels == predictions).reshape(-1).to(STATE_DTYPE)
         if weights is None:
             num_tokens = torch.full(
                 (), labels.numel(), dtype=STATE_DTYPE, device=labels.device
             )
         else:
-            if weights.numel() != labels.numel():
-                raise ValueError(
-                    f"AccuracyMetric: weights {tuple(weights.shape)} must have as many elements as "
-                    f"labels {tuple(labels.shape)}"
-                )
-            weights = weights.reshape(labels.shape).to(STATE_DTYPE)
-            correct = correct * weights
-            num_tokens = (weights > 0).to(STATE_DTYPE).sum()
+            w = flat_weights("AccuracyMetric", labels, weights)
+            correct = correct * w
+            num_tokens = (w > 0).to(STATE_DTYPE).sum()
         self.total_correct_predictions.add_(correct.sum())
         self.total_num_tokens.add_(num_tokens)
 
     def compute(self) -> torch.Tensor:
         """Accuracy so far (NaN before any update)."""
         return self.total_correct_predictions / self.total_num_tokens
+
+
+class MeanPerClassAccuracyMetric(Metric):
+    """Mean over all ``num_classes`` of the per-class accuracy (the recall of each class).
+
+    ``per_class[c] = sum(w * correct, label == c) / sum(w, label == c)``; weights scale both sums
+    (0 masks an element).
+
+    Note:
+        As in the vendor's Model Zoo, a class that never occurs in the labels contributes 0 to the
+        mean (scikit-learn's ``balanced_accuracy_score`` leaves it out instead).
+    """
+
+    def __init__(self, num_classes: int, name: str | None = None) -> None:
+        num_classes = check_num_classes(
+            "MeanPerClassAccuracyMetric", num_classes, minimum=1
+        )
+        super().__init__(name)
+        self.num_classes = num_classes
+        self.register_state(
+            "total_per_class_correct_predictions",
+            torch.zeros(num_classes, dtype=STATE_DTYPE),
+        )
+        self.register_state(
+            "total_per_class_tokens", torch.zeros(num_classes, dtype=STATE_DTYPE)
+        )
+
+    def update(
+        self,
+        labels: torch.Tensor,
+        predictions: torch.Tensor,
+        weights: torch.Tensor | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        """Accumulates one batch of class indices (any shape; flattened)."""
+        check_same_shape("MeanPerClassAccuracyMetric", labels, predictions)
+        self._to_device_of(labels)
+        w = flat_weights("MeanPerClassAccuracyMetric", labels, weights)
+        flat_labels = labels.reshape(-1).long()
+        correct = (flat_labels == predictions.reshape(-1).long()).to(STATE_DTYPE) * w
+        self.total_per_class_correct_predictions.scatter_add_(0, flat_labels, correct)
+        self.total_per_class_tokens.scatter_add_(0, flat_labels, w)
+
+    def compute(self) -> torch.Tensor:
+        return divide_no_nan(
+            self.total_per_class_correct_predictions, self.total_per_class_tokens
+        ).mean()

@@ -39,16 +39,18 @@ class Metric(torch.nn.Module):
     :meth:`compute` (tensor ops, returns a tensor).
 
     Args:
-        name: Name under which the metric is registered and reported. Registering a second metric
-            with the same name replaces the first in the registry.
+        name: Name under which the metric is registered and reported (default: the class name).
+            Registering a second metric with the same name replaces the first in the registry.
         compute_on_system: Accepted for compatibility with the vendor API; cs-run always keeps the
             state on the device and computes from it, so the flag has no effect.
     """
 
-    def __init__(self, name: str, compute_on_system: bool = True) -> None:
+    def __init__(self, name: str | None = None, compute_on_system: bool = True) -> None:
         super().__init__()
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"Metric name must be a non-empty string, got {name!r}")
+        if name is None or name == "":
+            name = type(self).__name__
+        if not isinstance(name, str):
+            raise TypeError(f"Metric name must be a string, got {name!r}")
         self.name = name
         self.compute_on_system = compute_on_system
         self._initial_values: dict[str, torch.Tensor] = {}

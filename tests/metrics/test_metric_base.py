@@ -102,9 +102,11 @@ def test_accuracy_bad_inputs(labels, preds, weights, match):
         AccuracyMetric("acc").update(labels, preds, weights)
 
 
-def test_bad_name():
-    with pytest.raises(ValueError, match="non-empty string"):
-        AccuracyMetric("")
+def test_default_and_bad_name():
+    assert AccuracyMetric().name == "AccuracyMetric"
+    assert AccuracyMetric(name=None).name == "AccuracyMetric"
+    with pytest.raises(TypeError, match="must be a string"):
+        AccuracyMetric(3)
 
 
 def test_accuracy_traces_in_fake_mode_and_replays_like_eager(trace_and_replay):
