@@ -28,10 +28,28 @@ __all__ = [
 
 # Each block below belongs to one part of the package; edit only your own block.
 # --- engine (issue 5): backend, compile, trace, closures, distributed, utils ---
+from cs_run import distributed as distributed  # noqa: E402
+from cs_run import utils as utils  # noqa: E402
+from cs_run.backend import Backend as Backend  # noqa: E402
+from cs_run.backend import backend as backend  # noqa: E402
+from cs_run.backend import configure as configure  # noqa: E402
+from cs_run.backend import current_backend as current_backend  # noqa: E402
+from cs_run.tracing import checkpoint_closure as checkpoint_closure  # noqa: E402
+from cs_run.tracing import compile as compile  # noqa: E402
+from cs_run.tracing import compile_step as compile_step  # noqa: E402
+from cs_run.tracing import step_closure as step_closure  # noqa: E402
+from cs_run.tracing import trace as trace  # noqa: E402
+
+__all__ += ["Backend", "backend", "checkpoint_closure", "compile", "compile_step", "configure",
+            "current_backend", "distributed", "step_closure", "trace", "utils"]
 # --- end engine ---
 # --- optim (issue 3) ---
 # --- end optim ---
 # --- checkpoint (issue 4): save / load ---
+from cs_run.checkpoint import load as load  # noqa: E402 - h5py is imported only inside the functions
+from cs_run.checkpoint import save as save  # noqa: E402
+
+__all__ += ["load", "save"]
 # --- end checkpoint ---
 # --- amp / metrics (issue 6) ---
 from cs_run import amp as amp
@@ -40,4 +58,8 @@ from cs_run import metrics as metrics
 __all__ += ["amp", "metrics"]
 # --- end amp / metrics ---
 # --- runners (issue 2 / 7) ---
+from cs_run import runners as runners
+from cs_run.modelzoo import run as run
+
+__all__ += ["run", "runners"]
 # --- end runners ---

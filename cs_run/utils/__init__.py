@@ -1,1 +1,5 @@
-"""Placeholder: filled by its issue."""
+"""``cstorch.utils``: data streaming (``utils.data``)."""
+
+from cs_run.utils import data as data
+
+__all__ = ["data"]

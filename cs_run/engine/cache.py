@@ -1,0 +1,75 @@
+"""The compile cache under ``compile_dir`` (DESIGN §4.4).
+
+A compiled step is keyed by a hash of the graph's generated code, the values of the small constants
+it embeds, the input signature (shapes, dtypes, devices of state and batch), the tier and the torch
+version. Each entry is a folder holding ``graph.py`` (the fx code) and ``summary.json``. Inductor's own
+artifacts (its FX graph cache) live in ``compile_dir/inductor``, so a second process reuses the
+generated kernels; the entry's presence is what "compile cache hit" reports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from cs_run.engine.trace import TracedStep
+
+__all__ = ["CompileCache", "graph_key"]
+
+logger = logging.getLogger(__name__)
+
+
+def graph_key(traced: TracedStep, batch: list[torch.Tensor], tier: str) -> str:
+    """Hash of graph code + constants + input signature + tier + torch version."""
+    h = hashlib.sha256()
+    h.update(traced.gm.code.encode())
+    for name, buf in sorted(traced.gm.named_buffers()) + sorted(
+        (n, getattr(traced.gm, n)) for n in dir(traced.gm) if n.startswith("_tensor_constant")
+    ):
+        h.update(name.encode())
+        if isinstance(buf, torch.Tensor) and buf.numel() <= 4096:
+            h.update(buf.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes() if buf.numel() else b"")
+    for t in traced.state.tensors + batch:
+        h.update(f"{tuple(t.shape)}|{tuple(t.stride())}|{t.dtype}|{t.device.type}|{t.requires_grad};".encode())
+    h.update(f"{tier}|{torch.__version__}".encode())
+    return h.hexdigest()[:32]
+
+
+class CompileCache:
+    """Entries under ``<compile_dir>/cs_run_cache/<key>/``; writes are atomic (temp dir + rename)."""
+
+    def __init__(self, compile_dir: str | os.PathLike) -> None:
+        self.root = Path(compile_dir)
+        self.entries = self.root / "cs_run_cache"
+
+    @property
+    def inductor_dir(self) -> Path:
+        return self.root / "inductor"
+
+    def has(self, key: str) -> bool:
+        return (self.entries / key / "summary.json").is_file()
+
+    def store(self, key: str, traced: TracedStep, tier: str, compile_seconds: float) -> Path:
+        final = self.entries / key
+        if final.exists():
+            return final
+        self.entries.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.entries))
+        (tmp / "graph.py").write_text(traced.gm.code)
+        record = asdict(traced.summary) | {"tier": tier, "compile_seconds": compile_seconds,
+                                           "torch": torch.__version__}
+        (tmp / "summary.json").write_text(json.dumps(record, indent=1, default=str))
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another process stored it first
+            for f in tmp.iterdir():
+                f.unlink()
+            tmp.rmdir()
+        return final

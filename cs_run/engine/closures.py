@@ -1,0 +1,132 @@
+"""Step closures and checkpoint closures (DESIGN §4.6–4.7).
+
+A closure gets *materialized* values: each tensor argument is cloned where the closure is called
+(inside a traced step the clone is a graph op, so it costs no host sync), so later in-place updates
+(the optimizer, the next step) never leak into it. Closures run *after* the step they were called in:
+
+* called inside a traced step on CSX: recorded at trace time, run after every replay;
+* called inside an eager ``trace``d step (CPU/GPU): queued, run when the step returns;
+* called outside a step: run at once (the step before it has already been issued).
+
+A checkpoint closure runs only on checkpoint steps and the final step of the current
+:class:`~cs_run.utils.data.DataExecutor` (always, when no executor is running).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.utils._pytree as pytree
+
+__all__ = ["RecordedClosure", "Recorder", "recording", "deferring", "call_closure", "is_checkpoint_step",
+           "make_closure"]
+
+logger = logging.getLogger(__name__)
+_RECORDERS: list[Recorder] = []
+_DEFERRED: list[list[tuple[Callable, tuple, dict]]] = []
+
+
+@dataclass
+class RecordedClosure:
+    """A closure call captured in a trace; its tensor arguments are graph outputs."""
+
+    fn: Callable
+    spec: pytree.TreeSpec
+    leaves: list[Any]  # non-tensor leaves as called; tensor leaves are replaced at replay
+    tensor_pos: list[int]
+    checkpoint: bool
+    tensors: list[torch.Tensor] = field(default_factory=list)  # fakes (trace time only)
+    first_output: int = 0
+
+    def run(self, outputs: list[torch.Tensor]) -> None:
+        if self.checkpoint and not is_checkpoint_step():
+            return
+        leaves = list(self.leaves)
+        for k, pos in enumerate(self.tensor_pos):
+            leaves[pos] = outputs[self.first_output + k]
+        args, kwargs = pytree.tree_unflatten(leaves, self.spec)
+        self.fn(*args, **kwargs)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[RecordedClosure] = []
+
+    def record(self, fn: Callable, args: tuple, kwargs: dict, checkpoint: bool) -> None:
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        pos = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
+        tensors = [leaves[i].detach().clone() for i in pos]  # recorded as graph ops: no sync
+        frozen = [None if isinstance(x, torch.Tensor) else x for x in leaves]
+        self.calls.append(RecordedClosure(fn, spec, frozen, pos, checkpoint, tensors))
+
+    def finish(self, first_output: int) -> list[RecordedClosure]:
+        for call in self.calls:
+            call.first_output = first_output
+            first_output += len(call.tensors)
+        return self.calls
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Recorder]:
+    """While tracing: closure calls are recorded instead of run."""
+    rec = Recorder()
+    _RECORDERS.append(rec)
+    try:
+        yield rec
+    finally:
+        _RECORDERS.remove(rec)
+
+
+@contextlib.contextmanager
+def deferring() -> Iterator[None]:
+    """While an eager step runs: closure calls are queued and run when the step returns."""
+    queue: list[tuple[Callable, tuple, dict]] = []
+    _DEFERRED.append(queue)
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        _DEFERRED.pop()
+        if ok:
+            for fn, args, kwargs in queue:
+                fn(*args, **kwargs)
+
+
+def is_checkpoint_step() -> bool:
+    """True on a checkpoint step or the final step of the running DataExecutor (or with none)."""
+    from cs_run.utils.data import current_executor
+
+    executor = current_executor()
+    return True if executor is None else executor.on_checkpoint_step
+
+
+def call_closure(fn: Callable, args: tuple, kwargs: dict, checkpoint: bool) -> None:
+    """What calling a decorated closure does; see the module docstring."""
+    if _RECORDERS:
+        _RECORDERS[-1].record(fn, args, kwargs, checkpoint)
+        return
+    if checkpoint and not is_checkpoint_step():
+        logger.debug("checkpoint closure %s skipped: not a checkpoint step", getattr(fn, "__name__", fn))
+        return
+    if _DEFERRED:
+        args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: t.detach().clone(), (args, kwargs))
+        _DEFERRED[-1].append((fn, args, kwargs))
+        return
+    fn(*args, **kwargs)
+
+
+def make_closure(fn: Callable, checkpoint: bool) -> Callable[..., None]:
+    """The decorator body shared by ``step_closure`` and ``checkpoint_closure``."""
+
+    @functools.wraps(fn)
+    def closure(*args: Any, **kwargs: Any) -> None:
+        call_closure(fn, args, kwargs, checkpoint)
+
+    closure.__cs_run_closure__ = True  # type: ignore[attr-defined]
+    return closure

@@ -1,0 +1,127 @@
+"""``CompiledStep``: trace -> compile -> replay, tied together (STYLE §2.4).
+
+The user's step runs once per input signature (at the trace); every later call replays the compiled
+graph on the new batch. Python values inside the step are frozen at their first value: a Python
+counter incremented in the step counts once, a Python ``if`` on a hyper-parameter is taken as it was
+at the trace. Only tensors carry state between steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.utils._pytree as pytree
+
+from cs_run.engine.cache import CompileCache
+from cs_run.engine.compile import compile_graph, resolve_tier
+from cs_run.engine.replay import batch_leaves, replay
+from cs_run.engine.state import discover_state
+from cs_run.engine.trace import GraphSummary, OutputRef, TracedStep, input_signature, trace_step
+from cs_run.errors import ComplianceError
+
+__all__ = ["CompiledStep", "EngineOptions", "RecompileError"]
+
+logger = logging.getLogger(__name__)
+
+
+class RecompileError(ComplianceError):
+    """The step's input signature changed and retracing is disabled."""
+
+
+@dataclass
+class EngineOptions:
+    """How a CSX step is compiled and run (set from the backend's options).
+
+    Attributes:
+        tier: ``"fx"``, ``"inductor"`` or ``"auto"`` (see ``compile.py``).
+        compile_dir: Where compiled artifacts are cached; None disables the cache.
+        validate_only: Trace only: no compile, no execution (the step returns meta tensors).
+        compile_only: Trace and compile into the cache, no execution.
+        allow_recompile: A new input signature retraces (with a warning) instead of raising.
+        device: Where batches are moved when they arrive on another device.
+    """
+
+    tier: str = "fx"
+    compile_dir: str | None = None
+    validate_only: bool = False
+    compile_only: bool = False
+    allow_recompile: bool = True
+    device: torch.device | None = None
+
+
+class CompiledStep:
+    """A traced step: ``step(*batch)`` traces on a new input signature, then replays."""
+
+    def __init__(self, fn: Callable, options: EngineOptions | None = None) -> None:
+        self._fn = fn
+        self.options = options or EngineOptions()
+        self._executables: dict[Any, tuple[TracedStep, Callable]] = {}
+        self.recompiles = 0
+        self.num_traces = 0
+        self.last_summary: GraphSummary | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = self._to_device(args, kwargs)
+        sig = input_signature(args, kwargs)
+        entry = self._executables.get(sig)
+        if entry is None or not entry[0].state.still_bound():
+            entry = self._build(sig, args, kwargs, stale=entry is not None)
+        traced, executable = entry
+        if self.options.validate_only or self.options.compile_only:
+            return _meta_outputs(traced)  # nothing runs; closures do not run either
+        return replay(executable, traced, batch_leaves(traced, args, kwargs))
+
+    def _build(self, sig: Any, args: tuple, kwargs: dict, stale: bool) -> tuple[TracedStep, Callable]:
+        if self._executables:
+            why = "the model/optimizer state was replaced" if stale else "the input signature changed"
+            if not self.options.allow_recompile:
+                raise RecompileError(f"{_name(self._fn)}: {why} and retracing is disabled; keep batch shapes, "
+                                     "dtypes and structure fixed (e.g. drop_last=True) or allow recompiles")
+            self.recompiles += 1
+            warnings.warn(f"cs-run: recompiling step {_name(self._fn)} (recompile #{self.recompiles}): {why}",
+                          UserWarning, stacklevel=3)
+        traced = trace_step(self._fn, discover_state(self._fn), args, kwargs)
+        self.num_traces += 1
+        self.last_summary = traced.summary
+        logger.info("traced %s: %s", _name(self._fn), traced.summary.format())
+        if self.options.validate_only:
+            executable: Callable = traced.gm
+        else:
+            device = traced.state.tensors[0].device if traced.state.tensors else torch.device("cpu")
+            tier = resolve_tier(self.options.tier, device)
+            cache = CompileCache(self.options.compile_dir) if self.options.compile_dir else None
+            executable = compile_graph(traced, batch_leaves(traced, args, kwargs), tier, cache, self.recompiles)
+        if stale:
+            self._executables.clear()
+        self._executables[sig] = (traced, executable)
+        return traced, executable
+
+    def _to_device(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        device = self.options.device
+        if device is None:
+            return args, kwargs
+        leaves = pytree.tree_leaves((args, kwargs))
+        if all(not isinstance(x, torch.Tensor) or x.device == device for x in leaves):
+            return args, kwargs
+        # non_blocking: the copy overlaps with the previous step on CUDA (no host sync here)
+        return pytree.tree_map_only(torch.Tensor, lambda t: t.to(device, non_blocking=True), (args, kwargs))
+
+
+def _meta_outputs(traced: TracedStep) -> Any:
+    nodes = [n for n in traced.gm.graph.nodes if n.op == "output"][0].args[0]
+    leaves = []
+    for x in traced.out_leaves:
+        if isinstance(x, OutputRef):
+            val = nodes[x.index].meta.get("val") if isinstance(nodes[x.index], torch.fx.Node) else None
+            leaves.append(torch.empty(val.shape, dtype=val.dtype, device="meta") if val is not None else None)
+        else:
+            leaves.append(x)
+    return pytree.tree_unflatten(leaves, traced.out_spec)
+
+
+def _name(fn: Callable) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))

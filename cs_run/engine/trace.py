@@ -1,0 +1,295 @@
+"""Trace a whole step once into an aten-level fx graph with fake tensors (DESIGN §4.2).
+
+``trace_step`` binds the state to fake inputs, runs the user's step under
+``make_fx(tracing_mode="fake")`` (no compute, no memory: validate-only is cheap) and returns a
+:class:`TracedStep`. Autograd runs *during* the trace, so ``loss.backward()`` and the optimizer's
+in-place updates are recorded as aten ops; replaying the graph needs no autograd and mutates the
+real state tensors in place.
+
+Graph outputs, in order: the user's tensor outputs, new values of rebound state slots, gradients the
+step leaves on parameters, then the (cloned) tensor arguments of step closures called in the step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.utils._pytree as pytree
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.overrides import TorchFunctionMode
+
+from cs_run.engine import closures
+from cs_run.engine.compliance import compliance_error, is_value_read, user_frame_location
+from cs_run.engine.state import Slot, StateSet, optimizer_state_rebinds
+from cs_run.errors import ComplianceError
+
+__all__ = ["GraphSummary", "OutputRef", "TracedStep", "input_signature", "trace_step"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GraphSummary:
+    """What validate-only reports about a traced step."""
+
+    num_ops: int
+    op_counts: dict[str, int]
+    num_parameters: int  # parameter elements
+    num_state_tensors: int
+    state_bytes: int
+    input_signature: list[str]
+    estimated_memory_bytes: int  # state + batch + every intermediate (an upper bound of the peak)
+    trace_seconds: float
+    state_names: list[str] = field(default_factory=list)
+
+    def format(self) -> str:
+        top = ", ".join(f"{k}×{v}" for k, v in sorted(self.op_counts.items(), key=lambda kv: -kv[1])[:8])
+        return (f"graph: {self.num_ops} ops ({top}); {self.num_parameters:,} parameter elements; "
+                f"{self.num_state_tensors} state tensors ({self.state_bytes / 2**20:.2f} MiB); inputs "
+                f"{'; '.join(self.input_signature)}; est. memory {self.estimated_memory_bytes / 2**20:.2f} MiB; "
+                f"traced in {self.trace_seconds:.2f}s")
+
+
+@dataclass
+class TracedStep:
+    """A captured step: the graph plus how to map its inputs and outputs back to Python."""
+
+    gm: torch.fx.GraphModule
+    state: StateSet
+    in_spec: pytree.TreeSpec
+    frozen_inputs: dict[int, Any]  # non-tensor input leaves (position -> first value)
+    out_spec: pytree.TreeSpec
+    out_leaves: list[Any]  # per user-output leaf: int index into graph outputs, or a frozen value
+    rebind_slots: list[int]  # graph output n_user + j -> copy into state.slots[k]
+    grad_slots: list[int]
+    closure_calls: list[closures.RecordedClosure]
+    summary: GraphSummary
+
+    @property
+    def num_user_outputs(self) -> int:
+        return sum(isinstance(x, OutputRef) for x in self.out_leaves)
+
+
+@dataclass(frozen=True)
+class OutputRef:
+    index: int
+
+
+def input_signature(args: tuple, kwargs: dict) -> tuple:
+    """Hashable structure + shapes/dtypes/devices of a step's inputs; non-tensor leaves by value."""
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    sig = []
+    for x in leaves:
+        if isinstance(x, torch.Tensor):
+            sig.append((tuple(x.shape), x.dtype, x.device, x.requires_grad))
+        else:
+            sig.append(("py", _hashable(x)))
+    return spec, tuple(sig)
+
+
+def _hashable(x: Any) -> Any:
+    try:
+        hash(x)
+        return x
+    except TypeError:
+        return repr(x)
+
+
+class _TraceMode(TorchFunctionMode):
+    """Inside the trace: value reads -> ComplianceError; stray real tensors -> bound fakes or lifted."""
+
+    def __init__(self, mapping: dict[int, torch.Tensor], strays: dict[int, torch.Tensor]) -> None:
+        super().__init__()
+        self.mapping, self.strays = mapping, strays
+        self.placeholders: dict[int, torch.Tensor] = {}
+        self.nodes: dict[int, torch.fx.Node] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        what = is_value_read(func)
+        if what is not None:
+            raise compliance_error(what, user_frame_location(sys._getframe(1)))
+        args, kwargs = pytree.tree_map_only(torch.Tensor, self._substitute, (args, kwargs))
+        return func(*args, **kwargs)
+
+    def _substitute(self, t: torch.Tensor) -> torch.Tensor:
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if isinstance(t, FakeTensor):
+            return t
+        if id(t) in self.mapping:
+            return self.mapping[id(t)]
+        # A real tensor the discovery did not find: trace on with a stand-in op whose graph node
+        # trace_step later turns into a new input (so the user's Python still runs only once).
+        if id(t) not in self.placeholders:
+            from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
+
+            self.strays[id(t)] = t
+            # (the mode is not active inside its own handler, so this is a plain traced op)
+            stand_in = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device,
+                                           requires_grad=t.requires_grad)
+            self.placeholders[id(t)] = stand_in
+            self.nodes[id(t)] = get_proxy_slot(stand_in, get_proxy_mode().tracer).proxy.node
+        return self.placeholders[id(t)]
+
+
+def trace_step(fn: Callable, state: StateSet, args: tuple, kwargs: dict) -> TracedStep:
+    """Traces ``fn(*args, **kwargs)`` once with fake tensors; the user's Python runs here only.
+
+    Raises:
+        ComplianceError: the step reads a tensor value, initialises optimizer state lazily, or hits a
+            data-dependent operation; the message names the user's file:line.
+    """
+    t0 = time.perf_counter()
+    leaves, in_spec = pytree.tree_flatten((args, kwargs))
+    batch_pos = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
+    frozen = {i: x for i, x in enumerate(leaves) if not isinstance(x, torch.Tensor)}
+    strays: dict[int, torch.Tensor] = {}
+    meta: dict[str, Any] = {}
+    runner = _make_runner(fn, state, in_spec, len(leaves), batch_pos, frozen, strays, meta)
+    inputs = [_as_input(s) for s in state.slots] + [leaves[i] for i in batch_pos]
+    gm = _run_make_fx(runner, inputs)
+    _lift_strays(gm, state, strays, meta.pop("stray_nodes"))
+    _drop_profiler_ops(gm)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    summary = summarize(gm, state, [leaves[i] for i in batch_pos], time.perf_counter() - t0)
+    return TracedStep(gm, state, in_spec, frozen, meta["out_spec"], meta["out_leaves"], meta["rebind_slots"],
+                      meta["grad_slots"], meta["closures"], summary)
+
+
+def _lift_strays(gm: torch.fx.GraphModule, state: StateSet, strays: dict, nodes: dict) -> None:
+    """Turns each stray tensor's stand-in node into a graph input placed after the state inputs."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    anchor = placeholders[len(state.slots)] if len(placeholders) > len(state.slots) else None
+    for key, t in strays.items():
+        node = nodes[key]
+        ctx = gm.graph.inserting_before(anchor) if anchor is not None else gm.graph.inserting_after(placeholders[-1])
+        with ctx:
+            ph = gm.graph.placeholder(f"lifted_{len(state.slots)}")
+        ph.meta = dict(node.meta)
+        node.replace_all_uses_with(ph)
+        gm.graph.erase_node(node)
+        if anchor is None:
+            placeholders.append(ph)
+        logger.debug("lifted a tensor the step uses into the graph's inputs: %s %s", tuple(t.shape), t.dtype)
+        state.slots.append(Slot(f"lifted.{len(state.slots)}", None, None, t, "lifted"))
+        state._index[id(t)] = len(state.slots) - 1
+
+
+def _drop_profiler_ops(gm: torch.fx.GraphModule) -> None:
+    """record_function markers (torch.optim adds them) cost time at replay and mean nothing there."""
+    for node in reversed(list(gm.graph.nodes)):
+        if node.op == "call_function" and getattr(node.target, "namespace", "") == "profiler" and not node.users:
+            gm.graph.erase_node(node)
+
+
+def _as_input(slot: Slot) -> torch.Tensor:
+    t = slot.tensor.detach()
+    return t.requires_grad_(True) if slot.tensor.requires_grad else t
+
+
+def _run_make_fx(runner: Callable, inputs: list[torch.Tensor]) -> torch.fx.GraphModule:
+    """make_fx with torch's data-dependent errors turned into ComplianceErrors at the user's line."""
+    try:
+        return make_fx(runner, tracing_mode="fake")(*inputs)
+    except ComplianceError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - re-raised unless it is a data-dependent read
+        if not _is_data_dependent(exc):
+            raise
+        where = user_frame_location(tb=exc.__traceback__)
+        raise compliance_error(f"a data-dependent operation ({type(exc).__name__})", where) from exc
+
+
+def _is_data_dependent(exc: BaseException) -> bool:
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
+    names = ("GuardOnDataDependentSymNode", "DataDependentOutputException", "DynamicOutputShapeException")
+    return isinstance(exc, (DataDependentOutputException, DynamicOutputShapeException)) or type(exc).__name__ in names
+
+
+def _make_runner(fn, state, in_spec, n_leaves, batch_pos, frozen, strays, meta) -> Callable:
+    n_state = len(state.slots)
+
+    def runner(*flat: torch.Tensor):
+        leaves = [frozen.get(i) for i in range(n_leaves)]
+        for pos, t in zip(batch_pos, flat[n_state:]):
+            leaves[pos] = t
+        args, kwargs = pytree.tree_unflatten(leaves, in_spec)
+        with contextlib.ExitStack() as stack:
+            mapping = stack.enter_context(state.bind(list(flat[:n_state])))
+            for s, f in zip(state.slots, flat[:n_state]):  # lifted tensors: substituted by the mode
+                mapping[id(s.tensor)] = f
+            recorder = stack.enter_context(closures.recording())
+            mode = stack.enter_context(_TraceMode(mapping, strays))
+            meta["stray_nodes"] = mode.nodes
+            out = fn(*args, **kwargs)
+            return _collect_outputs(out, state, mapping, recorder, meta)
+
+    return runner
+
+
+def _collect_outputs(out, state: StateSet, mapping, recorder, meta) -> list[torch.Tensor]:
+    """Runs while the state is still bound: gathers the graph outputs (see module docstring)."""
+    out_leaves, out_spec = pytree.tree_flatten(out)
+    graph_outs: list[torch.Tensor] = []
+    kinds: list[Any] = []
+    for x in out_leaves:
+        if isinstance(x, torch.Tensor):
+            kinds.append(OutputRef(len(graph_outs)))
+            graph_outs.append(x)
+        else:
+            kinds.append(x)
+    changed, created = optimizer_state_rebinds(state, mapping)
+    if created:
+        raise ComplianceError(
+            f"{user_frame_location()}: the optimizer created state inside the traced step ({', '.join(created)}); "
+            "a compliant optimizer creates all state up front in preinitialize() (use cs_run.optim)")
+    rebinds = []
+    for idx, value in state.rebound(mapping) + changed:
+        if isinstance(value, torch.Tensor):
+            rebinds.append(idx)
+            graph_outs.append(value)
+        else:
+            logger.warning("state %s was set to a non-tensor (%r) inside the step; its tensor is kept",
+                           state.slots[idx].name, value)
+    grads = []
+    for i, slot in enumerate(state.slots):
+        g = mapping[id(slot.tensor)].grad if slot.kind == "parameter" else None
+        if g is not None:
+            grads.append(i)
+            graph_outs.append(g)
+    recorded = recorder.finish(len(graph_outs))
+    graph_outs.extend(t for call in recorded for t in call.tensors)
+    meta.update(out_spec=out_spec, out_leaves=kinds, rebind_slots=rebinds, grad_slots=grads, closures=recorded)
+    return graph_outs
+
+
+def summarize(gm: torch.fx.GraphModule, state: StateSet, batch: list[torch.Tensor], seconds: float) -> GraphSummary:
+    ops: Counter = Counter()
+    inter = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            ops[_op_name(node.target)] += 1
+            val = node.meta.get("val")
+            if isinstance(val, torch.Tensor):
+                inter += val.numel() * val.element_size()
+    state_bytes = sum(t.numel() * t.element_size() for t in state.tensors)
+    batch_bytes = sum(t.numel() * t.element_size() for t in batch)
+    params = sum(s.tensor.numel() for s in state.slots if s.kind == "parameter")
+    sig = [f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')} {t.device}" for t in batch]
+    return GraphSummary(sum(ops.values()), dict(ops), params, len(state.slots), state_bytes, sig,
+                        state_bytes + batch_bytes + inter, seconds, [s.name for s in state.slots])
+
+
+def _op_name(target: Any) -> str:
+    name = getattr(target, "__name__", str(target))
+    return name.split(".")[0] if name else str(target)
