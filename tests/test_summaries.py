@@ -1,0 +1,73 @@
+"""ScalarWriter: CSV always (append on resume), TensorBoard event files when tensorboard is present."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+
+from cs_run.summaries import CSV_NAME, ScalarWriter, read_scalars
+
+
+def test_csv_rows_and_read_back(tmp_path):
+    with ScalarWriter(tmp_path / "train", tensorboard=False) as w:
+        w.add_scalar("loss", torch.tensor(2.5), 1)
+        w.add_scalars({"loss": 1.25, "lr": torch.tensor([0.5])}, 2)
+        assert not w.writes_tensorboard
+    with open(tmp_path / "train" / CSV_NAME) as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["step", "tag", "value", "wall_time"]
+    assert [r[:3] for r in rows[1:]] == [
+        ["1", "loss", "2.5"],
+        ["2", "loss", "1.25"],
+        ["2", "lr", "0.5"],
+    ]
+    assert all(float(r[3]) > 0 for r in rows[1:])
+    assert read_scalars(tmp_path / "train") == {
+        "loss": [(1, 2.5), (2, 1.25)],
+        "lr": [(2, 0.5)],
+    }
+
+
+def test_resumed_run_appends_and_later_value_of_a_step_wins(tmp_path):
+    with ScalarWriter(tmp_path, tensorboard=False) as w:
+        w.add_scalar("loss", 3.0, 1)
+        w.add_scalar("loss", 2.0, 2)
+    with ScalarWriter(tmp_path, tensorboard=False) as w:
+        w.add_scalar("loss", 1.5, 2)
+        w.add_scalar("loss", 1.0, 3)
+    rows = (tmp_path / CSV_NAME).read_text().splitlines()
+    assert sum(r.startswith("step,") for r in rows) == 1
+    assert read_scalars(tmp_path) == {"loss": [(1, 3.0), (2, 1.5), (3, 1.0)]}
+
+
+def test_tensorboard_event_files_match_csv(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with ScalarWriter(tmp_path) as w:
+        assert w.writes_tensorboard
+        for step in range(1, 4):
+            w.add_scalar("loss", 1.0 / step, step)
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    events = [(e.step, e.value) for e in acc.Scalars("loss")]
+    want = read_scalars(tmp_path)["loss"]
+    assert [s for s, _ in events] == [s for s, _ in want]
+    assert [v for _, v in events] == pytest.approx(
+        [v for _, v in want], rel=1e-7
+    )  # float32
+
+
+def test_bad_values_and_closed_writer(tmp_path):
+    w = ScalarWriter(tmp_path, tensorboard=False)
+    with pytest.raises(TypeError, match="'loss'"):
+        w.add_scalar("loss", "high", 1)
+    with pytest.raises((TypeError, RuntimeError)):
+        w.add_scalar("loss", torch.ones(3), 1)
+    w.close()
+    w.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        w.add_scalar("loss", 1.0, 1)
+    assert read_scalars(tmp_path / "missing") == {}
