@@ -46,6 +46,10 @@ __all__ += ["Backend", "backend", "checkpoint_closure", "compile", "compile_step
 # --- optim (issue 3) ---
 # --- end optim ---
 # --- checkpoint (issue 4): save / load ---
+from cs_run.checkpoint import load as load  # noqa: E402 - h5py is imported only inside the functions
+from cs_run.checkpoint import save as save  # noqa: E402
+
+__all__ += ["load", "save"]
 # --- end checkpoint ---
 # --- amp / metrics (issue 6) ---
 from cs_run import amp as amp
@@ -54,4 +58,8 @@ from cs_run import metrics as metrics
 __all__ += ["amp", "metrics"]
 # --- end amp / metrics ---
 # --- runners (issue 2 / 7) ---
+from cs_run import runners as runners
+from cs_run.modelzoo import run as run
+
+__all__ += ["run", "runners"]
 # --- end runners ---

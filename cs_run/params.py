@@ -73,6 +73,8 @@ class ModelParams:
     """Run forward/backward under autocast (bfloat16 with use_bfloat16)."""
     use_bfloat16: bool = False
     """With mixed_precision, use bfloat16 instead of float16."""
+    fp16_type: Optional[str] = field(default=None, metadata={"choices": ("float16", "bfloat16", "cbfloat16")})
+    """With mixed_precision, the half type by name (overrides use_bfloat16)."""
     extra: dict = field(default_factory=dict)
     """Keys of the model function itself, validated against its signature."""
 
@@ -101,6 +103,8 @@ class OptimizerParams:
     """Lower bound of the dynamic loss scale."""
     max_loss_scale: Optional[float] = field(default=None, metadata={"min_exclusive": 0})
     """Upper bound of the dynamic loss scale."""
+    overflow_tolerance: Optional[float] = field(default=None, metadata={"min": 0})
+    """Fraction of overflowing steps tolerated before the dynamic loss scale is lowered."""
     log_summaries: bool = False
     """Also write per-parameter-group learning rates to the summaries."""
     extra: dict = field(default_factory=dict)
@@ -187,13 +191,15 @@ _PATH_KEYS = {("train_input", "data_dir"), ("eval_input", "data_dir"), ("runconf
 # ----------------------------------------------------------------------------------------- loading
 
 def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None,
-                *, key_checker=None) -> Params:
+                *, key_checker=None, defaults_fn=None) -> Params:
     """Read, override and validate a params file.
 
     Args:
         path: the YAML file.
         overrides: dotted keys (``runconfig.max_steps``) to set after reading; relative paths among
             them resolve against the current folder, not the file's.
+        defaults_fn: called with the raw dict after reading, returns it with defaults filled in
+            (the Model Zoo's ``default_params_fn``).
         key_checker: called as ``key_checker(params_dict, locate)`` to validate the keys that belong
             to the model and data functions (see :mod:`cs_run.registry`); ``locate(path)`` gives
             the ``file:line`` suffix for a key path.
@@ -227,6 +233,8 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
         line = lines.get(key_path)
         return f" ({path}:{line})" if line else f" ({path})"
 
+    if defaults_fn is not None:
+        raw = defaults_fn(raw)
     _resolve_relative_paths(raw, path.parent)
     if overrides:
         apply_overrides(raw, overrides)

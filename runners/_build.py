@@ -13,7 +13,7 @@ from cs_run.params import InputParams, ModelParams, OptimizerParams, Params
 from cs_run.registry import check_function_keys, get_model_spec, resolve_object
 
 __all__ = ["check_params_keys", "build_model", "build_dataloader", "build_optimizer", "build_lr_scheduler",
-           "build_grad_scaler"]
+           "build_grad_scaler", "resolve_autocast_dtype"]
 
 def _model_fn(model: ModelParams) -> Callable[..., torch.nn.Module]:
     return resolve_object(get_model_spec(model.name).model_fn, key="model.name")
@@ -43,10 +43,10 @@ def _common(section: InputParams) -> set[str]:
     return {f.name for f in dataclasses.fields(section)} - {"extra", "data_fn"}
 
 
-def build_model(params: Params) -> torch.nn.Module:
-    fn = _model_fn(params.model)
+def build_model(params: Params, model_fn: Optional[Callable[[dict], torch.nn.Module]] = None) -> torch.nn.Module:
+    """From the registry / ``module:function`` name, or from ``model_fn(params_dict)`` (Model Zoo run())."""
     try:
-        model = fn(**params.model.extra)
+        model = model_fn(params.to_dict()) if model_fn else _model_fn(params.model)(**params.model.extra)
     except (TypeError, ValueError) as e:
         raise ParamsError(f"params: model: {e}") from None
     if not isinstance(model, torch.nn.Module):
@@ -55,12 +55,16 @@ def build_model(params: Params) -> torch.nn.Module:
     return model
 
 
-def build_dataloader(params: Params, split: str) -> torch.utils.data.DataLoader:
-    """The split's DataLoader, from its data function with the section's keys it accepts."""
+def build_dataloader(params: Params, split: str,
+                     data_fn: Optional[Callable[[dict], Any]] = None) -> torch.utils.data.DataLoader:
+    """The split's DataLoader: its data function called with the section's keys it accepts, or
+    ``data_fn(params_dict)`` (Model Zoo run())."""
     name = "train_input" if split == "train" else "eval_input"
     section: Optional[InputParams] = getattr(params, name)
     if section is None:
         raise ParamsError(f"params: missing section {name} (needed to {split})")
+    if data_fn is not None:
+        return _checked_loader(data_fn(params.to_dict()), name)
     fn = _data_fn(params, section, name)
     accepted = inspect.signature(fn).parameters
     takes_any = any(p.kind is p.VAR_KEYWORD for p in accepted.values())
@@ -73,8 +77,13 @@ def build_dataloader(params: Params, split: str) -> torch.utils.data.DataLoader:
         loader = fn(split=split, **kwargs)
     except (TypeError, ValueError) as e:
         raise ParamsError(f"params: {name}: {e}") from None
+    return _checked_loader(loader, name)
+
+
+def _checked_loader(loader: Any, name: str) -> torch.utils.data.DataLoader:
     if not isinstance(loader, torch.utils.data.DataLoader):
-        raise ParamsError(f"params: {name}.data_fn returned {type(loader).__name__}, expected a torch DataLoader")
+        raise ParamsError(f"params: {name}: the data function returned {type(loader).__name__}, expected a "
+                          "torch.utils.data.DataLoader")
     return loader
 
 
@@ -96,12 +105,15 @@ def build_lr_scheduler(opt: OptimizerParams, optimizer: torch.optim.Optimizer):
     return optim.configure_lr_scheduler(optimizer, opt.learning_rate)
 
 
+
 def build_grad_scaler(opt: OptimizerParams):
     """A GradScaler when the block asks for loss scaling (dynamic, or a static factor other than 1)."""
-    if opt.loss_scaling_factor == 1.0:
-        return None
-    from cs_run.amp import GradScaler
+    from cs_run.amp import build_grad_scaler as build
 
-    kwargs = {"init_scale": opt.initial_loss_scale, "steps_per_increase": opt.steps_per_increase,
-              "min_loss_scale": opt.min_loss_scale, "max_loss_scale": opt.max_loss_scale}
-    return GradScaler(loss_scale=opt.loss_scaling_factor, **{k: v for k, v in kwargs.items() if v is not None})
+    return build({k: v for k, v in dataclasses.asdict(opt).items() if v is not None})
+
+
+def resolve_autocast_dtype(model: ModelParams, device_type: str) -> Optional[torch.dtype]:
+    from cs_run.amp import resolve_mixed_precision
+
+    return resolve_mixed_precision(dataclasses.asdict(model), device_type)

@@ -7,15 +7,12 @@ a graph, which is why they use only torch ops on tensors (no ``.item()``, no bra
 from __future__ import annotations
 
 import contextlib
-import logging
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import torch
 
-__all__ = ["StepConfig", "train_step", "eval_step", "resolve_autocast_dtype"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["StepConfig", "train_step", "eval_step"]
 
 
 @dataclass(frozen=True)
@@ -28,23 +25,12 @@ class StepConfig:
     device_type: str = "cpu"
 
 
-def resolve_autocast_dtype(mixed_precision: bool, use_bfloat16: bool, device_type: str) -> Optional[torch.dtype]:
-    """Model Zoo precision keys -> autocast dtype. float16 autocast needs CUDA: on CPU it becomes bfloat16."""
-    if not mixed_precision:
-        return None
-    if use_bfloat16:
-        return torch.bfloat16
-    if device_type != "cuda":
-        logger.info("mixed_precision without use_bfloat16 on %s: using bfloat16 (float16 autocast needs CUDA)",
-                    device_type)
-        return torch.bfloat16
-    return torch.float16
-
-
 def _autocast(config: StepConfig):
     if config.autocast_dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=config.device_type, dtype=config.autocast_dtype)
+    from cs_run.amp import autocast
+
+    return autocast(device_type=config.device_type, dtype=config.autocast_dtype)
 
 
 def train_step(model: torch.nn.Module, micro_batches: Sequence[Any], optimizer: torch.optim.Optimizer,

@@ -12,7 +12,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from tqdm import tqdm
@@ -23,7 +23,7 @@ from cs_run.params import Params, save_params
 from cs_run.runners import _build, _checkpoints
 from cs_run.runners._budget import StepBudget, compute_step_budget
 from cs_run.runners._rng import capture_rng_state, restore_rng_state
-from cs_run.runners._step import StepConfig, resolve_autocast_dtype
+from cs_run.runners._step import StepConfig
 from cs_run.runners.hooks import RunnerHooks
 
 __all__ = ["PyTorchBaseRunner"]
@@ -43,8 +43,10 @@ class PyTorchBaseRunner(RunnerHooks):
 
     device_name = "cpu"
 
-    def __init__(self, params: Params, *, device: str = "CPU") -> None:
+    def __init__(self, params: Params, *, device: str = "CPU", model_fn: Optional[Callable] = None,
+                 train_data_fn: Optional[Callable] = None, eval_data_fn: Optional[Callable] = None) -> None:
         self.params = params
+        self._data_fns = {"train": train_data_fn, "eval": eval_data_fn}
         self.device_type = device.upper()
         self.torch_device = self._resolve_torch_device(self.device_type)
         rc = params.runconfig
@@ -55,7 +57,7 @@ class PyTorchBaseRunner(RunnerHooks):
 
             manual_seed(rc.seed)
         # Build what can be wrong before anything is written: model and optimizer errors are params errors.
-        self.model = _build.build_model(params).to(self.torch_device)
+        self.model = _build.build_model(params, model_fn).to(self.torch_device)
         self.optimizer = None
         self.lr_scheduler = None
         self.grad_scaler = None
@@ -67,8 +69,7 @@ class PyTorchBaseRunner(RunnerHooks):
         self.step_config = StepConfig(
             max_gradient_norm=opt.max_gradient_norm if opt else None,
             max_gradient_value=opt.max_gradient_value if opt else None,
-            autocast_dtype=resolve_autocast_dtype(params.model.mixed_precision, params.model.use_bfloat16,
-                                                  self.torch_device.type),
+            autocast_dtype=_build.resolve_autocast_dtype(params.model, self.torch_device.type),
             device_type=self.torch_device.type,
         )
         self._train_loader = None
@@ -81,8 +82,12 @@ class PyTorchBaseRunner(RunnerHooks):
     # --------------------------------------------------------------------------------- construction
 
     @staticmethod
-    def create(params: Params, *, device: str = "CPU", runner: Optional[str] = None) -> "PyTorchBaseRunner":
-        """The runner for ``device``; ``runner`` (or runconfig.runner) names a user subclass ``module:Class``."""
+    def create(params: Params, *, device: str = "CPU", runner: Optional[str] = None,
+               **builders: Optional[Callable]) -> "PyTorchBaseRunner":
+        """The runner for ``device``; ``runner`` (or runconfig.runner) names a user subclass ``module:Class``.
+
+        ``builders`` (model_fn, train_data_fn, eval_data_fn) replace the params' model and data functions.
+        """
         from cs_run.runners.pytorch_runner import PyTorchRunner
 
         device = device.upper()
@@ -98,7 +103,7 @@ class PyTorchBaseRunner(RunnerHooks):
             if not (isinstance(cls, type) and issubclass(cls, expected)):
                 raise ParamsError(f"params: runconfig.runner: {spec!r} must be a subclass of "
                                   f"cs_run.runners.{expected.__name__} for --device {device}")
-        return cls(params, device=device)
+        return cls(params, device=device, **builders)
 
     @staticmethod
     def _resolve_torch_device(device: str) -> torch.device:
@@ -137,7 +142,7 @@ class PyTorchBaseRunner(RunnerHooks):
         rc = self.params.runconfig
         if self.optimizer is None:
             raise ParamsError("params: missing section optimizer (needed to train)")
-        loader = self._train_loader = _build.build_dataloader(self.params, "train")
+        loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
         self._load_initial_state(self._initial_checkpoint())
         accum = self.params.optimizer.grad_accum_steps
         loader_steps = len(loader) // accum if hasattr(loader, "__len__") else None
@@ -259,7 +264,7 @@ class PyTorchBaseRunner(RunnerHooks):
 
         if checkpoint is not None:
             self._load_weights(checkpoint)
-        loader = _build.build_dataloader(self.params, "eval")
+        loader = _build.build_dataloader(self.params, "eval", self._data_fns["eval"])
         limit = self.params.runconfig.eval_steps
         total_steps = min(limit, len(loader)) if limit and hasattr(loader, "__len__") else (limit or len(loader))
         self.model.eval()

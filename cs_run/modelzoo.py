@@ -1,0 +1,104 @@
+"""``cs_run.run``: the Model Zoo entry point, so an existing ``run.py`` works with only its import changed.
+
+::
+
+    from cs_run import run
+    run(MNISTModel, get_train_dataloader, get_eval_dataloader)
+
+parses ``python run.py {CPU,GPU} --mode {train,eval,train_and_eval,eval_all} --params params.yaml``
+(or the older form without the device word, with ``--device``). ``model_fn`` and the data functions
+receive the whole params dict, as in the Model Zoo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable, Optional
+
+import torch
+
+from cs_run.errors import CsRunError
+
+__all__ = ["run"]
+
+_MODES = ("train", "eval", "train_and_eval", "eval_all")
+_DEVICES = ("CPU", "GPU")
+
+
+def _parser(extra_args_parser_fn: Optional[Callable]) -> argparse.ArgumentParser:
+    parents = []
+    if extra_args_parser_fn is not None:
+        extra = extra_args_parser_fn()
+        parents = list(extra) if isinstance(extra, (list, tuple)) else [extra]
+    p = argparse.ArgumentParser(description="Train or evaluate a Model Zoo model with cs-run.", parents=parents,
+                                conflict_handler="resolve")
+    p.add_argument("device_word", nargs="?", metavar="{CPU,GPU}", type=str.upper, choices=_DEVICES,
+                   help="Where to run (or use --device).")
+    p.add_argument("--device", type=str.upper, choices=_DEVICES, help="Where to run (older flat form).")
+    p.add_argument("-m", "--mode", required=True, choices=_MODES)
+    p.add_argument("-p", "--params", required=True, help="Params YAML (Model Zoo layout).")
+    p.add_argument("-o", "--model_dir")
+    p.add_argument("--checkpoint_path")
+    for name in ("max_steps", "num_steps", "num_epochs", "eval_steps"):
+        p.add_argument(f"--{name}", type=int)
+    p.add_argument("--logging", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.add_argument("--runner", help="A custom runner class, 'module:Class'.")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="Override any params key (repeatable).")
+    return p
+
+
+def run(model_fn: Callable[[dict], torch.nn.Module], train_data_fn: Optional[Callable[[dict], Any]] = None,
+        eval_data_fn: Optional[Callable[[dict], Any]] = None, default_params_fn: Optional[Callable] = None,
+        extra_args_parser_fn: Optional[Callable] = None, argv: Optional[list[str]] = None) -> dict:
+    """Parse the command line, build the runner with these functions, and run the mode.
+
+    This is a script entry point: a params or run error prints one ``Error:`` line and exits with
+    code 2 (bad input) or 1 (failed run), like ``cs-run``.
+
+    Returns:
+        The eval results of eval modes (empty for train).
+    """
+    args = _parser(extra_args_parser_fn).parse_args(argv)
+    try:
+        return _run(args, model_fn, train_data_fn, eval_data_fn, default_params_fn)
+    except CsRunError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        raise SystemExit(e.exit_code) from None
+
+
+def _run(args, model_fn, train_data_fn, eval_data_fn, default_params_fn) -> dict:
+    from pathlib import Path
+
+    from cs_run._logging import setup_console_logging
+    from cs_run.params import load_params, parse_override
+    from cs_run.runners import PyTorchBaseRunner
+
+    known = {a.dest for a in _parser(None)._actions}
+    extra_args = {k: v for k, v in vars(args).items() if k not in known}
+
+    def defaults(raw: dict) -> dict:
+        raw = default_params_fn(raw) or raw if default_params_fn else raw
+        raw.setdefault("model", {}).setdefault("name", f"{model_fn.__module__}:{model_fn.__qualname__}")
+        return raw
+
+    def with_extra_args(fn):
+        def call(params_dict: dict):
+            params_dict.setdefault("runconfig", {}).update(extra_args)
+            return fn(params_dict)
+        return call if fn is not None else None
+
+    flags = {f"runconfig.{k}": getattr(args, k) for k in ("max_steps", "num_steps", "num_epochs", "eval_steps")}
+    flags["runconfig.logging"] = args.logging
+    for key in ("model_dir", "checkpoint_path"):
+        value = getattr(args, key)
+        flags[f"runconfig.{key}"] = str(Path(value).resolve()) if value else None
+    overrides = dict(parse_override(text) for text in args.overrides)
+    params = load_params(args.params, {**overrides, **flags}, defaults_fn=defaults)
+    setup_console_logging(params.runconfig.logging)
+    runner = PyTorchBaseRunner.create(params, device=args.device_word or args.device or "CPU", runner=args.runner,
+                                      model_fn=with_extra_args(model_fn),
+                                      train_data_fn=with_extra_args(train_data_fn),
+                                      eval_data_fn=with_extra_args(eval_data_fn))
+    return runner.run(args.mode) or {}
