@@ -1,1 +1,13 @@
-"""Placeholder: filled by its issue."""
+"""cs-run checkpoints: ``save`` / ``load`` like torch.save / torch.load, in an HDF5 format.
+
+See :mod:`cs_run.checkpoint.format` for the file layout. Importing this package does not import
+h5py (it is imported by the functions that read or write files).
+"""
+
+from cs_run.checkpoint.h5 import info as info
+from cs_run.checkpoint.h5 import is_checkpoint_file as is_checkpoint_file
+from cs_run.checkpoint.h5 import load as load
+from cs_run.checkpoint.h5 import load_into as load_into
+from cs_run.checkpoint.h5 import save as save
+
+__all__ = ["save", "load", "load_into", "info", "is_checkpoint_file"]

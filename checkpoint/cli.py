@@ -1,0 +1,89 @@
+"""``cs-run checkpoint convert|info``: a click group the top-level ``cs-run`` CLI attaches.
+
+Errors: the group turns a :class:`cs_run.errors.CsRunError` raised by a command into a
+``click.ClickException`` with the same exit code (1 for CheckpointError, 2 for ParamsError), so the
+user sees one ``Error: <message>`` line whether the group runs on its own or inside ``cs-run``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from cs_run.errors import CsRunError
+
+__all__ = ["checkpoint"]
+
+
+class _CsRunClickError(click.ClickException):
+    """A CsRunError shown click-style: ``Error: <message>``, exit code taken from the error."""
+
+    def __init__(self, err: CsRunError) -> None:
+        super().__init__(str(err))
+        self.exit_code = err.exit_code
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CsRunError as err:
+            raise _CsRunClickError(err) from err
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+@click.group(name="checkpoint", cls=_Group)
+def checkpoint() -> None:
+    """Inspect and convert checkpoints (H5, torch pickle, safetensors)."""
+
+
+@checkpoint.command()
+@click.argument("src", type=click.Path(dir_okay=True))
+@click.argument("dst", type=click.Path())
+@click.option("--to", "to", type=click.Choice(["h5", "torch", "safetensors"]), default=None,
+              help="Target format (default: from DST's extension: .h5/.mdl, .pt/.pth/.bin, .safetensors).")
+@click.option("--allow-pickle", is_flag=True, help="Read and write pickled objects (trusted files only).")
+def convert(src: str, dst: str, to: str | None, allow_pickle: bool) -> None:
+    """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors)."""
+    from cs_run.checkpoint.convert import convert as run_convert
+
+    fmt = run_convert(src, dst, to, allow_pickle=allow_pickle)
+    click.echo(f"wrote {dst} ({fmt})")
+
+
+@checkpoint.command()
+@click.argument("path", type=click.Path(dir_okay=True))
+@click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
+@click.option("--verify", is_flag=True, help="Check every tensor's CRC32; exit 1 naming damaged keys.")
+def info(path: str, as_json: bool, verify: bool) -> None:
+    """List keys, types, dtypes, shapes and sizes of the checkpoint at PATH."""
+    from cs_run.checkpoint.h5 import _raise_damaged
+    from cs_run.checkpoint.h5 import info as run_info
+
+    desc = run_info(path, verify=verify)
+    if as_json:
+        click.echo(json.dumps(desc, indent=2))
+    else:
+        width = max([len(k["key"]) for k in desc["keys"]] + [3])
+        for k in desc["keys"]:
+            detail = f"{k.get('dtype', '')}{k['shape'] if 'shape' in k else ''}"
+            tied = f"  tied to {k['tied_to']}" if "tied_to" in k else ""
+            click.echo(f"{k['key']:<{width}}  {k['type']:<8} {detail:<28} {_human(k.get('nbytes', 0)):>10}{tied}")
+        click.echo(
+            f"{desc['format']} v{desc['version']}: {len(desc['keys'])} keys, "
+            f"{desc['num_tensors']} tensors, {desc['total_bytes']} bytes ({_human(desc['total_bytes'])})"
+        )
+        if verify:
+            click.echo("checksums: " + ("not recorded in this file" if desc["damaged"] is None else
+                                        f"{len(desc['damaged'])} damaged"))
+    if verify and desc.get("damaged"):
+        _raise_damaged(path, desc["damaged"])

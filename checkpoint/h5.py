@@ -1,0 +1,350 @@
+"""The public verbs: ``save``, ``load``, ``load_into``, ``info`` and ``is_checkpoint_file``.
+
+h5py is imported inside the functions that need it, so ``import cs_run`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import zlib
+from typing import Any, Callable, Union
+
+import numpy as np
+import torch
+
+from cs_run.checkpoint import format as fmt
+from cs_run.checkpoint.atomic import atomic_path
+from cs_run.checkpoint.reader import H5Source, check_path, open_h5, read_spec, storage_dtype
+from cs_run.checkpoint.tree import flatten, leaf_paths, tree_paths, unflatten
+from cs_run.checkpoint.writer import COMPRESSIONS, write_file
+from cs_run.errors import CheckpointError, ParamsError
+
+__all__ = ["save", "load", "load_into", "info", "is_checkpoint_file", "MapLocation"]
+
+logger = logging.getLogger(__name__)
+
+MapLocation = Union[None, str, torch.device, dict, Callable[[torch.Tensor, str], torch.Tensor]]
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def save(obj: Any, path: PathLike, *, compression: str | None = None, allow_pickle: bool = False) -> None:
+    """Save ``obj`` (nested dict/list/tuple of tensors, arrays, scalars, str, None) atomically.
+
+    Used exactly like ``torch.save(obj, path)``. The whole object is validated before any file is
+    created; then tensors stream to a temporary file in the same folder, which is fsynced, marked
+    complete and renamed over ``path``. A crash at any moment leaves the previous file intact.
+
+    Args:
+        obj: the object; tied tensors (same view of the same storage) are stored once.
+        path: destination file; its folder is created if needed.
+        compression: None (contiguous, memory-mappable; the default), "gzip" or "lzf".
+        allow_pickle: also store other Python objects with pickle. Loading them then needs
+            ``load(..., allow_pickle=True)`` too. Off by default: a pickle runs code when loaded.
+
+    Raises:
+        CheckpointError: a value cannot be stored (names the key, the type and the fix), or the
+            file cannot be written.
+    """
+    path = os.fspath(path)
+    if compression not in COMPRESSIONS:
+        raise ParamsError(f"invalid compression {compression!r}; expected one of {list(COMPRESSIONS)}")
+    tree, leaves = flatten(obj, allow_pickle=allow_pickle)  # validates before touching the disk
+    if os.path.isdir(path):
+        raise CheckpointError(f"cannot save checkpoint to '{path}': it is a directory")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    try:
+        with atomic_path(path) as tmp:
+            write_file(tmp, tree, leaves, compression)
+    except OSError as err:
+        raise CheckpointError(f"cannot save checkpoint to '{path}': {err}") from err
+    logger.debug("saved checkpoint %s (%d leaves)", path, len(leaves))
+
+
+def _describe(path: str, f: Any) -> tuple[Any, list[dict], bool]:
+    """(tree, leaf specs, offsets-trusted) for a cs-run file or a vendor legacy file."""
+    fmt_name = f.attrs.get(fmt.ATTR_FORMAT)
+    if isinstance(fmt_name, bytes):
+        fmt_name = fmt_name.decode()
+    if fmt_name == fmt.FORMAT_NAME:
+        spec = read_spec(path, f)
+        return spec["tree"], spec["leaves"], True
+    from cs_run.checkpoint import legacy
+
+    if legacy.is_legacy(f):
+        tree, specs = legacy.describe(path, f)
+        return tree, specs, False
+    raise CheckpointError(
+        f"checkpoint '{path}' is an HDF5 file but not a checkpoint (no {fmt.ATTR_FORMAT} or __spec__ attribute)"
+    )
+
+
+def _open_source(path: str) -> tuple[Any, H5Source]:
+    f = open_h5(path)
+    try:
+        tree, specs, trusted = _describe(path, f)
+        return tree, H5Source(path, f, specs, trust_offsets=trusted)
+    except BaseException:
+        f.close()
+        raise
+
+
+def _target_device(saved: str, map_location: MapLocation) -> torch.device:
+    if map_location is None:
+        return torch.device("cpu")
+    if isinstance(map_location, dict):
+        return torch.device(map_location.get(saved, saved))
+    return torch.device(map_location)
+
+
+def _finish_tensor(t: torch.Tensor, spec: dict, map_location: MapLocation) -> torch.Tensor:
+    saved = spec.get("dev", "cpu")
+    if callable(map_location) and not isinstance(map_location, (str, torch.device, dict)):
+        t = map_location(t, saved)
+    else:
+        device = _target_device(saved, map_location)
+        if device.type != "cpu":
+            t = t.to(device)
+    if spec.get("param"):
+        return torch.nn.Parameter(t, requires_grad=bool(spec.get("rg")))
+    return t.requires_grad_(True) if spec.get("rg") else t
+
+
+def _value(src: H5Source, spec: dict, values: list, lazy: bool, map_location: MapLocation, allow_pickle: bool) -> Any:
+    kind = spec["type"]
+    if "tied" in spec:
+        return values[spec["tied"]]
+    if kind.startswith("torch."):
+        return _finish_tensor(src.tensor(spec, lazy), spec, map_location)
+    if kind == "ndarray":
+        return src.ndarray(spec, lazy)
+    if kind == "npscalar":
+        return src.ndarray(spec, lazy=False)[()]
+    if kind in ("pickle", "dill"):
+        if kind == "dill" or not allow_pickle:
+            why = "cs-run cannot read dill objects" if kind == "dill" else "pass allow_pickle=True only if you trust it"
+            raise CheckpointError(
+                f"checkpoint '{src.path}': key '{spec['key']}' holds a pickled Python object "
+                f"({spec.get('cls', 'unknown class')}); refusing to unpickle it ({why})"
+            )
+        return pickle.loads(src.dataset_value(spec))  # noqa: S301 - explicit opt-in
+    if "v" in spec:
+        return spec["v"]
+    return src.dataset_value(spec)
+
+
+def _damaged(src: H5Source) -> list[str]:
+    """Keys whose stored bytes no longer match the CRC32 recorded at save."""
+    bad = []
+    for spec in src.specs:
+        if "crc" in spec and "tied" not in spec and spec["n"] > 0:
+            if zlib.crc32(src.stored_bytes(spec)) != spec["crc"]:
+                bad.append(spec["key"])
+    return bad
+
+
+def _raise_damaged(path: str, bad: list[str]) -> None:
+    if bad:
+        shown = ", ".join(f"'{k}'" for k in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise CheckpointError(f"checkpoint '{path}' is damaged: checksum mismatch in {shown}")
+
+
+def load(
+    path: PathLike,
+    map_location: MapLocation = None,
+    *,
+    lazy: bool = True,
+    verify: bool = False,
+    allow_pickle: bool = False,
+) -> Any:
+    """Load a checkpoint written by :func:`save` (or a vendor H5, torch pickle or safetensors file).
+
+    Returns the saved structure with the same container and leaf types; tied tensors come back as
+    one tensor object. Used like ``torch.load(path, map_location)``.
+
+    Args:
+        path: the file.
+        map_location: where tensors go: None (CPU; unlike torch.load, saved devices are not
+            restored by default), a device or string, a dict mapping saved device strings to
+            devices, or a callable ``fn(cpu_tensor, saved_device) -> tensor``.
+        lazy: True (default): uncompressed tensors are memory-mapped (private, copy-on-write) from
+            the file, so loading is near-instant and only bytes that are used are read. They are
+            ordinary, writable ``torch.Tensor`` objects; writes never reach the file, and the file
+            may be deleted or replaced (cs-run replaces by rename) while they live. Use
+            ``lazy=False`` for plain in-memory tensors, e.g. if another program rewrites the file
+            in place.
+        verify: check every tensor against the CRC32 recorded at save (reads all data).
+        allow_pickle: unpickle objects saved with ``save(..., allow_pickle=True)``. Also lets a
+            torch pickle file be read with ``weights_only=False``. Only for trusted files.
+
+    Raises:
+        CheckpointError: the file is missing, a directory, empty, truncated, corrupted,
+            incomplete, from a newer format version, damaged (with verify), or holds a pickled
+            object without ``allow_pickle``.
+    """
+    path = os.fspath(path)
+    kind = check_path(path)
+    if kind != "h5":
+        from cs_run.checkpoint import convert
+
+        return convert.load_foreign(path, kind, map_location=map_location, allow_pickle=allow_pickle)
+    tree, src = _open_source(path)
+    try:
+        if verify:
+            _raise_damaged(path, _damaged(src))
+        values: list = []
+        for spec in src.specs:
+            values.append(_value(src, spec, values, lazy, map_location, allow_pickle))
+        return unflatten(tree, values)
+    finally:
+        src.close()
+
+
+def _key(path: tuple) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def _check_target(path: str, src: H5Source, paths: dict, want: dict) -> dict[tuple, dict]:
+    """Match every target tensor to a stored tensor of the same dtype and shape, or raise."""
+    by_path = {p: i for i, p in paths.items()}
+    matched = {}
+    for p, t in want.items():
+        if p not in by_path:
+            raise CheckpointError(f"checkpoint '{path}' has no key '{_key(p)}' (the target has a tensor there)")
+        spec = src.specs[by_path[p]]
+        spec = src.specs[spec["tied"]] if "tied" in spec else spec
+        if not spec["type"].startswith("torch."):
+            raise CheckpointError(f"checkpoint '{path}': key '{_key(p)}' holds a {spec['type']}, the target a tensor")
+        stored = (spec["type"][len("torch.") :], tuple(spec["shape"]))
+        if stored != (fmt.torch_dtype_name(t.dtype), tuple(t.shape)):
+            raise CheckpointError(
+                f"checkpoint '{path}': key '{_key(p)}' is {stored[0]}{list(stored[1])} in the file but "
+                f"{fmt.torch_dtype_name(t.dtype)}{list(t.shape)} in the target"
+            )
+        matched[p] = spec
+    return matched
+
+
+def _read_into_tensor(src: H5Source, spec: dict, t: torch.Tensor) -> None:
+    """Read the stored bytes straight into ``t``'s memory (staged through a mapping if on GPU)."""
+    if t.device.type == "cpu" and t.is_contiguous() and not (t.is_conj() or t.is_neg()):
+        if t.numel():
+            src.read_into(spec, t.detach().reshape(-1).view(torch.uint8).numpy(), storage_dtype(spec))
+        return
+    with torch.no_grad():
+        t.copy_(src.tensor(spec, lazy=True))
+
+
+def load_into(
+    path: PathLike, target: Any, *, map_location: MapLocation = None, verify: bool = False, allow_pickle: bool = False
+) -> Any:
+    """Restore a checkpoint into existing tensors (the resume path) and return the full structure.
+
+    ``target`` is a nested dict/list whose tensor leaves are existing tensors, e.g.
+    ``{"model": model.state_dict(), "optimizer": optimizer.state_dict()}``. Each stored tensor with
+    the same key path is read straight into that tensor's memory (no intermediate copy, no extra
+    memory beyond the target). Everything is checked before the first byte is read.
+
+    Returns:
+        The loaded structure: matched leaves are the target's own tensors, other tensors are loaded
+        into memory (``lazy=False``), non-tensor leaves (global_step, ...) as saved.
+
+    Raises:
+        CheckpointError: a target tensor's key is missing from the file, or its dtype or shape
+            differs (names the key); or any :func:`load` error.
+    """
+    path = os.fspath(path)
+    want = {p: t for p, t in leaf_paths(target).items() if isinstance(t, torch.Tensor)}
+    if check_path(path) != "h5":  # torch / safetensors: load, then copy in
+        obj = load(path, map_location, allow_pickle=allow_pickle)
+        have = leaf_paths(obj)
+        for p, t in want.items():
+            if p not in have or not isinstance(have[p], torch.Tensor):
+                raise CheckpointError(f"checkpoint '{path}' has no tensor '{_key(p)}' (the target has one there)")
+            with torch.no_grad():
+                t.copy_(have[p])
+        return obj
+    tree, src = _open_source(path)
+    try:
+        paths = tree_paths(tree)
+        matched = _check_target(path, src, paths, want)
+        if verify:
+            _raise_damaged(path, _damaged(src))
+        values: list = []
+        for i, spec in enumerate(src.specs):
+            p = paths[i]
+            if p in matched:
+                _read_into_tensor(src, matched[p], want[p])
+                values.append(want[p])
+            else:
+                values.append(_value(src, spec, values, False, map_location, allow_pickle))
+        return unflatten(tree, values)
+    finally:
+        src.close()
+
+
+def _entry(spec: dict, specs: list[dict]) -> dict:
+    kind = spec["type"]
+    base = specs[spec["tied"]] if "tied" in spec else spec
+    entry: dict[str, Any] = {"key": spec["key"], "type": "tensor" if kind.startswith("torch.") else kind}
+    if kind.startswith("torch."):
+        entry["dtype"] = kind[len("torch.") :]
+    elif "dtype" in base:
+        entry["dtype"] = str(np.dtype(base["dtype"]))
+    if "shape" in base:
+        entry["shape"] = list(base["shape"])
+    entry["nbytes"] = 0 if "tied" in spec else int(base.get("n", 0))
+    if "tied" in spec:
+        entry["tied_to"] = specs[spec["tied"]]["key"]
+    return entry
+
+
+def info(path: PathLike, verify: bool = False) -> dict:
+    """Describe a checkpoint without loading its data: keys, types, dtypes, shapes, sizes, version.
+
+    Returns:
+        ``{"path", "format", "version", "keys": [{"key", "type", "dtype", "shape", "nbytes",
+        "tied_to"}], "num_tensors", "total_bytes"}`` plus, with ``verify``, ``"damaged"``: the keys
+        whose bytes fail their CRC32 (None when the file records no checksums).
+    """
+    path = os.fspath(path)
+    kind = check_path(path)
+    if kind != "h5":
+        from cs_run.checkpoint import convert
+
+        return convert.info_foreign(path, kind)
+    tree, src = _open_source(path)
+    try:
+        legacy = fmt.ATTR_FORMAT not in src.f.attrs
+        version = float(src.f.attrs.get("__version__", 0.1)) if legacy else fmt.FORMAT_VERSION
+        keys = [_entry(s, src.specs) for s in src.specs]
+        out = {
+            "path": path,
+            "format": "cerebras-legacy-h5" if legacy else fmt.FORMAT_NAME,
+            "version": version,
+            "keys": keys,
+            "num_tensors": sum(1 for k in keys if k["type"] in ("tensor", "ndarray") and "tied_to" not in k),
+            "total_bytes": sum(k["nbytes"] for k in keys),
+        }
+        if verify:
+            out["damaged"] = None if legacy else _damaged(src)
+        return out
+    finally:
+        src.close()
+
+
+def is_checkpoint_file(path: PathLike) -> bool:
+    """True if ``path`` is a complete, readable checkpoint (cs-run or vendor H5, torch, safetensors).
+
+    Cheap: reads the header and, for H5, the attributes; never the tensor data. Never raises.
+    """
+    path = os.fspath(path)
+    try:
+        if check_path(path) != "h5":
+            return True
+        _, src = _open_source(path)
+        src.close()
+        return True
+    except (CheckpointError, OSError):
+        return False

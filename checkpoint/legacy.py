@@ -1,0 +1,210 @@
+"""Read-only support for the vendor's legacy H5 checkpoint layout (format versions <= 0.4).
+
+Layout (cerebras_pytorch ``PyTorchH5Saver`` / ``H5Saver``): file attributes ``__version__`` (float,
+absent means 0.1) and ``__spec__`` (hex of a dill pickle of a ``torch.utils._pytree.TreeSpec``); one
+dataset per flattened key, named ``urllib.parse.quote(key, safe="")``, with ``__H5_TYPE__`` naming
+the type: ``TorchTensorH5Type`` / ``NumpyArrayH5Type`` (data; ``is_bfloat16`` marks bf16 stored as
+16-bit integers; version <= 0.3 arrays are torch tensors), ``ScalarH5Type`` (0-d dataset),
+``StringH5Type`` (attribute ``string_value``), ``NoneH5Type``, ``ObjectH5Type`` (dill, attribute
+``object_value``). Tied weights are hard links to one dataset.
+
+The spec is never unpickled with pickle's full power: a restricted unpickler accepts only the
+pytree classes, builtin containers and dill's type loader, and builds inert stand-ins. If the spec
+cannot be read that way, the leaves come back as a flat ``{key: value}`` dict (with a warning).
+Dill objects are reported as unsupported, by key, when loaded.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import logging
+import pickle
+from typing import Any
+from urllib.parse import quote, unquote
+
+import numpy as np
+
+from cs_run.checkpoint.format import TORCH_DTYPES
+from cs_run.checkpoint.tree import encode_key
+from cs_run.errors import CheckpointError
+
+__all__ = ["LEGACY_MAX_VERSION", "is_legacy", "describe"]
+
+logger = logging.getLogger(__name__)
+
+LEGACY_MAX_VERSION = 0.4
+_TYPE_KEY = "__H5_TYPE__"
+_NP_TO_TORCH = {str(np_dtype): name for name, (_, np_dtype, view) in TORCH_DTYPES.items() if view is None}
+
+
+class _SpecStub:
+    """Inert stand-in for a pickled TreeSpec / LeafSpec: it only keeps the pickled state."""
+
+    is_leaf = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.state: Any = None
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+    def parts(self) -> tuple[Any, Any, list]:
+        """(container type, context, children) from either the dict or the list state form."""
+        s = self.state
+        if isinstance(s, dict):
+            return s.get("type"), s.get("context"), list(s.get("children_specs") or [])
+        if isinstance(s, (list, tuple)) and len(s) >= 3:
+            return s[0], s[1], list(s[2] or [])
+        return None, None, []
+
+
+class _LeafStub(_SpecStub):
+    is_leaf = True
+
+
+def _load_type(name: str) -> type:
+    allowed = {"DictType": dict, "ListType": list, "TupleType": tuple, "NoneType": type(None)}
+    allowed.update({"dict": dict, "list": list, "tuple": tuple})
+    if name not in allowed:
+        raise pickle.UnpicklingError(f"type {name} not allowed in a spec")
+    return allowed[name]
+
+
+def _reconstructor(cls: type, base: type, state: Any) -> Any:
+    if not issubclass(cls, _SpecStub):
+        raise pickle.UnpicklingError(f"cannot rebuild {cls}")
+    return cls()
+
+
+_ALLOWED = {
+    ("torch.utils._pytree", "TreeSpec"): _SpecStub,
+    ("torch.utils._pytree", "LeafSpec"): _LeafStub,
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("dill._dill", "_load_type"): _load_type,
+    ("copyreg", "_reconstructor"): _reconstructor,
+}
+for _mod in ("builtins", "__builtin__"):
+    for _name in ("dict", "list", "tuple", "object"):
+        _ALLOWED[(_mod, _name)] = {"object": object}.get(_name) or _load_type(_name)
+
+
+class _SpecUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _ALLOWED:
+            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a checkpoint spec")
+        return _ALLOWED[(module, name)]
+
+
+def is_legacy(f: Any) -> bool:
+    """A vendor file has ``__spec__`` / ``__version__`` attributes or ``__H5_TYPE__`` datasets."""
+    if "__spec__" in f.attrs or "__version__" in f.attrs:
+        return True
+    first = next(iter(f.keys()), None)
+    return first is not None and _TYPE_KEY in f[first].attrs
+
+
+def _spec_tree(node: _SpecStub, keys: list[str], scope: tuple) -> Any:
+    """Our structure tree from a TreeSpec stand-in; appends each leaf's flattened key to ``keys``."""
+    if node.is_leaf:
+        keys.append(".".join(scope))
+        return len(keys) - 1
+    tp, context, children = node.parts()
+    if tp in (dict, collections.OrderedDict):
+        items = [[encode_key(k, "spec"), _spec_tree(c, keys, scope + (str(k),))] for k, c in zip(context, children)]
+        return {"dict" if tp is dict else "odict": items}
+    if tp in (list, tuple):
+        return {tp.__name__: [_spec_tree(c, keys, scope + (str(i),)) for i, c in enumerate(children)]}
+    raise pickle.UnpicklingError(f"unsupported container {tp!r} in spec")
+
+
+def _read_tree(path: str, f: Any) -> tuple[Any, list[str]]:
+    raw = f.attrs.get("__spec__")
+    if raw is not None:
+        try:
+            text = raw.decode() if isinstance(raw, bytes) else str(raw)
+            root = _SpecUnpickler(io.BytesIO(bytes.fromhex(text))).load()
+            keys: list[str] = []
+            return _spec_tree(root, keys, ()), keys
+        except Exception as err:  # noqa: BLE001 - fall back to the flat key listing
+            logger.warning("checkpoint %s: cannot read its __spec__ (%s); returning a flat dict", path, err)
+    keys = [unquote(name) for name in f.keys()]
+    return {"dict": [[k, i] for i, k in enumerate(keys)]}, keys
+
+
+def _tensor_spec(key: str, name: str, ds: Any, as_array: bool) -> dict:
+    native = ds.dtype.newbyteorder("=")
+    spec: dict[str, Any] = {"key": key, "ds": name, "shape": list(ds.shape), "n": int(ds.size * native.itemsize)}
+    if ds.attrs.get("is_bfloat16", False):
+        if native not in (np.dtype(np.uint16), np.dtype(np.int16)):
+            raise CheckpointError(f"legacy key '{key}' is flagged bfloat16 but stored as {ds.dtype}")
+        spec.update(type="torch.bfloat16", mem=native.str)
+    elif as_array:
+        spec.update(type="ndarray", dtype=native.str)
+    elif str(native) in _NP_TO_TORCH:
+        spec.update(type="torch." + _NP_TO_TORCH[str(native)], mem=native.str)
+    else:
+        raise CheckpointError(f"legacy key '{key}' has dtype {ds.dtype}, which has no torch equivalent")
+    return spec
+
+
+def _leaf_spec(path: str, f: Any, key: str, version: float) -> dict:
+    name = quote(key, safe="")
+    if name not in f:
+        raise CheckpointError(f"checkpoint '{path}' is corrupted: key '{key}' from __spec__ has no dataset")
+    ds = f[name]
+    kind = ds.attrs.get(_TYPE_KEY)
+    kind = kind.decode() if isinstance(kind, bytes) else kind
+    base = {"key": key, "ds": name}
+    if kind in ("TorchTensorH5Type", "NumpyArrayH5Type"):
+        return _tensor_spec(key, name, ds, as_array=kind == "NumpyArrayH5Type" and version > 0.3)
+    if kind == "ScalarH5Type":
+        value = ds[()].item()
+        return {**base, "type": type(value).__name__, "v": value}
+    if kind == "StringH5Type" or (kind is None and ds.attrs.get("is_string", False)):
+        value = ds.attrs.get("string_value", ds.attrs.get("string_val", ""))
+        return {**base, "type": "str", "v": value.decode() if isinstance(value, bytes) else str(value)}
+    if kind == "NoneH5Type" or (kind is None and ds.attrs.get("is_none", False)):
+        return {**base, "type": "none", "v": None}
+    if kind == "ObjectH5Type":
+        return {**base, "type": "dill", "cls": "dill object, ObjectH5Type"}
+    if kind is None and ds.attrs.get("is_scalar", False):  # releases <= 1.8 stored bare values
+        value = ds[()].item()
+        return {**base, "type": type(value).__name__, "v": value}
+    if kind is None:
+        return _tensor_spec(key, name, ds, as_array=False)
+    raise CheckpointError(f"checkpoint '{path}': key '{key}' has unknown {_TYPE_KEY} {kind!r}")
+
+
+def describe(path: str, f: Any) -> tuple[Any, list[dict]]:
+    """(structure tree, leaf specs) of a vendor legacy file, in the spec format of cs-run files."""
+    version = float(f.attrs.get("__version__", 0.1))
+    if version > LEGACY_MAX_VERSION:
+        raise CheckpointError(
+            f"checkpoint '{path}' has vendor format version {version}; cs-run reads the legacy layout "
+            f"up to {LEGACY_MAX_VERSION} (convert it with the vendor tools to an older layout or to torch)"
+        )
+    try:
+        tree, keys = _read_tree(path, f)
+        specs = [_leaf_spec(path, f, key, version) for key in keys]
+    except CheckpointError:
+        raise
+    except Exception as err:  # noqa: BLE001 - an HDF5 failure inside a legacy file
+        raise CheckpointError(f"checkpoint '{path}' is corrupted: {err}") from err
+    _mark_ties(f, specs)
+    return tree, specs
+
+
+def _mark_ties(f: Any, specs: list[dict]) -> None:
+    """Hard links to one dataset (the vendor's tied weights) load as one tensor."""
+    first: dict[Any, int] = {}
+    for i, spec in enumerate(specs):
+        if "n" not in spec or spec["n"] == 0:
+            continue
+        addr = f[spec["ds"]].id.get_offset()
+        if addr is None:
+            continue
+        if addr in first and specs[first[addr]]["type"] == spec["type"]:
+            spec["tied"] = first[addr]
+        else:
+            first.setdefault(addr, i)

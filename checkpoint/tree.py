@@ -1,0 +1,211 @@
+"""Flatten a nested checkpoint object into (structure tree, leaves) and rebuild it.
+
+Validation happens here, before any file is created (safetensors' ``_evaluate_tensors_for_save``):
+an unsupported value is reported with its flattened key, its type and what to do instead.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import pickle
+from typing import Any
+
+import numpy as np
+import torch
+
+from cs_run.checkpoint.format import torch_dtype_name
+from cs_run.errors import CheckpointError
+
+__all__ = ["Leaf", "UnsupportedValueError", "flatten", "unflatten", "leaf_paths", "tree_paths", "encode_key"]
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_NUMPY_KINDS = "biufc"  # bool, int, uint, float, complex: what HDF5 stores natively
+
+
+class UnsupportedValueError(CheckpointError, TypeError):
+    """A value cannot be stored without pickle (raised before the file is created)."""
+
+
+@dataclasses.dataclass
+class Leaf:
+    """One leaf of the flattened object: its key path, its value and how it is stored."""
+
+    path: tuple
+    key: str
+    value: Any
+    kind: str  # "tensor", "ndarray", "npscalar", "int", "float", ..., "pickle", "tied"
+    tied_to: int | None = None
+    payload: Any = None  # pickled bytes for "pickle", big-int text for "int"
+
+
+def _fix(kind: str) -> str:
+    return {
+        "sparse": "convert it with .to_dense() first",
+        "subclass": "convert it with .as_subclass(torch.Tensor) first",
+        "dtype": "cast it to a supported dtype first",
+        "meta": "materialize it on a real device first",
+    }[kind]
+
+
+def _check_tensor(key: str, t: torch.Tensor) -> None:
+    if type(t) not in (torch.Tensor, torch.nn.Parameter):
+        raise UnsupportedValueError(f"cannot save key '{key}': tensor subclass {type(t).__name__}; {_fix('subclass')}")
+    if t.layout != torch.strided:
+        raise UnsupportedValueError(f"cannot save key '{key}': {t.layout} tensor; {_fix('sparse')}")
+    if t.is_quantized or torch_dtype_name(t.dtype) is None:
+        raise UnsupportedValueError(f"cannot save key '{key}': dtype {t.dtype} is not supported; {_fix('dtype')}")
+    if t.device.type == "meta":
+        raise UnsupportedValueError(f"cannot save key '{key}': tensor on the meta device; {_fix('meta')}")
+
+
+def _tie_key(t: torch.Tensor) -> tuple | None:
+    """Identity of a tensor view; equal keys mean the same bytes (tied weights)."""
+    if t.numel() == 0:
+        return None
+    ptr = t.untyped_storage().data_ptr()
+    return (str(t.device), ptr, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+
+
+def _classify(key: str, value: Any, allow_pickle: bool) -> tuple[str, Any]:
+    """The storage kind of a non-container leaf (and its payload), or raise naming the key."""
+    if value is None:
+        return "none", None
+    if isinstance(value, torch.Tensor):
+        _check_tensor(key, value)
+        return "tensor", None
+    tp = type(value)
+    if tp is bool:
+        return "bool", None
+    if tp is int:
+        return "int", (None if _INT64_MIN <= value <= _INT64_MAX else str(value))
+    if tp in (float, complex, str, bytes):
+        return tp.__name__, None
+    if tp is np.ndarray and value.dtype.kind in _NUMPY_KINDS:
+        return "ndarray", None
+    if isinstance(value, np.generic) and value.dtype.kind in _NUMPY_KINDS:
+        return "npscalar", None
+    if allow_pickle:
+        try:
+            return "pickle", pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as err:  # noqa: BLE001 - any pickling failure is reported with the key
+            raise UnsupportedValueError(f"cannot save key '{key}': pickling {tp.__name__} failed: {err}") from err
+    raise UnsupportedValueError(
+        f"cannot save key '{key}': {tp.__module__}.{tp.__qualname__} is not supported without pickle "
+        "(supported: tensors, numpy arrays, int/float/bool/complex/str/bytes/None in dict/list/tuple); "
+        "convert it, or pass allow_pickle=True to save (and load) if every reader trusts this file"
+    )
+
+
+def encode_key(key: Any, where: str) -> Any:
+    if type(key) is str:
+        return key
+    if type(key) in (int, float, bool) or key is None:
+        return [{int: "int", float: "float", bool: "bool"}.get(type(key), "none"), key]
+    raise UnsupportedValueError(f"cannot save '{where}': dict key {key!r} of type {type(key).__name__}; use str or int keys")
+
+
+def _decode_key(key: Any) -> Any:
+    if isinstance(key, str):
+        return key
+    tag, value = key
+    return None if tag == "none" else {"int": int, "float": float, "bool": bool}[tag](value)
+
+
+def flatten(obj: Any, allow_pickle: bool = False) -> tuple[Any, list[Leaf]]:
+    """Split ``obj`` into a JSON-able tree and its leaves, validating every value."""
+    leaves: list[Leaf] = []
+    ties: dict[tuple, int] = {}
+    active: set[int] = set()
+
+    def visit(value: Any, path: tuple) -> Any:
+        key = ".".join(str(p) for p in path)
+        tp = type(value)
+        if tp in (dict, collections.OrderedDict, list, tuple):
+            if id(value) in active:
+                raise UnsupportedValueError(f"cannot save key '{key}': the structure contains itself")
+            active.add(id(value))
+            try:
+                return _visit_container(value, path, key, visit)
+            finally:
+                active.discard(id(value))
+        kind, payload = _classify(key, value, allow_pickle)
+        leaf = Leaf(path, key, value, kind, payload=payload)
+        if kind == "tensor":
+            tie = _tie_key(value)
+            if tie is not None and tie in ties:
+                leaf.kind, leaf.tied_to = "tied", ties[tie]
+            elif tie is not None:
+                ties[tie] = len(leaves)
+        leaves.append(leaf)
+        return len(leaves) - 1
+
+    return visit(obj, ()), leaves
+
+
+def _visit_container(value: Any, path: tuple, key: str, visit) -> Any:
+    if isinstance(value, dict):
+        items = [[encode_key(k, key or "<root>"), visit(v, path + (k,))] for k, v in value.items()]
+        if type(value) is dict:
+            return {"dict": items}
+        node: dict[str, Any] = {"odict": items}
+        meta = getattr(value, "_metadata", None)
+        if isinstance(meta, dict):
+            node["meta"] = [[encode_key(k, key), v] for k, v in meta.items()]
+        return node
+    return {type(value).__name__: [visit(v, path + (i,)) for i, v in enumerate(value)]}
+
+
+def unflatten(tree: Any, values: list) -> Any:
+    """Rebuild the object from ``tree`` and the loaded leaf values (indexed as in the spec)."""
+    if isinstance(tree, int):
+        return values[tree]
+    if "dict" in tree:
+        return {_decode_key(k): unflatten(v, values) for k, v in tree["dict"]}
+    if "odict" in tree:
+        out = collections.OrderedDict((_decode_key(k), unflatten(v, values)) for k, v in tree["odict"])
+        if "meta" in tree:
+            out._metadata = {_decode_key(k): v for k, v in tree["meta"]}  # type: ignore[attr-defined]
+        return out
+    if "list" in tree:
+        return [unflatten(v, values) for v in tree["list"]]
+    if "tuple" in tree:
+        return tuple(unflatten(v, values) for v in tree["tuple"])
+    raise CheckpointError(f"unknown node in structure spec: {sorted(tree)}")
+
+
+def leaf_paths(obj: Any) -> dict[tuple, Any]:
+    """path -> leaf for a nested dict/list/tuple (the target of ``load_into``); no validation."""
+    out: dict[tuple, Any] = {}
+
+    def visit(value: Any, path: tuple) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                visit(v, path + (k,))
+        elif type(value) in (list, tuple):
+            for i, v in enumerate(value):
+                visit(v, path + (i,))
+        else:
+            out[path] = value
+
+    visit(obj, ())
+    return out
+
+
+def tree_paths(tree: Any) -> dict[int, tuple]:
+    """leaf index -> key path (dict keys and list indices) for a structure spec tree."""
+    out: dict[int, tuple] = {}
+
+    def visit(node: Any, path: tuple) -> None:
+        if isinstance(node, int):
+            out[node] = path
+            return
+        for kind in ("dict", "odict"):
+            for k, v in node.get(kind, ()):
+                visit(v, path + (_decode_key(k),))
+        for kind in ("list", "tuple"):
+            for i, v in enumerate(node.get(kind, ())):
+                visit(v, path + (i,))
+
+    visit(tree, ())
+    return out
