@@ -62,7 +62,9 @@ class Metric(torch.nn.Module):
         if name in self._initial_values:
             raise ValueError(f"Metric {self.name!r} already has a state named {name!r}")
         self._initial_values[name] = value.detach().clone()
-        self.register_buffer(name, value.detach().clone())
+        # Non-persistent: a metric held by a model (``self.accuracy = AccuracyMetric(...)``) must not
+        # add its running sums to the model's checkpoints. The engine still finds it in buffers().
+        self.register_buffer(name, value.detach().clone(), persistent=False)
 
     def state_names(self) -> list[str]:
         """Names of the state tensors, in registration order."""
@@ -74,6 +76,16 @@ class Metric(torch.nn.Module):
         with torch.no_grad():
             for name, initial in self._initial_values.items():
                 getattr(self, name).copy_(initial)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Metric:
+        """``.to()``/``.half()`` on a model move its metrics but keep their accumulator dtypes:
+        counting in bfloat16 would stop at 256."""
+        super()._apply(fn, recurse)
+        for name, initial in self._initial_values.items():
+            buf = getattr(self, name)
+            if buf.dtype != initial.dtype:
+                setattr(self, name, buf.to(initial.dtype))
+        return self
 
     def _to_device_of(self, tensor: torch.Tensor) -> None:
         """Moves the state to ``tensor``'s device on first use (the metric may be built before the

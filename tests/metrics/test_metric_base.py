@@ -87,7 +87,19 @@ def test_state_is_discoverable_as_buffers():
         "total_num_tokens",
     ]
     assert acc.state_names() == ["total_correct_predictions", "total_num_tokens"]
-    assert set(acc.state_dict()) == {"total_correct_predictions", "total_num_tokens"}
+    assert acc.state_dict() == {}  # not persistent: stays out of a model's checkpoint
+
+
+def test_metric_inside_a_model_moves_but_keeps_dtype_and_stays_out_of_state_dict():
+    model = torch.nn.Linear(2, 2)
+    model.accuracy = AccuracyMetric("eval/accuracy")
+    assert set(model.state_dict()) == {"weight", "bias"}
+    model.to(torch.bfloat16)
+    assert model.weight.dtype == torch.bfloat16
+    assert model.accuracy.total_num_tokens.dtype == torch.float64
+    labels = torch.zeros(1000, dtype=torch.long)
+    model.accuracy.update(labels, labels)
+    assert float(model.accuracy.total_num_tokens) == 1000
 
 
 @pytest.mark.parametrize(
