@@ -18,7 +18,7 @@ import torch
 
 from cs_run.errors import ComplianceError
 
-__all__ = ["VALUE_READS", "compliance_error", "user_frame_location", "is_value_read"]
+__all__ = ["VALUE_READS", "compliance_error", "library_hint", "user_frame_location", "is_value_read"]
 
 # Tensor methods that need the tensor's value on the host. Seen by the trace's TorchFunctionMode.
 VALUE_READS = {
@@ -87,10 +87,20 @@ def user_frame_location(frame: FrameType | None = None, tb: TracebackType | None
     return "<unknown location>"
 
 
-def compliance_error(what: str, location: str) -> ComplianceError:
+def library_hint(frame: FrameType | None) -> str:
+    """A hint when the read happens inside torch.optim (whose optimizers are not trace-safe)."""
+    while frame is not None:
+        if f"{os.sep}torch{os.sep}optim{os.sep}" in frame.f_code.co_filename:
+            return (" (inside torch.optim, whose optimizers read values and create state lazily; use the "
+                    "compliant optimizers and schedulers of cs_run.optim)")
+        frame = frame.f_back
+    return ""
+
+
+def compliance_error(what: str, location: str, hint: str = "") -> ComplianceError:
     """The one message for a host read of a tensor value inside a traced step."""
     return ComplianceError(
-        f"{location}: {what} reads a tensor's value inside a traced CSX step; tensor values may only be "
+        f"{location}: {what}{hint} reads a tensor's value inside a traced CSX step; tensor values may only be "
         "read in a step closure (decorate a function with @cstorch.step_closure, pass the tensor to it "
         "and read it there), or use torch ops such as torch.where instead of Python control flow"
     )

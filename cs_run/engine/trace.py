@@ -26,7 +26,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.overrides import TorchFunctionMode
 
 from cs_run.engine import closures
-from cs_run.engine.compliance import compliance_error, is_value_read, user_frame_location
+from cs_run.engine.compliance import compliance_error, is_value_read, library_hint, user_frame_location
 from cs_run.engine.state import Slot, StateSet, optimizer_state_rebinds
 from cs_run.errors import ComplianceError
 
@@ -115,7 +115,8 @@ class _TraceMode(TorchFunctionMode):
         kwargs = kwargs or {}
         what = is_value_read(func)
         if what is not None:
-            raise compliance_error(what, user_frame_location(sys._getframe(1)))
+            frame = sys._getframe(1)
+            raise compliance_error(what, user_frame_location(frame), library_hint(frame))
         args, kwargs = pytree.tree_map_only(torch.Tensor, self._substitute, (args, kwargs))
         return func(*args, **kwargs)
 
