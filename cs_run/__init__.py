@@ -44,6 +44,9 @@ __all__ += ["Backend", "backend", "checkpoint_closure", "compile", "compile_step
             "current_backend", "distributed", "step_closure", "trace", "utils"]
 # --- end engine ---
 # --- optim (issue 3) ---
+from cs_run import optim as optim
+
+__all__ += ["optim"]
 # --- end optim ---
 # --- checkpoint (issue 4): save / load ---
 from cs_run.checkpoint import load as load  # noqa: E402 - h5py is imported only inside the functions

@@ -1,1 +1,46 @@
-"""Placeholder: filled by its issue."""
+"""Cerebras-compliant optimizers and closed-form LR schedulers (``cs_run.optim``, DESIGN §6).
+
+Every optimizer creates its whole state in ``preinitialize()`` and keeps ``param_group['lr']`` as a
+tensor; every scheduler computes the lr as a tensor function of its step. Build them from params with
+:func:`configure_optimizer` and :func:`configure_lr_scheduler`.
+"""
+
+from . import lr_scheduler as lr_scheduler
+from .adadelta import Adadelta as Adadelta
+from .adafactor import Adafactor as Adafactor
+from .adagrad import Adagrad as Adagrad
+from .adam import Adam as Adam
+from .adam import AdamW as AdamW
+from .adamax import Adamax as Adamax
+from .asgd import ASGD as ASGD
+from .factory import configure_lr_scheduler as configure_lr_scheduler
+from .factory import configure_optimizer as configure_optimizer
+from .lamb import Lamb as Lamb
+from .lion import Lion as Lion
+from .nadam import NAdam as NAdam
+from .optimizer import Optimizer as Optimizer
+from .radam import RAdam as RAdam
+from .rmsprop import RMSprop as RMSprop
+from .rprop import Rprop as Rprop
+from .sgd import SGD as SGD
+
+__all__ = [
+    "ASGD",
+    "SGD",
+    "Adadelta",
+    "Adafactor",
+    "Adagrad",
+    "Adam",
+    "AdamW",
+    "Adamax",
+    "Lamb",
+    "Lion",
+    "NAdam",
+    "Optimizer",
+    "RAdam",
+    "RMSprop",
+    "Rprop",
+    "configure_lr_scheduler",
+    "configure_optimizer",
+    "lr_scheduler",
+]

@@ -1,0 +1,139 @@
+"""Adafactor (factored second moments); checked against the paper's algorithm in the tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+import cs_run
+
+from . import _docs
+from .optimizer import Optimizer, ParamsT, _check, _run_closure, _scalar
+
+__all__ = ["Adafactor", "adafactor"]
+
+
+class Adafactor(Optimizer):
+    """Adafactor (Shazeer & Stern, 2018), the Model Zoo / Hugging Face parameterization.
+
+    .. code-block:: text
+
+        step += 1;  beta2_t = 1 - step^decay_rate;  g2 = g * g + eps[0]
+        rho = min(1e-2 or 1e-6 * step (warmup_init), 1 / sqrt(step))  if relative_step else lr
+        alpha = max(eps[1], RMS(p)) * rho                              if scale_parameter else rho
+        factored (ndim >= 2): R = lerp(R, mean(g2, -1), 1 - beta2_t); C = lerp(C, mean(g2, -2), 1 - beta2_t)
+                              u = g / sqrt(R C / mean(R))
+        otherwise:            v = lerp(v, g2, 1 - beta2_t);  u = g / sqrt(v)
+        u = alpha * u / max(1, RMS(u) / clip_threshold)
+        m = beta1 * m + (1 - beta1) * u;  u = m                        (beta1 given)
+        p -= weight_decay * alpha * p + u
+
+    Args:
+        {params}
+        lr: external learning rate (ignored when ``relative_step``; default: 1e-3).
+        eps: (eps1 added to the squared gradient, eps2 lower bound of the parameter scale).
+        clip_threshold: threshold of the update's RMS (default: 1.0).
+        decay_rate: exponent of the second-moment decay (default: -0.8).
+        beta1: first-moment coefficient, or None for no first moment (default: None).
+        weight_decay: decoupled weight decay, scaled by alpha (default: 0).
+        scale_parameter: scale the step by the parameter's RMS (default: True).
+        relative_step: use the time-dependent step instead of ``lr`` (default: False).
+        warmup_init: warm the relative step up linearly (needs ``relative_step``; default: False).
+
+    {compliant}
+
+    Note:
+        torch.optim.Adafactor is a different parameterization (no beta1, no update clipping), so
+        this class is checked against the paper's algorithm rather than against torch.
+    """
+
+    def __init__(self, params: ParamsT, lr: float = 1e-3, eps: tuple[float, float] = (1e-30, 1e-3),
+                 clip_threshold: float = 1.0, decay_rate: float = -0.8, beta1: float | None = None,
+                 weight_decay: float = 0.0, scale_parameter: bool = True, relative_step: bool = False,
+                 warmup_init: bool = False) -> None:
+        _check("learning rate", lr)
+        if warmup_init and not relative_step:
+            raise ValueError("Invalid warmup_init: True (requires relative_step=True)")
+        if beta1 is not None:
+            _check("beta1 value", beta1, 0.0, 1.0)
+        _check("weight_decay value", weight_decay)
+        _check("clip_threshold value", clip_threshold)
+        if decay_rate > 0:
+            raise ValueError(f"Invalid decay_rate: {decay_rate} (must be <= 0)")
+        defaults = {"lr": lr, "eps": tuple(eps), "clip_threshold": clip_threshold, "decay_rate": decay_rate,
+                        "beta1": beta1, "weight_decay": weight_decay, "scale_parameter": scale_parameter,
+                        "relative_step": relative_step, "warmup_init": warmup_init}
+        super().__init__(params, defaults, enable_global_step=True)
+
+    def preinitialize(self) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                if group["beta1"] is not None:
+                    state["exp_avg"] = cs_run.zeros_like(p)
+                if p.dim() >= 2:
+                    state["exp_avg_sq_row"] = cs_run.zeros(p.shape[:-1], dtype=p.dtype, device=p.device)
+                    state["exp_avg_sq_col"] = cs_run.zeros(p.shape[:-2] + p.shape[-1:], dtype=p.dtype,
+                                                           device=p.device)
+                else:
+                    state["exp_avg_sq"] = cs_run.zeros_like(p)
+
+    def state_names_to_sparsify(self) -> list[str]:
+        return ["exp_avg", "exp_avg_sq"]
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        loss = _run_closure(closure)
+        for group in self.param_groups:
+            for p in [p for p in group["params"] if p.grad is not None]:
+                state = self.state[p]
+                second = ((state["exp_avg_sq_row"], state["exp_avg_sq_col"]) if p.dim() >= 2
+                          else (state["exp_avg_sq"],))
+                adafactor(p, p.grad, second, state.get("exp_avg"), state["step"], lr=group["lr"],
+                          eps=group["eps"], clip_threshold=group["clip_threshold"],
+                          decay_rate=group["decay_rate"], beta1=group["beta1"],
+                          weight_decay=group["weight_decay"], scale_parameter=group["scale_parameter"],
+                          relative_step=group["relative_step"], warmup_init=group["warmup_init"])
+        return loss
+
+
+Adafactor.__doc__ = _docs.fill(Adafactor.__doc__)
+
+
+def _rms(t: Tensor) -> Tensor:
+    return t.norm(2) / (t.numel() ** 0.5)
+
+
+def adafactor(param: Tensor, grad: Tensor, second: tuple[Tensor, ...], exp_avg: Tensor | None, step: Tensor,
+              *, lr: Tensor, eps: tuple[float, float], clip_threshold: float, decay_rate: float,
+              beta1: float | None, weight_decay: float, scale_parameter: bool, relative_step: bool,
+              warmup_init: bool) -> None:
+    """Functional Adafactor for one parameter; see :class:`Adafactor`. Mutates param and state."""
+    step.add_(1)
+    step64 = _scalar(step)
+    if relative_step:
+        start = 1e-6 * step64 if warmup_init else torch.full_like(step64, 1e-2)
+        rho = torch.minimum(start, step64.rsqrt())
+    else:
+        rho = _scalar(lr)
+    alpha = (torch.clamp(_scalar(_rms(param)), min=eps[1]) * rho if scale_parameter else rho).to(param.dtype)
+    one_minus_beta2 = step64.pow(decay_rate).to(param.dtype)  # 1 - beta2_t
+    grad_sq = grad * grad + eps[0]
+    if len(second) == 2:
+        row, col = second
+        row.lerp_(grad_sq.mean(dim=-1), one_minus_beta2)
+        col.lerp_(grad_sq.mean(dim=-2), one_minus_beta2)
+        row_factor = (row / row.mean(dim=-1, keepdim=True)).rsqrt_().unsqueeze(-1)
+        update = row_factor * col.unsqueeze(-2).rsqrt() * grad
+    else:
+        second[0].lerp_(grad_sq, one_minus_beta2)
+        update = second[0].rsqrt() * grad
+    update.div_(torch.clamp(_rms(update) / clip_threshold, min=1.0)).mul_(alpha)
+    if exp_avg is not None:
+        exp_avg.mul_(beta1).add_(update, alpha=1 - beta1)
+        update = exp_avg
+    if weight_decay != 0:
+        param.mul_(1 - weight_decay * alpha)
+    param.sub_(update)

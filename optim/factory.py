@@ -1,0 +1,234 @@
+"""Build optimizers and LR schedulers from a params file's ``optimizer`` block (seed 001, seed 004).
+
+Names resolve case-insensitively over every subclass of :class:`~cs_run.optim.Optimizer` (or
+:class:`~cs_run.optim.lr_scheduler.LRScheduler`) defined anywhere, so a user's class works by name
+once its module is imported. Model Zoo spellings of keys are accepted; anything else unknown is a
+:class:`~cs_run.errors.ParamsError` that lists the valid choices.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import inspect
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from cs_run.errors import ParamsError
+
+from . import lr_scheduler as _lrs
+from .optimizer import Optimizer
+
+__all__ = ["configure_lr_scheduler", "configure_optimizer", "resolve_optimizer_class", "resolve_scheduler_class"]
+
+# Model Zoo key -> constructor argument. Applied only when the class takes the target and not the key.
+_OPTIMIZER_ALIASES = {"learning_rate": "lr", "weight_decay_rate": "weight_decay"}
+_PAIRED_ALIASES = {"betas": ("beta1", "beta2"), "eps": ("eps1", "eps2"), "etas": ("eta1", "eta2"),
+                   "step_sizes": ("step_size_min", "step_size_max")}
+_SCHEDULER_ALIASES = {
+    "steps": "total_iters", "decay_steps": "total_iters", "learning_rate": "initial_learning_rate",
+    "initial_lr": "initial_learning_rate", "end_lr": "end_learning_rate", "values": "learning_rates",
+    "boundaries": "milestones", "decay_rate": "gamma",
+}
+_SCHEDULER_TARGET_ALIASES = {"learning_rate": ("initial_learning_rate", "lr", "value")}
+
+
+def _all_subclasses(base: type) -> list[type]:
+    found, todo = [], list(base.__subclasses__())
+    while todo:
+        cls = todo.pop(0)
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+def _did_you_mean(name: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def resolve_optimizer_class(optimizer_type: str, where: str = "optimizer.optimizer_type") -> type[Optimizer]:
+    """The Optimizer subclass named ``optimizer_type`` (any case; the latest definition wins)."""
+    table = {cls.__name__.lower(): cls for cls in _all_subclasses(Optimizer) if not inspect.isabstract(cls)}
+    cls = table.get(str(optimizer_type).lower())
+    if cls is None:
+        names = sorted({c.__name__ for c in table.values()}, key=str.lower)
+        raise ParamsError(f"{where}: unknown {optimizer_type!r}; expected one of {', '.join(names)}"
+                          f"{_did_you_mean(str(optimizer_type), names)}")
+    return cls
+
+
+def resolve_scheduler_class(name: str, where: str = "learning_rate.scheduler") -> type[_lrs.LRScheduler]:
+    """The LRScheduler subclass named ``name``; the ``LR`` suffix is optional ("CosineDecay")."""
+    table: dict[str, type] = {}
+    for cls in _all_subclasses(_lrs.LRScheduler):
+        if not inspect.isabstract(cls):
+            table[cls.__name__.lower()] = cls
+    table.setdefault("chainedscheduler", _lrs.ChainedLR)
+    key = str(name).lower()
+    cls = table.get(key) or table.get(key + "lr")
+    if cls is None:
+        names = sorted({c.__name__ for c in table.values()}, key=str.lower)
+        raise ParamsError(f"{where}: unknown {name!r}; expected one of {', '.join(names)}"
+                          f"{_did_you_mean(str(name), names)}")
+    return cls
+
+
+def _coerce(value: Any, default: Any) -> Any:
+    """YAML reads ``1e-3`` as a string and tuples as lists: convert where the default says so."""
+    if isinstance(value, str) and isinstance(default, (int, float)) and not isinstance(default, bool):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    if isinstance(value, list) and isinstance(default, tuple):
+        return tuple(value)
+    return value
+
+
+def _match_kwargs(cls: type, skip: int, given: dict[str, Any], aliases: dict[str, str],
+                  where: str) -> tuple[dict[str, Any], dict[str, inspect.Parameter]]:
+    """Map ``given`` keys onto ``cls.__init__``'s parameters (exact, any case, or an alias)."""
+    params = dict(list(inspect.signature(cls.__init__).parameters.items())[skip:])
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    named = {n: p for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+    lower = {n.lower(): n for n in named}
+    kwargs: dict[str, Any] = {}
+    for key, value in given.items():
+        target = key if key in named else lower.get(str(key).lower()) or aliases.get(key)
+        if target not in named:
+            if takes_any:
+                kwargs[key] = value
+                continue
+            raise ParamsError(f"{where}.{key}: unknown key for {cls.__name__}; expected one of "
+                              f"{', '.join(named)}{_did_you_mean(str(key), named)}")
+        if target in kwargs:
+            raise ParamsError(f"{where}.{key}: {target!r} is given twice (as {key!r} and another spelling)")
+        kwargs[target] = _coerce(value, named[target].default)
+    return kwargs, named
+
+
+def _merge_pairs(kwargs: dict[str, Any], named: Any) -> None:
+    """beta1/beta2 -> betas (the missing half from the default), and the other pairs alike."""
+    for target, (first, second) in _PAIRED_ALIASES.items():
+        if target not in named or (first not in kwargs and second not in kwargs) or first in named:
+            continue
+        default = named[target].default
+        pair = list(default) if isinstance(default, (tuple, list)) else [None, None]
+        for index, key in enumerate((first, second)):
+            if key in kwargs:
+                pair[index] = _coerce(kwargs.pop(key), 0.0)
+        kwargs[target] = tuple(pair)
+
+
+def configure_optimizer(optimizer_type: str, params: Any, **kwargs: Any) -> Optimizer:
+    """Build the optimizer named ``optimizer_type`` (any case, user subclasses included) on ``params``.
+
+    Args:
+        optimizer_type: class name, e.g. "AdamW", "sgd", or a user's ``MyOptimizer``.
+        params: model parameters or param groups.
+        **kwargs: constructor arguments; Model Zoo spellings (learning_rate, weight_decay_rate,
+            beta1/beta2, eps1/eps2, ...) are accepted. Without an lr the class default (or 0.0) is
+            used: the LR scheduler sets the real value when it is built.
+
+    Raises:
+        ParamsError: unknown name, unknown or duplicate key, or a value the class rejects.
+    """
+    cls = resolve_optimizer_class(optimizer_type)
+    signature = inspect.signature(cls.__init__).parameters
+    _merge_pairs(kwargs, signature)
+    kwargs, named = _match_kwargs(cls, 2, kwargs, _OPTIMIZER_ALIASES, "optimizer")
+    if "lr" in named and "lr" not in kwargs and named["lr"].default is inspect.Parameter.empty:
+        kwargs["lr"] = 0.0  # placeholder: configure_lr_scheduler writes the scheduled value
+    try:
+        return cls(params, **kwargs)
+    except (ValueError, TypeError) as err:
+        if isinstance(err, ParamsError):
+            raise
+        raise ParamsError(f"optimizer: {cls.__name__}: {err}") from err
+
+
+def _build_scheduler(optimizer: torch.optim.Optimizer, entry: Any, where: str) -> _lrs.LRScheduler:
+    if not isinstance(entry, dict):
+        raise ParamsError(f"{where}: expected a number or a mapping with 'scheduler', got {type(entry).__name__}")
+    if "scheduler" not in entry:
+        raise ParamsError(f"{where}.scheduler: missing; name the schedule, e.g. CosineDecayLR")
+    entry = dict(entry)
+    cls = resolve_scheduler_class(entry.pop("scheduler"), f"{where}.scheduler")
+    params = inspect.signature(cls.__init__).parameters
+    aliases = {k: v for k, v in _SCHEDULER_ALIASES.items() if v in params and k not in params}
+    if "learning_rate" in params:  # ConstantLR's own key: accept the other spellings for it
+        aliases.update({alt: "learning_rate" for alt in _SCHEDULER_TARGET_ALIASES["learning_rate"]})
+    kwargs, named = _match_kwargs(cls, 2, entry, aliases, where)
+    missing = [n for n, p in named.items() if p.default is inspect.Parameter.empty and n not in kwargs]
+    if missing:
+        raise ParamsError(f"{where}.{missing[0]}: missing (required by {cls.__name__}; it takes "
+                          f"{', '.join(named)})")
+    try:
+        return cls(optimizer, **kwargs)
+    except (ValueError, TypeError) as err:
+        raise ParamsError(f"{where}: {cls.__name__}: {err}") from err
+
+
+def _total_iters(entry: dict[str, Any]) -> Any:
+    for key in ("total_iters", "steps", "decay_steps"):
+        if key in entry:
+            return entry[key]
+    return None
+
+
+def configure_lr_scheduler(optimizer: torch.optim.Optimizer, learning_rate: Any) -> _lrs.LRScheduler | None:
+    """Build the schedule of a params file's ``optimizer.learning_rate`` (seed 001).
+
+    * a number: ConstantLR with that value;
+    * a mapping with ``scheduler`` (any case, ``LR`` suffix optional) and its arguments;
+    * a list of mappings: SequentialLR switching at the cumulative ``total_iters`` of every entry but
+      the last, or ChainedLR when an entry says ``main_scheduler: ChainedLR``.
+
+    Returns None when ``learning_rate`` is None. Raises ParamsError naming the entry and key.
+    """
+    if learning_rate is None:
+        return None
+    if isinstance(learning_rate, bool):
+        raise ParamsError("learning_rate: expected a number, a mapping or a list, got a bool")
+    if isinstance(learning_rate, (int, float, str)):
+        try:
+            value = float(learning_rate)
+        except ValueError:
+            raise ParamsError(f"learning_rate: {learning_rate!r} is not a number") from None
+        return _lrs.ConstantLR(optimizer, learning_rate=value)
+    if isinstance(learning_rate, dict):
+        entry = dict(learning_rate)
+        entry.pop("main_scheduler", None)
+        return _build_scheduler(optimizer, entry, "learning_rate")
+    if not isinstance(learning_rate, (list, tuple)) or not learning_rate:
+        raise ParamsError(f"learning_rate: expected a number, a mapping or a non-empty list, got {learning_rate!r}")
+    return _configure_list(optimizer, copy.deepcopy(list(learning_rate)))
+
+
+def _configure_list(optimizer: torch.optim.Optimizer, entries: list[Any]) -> _lrs.LRScheduler:
+    mains = set()
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ParamsError(f"learning_rate[{index}]: expected a mapping with 'scheduler', got {entry!r}")
+        if "main_scheduler" in entry:
+            mains.add(str(entry.pop("main_scheduler")).lower().removesuffix("lr").removesuffix("scheduler"))
+    if len(mains) > 1 or not mains <= {"chained", "sequential"}:
+        raise ParamsError(f"learning_rate: main_scheduler must be one of ChainedLR, SequentialLR (one value), "
+                          f"got {sorted(mains)}")
+    schedulers = [_build_scheduler(optimizer, e, f"learning_rate[{i}]") for i, e in enumerate(entries)]
+    if mains == {"chained"}:
+        return _lrs.ChainedLR(schedulers)
+    if len(schedulers) == 1:
+        return schedulers[0]
+    milestones, total = [], 0
+    for index, entry in enumerate(entries[:-1]):
+        iters = _total_iters(entry)
+        if not isinstance(iters, int) or isinstance(iters, bool) or iters <= 0:
+            raise ParamsError(f"learning_rate[{index}].total_iters: {'missing' if iters is None else repr(iters)}; "
+                              "every scheduler but the last needs a positive integer total_iters in a SequentialLR")
+        total += iters
+        milestones.append(total)
+    return _lrs.SequentialLR(optimizer, schedulers, milestones)
