@@ -16,7 +16,7 @@ import torch
 
 from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint.atomic import atomic_path
-from cs_run.checkpoint.reader import H5Source, check_path, open_h5, read_spec, storage_dtype
+from cs_run.checkpoint.reader import H5Source, check_path, one_line, open_h5, read_spec, storage_dtype
 from cs_run.checkpoint.tree import flatten, leaf_paths, tree_paths, unflatten
 from cs_run.checkpoint.writer import COMPRESSIONS, write_file
 from cs_run.errors import CheckpointError, ParamsError
@@ -85,9 +85,12 @@ def _open_source(path: str) -> tuple[Any, H5Source]:
     try:
         tree, specs, trusted = _describe(path, f)
         return tree, H5Source(path, f, specs, trust_offsets=trusted)
-    except BaseException:
+    except CheckpointError:
         f.close()
         raise
+    except Exception as err:  # noqa: BLE001 - HDF5 metadata damage surfaces as KeyError/OSError/...
+        f.close()
+        raise CheckpointError(f"checkpoint '{path}' is corrupted ({one_line(err)})") from err
 
 
 def _target_device(saved: str, map_location: MapLocation) -> torch.device:

@@ -1,0 +1,123 @@
+"""Bad files give one-line CheckpointErrors naming the file; damaged tensors are named by key."""
+
+from __future__ import annotations
+
+import os
+
+import h5py
+import pytest
+import torch
+from click.testing import CliRunner
+
+from cs_run.checkpoint import info, is_checkpoint_file, load, save
+from cs_run.checkpoint.cli import checkpoint as cli
+from cs_run.checkpoint.format import ATTR_COMPLETE, ATTR_VERSION
+from cs_run.errors import CheckpointError
+
+
+@pytest.fixture
+def good(tmp_path):
+    path = tmp_path / "good.h5"
+    save({"model": {"w": torch.arange(4096, dtype=torch.float32), "b": torch.ones(3)}, "step": 5}, path)
+    return path
+
+
+def _error(path, **kwargs) -> str:
+    with pytest.raises(CheckpointError) as exc:
+        load(path, **kwargs)
+    msg = str(exc.value)
+    assert "\n" not in msg and str(path) in msg
+    assert not is_checkpoint_file(path)
+    return msg
+
+
+def test_missing_directory_empty_and_non_hdf5(tmp_path):
+    assert "does not exist" in _error(tmp_path / "nope.h5")
+    assert "is a directory" in _error(tmp_path)
+    (tmp_path / "empty.h5").write_bytes(b"")
+    assert "is empty" in _error(tmp_path / "empty.h5")
+    (tmp_path / "text.h5").write_text("hello, not a checkpoint\n")
+    assert "not an HDF5 checkpoint, torch pickle or safetensors" in _error(tmp_path / "text.h5")
+
+
+@pytest.mark.parametrize("keep", [0.95, 0.5, 0.05, 100])
+def test_truncated(tmp_path, good, keep):
+    data = good.read_bytes()
+    cut = tmp_path / "cut.h5"
+    cut.write_bytes(data[: keep if keep > 1 else int(len(data) * keep)])
+    msg = _error(cut)
+    assert "truncated" in msg or "corrupted" in msg
+
+
+def test_incomplete_without_marker(tmp_path, good):
+    with h5py.File(good, "r+") as f:
+        del f.attrs[ATTR_COMPLETE]
+    assert "incomplete (no completion marker)" in _error(good)
+
+
+def test_newer_version(good):
+    with h5py.File(good, "r+") as f:
+        f.attrs[ATTR_VERSION] = 99
+    assert "format version 99, newer than this cs-run reads" in _error(good)
+
+
+def test_plain_hdf5_file_is_not_a_checkpoint(tmp_path):
+    with h5py.File(tmp_path / "x.h5", "w") as f:
+        f.create_group("g")
+    assert "HDF5 file but not a checkpoint" in _error(tmp_path / "x.h5")
+
+
+def test_garbage_inside_header_is_an_error_not_a_crash(tmp_path, good):
+    data = bytearray(good.read_bytes())
+    for offset in range(64, 2048, 97):  # superblock and object headers
+        data[offset] ^= 0xFF
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes(bytes(data))
+    _error(bad)
+
+
+def _flip_data_byte(path, key):
+    with h5py.File(path, "r") as f:
+        offset = f[key].id.get_offset()
+    with open(path, "r+b") as fh:
+        fh.seek(offset + 100)
+        byte = fh.read(1)
+        fh.seek(offset + 100)
+        fh.write(bytes([byte[0] ^ 0x01]))
+
+
+def test_bit_flip_named_by_verify(good):
+    _flip_data_byte(good, "model.w")
+    assert info(good, verify=True)["damaged"] == ["model.w"]
+    load(good)  # without verify: loads (like every common format), verify is on demand
+    with pytest.raises(CheckpointError, match=r"damaged: checksum mismatch in 'model.w'"):
+        load(good, verify=True)
+    result = CliRunner().invoke(cli, ["info", str(good), "--verify"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1].startswith("Error: ") and "'model.w'" in result.output
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    for path, code in ((tmp_path / "nope.h5", 1), (tmp_path, 1)):
+        result = CliRunner().invoke(cli, ["info", str(path)])
+        assert result.exit_code == code
+        assert result.output.count("\n") == 1 and result.output.startswith("Error: ")
+
+
+def test_file_rewritten_by_another_tool_falls_back_to_hdf5_offsets(tmp_path, good):
+    moved = tmp_path / "moved.h5"
+    with h5py.File(good, "r") as src, h5py.File(moved, "w") as dst:  # like h5repack: new offsets
+        dst.create_dataset("padding", data=torch.zeros(1000).numpy())
+        for name in src:
+            src.copy(src[name], dst, name=name)
+        for k, v in src.attrs.items():
+            dst.attrs[k] = v
+    assert torch.equal(load(moved)["model"]["w"], torch.arange(4096, dtype=torch.float32))
+    assert info(moved, verify=True)["damaged"] == []
+
+
+def test_stale_offset_in_spec_never_reads_past_eof(tmp_path):
+    path = tmp_path / "c.h5"
+    save({"w": torch.ones(10)}, path)
+    os.truncate(path, os.path.getsize(path))  # unchanged size: sanity
+    assert is_checkpoint_file(path)
