@@ -14,7 +14,7 @@ import torch
 from cs_run.checkpoint import atomic, load, save
 from cs_run.checkpoint.atomic import TMP_SUFFIX
 
-from .helpers import assert_same
+from ckpt_helpers import assert_same
 
 
 def _state(seed: int, mb: int = 24) -> dict:

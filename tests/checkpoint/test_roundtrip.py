@@ -16,7 +16,7 @@ from cs_run.checkpoint import load, save
 from cs_run.checkpoint.format import TORCH_DTYPES
 from cs_run.errors import CheckpointError
 
-from .helpers import assert_same, assert_ties
+from ckpt_helpers import assert_same, assert_ties
 
 ALL_DTYPES = sorted(TORCH_DTYPES)
 

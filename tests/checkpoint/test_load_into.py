@@ -1,0 +1,109 @@
+"""load_into: the resume path reads straight into existing tensors, exactly, or names the key."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from cs_run.checkpoint import load, load_into, save
+from cs_run.errors import CheckpointError
+
+from conftest import TinyMLP, make_batches
+from ckpt_helpers import assert_same
+
+
+def _train(model, opt, batches):
+    for x, y in batches:
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+def test_resume_continues_bit_identically(tmp_path):
+    torch.manual_seed(0)
+    model = TinyMLP()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    batches = make_batches(n=6)
+    _train(model, opt, batches[:3])
+    save({"model": model.state_dict(), "optimizer": opt.state_dict(), "global_step": 3}, tmp_path / "c.mdl")
+    reference = copy.deepcopy((model, opt))
+    _train(*reference, batches[3:])
+
+    torch.manual_seed(1)
+    resumed = TinyMLP()
+    ropt = torch.optim.AdamW(resumed.parameters(), lr=0.01)
+    _train(resumed, ropt, batches[:1])  # optimizer state exists, values differ
+    ptrs = {k: v.data_ptr() for k, v in resumed.state_dict().items()}
+    target = {"model": resumed.state_dict(), "optimizer": ropt.state_dict()}
+    loaded = load_into(tmp_path / "c.mdl", target)
+    assert {k: v.data_ptr() for k, v in resumed.state_dict().items()} == ptrs  # read in place
+    ropt.load_state_dict(loaded["optimizer"])
+    assert loaded["global_step"] == 3 and loaded["model"]["fc1.weight"] is target["model"]["fc1.weight"]
+    _train(resumed, ropt, batches[3:])
+    assert_same(reference[0].state_dict(), resumed.state_dict())
+
+
+def test_tensors_not_in_target_are_loaded(tmp_path):
+    save({"model": {"w": torch.ones(3)}, "optimizer": {"state": {0: {"m": torch.full((3,), 2.0)}}}}, tmp_path / "c.h5")
+    w = torch.zeros(3)
+    got = load_into(tmp_path / "c.h5", {"model": {"w": w}, "optimizer": {"state": {}}})
+    assert got["model"]["w"] is w and torch.equal(w, torch.ones(3))
+    assert torch.equal(got["optimizer"]["state"][0]["m"], torch.full((3,), 2.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.bool, torch.int64, torch.complex64, torch.float16])
+def test_dtypes_zero_d_and_noncontiguous_targets(tmp_path, dtype):
+    src = {"a": torch.randn(4, 5).to(dtype), "s": torch.tensor(3).to(dtype), "e": torch.zeros(0, 2, dtype=dtype)}
+    save(src, tmp_path / "c.h5")
+    nc = torch.zeros(5, 4, dtype=dtype).t()  # a non-contiguous target is filled through a staging copy
+    target = {"a": nc, "s": torch.zeros((), dtype=dtype), "e": torch.ones(0, 2, dtype=dtype)}
+    load_into(tmp_path / "c.h5", target)
+    assert_same(src, {k: v.contiguous() for k, v in target.items()})
+
+
+def test_tied_target(tmp_path):
+    w = torch.randn(3, 3)
+    save({"emb": w, "head": w}, tmp_path / "c.h5")
+    shared = torch.zeros(3, 3)
+    got = load_into(tmp_path / "c.h5", {"emb": shared, "head": shared})
+    assert torch.equal(shared, w) and got["emb"] is got["head"] is shared
+
+
+def test_parameters_as_targets(tmp_path, tiny_mlp):
+    save({"model": tiny_mlp.state_dict()}, tmp_path / "c.h5")
+    other = TinyMLP()
+    load_into(tmp_path / "c.h5", {"model": dict(other.named_parameters())})
+    assert torch.equal(other.fc1.weight, tiny_mlp.fc1.weight)
+
+
+def test_missing_key_and_mismatch_are_named(tmp_path):
+    save({"model": {"w": torch.ones(2, 3), "i": torch.ones(2, dtype=torch.int32)}, "step": 1}, tmp_path / "c.h5")
+    untouched = torch.zeros(2, 3)
+    with pytest.raises(CheckpointError, match=r"no key 'model.extra'"):
+        load_into(tmp_path / "c.h5", {"model": {"w": untouched, "extra": torch.zeros(1)}})
+    assert torch.equal(untouched, torch.zeros(2, 3))  # checked before the first read
+    with pytest.raises(CheckpointError, match=r"key 'model.w' is float32\[2, 3\] in the file but float32\[3, 2\]"):
+        load_into(tmp_path / "c.h5", {"model": {"w": torch.zeros(3, 2)}})
+    with pytest.raises(CheckpointError, match=r"key 'model.i' is int32\[2\] in the file but int64\[2\]"):
+        load_into(tmp_path / "c.h5", {"model": {"i": torch.zeros(2, dtype=torch.int64)}})
+    with pytest.raises(CheckpointError, match=r"key 'step' holds a int"):
+        load_into(tmp_path / "c.h5", {"step": torch.zeros(())})
+
+
+def test_torch_file_and_compressed_file_as_source(tmp_path):
+    obj = {"w": torch.randn(4), "step": 2}
+    torch.save(obj, tmp_path / "c.pt")
+    save(obj, tmp_path / "c.h5", compression="gzip")
+    for name in ("c.pt", "c.h5"):
+        w = torch.zeros(4)
+        assert load_into(tmp_path / name, {"w": w})["step"] == 2
+        assert torch.equal(w, obj["w"])
+
+
+def test_verify_in_load_into(tmp_path):
+    save({"w": torch.ones(100)}, tmp_path / "c.h5")
+    w = torch.zeros(100)
+    load_into(tmp_path / "c.h5", {"w": w}, verify=True)
+    assert torch.equal(w, load(tmp_path / "c.h5")["w"])
