@@ -85,7 +85,7 @@ def _checked_step(step: Callable) -> Callable:
         try:
             result = step(self, *args, **kwargs)
         except KeyError as err:
-            if err.args and isinstance(err.args[0], str):
+            if err.args and isinstance(err.args[0], str) and err.args[0] not in self.defaults:
                 raise ComplianceError(
                     f"{type(self).__name__}.step() read optimizer state {err.args[0]!r}, which "
                     "preinitialize() did not create; create every state tensor in preinitialize()"
@@ -166,7 +166,7 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
 
     def _preinitialize_new(self, groups: list[dict[str, Any]]) -> None:
         """Run preinitialize for the params of ``groups``, keeping the state others already have."""
-        kept = {p: s for p, s in self.state.items() if len(s)}
+        kept = {p: dict(s) for p, s in self.state.items() if len(s)}  # preinitialize overwrites entries
         for group in groups:
             for p in group["params"]:
                 self.state[p] = {}
@@ -217,8 +217,11 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
         keeps its preinitialized value (logged).
         """
         old_state = {p: dict(s) for p, s in self.state.items()}
-        old_lrs = [g["lr"] for g in self.param_groups]
+        old_groups = [dict(g) for g in self.param_groups]
         super().load_state_dict(state_dict)
+        for group, old_group in zip(self.param_groups, old_groups):  # e.g. a torch.optim checkpoint
+            for key, value in old_group.items():
+                group.setdefault(key, value)
         params = [p for g in self.param_groups for p in g["params"]]
         for index, p in enumerate(params):
             old, new = old_state.get(p, {}), self.state[p]
@@ -232,8 +235,8 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
                     if key not in new:
                         logger.warning("Checkpoint lacks optimizer state %r of parameter %d", key, index)
                     new[key] = tensor
-        for group, lr in zip(self.param_groups, old_lrs):
-            group["lr"] = _copy_into(lr, group["lr"], "param_groups[].lr")
+        for group, old_group in zip(self.param_groups, old_groups):
+            group["lr"] = _copy_into(old_group["lr"], group["lr"], "param_groups[].lr")
 
 
 def _run_closure(closure: Callable[[], Any] | None) -> Any:

@@ -1,0 +1,94 @@
+"""One row per optimizer (STYLE §2.2): the class, its torch.optim twin or paper reference, hyper-parameter
+variants, bad arguments with the expected error, and the tolerance of the comparison.
+
+Comparisons run in float64, where the only differences left are the order of floating-point operations
+(the lr is a tensor, so ``add_(alpha=lr)`` becomes one ``addcmul_``): ``atol`` is the largest absolute
+parameter difference allowed after 50 steps (parameters are O(1)). 0.0 means bit-exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+import cs_run.optim as csoptim
+from tests.optim import references
+
+
+@dataclass(frozen=True)
+class Row:
+    cls: type
+    twin: Callable[..., Any] | None  # torch.optim class or paper reference class, same kwargs
+    variants: list[dict[str, Any]]
+    bad: list[tuple[dict[str, Any], str]] = field(default_factory=list)
+    twin_defaults: dict[str, Any] = field(default_factory=dict)  # vendor defaults torch lacks
+    atol: float = 1e-13
+
+    @property
+    def name(self) -> str:
+        return self.cls.__name__
+
+
+ROWS = [
+    Row(csoptim.SGD, torch.optim.SGD,
+        [dict(lr=0.05), dict(lr=0.05, momentum=0.9), dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01),
+         dict(lr=0.05, momentum=0.8, dampening=0.3, maximize=True)],
+        [(dict(lr=-1.0), r"Invalid learning rate: -1.0 \(must be >= 0"),
+         (dict(lr=0.1, nesterov=True), r"Invalid nesterov")], atol=0.0),
+    Row(csoptim.Adam, torch.optim.Adam,
+        [dict(lr=0.01), dict(lr=0.01, weight_decay=0.1, amsgrad=True), dict(lr=0.01, betas=(0.8, 0.99), maximize=True)],
+        [(dict(betas=(1.0, 0.9)), r"Invalid beta at index 0: 1.0 \(must be in \[0.0, 1.0\)\)"),
+         (dict(eps=-1e-3), r"Invalid epsilon value")], twin_defaults=dict(eps=1e-6)),
+    Row(csoptim.AdamW, torch.optim.AdamW,
+        [dict(lr=0.01), dict(lr=0.01, weight_decay=0.1), dict(lr=0.01, weight_decay=0.1, amsgrad=True, maximize=True)],
+        [(dict(betas=(0.9, 1.5)), r"Invalid beta at index 1"), (dict(weight_decay=-1), r"Invalid weight_decay")],
+        twin_defaults=dict(eps=1e-6, weight_decay=0.0)),
+    Row(csoptim.Adamax, torch.optim.Adamax,
+        [dict(lr=0.01), dict(lr=0.01, weight_decay=0.1, maximize=True)], [(dict(eps=-1.0), r"Invalid epsilon")]),
+    Row(csoptim.Adadelta, torch.optim.Adadelta,
+        [dict(lr=0.5), dict(lr=0.5, rho=0.8, weight_decay=0.1, maximize=True)], [(dict(rho=1.5), r"Invalid rho")]),
+    Row(csoptim.Adagrad, torch.optim.Adagrad,
+        [dict(lr=0.1), dict(lr=0.1, lr_decay=0.01, weight_decay=0.1, initial_accumulator_value=0.1, maximize=True)],
+        [(dict(lr_decay=-1), r"Invalid lr_decay")]),
+    Row(csoptim.ASGD, torch.optim.ASGD,
+        [dict(lr=0.05), dict(lr=0.05, t0=10, lambd=1e-3, weight_decay=0.1, maximize=True)],
+        [(dict(alpha=-1), r"Invalid alpha")]),
+    Row(csoptim.NAdam, torch.optim.NAdam,
+        [dict(lr=0.01), dict(lr=0.01, weight_decay=0.1, maximize=True),
+         dict(lr=0.01, weight_decay=0.1, decoupled_weight_decay=True)],
+        [(dict(momentum_decay=-1), r"Invalid momentum_decay")]),
+    Row(csoptim.RAdam, torch.optim.RAdam,
+        [dict(lr=0.01), dict(lr=0.01, weight_decay=0.1, maximize=True),
+         dict(lr=0.01, weight_decay=0.1, decoupled_weight_decay=True)],
+        [(dict(betas=(0.9,)), r"Invalid betas")]),
+    Row(csoptim.RMSprop, torch.optim.RMSprop,
+        [dict(lr=0.01), dict(lr=0.01, momentum=0.9, centered=True),
+         dict(lr=0.01, alpha=0.9, weight_decay=0.1, centered=True, maximize=True)],
+        [(dict(momentum=-0.5), r"Invalid momentum")]),
+    Row(csoptim.Rprop, torch.optim.Rprop,
+        [dict(lr=0.01), dict(lr=0.01, etas=(0.3, 1.5), step_sizes=(1e-3, 0.2), maximize=True)],
+        [(dict(etas=(1.5, 1.2)), r"Invalid eta values")], atol=0.0),
+    Row(csoptim.Lamb, references.PaperLamb,
+        [dict(lr=0.01), dict(lr=0.01, weight_decay=0.1), dict(lr=0.01, adam=True, maximize=True)],
+        [(dict(betas=(-0.1, 0.9)), r"Invalid beta at index 0")], atol=1e-12),
+    Row(csoptim.Lion, references.PaperLion,
+        [dict(lr=1e-3), dict(lr=1e-3, betas=(0.95, 0.98), weight_decay=0.5, maximize=True)],
+        [(dict(weight_decay=-0.1), r"Invalid weight_decay")], atol=1e-12),
+    Row(csoptim.Adafactor, references.PaperAdafactor,
+        [dict(lr=0.01), dict(lr=0.01, beta1=0.9, weight_decay=0.01, clip_threshold=0.5),
+         dict(relative_step=True, warmup_init=True, scale_parameter=False),
+         dict(relative_step=True, decay_rate=-0.5)],
+        [(dict(warmup_init=True), r"Invalid warmup_init"), (dict(decay_rate=0.5), r"Invalid decay_rate")],
+        atol=1e-12),
+]
+
+ROW_BY_NAME = {row.name: row for row in ROWS}
+CASES = [(row, variant) for row in ROWS for variant in row.variants]
+
+
+def case_id(case: tuple[Row, dict[str, Any]]) -> str:
+    row, variant = case
+    return row.name + "-" + ",".join(f"{k}={v}" for k, v in variant.items())

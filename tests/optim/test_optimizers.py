@@ -1,0 +1,264 @@
+"""Every optimizer of optim_table.py against its torch.optim twin or paper reference, plus the contract
+of the compliant base class (state up front, in-place updates, tensor lr, checkpoints)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import cs_run
+import cs_run.optim as csoptim
+from tests.optim.helpers import SmallNet, batches, train, twins
+from tests.optim.optim_table import CASES, ROWS, case_id
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_matches_twin_over_50_steps(case):
+    """50 steps on a small model in float64; tolerance per row (optim_table.atol)."""
+    row, variant = case
+    ours_model, ref_model = twins()
+    ours = row.cls(ours_model.parameters(), **variant)
+    ref = row.twin(ref_model.parameters(), **{**row.twin_defaults, **variant})
+    data = batches()
+    train(ours_model, ours, data)
+    train(ref_model, ref, data)
+    for (name, p), q in zip(ours_model.named_parameters(), ref_model.parameters()):
+        assert not torch.equal(p, SmallNet().get_parameter(name)), "the optimizer did not move the parameter"
+        diff = (p - q).abs().max().item()
+        assert diff <= row.atol, f"{name}: max |diff| {diff:.3g} > {row.atol:g}"
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop", "Lion"])
+def test_float32_close_to_torch(name):
+    """float32 with a float32 lr tensor: torch.optim to 1e-5 relative (rounding order only)."""
+    row = next(r for r in ROWS if r.name == name)
+    variant = row.variants[-1]
+    ours_model, ref_model = twins(torch.float32)
+    ours = row.cls(ours_model.parameters(), **variant)
+    ref = row.twin(ref_model.parameters(), **{**row.twin_defaults, **variant})
+    data = batches(20, torch.float32)
+    train(ours_model, ours, data)
+    train(ref_model, ref, data)
+    for p, q in zip(ours_model.parameters(), ref_model.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("row", [(r, kw, rx) for r in ROWS for kw, rx in r.bad],
+                         ids=lambda c: f"{c[0].name}-{c[1]}")
+def test_bad_hyperparameters(row):
+    row, kwargs, regex = row
+    with pytest.raises(ValueError, match=regex):
+        row.cls(SmallNet().parameters(), **kwargs)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_state_exists_up_front_and_is_updated_in_place(case):
+    """All state exists after construction; steps keep every state tensor's identity and storage."""
+    row, variant = case
+    model = SmallNet()
+    opt = row.cls(model.parameters(), **variant)
+    before = {(i, k): (v, v.data_ptr()) for i, s in enumerate(opt.state.values()) for k, v in s.items()}
+    lrs = [(g["lr"], g["lr"].data_ptr()) for g in opt.param_groups]
+    assert len(opt.state) == len(list(model.parameters()))
+    train(model, opt, batches(3))
+    after = {(i, k): v for i, s in enumerate(opt.state.values()) for k, v in s.items()}
+    assert after.keys() == before.keys()
+    for key, (tensor, ptr) in before.items():
+        assert after[key] is tensor and tensor.data_ptr() == ptr, key
+    assert all(g["lr"] is t and t.data_ptr() == ptr for g, (t, ptr) in zip(opt.param_groups, lrs))
+
+
+def test_lr_is_a_tensor_and_in_place_changes_apply():
+    model = SmallNet()
+    opt = csoptim.SGD(model.parameters(), lr=0.1)
+    lr = opt.param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor) and lr.dim() == 0 and lr.dtype == torch.float64
+    assert csoptim.SGD(SmallNet(torch.float32).parameters(), lr=0.1).param_groups[0]["lr"].dtype == torch.float32
+    p0 = model.w1.detach().clone()
+    model.w1.grad = torch.ones_like(model.w1)
+    lr.fill_(0.5)
+    opt.step()
+    torch.testing.assert_close(model.w1.detach(), p0 - 0.5, rtol=0, atol=0)
+
+
+def test_param_groups_and_params_without_grad():
+    model = SmallNet()
+    opt = csoptim.Adam([{"params": [model.w1], "lr": 0.1}, {"params": [model.b1, model.w2]}], lr=0.01)
+    ref_model = copy.deepcopy(model)
+    ref = torch.optim.Adam([{"params": [ref_model.w1], "lr": 0.1}, {"params": [ref_model.b1, ref_model.w2]}],
+                           lr=0.01, eps=1e-6)
+    for m, o in ((model, opt), (ref_model, ref)):
+        m.w1.grad = torch.full_like(m.w1, 0.3)
+        o.step()  # b1, w2 have no grad: skipped, their state untouched
+    assert float(opt.state[model.b1]["step"]) == 0 and float(opt.state[model.w1]["step"]) == 1
+    for p, q in zip(model.parameters(), ref_model.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-15)
+
+
+def test_add_param_group_creates_state_and_keeps_the_old():
+    model = SmallNet()
+    opt = csoptim.Adam([model.w1], lr=0.1)
+    model.w1.grad = torch.ones_like(model.w1)
+    opt.step()
+    old = opt.state[model.w1]["exp_avg"].clone()
+    opt.add_param_group({"params": [model.b1], "lr": 0.2})
+    assert torch.equal(opt.state[model.w1]["exp_avg"], old) and float(opt.state[model.w1]["step"]) == 1
+    assert set(opt.state[model.b1]) == {"step", "exp_avg", "exp_avg_sq"}
+    assert isinstance(opt.param_groups[1]["lr"], torch.Tensor)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
+def test_state_dict_round_trip_copies_in_place(row):
+    """Resume from a state_dict: identical continuation, and the state tensors keep their storage."""
+    data = batches(8)
+    model = SmallNet()
+    opt = row.cls(model.parameters(), **row.variants[-1])
+    train(model, opt, data[:4])
+    saved_model, saved = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+    train(model, opt, data[4:])
+
+    resumed = SmallNet()
+    resumed.load_state_dict(saved_model)
+    opt2 = row.cls(resumed.parameters(), **row.variants[-1])
+    tensors = [v for s in opt2.state.values() for v in s.values()]
+    lr = opt2.param_groups[0]["lr"]
+    opt2.load_state_dict(saved)
+    assert [v for s in opt2.state.values() for v in s.values()] == tensors or all(
+        a is b for a, b in zip([v for s in opt2.state.values() for v in s.values()], tensors))
+    assert opt2.param_groups[0]["lr"] is lr
+    train(resumed, opt2, data[4:])
+    for p, q in zip(model.parameters(), resumed.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_torch_adam_state_dict_loads_into_ours_and_back():
+    """The layout is torch's: a torch.optim.Adam checkpoint resumes in cs_run.optim.Adam and vice versa."""
+    data = batches(6)
+    ref_model, model = twins()
+    ref = torch.optim.Adam(ref_model.parameters(), lr=0.01, eps=1e-6)
+    train(ref_model, ref, data[:3])
+    model.load_state_dict(ref_model.state_dict())
+    opt = csoptim.Adam(model.parameters(), lr=0.5)
+    opt.load_state_dict(ref.state_dict())
+    assert float(opt.param_groups[0]["lr"]) == 0.01
+    back = torch.optim.Adam(SmallNet().parameters(), lr=0.01, eps=1e-6)
+    back.load_state_dict(opt.state_dict())
+    assert set(back.state_dict()["state"][0]) == {"step", "exp_avg", "exp_avg_sq"}
+    train(ref_model, ref, data[3:])
+    train(model, opt, data[3:])
+    for p, q in zip(model.parameters(), ref_model.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-13)
+
+
+def test_load_state_dict_logs_unknown_and_missing_state(caplog):
+    model = SmallNet()
+    opt = csoptim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sd = copy.deepcopy(opt.state_dict())
+    sd["state"][0]["bogus"] = torch.zeros(1)
+    del sd["state"][1]["momentum_buffer"]
+    opt.load_state_dict(sd)
+    assert "bogus" not in opt.state[model.w1] and "momentum_buffer" in opt.state[model.b1]
+    assert "Dropping unknown optimizer state 'bogus'" in caplog.text
+    assert "lacks optimizer state 'momentum_buffer'" in caplog.text
+
+
+class _Lazy(csoptim.Optimizer):
+    """Creates state in step(), as torch.optim does: not compliant."""
+
+    def __init__(self, params, lr=0.1):
+        super().__init__(params, {"lr": lr})
+
+    def preinitialize(self):
+        pass
+
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p]["buf"] = cs_run.zeros_like(p)
+
+    def state_names_to_sparsify(self):
+        return []
+
+
+class _Forgetful(_Lazy):
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p]["momentum"].add_(1)
+
+
+def test_state_created_in_step_is_a_compliance_error():
+    opt = _Lazy(SmallNet().parameters())
+    with pytest.raises(cs_run.errors.ComplianceError, match=r"_Lazy.step\(\) created optimizer state \['buf'\] "
+                       r"for parameter 0; create all state in preinitialize\(\)"):
+        opt.step()
+
+
+def test_state_read_but_never_created_is_a_compliance_error():
+    opt = _Forgetful(SmallNet().parameters())
+    with pytest.raises(cs_run.errors.ComplianceError, match=r"read optimizer state 'momentum', which "
+                       r"preinitialize\(\) did not create"):
+        opt.step()
+
+
+def test_missing_preinitialize_is_a_clear_type_error():
+    class NoPreinit(csoptim.Optimizer):
+        def __init__(self, params):
+            super().__init__(params, {"lr": 0.1})
+
+        def step(self, closure=None):
+            pass
+
+        def state_names_to_sparsify(self):
+            return []
+
+    with pytest.raises(TypeError, match=r"NoPreinit cannot be instantiated: it does not implement preinitialize"):
+        NoPreinit(SmallNet().parameters())
+
+
+def test_enable_global_step_and_sparsify_names():
+    class Counting(csoptim.Optimizer):
+        def __init__(self, params):
+            super().__init__(params, {"lr": 0.1}, enable_global_step=True)
+
+        def preinitialize(self):
+            pass
+
+        def step(self, closure=None):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    self.increment_global_step(p)
+
+        def state_names_to_sparsify(self):
+            return []
+
+    model = SmallNet()
+    opt = Counting(model.parameters())
+    opt.step()
+    opt.step()
+    assert all(float(s["step"]) == 2 for s in opt.state.values())
+    assert csoptim.Adam(model.parameters()).state_names_to_sparsify() == ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"]
+
+
+def test_closure_is_evaluated_with_grad():
+    model = SmallNet()
+    opt = csoptim.SGD(model.parameters(), lr=0.1)
+    x, y = batches(1)[0]
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+
+    loss = opt.step(closure)
+    assert loss.requires_grad and model.w1.grad is not None
+
+
+def test_vendor_defaults_are_documented_differences():
+    model = SmallNet()
+    assert csoptim.Adam(model.parameters()).defaults["eps"] == 1e-6
+    assert csoptim.AdamW(model.parameters()).defaults["weight_decay"] == 0.0
+    assert "correct_bias" in csoptim.AdamW(model.parameters()).defaults
