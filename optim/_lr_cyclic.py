@@ -142,7 +142,7 @@ class OneCycleLR(LRScheduler):
 
 
 class LambdaLR(LRScheduler):
-    """``lr = initial * lr_lambda(t)`` where ``lr_lambda`` maps the step tensor to a factor with torch ops.
+    """``lr = initial * lr_lambda(t)``; ``lr_lambda`` maps the step (a float64 0-d tensor) to a factor.
 
     Pass ``lr_lambda`` or override :meth:`set_lr_lambda` (the vendor's hook). Python branching on
     ``t`` inside the lambda is not allowed (the step is a tensor); use ``torch.where``.
@@ -161,7 +161,7 @@ class LambdaLR(LRScheduler):
         return self._lr_lambda
 
     def _get_closed_form_lr(self) -> Tensor:
-        factor = self.set_lr_lambda()(self.last_epoch)
+        factor = self.set_lr_lambda()(self._step_float())
         return torch.as_tensor(factor, device=self.last_epoch.device).to(self._dtype) * self.initial_learning_rate
 
 
