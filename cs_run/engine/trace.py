@@ -158,7 +158,7 @@ def trace_step(fn: Callable, state: StateSet, args: tuple, kwargs: dict) -> Trac
     inputs = [_as_input(s) for s in state.slots] + [leaves[i] for i in batch_pos]
     gm = _run_make_fx(runner, inputs)
     _lift_strays(gm, state, strays, meta.pop("stray_nodes"))
-    _drop_profiler_ops(gm)
+    _drop_replay_noops(gm)
     gm.graph.eliminate_dead_code()
     gm.recompile()
     summary = summarize(gm, state, [leaves[i] for i in batch_pos], time.perf_counter() - t0)
@@ -185,10 +185,16 @@ def _lift_strays(gm: torch.fx.GraphModule, state: StateSet, strays: dict, nodes:
         state._index[id(t)] = len(state.slots) - 1
 
 
-def _drop_profiler_ops(gm: torch.fx.GraphModule) -> None:
-    """record_function markers (torch.optim adds them) cost time at replay and mean nothing there."""
+def _drop_replay_noops(gm: torch.fx.GraphModule) -> None:
+    """Drops ops that mean nothing at replay (which runs under no_grad) but cost a dispatch each:
+    record_function markers (torch.optim adds them) and ``detach`` (autograd bookkeeping)."""
     for node in reversed(list(gm.graph.nodes)):
-        if node.op == "call_function" and getattr(node.target, "namespace", "") == "profiler" and not node.users:
+        if node.op != "call_function":
+            continue
+        if node.target is torch.ops.aten.detach.default:
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+        elif getattr(node.target, "namespace", "") == "profiler" and not node.users:
             gm.graph.erase_node(node)
 
 

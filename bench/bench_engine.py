@@ -1,0 +1,216 @@
+"""CSX engine vs eager PyTorch vs torch.compile vs the FLOP floor, per training step (DESIGN §8).
+
+Run: ``flock /tmp/cs_run_bench.lock .venv/bin/python bench/bench_engine.py`` (about 3-5 minutes on one
+core; ``--quick`` skips the inductor variants and the cold/warm subprocesses).
+
+Every variant trains the same MLP (Linear+ReLU stack, cross-entropy, SGD with momentum) on the same
+fixed batch. Variants are timed interleaved (A B C D, A B C D, ...) and medians reported, because the
+hosts are shared and noisy. Torch runs on ONE thread (``torch.set_num_threads(1)``) unless
+``--threads`` says otherwise.
+
+* eager:        model + torch.optim.SGD(foreach=True), the usual loop
+* compile:      torch.compile(model) + torch.optim.SGD(foreach=True)
+* csx-fx:       cstorch.trace step on the CSX backend, fx tier (bit-identical to eager)
+* csx-inductor: the same, inductor tier
+* floor:        FLOPs of the step / measured matmul throughput
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+MODELS = {  # name: (in, depth, hidden, out, batch)
+    "fc_mnist d10 h50": (784, 10, 50, 10, 128),
+    "fc_mnist d10 h256": (784, 10, 256, 10, 128),
+    "compute-bound d4 h1024 b512": (1024, 4, 1024, 1024, 512),
+}
+
+
+def build_mlp(d_in: int, depth: int, hidden: int, d_out: int) -> torch.nn.Sequential:
+    layers: list[torch.nn.Module] = []
+    d = d_in
+    for _ in range(depth):
+        layers += [torch.nn.Linear(d, hidden), torch.nn.ReLU()]
+        d = hidden
+    layers.append(torch.nn.Linear(d, d_out))
+    return torch.nn.Sequential(*layers)
+
+
+def step_flops(d_in: int, depth: int, hidden: int, d_out: int, batch: int) -> float:
+    """Matmul FLOPs: forward, grad-input (not for the first layer) and grad-weight of every Linear."""
+    dims = [d_in] + [hidden] * depth + [d_out]
+    total = 0.0
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+        total += 2 * batch * a * b * (2 if i == 0 else 3)
+    return total
+
+
+def matmul_gflops() -> float:
+    a, w = torch.randn(512, 1024), torch.randn(1024, 1024)
+    for _ in range(3):
+        a @ w
+    times = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        a @ w
+        times.append(time.perf_counter() - t0)
+    return 2 * 512 * 1024 * 1024 / statistics.median(times) / 1e9
+
+
+def compliant_sgd():
+    try:
+        from cs_run.optim import SGD
+
+        return SGD
+    except ImportError:  # cs_run.optim not installed yet: a trace-safe stand-in
+        class SGD(torch.optim.Optimizer):
+            def __init__(self, params, lr, momentum):
+                super().__init__(params, dict(lr=torch.tensor(lr), momentum=momentum))
+                for g in self.param_groups:
+                    for p in g["params"]:
+                        self.state[p]["momentum_buffer"] = torch.zeros_like(p)
+
+            @torch.no_grad()
+            def step(self):
+                for g in self.param_groups:
+                    for p in g["params"]:
+                        buf = self.state[p]["momentum_buffer"].mul_(g["momentum"]).add_(p.grad)
+                        p.sub_(buf * g["lr"])
+
+        return SGD
+
+
+def make_variants(spec, with_inductor: bool, with_compile: bool) -> dict:
+    d_in, depth, hidden, d_out, batch = spec
+    x, y = torch.randn(batch, d_in), torch.randint(0, d_out, (batch,))
+    variants = {}
+
+    def eager_like(model):
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, foreach=True)
+
+        def step():
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step
+
+    torch.manual_seed(0)
+    variants["eager"] = eager_like(build_mlp(d_in, depth, hidden, d_out))
+    if with_compile:
+        torch.manual_seed(0)
+        variants["compile"] = eager_like(torch.compile(build_mlp(d_in, depth, hidden, d_out)))
+    tiers = ["fx"] + (["inductor"] if with_inductor else [])
+    for tier in tiers:
+        torch.manual_seed(0)
+        model = build_mlp(d_in, depth, hidden, d_out)
+        opt = compliant_sgd()(model.parameters(), lr=0.01, momentum=0.9)
+        from cs_run.engine import CompiledStep, EngineOptions
+
+        compile_dir = tempfile.mkdtemp(prefix="cs_run_bench_")
+
+        def csx_step(xb, yb, model=model, opt=opt):
+            loss = torch.nn.functional.cross_entropy(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+
+        compiled = CompiledStep(csx_step, EngineOptions(tier=tier, compile_dir=compile_dir))
+        variants[f"csx-{tier}"] = lambda compiled=compiled: compiled(x, y)
+    return variants
+
+
+def time_variants(variants: dict, steps: int, repeats: int) -> dict[str, float]:
+    first = {}
+    for name, fn in variants.items():  # warm-up (includes trace/compile), timed separately
+        t0 = time.perf_counter()
+        fn()
+        first[name] = time.perf_counter() - t0
+        for _ in range(3):
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / steps)
+    return {k: statistics.median(v) for k, v in samples.items()}, first
+
+
+_TTFS_SCRIPT = r"""
+import time, sys
+t0 = time.perf_counter()
+import torch
+torch.set_num_threads(1)
+import cs_run as cstorch
+sys.path.insert(0, {bench_dir!r})
+from bench_engine import build_mlp, compliant_sgd
+cstorch.backend("CSX", compile_dir={compile_dir!r}, compile_tier="inductor")
+torch.manual_seed(0)
+model = cstorch.compile(build_mlp(784, 10, 50, 10))
+opt = compliant_sgd()(model.parameters(), lr=0.01, momentum=0.9)
+@cstorch.trace
+def step(x, y):
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad(); loss.backward(); opt.step()
+    return loss
+float(step(torch.randn(128, 784), torch.randint(0, 10, (128,))))
+print(time.perf_counter() - t0)
+"""
+
+
+def time_to_first_step(threads: int) -> tuple[float, float]:
+    """Cold (empty compile_dir) then warm (same compile_dir) time-to-first-step, in fresh processes."""
+    compile_dir = tempfile.mkdtemp(prefix="cs_run_ttfs_")
+    script = _TTFS_SCRIPT.format(bench_dir=os.path.dirname(os.path.abspath(__file__)), compile_dir=compile_dir)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    out = []
+    for _ in range(2):
+        res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+        out.append(float(res.stdout.strip().splitlines()[-1]))
+    return out[0], out[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="fx tier and eager only, no subprocesses")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    peak = matmul_gflops()
+    print(f"torch {torch.__version__}, {args.threads} thread(s); matmul 512x1024x1024: {peak:.1f} GFLOP/s")
+    header = f"{'model':30s} {'variant':13s} {'ms/step':>8s} {'vs eager':>9s} {'vs compile':>10s} {'vs floor':>9s} {'1st call s':>10s}"
+    print(header)
+    for name, spec in MODELS.items():
+        big = spec[2] >= 1024
+        variants = make_variants(spec, with_inductor=not args.quick, with_compile=not args.quick)
+        med, first = time_variants(variants, steps=max(3, args.steps // (4 if big else 1)), repeats=args.repeats)
+        floor = step_flops(*spec) / (peak * 1e9)
+        for v, t in med.items():
+            vs_c = f"{med['compile'] / t:9.2f}x" if "compile" in med else f"{'-':>10s}"
+            print(f"{name:30s} {v:13s} {t * 1e3:8.3f} {med['eager'] / t:8.2f}x {vs_c} {t / floor:8.2f}x {first[v]:10.2f}")
+        print(f"{name:30s} {'floor':13s} {floor * 1e3:8.3f}   ({step_flops(*spec) / 1e6:.0f} MFLOP/step)")
+    if not args.quick:
+        cold, warm = time_to_first_step(args.threads)
+        print(f"time to first step, fc_mnist d10 h50, inductor tier, fresh processes: cold {cold:.2f}s, "
+              f"warm cache {warm:.2f}s ({warm / cold:.2f} of cold)")
+    print("(speed-ups >1 mean the variant is faster; 'vs floor' is how many times the FLOP floor it takes)")
+
+
+if __name__ == "__main__":
+    main()
