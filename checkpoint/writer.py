@@ -52,6 +52,11 @@ class _Writer:
         self.dcpl = h5p.create(h5p.DATASET_CREATE)
         self.dcpl.set_fill_time(h5d.FILL_TIME_NEVER)  # every byte is written by us; skip the fill pass
         self.pool = ThreadPoolExecutor(max_workers=1)
+        from h5py import h5s, h5t
+
+        self._h5t, self._scalar = h5t, h5s.create(h5s.SCALAR)
+        self._types: dict[str, tuple] = {}
+        self._dtypes: dict[np.dtype, Any] = {}
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
@@ -65,23 +70,30 @@ class _Writer:
         return name
 
     def _set_type(self, dsid: Any, type_name: str) -> None:
-        from h5py import h5a, h5s, h5t
+        from h5py import h5a
 
-        data = np.array(type_name.encode(), dtype=f"S{max(1, len(type_name))}")
-        attr = h5a.create(dsid, fmt.ATTR_TYPE.encode(), h5t.py_create(data.dtype), h5s.create(h5s.SCALAR))
-        attr.write(data)
+        if type_name not in self._types:  # HDF5 type objects are reused: thousands of small tensors
+            data = np.array(type_name.encode(), dtype=f"S{max(1, len(type_name))}")
+            self._types[type_name] = (data, self._h5t.py_create(data.dtype))
+        data, h5type = self._types[type_name]
+        h5a.create(dsid, fmt.ATTR_TYPE.encode(), h5type, self._scalar).write(data)
+
+    def _file_type(self, dtype: np.dtype) -> Any:
+        if dtype not in self._dtypes:
+            self._dtypes[dtype] = self._h5t.py_create(dtype)
+        return self._dtypes[dtype]
 
     def _array(self, name: str, arr: np.ndarray, type_name: str) -> dict[str, Any]:
         """Write a numeric array; returns its file offset (None if compressed/empty), size and CRC32."""
-        from h5py import h5d, h5s, h5t
+        from h5py import h5d, h5s
 
         crc_job = self.pool.submit(zlib.crc32, arr) if arr.nbytes >= _CRC_ON_THREAD_BYTES else None
         offset = None
         if self.compression is not None and arr.ndim > 0 and arr.size > 0:
             dsid = self.f.create_dataset(name, data=arr, compression=self.compression, chunks=True).id
         else:
-            space = h5s.create(h5s.SCALAR) if arr.ndim == 0 else h5s.create_simple(arr.shape)
-            dsid = h5d.create(self.f.id, name.encode(), h5t.py_create(arr.dtype), space, dcpl=self.dcpl)
+            space = self._scalar if arr.ndim == 0 else h5s.create_simple(arr.shape)
+            dsid = h5d.create(self.f.id, name.encode(), self._file_type(arr.dtype), space, dcpl=self.dcpl)
             if arr.size > 0:
                 dsid.write(h5s.ALL, h5s.ALL, arr)
                 offset = dsid.get_offset()
