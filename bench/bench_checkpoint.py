@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import os
 import shutil
 import statistics
 import tempfile
 import time
 
 import torch
-
 from cs_run.checkpoint import load, load_into, save
 from cs_run.checkpoint.atomic import fsync_path
 

@@ -10,4 +10,4 @@ from cs_run.checkpoint.h5 import load as load
 from cs_run.checkpoint.h5 import load_into as load_into
 from cs_run.checkpoint.h5 import save as save
 
-__all__ = ["save", "load", "load_into", "info", "is_checkpoint_file"]
+__all__ = ["info", "is_checkpoint_file", "load", "load_into", "save"]

@@ -14,7 +14,7 @@ import secrets
 import time
 from collections.abc import Iterator
 
-__all__ = ["TMP_SUFFIX", "atomic_path", "fsync_path", "clean_stale_temps"]
+__all__ = ["TMP_SUFFIX", "atomic_path", "clean_stale_temps", "fsync_path"]
 
 logger = logging.getLogger(__name__)
 

@@ -75,7 +75,7 @@ def info(path: str, as_json: bool, verify: bool) -> None:
     else:
         width = max([len(k["key"]) for k in desc["keys"]] + [3])
         for k in desc["keys"]:
-            detail = f"{k.get('dtype', '')}{k['shape'] if 'shape' in k else ''}"
+            detail = f"{k.get('dtype', '')}{k.get('shape', '')}"
             tied = f"  tied to {k['tied_to']}" if "tied_to" in k else ""
             click.echo(f"{k['key']:<{width}}  {k['type']:<8} {detail:<28} {_human(k.get('nbytes', 0)):>10}{tied}")
         click.echo(

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 import torch
-
 from cs_run.checkpoint.atomic import atomic_path
 from cs_run.checkpoint.reader import one_line
 from cs_run.checkpoint.tree import flatten, unflatten
+
 from cs_run.errors import CheckpointError, ParamsError
 
-__all__ = ["FORMATS", "format_for_path", "convert", "load_foreign", "info_foreign", "save_torch", "save_safetensors"]
+__all__ = ["FORMATS", "convert", "format_for_path", "info_foreign", "load_foreign", "save_safetensors", "save_torch"]
 
 FORMATS = ("h5", "torch", "safetensors")
 _EXTENSIONS = {
@@ -74,8 +74,8 @@ def _load_safetensors(path: str) -> Any:
     try:
         with st.safe_open(path, framework="pt") as fh:
             meta = fh.metadata() or {}
-            tensors = {k: fh.get_tensor(k) for k in fh.keys()}
-    except Exception as err:  # noqa: BLE001 - safetensors raises its own types
+            tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 - safe_open is no dict
+    except Exception as err:
         raise CheckpointError(f"checkpoint '{path}' is not a readable safetensors file ({one_line(err)})") from err
     if _META_KEY not in meta:
         return tensors
@@ -99,7 +99,7 @@ def load_foreign(path: str, kind: str, map_location: Any = None, allow_pickle: b
         return _to_device(_load_safetensors(path), map_location)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=not allow_pickle, mmap=True)
-    except Exception as err:  # noqa: BLE001 - torch raises many types for bad files
+    except Exception as err:
         hint = " (it holds non-tensor objects: pass allow_pickle=True only if you trust it)" if "weights_only" in str(err) else ""
         raise CheckpointError(f"checkpoint '{path}' is not a readable torch file: {one_line(err)}{hint}") from err
     return _to_device(obj, map_location)

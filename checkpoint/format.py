@@ -52,20 +52,20 @@ import numpy as np
 import torch
 
 __all__ = [
-    "FORMAT_NAME",
-    "FORMAT_VERSION",
+    "ALIGNMENT",
+    "ATTR_COMPLETE",
     "ATTR_FORMAT",
-    "ATTR_VERSION",
     "ATTR_STRUCTURE",
     "ATTR_STRUCTURE_CRC",
-    "ATTR_COMPLETE",
     "ATTR_TYPE",
-    "ALIGNMENT",
+    "ATTR_VERSION",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
     "LEAF_TYPES",
     "TORCH_DTYPES",
-    "torch_dtype_name",
     "dataset_name",
     "sniff",
+    "torch_dtype_name",
 ]
 
 FORMAT_NAME = "cs_run.checkpoint"

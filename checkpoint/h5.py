@@ -9,23 +9,31 @@ import logging
 import os
 import pickle
 import zlib
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any, Union
 
 import numpy as np
 import torch
-
 from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint.atomic import atomic_path
-from cs_run.checkpoint.reader import H5Source, check_path, one_line, open_h5, read_spec, storage_dtype
+from cs_run.checkpoint.reader import (
+    H5Source,
+    check_path,
+    one_line,
+    open_h5,
+    read_spec,
+    storage_dtype,
+)
 from cs_run.checkpoint.tree import flatten, leaf_paths, tree_paths, unflatten
 from cs_run.checkpoint.writer import COMPRESSIONS, write_file
+
 from cs_run.errors import CheckpointError, ParamsError
 
-__all__ = ["save", "load", "load_into", "info", "is_checkpoint_file", "MapLocation"]
+__all__ = ["MapLocation", "info", "is_checkpoint_file", "load", "load_into", "save"]
 
 logger = logging.getLogger(__name__)
 
-MapLocation = Union[None, str, torch.device, dict, Callable[[torch.Tensor, str], torch.Tensor]]
+MapLocation = Union[None, str, torch.device, dict, Callable[[torch.Tensor, str], torch.Tensor]]  # noqa: UP007
 PathLike = Union[str, "os.PathLike[str]"]
 
 
@@ -88,7 +96,7 @@ def _open_source(path: str) -> tuple[Any, H5Source]:
     except CheckpointError:
         f.close()
         raise
-    except Exception as err:  # noqa: BLE001 - HDF5 metadata damage surfaces as KeyError/OSError/...
+    except Exception as err:
         f.close()
         raise CheckpointError(f"checkpoint '{path}' is corrupted ({one_line(err)})") from err
 
@@ -131,7 +139,7 @@ def _value(src: H5Source, spec: dict, values: list, lazy: bool, map_location: Ma
                 f"checkpoint '{src.path}': key '{spec['key']}' holds a pickled Python object "
                 f"({spec.get('cls', 'unknown class')}); refusing to unpickle it ({why})"
             )
-        return pickle.loads(src.dataset_value(spec))  # noqa: S301 - explicit opt-in
+        return pickle.loads(src.dataset_value(spec))
     if "v" in spec:
         return spec["v"]
     return src.dataset_value(spec)
@@ -141,9 +149,8 @@ def _damaged(src: H5Source) -> list[str]:
     """Keys whose stored bytes no longer match the CRC32 recorded at save."""
     bad = []
     for spec in src.specs:
-        if "crc" in spec and "tied" not in spec and spec["n"] > 0:
-            if zlib.crc32(src.stored_bytes(spec)) != spec["crc"]:
-                bad.append(spec["key"])
+        if "crc" in spec and "tied" not in spec and spec["n"] > 0 and zlib.crc32(src.stored_bytes(spec)) != spec["crc"]:
+            bad.append(spec["key"])
     return bad
 
 
@@ -317,7 +324,7 @@ def info(path: PathLike, verify: bool = False) -> dict:
         from cs_run.checkpoint import convert
 
         return convert.info_foreign(path, kind)
-    tree, src = _open_source(path)
+    _, src = _open_source(path)
     try:
         legacy = fmt.ATTR_FORMAT not in src.f.attrs
         version = float(src.f.attrs.get("__version__", 0.1)) if legacy else fmt.FORMAT_VERSION

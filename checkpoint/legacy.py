@@ -24,12 +24,12 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 import numpy as np
-
 from cs_run.checkpoint.format import TORCH_DTYPES
 from cs_run.checkpoint.tree import encode_key
+
 from cs_run.errors import CheckpointError
 
-__all__ = ["LEGACY_MAX_VERSION", "is_legacy", "describe"]
+__all__ = ["LEGACY_MAX_VERSION", "describe", "is_legacy"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def is_legacy(f: Any) -> bool:
     """A vendor file has ``__spec__`` / ``__version__`` attributes or ``__H5_TYPE__`` datasets."""
     if "__spec__" in f.attrs or "__version__" in f.attrs:
         return True
-    first = next(iter(f.keys()), None)
+    first = next(iter(f), None)
     return first is not None and _TYPE_KEY in f[first].attrs
 
 
@@ -128,7 +128,7 @@ def _read_tree(path: str, f: Any) -> tuple[Any, list[str]]:
             return _spec_tree(root, keys, ()), keys
         except Exception as err:  # noqa: BLE001 - fall back to the flat key listing
             logger.warning("checkpoint %s: cannot read its __spec__ (%s); returning a flat dict", path, err)
-    keys = [unquote(name) for name in f.keys()]
+    keys = [unquote(name) for name in f]
     return {"dict": [[k, i] for i, k in enumerate(keys)]}, keys
 
 
@@ -189,7 +189,7 @@ def describe(path: str, f: Any) -> tuple[Any, list[dict]]:
         specs = [_leaf_spec(path, f, key, version) for key in keys]
     except CheckpointError:
         raise
-    except Exception as err:  # noqa: BLE001 - an HDF5 failure inside a legacy file
+    except Exception as err:
         raise CheckpointError(f"checkpoint '{path}' is corrupted: {err}") from err
     _mark_ties(f, specs)
     return tree, specs

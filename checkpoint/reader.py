@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 import torch
-
 from cs_run.checkpoint import format as fmt
+
 from cs_run.errors import CheckpointError
 
-__all__ = ["check_path", "open_h5", "read_spec", "storage_dtype", "H5Source", "one_line"]
+__all__ = ["H5Source", "check_path", "one_line", "open_h5", "read_spec", "storage_dtype"]
 
 
 def one_line(err: BaseException) -> str:
@@ -94,7 +94,7 @@ def read_spec(path: str, f: Any) -> dict:
         return json.loads(doc)
     except CheckpointError:
         raise
-    except Exception as err:  # noqa: BLE001 - any HDF5/JSON failure here means a damaged file
+    except Exception as err:
         raise CheckpointError(f"checkpoint '{path}' is corrupted: cannot read its spec ({one_line(err)})") from err
 
 
@@ -143,7 +143,7 @@ class H5Source:
     def _hdf5_offset(self, spec: dict) -> int | None:
         try:
             return self.f[spec["ds"]].id.get_offset()
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             raise CheckpointError(
                 f"checkpoint '{self.path}' is corrupted: dataset of key '{spec['key']}' is unreadable "
                 f"({one_line(err)})"
@@ -174,7 +174,7 @@ class H5Source:
         buf = out.reshape(-1).view(np.uint8)
         if spec.get("off") is not None:
             if self._fh is None:
-                self._fh = open(self.path, "rb", buffering=0)
+                self._fh = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
             view, pos = memoryview(buf), 0
             while pos < len(view):  # one read() returns at most ~2 GiB on Linux
                 self._fh.seek(spec["off"] + pos)
@@ -189,7 +189,7 @@ class H5Source:
             ds = self.f[spec["ds"]]
             mem = np.dtype(spec.get("mem") or mem_dtype or ds.dtype)
             ds.id.read(h5s.ALL, h5s.ALL, buf.view(mem).reshape(ds.shape))  # HDF5's own read (chunks, legacy)
-        except Exception as err:  # noqa: BLE001 - damaged chunk, missing filter plugin, ...
+        except Exception as err:
             raise CheckpointError(
                 f"checkpoint '{self.path}': cannot read key '{spec['key']}' ({one_line(err)}); the file is "
                 "damaged or uses a compression filter this h5py lacks (try installing hdf5plugin)"

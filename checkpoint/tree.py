@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 import torch
-
 from cs_run.checkpoint.format import torch_dtype_name
+
 from cs_run.errors import CheckpointError
 
-__all__ = ["Leaf", "UnsupportedValueError", "flatten", "unflatten", "leaf_paths", "tree_paths", "encode_key"]
+__all__ = ["Leaf", "UnsupportedValueError", "encode_key", "flatten", "leaf_paths", "tree_paths", "unflatten"]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _NUMPY_KINDS = "biufc"  # bool, int, uint, float, complex: what HDF5 stores natively
@@ -88,7 +88,7 @@ def _classify(key: str, value: Any, allow_pickle: bool) -> tuple[str, Any]:
     if allow_pickle:
         try:
             return "pickle", pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as err:  # noqa: BLE001 - any pickling failure is reported with the key
+        except Exception as err:
             raise UnsupportedValueError(f"cannot save key '{key}': pickling {tp.__name__} failed: {err}") from err
     raise UnsupportedValueError(
         f"cannot save key '{key}': {tp.__module__}.{tp.__qualname__} is not supported without pickle "

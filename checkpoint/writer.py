@@ -15,12 +15,11 @@ from typing import Any
 
 import numpy as np
 import torch
-
 from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint.atomic import fsync_path
 from cs_run.checkpoint.tree import Leaf
 
-__all__ = ["write_file", "tensor_array", "COMPRESSIONS"]
+__all__ = ["COMPRESSIONS", "tensor_array", "write_file"]
 
 COMPRESSIONS = (None, "gzip", "lzf")
 _CRC_ON_THREAD_BYTES = 1 << 20  # below this, the thread hand-off costs more than it saves

@@ -49,8 +49,8 @@ from cs_run import optim as optim
 __all__ += ["optim"]
 # --- end optim ---
 # --- checkpoint (issue 4): save / load ---
-from cs_run.checkpoint import load as load  # noqa: E402 - h5py is imported only inside the functions
-from cs_run.checkpoint import save as save  # noqa: E402
+from cs_run.checkpoint import load as load  # h5py is imported only inside the functions
+from cs_run.checkpoint import save as save
 
 __all__ += ["load", "save"]
 # --- end checkpoint ---

@@ -21,7 +21,7 @@ def assert_same(a, b, path="root"):
         assert a.dtype == b.dtype and a.shape == b.shape, f"{path}: {a.dtype}{list(a.shape)} vs {b.dtype}{list(b.shape)}"
         assert a.requires_grad == b.requires_grad, path
         assert tensor_bytes(a) == tensor_bytes(b), f"{path}: data differs"
-    elif isinstance(a, np.ndarray) or isinstance(a, np.generic):
+    elif isinstance(a, (np.ndarray, np.generic)):
         assert a.dtype == b.dtype and a.shape == b.shape, path
         assert a.tobytes() == b.tobytes(), path
     elif isinstance(a, float):

@@ -10,11 +10,9 @@ import time
 
 import pytest
 import torch
-
+from ckpt_helpers import assert_same
 from cs_run.checkpoint import atomic, load, save
 from cs_run.checkpoint.atomic import TMP_SUFFIX
-
-from ckpt_helpers import assert_same
 
 
 def _state(seed: int, mb: int = 24) -> dict:

@@ -6,12 +6,11 @@ import copy
 
 import pytest
 import torch
-
-from cs_run.checkpoint import load, load_into, save
-from cs_run.errors import CheckpointError
-
-from conftest import TinyMLP, make_batches
 from ckpt_helpers import assert_same
+from conftest import TinyMLP, make_batches
+from cs_run.checkpoint import load, load_into, save
+
+from cs_run.errors import CheckpointError
 
 
 def _train(model, opt, batches):
