@@ -127,6 +127,18 @@ train_and_eval = _mode_command("train-and-eval", "train_and_eval", "Train, then 
 eval_all = _mode_command("eval-all", "eval_all", "Evaluate every checkpoint in model_dir, oldest first.")
 
 
+def _attach_subsystems() -> None:
+    """Commands owned by other modules: ``cs-run checkpoint convert|info`` and ``cs-run plot``."""
+    from cs_run.checkpoint.cli import checkpoint
+    from cs_run.plot import plot
+
+    cli.add_command(checkpoint)
+    cli.add_command(plot)
+
+
+_attach_subsystems()
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Console entry point of ``cs-run``."""
     cli.main(args=argv, prog_name="cs-run")

@@ -52,6 +52,6 @@ def prune_checkpoints(model_dir: str | Path, keep: Optional[int]) -> None:
     """Delete all but the newest ``keep`` checkpoints."""
     if keep is None:
         return
-    for step, path in list_checkpoints(model_dir)[:-keep]:
+    for _, path in list_checkpoints(model_dir)[:-keep]:
         logger.info("Removing old checkpoint %s (max_checkpoints=%d)", path.name, keep)
         path.unlink(missing_ok=True)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 from typing import Any, Optional
 
 import numpy as np
 import torch
 
-__all__ = ["capture_rng_state", "restore_rng_state"]
+__all__ = ["capture_rng_state", "restore_rng_state", "preserved_rng"]
 
 
 def capture_rng_state(generator: Optional[torch.Generator] = None) -> dict[str, Any]:
@@ -44,3 +45,13 @@ def restore_rng_state(state: dict[str, Any], generator: Optional[torch.Generator
         torch.cuda.set_rng_state_all(list(torch.as_tensor(state["cuda"]).cpu()))
     if generator is not None and "generator" in state:
         generator.set_state(torch.as_tensor(state["generator"], dtype=torch.uint8).cpu())
+
+
+@contextlib.contextmanager
+def preserved_rng(generator: Optional[torch.Generator] = None):
+    """Run a block (a nested eval) without shifting the training run's random streams."""
+    state = capture_rng_state(generator)
+    try:
+        yield
+    finally:
+        restore_rng_state(state, generator)

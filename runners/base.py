@@ -7,24 +7,24 @@ executes (:meth:`_train_step`, :meth:`_eval_step`) and how values reach the host
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import torch
+from cs_run.runners import _build, _checkpoints
+from cs_run.runners._batches import batch_size, move_to_device
+from cs_run.runners._budget import StepBudget, compute_step_budget
+from cs_run.runners._reporting import RateMeter, Summaries
+from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
+from cs_run.runners._step import StepConfig
+from cs_run.runners.hooks import RunnerHooks
 from tqdm import tqdm
 
 from cs_run._logging import run_log
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.params import Params, save_params
-from cs_run.runners import _build, _checkpoints
-from cs_run.runners._budget import StepBudget, compute_step_budget
-from cs_run.runners._rng import capture_rng_state, restore_rng_state
-from cs_run.runners._step import StepConfig
-from cs_run.runners.hooks import RunnerHooks
 
 __all__ = ["PyTorchBaseRunner"]
 
@@ -72,12 +72,15 @@ class PyTorchBaseRunner(RunnerHooks):
             autocast_dtype=_build.resolve_autocast_dtype(params.model, self.torch_device.type),
             device_type=self.torch_device.type,
         )
+        if self.step_config.autocast_dtype is not None:
+            logger.info("Mixed precision: %s autocast on %s", self.step_config.autocast_dtype, self.torch_device.type)
         self._train_loader = None
         self._epoch = 0
         self._epoch_step = 0
         self._epoch_start_rng: Optional[dict] = None
         self._pending_resume: Optional[dict] = None
         self._last_saved_step: Optional[int] = None
+        self._summaries = Summaries(self.model_dir)
 
     # --------------------------------------------------------------------------------- construction
 
@@ -121,15 +124,18 @@ class PyTorchBaseRunner(RunnerHooks):
         self._prepare_model_dir()
         with run_log(self.model_dir, self.params.runconfig.logging):
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
-            if mode == "train":
-                self.train()
-                return {}
-            if mode == "eval":
-                return self.evaluate(checkpoint=self._initial_checkpoint())
-            if mode == "train_and_eval":
-                self.train()
-                return self.evaluate()
-            return self.eval_all()
+            try:
+                if mode == "train":
+                    self.train()
+                    return {}
+                if mode == "eval":
+                    return self.evaluate(checkpoint=self._initial_checkpoint())
+                if mode == "train_and_eval":
+                    self.train()
+                    return self.evaluate()
+                return self.eval_all()
+            finally:
+                self._summaries.close()
 
     def _prepare_model_dir(self) -> None:
         self.model_dir.mkdir(parents=True, exist_ok=True)
@@ -163,7 +169,7 @@ class PyTorchBaseRunner(RunnerHooks):
         logger.info("Training %d steps (global step %d -> %d), %d per epoch", budget.steps, self.global_step,
                     end_step, budget.steps_per_epoch)
         self.model.train()
-        self._rate = _RateMeter()
+        self._rate = RateMeter()
         self.on_train_start()
         with self._progress("Train", budget.steps) as bar:
             while self.global_step < end_step:
@@ -226,20 +232,32 @@ class PyTorchBaseRunner(RunnerHooks):
         """Host work after a step: loss check, logging, checkpoint, periodic eval."""
         rc = self.params.runconfig
         step = self.global_step
-        self._rate.add(sum(_batch_size(b) for b in micro_batches))
+        self._rate.add(sum(batch_size(b) for b in micro_batches))
         if step % rc.log_steps == 0 or step == end_step:
             value = self._fetch_loss(loss)  # host sync point, only on log steps
             self._check_loss(value, step)
+            rate, global_rate = self._rate.rate(), self._rate.global_rate()
             logger.info("| Train Device=%s, Step=%d, Loss=%.5f, Rate=%.2f samples/sec, GlobalRate=%.2f samples/sec",
-                        self.device_name, step, value, self._rate.rate(), self._rate.global_rate())
+                        self.device_name, step, value, rate, global_rate)
+            self._write_train_summaries(step, value, rate, global_rate)
         else:
             self._check_loss_cheaply(loss, step)
         if (rc.checkpoint_steps and step % rc.checkpoint_steps == 0) or step == end_step:
             self._save_checkpoint()
         if rc.eval_frequency and step % rc.eval_frequency == 0 and step != end_step and self.params.eval_input:
-            with _preserved_rng(getattr(self._train_loader, "generator", None)):
+            with preserved_rng(getattr(self._train_loader, "generator", None)):
                 self.evaluate()
             self.model.train()
+
+    def _write_train_summaries(self, step: int, loss: float, rate: float, global_rate: float) -> None:
+        """Loss, learning rate(s), loss scale and throughput into model_dir/train."""
+        scalars = {"loss": loss, "samples_per_sec": rate, "global_samples_per_sec": global_rate}
+        groups = self.optimizer.param_groups
+        for i, group in enumerate(groups):
+            scalars["lr" if len(groups) == 1 else f"lr/group_{i}"] = float(group["lr"])
+        if self.grad_scaler is not None:
+            scalars["loss_scale"] = self.grad_scaler.get_scale()
+        self._summaries.add_scalars("train", scalars, step)
 
     def _fetch_loss(self, loss: torch.Tensor) -> float:
         return float(loss)
@@ -291,6 +309,8 @@ class PyTorchBaseRunner(RunnerHooks):
         summary = ", ".join(f"{k}={v:.5f}" for k, v in results.items())
         logger.info("| Eval Device=%s, GlobalStep=%d, Batches=%d, %s", self.device_name, self.global_step, steps,
                     summary)
+        self._summaries.add_scalars("eval", {k.removeprefix("eval/"): v for k, v in results.items()},
+                                    self.global_step, flush=True)
         return results
 
     def eval_all(self) -> dict[str, dict[str, float]]:
@@ -340,7 +360,10 @@ class PyTorchBaseRunner(RunnerHooks):
         """Resume training from ``path``: weights, optimizer, schedule, scaler, step, RNG and data position."""
         if path is None:
             return
-        state = _checkpoints.load_checkpoint(path, {"model": self.model.state_dict()})
+        target = {"model": self.model.state_dict()}
+        if self.optimizer is not None:
+            target["optimizer"] = self.optimizer.state_dict()  # state tensors are read in place
+        state = _checkpoints.load_checkpoint(path, target)
         self.global_step = int(state.get("global_step", 0))
         for key, part in (("optimizer", self.optimizer), ("lr_scheduler", self.lr_scheduler),
                           ("grad_scaler", self.grad_scaler)):
@@ -369,60 +392,8 @@ class PyTorchBaseRunner(RunnerHooks):
         raise NotImplementedError
 
     def _to_device(self, batch: Any) -> Any:
-        return _move(batch, self.torch_device)
+        return move_to_device(batch, self.torch_device)
 
     def _progress(self, desc: str, total: int):
         disable = True if self.params.runconfig.disable_progress_bar else None  # None: only on a TTY
         return tqdm(total=total, desc=desc, unit="step", disable=disable, dynamic_ncols=True, leave=False)
-
-
-class _RateMeter:
-    """Samples/sec over the last log interval (Rate) and since the run started (GlobalRate)."""
-
-    def __init__(self) -> None:
-        self._start = self._mark = time.perf_counter()
-        self._total = self._since_mark = 0
-
-    def add(self, samples: int) -> None:
-        self._total += samples
-        self._since_mark += samples
-
-    def rate(self) -> float:
-        now = time.perf_counter()
-        rate = self._since_mark / max(now - self._mark, 1e-9)
-        self._mark, self._since_mark = now, 0
-        return rate
-
-    def global_rate(self) -> float:
-        return self._total / max(time.perf_counter() - self._start, 1e-9)
-
-
-@contextlib.contextmanager
-def _preserved_rng(generator=None):
-    """Run a nested eval without shifting the training run's random streams."""
-    state = capture_rng_state(generator)
-    try:
-        yield
-    finally:
-        restore_rng_state(state, generator)
-
-
-def _move(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, (list, tuple)):
-        moved = [_move(b, device) for b in batch]
-        return type(batch)(moved) if isinstance(batch, list) else tuple(moved)
-    if isinstance(batch, dict):
-        return {k: _move(v, device) for k, v in batch.items()}
-    return batch
-
-
-def _batch_size(batch: Any) -> int:
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.ndim else 1
-    if isinstance(batch, (list, tuple)) and batch:
-        return _batch_size(batch[0])
-    if isinstance(batch, dict) and batch:
-        return _batch_size(next(iter(batch.values())))
-    return 0

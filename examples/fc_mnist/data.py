@@ -66,7 +66,8 @@ def load_mnist_idx(data_dir: str | Path, split: str) -> Optional[tuple[torch.Ten
     images = torch.from_numpy(read_idx(images_path).astype(np.float32) / 255.0)
     labels = torch.from_numpy(read_idx(labels_path).astype(np.int64))
     if images.ndim != 3 or len(images) != len(labels):
-        raise ValueError(f"MNIST files in {data_dir} disagree: images {tuple(images.shape)}, labels {tuple(labels.shape)}")
+        raise ValueError(f"MNIST files in {data_dir} disagree: images {tuple(images.shape)}, "
+                         f"labels {tuple(labels.shape)}")
     logger.info("fc_mnist data: MNIST IDX files %s (%d samples)", images_path, len(labels))
     return ((images - MNIST_MEAN) / MNIST_STD).unsqueeze(1), labels
 

@@ -21,6 +21,7 @@ def test_help_lists_only_working_subcommands():
     assert result.exit_code == 0
     listed = [line.split()[0] for line in result.output.split("Commands:")[1].strip().splitlines()]
     assert set(SUBCOMMANDS) <= set(listed)
+    assert {"checkpoint", "plot"} <= set(listed)
     assert "compile-only" not in listed and "validate-only" not in listed
 
 

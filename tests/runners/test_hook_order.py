@@ -5,11 +5,11 @@ from __future__ import annotations
 import importlib
 
 import pytest
+from cs_run.runners import PyTorchBaseRunner
+from cs_run.runners._build import check_params_keys
 
 from cs_run.errors import ParamsError
 from cs_run.params import load_params
-from cs_run.runners import PyTorchBaseRunner
-from cs_run.runners._build import check_params_keys
 
 
 def make_runner(params_path, overrides=None, runner="toy_models:RecordingRunner"):
@@ -75,7 +75,8 @@ def test_nan_stop_runs_no_end_hooks_and_keeps_earlier_checkpoints(toy_project, c
 
 
 def test_runner_must_subclass_a_cs_run_runner(toy_project, tmp_path):
-    with pytest.raises(ParamsError, match=r"'toy_models:NotARunner' must be a subclass of cs_run.runners.PyTorchRunner"):
+    expected = r"'toy_models:NotARunner' must be a subclass of cs_run.runners.PyTorchRunner"
+    with pytest.raises(ParamsError, match=expected):
         make_runner(toy_project, runner="toy_models:NotARunner")
     with pytest.raises(ParamsError, match=r"module 'toy_models' has no attribute 'Missing'"):
         make_runner(toy_project, runner="toy_models:Missing")

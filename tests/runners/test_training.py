@@ -6,11 +6,11 @@ import importlib
 
 import pytest
 import torch
-
-from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
 from cs_run.runners._build import check_params_keys
 from cs_run.runners._checkpoints import list_checkpoints
+
+from cs_run.params import load_params
 
 
 def make_runner(params_path, **overrides):
@@ -137,3 +137,19 @@ def test_eval_and_eval_all_report_loss_per_checkpoint(toy_project, tmp_path):
     with torch.no_grad():
         losses = [model(b) for b in toy.build_data("eval", batch_size=8, shuffle=False, num_samples=32)]
     assert final["eval/loss"] == pytest.approx(torch.stack(losses).mean().item(), rel=1e-6)
+
+
+def test_summaries_record_loss_lr_rate_and_eval_metrics(toy_project, tmp_path, caplog):
+    from cs_run.summaries import read_scalars
+
+    md = tmp_path / "md"
+    with caplog.at_level("INFO", logger="cs_run"):
+        results = make_runner(toy_project, **{"runconfig.model_dir": str(md)}).run("train_and_eval")
+    train = read_scalars(md / "train")
+    assert [step for step, _ in train["loss"]] == [5, 10, 15, 20]
+    logged = [float(r.getMessage().split("Loss=")[1].split(",")[0]) for r in caplog.records
+              if "| Train" in r.getMessage()]
+    assert [value for _, value in train["loss"]] == pytest.approx(logged, abs=1e-5)  # log prints 5 decimals
+    assert train["lr"] == [(step, pytest.approx(0.1)) for step in (5, 10, 15, 20)]
+    assert all(value > 0 for _, value in train["samples_per_sec"])
+    assert read_scalars(md / "eval")["loss"] == [(20, pytest.approx(results["eval/loss"]))]
