@@ -7,8 +7,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import cs_run
-
 from . import _docs
 from .optimizer import Optimizer, ParamsT, _check, _run_closure
 
@@ -47,10 +45,7 @@ class Adadelta(Optimizer):
         super().__init__(params, defaults, enable_global_step=True)
 
     def preinitialize(self) -> None:
-        for group in self.param_groups:
-            for p in group["params"]:
-                self.state[p]["square_avg"] = cs_run.zeros_like(p)
-                self.state[p]["acc_delta"] = cs_run.zeros_like(p)
+        self._zeros_like_params("square_avg", "acc_delta")
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["square_avg", "acc_delta"]

@@ -181,9 +181,10 @@ def _foreach_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, 
     if amsgrad:
         torch._foreach_maximum_(max_exp_avg_sqs, exp_avg_sqs)
         second = max_exp_avg_sqs
-    factors = [_denominator_factors(s, lr, beta1, beta2, eps, correct_bias, p.dtype)
-               for s, p in zip(steps, params)]
+    # all steps at once: a handful of ops on one vector instead of ~10 tiny ops per parameter
+    factors = _denominator_factors(torch.stack(steps), lr, beta1, beta2, eps, correct_bias, params[0].dtype)
+    scale, shift = (f.expand(len(params)) for f in factors)  # 0-d without bias correction
     denom = torch._foreach_sqrt(second)
-    torch._foreach_div_(denom, [scale for scale, _ in factors])
-    torch._foreach_add_(denom, [shift for _, shift in factors])
+    torch._foreach_div_(denom, scale.unbind(0))
+    torch._foreach_add_(denom, shift.unbind(0))
     torch._foreach_addcdiv_(params, exp_avgs, denom)

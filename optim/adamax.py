@@ -7,8 +7,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import cs_run
-
 from . import _docs
 from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure, _scalar
 
@@ -45,10 +43,7 @@ class Adamax(Optimizer):
         super().__init__(params, defaults, enable_global_step=True)
 
     def preinitialize(self) -> None:
-        for group in self.param_groups:
-            for p in group["params"]:
-                self.state[p]["exp_avg"] = cs_run.zeros_like(p)
-                self.state[p]["exp_inf"] = cs_run.zeros_like(p)
+        self._zeros_like_params("exp_avg", "exp_inf")
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["exp_avg", "exp_inf"]

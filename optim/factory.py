@@ -150,7 +150,8 @@ def configure_optimizer(optimizer_type: str, params: Any, **kwargs: Any) -> Opti
         raise ParamsError(f"optimizer: {cls.__name__}: {err}") from err
 
 
-def _build_scheduler(optimizer: torch.optim.Optimizer, entry: Any, where: str) -> _lrs.LRScheduler:
+def _build_scheduler(optimizer: torch.optim.Optimizer, entry: Any, where: str,
+                     in_sequence: bool = False) -> _lrs.LRScheduler:
     if not isinstance(entry, dict):
         raise ParamsError(f"{where}: expected a number or a mapping with 'scheduler', got {type(entry).__name__}")
     if "scheduler" not in entry:
@@ -158,6 +159,9 @@ def _build_scheduler(optimizer: torch.optim.Optimizer, entry: Any, where: str) -
     entry = dict(entry)
     cls = resolve_scheduler_class(entry.pop("scheduler"), f"{where}.scheduler")
     params = inspect.signature(cls.__init__).parameters
+    if in_sequence and "total_iters" not in params:  # the phase length of a SequentialLR entry only
+        for key in ("total_iters", "steps", "decay_steps"):
+            entry.pop(key, None)
     aliases = {k: v for k, v in _SCHEDULER_ALIASES.items() if v in params and k not in params}
     if "learning_rate" in params:  # ConstantLR's own key: accept the other spellings for it
         aliases.update({alt: "learning_rate" for alt in _SCHEDULER_TARGET_ALIASES["learning_rate"]})
@@ -218,7 +222,8 @@ def _configure_list(optimizer: torch.optim.Optimizer, entries: list[Any]) -> _lr
     if len(mains) > 1 or not mains <= {"chained", "sequential"}:
         raise ParamsError(f"learning_rate: main_scheduler must be one of ChainedLR, SequentialLR (one value), "
                           f"got {sorted(mains)}")
-    schedulers = [_build_scheduler(optimizer, e, f"learning_rate[{i}]") for i, e in enumerate(entries)]
+    schedulers = [_build_scheduler(optimizer, e, f"learning_rate[{i}]", in_sequence=mains != {"chained"})
+                  for i, e in enumerate(entries)]
     if mains == {"chained"}:
         return _lrs.ChainedLR(schedulers)
     if len(schedulers) == 1:

@@ -7,8 +7,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import cs_run
-
 from . import _docs
 from .optimizer import (
     Optimizer,
@@ -51,9 +49,7 @@ class Lion(Optimizer):
         super().__init__(params, defaults)
 
     def preinitialize(self) -> None:
-        for group in self.param_groups:
-            for p in group["params"]:
-                self.state[p]["exp_avg"] = cs_run.zeros_like(p)
+        self._zeros_like_params("exp_avg")
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["exp_avg"]

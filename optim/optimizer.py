@@ -193,6 +193,13 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
             "so it exists before the step is traced"
         )
 
+    def _zeros_like_params(self, *names: str) -> None:
+        """``state[p][name] = cs_run.zeros_like(p)`` for every parameter: the common preinitialize."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                for name in names:
+                    self.state[p][name] = cs_run.zeros_like(p)
+
     def _group_tensors(self, group: dict[str, Any], *names: str) -> tuple[list[Tensor], ...]:
         """(params, grads, *state lists) of the params of ``group`` that have a grad.
 

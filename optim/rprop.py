@@ -7,8 +7,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import cs_run
-
 from . import _docs
 from .optimizer import Optimizer, ParamsT, _check, _run_closure
 
@@ -48,10 +46,7 @@ class Rprop(Optimizer):
         super().__init__(params, defaults, enable_global_step=True)
 
     def preinitialize(self) -> None:
-        for group in self.param_groups:
-            for p in group["params"]:
-                self.state[p]["prev"] = cs_run.zeros_like(p)
-                self.state[p]["step_size"] = cs_run.zeros_like(p)
+        self._zeros_like_params("prev", "step_size")
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["prev", "step_size"]

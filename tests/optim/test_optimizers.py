@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import copy
 
+import cs_run.optim as csoptim
 import pytest
 import torch
 
 import cs_run
-import cs_run.optim as csoptim
 from tests.optim.helpers import SmallNet, batches, train, twins
 from tests.optim.optim_table import CASES, ROWS, case_id
 
@@ -262,3 +262,19 @@ def test_vendor_defaults_are_documented_differences():
     assert csoptim.Adam(model.parameters()).defaults["eps"] == 1e-6
     assert csoptim.AdamW(model.parameters()).defaults["weight_decay"] == 0.0
     assert "correct_bias" in csoptim.AdamW(model.parameters()).defaults
+
+
+@pytest.mark.parametrize("foreach_ok", [True, False])
+def test_adamw_without_bias_correction_by_hand(foreach_ok, monkeypatch):
+    """correct_bias=False (the BERT recipe): two steps computed by hand, both code paths."""
+    monkeypatch.setattr("cs_run.optim.adam._foreach_ok", lambda params: foreach_ok)
+    p = torch.nn.Parameter(torch.tensor([1.0, -2.0], dtype=torch.float64))
+    opt = csoptim.AdamW([p], lr=0.1, betas=(0.9, 0.99), eps=1e-6, weight_decay=0.5, correct_bias=False)
+    x, m, v = p.detach().clone(), torch.zeros(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
+    for g in (torch.tensor([0.5, 0.25], dtype=torch.float64), torch.tensor([-1.0, 2.0], dtype=torch.float64)):
+        p.grad = g.clone()
+        opt.step()
+        x = x * (1 - 0.1 * 0.5)
+        m, v = 0.9 * m + 0.1 * g, 0.99 * v + 0.01 * g * g
+        x = x - 0.1 * m / (v.sqrt() + 1e-6)
+    torch.testing.assert_close(p.detach(), x, rtol=0, atol=1e-15)
