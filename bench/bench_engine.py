@@ -194,7 +194,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     peak = matmul_gflops()
     print(f"torch {torch.__version__}, {args.threads} thread(s); matmul 512x1024x1024: {peak:.1f} GFLOP/s")
-    header = f"{'model':30s} {'variant':13s} {'ms/step':>8s} {'vs eager':>9s} {'vs compile':>10s} {'vs floor':>9s} {'1st call s':>10s}"
+    header = (f"{'model':30s} {'variant':13s} {'ms/step':>8s} {'vs eager':>9s} {'vs compile':>10s} "
+              f"{'vs floor':>9s} {'1st call s':>10s}")
     print(header)
     for name, spec in MODELS.items():
         big = spec[2] >= 1024
@@ -203,7 +204,8 @@ def main() -> None:
         floor = step_flops(*spec) / (peak * 1e9)
         for v, t in med.items():
             vs_c = f"{med['compile'] / t:9.2f}x" if "compile" in med else f"{'-':>10s}"
-            print(f"{name:30s} {v:13s} {t * 1e3:8.3f} {med['eager'] / t:8.2f}x {vs_c} {t / floor:8.2f}x {first[v]:10.2f}")
+            print(f"{name:30s} {v:13s} {t * 1e3:8.3f} {med['eager'] / t:8.2f}x {vs_c} {t / floor:8.2f}x "
+                  f"{first[v]:10.2f}")
         print(f"{name:30s} {'floor':13s} {floor * 1e3:8.3f}   ({step_flops(*spec) / 1e6:.0f} MFLOP/step)")
     if not args.quick:
         cold, warm = time_to_first_step(args.threads)

@@ -239,7 +239,8 @@ class DataExecutor:
         source = self.dataloader.cycle() if isinstance(self.dataloader, DataLoader) else _cycle(self.dataloader)
         _EXECUTORS.append(self)
         try:
-            for self._iteration, batch in enumerate(itertools.islice(source, self.num_steps)):
+            for i, batch in enumerate(itertools.islice(source, self.num_steps)):
+                self._iteration = i
                 batch = _to_backend_device(batch)
                 self.profiler._tick(_batch_size(batch))
                 yield batch

@@ -57,7 +57,7 @@ def test_executor_counters_profiler_and_current_executor():
     ex = DataExecutor(DataLoader(loader_fn), num_steps=7, checkpoint_steps=3)
     seen = []
     assert current_executor() is None
-    for batch in ex:
+    for _batch in ex:
         assert current_executor() is ex
         seen.append((ex.iteration, ex.user_iteration, ex.on_final_iteration, ex.on_checkpoint_step))
     assert current_executor() is None
