@@ -12,6 +12,8 @@ from cs_run.backend import _reset_for_tests
 
 
 @pytest.fixture(autouse=True)
-def fresh_backend():
+def fresh_backend(tmp_path, monkeypatch):
+    """No backend before or after each test; the default ./cerebras_logs lands in tmp_path."""
+    monkeypatch.chdir(tmp_path)
     with _reset_for_tests():
         yield
