@@ -25,6 +25,7 @@ import tempfile
 import time
 
 import torch
+
 from cs_run.checkpoint import load, load_into, save
 from cs_run.checkpoint.atomic import fsync_path
 

@@ -13,8 +13,9 @@ import argparse
 import statistics
 import time
 
-import cs_run.optim as csoptim
 import torch
+
+import cs_run.optim as csoptim
 
 
 def make_params(n_layers: int, width: int, seed: int = 0) -> list[torch.nn.Parameter]:

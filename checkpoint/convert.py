@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from cs_run.checkpoint.atomic import atomic_path
 from cs_run.checkpoint.reader import one_line
 from cs_run.checkpoint.tree import flatten, unflatten
-
 from cs_run.errors import CheckpointError, ParamsError
 
 __all__ = ["FORMATS", "convert", "format_for_path", "info_foreign", "load_foreign", "save_safetensors", "save_torch"]

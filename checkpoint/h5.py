@@ -14,6 +14,7 @@ from typing import Any, Union
 
 import numpy as np
 import torch
+
 from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint.atomic import atomic_path
 from cs_run.checkpoint.reader import (
@@ -26,7 +27,6 @@ from cs_run.checkpoint.reader import (
 )
 from cs_run.checkpoint.tree import flatten, leaf_paths, tree_paths, unflatten
 from cs_run.checkpoint.writer import COMPRESSIONS, write_file
-
 from cs_run.errors import CheckpointError, ParamsError
 
 __all__ = ["MapLocation", "info", "is_checkpoint_file", "load", "load_into", "save"]

@@ -24,9 +24,9 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 import numpy as np
+
 from cs_run.checkpoint.format import TORCH_DTYPES
 from cs_run.checkpoint.tree import encode_key
-
 from cs_run.errors import CheckpointError
 
 __all__ = ["LEGACY_MAX_VERSION", "describe", "is_legacy"]

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from cs_run.checkpoint import format as fmt
 
+from cs_run.checkpoint import format as fmt
 from cs_run.errors import CheckpointError
 
 __all__ = ["H5Source", "check_path", "one_line", "open_h5", "read_spec", "storage_dtype"]

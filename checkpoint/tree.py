@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from cs_run.checkpoint.format import torch_dtype_name
 
+from cs_run.checkpoint.format import torch_dtype_name
 from cs_run.errors import CheckpointError
 
 __all__ = ["Leaf", "UnsupportedValueError", "encode_key", "flatten", "leaf_paths", "tree_paths", "unflatten"]

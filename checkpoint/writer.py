@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint.atomic import fsync_path
 from cs_run.checkpoint.tree import Leaf

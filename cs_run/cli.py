@@ -43,8 +43,8 @@ class _Group(click.Group):
 _MODELZOO_OPTIONS = [
     click.option("--params", "-p", "params_path", type=click.Path(dir_okay=False, path_type=Path),
                  help="Params YAML (Model Zoo layout). Default: the bundled fc_mnist params."),
-    click.option("--device", type=click.Choice(["CPU", "GPU"], case_sensitive=False), default="CPU",
-                 show_default=True, help="Where to run: eager CPU or GPU."),
+    click.option("--device", type=click.Choice(["CPU", "GPU", "CSX"], case_sensitive=False), default="CPU",
+                 show_default=True, help="Eager CPU or GPU, or CSX: the traced, compiled engine (on CUDA if present)."),
     click.option("--model_dir", "-o", type=click.Path(file_okay=False, path_type=Path),
                  help="Output folder (checkpoints, summaries, resolved params, run log)."),
     click.option("--checkpoint_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -60,10 +60,27 @@ _MODELZOO_OPTIONS = [
                  help="Override any params key, e.g. --set runconfig.log_steps=10 (repeatable)."),
 ]
 
+# The Model Zoo's CSX flags; each sets the runconfig key of the same name.
+_CSX_OPTIONS = [
+    click.option("--compile_dir", type=click.Path(file_okay=False, path_type=Path),
+                 help="CSX compile cache (default: MODEL_DIR/cached_compile)."),
+    click.option("--num_csx", type=click.IntRange(min=1), help="Systems to use (this machine runs one)."),
+    click.option("--num_workers_per_csx", type=click.IntRange(min=1), help="Streaming workers per system."),
+    click.option("--mount_dirs", multiple=True, type=click.Path(path_type=Path),
+                 help="Folders mounted on the appliance (repeatable; no local effect)."),
+    click.option("--python_paths", multiple=True, type=click.Path(path_type=Path),
+                 help="Folders put on sys.path before model and data are imported (repeatable)."),
+    click.option("--job_labels", multiple=True, metavar="KEY=VALUE", help="Appliance job labels (repeatable)."),
+    click.option("--max_wgt_servers", type=click.IntRange(min=1), help="Weight servers (appliance only)."),
+    click.option("--max_act_per_csx", type=click.IntRange(min=1), help="Activation servers per system (appliance)."),
+    click.option("--transfer_processes", type=click.IntRange(min=1), help="Data transfer processes (appliance only)."),
+]
+_CSX_KEYS = ("num_csx", "num_workers_per_csx", "max_wgt_servers", "max_act_per_csx", "transfer_processes")
+
 
 def modelzoo_options(fn):
     """The Model Zoo run-script flags, declared on each subcommand (they come after it)."""
-    for option in reversed(_MODELZOO_OPTIONS):
+    for option in reversed(_MODELZOO_OPTIONS + _CSX_OPTIONS):
         fn = option(fn)
     return fn
 
@@ -71,7 +88,7 @@ def modelzoo_options(fn):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="cs-run")
 def cli() -> None:
-    """cs-run: train and evaluate cstorch / Model Zoo models on CPU and GPU.
+    """cs-run: train and evaluate cstorch / Model Zoo models on CPU, GPU and the CSX engine.
 
     \b
     Quick start (bundled fc_mnist on real handwritten digits):
@@ -79,7 +96,7 @@ def cli() -> None:
     """
 
 
-def _run(mode: str, options: dict[str, Any]) -> None:
+def _run(mode: str, options: dict[str, Any], extra_flags: Optional[dict] = None) -> None:
     from cs_run._logging import setup_console_logging
     from cs_run.params import load_params, parse_override
     from cs_run.runners import PyTorchBaseRunner
@@ -94,12 +111,20 @@ def _run(mode: str, options: dict[str, Any]) -> None:
         "runconfig.num_epochs": options["num_epochs"],
         "runconfig.eval_steps": options["eval_steps"],
         "runconfig.logging": options["log_level"].upper() if options["log_level"] else None,
+        "runconfig.compile_dir": _absolute(options["compile_dir"]),
+        **{f"runconfig.{key}": options[key] for key in _CSX_KEYS},
+        **{f"runconfig.{key}": [str(v) for v in options[key]] or None for key in ("mount_dirs", "job_labels")},
+        "runconfig.python_paths": [_absolute(p) for p in options["python_paths"]] or None,
+        **(extra_flags or {}),
     }
     overrides = dict(parse_override(text) for text in options["overrides"])
     params = load_params(path, {**overrides, **flags}, key_checker=check_params_keys)
     setup_console_logging(params.runconfig.logging)
     runner = PyTorchBaseRunner.create(params, device=options["device"], runner=options["runner"])
     results = runner.run(mode)
+    if "summary" in results:  # compile-only / validate-only
+        click.echo(results["summary"])
+        return
     for key, value in (results or {}).items():
         if isinstance(value, dict):
             line = ", ".join(f"{k}={v:.5f}" for k, v in value.items())
@@ -125,6 +150,27 @@ train = _mode_command("train", "train", "Train, resuming from the newest checkpo
 evaluate = _mode_command("eval", "eval", "Evaluate the newest (or --checkpoint_path) checkpoint on eval_input.")
 train_and_eval = _mode_command("train-and-eval", "train_and_eval", "Train, then evaluate the final weights.")
 eval_all = _mode_command("eval-all", "eval_all", "Evaluate every checkpoint in model_dir, oldest first.")
+
+
+def _trace_only_command(name: str, key: str, summary: str):
+    @cli.command(name, help=summary)
+    @click.option("--mode", type=click.Choice(["train", "eval"]), default="train", show_default=True,
+                  help="Which step to trace.")
+    @modelzoo_options
+    def command(mode: str, **options: Any) -> None:
+        if options["device"].upper() != "CSX":
+            options["device"] = "CSX"  # the CSX engine is what these commands check
+        _run(mode, options, {f"runconfig.{key}": True})
+
+    return command
+
+
+validate_only = _trace_only_command(
+    "validate-only", "validate_only",
+    "Trace the step on CSX: report its graph, or the compliance error with file:line. Runs nothing.")
+compile_only = _trace_only_command(
+    "compile-only", "compile_only",
+    "Trace and compile the step into the compile cache, so the next CSX run starts at once. Runs nothing.")
 
 
 def _attach_subsystems() -> None:

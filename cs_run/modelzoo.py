@@ -5,7 +5,7 @@
     from cs_run import run
     run(MNISTModel, get_train_dataloader, get_eval_dataloader)
 
-parses ``python run.py {CPU,GPU} --mode {train,eval,train_and_eval,eval_all} --params params.yaml``
+parses ``python run.py {CPU,GPU,CSX} --mode {train,eval,train_and_eval,eval_all} --params params.yaml``
 (or the older form without the device word, with ``--device``). ``model_fn`` and the data functions
 receive the whole params dict, as in the Model Zoo.
 """
@@ -23,7 +23,9 @@ from cs_run.errors import CsRunError
 __all__ = ["run"]
 
 _MODES = ("train", "eval", "train_and_eval", "eval_all")
-_DEVICES = ("CPU", "GPU")
+_CSX_INT_FLAGS = ("num_csx", "num_workers_per_csx", "max_wgt_servers", "max_act_per_csx", "transfer_processes")
+_CSX_LIST_FLAGS = ("mount_dirs", "python_paths", "job_labels")
+_DEVICES = ("CPU", "GPU", "CSX")
 
 
 def _parser(extra_args_parser_fn: Optional[Callable]) -> argparse.ArgumentParser:
@@ -33,7 +35,7 @@ def _parser(extra_args_parser_fn: Optional[Callable]) -> argparse.ArgumentParser
         parents = list(extra) if isinstance(extra, (list, tuple)) else [extra]
     p = argparse.ArgumentParser(description="Train or evaluate a Model Zoo model with cs-run.", parents=parents,
                                 conflict_handler="resolve")
-    p.add_argument("device_word", nargs="?", metavar="{CPU,GPU}", type=str.upper, choices=_DEVICES,
+    p.add_argument("device_word", nargs="?", metavar="{CPU,GPU,CSX}", type=str.upper, choices=_DEVICES,
                    help="Where to run (or use --device).")
     p.add_argument("--device", type=str.upper, choices=_DEVICES, help="Where to run (older flat form).")
     p.add_argument("-m", "--mode", required=True, choices=_MODES)
@@ -46,6 +48,14 @@ def _parser(extra_args_parser_fn: Optional[Callable]) -> argparse.ArgumentParser
     p.add_argument("--runner", help="A custom runner class, 'module:Class'.")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="Override any params key (repeatable).")
+    csx = p.add_argument_group("CSX")
+    csx.add_argument("--compile_only", action="store_true", default=None, help="Trace and compile only.")
+    csx.add_argument("--validate_only", action="store_true", default=None, help="Trace only.")
+    csx.add_argument("--compile_dir")
+    for name in _CSX_INT_FLAGS:
+        csx.add_argument(f"--{name}", type=int)
+    for name in _CSX_LIST_FLAGS:
+        csx.add_argument(f"--{name}", nargs="+")
     return p
 
 
@@ -91,9 +101,12 @@ def _run(args, model_fn, train_data_fn, eval_data_fn, default_params_fn) -> dict
 
     flags = {f"runconfig.{k}": getattr(args, k) for k in ("max_steps", "num_steps", "num_epochs", "eval_steps")}
     flags["runconfig.logging"] = args.logging
-    for key in ("model_dir", "checkpoint_path"):
+    for key in ("model_dir", "checkpoint_path", "compile_dir"):
         value = getattr(args, key)
         flags[f"runconfig.{key}"] = str(Path(value).resolve()) if value else None
+    for key in ("compile_only", "validate_only", *_CSX_INT_FLAGS, "mount_dirs", "job_labels"):
+        flags[f"runconfig.{key}"] = getattr(args, key)
+    flags["runconfig.python_paths"] = [str(Path(p).resolve()) for p in args.python_paths] if args.python_paths else None
     overrides = dict(parse_override(text) for text in args.overrides)
     params = load_params(args.params, {**overrides, **flags}, defaults_fn=defaults)
     setup_console_logging(params.runconfig.logging)
@@ -101,4 +114,7 @@ def _run(args, model_fn, train_data_fn, eval_data_fn, default_params_fn) -> dict
                                       model_fn=with_extra_args(model_fn),
                                       train_data_fn=with_extra_args(train_data_fn),
                                       eval_data_fn=with_extra_args(eval_data_fn))
-    return runner.run(args.mode) or {}
+    mode = args.mode
+    if params.runconfig.compile_only or params.runconfig.validate_only:
+        mode = "eval" if mode == "eval" else "train"  # the compiler traces one step of that kind
+    return runner.run(mode) or {}

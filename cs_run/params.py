@@ -32,6 +32,7 @@ __all__ = [
     "load_params",
     "apply_overrides",
     "save_params",
+    "apply_python_paths",
 ]
 
 SECTIONS = ("train_input", "eval_input", "model", "optimizer", "runconfig")
@@ -149,6 +150,31 @@ class RunConfig:
     """A custom runner class as ``module:Class`` (a subclass of one of cs-run's runners)."""
     disable_progress_bar: bool = False
     """Hide the tqdm progress bars (they are hidden anyway when stderr is not a terminal)."""
+    # ---- CSX: the lazy-traced engine and the Model Zoo's cluster flags
+    compile_dir: Optional[str] = None
+    """Compile cache of the CSX engine (default: model_dir/cached_compile)."""
+    compile_only: bool = False
+    """Trace and compile the step into compile_dir; run nothing (exclusive with validate_only)."""
+    validate_only: bool = False
+    """Trace the step and report its graph or compliance error; compile and run nothing."""
+    compile_tier: str = field(default="fx", metadata={"choices": ("fx", "inductor", "auto")})
+    """CSX compile tier: fx (bit-identical to eager, instant), inductor (fused kernels), auto."""
+    num_csx: int = field(default=1, metadata={"min": 1})
+    """Cerebras systems (replicas) to use; this machine runs one."""
+    num_workers_per_csx: int = field(default=1, metadata={"min": 1})
+    """Input streaming workers per system; locally the train loader's own num_workers apply."""
+    max_wgt_servers: int = field(default=24, metadata={"min": 1})
+    """Weight servers (appliance only)."""
+    max_act_per_csx: int = field(default=1, metadata={"min": 1})
+    """Activation servers per system (appliance only)."""
+    transfer_processes: int = field(default=5, metadata={"min": 1})
+    """Processes moving data to and from the appliance (appliance only)."""
+    mount_dirs: list = field(default_factory=list)
+    """Folders mounted into the appliance's pods (appliance only; local folders are visible anyway)."""
+    python_paths: list = field(default_factory=list)
+    """Folders added to sys.path before model and data functions are imported."""
+    job_labels: list = field(default_factory=list)
+    """key=value labels of the appliance job (appliance only)."""
 
 
 @dataclass
@@ -185,7 +211,8 @@ _SECTION_TYPES = {
     "runconfig": RunConfig,
 }
 _PATH_KEYS = {("train_input", "data_dir"), ("eval_input", "data_dir"), ("runconfig", "model_dir"),
-              ("runconfig", "checkpoint_path")}
+              ("runconfig", "checkpoint_path"), ("runconfig", "compile_dir")}
+_PATH_LIST_KEYS = {("runconfig", "mount_dirs"), ("runconfig", "python_paths")}
 
 
 # ----------------------------------------------------------------------------------------- loading
@@ -242,6 +269,7 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     params.source = str(path)
     # The default ./model_dir, not given in the file, is relative to the current folder.
     params.runconfig.model_dir = str(Path(params.runconfig.model_dir).expanduser().resolve())
+    apply_python_paths(params)
     if key_checker is not None:
         key_checker(params, locate)
     return params
@@ -344,6 +372,13 @@ def _check_cross_keys(s: dict, locate) -> None:
     if rc.steps_per_epoch is not None and rc.num_epochs is None and rc.num_steps is None and rc.max_steps is None:
         raise ParamsError("params: runconfig.steps_per_epoch needs runconfig.num_epochs (or num_steps / "
                           f"max_steps) to define how long to train{locate('runconfig.steps_per_epoch')}")
+    if rc.compile_only and rc.validate_only:
+        raise ParamsError("params: runconfig.compile_only and runconfig.validate_only are mutually exclusive; "
+                          f"set at most one{locate('runconfig')}")
+    for label in rc.job_labels:
+        if not isinstance(label, str) or "=" not in label:
+            raise ParamsError(f"params: runconfig.job_labels: expected 'key=value', got {label!r}"
+                              f"{locate('runconfig.job_labels')}")
     opt: OptimizerParams | None = s["optimizer"]
     if opt is not None:
         if opt.max_gradient_norm is not None and opt.max_gradient_value is not None:
@@ -425,11 +460,28 @@ def unknown_key_error(key_path: str, key: str, valid, where: str = "") -> Params
 
 
 def _resolve_relative_paths(raw: dict, base: Path) -> None:
-    for section, key in _PATH_KEYS:
+    def resolve(value: str) -> str:
+        p = Path(value).expanduser()
+        return str(p if p.is_absolute() else (base / p).resolve())
+
+    for section, key in _PATH_KEYS | _PATH_LIST_KEYS:
         node = raw.get(section)
-        if isinstance(node, dict) and isinstance(node.get(key), str):
-            p = Path(node[key]).expanduser()
-            node[key] = str(p if p.is_absolute() else (base / p).resolve())
+        if not isinstance(node, dict):
+            continue
+        value = node.get(key)
+        if isinstance(value, str):
+            node[key] = resolve(value)
+        elif isinstance(value, list) and (section, key) in _PATH_LIST_KEYS:
+            node[key] = [resolve(v) if isinstance(v, str) else v for v in value]
+
+
+def apply_python_paths(params: Params) -> None:
+    """Put runconfig.python_paths on sys.path (first), so model and data functions import from there."""
+    import sys
+
+    for folder in reversed(params.runconfig.python_paths):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
 
 
 def _key_lines(node, prefix: str = "") -> dict[str, int]:

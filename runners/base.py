@@ -13,6 +13,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import torch
+from tqdm import tqdm
+
+from cs_run._logging import run_log
+from cs_run.errors import CheckpointError, ParamsError, TrainingError
+from cs_run.params import Params, save_params
 from cs_run.runners import _build, _checkpoints
 from cs_run.runners._batches import batch_size, move_to_device
 from cs_run.runners._budget import StepBudget, compute_step_budget
@@ -20,11 +25,6 @@ from cs_run.runners._reporting import RateMeter, Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
 from cs_run.runners._step import StepConfig
 from cs_run.runners.hooks import RunnerHooks
-from tqdm import tqdm
-
-from cs_run._logging import run_log
-from cs_run.errors import CheckpointError, ParamsError, TrainingError
-from cs_run.params import Params, save_params
 
 __all__ = ["PyTorchBaseRunner"]
 
@@ -87,17 +87,34 @@ class PyTorchBaseRunner(RunnerHooks):
     @staticmethod
     def create(params: Params, *, device: str = "CPU", runner: Optional[str] = None,
                **builders: Optional[Callable]) -> "PyTorchBaseRunner":
-        """The runner for ``device``; ``runner`` (or runconfig.runner) names a user subclass ``module:Class``.
+        """The runner for ``device`` and the run's mode; ``runner`` (or runconfig.runner) names a user
+        subclass ``module:Class`` of that runner.
+
+        ========================================  =====================
+        device / runconfig                        runner
+        ========================================  =====================
+        CPU, GPU                                  PyTorchRunner (eager)
+        CSX with compile_only or validate_only    PyTorchCSCompiler
+        CSX                                       PyTorchCSRunner
+        ========================================  =====================
 
         ``builders`` (model_fn, train_data_fn, eval_data_fn) replace the params' model and data functions.
         """
+        from cs_run.runners.cs_runner import PyTorchCSCompiler, PyTorchCSRunner
         from cs_run.runners.pytorch_runner import PyTorchRunner
 
         device = device.upper()
-        if device not in ("CPU", "GPU"):
-            raise ParamsError(f"--device: {device!r} is not supported yet; expected CPU or GPU")
-        expected = PyTorchRunner
-        spec = runner or params.runconfig.runner
+        rc = params.runconfig
+        if device in ("CPU", "GPU"):
+            if rc.compile_only or rc.validate_only:
+                raise ParamsError("params: runconfig.compile_only / validate_only need --device CSX "
+                                  "(cs-run compile-only / validate-only set it)")
+            expected: type = PyTorchRunner
+        elif device == "CSX":
+            expected = PyTorchCSCompiler if (rc.compile_only or rc.validate_only) else PyTorchCSRunner
+        else:
+            raise ParamsError(f"--device: {device!r} is not one of CPU, GPU, CSX")
+        spec = runner or rc.runner
         cls = expected
         if spec:
             from cs_run.registry import resolve_object
@@ -233,16 +250,18 @@ class PyTorchBaseRunner(RunnerHooks):
         rc = self.params.runconfig
         step = self.global_step
         self._rate.add(sum(batch_size(b) for b in micro_batches))
-        if step % rc.log_steps == 0 or step == end_step:
-            value = self._fetch_loss(loss)  # host sync point, only on log steps
-            self._check_loss(value, step)
+        log_step = step % rc.log_steps == 0 or step == end_step
+        checkpoint_step = (rc.checkpoint_steps and step % rc.checkpoint_steps == 0) or step == end_step
+        self._track_loss(loss, step)
+        if log_step or checkpoint_step:
+            self._raise_on_bad_loss()  # never checkpoint weights a NaN step produced
+        if log_step:
+            value = self._fetch_loss(loss)
             rate, global_rate = self._rate.rate(), self._rate.global_rate()
             logger.info("| Train Device=%s, Step=%d, Loss=%.5f, Rate=%.2f samples/sec, GlobalRate=%.2f samples/sec",
                         self.device_name, step, value, rate, global_rate)
             self._write_train_summaries(step, value, rate, global_rate)
-        else:
-            self._check_loss_cheaply(loss, step)
-        if (rc.checkpoint_steps and step % rc.checkpoint_steps == 0) or step == end_step:
+        if checkpoint_step:
             self._save_checkpoint()
         if rc.eval_frequency and step % rc.eval_frequency == 0 and step != end_step and self.params.eval_input:
             with preserved_rng(getattr(self._train_loader, "generator", None)):
@@ -260,19 +279,23 @@ class PyTorchBaseRunner(RunnerHooks):
         self._summaries.add_scalars("train", scalars, step)
 
     def _fetch_loss(self, loss: torch.Tensor) -> float:
-        return float(loss)
+        return float(loss)  # host sync point (free on an eager CPU step, which already ran)
 
-    def _check_loss_cheaply(self, loss: torch.Tensor, step: int) -> None:
-        """Per-step NaN/inf check; eager runners read the value (already synchronous on CPU)."""
-        self._check_loss(float(loss), step)
-
-    def _check_loss(self, value: float, step: int) -> None:
+    def _track_loss(self, loss: torch.Tensor, step: int) -> None:
+        """Per-step NaN/inf check. The eager runner reads the value at once, so it stops at the bad step."""
+        value = float(loss)
         if not math.isfinite(value):
-            last = _checkpoints.latest_checkpoint(self.model_dir)
-            kept = f"the last good checkpoint is {last}" if last else "no checkpoint was written"
-            raise TrainingError(f"loss is {value} at step {step}; training stopped and {kept}. Lower the "
-                                "learning rate, enable gradient clipping (optimizer.max_gradient_norm) or "
-                                "check the data")
+            self._raise_bad_loss(value, step)
+
+    def _raise_on_bad_loss(self) -> None:
+        """Called on log and checkpoint steps; runners that defer the per-step check raise here."""
+
+    def _raise_bad_loss(self, value: float, step: int) -> None:
+        last = _checkpoints.latest_checkpoint(self.model_dir)
+        kept = f"the last good checkpoint is {last}" if last else "no checkpoint was written"
+        raise TrainingError(f"loss is {value} at step {step}; training stopped and {kept}. Lower the "
+                            "learning rate, enable gradient clipping (optimizer.max_gradient_norm) or "
+                            "check the data")
 
     # ------------------------------------------------------------------------------------ evaluation
 

@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from cs_run.runners import PyTorchRunner
+from cs_run.runners import PyTorchCSRunner, PyTorchRunner
 
 
 class Toy(torch.nn.Module):
@@ -93,7 +93,9 @@ def build_data(split, batch_size=4, shuffle=True, drop_last_batch=True, num_samp
 CALLS = []
 
 
-class RecordingRunner(PyTorchRunner):
+class Recording:
+    """Records every hook call; mixed into a CPU and a CSX runner."""
+
     def on_train_start(self):
         CALLS.append("on_train_start"); super().on_train_start()
 
@@ -134,8 +136,34 @@ class RecordingRunner(PyTorchRunner):
         CALLS.append(f"on_checkpoint_saved({step})"); super().on_checkpoint_saved(path, step)
 
 
+class RecordingRunner(Recording, PyTorchRunner):
+    pass
+
+
+class RecordingCSRunner(Recording, PyTorchCSRunner):
+    pass
+
+
 class NotARunner:
     pass
+
+
+class BranchyModel(torch.nn.Module):
+    """Not trace-compliant: branches on a tensor value in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 3)
+
+    def forward(self, batch):
+        x, y = batch
+        if x.sum() > 0:  # COMPLIANCE-LINE
+            x = x * 2
+        return F.cross_entropy(self.fc(x), y)
+
+
+def build_branchy_model():
+    return BranchyModel()
 '''
 
 TOY_PARAMS = """
@@ -164,6 +192,15 @@ runconfig:
   seed: 3
   disable_progress_bar: true
 """
+
+
+@pytest.fixture(autouse=True)
+def _fresh_backend():
+    """One backend type per process (vendor rule): every test starts and ends without one."""
+    from cs_run.backend import _reset_for_tests
+
+    with _reset_for_tests():
+        yield
 
 
 @pytest.fixture

@@ -160,7 +160,7 @@ def test_matches_torch_grad_scaler(optim_cls):
     for a, b in zip(snaps, tsnaps):
         for p, q in zip(a, b):
             torch.testing.assert_close(p, q, rtol=0, atol=0)
-    for (ka, va), (kb, vb) in zip(
+    for (_, va), (_, vb) in zip(
         opt.state_dict()["state"].items(), topt.state_dict()["state"].items()
     ):
         for name in vb:

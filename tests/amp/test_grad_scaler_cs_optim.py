@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import copy
 
-import cs_run.optim as csoptim
 import pytest
 import torch
 
+import cs_run.optim as csoptim
 from cs_run.amp import GradScaler, optimizer_step
 
 NAMES = ["ASGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "Lamb", "Lion", "NAdam",

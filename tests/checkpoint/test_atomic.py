@@ -11,6 +11,7 @@ import time
 import pytest
 import torch
 from ckpt_helpers import assert_same
+
 from cs_run.checkpoint import atomic, load, save
 from cs_run.checkpoint.atomic import TMP_SUFFIX
 

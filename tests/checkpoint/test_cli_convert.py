@@ -10,6 +10,7 @@ import pytest
 import torch
 from ckpt_helpers import assert_same
 from click.testing import CliRunner
+
 from cs_run.checkpoint import load, save
 from cs_run.checkpoint.cli import checkpoint as cli
 

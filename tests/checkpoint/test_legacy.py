@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from cs_run.checkpoint import info, load, load_into
-from cs_run.checkpoint.cli import checkpoint as cli
 from torch.utils._pytree import tree_flatten
 
+from cs_run.checkpoint import info, load, load_into
+from cs_run.checkpoint.cli import checkpoint as cli
 from cs_run.errors import CheckpointError
 
 # --- a tiny pickle assembler, to write specs the way old torch + dill did (dict state, _load_type) ---

@@ -8,8 +8,8 @@ import pytest
 import torch
 from ckpt_helpers import assert_same
 from conftest import TinyMLP, make_batches
-from cs_run.checkpoint import load, load_into, save
 
+from cs_run.checkpoint import load, load_into, save
 from cs_run.errors import CheckpointError
 
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 from ckpt_helpers import assert_same, assert_ties
-from cs_run.checkpoint import load, save
-from cs_run.checkpoint.format import TORCH_DTYPES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cs_run.checkpoint import load, save
+from cs_run.checkpoint.format import TORCH_DTYPES
 from cs_run.errors import CheckpointError
 
 ALL_DTYPES = sorted(TORCH_DTYPES)

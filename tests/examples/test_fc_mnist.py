@@ -7,6 +7,7 @@ import gzip
 import numpy as np
 import pytest
 import torch
+
 from cs_run.examples.fc_mnist import data, model
 
 
@@ -66,11 +67,10 @@ def test_model_returns_nll_of_log_softmax():
 
 
 def test_bundled_params_train_to_90_percent(tmp_path):
-    from cs_run.runners import PyTorchBaseRunner
-    from cs_run.runners._build import check_params_keys
-
     from cs_run.cli import default_params_path
     from cs_run.params import load_params
+    from cs_run.runners import PyTorchBaseRunner
+    from cs_run.runners._build import check_params_keys
 
     params = load_params(default_params_path(), {"runconfig.model_dir": str(tmp_path / "md"),
                                                  "runconfig.disable_progress_bar": True},

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import cs_run.optim as csoptim
 import torch
 
+import cs_run.optim as csoptim
 from tests.optim import references
 
 

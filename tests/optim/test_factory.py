@@ -3,14 +3,14 @@ that name the entry and key."""
 
 from __future__ import annotations
 
-import cs_run.optim as csoptim
 import pytest
 import torch
 import yaml
-from cs_run.optim import lr_scheduler as ls
 
 import cs_run
+import cs_run.optim as csoptim
 from cs_run.errors import ParamsError
+from cs_run.optim import lr_scheduler as ls
 from tests.optim.helpers import SmallNet, batches, train
 
 

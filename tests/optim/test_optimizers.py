@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import copy
 
-import cs_run.optim as csoptim
 import pytest
 import torch
 
 import cs_run
+import cs_run.optim as csoptim
 from tests.optim.helpers import SmallNet, batches, train, twins
 from tests.optim.optim_table import CASES, ROWS, case_id
 

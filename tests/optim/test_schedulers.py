@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import math
 
-import cs_run.optim as csoptim
 import pytest
 import torch
 import torch.optim.lr_scheduler as tls
+
+import cs_run.optim as csoptim
 from cs_run.optim import lr_scheduler as ls
 from cs_run.optim._lr_base import _at_step
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import copy
 
-import cs_run.optim as csoptim
 import pytest
 import torch
 
+import cs_run.optim as csoptim
 from tests.optim.helpers import SmallNet, batches, train
 from tests.optim.optim_table import CASES, case_id
 from tests.optim.test_schedulers import TABLE

@@ -22,7 +22,7 @@ def step_inputs(model, opt, sched) -> tuple[list[str], list[torch.Tensor]]:
     for name, t in list(model.named_parameters()) + list(model.named_buffers()):
         names.append(f"model.{name}")
         tensors.append(t)
-    for i, (p, state) in enumerate(opt.state.items()):
+    for i, state in enumerate(opt.state.values()):
         for key, value in state.items():
             if isinstance(value, torch.Tensor):
                 names.append(f"opt.state.{i}.{key}")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from cs_run.runners._build import check_params_keys
 
 from cs_run.errors import ParamsError
 from cs_run.params import load_params, parse_override, save_params
+from cs_run.runners._build import check_params_keys
 
 GOOD = {
     "train_input": {"data_dir": "data/train", "batch_size": 32},

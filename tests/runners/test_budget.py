@@ -1,9 +1,9 @@
 """Step budget: the Model Zoo rules for num_steps / num_epochs / max_steps / steps_per_epoch."""
 
 import pytest
-from cs_run.runners._budget import compute_step_budget
 
 from cs_run.errors import ParamsError
+from cs_run.runners._budget import compute_step_budget
 
 
 @pytest.mark.parametrize("kwargs, steps, per_epoch", [

@@ -5,11 +5,11 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from cs_run.runners import PyTorchBaseRunner
-from cs_run.runners._build import check_params_keys
 
 from cs_run.errors import ParamsError
 from cs_run.params import load_params
+from cs_run.runners import PyTorchBaseRunner
+from cs_run.runners._build import check_params_keys
 
 
 def make_runner(params_path, overrides=None, runner="toy_models:RecordingRunner"):

@@ -88,6 +88,17 @@ def test_run_py_train_and_eval_with_device_word(project):
     assert (project / "md" / "checkpoint_6.mdl").is_file()
 
 
+def test_run_py_csx_train_and_eval_and_validate_only(project):
+    result = run_script(project, "CSX", "--mode", "train_and_eval", "--params", "params.yaml", "--model_dir", "md")
+    assert result.returncode == 0, result.stderr
+    assert "| Train Device=CSX, Step=6" in result.stderr and "compile cache miss" in result.stderr
+    assert "| Eval Device=CSX" in result.stderr
+    check = run_script(project, "CSX", "--mode", "train", "--params", "params.yaml", "--model_dir", "md2",
+                       "--validate_only")
+    assert check.returncode == 0, check.stderr
+    assert "validate-only passed: graph:" in check.stderr and not list((project / "md2").glob("checkpoint_*"))
+
+
 def test_run_in_process_flat_form_and_errors(project, monkeypatch):
     monkeypatch.syspath_prepend(str(project))
     monkeypatch.chdir(project)

@@ -6,11 +6,11 @@ import importlib
 
 import pytest
 import torch
+
+from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
 from cs_run.runners._build import check_params_keys
 from cs_run.runners._checkpoints import list_checkpoints
-
-from cs_run.params import load_params
 
 
 def make_runner(params_path, **overrides):

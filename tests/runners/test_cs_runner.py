@@ -1,0 +1,133 @@
+"""The CSX runners against the eager runner: same weights, same hooks, compile once, compile cache."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from cs_run.cli import cli
+from cs_run.errors import ParamsError
+from cs_run.params import load_params
+from cs_run.runners import PyTorchBaseRunner, PyTorchCSCompiler, PyTorchCSRunner, PyTorchRunner
+from cs_run.runners._build import check_params_keys
+
+
+def make_runner(params_path, device, runner=None, **overrides):
+    params = load_params(params_path, overrides, key_checker=check_params_keys)
+    return PyTorchBaseRunner.create(params, device=device, runner=runner)
+
+
+def weights(runner):
+    return {k: v.detach().clone() for k, v in runner.model.state_dict().items()}
+
+
+def test_create_picks_runner_by_device_and_mode(toy_project, tmp_path):
+    md = str(tmp_path / "md")
+    assert type(make_runner(toy_project, "CPU", **{"runconfig.model_dir": md})) is PyTorchRunner
+    assert type(make_runner(toy_project, "CSX", **{"runconfig.model_dir": md})) is PyTorchCSRunner
+    assert type(make_runner(toy_project, "CSX", **{"runconfig.model_dir": md,
+                                                   "runconfig.validate_only": True})) is PyTorchCSCompiler
+    with pytest.raises(ParamsError, match="must be a subclass of cs_run.runners.PyTorchCSRunner for --device CSX"):
+        make_runner(toy_project, "CSX", runner="toy_models:RecordingRunner", **{"runconfig.model_dir": md})
+    with pytest.raises(ParamsError, match="need --device CSX"):
+        make_runner(toy_project, "CPU", **{"runconfig.model_dir": md, "runconfig.compile_only": True})
+
+
+def test_csx_equals_cpu_bit_for_bit_and_traces_once(toy_project, tmp_path):
+    # Dropout, shuffling and an epoch boundary (16 steps per epoch): the replayed graph draws the same
+    # random numbers in the same order as eager, so the results are bit-identical (the fx tier runs the
+    # captured aten ops themselves).
+    steps = {"runconfig.max_steps": 40}
+    cpu = make_runner(toy_project, "CPU", **{"runconfig.model_dir": str(tmp_path / "cpu"), **steps})
+    cpu.run("train")
+    csx = make_runner(toy_project, "CSX", **{"runconfig.model_dir": str(tmp_path / "csx"), **steps})
+    csx.run("train")
+    for key, value in weights(cpu).items():
+        torch.testing.assert_close(weights(csx)[key], value, rtol=0, atol=0)
+    compiled = csx._cs_train_step.compiled_step
+    assert compiled.num_traces == 1 and compiled.recompiles == 0
+    for idx, state in cpu.optimizer.state_dict()["state"].items():
+        torch.testing.assert_close(csx.optimizer.state_dict()["state"][idx]["momentum_buffer"],
+                                   state["momentum_buffer"], rtol=0, atol=0)
+
+
+def test_csx_resume_matches_uninterrupted(toy_project, tmp_path):
+    whole = make_runner(toy_project, "CSX", **{"runconfig.model_dir": str(tmp_path / "whole"),
+                                               "runconfig.max_steps": 23})
+    whole.run("train")
+    expected = weights(whole)
+    for max_steps in (7, 23):
+        split = make_runner(toy_project, "CSX", **{"runconfig.model_dir": str(tmp_path / "split"),
+                                                   "runconfig.max_steps": max_steps})
+        split.run("train")
+    for key, value in expected.items():
+        torch.testing.assert_close(weights(split)[key], value, rtol=0, atol=0)
+
+
+def test_same_hook_order_on_cpu_and_csx(toy_project, tmp_path):
+    module = importlib.import_module("toy_models")
+    orders = {}
+    for device, runner in (("CPU", "toy_models:RecordingRunner"), ("CSX", "toy_models:RecordingCSRunner")):
+        module.CALLS.clear()
+        make_runner(toy_project, device, runner=runner,
+                    **{"runconfig.model_dir": str(tmp_path / device), "runconfig.max_steps": 18}).run("train_and_eval")
+        orders[device] = list(module.CALLS)
+    assert orders["CPU"] == orders["CSX"]
+    assert orders["CSX"][:3] == ["on_train_start", "on_train_epoch_start", "on_train_batch_start"]
+
+
+def test_csx_nan_stops_at_next_log_step_naming_first_bad_step(toy_project, tmp_path):
+    # Sample 44 -> batch 12 (no shuffle). The device-side check is read at step 15 (log step), before
+    # any checkpoint of the bad weights; the step-10 checkpoint is kept.
+    md = tmp_path / "md"
+    runner = make_runner(toy_project, "CSX", **{"runconfig.model_dir": str(md), "train_input.nan_at": 44,
+                                                "train_input.shuffle": False})
+    with pytest.raises(Exception, match=r"loss is nan at step 12; training stopped and the last good checkpoint"):
+        runner.run("train")
+    assert runner.global_step == 15
+    assert sorted(p.name for p in md.glob("checkpoint_*")) == ["checkpoint_10.mdl"]
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, list(map(str, args)))
+
+
+def test_validate_only_names_the_offending_line(toy_project, tmp_path):
+    source = (tmp_path / "toy_models.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "COMPLIANCE-LINE" in text)
+    params = toy_project.read_text().replace('name: "toy_models:build_model"', 'name: "toy_models:build_branchy_model"')
+    params = params.replace("  hidden: 8\n", "").replace("  dropout: 0.1\n", "")
+    toy_project.write_text(params)
+    result = invoke("validate-only", "--params", toy_project, "--model_dir", tmp_path / "md")
+    assert result.exit_code == 1, result.output
+    assert f"toy_models.py:{line}" in result.output and "step closure" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_validate_only_then_compile_only_then_cache_hit(toy_project, tmp_path):
+    md = tmp_path / "md"
+    ok = invoke("validate-only", "--params", toy_project, "--model_dir", md)
+    assert ok.exit_code == 0, ok.output
+    assert "graph:" in ok.output and "parameter elements" in ok.output
+    assert not list(md.glob("checkpoint_*")) and not (md / "cached_compile").exists()
+    compiled = invoke("compile-only", "--params", toy_project, "--model_dir", md)
+    assert compiled.exit_code == 0, compiled.output
+    assert "compile cache miss" in compiled.output
+    trained = invoke("train", "--device", "CSX", "--params", toy_project, "--model_dir", md, "--max_steps", 3)
+    assert trained.exit_code == 0, trained.output
+    assert "compile cache hit" in trained.output and "| Train Device=CSX, Step=3" in trained.output
+
+
+def test_appliance_flags_are_recorded_and_logged(toy_project, tmp_path):
+    md = tmp_path / "md"
+    result = invoke("train", "--device", "CSX", "--params", toy_project, "--model_dir", md, "--max_steps", 2,
+                    "--num_csx", 2, "--mount_dirs", tmp_path, "--job_labels", "team=ml", "--python_paths", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "runconfig.num_csx=2 is recorded in the resolved params but has no effect" in result.output
+    resolved = (md / "params_resolved.yaml").read_text()
+    assert "num_csx: 2" in resolved and "team=ml" in resolved
+    bad = invoke("train", "--device", "CSX", "--params", toy_project, "--model_dir", md, "--job_labels", "nolabel")
+    assert bad.exit_code == 2 and "runconfig.job_labels: expected 'key=value'" in bad.output
