@@ -102,9 +102,14 @@ class _Writer:
         return {"off": offset, "n": int(arr.nbytes), "crc": crc}
 
     def _text(self, name: str, text: str, type_name: str) -> None:
+        """A readable mirror of the value (load reads the spec); HDF5 strings cannot hold NUL, so such text
+        is mirrored as its UTF-8 bytes."""
         import h5py
 
-        ds = self.f.create_dataset(name, data=text, dtype=h5py.string_dtype("utf-8"))
+        if "\x00" in text:
+            ds = self.f.create_dataset(name, data=np.frombuffer(text.encode("utf-8", "surrogatepass"), np.uint8))
+        else:
+            ds = self.f.create_dataset(name, data=text, dtype=h5py.string_dtype("utf-8"))
         self._set_type(ds.id, type_name)
 
     def write(self, leaf: Leaf, specs: list[dict]) -> dict[str, Any]:

@@ -61,7 +61,7 @@ def test_state_dicts_types_and_metadata(tmp_path, tiny_mlp):
 
 def test_scalars_strings_none_bytes_numpy(tmp_path):
     obj = [None, True, False, 0, -1, 2**63 - 1, -(2**63), 2**100, -(3**50), 1.5, float("nan"), float("-inf"), -0.0,
-           3 - 4j, "", "h\u00e9llo/./%", b"", b"\x00\xff", np.arange(6, dtype=">i4").reshape(2, 3),
+           3 - 4j, "", "h\u00e9llo/./%", "nul\x00inside", b"", b"\x00\xff", np.arange(6, dtype=">i4").reshape(2, 3),
            np.float16(1.5), np.bool_(True), np.zeros((0, 2)), np.complex64(1j), (), [], {}]
     save(obj, tmp_path / "c.h5")
     for lazy in (True, False):
