@@ -63,6 +63,7 @@ __all__ += ["amp", "metrics"]
 # --- runners (issue 2 / 7) ---
 from cs_run import runners as runners
 from cs_run.modelzoo import run as run
+from cs_run.trainer import Trainer as Trainer
 
-__all__ += ["run", "runners"]
+__all__ += ["Trainer", "run", "runners"]
 # --- end runners ---

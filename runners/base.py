@@ -44,7 +44,8 @@ class PyTorchBaseRunner(RunnerHooks):
     device_name = "cpu"
 
     def __init__(self, params: Params, *, device: str = "CPU", model_fn: Optional[Callable] = None,
-                 train_data_fn: Optional[Callable] = None, eval_data_fn: Optional[Callable] = None) -> None:
+                 train_data_fn: Optional[Callable] = None, eval_data_fn: Optional[Callable] = None,
+                 optimizer_fn: Optional[Callable] = None, lr_scheduler_fn: Optional[Callable] = None) -> None:
         self.params = params
         self._data_fns = {"train": train_data_fn, "eval": eval_data_fn}
         self.device_type = device.upper()
@@ -62,8 +63,12 @@ class PyTorchBaseRunner(RunnerHooks):
         self.lr_scheduler = None
         self.grad_scaler = None
         if params.optimizer is not None:
-            self.optimizer = _build.build_optimizer(params.optimizer, self.model)
-            self.lr_scheduler = _build.build_lr_scheduler(params.optimizer, self.optimizer)
+            if optimizer_fn is not None:  # built by the caller (Trainer); its schedule too, if any
+                self.optimizer = optimizer_fn(self.model)
+                self.lr_scheduler = lr_scheduler_fn(self.optimizer) if lr_scheduler_fn else None
+            else:
+                self.optimizer = _build.build_optimizer(params.optimizer, self.model)
+                self.lr_scheduler = _build.build_lr_scheduler(params.optimizer, self.optimizer)
             self.grad_scaler = _build.build_grad_scaler(params.optimizer)
         opt = params.optimizer
         self.step_config = StepConfig(
@@ -98,7 +103,8 @@ class PyTorchBaseRunner(RunnerHooks):
         CSX                                       PyTorchCSRunner
         ========================================  =====================
 
-        ``builders`` (model_fn, train_data_fn, eval_data_fn) replace the params' model and data functions.
+        ``builders`` (model_fn, train_data_fn, eval_data_fn, optimizer_fn, lr_scheduler_fn) replace the
+        params' model, data and optimizer factories.
         """
         from cs_run.runners.cs_runner import PyTorchCSCompiler, PyTorchCSRunner
         from cs_run.runners.pytorch_runner import PyTorchRunner

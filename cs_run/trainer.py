@@ -1,0 +1,213 @@
+"""``cs_run.Trainer``: the programmatic face of the runners (the Model Zoo Trainer's shape).
+
+::
+
+    trainer = cstorch.Trainer(device="CSX", model_dir="model_dir", model=model, optimizer=optimizer,
+                              loop={"num_steps": 100, "eval_steps": 10}, checkpoint={"steps": 50})
+    trainer.fit(train_dataloader, val_dataloader)
+    trainer.validate(val_dataloader)
+
+``device`` and ``backend`` are mutually exclusive; once a backend type is set in a process, every other
+Trainer must use the same type (its other backend options may differ). :func:`trainers_from_config`
+builds Trainers from the ``trainer: {init: ..., fit: ...}`` YAML form.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import fields
+from typing import Any, Callable, Optional, Union
+
+import torch
+
+from cs_run.backend import Backend, resolve_backend
+from cs_run.errors import ParamsError
+from cs_run.params import InputParams, ModelParams, OptimizerParams, Params, RunConfig, check_value
+
+__all__ = ["Trainer", "trainers_from_config"]
+
+logger = logging.getLogger(__name__)
+
+_LOOP_KEYS = {"num_steps", "max_steps", "num_epochs", "steps_per_epoch", "eval_steps", "eval_frequency"}
+_CHECKPOINT_KEYS = {"steps": "checkpoint_steps", "max_checkpoints": "max_checkpoints",
+                    "save_initial_checkpoint": "save_initial_checkpoint", "autoload": "autoload_checkpoint"}
+_PRECISION_KEYS = {"mixed_precision", "use_bfloat16", "fp16_type", "loss_scaling_factor", "initial_loss_scale",
+                   "steps_per_increase", "min_loss_scale", "max_loss_scale", "overflow_tolerance",
+                   "max_gradient_norm", "max_gradient_value"}
+
+
+class Trainer:
+    """Train and validate a model on CPU, GPU or CSX with the runners' loop, checkpoints and logs.
+
+    Args:
+        device: "CPU", "GPU" or "CSX" (a backend with default settings). Exclusive with ``backend``.
+        backend: A :class:`~cs_run.backend.Backend` (or a dict of its options, with ``backend_type``).
+        model_dir: Output folder (checkpoints, summaries, run log).
+        model: A ``torch.nn.Module`` whose ``forward(batch)`` returns the loss, a callable returning one,
+            or a params ``model`` section (``{"name": "fc_mnist", ...}``).
+        optimizer: A ``torch.optim.Optimizer`` over the model's parameters, a callable ``(model) ->
+            optimizer``, or a params ``optimizer`` section (``{"optimizer_type": "SGD", ...}``).
+        schedulers: An LR scheduler or a callable ``(optimizer) -> scheduler`` (with an optimizer object).
+        precision: Mixed precision and step numerics: mixed_precision, use_bfloat16, loss_scaling_factor,
+            max_gradient_norm, ... (the params keys of the same names).
+        loop: num_steps / max_steps / num_epochs / steps_per_epoch / eval_steps / eval_frequency.
+        checkpoint: steps, max_checkpoints, save_initial_checkpoint, autoload.
+        logging: ``{"log_steps": N}`` (or N).
+        seed: Seeds every RNG before the model is built.
+
+    Raises:
+        ValueError: both ``device`` and ``backend`` are given.
+        RuntimeError: a backend of another type was already created in this process.
+    """
+
+    def __init__(self, device: Optional[str] = None, backend: Union[Backend, dict, None] = None,
+                 model_dir: str = "./model_dir", model: Any = None, optimizer: Any = None,
+                 schedulers: Any = None, precision: Optional[dict] = None, loop: Optional[dict] = None,
+                 checkpoint: Optional[dict] = None, logging: Union[dict, int, None] = None,
+                 seed: Optional[int] = None) -> None:
+        self.backend = resolve_backend(device=device, backend=backend)
+        if model is None:
+            raise ParamsError("Trainer: model is required (an nn.Module, a callable returning one, or a model "
+                              "params section)")
+        self.model_dir = model_dir
+        self._runconfig = _runconfig(model_dir, self.backend, loop or {}, checkpoint or {}, logging, seed)
+        precision = dict(precision or {})
+        _reject_unknown("precision", precision, _PRECISION_KEYS)
+        self._model_section, self._model_fn = _model_parts(model, precision)
+        self._optimizer_section, self._optimizer_fn, self._scheduler_fn = _optimizer_parts(
+            optimizer, schedulers, precision, (loop or {}).get("grad_accum_steps"))
+        self.runner = None
+
+    def fit(self, train_dataloader: Any, val_dataloader: Any = None, ckpt_path: Optional[str] = None) -> dict:
+        """Train (resuming from ``ckpt_path`` or the newest checkpoint in model_dir); then validate on
+        ``val_dataloader`` when given. Returns the validation results (empty without one)."""
+        if self._optimizer_section is None:
+            raise ParamsError("Trainer.fit: an optimizer is required to train")
+        runner = self._build_runner(train_dataloader, val_dataloader, ckpt_path)
+        return runner.run("train_and_eval" if val_dataloader is not None else "train")
+
+    def validate(self, val_dataloader: Any, ckpt_path: Optional[str] = None) -> dict:
+        """Evaluate the model (after loading ``ckpt_path`` or model_dir's newest checkpoint, if any)."""
+        return self._build_runner(None, val_dataloader, ckpt_path).run("eval")
+
+    def _build_runner(self, train_dataloader: Any, val_dataloader: Any, ckpt_path: Optional[str]):
+        from cs_run.runners import PyTorchBaseRunner
+
+        rc = RunConfig(**{**self._runconfig, "checkpoint_path": ckpt_path})
+        params = Params(model=self._model_section, optimizer=self._optimizer_section, runconfig=rc,
+                        train_input=_input_section(train_dataloader), eval_input=_input_section(val_dataloader))
+        self.runner = PyTorchBaseRunner.create(
+            params, device=self.backend.backend_type, model_fn=self._model_fn,
+            train_data_fn=_data_fn(train_dataloader), eval_data_fn=_data_fn(val_dataloader),
+            optimizer_fn=self._optimizer_fn, lr_scheduler_fn=self._scheduler_fn)
+        return self.runner
+
+
+def trainers_from_config(config: Union[dict, list]) -> list[tuple[Trainer, dict]]:
+    """Trainers from the YAML form: ``{"trainer": {"init": {...}, "fit": {...}}}`` or a list of those.
+
+    ``init`` takes the Trainer's arguments (``model`` and ``optimizer`` as params sections); ``fit`` /
+    ``validate`` take dataloader sections (input keys of the model's data function). Returns each
+    Trainer with its ``fit`` / ``validate`` sections, the keyword arguments of :meth:`Trainer.fit` /
+    :meth:`Trainer.validate` (``{"train_dataloader": {...}, "val_dataloader": {...}}``).
+    """
+    entries = config if isinstance(config, list) else [config]
+    out = []
+    for i, entry in enumerate(entries):
+        section = entry.get("trainer") if isinstance(entry, dict) else None
+        if not isinstance(section, dict) or "init" not in section:
+            raise ParamsError(f"trainer[{i}]: expected a mapping 'trainer: {{init: ..., fit: ...}}'")
+        _reject_unknown(f"trainer[{i}]", section, {"init", "fit", "validate"})
+        out.append((Trainer(**section["init"]), {k: v for k, v in section.items() if k != "init"}))
+    return out
+
+
+def _runconfig(model_dir: str, backend: Backend, loop: dict, checkpoint: dict, logging: Any,
+               seed: Optional[int]) -> dict:
+    _reject_unknown("loop", loop, _LOOP_KEYS | {"grad_accum_steps"})
+    _reject_unknown("checkpoint", checkpoint, set(_CHECKPOINT_KEYS))
+    log = {"log_steps": logging} if isinstance(logging, int) else dict(logging or {})
+    _reject_unknown("logging", log, {"log_steps", "disable_progress_bar"})
+    rc: dict[str, Any] = {"model_dir": model_dir, "seed": seed, **log}
+    rc.update({k: v for k, v in loop.items() if k in _LOOP_KEYS})
+    rc.update({_CHECKPOINT_KEYS[k]: v for k, v in checkpoint.items()})
+    if backend.is_csx:  # the backend's own options drive the CS runner's backend
+        cc = backend.cluster_config
+        rc.update(compile_dir=backend.compile_dir, compile_only=backend.compile_only,
+                  validate_only=backend.validate_only, compile_tier=backend.compile_tier,
+                  **{f.name: getattr(cc, f.name) for f in fields(cc) if f.name in _RUNCONFIG_FIELDS})
+    hints = {f.name: f for f in fields(RunConfig)}
+    import typing
+
+    types = typing.get_type_hints(RunConfig)
+    for key, value in rc.items():
+        if value is not None:
+            check_value(f"Trainer: runconfig.{key}", value, types[key], hints[key].metadata)
+    return rc
+
+
+_RUNCONFIG_FIELDS = {f.name for f in fields(RunConfig)}
+
+
+def _model_parts(model: Any, precision: dict) -> tuple[ModelParams, Optional[Callable]]:
+    keys = {k: precision[k] for k in ("mixed_precision", "use_bfloat16", "fp16_type") if k in precision}
+    if isinstance(model, dict):
+        model = dict(model)
+        name = model.pop("name", None)
+        if not name:
+            raise ParamsError("Trainer: model section needs 'name' (a registered model or 'module:function')")
+        return ModelParams(name=name, extra=model, **keys), None
+    if isinstance(model, torch.nn.Module):
+        return ModelParams(name=type(model).__name__, **keys), lambda _params: model
+    if callable(model):
+        return ModelParams(name=getattr(model, "__name__", "model"), **keys), lambda _params: model()
+    raise ParamsError(f"Trainer: model must be an nn.Module, a callable or a params section, got {type(model).__name__}")
+
+
+def _optimizer_parts(optimizer: Any, schedulers: Any, precision: dict, grad_accum: Optional[int]):
+    numerics = {k: v for k, v in precision.items() if k in {f.name for f in fields(OptimizerParams)}}
+    if grad_accum is not None:
+        numerics["grad_accum_steps"] = grad_accum
+    if optimizer is None:
+        return None, None, None
+    if isinstance(optimizer, dict):
+        section = dict(optimizer)
+        known = {f.name for f in fields(OptimizerParams)} - {"extra"}
+        base = {k: section.pop(k) for k in list(section) if k in known}
+        if "optimizer_type" not in base:
+            raise ParamsError("Trainer: optimizer section needs 'optimizer_type' (e.g. SGD, AdamW)")
+        return OptimizerParams(**{"learning_rate": 0.0, **base, **numerics, "extra": section}), None, None
+    section = OptimizerParams(optimizer_type=type(optimizer).__name__, **numerics)
+    optimizer_fn = optimizer if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer) \
+        else (lambda _model: optimizer)
+    scheduler_fn = None
+    if schedulers is not None:
+        scheduler_fn = schedulers if callable(schedulers) and not hasattr(schedulers, "state_dict") \
+            else (lambda _opt: schedulers)
+    return section, optimizer_fn, scheduler_fn
+
+
+def _input_section(loader: Any) -> Optional[InputParams]:
+    """A dict is an input params section for the model's data function; a loader object needs none."""
+    if loader is None:
+        return None
+    if not isinstance(loader, dict):
+        return InputParams()
+    known = {f.name for f in fields(InputParams)} - {"extra"}
+    return InputParams(**{k: v for k, v in loader.items() if k in known},
+                       extra={k: v for k, v in loader.items() if k not in known})
+
+
+def _data_fn(loader: Any) -> Optional[Callable]:
+    if loader is None or isinstance(loader, dict):
+        return None
+    torch_loader = getattr(loader, "loader", loader)  # a cstorch DataLoader builds its torch loader
+    return lambda _params: torch_loader
+
+
+def _reject_unknown(what: str, values: dict, valid: set) -> None:
+    from cs_run.params import unknown_key_error
+
+    for key in values:
+        if key not in valid:
+            raise unknown_key_error(f"Trainer: {what}.{key}", key, sorted(valid))

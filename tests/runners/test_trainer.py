@@ -1,0 +1,119 @@
+"""cs_run.Trainer: the seed-003 device/backend rules, fit/validate on CPU and CSX, the YAML form."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import yaml
+from torch.utils.data import DataLoader, TensorDataset
+
+import cs_run
+from cs_run.trainer import Trainer, trainers_from_config
+
+
+def toy_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(8, 3))
+
+
+class WithLoss(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = toy_model()
+
+    def forward(self, batch):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+
+def loader(seed=0, n=32):
+    g = torch.Generator().manual_seed(seed)
+    return DataLoader(TensorDataset(torch.randn(n, 6, generator=g), torch.randint(0, 3, (n,), generator=g)),
+                      batch_size=4, shuffle=False, drop_last=True)
+
+
+def test_device_and_backend_are_mutually_exclusive():
+    backend = cs_run.backend("CPU")
+    with pytest.raises(ValueError) as err:
+        Trainer(device="CPU", backend=backend, model=WithLoss())
+    assert str(err.value) == ("backend and device are mutually exclusive arguments of Trainer. "
+                              "Please only provide one or the other")
+
+
+def test_one_backend_type_per_process_but_other_options_may_change(tmp_path):
+    backend = cs_run.backend("CSX", cluster_config=cs_run.distributed.ClusterConfig(num_csx=4))
+    Trainer(backend=backend, model=WithLoss(), model_dir=str(tmp_path / "a"))
+    backend.cluster_config.num_csx = 2
+    backend.cluster_config.num_workers_per_csx = 1
+    second = Trainer(backend=backend, model=WithLoss(), model_dir=str(tmp_path / "b"))
+    assert second._runconfig["num_csx"] == 2
+    with pytest.raises(RuntimeError) as err:
+        Trainer(device="CPU", model=WithLoss())
+    assert str(err.value) == ("Cannot instantiate multiple backends. A backend with type CSX has already been "
+                              "instantiated.")
+
+
+def fit(device, model_dir):
+    from cs_run.backend import _reset_for_tests
+
+    with _reset_for_tests():
+        model = WithLoss()
+        optimizer = cs_run.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        trainer = Trainer(device=device, model_dir=str(model_dir), model=model, optimizer=optimizer,
+                          loop={"num_steps": 12}, checkpoint={"steps": 6}, logging={"log_steps": 4}, seed=1)
+        results = trainer.fit(loader(), loader(seed=1))
+        return {k: v.clone() for k, v in model.state_dict().items()}, results, trainer
+
+
+def test_fit_on_cpu_and_csx_agree_bit_for_bit(tmp_path):
+    cpu_weights, cpu_results, cpu = fit("CPU", tmp_path / "cpu")
+    csx_weights, csx_results, csx = fit("CSX", tmp_path / "csx")
+    assert type(cpu.runner).__name__ == "PyTorchRunner" and type(csx.runner).__name__ == "PyTorchCSRunner"
+    for key, value in cpu_weights.items():
+        torch.testing.assert_close(csx_weights[key], value, rtol=0, atol=0)
+    assert csx_results["eval/loss"] == cpu_results["eval/loss"]
+    assert sorted(p.name for p in (tmp_path / "csx").glob("checkpoint_*")) == ["checkpoint_12.mdl", "checkpoint_6.mdl"]
+
+
+def test_validate_loads_the_newest_checkpoint(tmp_path):
+    weights, results, _ = fit("CPU", tmp_path / "md")
+    fresh = WithLoss()
+    again = Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=fresh).validate(loader(seed=1))
+    assert again["eval/loss"] == pytest.approx(results["eval/loss"], rel=1e-6)
+    for key, value in weights.items():
+        torch.testing.assert_close(fresh.state_dict()[key], value, rtol=0, atol=0)
+
+
+def test_unknown_trainer_keys_are_named():
+    with pytest.raises(ValueError, match=r"Trainer: loop.num_stpes; did you mean 'num_steps'"):
+        Trainer(device="CPU", model=WithLoss(), loop={"num_stpes": 3})
+
+
+CONFIG = """
+trainer:
+  init:
+    device: "CPU"
+    model_dir: "{model_dir}"
+    seed: 1
+    model: {{name: fc_mnist, depth: 1, hidden_size: 32}}
+    optimizer: {{optimizer_type: SGD, learning_rate: 0.05, momentum: 0.9}}
+    loop: {{num_steps: 60}}
+    logging: {{log_steps: 30}}
+  fit:
+    train_dataloader: {{batch_size: 64, shuffle: true}}
+    val_dataloader: {{batch_size: 99, shuffle: false}}
+"""
+
+
+def test_yaml_form_trains_a_registered_model(tmp_path):
+    config = yaml.safe_load(CONFIG.format(model_dir=tmp_path / "md"))
+    [(trainer, sections)] = trainers_from_config(config)
+    results = trainer.fit(**sections["fit"])
+    assert results["eval/accuracy"] > 0.8
+
+
+def test_yaml_form_rejects_mixed_device_types(tmp_path):
+    invalid = [{"trainer": {"init": {"device": "CSX", "model": {"name": "fc_mnist"}}}},
+               {"trainer": {"init": {"device": "CPU", "model": {"name": "fc_mnist"}}}}]
+    with pytest.raises(RuntimeError, match="Cannot instantiate multiple backends. A backend with type CSX"):
+        trainers_from_config(invalid)
