@@ -4,8 +4,10 @@ Run: ``flock /tmp/cs_run_bench.lock .venv/bin/python bench/bench_engine.py`` (ab
 core; ``--quick`` skips the inductor variants and the cold/warm subprocesses).
 
 Every variant trains the same MLP (Linear+ReLU stack, cross-entropy, SGD with momentum) on the same
-fixed batch. Variants are timed interleaved (A B C D, A B C D, ...) and medians reported, because the
-hosts are shared and noisy. Torch runs on ONE thread (``torch.set_num_threads(1)``) unless
+fixed batch, with the step in the order cs-run's runners use (forward, backward, optimizer step,
+zero_grad(set_to_none=True)): no gradients outlive the step, so the CSX graph has no gradient outputs.
+Variants are timed interleaved (A B C D, A B C D, ...) and medians reported, because the hosts are
+shared and noisy. Torch runs on ONE thread (``torch.set_num_threads(1)``) unless
 ``--threads`` says otherwise.
 
 * eager:        model + torch.optim.SGD(foreach=True), the usual loop
@@ -98,9 +100,9 @@ def make_variants(spec, with_inductor: bool, with_compile: bool) -> dict:
 
         def step():
             loss = torch.nn.functional.cross_entropy(model(x), y)
-            opt.zero_grad()
             loss.backward()
             opt.step()
+            opt.zero_grad()
             return loss
 
         return step
@@ -121,9 +123,9 @@ def make_variants(spec, with_inductor: bool, with_compile: bool) -> dict:
 
         def csx_step(xb, yb, model=model, opt=opt):
             loss = torch.nn.functional.cross_entropy(model(xb), yb)
-            opt.zero_grad()
             loss.backward()
             opt.step()
+            opt.zero_grad()
             return loss
 
         compiled = CompiledStep(csx_step, EngineOptions(tier=tier, compile_dir=compile_dir))
@@ -164,7 +166,7 @@ opt = compliant_sgd()(model.parameters(), lr=0.01, momentum=0.9)
 @cstorch.trace
 def step(x, y):
     loss = torch.nn.functional.cross_entropy(model(x), y)
-    opt.zero_grad(); loss.backward(); opt.step()
+    loss.backward(); opt.step(); opt.zero_grad()
     return loss
 float(step(torch.randn(128, 784), torch.randint(0, 10, (128,))))
 print(time.perf_counter() - t0)

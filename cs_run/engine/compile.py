@@ -71,8 +71,14 @@ def _compile_inductor(traced: TracedStep, batch: list[torch.Tensor], cache: Comp
         # Inductor reads the variable on each cache lookup; pointing it into compile_dir lets a second
         # process reuse the kernels. Process-wide by design: one backend per process.
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache.inductor_dir)
+    from torch._guards import TracingContext, tracing
     from torch._inductor.compile_fx import compile_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     example = [t.detach() for t in traced.state.tensors] + [t.detach() for t in batch]
-    with torch.no_grad():
+    # A tracing context with a ShapeEnv lets AOTAutograd's and inductor's FX graph caches key the graph;
+    # without one both bypass their caches and every new process recompiles from scratch.
+    context = TracingContext(FakeTensorMode(shape_env=ShapeEnv()))
+    with torch.no_grad(), tracing(context):
         return compile_fx(traced.gm, example)
