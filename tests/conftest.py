@@ -57,6 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+import cs_run
 from cs_run.runners import PyTorchCSRunner, PyTorchRunner
 
 
@@ -146,6 +147,29 @@ class RecordingCSRunner(Recording, PyTorchCSRunner):
 
 class NotARunner:
     pass
+
+
+class MyOptimizer(cs_run.optim.Optimizer):
+    """A custom compliant optimizer written as seed 004 describes (plain SGD with a decay)."""
+
+    def __init__(self, params, lr=0.1, decay=0.0):
+        super().__init__(params, {"lr": lr, "decay": decay}, enable_global_step=False)
+
+    def preinitialize(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p]["velocity"] = cs_run.zeros_like(p)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                v = self.state[p]["velocity"]
+                v.mul_(group["decay"]).add_(p.grad)
+                p.sub_(v * group["lr"])
+
+    def state_names_to_sparsify(self):
+        return ["velocity"]
 
 
 class BranchyModel(torch.nn.Module):

@@ -153,3 +153,15 @@ def test_summaries_record_loss_lr_rate_and_eval_metrics(toy_project, tmp_path, c
     assert train["lr"] == [(step, pytest.approx(0.1)) for step in (5, 10, 15, 20)]
     assert all(value > 0 for _, value in train["samples_per_sec"])
     assert read_scalars(md / "eval")["loss"] == [(20, pytest.approx(results["eval/loss"]))]
+
+
+def test_custom_optimizer_by_name_in_params_file(toy_project, tmp_path):
+    """Seed 004: a user's Optimizer subclass in the global scope works as optimizer_type."""
+    text = toy_project.read_text().replace('optimizer_type: "SGD"', 'optimizer_type: "MyOptimizer"')
+    toy_project.write_text(text.replace("momentum: 0.9", "decay: 0.9"))
+    runner = make_runner(toy_project, **{"runconfig.model_dir": str(tmp_path / "md"), "runconfig.max_steps": 5})
+    runner.run("train")
+    assert type(runner.optimizer).__name__ == "MyOptimizer"
+    expected, _ = plain_pytorch_run(5)  # MyOptimizer(decay) is heavy-ball SGD: the same update as torch's
+    for key, value in weights(runner).items():
+        torch.testing.assert_close(value, expected[key], rtol=1e-6, atol=1e-7)
