@@ -1,12 +1,12 @@
-"""Batches as nested tensors: moving them to a device and counting their samples."""
+"""Batches as nested tensors and the loaders that yield them: device moves, sample and batch counts."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
-__all__ = ["move_to_device", "batch_size"]
+__all__ = ["move_to_device", "batch_size", "loader_length"]
 
 
 def move_to_device(batch: Any, device: torch.device) -> Any:
@@ -30,3 +30,11 @@ def batch_size(batch: Any) -> int:
     if isinstance(batch, dict) and batch:
         return batch_size(next(iter(batch.values())))
     return 0
+
+
+def loader_length(loader: Any) -> Optional[int]:
+    """Batches per pass, or None for loaders without a length (iterable datasets)."""
+    try:
+        return len(loader)
+    except TypeError:
+        return None

@@ -19,7 +19,7 @@ from cs_run._logging import run_log
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.params import Params, save_params
 from cs_run.runners import _build, _checkpoints
-from cs_run.runners._batches import batch_size, move_to_device
+from cs_run.runners._batches import batch_size, loader_length, move_to_device
 from cs_run.runners._budget import StepBudget, compute_step_budget
 from cs_run.runners._reporting import RateMeter, Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
@@ -152,7 +152,11 @@ class PyTorchBaseRunner(RunnerHooks):
                     self.train()
                     return {}
                 if mode == "eval":
-                    return self.evaluate(checkpoint=self._initial_checkpoint())
+                    checkpoint = self._initial_checkpoint()
+                    if checkpoint is None:
+                        logger.warning("No checkpoint in %s and no checkpoint_path: evaluating randomly "
+                                       "initialized weights", self.model_dir)
+                    return self.evaluate(checkpoint=checkpoint)
                 if mode == "train_and_eval":
                     self.train()
                     return self.evaluate()
@@ -174,7 +178,8 @@ class PyTorchBaseRunner(RunnerHooks):
         loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
         self._load_initial_state(self._initial_checkpoint())
         accum = self.params.optimizer.grad_accum_steps
-        loader_steps = len(loader) // accum if hasattr(loader, "__len__") else None
+        batches = loader_length(loader)
+        loader_steps = batches // accum if batches is not None else None
         budget = compute_step_budget(global_step=self.global_step, loader_steps=loader_steps,
                                      max_steps=rc.max_steps, num_steps=rc.num_steps, num_epochs=rc.num_epochs,
                                      steps_per_epoch=rc.steps_per_epoch)
@@ -312,8 +317,11 @@ class PyTorchBaseRunner(RunnerHooks):
         if checkpoint is not None:
             self._load_weights(checkpoint)
         loader = _build.build_dataloader(self.params, "eval", self._data_fns["eval"])
-        limit = self.params.runconfig.eval_steps
-        total_steps = min(limit, len(loader)) if limit and hasattr(loader, "__len__") else (limit or len(loader))
+        available, limit = loader_length(loader), self.params.runconfig.eval_steps
+        if limit and available is not None and limit > available:
+            logger.warning("runconfig.eval_steps=%d but the eval loader has %d batches: evaluating %d",
+                           limit, available, available)
+        total_steps = min(x for x in (limit, available) if x is not None) if (limit or available) else None
         self.model.eval()
         reset_all_metrics()
         self.on_eval_start()
@@ -321,7 +329,7 @@ class PyTorchBaseRunner(RunnerHooks):
         total_loss, steps = None, 0
         with self._progress("Eval", total_steps) as bar:
             for batch in loader:
-                if steps >= total_steps:
+                if total_steps is not None and steps >= total_steps:
                     break
                 batch = self.on_eval_batch_start(self._to_device(batch))
                 loss = self._eval_step(batch)
@@ -332,8 +340,9 @@ class PyTorchBaseRunner(RunnerHooks):
         if steps == 0:
             raise ParamsError("params: eval_input: the eval loader yielded no batch; check eval_input.batch_size "
                               "and drop_last_batch")
-        self.on_eval_epoch_end(early_exit=steps < len(loader))
-        self.on_eval_end(early_exit=steps < len(loader))
+        early_exit = available is not None and steps < available
+        self.on_eval_epoch_end(early_exit=early_exit)
+        self.on_eval_end(early_exit=early_exit)
         results = {"eval/loss": self._fetch_loss(total_loss) / steps, **compute_all_metrics()}
         summary = ", ".join(f"{k}={v:.5f}" for k, v in results.items())
         logger.info("| Eval Device=%s, GlobalStep=%d, Batches=%d, %s", self.device_name, self.global_step, steps,
