@@ -27,11 +27,11 @@ class _ConfusionMatrixMetric(Metric):
     """Accumulates ``confusion_matrix[label, prediction] += weight``."""
 
     def __init__(
-        self, num_classes: int, ignore: Iterable[int] | None, name: str | None
+        self, num_classes: int, ignore_classes: Iterable[int] | None = None, name: str | None = None
     ) -> None:
         metric = type(self).__name__
         num_classes = check_num_classes(metric, num_classes)
-        keep = class_mask(metric, num_classes, ignore)
+        keep = class_mask(metric, num_classes, ignore_classes)
         super().__init__(name)
         self.num_classes = num_classes
         self._keep = keep
@@ -118,14 +118,6 @@ class MeanIOUMetric(_ConfusionMatrixMetric):
         name: Metric name (default: the class name).
     """
 
-    def __init__(
-        self,
-        num_classes: int,
-        ignore_classes: Iterable[int] | None = None,
-        name: str | None = None,
-    ) -> None:
-        super().__init__(num_classes, ignore_classes, name)
-
     def compute(self) -> torch.Tensor:
         tp, predicted, actual, mask = self._parts()
         return _masked_mean_ratio(tp * mask, (predicted + actual - tp) * mask)
@@ -141,14 +133,6 @@ class DiceCoefficientMetric(_ConfusionMatrixMetric):
         ignore_classes: Class indices left out of the mean.
         name: Metric name (default: the class name).
     """
-
-    def __init__(
-        self,
-        num_classes: int,
-        ignore_classes: Iterable[int] | None = None,
-        name: str | None = None,
-    ) -> None:
-        super().__init__(num_classes, ignore_classes, name)
 
     def compute(self) -> torch.Tensor:
         tp, predicted, actual, mask = self._parts()

@@ -67,33 +67,23 @@ def test_grad_accumulation_and_clipping_match_hand_loop(toy_project, tmp_path):
         torch.testing.assert_close(value, expected[key], rtol=0, atol=0)
 
 
-def test_resume_n_plus_m_is_bit_identical_to_uninterrupted(toy_project, tmp_path):
-    # Stop mid-epoch (step 7 of 16) with shuffling and dropout on: data order and RNG streams must resume.
-    whole = make_runner(toy_project, **{"runconfig.model_dir": str(tmp_path / "whole"), "runconfig.max_steps": 23})
+@pytest.mark.parametrize("stop, total", [(7, 23), (16, 20)])  # mid-epoch (7 of 16); exactly at an epoch end
+def test_resume_n_plus_m_is_bit_identical_to_uninterrupted(toy_project, tmp_path, stop, total):
+    # Shuffling and dropout are on: data order and RNG streams must resume exactly.
+    whole = make_runner(toy_project, **{"runconfig.model_dir": str(tmp_path / "whole"), "runconfig.max_steps": total})
     whole.run("train")
-    first = make_runner(toy_project, **{"runconfig.model_dir": str(tmp_path / "split"), "runconfig.max_steps": 7})
-    first.run("train")
-    second = make_runner(toy_project, **{"runconfig.model_dir": str(tmp_path / "split"), "runconfig.max_steps": 23})
-    second.run("train")
-    assert second.global_step == 23
+    for max_steps in (stop, total):
+        split = make_runner(toy_project, **{"runconfig.model_dir": str(tmp_path / "split"),
+                                            "runconfig.max_steps": max_steps})
+        split.run("train")
+    assert split.global_step == total
     for key, value in weights(whole).items():
-        torch.testing.assert_close(weights(second)[key], value, rtol=0, atol=0)
-    whole_opt, split_opt = whole.optimizer.state_dict()["state"], second.optimizer.state_dict()["state"]
+        torch.testing.assert_close(weights(split)[key], value, rtol=0, atol=0)
+    whole_opt, split_opt = whole.optimizer.state_dict()["state"], split.optimizer.state_dict()["state"]
     for idx in whole_opt:
         for name, value in whole_opt[idx].items():
             if isinstance(value, torch.Tensor):
                 torch.testing.assert_close(split_opt[idx][name], value, rtol=0, atol=0)
-
-
-def test_resume_at_epoch_boundary(toy_project, tmp_path):
-    whole = make_runner(toy_project, **{"runconfig.model_dir": str(tmp_path / "whole"), "runconfig.max_steps": 20})
-    whole.run("train")
-    first = make_runner(toy_project, **{"runconfig.model_dir": str(tmp_path / "split"), "runconfig.max_steps": 16})
-    first.run("train")
-    second = make_runner(toy_project, **{"runconfig.model_dir": str(tmp_path / "split"), "runconfig.max_steps": 20})
-    second.run("train")
-    for key, value in weights(whole).items():
-        torch.testing.assert_close(weights(second)[key], value, rtol=0, atol=0)
 
 
 def test_same_seed_same_losses(toy_project, tmp_path, caplog):
