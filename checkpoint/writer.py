@@ -9,6 +9,7 @@ HDF5 writes the same bytes (zlib releases the GIL).
 from __future__ import annotations
 
 import json
+import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = ["COMPRESSIONS", "tensor_array", "write_file"]
 
 COMPRESSIONS = (None, "gzip", "lzf")
 _CRC_ON_THREAD_BYTES = 1 << 20  # below this, the thread hand-off costs more than it saves
+_FLUSH_EVERY_BYTES = 64 << 20  # start write-back of the file every this many bytes
 
 
 def tensor_array(t: torch.Tensor) -> np.ndarray:
@@ -52,6 +54,12 @@ class _Writer:
         self.dcpl = h5p.create(h5p.DATASET_CREATE)
         self.dcpl.set_fill_time(h5d.FILL_TIME_NEVER)  # every byte is written by us; skip the fill pass
         self.pool = ThreadPoolExecutor(max_workers=1)
+        # Early write-back: flush what is written so far on a thread while the next tensors are written,
+        # so the fsync that makes the file durable finds little left to do.
+        self._flusher = ThreadPoolExecutor(max_workers=1)
+        self._flush_fd = os.open(f.filename, os.O_RDONLY)
+        self._flush_job: Any = None
+        self._unflushed = 0
         from h5py import h5s, h5t
 
         self._h5t, self._scalar = h5t, h5s.create(h5s.SCALAR)
@@ -60,6 +68,14 @@ class _Writer:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
+        self._flusher.shutdown(wait=True)
+        os.close(self._flush_fd)
+
+    def _written(self, nbytes: int) -> None:
+        self._unflushed += nbytes
+        if self._unflushed >= _FLUSH_EVERY_BYTES and (self._flush_job is None or self._flush_job.done()):
+            self._flush_job = self._flusher.submit(os.fdatasync, self._flush_fd)
+            self._unflushed = 0
 
     def _name(self, key: str) -> str:
         name, n = fmt.dataset_name(key), 0
@@ -97,6 +113,7 @@ class _Writer:
             if arr.size > 0:
                 dsid.write(h5s.ALL, h5s.ALL, arr)
                 offset = dsid.get_offset()
+                self._written(arr.nbytes)
         crc = crc_job.result() if crc_job is not None else zlib.crc32(arr)
         self._set_type(dsid, type_name)
         return {"off": offset, "n": int(arr.nbytes), "crc": crc}
