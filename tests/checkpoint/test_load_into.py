@@ -106,3 +106,26 @@ def test_verify_in_load_into(tmp_path):
     w = torch.zeros(100)
     load_into(tmp_path / "c.h5", {"w": w}, verify=True)
     assert torch.equal(w, load(tmp_path / "c.h5")["w"])
+
+
+def test_many_small_tensors_read_in_runs_match_load(tmp_path):
+    """The batched preadv path: thousands of small tensors, mixed sizes and dtypes, some not targeted."""
+    g = torch.Generator().manual_seed(0)
+    state = {f"t{i}": torch.randn(int(torch.randint(0, 300, (1,), generator=g)), generator=g).to(
+        (torch.float32, torch.bfloat16, torch.int64)[i % 3]) for i in range(1500)}
+    save(state, tmp_path / "c.h5")
+    target = {k: torch.empty_like(v) for k, v in state.items() if int(k[1:]) % 5}  # every 5th left out
+    loaded = load_into(tmp_path / "c.h5", target)
+    for key, value in state.items():
+        assert torch.equal(loaded[key], value), key
+        if key in target:
+            assert loaded[key] is target[key]
+
+
+def test_truncated_file_in_batched_read_names_a_key(tmp_path):
+    state = {f"t{i}": torch.full((64,), float(i)) for i in range(50)}
+    save(state, tmp_path / "c.h5")
+    data = (tmp_path / "c.h5").read_bytes()
+    (tmp_path / "cut.h5").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="cut.h5"):
+        load_into(tmp_path / "cut.h5", {k: torch.empty(64) for k in state})
