@@ -84,6 +84,8 @@ class Trainer:
         if self._optimizer_section is None:
             raise ParamsError("Trainer.fit: an optimizer is required to train")
         runner = self._build_runner(train_dataloader, val_dataloader, ckpt_path)
+        if self.backend.compile_only or self.backend.validate_only:
+            return runner.run("train")  # the compiler traces the train step and runs nothing
         return runner.run("train_and_eval" if val_dataloader is not None else "train")
 
     def validate(self, val_dataloader: Any, ckpt_path: Optional[str] = None) -> dict:

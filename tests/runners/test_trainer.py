@@ -117,3 +117,15 @@ def test_yaml_form_rejects_mixed_device_types(tmp_path):
                {"trainer": {"init": {"device": "CPU", "model": {"name": "fc_mnist"}}}}]
     with pytest.raises(RuntimeError, match="Cannot instantiate multiple backends. A backend with type CSX"):
         trainers_from_config(invalid)
+
+
+def test_validate_only_backend_traces_without_training(tmp_path):
+    model = WithLoss()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    backend = cs_run.backend("CSX", validate_only=True)
+    trainer = Trainer(backend=backend, model=model, model_dir=str(tmp_path / "md"),
+                      optimizer=cs_run.optim.SGD(model.parameters(), lr=0.1), loop={"num_steps": 5})
+    results = trainer.fit(loader())
+    assert results["graph"].num_parameters == sum(p.numel() for p in model.parameters())
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    assert not list((tmp_path / "md").glob("checkpoint_*"))
