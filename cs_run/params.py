@@ -11,16 +11,15 @@ that function's signature: its parameter names are the valid keys and its annota
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Optional, Union
 
 import yaml
 
+from cs_run._checks import check_value, key_lines, unknown_key_message
 from cs_run.errors import ParamsError
 
 __all__ = [
@@ -242,7 +241,7 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     text = path.read_text()
     try:
         raw = yaml.safe_load(text)
-        lines = _key_lines(yaml.compose(text))
+        lines = key_lines(yaml.compose(text))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
@@ -282,7 +281,7 @@ def apply_overrides(raw: dict, overrides: dict[str, Any]) -> None:
             continue
         keys = dotted.split(".")
         if keys[0] not in SECTIONS:
-            raise ParamsError(_unknown_key_message(dotted, keys[0], SECTIONS, where=" (override)"))
+            raise ParamsError(unknown_key_message(dotted, keys[0], SECTIONS, where=" (override)"))
         node = raw
         for key in keys[:-1]:
             node = node.setdefault(key, {})
@@ -319,7 +318,7 @@ def validate_params(raw: dict, *, locate=lambda key: "") -> Params:
     """Check sections, keys, types and ranges; fill defaults."""
     for name in raw:
         if name not in SECTIONS:
-            raise ParamsError(_unknown_key_message(name, name, SECTIONS, where=locate(name)))
+            raise ParamsError(unknown_key_message(name, name, SECTIONS, where=locate(name)))
     sections: dict[str, Any] = {}
     for name, cls in _SECTION_TYPES.items():
         value = raw.get(name)
@@ -327,7 +326,7 @@ def validate_params(raw: dict, *, locate=lambda key: "") -> Params:
             sections[name] = None
             continue
         if not isinstance(value, dict):
-            raise ParamsError(f"params: {name} must be a mapping, got {_describe(value)}{locate(name)}")
+            raise ParamsError(f"params: {name} must be a mapping, got {type(value).__name__}{locate(name)}")
         sections[name] = _build_section(cls, name, value, locate)
     if sections["model"] is None:
         raise ParamsError("params: missing required section 'model' (needs at least model.name)")
@@ -350,7 +349,7 @@ def _build_section(cls, section: str, values: dict, locate):
             if has_extra:
                 extra[key] = value
                 continue
-            raise ParamsError(_unknown_key_message(key_path, key, [k.name for k in known], where=locate(key_path)))
+            raise ParamsError(unknown_key_message(key_path, key, [k.name for k in known], where=locate(key_path)))
         if value is None and not f.metadata.get("required"):
             continue
         check_value(key_path, value, hints[key], f.metadata, where=locate(key_path))
@@ -393,72 +392,6 @@ def _check_cross_keys(s: dict, locate) -> None:
                               f"{locate('optimizer.loss_scaling_factor')}")
 
 
-def check_value(key_path: str, value: Any, hint: Any, meta: typing.Mapping = {}, *, where: str = "") -> None:
-    """Raise ParamsError unless ``value`` fits the type ``hint`` and the range in ``meta``."""
-    if not _fits(value, hint):
-        raise ParamsError(f"params: {key_path}: expected {_type_name(hint)}, got {_describe(value)}{where}")
-    if "choices" in meta and value not in meta["choices"]:
-        choices = ", ".join(map(str, meta["choices"]))
-        raise ParamsError(f"params: {key_path}: {value!r} is not one of {choices}{where}")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if "min" in meta and value < meta["min"]:
-            raise ParamsError(f"params: {key_path}: must be >= {meta['min']}, got {value}{where}")
-        if "min_exclusive" in meta and value <= meta["min_exclusive"]:
-            raise ParamsError(f"params: {key_path}: must be > {meta['min_exclusive']}, got {value}{where}")
-
-
-def _fits(value: Any, hint: Any) -> bool:
-    if hint is Any or hint is typing.Any:
-        return True
-    origin = typing.get_origin(hint)
-    if origin in (Union, types.UnionType):
-        return any(_fits(value, arg) for arg in typing.get_args(hint))
-    if origin is Literal:
-        return value in typing.get_args(hint)
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if origin in (list, tuple) or hint in (list, tuple):
-        return isinstance(value, (list, tuple))
-    if origin is dict or hint is dict:
-        return isinstance(value, dict)
-    if isinstance(hint, type):
-        return isinstance(value, hint)
-    return True
-
-
-def _type_name(hint: Any) -> str:
-    origin = typing.get_origin(hint)
-    if origin in (Union, types.UnionType):
-        names = [_type_name(a) for a in typing.get_args(hint) if a is not type(None)]
-        return " or ".join(names)
-    if origin is Literal:
-        return "one of " + ", ".join(map(repr, typing.get_args(hint)))
-    names = {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string",
-             dict: "a mapping", list: "a list"}
-    return names.get(origin or hint, getattr(hint, "__name__", str(hint)))
-
-
-def _describe(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}" if not isinstance(value, (dict, list)) else type(value).__name__
-
-
-def _unknown_key_message(key_path: str, key: str, valid, *, where: str = "") -> str:
-    close = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.6)
-    hint = f"did you mean '{close[0]}'?" if close else "valid keys: " + ", ".join(sorted(valid))
-    return f"params: unknown key {key_path}; {hint}{where}"
-
-
-def unknown_key_error(key_path: str, key: str, valid, where: str = "") -> ParamsError:
-    """The error for a key no schema or function signature knows, with the closest valid key."""
-    return ParamsError(_unknown_key_message(key_path, key, valid, where=where))
-
-
 def _resolve_relative_paths(raw: dict, base: Path) -> None:
     def resolve(value: str) -> str:
         p = Path(value).expanduser()
@@ -482,14 +415,3 @@ def apply_python_paths(params: Params) -> None:
     for folder in reversed(params.runconfig.python_paths):
         if folder not in sys.path:
             sys.path.insert(0, folder)
-
-
-def _key_lines(node, prefix: str = "") -> dict[str, int]:
-    """Map each dotted key path of a composed YAML document to its 1-based line."""
-    out: dict[str, int] = {}
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            path = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
-            out[path] = key_node.start_mark.line + 1
-            out.update(_key_lines(value_node, path))
-    return out

@@ -73,7 +73,7 @@ def resolve_object(spec: str, *, key: str = "") -> Any:
 
 def check_function_keys(fn: Callable, values: dict, section: str, reserved: set[str], locate) -> None:
     """Validate a section's extra keys against ``fn``'s signature: names, required ones, types."""
-    from cs_run.params import check_value, unknown_key_error
+    from cs_run._checks import check_value, unknown_key_error
 
     sig = inspect.signature(fn)
     accepts_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())

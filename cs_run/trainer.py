@@ -20,9 +20,10 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
+from cs_run._checks import check_value
 from cs_run.backend import Backend, resolve_backend
 from cs_run.errors import ParamsError
-from cs_run.params import InputParams, ModelParams, OptimizerParams, Params, RunConfig, check_value
+from cs_run.params import InputParams, ModelParams, OptimizerParams, Params, RunConfig
 
 __all__ = ["Trainer", "trainers_from_config"]
 
@@ -208,7 +209,7 @@ def _data_fn(loader: Any) -> Optional[Callable]:
 
 
 def _reject_unknown(what: str, values: dict, valid: set) -> None:
-    from cs_run.params import unknown_key_error
+    from cs_run._checks import unknown_key_error
 
     for key in values:
         if key not in valid:
