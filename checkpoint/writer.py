@@ -53,6 +53,7 @@ class _Writer:
         self.names: set[str] = set()
         self.dcpl = h5p.create(h5p.DATASET_CREATE)
         self.dcpl.set_fill_time(h5d.FILL_TIME_NEVER)  # every byte is written by us; skip the fill pass
+        self.dcpl.set_obj_track_times(False)  # no timestamps: ~10 us less per dataset, reproducible files
         self.pool = ThreadPoolExecutor(max_workers=1)
         # Early write-back: flush what is written so far on a thread while the next tensors are written,
         # so the fsync that makes the file durable finds little left to do.

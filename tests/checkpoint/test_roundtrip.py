@@ -235,3 +235,14 @@ def test_torch_pickle_file_loads_weights_only(tmp_path):
     with pytest.raises(CheckpointError, match="not a readable torch file.*allow_pickle"):
         load(tmp_path / "bad.pt")
     assert load(tmp_path / "bad.pt", allow_pickle=True)["obj"] == _Thing(1)
+
+
+def test_same_state_saves_to_identical_bytes(tmp_path):
+    """No timestamps in the file: equal states give equal files (hashable, deduplicable)."""
+    import time
+
+    state = {"model": {"w": torch.arange(12.0).reshape(3, 4), "b": torch.zeros(4)}, "global_step": 7, "name": "x"}
+    save(state, tmp_path / "a.h5")
+    time.sleep(1.1)  # HDF5 object timestamps have one-second resolution
+    save(state, tmp_path / "b.h5")
+    assert (tmp_path / "a.h5").read_bytes() == (tmp_path / "b.h5").read_bytes()
