@@ -1,6 +1,7 @@
 """The cs-run H5 checkpoint format, version 1: the spec, its constants and the dtype tables.
 
-A checkpoint is one HDF5 file (written with h5py, ``libver=("v110", "latest")``, 64-byte alignment).
+A checkpoint is one HDF5 file (written with h5py, ``libver=("v110", "latest")``, 64-byte alignment,
+no object timestamps, so the same state always gives the same bytes).
 
 File attributes
     ``__format__``          ``"cs_run.checkpoint"``: tells our files from the vendor's legacy layout.
@@ -25,7 +26,9 @@ Datasets
     are stored as their bit pattern in an unsigned integer of the same width (bfloat16 as uint16, float8
     as uint8, complex32 as uint32); the ``__type__`` attribute names the real dtype (the "bf16 flag").
     Python ints outside int64 are stored as decimal strings; None as an empty dataset; strings as
-    variable-length UTF-8; bytes as a uint8 vector; pickled objects (opt-in only) as a uint8 vector.
+    variable-length UTF-8 (its UTF-8 bytes as a uint8 vector when it contains NUL, which HDF5 strings
+    cannot hold; the value itself is read from the spec); bytes as a uint8 vector; pickled objects
+    (opt-in only) as a uint8 vector.
 
 Structure spec (``__structure__``)
     ``{"tree": NODE, "leaves": [LEAF, ...]}``. A NODE is an integer (index into ``leaves``) or one of
