@@ -378,6 +378,11 @@ def _check_cross_keys(s: dict, locate) -> None:
         if not isinstance(label, str) or "=" not in label:
             raise ParamsError(f"params: runconfig.job_labels: expected 'key=value', got {label!r}"
                               f"{locate('runconfig.job_labels')}")
+    for key in ("python_paths", "mount_dirs"):
+        for folder in getattr(rc, key):
+            if not isinstance(folder, str) or not Path(folder).is_dir():
+                raise ParamsError(f"params: runconfig.{key}: {folder!r} is not an existing folder"
+                                  f"{locate(f'runconfig.{key}')}")
     opt: OptimizerParams | None = s["optimizer"]
     if opt is not None:
         if opt.max_gradient_norm is not None and opt.max_gradient_value is not None:

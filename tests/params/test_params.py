@@ -141,3 +141,11 @@ def test_resolved_params_round_trip(tmp_path):
     out = save_params(params, tmp_path / "model_dir")
     again = load(out)
     assert again.to_dict() == params.to_dict()
+
+
+@pytest.mark.parametrize("key", ["python_paths", "mount_dirs"])
+def test_folders_of_the_csx_flags_must_exist(tmp_path, key):
+    ok = load(write(tmp_path, {**GOOD, "runconfig": {"max_steps": 1, key: ["."]}}))
+    assert getattr(ok.runconfig, key) == [str(tmp_path)]  # relative to the params file's folder
+    with pytest.raises(ParamsError, match=rf"runconfig.{key}: '.*missing' is not an existing folder"):
+        load(write(tmp_path, {**GOOD, "runconfig": {"max_steps": 1, key: ["missing"]}}))
