@@ -173,15 +173,7 @@ class H5Source:
             return
         buf = out.reshape(-1).view(np.uint8)
         if spec.get("off") is not None:
-            if self._fh is None:
-                self._fh = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
-            view, pos = memoryview(buf), 0
-            while pos < len(view):  # one read() returns at most ~2 GiB on Linux
-                self._fh.seek(spec["off"] + pos)
-                got = self._fh.readinto(view[pos:])
-                if not got:
-                    raise CheckpointError(f"checkpoint '{self.path}' is truncated inside key '{spec['key']}'")
-                pos += got
+            self.read_bytes_into(spec, memoryview(buf))
             return
         from h5py import h5s
 
@@ -194,6 +186,17 @@ class H5Source:
                 f"checkpoint '{self.path}': cannot read key '{spec['key']}' ({one_line(err)}); the file is "
                 "damaged or uses a compression filter this h5py lacks (try installing hdf5plugin)"
             ) from err
+
+    def read_bytes_into(self, spec: dict, view: memoryview) -> None:
+        """The hot path of resume: ``pread`` the contiguous data at its offset straight into ``view``."""
+        if self._fh is None:
+            self._fh = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
+        fd, offset, pos = self._fh.fileno(), spec["off"], 0
+        while pos < len(view):  # one read returns at most ~2 GiB on Linux
+            got = os.preadv(fd, [view[pos:]], offset + pos)
+            if not got:
+                raise CheckpointError(f"checkpoint '{self.path}' is truncated inside key '{spec['key']}'")
+            pos += got
 
     def stored_bytes(self, spec: dict) -> Any:
         """A buffer with the leaf's bytes (mapped when possible) for checksums."""
