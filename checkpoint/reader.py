@@ -107,6 +107,19 @@ def _numel(shape: list[int]) -> int:
     return math.prod(shape) if shape else 1
 
 
+_PARALLEL_SLICE = 16 << 20  # tensors of at least two slices are read by two threads
+_POOL: list = []
+
+
+def _read_pool():
+    """Two reader threads shared by every load (created on first use)."""
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="cs_run_ckpt_read"))
+    return _POOL[0]
+
+
 class H5Source:
     """Leaves of one open checkpoint. ``specs`` follow the spec's LEAF format (legacy files too)."""
 
@@ -188,10 +201,23 @@ class H5Source:
             ) from err
 
     def read_bytes_into(self, spec: dict, view: memoryview) -> None:
-        """The hot path of resume: ``pread`` the contiguous data at its offset straight into ``view``."""
+        """The hot path of resume: ``pread`` the contiguous data at its offset straight into ``view``.
+
+        A large tensor is read as slices on two threads (``preadv`` releases the GIL), so copying out of
+        the page cache uses both cores.
+        """
         if self._fh is None:
             self._fh = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
-        fd, offset, pos = self._fh.fileno(), spec["off"], 0
+        n = len(view)
+        if n < 2 * _PARALLEL_SLICE:
+            self._pread_all(spec, view, 0)
+            return
+        slices = [(view[i:i + _PARALLEL_SLICE], i) for i in range(0, n, _PARALLEL_SLICE)]
+        for job in [_read_pool().submit(self._pread_all, spec, part, start) for part, start in slices]:
+            job.result()
+
+    def _pread_all(self, spec: dict, view: memoryview, start: int) -> None:
+        fd, offset, pos = self._fh.fileno(), spec["off"] + start, 0
         while pos < len(view):  # one read returns at most ~2 GiB on Linux
             got = os.preadv(fd, [view[pos:]], offset + pos)
             if not got:
