@@ -57,7 +57,7 @@ _MODELZOO_OPTIONS = [
                  help="Log level (default: runconfig.logging, INFO)."),
     click.option("--runner", help="A custom runner class, 'module:Class', subclassing a cs-run runner."),
     click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                 help="Override any params key, e.g. --set runconfig.log_steps=10 (repeatable)."),
+                 help="Override any params key, e.g. --set runconfig.log_steps=10; KEY=null removes it (repeatable)."),
 ]
 
 # The Model Zoo's CSX flags; each sets the runconfig key of the same name.

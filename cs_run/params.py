@@ -251,7 +251,7 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     if not isinstance(raw, dict):
         raise ParamsError(f"params file must be a mapping of sections, got {type(raw).__name__} ({path})")
 
-    overridden = {k for k, v in (overrides or {}).items() if v is not None}
+    overridden = {k for k, v in (overrides or {}).items() if v is not None and v is not REMOVE}
 
     def locate(key_path: str) -> str:
         if any(key_path == k or key_path.startswith(k + ".") for k in overridden):
@@ -274,8 +274,12 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     return params
 
 
+REMOVE = object()
+"""An override value that deletes the key (``--set optimizer.momentum=null``)."""
+
+
 def apply_overrides(raw: dict, overrides: dict[str, Any]) -> None:
-    """Set dotted keys in place; ``None`` values are skipped (an unset CLI flag)."""
+    """Set dotted keys in place; ``None`` values are skipped (an unset CLI flag), ``REMOVE`` deletes."""
     for dotted, value in overrides.items():
         if value is None:
             continue
@@ -287,11 +291,15 @@ def apply_overrides(raw: dict, overrides: dict[str, Any]) -> None:
             node = node.setdefault(key, {})
             if not isinstance(node, dict):
                 raise ParamsError(f"params: cannot set {dotted}: {key} is not a mapping")
-        node[keys[-1]] = value
+        if value is REMOVE:
+            node.pop(keys[-1], None)
+        else:
+            node[keys[-1]] = value
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``runconfig.log_steps=10`` -> ("runconfig.log_steps", 10); values are read as YAML."""
+    """``runconfig.log_steps=10`` -> ("runconfig.log_steps", 10); values are read as YAML, and
+    ``null`` (or nothing after ``=``) removes the key, so its default applies."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise ParamsError(f"--set expects KEY=VALUE (e.g. runconfig.log_steps=10), got {text!r}")
@@ -299,7 +307,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         parsed = yaml.safe_load(value) if value.strip() else None
     except yaml.YAMLError:
         parsed = value
-    return key.strip(), parsed
+    return key.strip(), REMOVE if parsed is None else parsed
 
 
 def save_params(params: Params, model_dir: str | os.PathLike, name: str = "params_resolved.yaml") -> Path:

@@ -134,6 +134,8 @@ def test_overrides_apply_after_reading_and_are_located_on_the_command_line(tmp_p
         load(path, dict([parse_override("runconfig.log_steps=abc")]))
     with pytest.raises(ParamsError, match="--set expects KEY=VALUE"):
         parse_override("runconfig.log_steps")
+    removed = load(path, dict([parse_override("optimizer.momentum=null"), parse_override("runconfig.log_steps=")]))
+    assert "momentum" not in removed.optimizer.extra and removed.runconfig.log_steps == 100  # the default
 
 
 def test_resolved_params_round_trip(tmp_path):
