@@ -5,20 +5,14 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
+import torch.utils._pytree as pytree
 
 __all__ = ["move_to_device", "batch_size", "loader_length"]
 
 
 def move_to_device(batch: Any, device: torch.device) -> Any:
-    """Every tensor of a nested tuple / list / dict batch, on ``device``."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, (list, tuple)):
-        moved = [move_to_device(b, device) for b in batch]
-        return moved if isinstance(batch, list) else tuple(moved)
-    if isinstance(batch, dict):
-        return {k: move_to_device(v, device) for k, v in batch.items()}
-    return batch
+    """Every tensor of a nested batch (tuples, lists, dicts, namedtuples), on ``device``."""
+    return pytree.tree_map_only(torch.Tensor, lambda t: t.to(device, non_blocking=True), batch)
 
 
 def batch_size(batch: Any) -> int:
