@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _run_closure
+from .optimizer import Optimizer, ParamsT, _check, _run_closure, _weight_decay
 
 __all__ = ["Adadelta", "adadelta"]
 
@@ -71,8 +71,7 @@ def adadelta(params: list[Tensor], grads: list[Tensor], square_avgs: list[Tensor
     for i, param in enumerate(params):
         grad = grads[i] if not maximize else -grads[i]
         steps[i].add_(1)
-        if weight_decay != 0:
-            grad = grad.add(param, alpha=weight_decay)
+        grad = _weight_decay(param, grad, lr=lr, weight_decay=weight_decay)
         square_avgs[i].mul_(rho).addcmul_(grad, grad, value=1 - rho)
         std = square_avgs[i].add(eps).sqrt_()
         delta = acc_deltas[i].add(eps).sqrt_().div_(std).mul_(grad)

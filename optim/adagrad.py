@@ -10,7 +10,7 @@ from torch import Tensor
 import cs_run
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _run_closure, _scalar
+from .optimizer import Optimizer, ParamsT, _check, _run_closure, _scalar, _weight_decay
 
 __all__ = ["Adagrad", "adagrad"]
 
@@ -77,8 +77,7 @@ def adagrad(params: list[Tensor], grads: list[Tensor], sums: list[Tensor], steps
     for i, param in enumerate(params):
         grad = grads[i] if not maximize else -grads[i]
         steps[i].add_(1)
-        if weight_decay != 0:
-            grad = grad.add(param, alpha=weight_decay)
+        grad = _weight_decay(param, grad, lr=lr, weight_decay=weight_decay)
         neg_clr = (_scalar(lr) / (1 + (_scalar(steps[i]) - 1) * lr_decay) * -1).to(param.dtype)
         sums[i].addcmul_(grad, grad, value=1)
         param.addcdiv_(grad.mul(neg_clr), sums[i].sqrt().add_(eps))

@@ -18,6 +18,7 @@ from .optimizer import (
     _foreach_ok,
     _run_closure,
     _scalar,
+    _weight_decay,
 )
 
 __all__ = ["Adam", "AdamW", "adam"]
@@ -148,11 +149,7 @@ def _single_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, s
     for i, param in enumerate(params):
         grad = grads[i] if not maximize else -grads[i]
         steps[i].add_(1)
-        if weight_decay != 0:
-            if decoupled:
-                param.mul_(1 - lr * weight_decay)
-            else:
-                grad = grad.add(param, alpha=weight_decay)
+        grad = _weight_decay(param, grad, lr=lr, weight_decay=weight_decay, decoupled=decoupled)
         exp_avgs[i].lerp_(grad, 1 - beta1)
         exp_avg_sqs[i].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         second = exp_avg_sqs[i]

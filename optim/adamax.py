@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure, _scalar
+from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure, _scalar, _weight_decay
 
 __all__ = ["Adamax", "adamax"]
 
@@ -75,8 +75,7 @@ def _single_tensor_adamax(params, grads, exp_avgs, exp_infs, steps, *, lr, beta1
     for i, param in enumerate(params):
         grad = grads[i] if not maximize else -grads[i]
         steps[i].add_(1)
-        if weight_decay != 0:
-            grad = grad.add(param, alpha=weight_decay)
+        grad = _weight_decay(param, grad, lr=lr, weight_decay=weight_decay)
         exp_avgs[i].lerp_(grad, 1 - beta1)
         torch.maximum(exp_infs[i].mul_(beta2), grad.abs().add_(eps), out=exp_infs[i])
         neg_clr = (_scalar(lr) / (1 - beta1 ** _scalar(steps[i])) * -1).to(param.dtype)

@@ -10,7 +10,7 @@ from torch import Tensor
 import cs_run
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _run_closure, _scalar
+from .optimizer import Optimizer, ParamsT, _check, _run_closure, _scalar, _weight_decay
 
 __all__ = ["ASGD", "asgd"]
 
@@ -83,8 +83,7 @@ def asgd(params: list[Tensor], grads: list[Tensor], axs: list[Tensor], mus: list
     for i, param in enumerate(params):
         grad = grads[i] if not maximize else -grads[i]
         steps[i].add_(1)
-        if weight_decay != 0:
-            grad = grad.add(param, alpha=weight_decay)
+        grad = _weight_decay(param, grad, lr=lr, weight_decay=weight_decay)
         # first step: eta is the lr, stored in the state's dtype as torch does
         eta = _scalar(torch.where(steps[i] == 1, lr.to(etas[i].dtype), etas[i]))
         param.mul_((1 - lambd * eta).to(param.dtype))

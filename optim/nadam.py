@@ -10,7 +10,7 @@ from torch import Tensor
 import cs_run
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure, _scalar
+from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure, _scalar, _weight_decay
 
 __all__ = ["NAdam", "nadam"]
 
@@ -91,11 +91,7 @@ def nadam(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp
         grad = grads[i] if not maximize else -grads[i]
         steps[i].add_(1)
         step = _scalar(steps[i])
-        if weight_decay != 0:
-            if decoupled_weight_decay:
-                param.mul_(1 - lr * weight_decay)
-            else:
-                grad = grad.add(param, alpha=weight_decay)
+        grad = _weight_decay(param, grad, lr=lr, weight_decay=weight_decay, decoupled=decoupled_weight_decay)
         mu = beta1 * (1.0 - 0.5 * (0.96 ** (step * momentum_decay)))
         mu_next = beta1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * momentum_decay)))
         mu_products[i].mul_(mu.to(mu_products[i].dtype))  # rounded in the state's dtype, as torch

@@ -246,6 +246,20 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
             group["lr"] = _copy_into(old_group["lr"], group["lr"], "param_groups[].lr")
 
 
+def _weight_decay(param: Tensor, grad: Tensor, *, lr: Any, weight_decay: float, decoupled: bool = False) -> Tensor:
+    """The shared weight-decay step of the single-tensor optimizers; returns the gradient to use.
+
+    L2 (``decoupled=False``) adds ``weight_decay * param`` to the gradient; decoupled (AdamW style)
+    shrinks the parameter in place by ``1 - lr * weight_decay`` and leaves the gradient alone.
+    """
+    if weight_decay == 0:
+        return grad
+    if decoupled:
+        param.mul_(1 - lr * weight_decay)
+        return grad
+    return grad.add(param, alpha=weight_decay)
+
+
 def _run_closure(closure: Callable[[], Any] | None) -> Any:
     """Re-evaluate the loss with grad enabled when a closure is given (torch.optim's contract)."""
     if closure is None:

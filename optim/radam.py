@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure, _scalar
+from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure, _scalar, _weight_decay
 
 __all__ = ["RAdam", "radam"]
 
@@ -82,11 +82,7 @@ def radam(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp
         grad = grads[i] if not maximize else -grads[i]
         steps[i].add_(1)
         step = _scalar(steps[i])
-        if weight_decay != 0:
-            if decoupled_weight_decay:
-                param.mul_(1 - lr * weight_decay)
-            else:
-                grad = grad.add(param, alpha=weight_decay)
+        grad = _weight_decay(param, grad, lr=lr, weight_decay=weight_decay, decoupled=decoupled_weight_decay)
         exp_avgs[i].lerp_(grad, 1 - beta1)
         exp_avg_sqs[i].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         bias_correction1 = 1 - beta1**step

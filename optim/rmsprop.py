@@ -10,7 +10,7 @@ from torch import Tensor
 import cs_run
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _run_closure
+from .optimizer import Optimizer, ParamsT, _check, _run_closure, _weight_decay
 
 __all__ = ["RMSprop", "rmsprop"]
 
@@ -91,8 +91,7 @@ def rmsprop(params: list[Tensor], grads: list[Tensor], square_avgs: list[Tensor]
     for i, param in enumerate(params):
         grad = grads[i] if not maximize else -grads[i]
         steps[i].add_(1)
-        if weight_decay != 0:
-            grad = grad.add(param, alpha=weight_decay)
+        grad = _weight_decay(param, grad, lr=lr, weight_decay=weight_decay)
         square_avgs[i].mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
         if centered:
             grad_avgs[i].lerp_(grad, 1 - alpha)
