@@ -144,6 +144,7 @@ class PyTorchBaseRunner(RunnerHooks):
         """Run ``mode`` (train, eval, train_and_eval, eval_all); returns the eval results, if any."""
         if mode not in MODES:
             raise ParamsError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
+        self._check_sections_for(mode)
         self._prepare_model_dir()
         with run_log(self.model_dir, self.params.runconfig.logging):
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
@@ -163,6 +164,17 @@ class PyTorchBaseRunner(RunnerHooks):
                 return self.eval_all()
             finally:
                 self._summaries.close()
+
+    def _check_sections_for(self, mode: str) -> None:
+        """Fail before any work when a mode lacks its params (not after an hour of training)."""
+        needs = {"train": ("train_input", "optimizer"), "eval": ("eval_input",), "eval_all": ("eval_input",),
+                 "train_and_eval": ("train_input", "optimizer", "eval_input")}[mode]
+        present = {"train_input": self.params.train_input is not None or self._data_fns["train"] is not None,
+                   "eval_input": self.params.eval_input is not None or self._data_fns["eval"] is not None,
+                   "optimizer": self.optimizer is not None}
+        missing = [name for name in needs if not present[name]]
+        if missing:
+            raise ParamsError(f"params: mode {mode} needs section(s) {', '.join(missing)}, which the params lack")
 
     def _prepare_model_dir(self) -> None:
         self.model_dir.mkdir(parents=True, exist_ok=True)

@@ -155,3 +155,15 @@ def test_custom_optimizer_by_name_in_params_file(toy_project, tmp_path):
     expected, _ = plain_pytorch_run(5)  # MyOptimizer(decay) is heavy-ball SGD: the same update as torch's
     for key, value in weights(runner).items():
         torch.testing.assert_close(value, expected[key], rtol=1e-6, atol=1e-7)
+
+
+def test_missing_section_for_the_mode_fails_before_any_work(toy_project, tmp_path):
+    from cs_run.errors import ParamsError
+
+    toy_project.write_text(toy_project.read_text().split("eval_input:")[0] + "model:" +
+                           toy_project.read_text().split("model:", 1)[1])
+    md = tmp_path / "md"
+    runner = make_runner(toy_project, **{"runconfig.model_dir": str(md)})
+    with pytest.raises(ParamsError, match="mode train_and_eval needs section\\(s\\) eval_input"):
+        runner.run("train_and_eval")
+    assert not md.exists()  # nothing trained, nothing written
