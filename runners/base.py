@@ -413,7 +413,13 @@ class PyTorchBaseRunner(RunnerHooks):
         target = {"model": self.model.state_dict()}
         if self.optimizer is not None:
             target["optimizer"] = self.optimizer.state_dict()  # state tensors are read in place
-        state = _checkpoints.load_checkpoint(path, target)
+        try:
+            state = _checkpoints.load_checkpoint(path, target)
+        except CheckpointError as e:
+            if self.params.runconfig.checkpoint_path:
+                raise
+            raise CheckpointError(f"{e} (resuming from the newest checkpoint in model_dir; use another --model_dir "
+                                  "or --set runconfig.autoload_checkpoint=false to start fresh)") from None
         self.global_step = int(state.get("global_step", 0))
         for key, part in (("optimizer", self.optimizer), ("lr_scheduler", self.lr_scheduler),
                           ("grad_scaler", self.grad_scaler)):

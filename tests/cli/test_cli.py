@@ -94,3 +94,11 @@ def test_custom_runner_from_cli(toy_project, tmp_path):
                     "--runner", "toy_models:RecordingRunner")
     assert result.exit_code == 0, result.output
     assert importlib.import_module("toy_models").CALLS[:2] == ["on_train_start", "on_train_epoch_start"]
+
+
+def test_autoloading_an_incompatible_checkpoint_says_how_to_start_fresh(toy_project, tmp_path):
+    md = tmp_path / "md"
+    assert invoke("train", "--params", toy_project, "--model_dir", md, "--max_steps", 2).exit_code == 0
+    result = invoke("train", "--params", toy_project, "--model_dir", md, "--max_steps", 4, "--set", "model.hidden=16")
+    assert result.exit_code == 1
+    assert "model.net.0.weight" in result.output and "autoload_checkpoint=false" in result.output
