@@ -27,16 +27,19 @@ class _TqdmHandler(logging.Handler):
 
 
 def setup_console_logging(level: str = "INFO") -> None:
-    """Used by the CLI only: a library does not configure logging for its caller."""
-    root = logging.getLogger("cs_run")
-    root.setLevel(level)
-    if not any(isinstance(h, _TqdmHandler) for h in root.handlers):
-        handler = _TqdmHandler()
-        handler.setFormatter(logging.Formatter(_FORMAT, _DATEFMT))
-        root.addHandler(handler)
-    else:
-        for h in root.handlers:
-            h.setLevel(level)
+    """Used by the CLI only: a library does not configure logging for its caller.
+
+    Python warnings (a recompile, a frozen Python value) become log lines too, so they share the
+    format, the progress-bar handling and model_dir/run.log.
+    """
+    logging.captureWarnings(True)
+    for name in ("cs_run", "py.warnings"):
+        logger = logging.getLogger(name)
+        logger.setLevel(level)
+        if not any(isinstance(h, _TqdmHandler) for h in logger.handlers):
+            handler = _TqdmHandler()
+            handler.setFormatter(logging.Formatter(_FORMAT, _DATEFMT))
+            logger.addHandler(handler)
 
 
 @contextlib.contextmanager
@@ -47,12 +50,14 @@ def run_log(model_dir: str | Path, level: str = "INFO"):
     handler = logging.FileHandler(path)
     handler.setLevel(level)
     handler.setFormatter(logging.Formatter(_FORMAT, _DATEFMT))
-    root = logging.getLogger("cs_run")
-    root.addHandler(handler)
-    if root.level == logging.NOTSET or root.level > logging.getLevelName(level):
-        root.setLevel(level)
+    loggers = [logging.getLogger("cs_run"), logging.getLogger("py.warnings")]
+    for logger in loggers:
+        logger.addHandler(handler)
+        if logger.level == logging.NOTSET or logger.level > logging.getLevelName(level):
+            logger.setLevel(level)
     try:
         yield path
     finally:
-        root.removeHandler(handler)
+        for logger in loggers:
+            logger.removeHandler(handler)
         handler.close()
