@@ -75,7 +75,6 @@ _CSX_OPTIONS = [
     click.option("--max_act_per_csx", type=click.IntRange(min=1), help="Activation servers per system (appliance)."),
     click.option("--transfer_processes", type=click.IntRange(min=1), help="Data transfer processes (appliance only)."),
 ]
-_CSX_KEYS = ("num_csx", "num_workers_per_csx", "max_wgt_servers", "max_act_per_csx", "transfer_processes")
 
 
 def modelzoo_options(fn):
@@ -98,7 +97,7 @@ def cli() -> None:
 
 def _run(mode: str, options: dict[str, Any], extra_flags: Optional[dict] = None) -> None:
     from cs_run._logging import setup_console_logging
-    from cs_run.params import load_params, parse_override
+    from cs_run.params import CLUSTER_INT_KEYS, load_params, parse_override
     from cs_run.runners import PyTorchBaseRunner
     from cs_run.runners._build import check_params_keys
 
@@ -112,7 +111,7 @@ def _run(mode: str, options: dict[str, Any], extra_flags: Optional[dict] = None)
         "runconfig.eval_steps": options["eval_steps"],
         "runconfig.logging": options["log_level"].upper() if options["log_level"] else None,
         "runconfig.compile_dir": _absolute(options["compile_dir"]),
-        **{f"runconfig.{key}": options[key] for key in _CSX_KEYS},
+        **{f"runconfig.{key}": options[key] for key in CLUSTER_INT_KEYS},
         **{f"runconfig.{key}": [str(v) for v in options[key]] or None for key in ("mount_dirs", "job_labels")},
         "runconfig.python_paths": [_absolute(p) for p in options["python_paths"]] or None,
         **(extra_flags or {}),

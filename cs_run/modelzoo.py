@@ -19,12 +19,11 @@ from typing import Any, Callable, Optional
 import torch
 
 from cs_run.errors import CsRunError
+from cs_run.params import CLUSTER_INT_KEYS, CLUSTER_LIST_KEYS
 
 __all__ = ["run"]
 
 _MODES = ("train", "eval", "train_and_eval", "eval_all")
-_CSX_INT_FLAGS = ("num_csx", "num_workers_per_csx", "max_wgt_servers", "max_act_per_csx", "transfer_processes")
-_CSX_LIST_FLAGS = ("mount_dirs", "python_paths", "job_labels")
 _DEVICES = ("CPU", "GPU", "CSX")
 
 
@@ -52,9 +51,9 @@ def _parser(extra_args_parser_fn: Optional[Callable]) -> argparse.ArgumentParser
     csx.add_argument("--compile_only", action="store_true", default=None, help="Trace and compile only.")
     csx.add_argument("--validate_only", action="store_true", default=None, help="Trace only.")
     csx.add_argument("--compile_dir")
-    for name in _CSX_INT_FLAGS:
+    for name in CLUSTER_INT_KEYS:
         csx.add_argument(f"--{name}", type=int)
-    for name in _CSX_LIST_FLAGS:
+    for name in CLUSTER_LIST_KEYS:
         csx.add_argument(f"--{name}", nargs="+")
     return p
 
@@ -104,7 +103,7 @@ def _run(args, model_fn, train_data_fn, eval_data_fn, default_params_fn) -> dict
     for key in ("model_dir", "checkpoint_path", "compile_dir"):
         value = getattr(args, key)
         flags[f"runconfig.{key}"] = str(Path(value).resolve()) if value else None
-    for key in ("compile_only", "validate_only", *_CSX_INT_FLAGS, "mount_dirs", "job_labels"):
+    for key in ("compile_only", "validate_only", *CLUSTER_INT_KEYS, "mount_dirs", "job_labels"):
         flags[f"runconfig.{key}"] = getattr(args, key)
     flags["runconfig.python_paths"] = [str(Path(p).resolve()) for p in args.python_paths] if args.python_paths else None
     overrides = dict(parse_override(text) for text in args.overrides)

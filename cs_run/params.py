@@ -35,6 +35,9 @@ __all__ = [
 ]
 
 SECTIONS = ("train_input", "eval_input", "model", "optimizer", "runconfig")
+# The Model Zoo's cluster flags: integers, and lists given once per value (all runconfig keys).
+CLUSTER_INT_KEYS = ("num_csx", "num_workers_per_csx", "max_wgt_servers", "max_act_per_csx", "transfer_processes")
+CLUSTER_LIST_KEYS = ("mount_dirs", "python_paths", "job_labels")
 
 
 @dataclass

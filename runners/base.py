@@ -84,7 +84,6 @@ class PyTorchBaseRunner(RunnerHooks):
         self._epoch_step = 0
         self._epoch_start_rng: Optional[dict] = None
         self._pending_resume: Optional[dict] = None
-        self._last_saved_step: Optional[int] = None
         self._summaries = Summaries(self.model_dir)
 
     # --------------------------------------------------------------------------------- construction
@@ -185,8 +184,7 @@ class PyTorchBaseRunner(RunnerHooks):
     def train(self) -> None:
         """Train for the step budget, resuming from the newest checkpoint when there is one."""
         rc = self.params.runconfig
-        if self.optimizer is None:
-            raise ParamsError("params: missing section optimizer (needed to train)")
+        self._check_sections_for("train")
         loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
         self._load_initial_state(self._initial_checkpoint())
         accum = self.params.optimizer.grad_accum_steps
@@ -222,9 +220,7 @@ class PyTorchBaseRunner(RunnerHooks):
                 self.on_train_epoch_end(early_exit=not finished_epoch)
                 if finished_epoch:
                     self._epoch, self._epoch_step = self._epoch + 1, 0
-        self.on_train_end(early_exit=False)
-        if self._last_saved_step != self.global_step:
-            self._save_checkpoint()
+        self.on_train_end(early_exit=False)  # the last step saved its checkpoint in _after_train_step
 
     def _train_epoch(self, loader, budget: StepBudget, end_step: int, bar) -> bool:
         """Run steps until the epoch or the budget ends; True when the epoch ended."""
@@ -400,7 +396,6 @@ class PyTorchBaseRunner(RunnerHooks):
     def _save_checkpoint(self) -> Path:
         path = _checkpoints.checkpoint_path(self.model_dir, self.global_step)
         _checkpoints.save_checkpoint(self._checkpoint_state(), path)
-        self._last_saved_step = self.global_step
         logger.info("Saved checkpoint %s", path)
         _checkpoints.prune_checkpoints(self.model_dir, self.params.runconfig.max_checkpoints)
         self.on_checkpoint_saved(str(path), self.global_step)
@@ -431,7 +426,6 @@ class PyTorchBaseRunner(RunnerHooks):
             self._pending_resume = {"epoch_start_rng": data["epoch_start_rng"], "rng": state["rng"]}
         elif "rng" in state:
             restore_rng_state(state["rng"])
-        self._last_saved_step = self.global_step
         logger.info("Resuming from checkpoint %s at global step %d", path, self.global_step)
 
     def _load_weights(self, path: Path) -> None:

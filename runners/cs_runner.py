@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from cs_run.errors import ParamsError
-from cs_run.params import Params
+from cs_run.params import CLUSTER_INT_KEYS, CLUSTER_LIST_KEYS, Params, RunConfig
 from cs_run.runners import _build
 from cs_run.runners._step import eval_step, train_step
 from cs_run.runners.base import PyTorchBaseRunner
@@ -28,9 +28,9 @@ __all__ = ["PyTorchCSRunner", "PyTorchCSCompiler"]
 
 logger = logging.getLogger("cs_run.runners")
 
-# runconfig keys that only mean something on the vendor's appliance; accepted, recorded, and logged.
-_APPLIANCE_ONLY = {"num_csx": 1, "num_workers_per_csx": 1, "max_wgt_servers": 24, "max_act_per_csx": 1,
-                   "transfer_processes": 5, "mount_dirs": [], "job_labels": []}
+# Cluster keys that only mean something on the vendor's appliance (python_paths does act locally):
+# accepted, recorded, and logged once when they differ from RunConfig's defaults.
+_APPLIANCE_ONLY = [k for k in CLUSTER_INT_KEYS + CLUSTER_LIST_KEYS if k != "python_paths"]
 
 
 def create_backend(params: Params):
@@ -39,9 +39,10 @@ def create_backend(params: Params):
     from cs_run.distributed import ClusterConfig
 
     rc = params.runconfig
-    for key, default in _APPLIANCE_ONLY.items():
+    defaults = RunConfig()
+    for key in _APPLIANCE_ONLY:
         value = getattr(rc, key)
-        if value != default:
+        if value != getattr(defaults, key):
             logger.info("runconfig.%s=%s is recorded in the resolved params but has no effect on this machine "
                         "(it configures the Cerebras appliance)", key, value)
     cluster = ClusterConfig(num_csx=rc.num_csx, max_wgt_servers=rc.max_wgt_servers, max_act_per_csx=rc.max_act_per_csx,
