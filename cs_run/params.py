@@ -32,6 +32,7 @@ __all__ = [
     "apply_overrides",
     "save_params",
     "apply_python_paths",
+    "build_section",
 ]
 
 SECTIONS = ("train_input", "eval_input", "model", "optimizer", "runconfig")
@@ -338,7 +339,7 @@ def validate_params(raw: dict, *, locate=lambda key: "") -> Params:
             continue
         if not isinstance(value, dict):
             raise ParamsError(f"params: {name} must be a mapping, got {type(value).__name__}{locate(name)}")
-        sections[name] = _build_section(cls, name, value, locate)
+        sections[name] = build_section(cls, name, value, locate)
     if sections["model"] is None:
         raise ParamsError("params: missing required section 'model' (needs at least model.name)")
     if sections["runconfig"] is None:
@@ -347,7 +348,8 @@ def validate_params(raw: dict, *, locate=lambda key: "") -> Params:
     return Params(**sections)
 
 
-def _build_section(cls, section: str, values: dict, locate):
+def build_section(cls, section: str, values: dict, locate=lambda key: ""):
+    """One section dataclass from a dict: unknown keys, types and ranges checked (the Trainer uses it too)."""
     hints = typing.get_type_hints(cls)
     known = [f for f in dataclasses.fields(cls) if f.name != "extra"]
     has_extra = "extra" in hints

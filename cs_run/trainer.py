@@ -14,16 +14,16 @@ builds Trainers from the ``trainer: {init: ..., fit: ...}`` YAML form.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import fields
 from typing import Any, Callable, Optional, Union
 
 import torch
 
-from cs_run._checks import check_value
 from cs_run.backend import Backend, resolve_backend
 from cs_run.errors import ParamsError
-from cs_run.params import InputParams, ModelParams, OptimizerParams, Params, RunConfig
+from cs_run.params import InputParams, ModelParams, OptimizerParams, Params, RunConfig, build_section
 
 __all__ = ["Trainer", "trainers_from_config"]
 
@@ -96,7 +96,7 @@ class Trainer:
     def _build_runner(self, train_dataloader: Any, val_dataloader: Any, ckpt_path: Optional[str]):
         from cs_run.runners import PyTorchBaseRunner
 
-        rc = RunConfig(**{**self._runconfig, "checkpoint_path": ckpt_path})
+        rc = dataclasses.replace(self._runconfig, checkpoint_path=ckpt_path)
         params = Params(model=self._model_section, optimizer=self._optimizer_section, runconfig=rc,
                         train_input=_input_section(train_dataloader), eval_input=_input_section(val_dataloader))
         self.runner = PyTorchBaseRunner.create(
@@ -126,7 +126,7 @@ def trainers_from_config(config: Union[dict, list]) -> list[tuple[Trainer, dict]
 
 
 def _runconfig(model_dir: str, backend: Backend, loop: dict, checkpoint: dict, logging: Any,
-               seed: Optional[int]) -> dict:
+               seed: Optional[int]) -> RunConfig:
     _reject_unknown("loop", loop, _LOOP_KEYS | {"grad_accum_steps"})
     _reject_unknown("checkpoint", checkpoint, set(_CHECKPOINT_KEYS))
     log = {"log_steps": logging} if isinstance(logging, int) else dict(logging or {})
@@ -139,14 +139,7 @@ def _runconfig(model_dir: str, backend: Backend, loop: dict, checkpoint: dict, l
         rc.update(compile_dir=backend.compile_dir, compile_only=backend.compile_only,
                   validate_only=backend.validate_only, compile_tier=backend.compile_tier,
                   **{f.name: getattr(cc, f.name) for f in fields(cc) if f.name in _RUNCONFIG_FIELDS})
-    hints = {f.name: f for f in fields(RunConfig)}
-    import typing
-
-    types = typing.get_type_hints(RunConfig)
-    for key, value in rc.items():
-        if value is not None:
-            check_value(f"Trainer: runconfig.{key}", value, types[key], hints[key].metadata)
-    return rc
+    return build_section(RunConfig, "runconfig", rc, lambda key: " (Trainer arguments)")
 
 
 _RUNCONFIG_FIELDS = {f.name for f in fields(RunConfig)}

@@ -46,7 +46,7 @@ def test_one_backend_type_per_process_but_other_options_may_change(tmp_path):
     backend.cluster_config.num_csx = 2
     backend.cluster_config.num_workers_per_csx = 1
     second = Trainer(backend=backend, model=WithLoss(), model_dir=str(tmp_path / "b"))
-    assert second._runconfig["num_csx"] == 2
+    assert second._runconfig.num_csx == 2
     with pytest.raises(RuntimeError) as err:
         Trainer(device="CPU", model=WithLoss())
     assert str(err.value) == ("Cannot instantiate multiple backends. A backend with type CSX has already been "
