@@ -97,25 +97,13 @@ def cli() -> None:
 
 def _run(mode: str, options: dict[str, Any], extra_flags: Optional[dict] = None) -> None:
     from cs_run._logging import setup_console_logging
-    from cs_run.params import CLUSTER_INT_KEYS, load_params, parse_override
+    from cs_run.params import flag_overrides, load_params, parse_override
     from cs_run.runners import PyTorchBaseRunner
     from cs_run.runners._build import check_params_keys
 
     path: Optional[Path] = options["params_path"] or default_params_path()
-    flags = {
-        "runconfig.model_dir": _absolute(options["model_dir"]),
-        "runconfig.checkpoint_path": _absolute(options["checkpoint_path"]),
-        "runconfig.max_steps": options["max_steps"],
-        "runconfig.num_steps": options["num_steps"],
-        "runconfig.num_epochs": options["num_epochs"],
-        "runconfig.eval_steps": options["eval_steps"],
-        "runconfig.logging": options["log_level"].upper() if options["log_level"] else None,
-        "runconfig.compile_dir": _absolute(options["compile_dir"]),
-        **{f"runconfig.{key}": options[key] for key in CLUSTER_INT_KEYS},
-        **{f"runconfig.{key}": [str(v) for v in options[key]] or None for key in ("mount_dirs", "job_labels")},
-        "runconfig.python_paths": [_absolute(p) for p in options["python_paths"]] or None,
-        **(extra_flags or {}),
-    }
+    flags = flag_overrides({**options, "logging": options["log_level"].upper() if options["log_level"] else None})
+    flags.update(extra_flags or {})
     overrides = dict(parse_override(text) for text in options["overrides"])
     params = load_params(path, {**overrides, **flags}, key_checker=check_params_keys)
     setup_console_logging(params.runconfig.logging)
@@ -130,10 +118,6 @@ def _run(mode: str, options: dict[str, Any], extra_flags: Optional[dict] = None)
             click.echo(f"checkpoint step {key}: {line}")
         else:
             click.echo(f"{key} = {value:.5f}")
-
-
-def _absolute(path: Optional[Path]) -> Optional[str]:
-    return str(path.expanduser().resolve()) if path is not None else None
 
 
 def _mode_command(name: str, mode: str, summary: str):

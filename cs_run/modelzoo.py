@@ -78,10 +78,8 @@ def run(model_fn: Callable[[dict], torch.nn.Module], train_data_fn: Optional[Cal
 
 
 def _run(args, model_fn, train_data_fn, eval_data_fn, default_params_fn) -> dict:
-    from pathlib import Path
-
     from cs_run._logging import setup_console_logging
-    from cs_run.params import load_params, parse_override
+    from cs_run.params import flag_overrides, load_params, parse_override
     from cs_run.runners import PyTorchBaseRunner
 
     known = {a.dest for a in _parser(None)._actions}
@@ -98,14 +96,7 @@ def _run(args, model_fn, train_data_fn, eval_data_fn, default_params_fn) -> dict
             return fn(params_dict)
         return call if fn is not None else None
 
-    flags = {f"runconfig.{k}": getattr(args, k) for k in ("max_steps", "num_steps", "num_epochs", "eval_steps")}
-    flags["runconfig.logging"] = args.logging
-    for key in ("model_dir", "checkpoint_path", "compile_dir"):
-        value = getattr(args, key)
-        flags[f"runconfig.{key}"] = str(Path(value).resolve()) if value else None
-    for key in ("compile_only", "validate_only", *CLUSTER_INT_KEYS, "mount_dirs", "job_labels"):
-        flags[f"runconfig.{key}"] = getattr(args, key)
-    flags["runconfig.python_paths"] = [str(Path(p).resolve()) for p in args.python_paths] if args.python_paths else None
+    flags = flag_overrides(vars(args))
     overrides = dict(parse_override(text) for text in args.overrides)
     params = load_params(args.params, {**overrides, **flags}, defaults_fn=defaults)
     setup_console_logging(params.runconfig.logging)

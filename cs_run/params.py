@@ -33,6 +33,7 @@ __all__ = [
     "save_params",
     "apply_python_paths",
     "build_section",
+    "flag_overrides",
 ]
 
 SECTIONS = ("train_input", "eval_input", "model", "optimizer", "runconfig")
@@ -299,6 +300,25 @@ def apply_overrides(raw: dict, overrides: dict[str, Any]) -> None:
             node.pop(keys[-1], None)
         else:
             node[keys[-1]] = value
+
+
+_FLAG_KEYS = ("max_steps", "num_steps", "num_epochs", "eval_steps", "logging", "compile_only", "validate_only",
+              *CLUSTER_INT_KEYS)
+_FLAG_PATH_KEYS = ("model_dir", "checkpoint_path", "compile_dir")
+
+
+def flag_overrides(flags: dict[str, Any]) -> dict[str, Any]:
+    """The run-script flags (CLI or ``run()``) as runconfig overrides: paths made absolute against the
+    current folder, repeated flags as lists; an unset flag (None, empty) overrides nothing."""
+    out: dict[str, Any] = {f"runconfig.{k}": flags.get(k) for k in _FLAG_KEYS}
+    for key in _FLAG_PATH_KEYS:
+        value = flags.get(key)
+        out[f"runconfig.{key}"] = str(Path(value).expanduser().resolve()) if value else None
+    for key in CLUSTER_LIST_KEYS:
+        values = [str(Path(v).expanduser().resolve()) if key == "python_paths" else str(v)
+                  for v in flags.get(key) or ()]
+        out[f"runconfig.{key}"] = values or None
+    return out
 
 
 def parse_override(text: str) -> tuple[str, Any]:
