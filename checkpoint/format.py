@@ -16,7 +16,7 @@ Datasets
     One dataset per leaf, directly under the root group, named after the leaf's *flattened key*: the
     path of dict keys and list/tuple indices joined with ``.`` (``optimizer.state.0.exp_avg``). In the
     name, ``%`` becomes ``%25``, ``/`` becomes ``%2F``, ``.`` / ``..`` / the empty root key are spelled
-    ``%2E`` / ``%2E%2E`` / ``%00``, and a name already taken (``{"a.b": x, "a": {"b": y}}``) gets a
+    ``%2E`` / ``%2E%2E`` / ``%00``, NUL is ``%00`` too, and a name already taken (``{"a.b": x, "a": {"b": y}}``) gets a
     ``%~N`` suffix. Readers never parse names: the spec maps each leaf to its dataset.
     Every dataset has one attribute, ``__type__`` (see :data:`LEAF_TYPES`): ``torch.<dtype>`` for a
     tensor, ``ndarray``, ``npscalar``, ``int``, ``float``, ``bool``, ``complex``, ``str``, ``bytes``,
@@ -124,7 +124,7 @@ def torch_dtype_name(dtype: torch.dtype) -> str | None:
 
 def dataset_name(key: str) -> str:
     """The dataset name for a flattened key (escaping only what HDF5 cannot take as a name)."""
-    name = key.replace("%", "%25").replace("/", "%2F")
+    name = key.replace("%", "%25").replace("/", "%2F").replace("\x00", "%00")
     if name == "":
         return "%00"
     if name in (".", ".."):

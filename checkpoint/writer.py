@@ -2,14 +2,18 @@
 
 Tensors stream one at a time: a contiguous CPU tensor is written straight from its own memory (a
 numpy view, no copy); only a non-contiguous, conjugated or non-CPU tensor is copied, so extra memory
-stays near the largest single tensor. The CRC32 of a large tensor runs on a worker thread while
-HDF5 writes the same bytes (zlib releases the GIL).
+stays near the largest single tensor. The CRC32 of a large tensor runs on a worker thread while the
+same bytes are written (zlib releases the GIL).
+
+The default (uncompressed) file is encoded by :mod:`cs_run.checkpoint.h5_encoder`, ~20x faster per
+dataset than libhdf5; compressed files need chunked storage and filters, so they go through h5py.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import struct
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -19,6 +23,7 @@ import torch
 
 from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint.atomic import fsync_path
+from cs_run.checkpoint.h5_encoder import Attr, H5Encoder, datatype_message, fixed_string_type
 from cs_run.checkpoint.tree import Leaf
 
 __all__ = ["COMPRESSIONS", "tensor_array", "write_file"]
@@ -31,10 +36,12 @@ _FLUSH_EVERY_BYTES = 64 << 20  # start write-back of the file every this many by
 def tensor_array(t: torch.Tensor) -> np.ndarray:
     """A C-contiguous CPU numpy array holding the tensor's bytes in its on-disk storage dtype."""
     _, np_dtype, view = fmt.TORCH_DTYPES[fmt.torch_dtype_name(t.dtype)]
-    t = t.detach()
-    if t.device.type != "cpu":
+    if t.requires_grad:
+        t = t.detach()
+    if not t.is_cpu:
         t = t.cpu()  # one copy of this tensor only
-    t = t.resolve_conj().resolve_neg()
+    if t.is_conj() or t.is_neg():
+        t = t.resolve_conj().resolve_neg()
     if not t.is_contiguous():
         t = t.contiguous()
     if view is not None:
@@ -42,35 +49,26 @@ def tensor_array(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
-class _Writer:
-    """Writes leaves into an open h5py File and returns each leaf's spec entry."""
+class _LeafWriter:
+    """Turns leaves into datasets and spec entries; subclasses put the datasets into the file.
 
-    def __init__(self, f: Any, compression: str | None) -> None:
-        from h5py import h5d, h5p
+    Shared by both: dataset names, the CRC32 of each array (on a worker thread for large ones, so it
+    overlaps the write) and early write-back (every 64 MiB written, an ``fdatasync`` starts on a thread,
+    so the fsync that makes the file durable finds little left to do).
+    """
 
-        self.f = f
-        self.compression = compression
+    def __init__(self, flush_fd: int) -> None:
         self.names: set[str] = set()
-        self.dcpl = h5p.create(h5p.DATASET_CREATE)
-        self.dcpl.set_fill_time(h5d.FILL_TIME_NEVER)  # every byte is written by us; skip the fill pass
-        self.dcpl.set_obj_track_times(False)  # no timestamps: ~10 us less per dataset, reproducible files
         self.pool = ThreadPoolExecutor(max_workers=1)
-        # Early write-back: flush what is written so far on a thread while the next tensors are written,
-        # so the fsync that makes the file durable finds little left to do.
         self._flusher = ThreadPoolExecutor(max_workers=1)
-        self._flush_fd = os.open(f.filename, os.O_RDONLY)
+        self._flush_fd = flush_fd
         self._flush_job: Any = None
         self._unflushed = 0
-        from h5py import h5s, h5t
-
-        self._h5t, self._scalar = h5t, h5s.create(h5s.SCALAR)
-        self._types: dict[str, tuple] = {}
-        self._dtypes: dict[np.dtype, Any] = {}
+        self.index = 0  # position of the leaf being written
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)
         self._flusher.shutdown(wait=True)
-        os.close(self._flush_fd)
 
     def _written(self, nbytes: int) -> None:
         self._unflushed += nbytes
@@ -86,61 +84,48 @@ class _Writer:
         self.names.add(name)
         return name
 
-    def _set_type(self, dsid: Any, type_name: str) -> None:
-        from h5py import h5a
-
-        if type_name not in self._types:  # HDF5 type objects are reused: thousands of small tensors
-            data = np.array(type_name.encode(), dtype=f"S{max(1, len(type_name))}")
-            self._types[type_name] = (data, self._h5t.py_create(data.dtype))
-        data, h5type = self._types[type_name]
-        h5a.create(dsid, fmt.ATTR_TYPE.encode(), h5type, self._scalar).write(data)
-
-    def _file_type(self, dtype: np.dtype) -> Any:
-        if dtype not in self._dtypes:
-            self._dtypes[dtype] = self._h5t.py_create(dtype)
-        return self._dtypes[dtype]
-
     def _array(self, name: str, arr: np.ndarray, type_name: str) -> dict[str, Any]:
         """Write a numeric array; returns its file offset (None if compressed/empty), size and CRC32."""
-        from h5py import h5d, h5s
-
         crc_job = self.pool.submit(zlib.crc32, arr) if arr.nbytes >= _CRC_ON_THREAD_BYTES else None
-        offset = None
-        if self.compression is not None and arr.ndim > 0 and arr.size > 0:
-            dsid = self.f.create_dataset(name, data=arr, compression=self.compression, chunks=True).id
-        else:
-            space = self._scalar if arr.ndim == 0 else h5s.create_simple(arr.shape)
-            dsid = h5d.create(self.f.id, name.encode(), self._file_type(arr.dtype), space, dcpl=self.dcpl)
-            if arr.size > 0:
-                dsid.write(h5s.ALL, h5s.ALL, arr)
-                offset = dsid.get_offset()
-                self._written(arr.nbytes)
+        offset = self._put_array(name, arr, type_name)
+        if offset is not None:
+            self._written(arr.nbytes)
         crc = crc_job.result() if crc_job is not None else zlib.crc32(arr)
-        self._set_type(dsid, type_name)
         return {"off": offset, "n": int(arr.nbytes), "crc": crc}
 
     def _text(self, name: str, text: str, type_name: str) -> None:
         """A readable mirror of the value (load reads the spec); HDF5 strings cannot hold NUL, so such text
         is mirrored as its UTF-8 bytes."""
-        import h5py
-
         if "\x00" in text:
-            ds = self.f.create_dataset(name, data=np.frombuffer(text.encode("utf-8", "surrogatepass"), np.uint8))
+            self._put_array(name, np.frombuffer(text.encode("utf-8", "surrogatepass"), np.uint8), type_name)
         else:
-            ds = self.f.create_dataset(name, data=text, dtype=h5py.string_dtype("utf-8"))
-        self._set_type(ds.id, type_name)
+            self._put_text(name, text, type_name)
+
+    # --- what a subclass provides -----------------------------------------------------------------
+    def _put_array(self, name: str, arr: np.ndarray, type_name: str) -> int | None:
+        raise NotImplementedError
+
+    def _put_text(self, name: str, text: str, type_name: str) -> None:
+        raise NotImplementedError
+
+    def _put_none(self, name: str) -> None:
+        raise NotImplementedError
+
+    def _put_link(self, name: str, target: str) -> None:
+        raise NotImplementedError
 
     def write(self, leaf: Leaf, specs: list[dict]) -> dict[str, Any]:
+        self.index = len(specs)
         name = self._name(leaf.key)
         spec: dict[str, Any] = {"key": leaf.key, "ds": name}
         kind, value = leaf.kind, leaf.value
         if kind == "tied":
             spec.update(type=specs[leaf.tied_to]["type"], tied=leaf.tied_to)
-            self.f[name] = self.f[specs[leaf.tied_to]["ds"]]  # hard link, as the vendor layout does
+            self._put_link(name, specs[leaf.tied_to]["ds"])  # a hard link, as the vendor layout does
         elif kind == "tensor":
             spec.update(type="torch." + fmt.torch_dtype_name(value.dtype), shape=list(value.shape))
             spec.update(self._array(name, tensor_array(value), spec["type"]))
-            if isinstance(value, torch.nn.Parameter):
+            if type(value) is torch.nn.Parameter:  # flatten() admits only Tensor and Parameter
                 spec["param"] = True
             if value.requires_grad:
                 spec["rg"] = True
@@ -151,7 +136,7 @@ class _Writer:
             spec.update(type=kind, shape=list(arr.shape), dtype=arr.dtype.str)
             spec.update(self._array(name, arr, kind))
         elif kind == "none":
-            self._none(name)
+            self._put_none(name)
             spec["type"] = "none"
         elif kind == "str" or (kind == "int" and leaf.payload is not None):  # big ints as decimal text
             self._text(name, leaf.payload or value, kind)
@@ -169,32 +154,148 @@ class _Writer:
                 spec["v"] = value
         return spec
 
-    def _none(self, name: str) -> None:
+
+def _text_of(leaf: Leaf) -> str | None:
+    """The text a leaf is mirrored as in a string dataset, or None."""
+    if leaf.kind == "str" or (leaf.kind == "int" and leaf.payload is not None):
+        text = leaf.payload or leaf.value
+        return None if "\x00" in text else text
+    return None
+
+
+class _EncodedWriter(_LeafWriter):
+    """The default writer: contiguous datasets encoded by :mod:`cs_run.checkpoint.h5_encoder`."""
+
+    def __init__(self, fd: int, leaves: list[Leaf]) -> None:
+        super().__init__(fd)
+        texts = [t.encode("utf-8", "surrogatepass") for t in map(_text_of, leaves) if t is not None]
+        self.encoder = H5Encoder(fd, fmt.ALIGNMENT, texts)
+        self._next_text = 0
+        self._refcounts: dict[int, int] = {}
+        for leaf in leaves:
+            if leaf.kind == "tied":
+                self._refcounts[leaf.tied_to] = self._refcounts.get(leaf.tied_to, 1) + 1
+        self._type_attrs: dict[str, Attr] = {}
+        self._datatypes: dict[np.dtype, bytes] = {}
+
+    def _type_attr(self, type_name: str) -> list[Attr]:
+        attr = self._type_attrs.get(type_name)
+        if attr is None:
+            raw = type_name.encode()
+            attr = self._type_attrs[type_name] = Attr(fmt.ATTR_TYPE, fixed_string_type(len(raw)), raw)
+        return [attr]
+
+    def _datatype(self, dtype: np.dtype) -> bytes:
+        if dtype not in self._datatypes:
+            self._datatypes[dtype] = datatype_message(dtype)
+        return self._datatypes[dtype]
+
+    def _put_array(self, name: str, arr: np.ndarray, type_name: str) -> int | None:
+        return self.encoder.dataset(
+            _h5_name(name), self._datatype(arr.dtype), arr.shape, arr if arr.size else None, self._type_attr(type_name),
+            self._refcounts.get(self.index, 1),
+        )
+
+    def _put_text(self, name: str, text: str, type_name: str) -> None:
+        self.encoder.string_dataset(_h5_name(name), self._next_text, self._type_attr(type_name))
+        self._next_text += 1
+
+    def _put_none(self, name: str) -> None:
+        self.encoder.dataset(_h5_name(name), self._datatype(np.dtype("i1")), None, attrs=self._type_attr("none"))
+
+    def _put_link(self, name: str, target: str) -> None:
+        self.encoder.link(_h5_name(name), _h5_name(target))
+
+
+def _h5_name(name: str) -> bytes:
+    return name.encode("utf-8", "surrogatepass")
+
+
+class _H5pyWriter(_LeafWriter):
+    """Writes through h5py: used for compressed (chunked) checkpoints."""
+
+    def __init__(self, f: Any, compression: str) -> None:
+        super().__init__(os.open(f.filename, os.O_RDONLY))
+        self.f = f
+        self.compression = compression
+
+    def close(self) -> None:
+        super().close()
+        os.close(self._flush_fd)
+
+    def _set_type(self, ds: Any, type_name: str) -> None:
+        ds.attrs[fmt.ATTR_TYPE] = np.bytes_(type_name.encode())
+
+    def _put_array(self, name: str, arr: np.ndarray, type_name: str) -> int | None:
+        if arr.ndim > 0 and arr.size > 0:
+            ds = self.f.create_dataset(name, data=arr, compression=self.compression, chunks=True)
+        else:
+            ds = self.f.create_dataset(name, data=arr)
+        self._set_type(ds, type_name)
+        return None
+
+    def _put_text(self, name: str, text: str, type_name: str) -> None:
         import h5py
 
-        ds = self.f.create_dataset(name, data=h5py.Empty("i1"))
-        self._set_type(ds.id, "none")
+        self._set_type(self.f.create_dataset(name, data=text, dtype=h5py.string_dtype("utf-8")), type_name)
+
+    def _put_none(self, name: str) -> None:
+        import h5py
+
+        self._set_type(self.f.create_dataset(name, data=h5py.Empty("i1")), "none")
+
+    def _put_link(self, name: str, target: str) -> None:
+        self.f[name] = self.f[target]
+
+
+def _structure(tree: Any, specs: list[dict]) -> str:
+    return json.dumps({"tree": tree, "leaves": specs}, separators=(",", ":"))
+
+
+def _write_leaves(writer: _LeafWriter, leaves: list[Leaf]) -> list[dict]:
+    specs: list[dict] = []
+    try:
+        for leaf in leaves:
+            specs.append(writer.write(leaf, specs))
+    finally:
+        writer.close()
+    return specs
 
 
 def write_file(tmp: str, tree: Any, leaves: list[Leaf], compression: str | None) -> None:
     """Write the whole checkpoint to ``tmp``: datasets, then spec, fsync, then the completion marker."""
+    if compression is not None:
+        _write_with_h5py(tmp, tree, leaves, compression)
+        return
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        writer = _EncodedWriter(fd, leaves)
+        specs = _write_leaves(writer, leaves)
+        doc = _structure(tree, specs)
+        int64 = datatype_message(np.dtype("<i8"))
+        marker = Attr(fmt.ATTR_COMPLETE, int64, struct.pack("<q", 1))
+        slot = writer.encoder.finish(
+            {fmt.ATTR_FORMAT: fmt.FORMAT_NAME.encode(), fmt.ATTR_STRUCTURE: doc.encode()},
+            [Attr(fmt.ATTR_VERSION, int64, struct.pack("<q", fmt.FORMAT_VERSION)),
+             Attr(fmt.ATTR_STRUCTURE_CRC, int64, struct.pack("<q", zlib.crc32(doc.encode())))],
+            reserve=marker,
+        )
+        os.fsync(fd)  # all data and the spec are durable before the marker exists
+        writer.encoder.write_reserved(slot, marker)
+    finally:
+        os.close(fd)
+
+
+def _write_with_h5py(tmp: str, tree: Any, leaves: list[Leaf], compression: str) -> None:
     import h5py
 
-    with h5py.File(
-        tmp, "x", libver=("v110", "latest"), alignment_threshold=1, alignment_interval=fmt.ALIGNMENT
-    ) as f:
-        writer = _Writer(f, compression)
-        try:
-            specs: list[dict] = []
-            for leaf in leaves:
-                specs.append(writer.write(leaf, specs))
-        finally:
-            writer.close()
-        doc = json.dumps({"tree": tree, "leaves": specs}, separators=(",", ":"))
+    with h5py.File(tmp, "x", libver=("v110", "latest")) as f:
+        specs = _write_leaves(_H5pyWriter(f, compression), leaves)
+        doc = _structure(tree, specs)
         f.attrs[fmt.ATTR_FORMAT] = fmt.FORMAT_NAME
         f.attrs[fmt.ATTR_VERSION] = fmt.FORMAT_VERSION
         f.attrs[fmt.ATTR_STRUCTURE] = doc
         f.attrs[fmt.ATTR_STRUCTURE_CRC] = zlib.crc32(doc.encode())
         f.flush()
-        fsync_path(tmp)  # all data and the spec are durable before the marker exists
+        fsync_path(tmp)
         f.attrs[fmt.ATTR_COMPLETE] = 1

@@ -73,7 +73,7 @@ def test_exception_mid_save_leaves_old_file_and_no_temp(tmp_path, monkeypatch, w
     def boom(*args, **kwargs):
         raise OSError("disk full (simulated)")
 
-    target = {"write": "cs_run.checkpoint.writer._Writer.write", "fsync": "cs_run.checkpoint.atomic.fsync_path",
+    target = {"write": "cs_run.checkpoint.writer._LeafWriter.write", "fsync": "cs_run.checkpoint.atomic.fsync_path",
               "replace": "os.replace"}[where]
     monkeypatch.setattr(target, boom)
     with pytest.raises(Exception, match="disk full"):
