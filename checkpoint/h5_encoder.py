@@ -129,44 +129,35 @@ def _object_header(messages: Iterable[bytes], refcount: int) -> bytes:
     return struct.pack("<BBHII4x", 1, 0, len(messages), refcount, size) + b"".join(messages)
 
 
-class _GlobalHeap:
-    """Collects variable-length objects into global heap collections ("GCOL")."""
+def _global_heaps(objects: Sequence[bytes], start: int) -> tuple[list[bytes], list[tuple[int, int]]]:
+    """Global heap collections ("GCOL") holding ``objects``, laid out from file offset ``start``.
 
-    def __init__(self) -> None:
-        self.objects: list[bytes] = []
+    Returns the pieces to write, in order, and each object's (collection address, index).
+    """
+    pieces: list[bytes] = []
+    ids: list[tuple[int, int]] = []
+    addr = start
+    for first in range(0, len(objects), _GCOL_MAX_OBJECTS):
+        body: list[bytes] = []
+        for index, data in enumerate(objects[first:first + _GCOL_MAX_OBJECTS], 1):
+            body += [struct.pack("<HH4xQ", index, 0, len(data)), data, _ZEROS[: _pad8(len(data)) - len(data)]]
+            ids.append((addr, index))
+        used = 16 + sum(map(len, body))
+        size = max(_GCOL_MIN, _pad8(used))
+        free = size - used
+        pieces.append(b"GCOL" + struct.pack("<B3xQ", 1, size))
+        pieces += body
+        if free >= 16:  # the free-space object (index 0); its size counts its own header
+            pieces += [struct.pack("<HH4xQ", 0, 0, free), bytes(free - 16)]
+        elif free:
+            pieces.append(bytes(free))
+        addr += size
+    return pieces, ids
 
-    def add(self, data: bytes) -> int:
-        """Queue ``data``; returns its position for :meth:`heap_id` once the heap is placed."""
-        self.objects.append(data)
-        return len(self.objects) - 1
 
-    def place(self, start: int) -> tuple[list[bytes], list[tuple[int, int]]]:
-        """Lay the collections out from file offset ``start``: (their bytes, (address, index) per object)."""
-        blobs: list[bytes] = []
-        ids: list[tuple[int, int]] = []
-        addr = start
-        for first in range(0, len(self.objects), _GCOL_MAX_OBJECTS - 1):
-            group = self.objects[first: first + _GCOL_MAX_OBJECTS - 1]
-            parts = []
-            for index, data in enumerate(group, 1):
-                parts += [struct.pack("<HH4xQ", index, 0, len(data)), data, _ZEROS[: _pad8(len(data)) - len(data)]]
-                ids.append((addr, index))
-            used = 16 + sum(len(p) for p in parts)
-            size = max(_GCOL_MIN, _pad8(used))
-            free = size - used
-            if free >= 16:  # the free-space object (index 0); its size counts its own header
-                parts += [struct.pack("<HH4xQ", 0, 0, free), bytes(free - 16)]
-            else:
-                parts.append(bytes(free))
-            blob = b"".join([b"GCOL", struct.pack("<B3xQ", 1, size), *parts])
-            blobs.append(blob)
-            addr += size
-        return blobs, ids
-
-    @staticmethod
-    def heap_id(length: int, where: tuple[int, int]) -> bytes:
-        """The 16 bytes a variable-length string value holds in the file."""
-        return struct.pack("<IQI", length, *where)
+def _heap_id(length: int, where: tuple[int, int]) -> bytes:
+    """The 16 bytes a variable-length string value holds in the file: length, collection, index."""
+    return struct.pack("<IQI", length, *where)
 
 
 class H5Encoder:
@@ -183,20 +174,14 @@ class H5Encoder:
         self._iov: list[Any] = []
         self._iov_len: list[int] = []
         self._iov_bytes = 0
-        self._links: list[tuple[bytes, int]] = []  # (name, object header address)
-        self._headers: dict[bytes, int] = {}
+        self._headers: dict[bytes, int] = {}  # link name -> object header address
         self._middles: dict[tuple, bytes] = {}
         self._prefixes: dict[int, _Prefix] = {}
         self._queue(_ZEROS[:_SUPERBLOCK_SIZE], _SUPERBLOCK_SIZE)  # rewritten by finish()
         # Variable-length strings of datasets come first, so their heap ids are known when written.
-        self._text_ids: list[tuple[int, int]] = []
-        if texts:
-            heap = _GlobalHeap()
-            for text in texts:
-                heap.add(text)
-            blobs, self._text_ids = heap.place(self.pos)
-            for blob in blobs:
-                self._queue(blob, len(blob))
+        pieces, self._text_ids = _global_heaps(texts, self.pos)
+        for piece in pieces:
+            self._queue(piece, len(piece))
         self._text_lengths = [len(t) for t in texts]
 
     # --- low-level output ----------------------------------------------------------------------
@@ -273,7 +258,7 @@ class H5Encoder:
 
     def string_dataset(self, name: bytes, text_index: int, attrs: Sequence[Attr] = ()) -> None:
         """A scalar variable-length UTF-8 string dataset holding ``texts[text_index]``."""
-        value = _GlobalHeap.heap_id(self._text_lengths[text_index], self._text_ids[text_index])
+        value = _heap_id(self._text_lengths[text_index], self._text_ids[text_index])
         self.dataset(name, VLEN_UTF8, (), value, attrs)
 
     def link(self, name: bytes, target: bytes) -> None:
@@ -284,7 +269,6 @@ class H5Encoder:
         if name in self._headers or not name or b"/" in name or b"\0" in name:
             raise ValueError(f"invalid or duplicate HDF5 link name {name!r}")
         self._headers[name] = header_addr
-        self._links.append((name, header_addr))
 
     # --- the end of the file ---------------------------------------------------------------------
     def finish(self, string_attrs: dict[str, bytes], attrs: Sequence[Attr], reserve: Attr | None = None) -> int | None:
@@ -296,17 +280,14 @@ class H5Encoder:
         """
         lead = _ZEROS[: -self.pos % 8]
         self._queue(lead, len(lead))
-        heap = _GlobalHeap()
-        for value in string_attrs.values():
-            heap.add(value)
-        blobs, ids = heap.place(self.pos)
-        for blob in blobs:
-            self._queue(blob, len(blob))
+        pieces, ids = _global_heaps(list(string_attrs.values()), self.pos)
+        for piece in pieces:
+            self._queue(piece, len(piece))
         root_attrs = [
-            Attr(key, VLEN_UTF8, _GlobalHeap.heap_id(len(value), where))
+            Attr(key, VLEN_UTF8, _heap_id(len(value), where))
             for (key, value), where in zip(string_attrs.items(), ids)
         ] + list(attrs)
-        btree_addr, heap_addr = self._write_group_index()
+        btree_addr, heap_addr, internal_k = self._write_group_index()
         messages = [_message(_SYMBOL_TABLE, struct.pack("<QQ", btree_addr, heap_addr))]
         messages += [a.message for a in root_attrs]
         reserved_at = None
@@ -322,7 +303,7 @@ class H5Encoder:
         superblock = b"".join((
             _SIGNATURE,
             struct.pack("<BBBBBBBB", 0, 0, 0, 0, 0, 8, 8, 0),
-            struct.pack("<HHI", self._leaf_k, self._internal_k, 0),
+            struct.pack("<HHI", _LEAF_K, internal_k, 0),  # group node sizes, consistency flags
             struct.pack("<QQQQ", 0, UNDEF, eof, UNDEF),
             struct.pack("<QQI4xQQ", 0, root_addr, 1, btree_addr, heap_addr),  # root symbol table entry
         ))
@@ -334,13 +315,15 @@ class H5Encoder:
         """Replace the NIL message reserved by :meth:`finish` with ``attr`` (same size)."""
         os.pwrite(self.fd, attr.message, offset)
 
-    def _write_group_index(self) -> tuple[int, int]:
-        """Local heap of names, symbol-table nodes and one B-tree node over them; (B-tree, heap) addresses."""
-        links = sorted(self._links)  # libhdf5 orders names with strcmp: byte order
+    def _write_group_index(self) -> tuple[int, int, int]:
+        """Local heap of names, symbol-table nodes and one B-tree node over them.
+
+        Returns the B-tree and heap addresses and the B-tree's K (half its capacity).
+        """
+        links = sorted(self._headers.items())  # libhdf5 orders names with strcmp: byte order
         n_nodes = -(-len(links) // (2 * _LEAF_K))
-        self._leaf_k = _LEAF_K
-        self._internal_k = max(16, -(-n_nodes // 2))
-        if self._internal_k > _MAX_K:
+        internal_k = max(16, -(-n_nodes // 2))  # 16: libhdf5's default
+        if internal_k > _MAX_K:
             raise ValueError(f"too many entries for one HDF5 group: {len(links)}")
         # Local heap: offset 0 is the empty name (the root's own), then each name, NUL-terminated, padded.
         names, name_offsets, offset = [_ZEROS[:8]], [], 8
@@ -367,6 +350,6 @@ class H5Encoder:
         for child, key in zip(node_addrs, keys[1:]):
             body.append(struct.pack("<QQ", child, key))
         node = b"TREE" + struct.pack("<BBHQQ", 0, 0, len(node_addrs), UNDEF, UNDEF) + b"".join(body)
-        node_size = 24 + (2 * self._internal_k + 1) * 8 + 2 * self._internal_k * 8
+        node_size = 24 + (2 * internal_k + 1) * 8 + 2 * internal_k * 8
         self._queue(node + bytes(node_size - len(node)), node_size)
-        return btree_addr, heap_addr
+        return btree_addr, heap_addr, internal_k

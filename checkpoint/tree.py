@@ -27,7 +27,7 @@ class UnsupportedValueError(CheckpointError, TypeError):
     """A value cannot be stored without pickle (raised before the file is created)."""
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class Leaf:
     """One leaf of the flattened object: its key path, its value and how it is stored."""
 
@@ -59,12 +59,10 @@ def _check_tensor(key: str, t: torch.Tensor) -> None:
         raise UnsupportedValueError(f"cannot save key '{key}': tensor on the meta device; {_fix('meta')}")
 
 
-def _tie_key(t: torch.Tensor) -> tuple | None:
-    """Identity of a tensor view; equal keys mean the same bytes (tied weights)."""
-    if t.numel() == 0:
-        return None
-    ptr = t.untyped_storage().data_ptr()
-    return (str(t.device), ptr, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same bytes seen the same way (tied weights); the caller has matched ``data_ptr()``, which
+    already includes the storage offset."""
+    return a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype and a.device == b.device
 
 
 def _classify(key: str, value: Any, allow_pickle: bool) -> tuple[str, Any]:
@@ -115,11 +113,10 @@ def _decode_key(key: Any) -> Any:
 def flatten(obj: Any, allow_pickle: bool = False) -> tuple[Any, list[Leaf]]:
     """Split ``obj`` into a JSON-able tree and its leaves, validating every value."""
     leaves: list[Leaf] = []
-    ties: dict[tuple, int] = {}
+    by_address: dict[int, list[int]] = {}  # data_ptr -> indices of leaves that start there
     active: set[int] = set()
 
-    def visit(value: Any, path: tuple) -> Any:
-        key = ".".join(str(p) for p in path)
+    def visit(value: Any, path: tuple, key: str) -> Any:
         tp = type(value)
         if tp in (dict, collections.OrderedDict, list, tuple):
             if id(value) in active:
@@ -131,21 +128,24 @@ def flatten(obj: Any, allow_pickle: bool = False) -> tuple[Any, list[Leaf]]:
                 active.discard(id(value))
         kind, payload = _classify(key, value, allow_pickle)
         leaf = Leaf(path, key, value, kind, payload=payload)
-        if kind == "tensor":
-            tie = _tie_key(value)
-            if tie is not None and tie in ties:
-                leaf.kind, leaf.tied_to = "tied", ties[tie]
-            elif tie is not None:
-                ties[tie] = len(leaves)
+        if kind == "tensor" and value.numel():
+            seen = by_address.setdefault(value.data_ptr(), [])
+            for i in seen:
+                if _same_view(leaves[i].value, value):
+                    leaf.kind, leaf.tied_to = "tied", i
+                    break
+            else:
+                seen.append(len(leaves))
         leaves.append(leaf)
         return len(leaves) - 1
 
-    return visit(obj, ()), leaves
+    return visit(obj, (), ""), leaves
 
 
 def _visit_container(value: Any, path: tuple, key: str, visit) -> Any:
+    prefix = key + "." if path else ""
     if isinstance(value, dict):
-        items = [[encode_key(k, key or "<root>"), visit(v, path + (k,))] for k, v in value.items()]
+        items = [[encode_key(k, key or "<root>"), visit(v, path + (k,), f"{prefix}{k}")] for k, v in value.items()]
         if type(value) is dict:
             return {"dict": items}
         node: dict[str, Any] = {"odict": items}
@@ -153,7 +153,7 @@ def _visit_container(value: Any, path: tuple, key: str, visit) -> Any:
         if isinstance(meta, dict):
             node["meta"] = [[encode_key(k, key), v] for k, v in meta.items()]
         return node
-    return {type(value).__name__: [visit(v, path + (i,)) for i, v in enumerate(value)]}
+    return {type(value).__name__: [visit(v, path + (i,), f"{prefix}{i}") for i, v in enumerate(value)]}
 
 
 def unflatten(tree: Any, values: list) -> Any:

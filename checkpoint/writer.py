@@ -57,8 +57,14 @@ class _LeafWriter:
     so the fsync that makes the file durable finds little left to do).
     """
 
-    def __init__(self, flush_fd: int) -> None:
+    def __init__(self, flush_fd: int, leaves: list[Leaf]) -> None:
         self.names: set[str] = set()
+        # Hard links to each leaf, known up front (HDF5 object headers carry their link count).
+        self.links_to: dict[int, int] = {}
+        for leaf in leaves:
+            if leaf.kind == "tied":
+                self.links_to[leaf.tied_to] = self.links_to.get(leaf.tied_to, 0) + 1
+        self._tie_targets: dict[int, tuple[str, str]] = {}  # leaf index -> (type, dataset name)
         self.pool = ThreadPoolExecutor(max_workers=1)
         self._flusher = ThreadPoolExecutor(max_workers=1)
         self._flush_fd = flush_fd
@@ -114,14 +120,16 @@ class _LeafWriter:
     def _put_link(self, name: str, target: str) -> None:
         raise NotImplementedError
 
-    def write(self, leaf: Leaf, specs: list[dict]) -> dict[str, Any]:
-        self.index = len(specs)
+    def write(self, index: int, leaf: Leaf) -> dict[str, Any]:
+        """Write leaf number ``index``; returns its spec entry."""
+        self.index = index
         name = self._name(leaf.key)
         spec: dict[str, Any] = {"key": leaf.key, "ds": name}
         kind, value = leaf.kind, leaf.value
         if kind == "tied":
-            spec.update(type=specs[leaf.tied_to]["type"], tied=leaf.tied_to)
-            self._put_link(name, specs[leaf.tied_to]["ds"])  # a hard link, as the vendor layout does
+            type_name, target = self._tie_targets[leaf.tied_to]
+            spec.update(type=type_name, tied=leaf.tied_to)
+            self._put_link(name, target)  # a hard link, as the vendor layout does
         elif kind == "tensor":
             spec.update(type="torch." + fmt.torch_dtype_name(value.dtype), shape=list(value.shape))
             spec.update(self._array(name, tensor_array(value), spec["type"]))
@@ -152,6 +160,8 @@ class _LeafWriter:
             spec["type"] = kind
             if kind != "complex":
                 spec["v"] = value
+        if index in self.links_to:
+            self._tie_targets[index] = (spec["type"], name)
         return spec
 
 
@@ -167,14 +177,10 @@ class _EncodedWriter(_LeafWriter):
     """The default writer: contiguous datasets encoded by :mod:`cs_run.checkpoint.h5_encoder`."""
 
     def __init__(self, fd: int, leaves: list[Leaf]) -> None:
-        super().__init__(fd)
+        super().__init__(fd, leaves)
         texts = [t.encode("utf-8", "surrogatepass") for t in map(_text_of, leaves) if t is not None]
         self.encoder = H5Encoder(fd, fmt.ALIGNMENT, texts)
         self._next_text = 0
-        self._refcounts: dict[int, int] = {}
-        for leaf in leaves:
-            if leaf.kind == "tied":
-                self._refcounts[leaf.tied_to] = self._refcounts.get(leaf.tied_to, 1) + 1
         self._type_attrs: dict[str, Attr] = {}
         self._datatypes: dict[np.dtype, bytes] = {}
 
@@ -193,7 +199,7 @@ class _EncodedWriter(_LeafWriter):
     def _put_array(self, name: str, arr: np.ndarray, type_name: str) -> int | None:
         return self.encoder.dataset(
             _h5_name(name), self._datatype(arr.dtype), arr.shape, arr if arr.size else None, self._type_attr(type_name),
-            self._refcounts.get(self.index, 1),
+            1 + self.links_to.get(self.index, 0),
         )
 
     def _put_text(self, name: str, text: str, type_name: str) -> None:
@@ -214,8 +220,8 @@ def _h5_name(name: str) -> bytes:
 class _H5pyWriter(_LeafWriter):
     """Writes through h5py: used for compressed (chunked) checkpoints."""
 
-    def __init__(self, f: Any, compression: str) -> None:
-        super().__init__(os.open(f.filename, os.O_RDONLY))
+    def __init__(self, f: Any, compression: str, leaves: list[Leaf]) -> None:
+        super().__init__(os.open(f.filename, os.O_RDONLY), leaves)
         self.f = f
         self.compression = compression
 
@@ -248,18 +254,22 @@ class _H5pyWriter(_LeafWriter):
         self.f[name] = self.f[target]
 
 
-def _structure(tree: Any, specs: list[dict]) -> str:
-    return json.dumps({"tree": tree, "leaves": specs}, separators=(",", ":"))
+_to_json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 
 
-def _write_leaves(writer: _LeafWriter, leaves: list[Leaf]) -> list[dict]:
-    specs: list[dict] = []
+def _write_leaves(writer: _LeafWriter, leaves: list[Leaf], tree: Any) -> bytes:
+    """Write every leaf; returns the structure spec (UTF-8 JSON).
+
+    Each leaf's spec entry becomes JSON as soon as it is written: thousands of small dicts, and the
+    chunk list ``json.dumps`` builds over them, took ~4 MiB for 2,000 tensors.
+    """
+    entries: list[str] = []
     try:
-        for leaf in leaves:
-            specs.append(writer.write(leaf, specs))
+        for index, leaf in enumerate(leaves):
+            entries.append(_to_json(writer.write(index, leaf)))
     finally:
         writer.close()
-    return specs
+    return "".join(('{"tree":', _to_json(tree), ',"leaves":[', ",".join(entries), "]}")).encode()
 
 
 def write_file(tmp: str, tree: Any, leaves: list[Leaf], compression: str | None) -> None:
@@ -270,14 +280,13 @@ def write_file(tmp: str, tree: Any, leaves: list[Leaf], compression: str | None)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         writer = _EncodedWriter(fd, leaves)
-        specs = _write_leaves(writer, leaves)
-        doc = _structure(tree, specs)
+        doc = _write_leaves(writer, leaves, tree)
         int64 = datatype_message(np.dtype("<i8"))
         marker = Attr(fmt.ATTR_COMPLETE, int64, struct.pack("<q", 1))
         slot = writer.encoder.finish(
-            {fmt.ATTR_FORMAT: fmt.FORMAT_NAME.encode(), fmt.ATTR_STRUCTURE: doc.encode()},
+            {fmt.ATTR_FORMAT: fmt.FORMAT_NAME.encode(), fmt.ATTR_STRUCTURE: doc},
             [Attr(fmt.ATTR_VERSION, int64, struct.pack("<q", fmt.FORMAT_VERSION)),
-             Attr(fmt.ATTR_STRUCTURE_CRC, int64, struct.pack("<q", zlib.crc32(doc.encode())))],
+             Attr(fmt.ATTR_STRUCTURE_CRC, int64, struct.pack("<q", zlib.crc32(doc)))],
             reserve=marker,
         )
         os.fsync(fd)  # all data and the spec are durable before the marker exists
@@ -290,12 +299,11 @@ def _write_with_h5py(tmp: str, tree: Any, leaves: list[Leaf], compression: str) 
     import h5py
 
     with h5py.File(tmp, "x", libver=("v110", "latest")) as f:
-        specs = _write_leaves(_H5pyWriter(f, compression), leaves)
-        doc = _structure(tree, specs)
+        doc = _write_leaves(_H5pyWriter(f, compression, leaves), leaves, tree)
         f.attrs[fmt.ATTR_FORMAT] = fmt.FORMAT_NAME
         f.attrs[fmt.ATTR_VERSION] = fmt.FORMAT_VERSION
-        f.attrs[fmt.ATTR_STRUCTURE] = doc
-        f.attrs[fmt.ATTR_STRUCTURE_CRC] = zlib.crc32(doc.encode())
+        f.attrs[fmt.ATTR_STRUCTURE] = doc.decode()
+        f.attrs[fmt.ATTR_STRUCTURE_CRC] = zlib.crc32(doc)
         f.flush()
         fsync_path(tmp)
         f.attrs[fmt.ATTR_COMPLETE] = 1
