@@ -1,7 +1,9 @@
 """The cs-run H5 checkpoint format, version 1: the spec, its constants and the dtype tables.
 
-A checkpoint is one HDF5 file (written with h5py, ``libver=("v110", "latest")``, 64-byte alignment,
-no object timestamps, so the same state always gives the same bytes).
+A checkpoint is one HDF5 file: superblock 0, a symbol-table root group and version-1 object headers,
+the structures libhdf5 writes with ``libver="earliest"``, encoded directly by
+:mod:`cs_run.checkpoint.h5_encoder` (compressed checkpoints are written by h5py instead). Tensor data
+starts on 64-byte boundaries and nothing records a time, so the same state always gives the same bytes.
 
 File attributes
     ``__format__``          ``"cs_run.checkpoint"``: tells our files from the vendor's legacy layout.

@@ -186,7 +186,7 @@ class H5Source:
             return
         buf = out.reshape(-1).view(np.uint8)
         if spec.get("off") is not None:
-            self.read_bytes_into(spec, memoryview(buf))
+            self.read_bytes_into(spec, buf)
             return
         from h5py import h5s
 
@@ -200,25 +200,30 @@ class H5Source:
                 "damaged or uses a compression filter this h5py lacks (try installing hdf5plugin)"
             ) from err
 
-    def read_bytes_into(self, spec: dict, view: memoryview) -> None:
-        """The hot path of resume: ``pread`` the contiguous data at its offset straight into ``view``.
+    def read_bytes_into(self, spec: dict, buf: Any) -> None:
+        """The hot path of resume: ``preadv`` the contiguous data at its offset straight into ``buf``
+        (a writable C-contiguous buffer of ``spec['n']`` bytes).
 
         A large tensor is read as slices on two threads (``preadv`` releases the GIL), so copying out of
         the page cache uses both cores.
         """
         if self._fh is None:
             self._fh = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
-        n = len(view)
+        n = spec["n"]
         if n < 2 * _PARALLEL_SLICE:
-            self._pread_all(spec, view, 0)
+            got = os.preadv(self._fh.fileno(), [buf], spec["off"]) if n else 0
+            if got < n:  # a short read: finish it (or report the truncation)
+                self._pread_all(spec, memoryview(np.frombuffer(buf, np.uint8))[got:], got)
             return
+        view = memoryview(np.frombuffer(buf, np.uint8))
         slices = [(view[i:i + _PARALLEL_SLICE], i) for i in range(0, n, _PARALLEL_SLICE)]
         for job in [_read_pool().submit(self._pread_all, spec, part, start) for part, start in slices]:
             job.result()
 
     def _pread_all(self, spec: dict, view: memoryview, start: int) -> None:
+        """Fill ``view``, the bytes of ``spec`` from ``start`` on (one read returns at most ~2 GiB)."""
         fd, offset, pos = self._fh.fileno(), spec["off"] + start, 0
-        while pos < len(view):  # one read returns at most ~2 GiB on Linux
+        while pos < len(view):
             got = os.preadv(fd, [view[pos:]], offset + pos)
             if not got:
                 raise CheckpointError(f"checkpoint '{self.path}' is truncated inside key '{spec['key']}'")

@@ -129,3 +129,36 @@ def test_truncated_file_in_batched_read_names_a_key(tmp_path):
     (tmp_path / "cut.h5").write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError, match="cut.h5"):
         load_into(tmp_path / "cut.h5", {k: torch.empty(64) for k in state})
+
+
+def test_large_tensor_is_read_in_parallel_slices(tmp_path):
+    """A tensor of 2+ slices (32 MiB and more) is read by two threads into the target's own memory."""
+    from cs_run.checkpoint import reader
+
+    n = (2 * reader._PARALLEL_SLICE + 12_345) // 4  # not a whole number of slices
+    state = {"big": torch.arange(n, dtype=torch.float32), "small": torch.ones(3)}
+    save(state, tmp_path / "c.h5")
+    target = {"big": torch.empty(n), "small": torch.empty(3)}
+    pointer = target["big"].data_ptr()
+    load_into(tmp_path / "c.h5", target)
+    assert torch.equal(target["big"], state["big"]) and target["big"].data_ptr() == pointer
+
+
+def test_short_reads_are_resumed(tmp_path, monkeypatch):
+    """preadv may return fewer bytes than asked (signals, some file systems): reading continues."""
+    import os as real_os
+
+    from cs_run.checkpoint import reader
+
+    real = real_os.preadv
+
+    def stingy(fd, buffers, offset):
+        view = memoryview(buffers[0]).cast("B")
+        return real(fd, [view[: min(len(view), 5)]], offset)
+
+    monkeypatch.setattr(reader.os, "preadv", stingy)
+    state = {"a": torch.randn(7, 3), "b": torch.randn(()).to(torch.bfloat16), "c": torch.arange(11)}
+    save(state, tmp_path / "c.h5")
+    target = {k: torch.empty_like(v) for k, v in state.items()}
+    load_into(tmp_path / "c.h5", target)
+    assert all(torch.equal(target[k], v) for k, v in state.items())
