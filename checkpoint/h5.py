@@ -122,14 +122,20 @@ def _finish_tensor(t: torch.Tensor, spec: dict, map_location: MapLocation) -> to
     return t.requires_grad_(True) if spec.get("rg") else t
 
 
+def _stays_on_cpu(map_location: MapLocation) -> bool:
+    """True when loaded tensors are returned as read (so their reads may finish later, in parallel)."""
+    return map_location is None or (isinstance(map_location, (str, torch.device)) and torch.device(map_location).type == "cpu")
+
+
 def _value(src: H5Source, spec: dict, values: list, lazy: bool, map_location: MapLocation, allow_pickle: bool) -> Any:
+    """One leaf's value. Large tensor and array reads may still be running: ``src.wait()`` before use."""
     kind = spec["type"]
     if "tied" in spec:
         return values[spec["tied"]]
     if kind.startswith("torch."):
-        return _finish_tensor(src.tensor(spec, lazy), spec, map_location)
+        return _finish_tensor(src.tensor(spec, lazy, defer=_stays_on_cpu(map_location)), spec, map_location)
     if kind == "ndarray":
-        return src.ndarray(spec, lazy)
+        return src.ndarray(spec, lazy, defer=True)
     if kind == "npscalar":
         return src.ndarray(spec, lazy=False)[()]
     if kind in ("pickle", "dill"):
@@ -206,6 +212,7 @@ def load(
         values: list = []
         for spec in src.specs:
             values.append(_value(src, spec, values, lazy, map_location, allow_pickle))
+        src.wait()
         return unflatten(tree, values)
     finally:
         src.close()
@@ -240,7 +247,7 @@ def _read_into_tensor(src: H5Source, spec: dict, t: torch.Tensor) -> None:
     """Read the stored bytes straight into ``t``'s memory (staged through a mapping if on GPU)."""
     if t.is_cpu and t.is_contiguous() and not (t.is_conj() or t.is_neg()):
         if spec.get("off") is not None:  # resume hot path: a few microseconds per tensor
-            src.read_bytes_into(spec, _writable_buffer(t.detach() if t.requires_grad else t))
+            src.read_bytes_into(spec, _writable_buffer(t.detach() if t.requires_grad else t), defer=True)
         elif t.numel():
             src.read_into(spec, t.detach().reshape(-1).view(torch.uint8).numpy(), storage_dtype(spec))
         return
@@ -300,6 +307,7 @@ def load_into(
                 values.append(want[p])
             else:
                 values.append(_value(src, spec, values, False, map_location, allow_pickle))
+        src.wait()
         return unflatten(tree, values)
     finally:
         src.close()

@@ -107,7 +107,8 @@ def _numel(shape: list[int]) -> int:
     return math.prod(shape) if shape else 1
 
 
-_PARALLEL_SLICE = 16 << 20  # tensors of at least two slices are read by two threads
+_THREADED_READ = 1 << 20  # reads of at least this many bytes go to the reader threads
+_SLICE = 16 << 20  # in slices of this size
 _POOL: list = []
 
 
@@ -128,12 +129,22 @@ class H5Source:
         self.size = os.path.getsize(path)
         self._mm: mmap.mmap | None = None
         self._fh = None
+        self._pending: list = []  # deferred reads (futures) not yet waited for
         if trust_offsets:
             self._check_offsets()
         else:
             self._ask_offsets()
 
+    def wait(self) -> None:
+        """Finish every deferred read (raising the first error)."""
+        pending, self._pending = self._pending, []
+        for job in pending:
+            job.result()
+
     def close(self) -> None:
+        for job in self._pending:  # never close the file under a reader thread
+            job.exception()
+        self._pending = []
         if self._fh is not None:
             self._fh.close()
         self.f.close()  # the mmap (if any) stays alive as long as tensors use it
@@ -180,13 +191,16 @@ class H5Source:
                 self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
         return self._mm
 
-    def read_into(self, spec: dict, out: np.ndarray, mem_dtype: np.dtype | None = None) -> None:
-        """Fill ``out`` (C-contiguous, ``spec['n']`` bytes) with the leaf's bytes as ``mem_dtype``."""
+    def read_into(self, spec: dict, out: np.ndarray, mem_dtype: np.dtype | None = None, defer: bool = False) -> None:
+        """Fill ``out`` (C-contiguous, ``spec['n']`` bytes) with the leaf's bytes as ``mem_dtype``.
+
+        ``defer``: a large contiguous read may still be running on return; :meth:`wait` finishes it.
+        """
         if spec["n"] == 0:
             return
         buf = out.reshape(-1).view(np.uint8)
         if spec.get("off") is not None:
-            self.read_bytes_into(spec, buf)
+            self.read_bytes_into(spec, buf, defer)
             return
         from h5py import h5s
 
@@ -200,25 +214,27 @@ class H5Source:
                 "damaged or uses a compression filter this h5py lacks (try installing hdf5plugin)"
             ) from err
 
-    def read_bytes_into(self, spec: dict, buf: Any) -> None:
+    def read_bytes_into(self, spec: dict, buf: Any, defer: bool = False) -> None:
         """The hot path of resume: ``preadv`` the contiguous data at its offset straight into ``buf``
         (a writable C-contiguous buffer of ``spec['n']`` bytes).
 
-        A large tensor is read as slices on two threads (``preadv`` releases the GIL), so copying out of
-        the page cache uses both cores.
+        Reads of 1 MiB and more run as 16 MiB slices on two reader threads (``preadv`` releases the
+        GIL), so copying out of the page cache, and first touches of fresh memory, use both cores.
+        With ``defer`` they are left running (the caller goes on to the next tensor; :meth:`wait`).
         """
         if self._fh is None:
             self._fh = open(self.path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
         n = spec["n"]
-        if n < 2 * _PARALLEL_SLICE:
+        if n < _THREADED_READ:
             got = os.preadv(self._fh.fileno(), [buf], spec["off"]) if n else 0
             if got < n:  # a short read: finish it (or report the truncation)
                 self._pread_all(spec, memoryview(np.frombuffer(buf, np.uint8))[got:], got)
             return
         view = memoryview(np.frombuffer(buf, np.uint8))
-        slices = [(view[i:i + _PARALLEL_SLICE], i) for i in range(0, n, _PARALLEL_SLICE)]
-        for job in [_read_pool().submit(self._pread_all, spec, part, start) for part, start in slices]:
-            job.result()
+        jobs = [_read_pool().submit(self._pread_all, spec, view[i:i + _SLICE], i) for i in range(0, n, _SLICE)]
+        self._pending += jobs
+        if not defer:
+            self.wait()
 
     def _pread_all(self, spec: dict, view: memoryview, start: int) -> None:
         """Fill ``view``, the bytes of ``spec`` from ``start`` on (one read returns at most ~2 GiB)."""
@@ -238,22 +254,22 @@ class H5Source:
         return out
 
     # --- leaves --------------------------------------------------------------------------------
-    def tensor(self, spec: dict, lazy: bool) -> torch.Tensor:
+    def tensor(self, spec: dict, lazy: bool, defer: bool = False) -> torch.Tensor:
         dtype = fmt.TORCH_DTYPES[spec["type"][len("torch.") :]][0]
         shape = spec["shape"]
         if lazy and spec.get("off") is not None and spec["n"] > 0:
             flat = torch.frombuffer(self._map(), dtype=dtype, count=_numel(shape), offset=spec["off"])
             return flat.view(shape)
         out = torch.empty(shape, dtype=dtype)
-        self.read_into(spec, out.reshape(-1).view(torch.uint8).numpy(), storage_dtype(spec))
+        self.read_into(spec, out.reshape(-1).view(torch.uint8).numpy(), storage_dtype(spec), defer)
         return out
 
-    def ndarray(self, spec: dict, lazy: bool) -> np.ndarray:
+    def ndarray(self, spec: dict, lazy: bool, defer: bool = False) -> np.ndarray:
         dtype, shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
         if lazy and spec.get("off") is not None and spec["n"] > 0:
             return np.frombuffer(self._map(), dtype=dtype, count=_numel(list(shape)), offset=spec["off"]).reshape(shape)
         out = np.empty(shape, dtype=dtype)
-        self.read_into(spec, out, dtype)
+        self.read_into(spec, out, dtype, defer)
         return out
 
     def dataset_value(self, spec: dict) -> Any:

@@ -135,7 +135,7 @@ def test_large_tensor_is_read_in_parallel_slices(tmp_path):
     """A tensor of 2+ slices (32 MiB and more) is read by two threads into the target's own memory."""
     from cs_run.checkpoint import reader
 
-    n = (2 * reader._PARALLEL_SLICE + 12_345) // 4  # not a whole number of slices
+    n = (2 * reader._SLICE + 12_345) // 4  # not a whole number of slices
     state = {"big": torch.arange(n, dtype=torch.float32), "small": torch.ones(3)}
     save(state, tmp_path / "c.h5")
     target = {"big": torch.empty(n), "small": torch.empty(3)}
@@ -162,3 +162,23 @@ def test_short_reads_are_resumed(tmp_path, monkeypatch):
     target = {k: torch.empty_like(v) for k, v in state.items()}
     load_into(tmp_path / "c.h5", target)
     assert all(torch.equal(target[k], v) for k, v in state.items())
+
+
+def test_materialized_load_with_threaded_reads(tmp_path):
+    """Reads of 1 MiB and more finish on reader threads; every kind of leaf is complete on return."""
+    import numpy as np
+
+    g = torch.Generator().manual_seed(3)
+    state = {
+        "a": torch.randn(600_000, generator=g),
+        "b": torch.randn(700_000, generator=g).to(torch.bfloat16),
+        "raw": bytes(np.random.default_rng(0).integers(0, 256, 3 << 20, dtype=np.uint8)),
+        "arr": np.random.default_rng(1).standard_normal(400_000),
+        "scalar": np.float32(2.5),
+    }
+    save(state, tmp_path / "c.h5")
+    for map_location in (None, "cpu", lambda t, saved: t.clone()):  # a callable sees finished tensors
+        got = load(tmp_path / "c.h5", map_location=map_location, lazy=False)
+        assert torch.equal(got["a"], state["a"]) and torch.equal(got["b"], state["b"])
+        assert got["raw"] == state["raw"] and got["scalar"] == state["scalar"]
+        np.testing.assert_array_equal(got["arr"], state["arr"])
