@@ -29,9 +29,8 @@ class UnsupportedValueError(CheckpointError, TypeError):
 
 @dataclasses.dataclass(slots=True)
 class Leaf:
-    """One leaf of the flattened object: its key path, its value and how it is stored."""
+    """One leaf of the flattened object: its flattened key, its value and how it is stored."""
 
-    path: tuple
     key: str
     value: Any
     kind: str  # "tensor", "ndarray", "npscalar", "int", "float", ..., "pickle", "tied"
@@ -116,18 +115,18 @@ def flatten(obj: Any, allow_pickle: bool = False) -> tuple[Any, list[Leaf]]:
     by_address: dict[int, list[int]] = {}  # data_ptr -> indices of leaves that start there
     active: set[int] = set()
 
-    def visit(value: Any, path: tuple, key: str) -> Any:
+    def visit(value: Any, key: str, root: bool = False) -> Any:
         tp = type(value)
         if tp in (dict, collections.OrderedDict, list, tuple):
             if id(value) in active:
                 raise UnsupportedValueError(f"cannot save key '{key}': the structure contains itself")
             active.add(id(value))
             try:
-                return _visit_container(value, path, key, visit)
+                return _visit_container(value, "" if root else key + ".", key, visit)
             finally:
                 active.discard(id(value))
         kind, payload = _classify(key, value, allow_pickle)
-        leaf = Leaf(path, key, value, kind, payload=payload)
+        leaf = Leaf(key, value, kind, payload=payload)
         if kind == "tensor" and value.numel():
             seen = by_address.setdefault(value.data_ptr(), [])
             for i in seen:
@@ -139,13 +138,13 @@ def flatten(obj: Any, allow_pickle: bool = False) -> tuple[Any, list[Leaf]]:
         leaves.append(leaf)
         return len(leaves) - 1
 
-    return visit(obj, (), ""), leaves
+    return visit(obj, "", root=True), leaves
 
 
-def _visit_container(value: Any, path: tuple, key: str, visit) -> Any:
-    prefix = key + "." if path else ""
+def _visit_container(value: Any, prefix: str, key: str, visit) -> Any:
+    """The tree node of a container; its children's keys are ``prefix`` + their own key or index."""
     if isinstance(value, dict):
-        items = [[encode_key(k, key or "<root>"), visit(v, path + (k,), f"{prefix}{k}")] for k, v in value.items()]
+        items = [[encode_key(k, key or "<root>"), visit(v, f"{prefix}{k}")] for k, v in value.items()]
         if type(value) is dict:
             return {"dict": items}
         node: dict[str, Any] = {"odict": items}
@@ -153,7 +152,7 @@ def _visit_container(value: Any, path: tuple, key: str, visit) -> Any:
         if isinstance(meta, dict):
             node["meta"] = [[encode_key(k, key), v] for k, v in meta.items()]
         return node
-    return {type(value).__name__: [visit(v, path + (i,), f"{prefix}{i}") for i, v in enumerate(value)]}
+    return {type(value).__name__: [visit(v, f"{prefix}{i}") for i, v in enumerate(value)]}
 
 
 def unflatten(tree: Any, values: list) -> Any:
