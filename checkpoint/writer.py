@@ -234,21 +234,22 @@ class _H5pyWriter(_LeafWriter):
 
     def _put_array(self, name: str, arr: np.ndarray, type_name: str) -> int | None:
         if arr.ndim > 0 and arr.size > 0:
-            ds = self.f.create_dataset(name, data=arr, compression=self.compression, chunks=True)
+            ds = self.f.create_dataset(name, data=arr, compression=self.compression, chunks=True, track_times=False)
         else:
-            ds = self.f.create_dataset(name, data=arr)
+            ds = self.f.create_dataset(name, data=arr, track_times=False)
         self._set_type(ds, type_name)
         return None
 
     def _put_text(self, name: str, text: str, type_name: str) -> None:
         import h5py
 
-        self._set_type(self.f.create_dataset(name, data=text, dtype=h5py.string_dtype("utf-8")), type_name)
+        ds = self.f.create_dataset(name, data=text, dtype=h5py.string_dtype("utf-8"), track_times=False)
+        self._set_type(ds, type_name)
 
     def _put_none(self, name: str) -> None:
         import h5py
 
-        self._set_type(self.f.create_dataset(name, data=h5py.Empty("i1")), "none")
+        self._set_type(self.f.create_dataset(name, data=h5py.Empty("i1"), track_times=False), "none")
 
     def _put_link(self, name: str, target: str) -> None:
         self.f[name] = self.f[target]

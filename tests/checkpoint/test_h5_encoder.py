@@ -198,3 +198,36 @@ def test_strings_spread_over_several_collections(tmp_path, monkeypatch):
     with h5py.File(path, "r") as f:
         assert [f[f"s{i}"][()].decode() for i in range(10)] == texts
         assert [f.attrs[k] for k in "abcd"] == list("ABCD")
+
+
+def test_saved_checkpoint_reads_with_plain_h5py(tmp_path):
+    """Every leaf of a real save() is an ordinary HDF5 dataset, readable by tools that know nothing of cs-run."""
+    import json
+
+    import torch
+
+    from cs_run.checkpoint import save
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3), torch.nn.Linear(3, 4))
+    model[2].weight = torch.nn.Parameter(model[0].weight.T.contiguous())
+    state = {
+        "model": model.state_dict(), "tied": model[0].weight, "step": 7, "lr": 0.5, "ok": True, "z": 1 + 2j,
+        "name": "run-é", "huge": 2**70, "none": None, "raw": b"\x00\x01", "bf16": torch.ones(2, dtype=torch.bfloat16),
+        "arr": np.arange(3, dtype=">i4"), "npscalar": np.float16(1.5),
+    }
+    save(state, tmp_path / "c.h5")
+    with h5py.File(tmp_path / "c.h5", "r") as f:
+        spec = json.loads(f.attrs["__structure__"])
+        assert f.attrs["__complete__"] == 1 and len(f) == len(spec["leaves"])
+        for leaf in spec["leaves"]:
+            ds = f[leaf["ds"]]
+            assert ds.attrs["__type__"].decode() == leaf["type"], leaf["key"]
+            if "tied" in leaf:
+                assert ds == f[spec["leaves"][leaf["tied"]]["ds"]]
+            elif leaf.get("off") is not None:
+                assert ds.id.get_offset() == leaf["off"] and ds.id.get_storage_size() == leaf["n"]
+        np.testing.assert_array_equal(f["model.0.bias"][()], state["model"]["0.bias"].numpy())
+        assert f["bf16"].dtype == np.uint16 and (f["bf16"][()] == 0x3F80).all()  # bfloat16 as its bit pattern
+        assert f["name"][()].decode() == "run-é" and f["huge"][()].decode() == str(2**70)
+        assert f["step"][()] == 7 and f["ok"][()] and f["z"][()] == 1 + 2j and f["none"].shape is None
+        assert f["arr"].dtype == np.dtype(">i4") and f["npscalar"][()] == np.float16(1.5)

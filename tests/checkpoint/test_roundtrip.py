@@ -237,12 +237,14 @@ def test_torch_pickle_file_loads_weights_only(tmp_path):
     assert load(tmp_path / "bad.pt", allow_pickle=True)["obj"] == _Thing(1)
 
 
-def test_same_state_saves_to_identical_bytes(tmp_path):
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_same_state_saves_to_identical_bytes(tmp_path, compression):
     """No timestamps in the file: equal states give equal files (hashable, deduplicable)."""
     import time
 
-    state = {"model": {"w": torch.arange(12.0).reshape(3, 4), "b": torch.zeros(4)}, "global_step": 7, "name": "x"}
-    save(state, tmp_path / "a.h5")
+    state = {"model": {"w": torch.arange(12.0).reshape(3, 4), "b": torch.zeros(4)}, "global_step": 7, "name": "x",
+             "none": None, "scalar": torch.tensor(1.5)}
+    save(state, tmp_path / "a.h5", compression=compression)
     time.sleep(1.1)  # HDF5 object timestamps have one-second resolution
-    save(state, tmp_path / "b.h5")
+    save(state, tmp_path / "b.h5", compression=compression)
     assert (tmp_path / "a.h5").read_bytes() == (tmp_path / "b.h5").read_bytes()
