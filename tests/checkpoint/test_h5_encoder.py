@@ -231,3 +231,19 @@ def test_saved_checkpoint_reads_with_plain_h5py(tmp_path):
         assert f["name"][()].decode() == "run-é" and f["huge"][()].decode() == str(2**70)
         assert f["step"][()] == 7 and f["ok"][()] and f["z"][()] == 1 + 2j and f["none"].shape is None
         assert f["arr"].dtype == np.dtype(">i4") and f["npscalar"][()] == np.float16(1.5)
+
+
+def test_non_ascii_names_are_found_in_byte_order(tmp_path):
+    """libhdf5 looks names up with strcmp (unsigned bytes): UTF-8 names sort after ASCII ones."""
+    path = tmp_path / "k.h5"
+    names = ["Zeta", "alpha", "émile", "日本", "a.b", "a%2Fb", "~", "ß"] + [f"w{i}" for i in range(300)]
+    one = np.ones(1, np.int16)
+
+    def write(enc):
+        for i, name in enumerate(names):
+            enc.dataset(name.encode(), datatype_message(one.dtype), (1,), one * i)
+
+    _encode(path, write)
+    with h5py.File(path, "r") as f:
+        for i, name in enumerate(names):
+            assert f[name][0] == i, name
