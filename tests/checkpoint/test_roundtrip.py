@@ -13,7 +13,7 @@ from ckpt_helpers import assert_same, assert_ties
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cs_run.checkpoint import load, save
+from cs_run.checkpoint import load, load_into, save
 from cs_run.checkpoint.format import TORCH_DTYPES
 from cs_run.errors import CheckpointError
 
@@ -248,3 +248,22 @@ def test_same_state_saves_to_identical_bytes(tmp_path, compression):
     time.sleep(1.1)  # HDF5 object timestamps have one-second resolution
     save(state, tmp_path / "b.h5", compression=compression)
     assert (tmp_path / "a.h5").read_bytes() == (tmp_path / "b.h5").read_bytes()
+
+
+def test_files_from_the_earlier_h5py_writer_still_load(tmp_path):
+    """Format version 1 as first written through h5py (superblock 3, new-style group) before the encoder."""
+    import pathlib
+    import shutil
+
+    path = tmp_path / "old.h5"
+    shutil.copy(pathlib.Path(__file__).parent / "data" / "v1_h5py_writer.h5", path)  # a fixed file, read-only use
+    w = torch.arange(15.0).reshape(5, 3)
+    for lazy in (True, False):
+        got = load(path, lazy=lazy, verify=True)
+        assert torch.equal(got["model"]["w"], w) and got["model"]["tied"] is got["model"]["w"]
+        assert torch.equal(got["model"]["b"], torch.tensor([1.0, -2.0, 0.5], dtype=torch.bfloat16))
+        assert got["step"] == 3 and got["name"] == "x" and got["none"] is None and got["empty"].shape == (0, 2)
+        np.testing.assert_array_equal(got["arr"], np.arange(4))
+    target = {"model": {"w": torch.empty(5, 3)}}
+    load_into(path, target)
+    assert torch.equal(target["model"]["w"], w)
