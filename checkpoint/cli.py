@@ -66,8 +66,8 @@ def convert(src: str, dst: str, to: str | None, allow_pickle: bool) -> None:
 @click.option("--verify", is_flag=True, help="Check every tensor's CRC32; exit 1 naming damaged keys.")
 def info(path: str, as_json: bool, verify: bool) -> None:
     """List keys, types, dtypes, shapes and sizes of the checkpoint at PATH."""
-    from cs_run.checkpoint.h5 import _raise_damaged
     from cs_run.checkpoint.h5 import info as run_info
+    from cs_run.checkpoint.reader import raise_if_damaged
 
     desc = run_info(path, verify=verify)
     if as_json:
@@ -86,4 +86,4 @@ def info(path: str, as_json: bool, verify: bool) -> None:
             click.echo("checksums: " + ("not recorded in this file" if desc["damaged"] is None else
                                         f"{len(desc['damaged'])} damaged"))
     if verify and desc.get("damaged"):
-        _raise_damaged(path, desc["damaged"])
+        raise_if_damaged(path, desc["damaged"])

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import zlib
 from collections.abc import Callable
 from typing import Any, Union
 
@@ -22,6 +21,7 @@ from cs_run.checkpoint.reader import (
     check_path,
     one_line,
     open_h5,
+    raise_if_damaged,
     read_spec,
     storage_dtype,
 )
@@ -151,21 +151,6 @@ def _value(src: H5Source, spec: dict, values: list, lazy: bool, map_location: Ma
     return src.dataset_value(spec)
 
 
-def _damaged(src: H5Source) -> list[str]:
-    """Keys whose stored bytes no longer match the CRC32 recorded at save."""
-    bad = []
-    for spec in src.specs:
-        if "crc" in spec and "tied" not in spec and spec["n"] > 0 and zlib.crc32(src.stored_bytes(spec)) != spec["crc"]:
-            bad.append(spec["key"])
-    return bad
-
-
-def _raise_damaged(path: str, bad: list[str]) -> None:
-    if bad:
-        shown = ", ".join(f"'{k}'" for k in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
-        raise CheckpointError(f"checkpoint '{path}' is damaged: checksum mismatch in {shown}")
-
-
 def load(
     path: PathLike,
     map_location: MapLocation = None,
@@ -208,7 +193,7 @@ def load(
     tree, src = _open_source(path)
     try:
         if verify:
-            _raise_damaged(path, _damaged(src))
+            raise_if_damaged(path, src.damaged_keys())
         values: list = []
         for spec in src.specs:
             values.append(_value(src, spec, values, lazy, map_location, allow_pickle))
@@ -298,7 +283,7 @@ def load_into(
         paths = tree_paths(tree)
         matched = _check_target(path, src, paths, want)
         if verify:
-            _raise_damaged(path, _damaged(src))
+            raise_if_damaged(path, src.damaged_keys())
         values: list = []
         for i, spec in enumerate(src.specs):
             p = paths[i]
@@ -357,7 +342,7 @@ def info(path: PathLike, verify: bool = False) -> dict:
             "total_bytes": sum(k["nbytes"] for k in keys),
         }
         if verify:
-            out["damaged"] = None if legacy else _damaged(src)
+            out["damaged"] = None if legacy else src.damaged_keys()
         return out
     finally:
         src.close()

@@ -4,7 +4,8 @@ Every problem with the file becomes a one-line :class:`CheckpointError` naming t
 directory, empty, not a checkpoint, truncated, corrupted, incomplete, or written by a newer version.
 Tensor bytes are taken from the file offsets recorded in the spec (no per-dataset HDF5 calls), after
 a sample of them is checked against HDF5 itself; a file rewritten by another tool falls back to
-asking HDF5 for every offset.
+asking HDF5 for every offset, and then every tensor is checked against its CRC32 (a damaged layout
+must not point a tensor at another tensor's bytes).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 from cs_run.checkpoint import format as fmt
 from cs_run.errors import CheckpointError
 
-__all__ = ["H5Source", "check_path", "one_line", "open_h5", "read_spec", "storage_dtype"]
+__all__ = ["H5Source", "check_path", "one_line", "open_h5", "raise_if_damaged", "read_spec", "storage_dtype"]
 
 
 def one_line(err: BaseException) -> str:
@@ -98,6 +99,13 @@ def read_spec(path: str, f: Any) -> dict:
         raise CheckpointError(f"checkpoint '{path}' is corrupted: cannot read its spec ({one_line(err)})") from err
 
 
+def raise_if_damaged(path: str, bad: list[str]) -> None:
+    """The one-line error naming the keys whose bytes fail their CRC32 (nothing if none do)."""
+    if bad:
+        shown = ", ".join(f"'{k}'" for k in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise CheckpointError(f"checkpoint '{path}' is damaged: checksum mismatch in {shown}")
+
+
 def storage_dtype(spec: dict) -> np.dtype:
     """The numpy dtype a tensor leaf's bytes are stored as (uint16 for bfloat16, ...)."""
     return fmt.TORCH_DTYPES[spec["type"][len("torch.") :]][1]
@@ -160,8 +168,11 @@ class H5Source:
                 )
         sample = {id(s): s for s in (data[:1] + data[-1:] + sorted(data, key=lambda s: -s["n"])[:1])}
         for s in sample.values():
-            if self._hdf5_offset(s) != s["off"]:  # rewritten by another tool (h5repack, ...)
+            if self._hdf5_offset(s) != s["off"]:  # rewritten by another tool (h5repack, ...), or damaged
                 self._ask_offsets()
+                # HDF5 and the spec disagree; only the checksums can tell moved data from a damaged
+                # layout that would point a tensor at another tensor's bytes.
+                raise_if_damaged(self.path, self.damaged_keys())
                 return
 
     def _hdf5_offset(self, spec: dict) -> int | None:
@@ -244,6 +255,13 @@ class H5Source:
             if not got:
                 raise CheckpointError(f"checkpoint '{self.path}' is truncated inside key '{spec['key']}'")
             pos += got
+
+    def damaged_keys(self) -> list[str]:
+        """Keys whose stored bytes no longer match the CRC32 recorded at save (reads every tensor)."""
+        return [
+            s["key"] for s in self.specs
+            if "crc" in s and "tied" not in s and s["n"] > 0 and zlib.crc32(self.stored_bytes(s)) != s["crc"]
+        ]
 
     def stored_bytes(self, spec: dict) -> Any:
         """A buffer with the leaf's bytes (mapped when possible) for checksums."""

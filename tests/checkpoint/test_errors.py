@@ -163,3 +163,22 @@ def test_random_damage_to_hdf5_structures_is_an_error_or_harmless(tmp_path):
         assert all(torch.equal(got["m"][k], v) for k, v in state["m"].items())
         outcomes["intact"] += 1
     assert outcomes["error"] > 0 and outcomes["intact"] > 0  # both paths were exercised
+
+
+def test_damaged_layout_never_points_a_tensor_at_other_bytes(tmp_path):
+    """A damaged HDF5 layout message that HDF5 and the spec disagree on is caught by the checksums,
+    rather than loading another tensor's bytes in its place."""
+    import json
+    import struct
+
+    path = tmp_path / "c.h5"
+    save({"a": torch.arange(16.0), "b": torch.full((16,), 7.0)}, path)
+    with h5py.File(path, "r") as f:
+        offsets = {leaf["key"]: leaf["off"] for leaf in json.loads(f.attrs["__structure__"])["leaves"]}
+    data = bytearray(path.read_bytes())
+    layout = bytes([3, 1]) + struct.pack("<QQ", offsets["a"], 64)  # layout message v3, contiguous
+    at = data.find(layout)
+    assert at > 0
+    data[at + 2: at + 10] = struct.pack("<Q", offsets["b"])
+    path.write_bytes(bytes(data))
+    assert "damaged: checksum mismatch in 'a'" in _error(path)
