@@ -34,6 +34,17 @@ def _encode(path, write, texts=(), string_attrs=None, attrs=(), marker=None):
             os.close(fd)
 
 
+def _numbered_datasets(path, names):
+    """One int32 dataset per name holding its position in ``names``."""
+    one = np.ones(1, np.int32)
+
+    def write(enc):
+        for i, name in enumerate(names):
+            enc.dataset(name.encode(), datatype_message(one.dtype), (1,), one * i)
+
+    _encode(path, write)
+
+
 def test_every_dtype_and_shape_reads_back_through_libhdf5(tmp_path):
     path = tmp_path / "a.h5"
     arrays = {f"{d}|{s}": _array(d, s, i) for i, (d, s) in enumerate((d, s) for d in DTYPES for s in SHAPES)}
@@ -83,13 +94,7 @@ def test_thousands_of_links_need_many_symbol_nodes(tmp_path):
     """10,000 names: 79 symbol-table nodes under one B-tree node (internal K above the default 16)."""
     path = tmp_path / "c.h5"
     names = [f"layer{i % 97}.w{i}" for i in range(10_000)]
-    one = np.ones(1, np.int32)
-
-    def write(enc):
-        for i, name in enumerate(names):
-            enc.dataset(name.encode(), datatype_message(one.dtype), (1,), one * i)
-
-    _encode(path, write)
+    _numbered_datasets(path, names)
     with h5py.File(path, "r") as f:
         assert list(f.keys()) == sorted(names, key=str.encode)  # libhdf5 iterates in name order
         for i, name in enumerate(names[::37]):
@@ -237,13 +242,7 @@ def test_non_ascii_names_are_found_in_byte_order(tmp_path):
     """libhdf5 looks names up with strcmp (unsigned bytes): UTF-8 names sort after ASCII ones."""
     path = tmp_path / "k.h5"
     names = ["Zeta", "alpha", "émile", "日本", "a.b", "a%2Fb", "~", "ß"] + [f"w{i}" for i in range(300)]
-    one = np.ones(1, np.int16)
-
-    def write(enc):
-        for i, name in enumerate(names):
-            enc.dataset(name.encode(), datatype_message(one.dtype), (1,), one * i)
-
-    _encode(path, write)
+    _numbered_datasets(path, names)
     with h5py.File(path, "r") as f:
         for i, name in enumerate(names):
             assert f[name][0] == i, name
