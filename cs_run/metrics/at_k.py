@@ -55,64 +55,57 @@ def _hits_per_row(
     return hits, w
 
 
-class PrecisionAtKMetric(Metric):
+class _AtKMetric(Metric):
+    """tp@k against one kind of miss, weighted per row; a subclass names the miss and counts it."""
+
+    miss_state: str  # the state holding the weighted misses
+
+    def __init__(self, k: int, name: str | None = None) -> None:
+        k = _check_k(type(self).__name__, k)
+        super().__init__(name)
+        self.k = k
+        self.register_state("true_positive_at_k", torch.zeros((), dtype=STATE_DTYPE))
+        self.register_state(self.miss_state, torch.zeros((), dtype=STATE_DTYPE))
+
+    def _misses(self, labels: torch.Tensor, hits: torch.Tensor) -> torch.Tensor:
+        """Misses per row, given the row's hits."""
+        raise NotImplementedError
+
+    def update(
+        self,
+        labels: torch.Tensor,
+        predictions: torch.Tensor,
+        weights: torch.Tensor | None = None,
+    ) -> None:
+        self._to_device_of(labels)
+        hits, w = _hits_per_row(type(self).__name__, self.k, labels, predictions, weights)
+        self.true_positive_at_k.add_((hits * w).sum())
+        getattr(self, self.miss_state).add_((self._misses(labels, hits) * w).sum())
+
+    def compute(self) -> torch.Tensor:
+        return self.true_positive_at_k / (self.true_positive_at_k + getattr(self, self.miss_state))
+
+
+class PrecisionAtKMetric(_AtKMetric):
     """Precision@K = tp@k / (tp@k + fp@k): the fraction of the top-k predictions that are labels.
 
     ``labels`` is (batch, num_labels) of relevant class indices, ``predictions`` (batch,
     num_classes) of scores; ``weights`` (scalar or one per row) scale each row's counts.
     """
 
-    def __init__(self, k: int, name: str | None = None) -> None:
-        k = _check_k("PrecisionAtKMetric", k)
-        super().__init__(name)
-        self.k = k
-        self.register_state("true_positive_at_k", torch.zeros((), dtype=STATE_DTYPE))
-        self.register_state("false_positive_at_k", torch.zeros((), dtype=STATE_DTYPE))
+    miss_state = "false_positive_at_k"
 
-    def update(
-        self,
-        labels: torch.Tensor,
-        predictions: torch.Tensor,
-        weights: torch.Tensor | None = None,
-    ) -> None:
-        self._to_device_of(labels)
-        hits, w = _hits_per_row(
-            "PrecisionAtKMetric", self.k, labels, predictions, weights
-        )
-        self.true_positive_at_k.add_((hits * w).sum())
-        self.false_positive_at_k.add_(((self.k - hits) * w).sum())
-
-    def compute(self) -> torch.Tensor:
-        return self.true_positive_at_k / (
-            self.true_positive_at_k + self.false_positive_at_k
-        )
+    def _misses(self, labels: torch.Tensor, hits: torch.Tensor) -> torch.Tensor:
+        return self.k - hits  # top-k predictions that are not labels
 
 
-class RecallAtKMetric(Metric):
+class RecallAtKMetric(_AtKMetric):
     """Recall@K = tp@k / (tp@k + fn@k): the fraction of the labels found in the top-k predictions.
 
     Same inputs as :class:`PrecisionAtKMetric`; every row has ``num_labels`` relevant labels.
     """
 
-    def __init__(self, k: int, name: str | None = None) -> None:
-        k = _check_k("RecallAtKMetric", k)
-        super().__init__(name)
-        self.k = k
-        self.register_state("true_positive_at_k", torch.zeros((), dtype=STATE_DTYPE))
-        self.register_state("false_negative_at_k", torch.zeros((), dtype=STATE_DTYPE))
+    miss_state = "false_negative_at_k"
 
-    def update(
-        self,
-        labels: torch.Tensor,
-        predictions: torch.Tensor,
-        weights: torch.Tensor | None = None,
-    ) -> None:
-        self._to_device_of(labels)
-        hits, w = _hits_per_row("RecallAtKMetric", self.k, labels, predictions, weights)
-        self.true_positive_at_k.add_((hits * w).sum())
-        self.false_negative_at_k.add_(((labels.shape[-1] - hits) * w).sum())
-
-    def compute(self) -> torch.Tensor:
-        return self.true_positive_at_k / (
-            self.true_positive_at_k + self.false_negative_at_k
-        )
+    def _misses(self, labels: torch.Tensor, hits: torch.Tensor) -> torch.Tensor:
+        return labels.shape[-1] - hits  # labels that are not in the top-k
