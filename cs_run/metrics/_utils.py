@@ -56,16 +56,15 @@ def class_mask(
     return keep
 
 
+def check_int(metric: str, name: str, value: int, minimum: int) -> int:
+    """``value`` if it is an int (not a bool) of at least ``minimum``, else the ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{metric}: {name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
 def check_num_classes(metric: str, num_classes: int, minimum: int = 2) -> int:
-    if (
-        isinstance(num_classes, bool)
-        or not isinstance(num_classes, int)
-        or num_classes < minimum
-    ):
-        raise ValueError(
-            f"{metric}: num_classes must be an int >= {minimum}, got {num_classes!r}"
-        )
-    return num_classes
+    return check_int(metric, "num_classes", num_classes, minimum)
 
 
 def divide_no_nan(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from cs_run.metrics._utils import check_int
 from cs_run.metrics.metric import STATE_DTYPE, Metric
 
 __all__ = ["PrecisionAtKMetric", "RecallAtKMetric"]
-
-
-def _check_k(metric: str, k: int) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"{metric}: k must be an int >= 1, got {k!r}")
-    return k
 
 
 def _hits_per_row(
@@ -61,7 +56,7 @@ class _AtKMetric(Metric):
     miss_state: str  # the state holding the weighted misses
 
     def __init__(self, k: int, name: str | None = None) -> None:
-        k = _check_k(type(self).__name__, k)
+        k = check_int(type(self).__name__, "k", k, 1)
         super().__init__(name)
         self.k = k
         self.register_state("true_positive_at_k", torch.zeros((), dtype=STATE_DTYPE))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from cs_run.metrics._utils import check_same_shape, divide_no_nan, flat_weights
+from cs_run.metrics._utils import check_int, check_same_shape, divide_no_nan, flat_weights
 from cs_run.metrics.metric import STATE_DTYPE, Metric
 
 __all__ = ["AUCMetric"]
@@ -33,14 +33,7 @@ class AUCMetric(Metric):
     def __init__(
         self, num_thresholds: int = 200, curve: str = "ROC", name: str | None = None
     ) -> None:
-        if (
-            isinstance(num_thresholds, bool)
-            or not isinstance(num_thresholds, int)
-            or num_thresholds < 2
-        ):
-            raise ValueError(
-                f"AUCMetric: num_thresholds must be an int >= 2, got {num_thresholds!r}"
-            )
+        check_int("AUCMetric", "num_thresholds", num_thresholds, 2)
         if curve != "ROC":
             raise ValueError(
                 f"AUCMetric: curve must be 'ROC' (the only curve implemented), got {curve!r}"
