@@ -126,6 +126,9 @@ def adam(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_
          correct_bias=correct_bias)
 
 
+_MIN_STEP_SIZE = 1e-30
+
+
 def _denominator_factors(step: Tensor, lr: Tensor, beta1: float, beta2: float, eps: float,
                          correct_bias: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """(scale, shift) with ``p += m / (sqrt(v) / scale + shift)`` equal to Adam's update.
@@ -133,7 +136,9 @@ def _denominator_factors(step: Tensor, lr: Tensor, beta1: float, beta2: float, e
     Folding ``-lr / bias_correction1`` into the denominator keeps the update one pass with a tensor lr
     (torch's capturable path does the same).
     """
-    lr64 = _scalar(lr)
+    # lr 0 (a warmup that starts at 0, as the Model Zoo GPT schedules do) would divide by zero and turn
+    # every parameter whose v is 0 into NaN; a step size of -1e-30 moves nothing a float32 can show.
+    lr64 = torch.clamp(_scalar(lr), min=_MIN_STEP_SIZE)
     if correct_bias:
         step64 = _scalar(step)
         neg_step_size = lr64 / (1 - beta1**step64) * -1
