@@ -19,6 +19,7 @@ from tqdm import tqdm
 from cs_run._logging import run_log
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.params import Params, save_params
+from cs_run.resolve import resolve_params
 from cs_run.runners import _build, _checkpoints, _model_dir
 from cs_run.runners._batches import batch_size, loader_length, move_to_device
 from cs_run.runners._budget import StepBudget, compute_step_budget
@@ -122,16 +123,21 @@ class PyTorchBaseRunner(RunnerHooks):
             raise ParamsError(f"--device: {device!r} is not one of CPU, GPU, CSX")
         _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
         _model_dir.check_not_locked(rc.model_dir)
-        spec = runner or rc.runner
-        cls = expected
-        if spec:
-            from cs_run.registry import resolve_object
+        try:
+            resolve_params(params, model_fn=builders.get("model_fn"),
+                           data_fns={"train": builders.get("train_data_fn"), "eval": builders.get("eval_data_fn")})
+            spec = runner or rc.runner
+            cls = expected
+            if spec:
+                from cs_run.registry import resolve_object
 
-            cls = resolve_object(spec, key="runconfig.runner")
-            if not (isinstance(cls, type) and issubclass(cls, expected)):
-                raise ParamsError(f"params: runconfig.runner: {spec!r} must be a subclass of "
-                                  f"cs_run.runners.{expected.__name__} for --device {device}")
-        return cls(params, device=device, **builders)
+                cls = resolve_object(spec, key="runconfig.runner")
+                if not (isinstance(cls, type) and issubclass(cls, expected)):
+                    raise ParamsError(f"params: runconfig.runner: {spec!r} must be a subclass of "
+                                      f"cs_run.runners.{expected.__name__} for --device {device}")
+            return cls(params, device=device, **builders)
+        except ParamsError as e:  # a value in the params file: name its file:line
+            raise params.locate_error(e) from e
 
     @staticmethod
     def _resolve_torch_device(device: str) -> torch.device:
@@ -146,7 +152,10 @@ class PyTorchBaseRunner(RunnerHooks):
         """Run ``mode`` (train, eval, train_and_eval, eval_all); returns the eval results, if any."""
         if mode not in MODES:
             raise ParamsError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
-        self._check_sections_for(mode)
+        try:
+            self._check_sections_for(mode)
+        except ParamsError as e:
+            raise self.params.locate_error(e) from e
         with self._open_model_dir():
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
             try:
@@ -163,6 +172,8 @@ class PyTorchBaseRunner(RunnerHooks):
                     self.train()
                     return self.evaluate()
                 return self.eval_all()
+            except ParamsError as e:  # e.g. a data function rejecting its section's values
+                raise self.params.locate_error(e) from e
             finally:
                 self._summaries.close()
 
