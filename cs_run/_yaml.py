@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
@@ -68,18 +68,19 @@ def read_text(path: str | os.PathLike) -> str:
                           "as UTF-8") from None
 
 
-def parse(text: str, where: str) -> tuple[Any, dict[str, int]]:
+def parse(text: str, where: Optional[str], prefix: str = "") -> tuple[Any, dict[str, int]]:
     """Parse one YAML document; returns the data and the 1-based line of every key path.
 
-    ``where`` names the source in messages (a path, or ``--set KEY``). Key paths are dotted, list
-    items ``[i]``: ``optimizer.learning_rate[0].total_iters``.
+    ``where`` names the file in messages (None: a ``--set`` value, "set on the command line"); key
+    paths start at ``prefix`` and are dotted, list items ``[i]``: ``optimizer.learning_rate[0].total_iters``.
     """
     loader = _Loader(text)
     try:
         try:
             node = loader.get_single_node()
         except _TooDeep as e:
-            raise ParamsError(f"params: nesting deeper than {MAX_DEPTH} levels ({where}:{e.mark.line + 1})") from None
+            raise ParamsError(f"params: {prefix or 'file'}: nesting deeper than {MAX_DEPTH} levels "
+                              f"{_loc(where, e.mark)}") from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             at = f"{where}:{mark.line + 1}" if mark else where
@@ -87,7 +88,7 @@ def parse(text: str, where: str) -> tuple[Any, dict[str, int]]:
         if node is None:
             return None, {}
         lines: dict[str, int] = {}
-        _Walk(where, lines).node(node, "")
+        _Walk(where, lines).node(node, prefix)
         try:
             data = loader.construct_document(node)
         except yaml.YAMLError as e:
@@ -99,10 +100,14 @@ def parse(text: str, where: str) -> tuple[Any, dict[str, int]]:
     return data, lines
 
 
-def parse_value(text: str, where: str) -> Any:
-    """One ``--set`` value, read as YAML with the same limits; text YAML cannot read stays a string."""
+def _loc(where: Optional[str], mark) -> str:
+    return f"({where}:{mark.line + 1})" if where else "(set on the command line)"
+
+
+def parse_value(text: str, key: str) -> Any:
+    """One ``--set KEY=VALUE`` value, read as YAML with the same limits; text YAML cannot read stays a string."""
     try:
-        value, _ = parse(text, where)
+        value, _ = parse(text, None, key)
     except ParamsError as e:
         if "not valid YAML" in str(e):
             return text
@@ -113,12 +118,12 @@ def parse_value(text: str, where: str) -> Any:
 class _Walk:
     """One pass over the composed graph: key lines, key checks, non-finite numbers, expanded size."""
 
-    def __init__(self, where: str, lines: dict[str, int]) -> None:
+    def __init__(self, where: Optional[str], lines: dict[str, int]) -> None:
         self.where, self.lines = where, lines
         self.sizes: dict[int, int] = {}  # node id -> values below it, aliases expanded (each node once)
 
     def at(self, node) -> str:
-        return f"{self.where}:{node.start_mark.line + 1}"
+        return f"{self.where}:{node.start_mark.line + 1}" if self.where else "set on the command line"
 
     def node(self, node, path: str) -> int:
         known = self.sizes.get(id(node))

@@ -91,7 +91,7 @@ def _run(mode: str, options: dict[str, Any], extra_flags: Optional[dict] = None)
     overrides = dict(parse_override(text) for text in options["overrides"])
     params = load_params(path, {**overrides, **flags})
     setup_console_logging(params.runconfig.logging)
-    runner = PyTorchBaseRunner.create(params, device=options["device"], runner=options["runner"])
+    runner = PyTorchBaseRunner.create(params, device=options["device"], runner=options["runner"], mode=mode)
     results = runner.run(mode)
     if "summary" in results:  # compile-only / validate-only
         click.echo(results["summary"])

@@ -100,6 +100,7 @@ def _run(args, model_fn, train_data_fn, eval_data_fn, default_params_fn) -> dict
     params = load_params(args.params, {**overrides, **flags}, defaults_fn=defaults)
     setup_console_logging(params.runconfig.logging)
     runner = PyTorchBaseRunner.create(params, device=args.device_word or args.device or "CPU", runner=args.runner,
+                                      mode=args.mode,
                                       model_fn=with_extra_args(model_fn),
                                       train_data_fn=with_extra_args(train_data_fn),
                                       eval_data_fn=with_extra_args(eval_data_fn))

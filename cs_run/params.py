@@ -228,8 +228,11 @@ class Params:
         best = ""
         for token in re.findall(r"[A-Za-z_][\w.\[\]]*", message):
             token = token.rstrip(".")
-            for candidate in [token] + [f"{p}.{token}" for p in prefixes]:
-                if candidate in self.lines and len(candidate) > len(best):
+            for prefix in ["", *prefixes]:
+                candidate = f"{prefix}.{token}" if prefix else token
+                while candidate and candidate not in self.lines:  # its nearest key present in the file
+                    candidate = candidate[:max(candidate.rfind("."), candidate.rfind("["), 0)]
+                if len(candidate) > len(prefix) and len(candidate) > len(best):  # names a part of the token
                     best = candidate
         located = ParamsError(message + self.where(best))
         located.__cause__ = err.__cause__
@@ -316,12 +319,12 @@ def apply_overrides(raw: dict, overrides: dict[str, Any]) -> None:
             continue
         keys = dotted.split(".")
         if keys[0] not in SECTIONS:
-            raise ParamsError(unknown_key_message(dotted, keys[0], SECTIONS, where=" (override)"))
+            raise ParamsError(unknown_key_message(dotted, keys[0], SECTIONS, where=" (set on the command line)"))
         node = raw
         for key in keys[:-1]:
             node = node.setdefault(key, {})
             if not isinstance(node, dict):
-                raise ParamsError(f"params: cannot set {dotted}: {key} is not a mapping")
+                raise ParamsError(f"params: cannot set {dotted}: {key} is not a mapping (set on the command line)")
         if value is REMOVE:
             node.pop(keys[-1], None)
         else:
@@ -355,7 +358,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ParamsError(f"--set expects KEY=VALUE (e.g. runconfig.log_steps=10), got {text!r}")
     key = key.strip()
-    parsed = _yaml.parse_value(value, f"--set {key}") if value.strip() else None
+    parsed = _yaml.parse_value(value, key) if value.strip() else None
     return key, REMOVE if parsed is None else parsed
 
 

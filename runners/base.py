@@ -35,6 +35,23 @@ logger = logging.getLogger("cs_run.runners")
 MODES = ("train", "eval", "train_and_eval", "eval_all")
 
 
+def check_sections_for(params: Params, mode: str, data_fns: Optional[dict] = None) -> None:
+    """Raise ParamsError when ``mode`` needs a section the params lack (a data function passed in
+    stands for its input section). Runs before the model is built, so no user code runs for nothing."""
+    if mode not in MODES:
+        raise ParamsError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
+    data_fns = data_fns or {}
+    needs = {"train": ("train_input", "optimizer"), "eval": ("eval_input",), "eval_all": ("eval_input",),
+             "train_and_eval": ("train_input", "optimizer", "eval_input")}[mode]
+    present = {"train_input": params.train_input is not None or data_fns.get("train") is not None,
+               "eval_input": params.eval_input is not None or data_fns.get("eval") is not None,
+               "optimizer": params.optimizer is not None}
+    missing = [name for name in needs if not present[name]]
+    if missing:
+        raise ParamsError(f"params: mode {mode} needs section(s) {', '.join(missing)}, which the params lack"
+                          f"{params.where()}")
+
+
 class PyTorchBaseRunner(RunnerHooks):
     """Owns the loop: step budget, accumulation, clipping, logging, loss checks, checkpoints, resume.
 
@@ -91,7 +108,7 @@ class PyTorchBaseRunner(RunnerHooks):
     # --------------------------------------------------------------------------------- construction
 
     @staticmethod
-    def create(params: Params, *, device: str = "CPU", runner: Optional[str] = None,
+    def create(params: Params, *, device: str = "CPU", runner: Optional[str] = None, mode: Optional[str] = None,
                **builders: Optional[Callable]) -> "PyTorchBaseRunner":
         """The runner for ``device`` and the run's mode; ``runner`` (or runconfig.runner) names a user
         subclass ``module:Class`` of that runner.
@@ -105,7 +122,9 @@ class PyTorchBaseRunner(RunnerHooks):
         ========================================  =====================
 
         ``builders`` (model_fn, train_data_fn, eval_data_fn, optimizer_fn, lr_scheduler_fn) replace the
-        params' model, data and optimizer factories.
+        params' model, data and optimizer factories. ``mode``, when known, is checked against the
+        params' sections first. Nothing of the user's code runs before model_dir, the sections and the
+        model and data functions' keys are checked.
         """
         from cs_run.runners.cs_runner import PyTorchCSCompiler, PyTorchCSRunner
         from cs_run.runners.pytorch_runner import PyTorchRunner
@@ -121,10 +140,13 @@ class PyTorchBaseRunner(RunnerHooks):
             expected = PyTorchCSCompiler if (rc.compile_only or rc.validate_only) else PyTorchCSRunner
         else:
             raise ParamsError(f"--device: {device!r} is not one of CPU, GPU, CSX")
-        _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
-        _model_dir.check_not_locked(rc.model_dir)
         try:
-            resolve_params(params, model_fn=builders.get("model_fn"),
+            _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
+            _model_dir.check_not_locked(rc.model_dir)
+            if mode is not None and not (rc.compile_only or rc.validate_only):
+                check_sections_for(params, mode, {"train": builders.get("train_data_fn"),
+                                                  "eval": builders.get("eval_data_fn")})
+            resolve_params(params, model_fn=builders.get("model_fn"), optimizer_fn=builders.get("optimizer_fn"),
                            data_fns={"train": builders.get("train_data_fn"), "eval": builders.get("eval_data_fn")})
             spec = runner or rc.runner
             cls = expected
@@ -179,14 +201,7 @@ class PyTorchBaseRunner(RunnerHooks):
 
     def _check_sections_for(self, mode: str) -> None:
         """Fail before any work when a mode lacks its params (not after an hour of training)."""
-        needs = {"train": ("train_input", "optimizer"), "eval": ("eval_input",), "eval_all": ("eval_input",),
-                 "train_and_eval": ("train_input", "optimizer", "eval_input")}[mode]
-        present = {"train_input": self.params.train_input is not None or self._data_fns["train"] is not None,
-                   "eval_input": self.params.eval_input is not None or self._data_fns["eval"] is not None,
-                   "optimizer": self.optimizer is not None}
-        missing = [name for name in needs if not present[name]]
-        if missing:
-            raise ParamsError(f"params: mode {mode} needs section(s) {', '.join(missing)}, which the params lack")
+        check_sections_for(self.params, mode, self._data_fns)
 
     @contextlib.contextmanager
     def _open_model_dir(self) -> Iterator[None]:
