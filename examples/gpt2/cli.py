@@ -5,26 +5,16 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import click
 
-from cs_run.errors import CsRunError
+from cs_run.exits import ErrorGroup
 
 __all__ = ["data"]
 
 
-class _Group(click.Group):
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except CsRunError as e:
-            err = click.ClickException(str(e))
-            err.exit_code = e.exit_code
-            raise err from None
-
-
-@click.group(name="data", cls=_Group)
+@click.group(name="data", cls=ErrorGroup)
 def data() -> None:
     """Prepare training data."""
 

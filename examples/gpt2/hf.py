@@ -214,6 +214,8 @@ def to_hf(checkpoint: str | Path, out_dir: str | Path, params_path: Optional[str
     from cs_run.checkpoint import load
 
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
+    if not checkpoint.is_file():
+        raise CheckpointError(f"checkpoint convert --to hf: {checkpoint} not found")
     model = _build(_model_keys(checkpoint, Path(params_path) if params_path else None))
     state = load(str(checkpoint))
     weights = state.get("model", state) if isinstance(state, dict) else None

@@ -13,8 +13,8 @@ from cs_run.errors import ParamsError
 from cs_run.examples.gpt2 import model as gpt2
 from cs_run.metrics import compute_all_metrics, reset_all_metrics
 from cs_run.params import load_params
+from cs_run.resolve import resolve_params
 from cs_run.runners import PyTorchBaseRunner
-from cs_run.runners._build import check_params_keys
 
 SIZES = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_heads=4, filter_size=32,
              max_position_embeddings=12, dropout_rate=0.0, attention_type="scaled_dot_product")
@@ -148,7 +148,7 @@ def test_unsupported_values_are_params_errors_naming_the_key(tmp_path, key, valu
     model = {key: value, "loss_scaling": "batch_size"} if key == "loss_weight" else {key: value}
     path = tiny_params(tmp_path / "p.yaml", tmp_path / "d", tmp_path / "d", model=model)
     with pytest.raises(ParamsError, match=f"model: {key}"):
-        params = load_params(path, key_checker=check_params_keys)
+        params = load_params(path)
         PyTorchBaseRunner.create(params, device="CPU")
 
 
@@ -156,7 +156,7 @@ def test_unsupported_values_are_params_errors_naming_the_key(tmp_path, key, valu
 def test_unknown_model_keys_are_params_errors_at_load(tmp_path, key):
     path = tiny_params(tmp_path / "p.yaml", tmp_path, tmp_path, model={key: 1})
     with pytest.raises(ParamsError, match=f"model.{key}"):
-        load_params(path, key_checker=check_params_keys)
+        resolve_params(load_params(path))
 
 
 def test_a_model_zoo_file_without_model_name_is_gpt2_by_its_data_processor(tmp_path):
@@ -166,10 +166,10 @@ def test_a_model_zoo_file_without_model_name_is_gpt2_by_its_data_processor(tmp_p
     raw = yaml.safe_load(path.read_text())
     del raw["model"]["name"]
     path.write_text(yaml.safe_dump(raw))
-    params = load_params(path, key_checker=check_params_keys)
+    params = load_params(path)
     assert params.model.name == "gpt2" and params.model.use_bfloat16  # the Model Zoo GPT-2 default
     raw["model"]["use_bfloat16"] = False
     raw["train_input"]["data_processor"] = raw["eval_input"]["data_processor"] = "SomeOtherProcessor"
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(ParamsError, match="missing required key model.name"):
-        load_params(path, key_checker=check_params_keys)
+        resolve_params(load_params(path))

@@ -8,7 +8,6 @@ from gpt2_helpers import random_samples, tiny_params, write_vendor_shards
 
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
-from cs_run.runners._build import check_params_keys
 
 # Warmup from 0 then cosine, clipping, accumulation: the parts of a Model Zoo GPT optimizer block.
 OPTIMIZER = {"optimizer_type": "AdamW", "grad_accum_steps": 2, "max_gradient_norm": 0.5, "weight_decay": 0.01,
@@ -29,7 +28,7 @@ def shards(tmp_path_factory):
 def run(tmp_path, shards, device, name, mode="train_and_eval", model=None, runconfig=None):
     path = tiny_params(tmp_path / f"{name}.yaml", shards / "train", shards / "val", model=model, optimizer=OPTIMIZER,
                        runconfig={"model_dir": str(tmp_path / name), **(runconfig or {})})
-    runner = PyTorchBaseRunner.create(load_params(path, key_checker=check_params_keys), device=device)
+    runner = PyTorchBaseRunner.create(load_params(path), device=device)
     results = runner.run(mode)
     return runner, results
 
