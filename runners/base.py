@@ -16,15 +16,15 @@ import torch
 from tqdm import tqdm
 
 from cs_run._logging import run_log
+from cs_run.batches import RateMeter, batch_size, loader_length, move_to_device
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.params import Params, save_params
 from cs_run.runners import _build, _checkpoints
-from cs_run.runners._batches import batch_size, loader_length, move_to_device
-from cs_run.runners._budget import StepBudget, compute_step_budget
-from cs_run.runners._reporting import RateMeter, Summaries
+from cs_run.runners._reporting import Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
 from cs_run.runners._step import StepConfig
 from cs_run.runners.hooks import RunnerHooks
+from cs_run.schedule import StepBudget, is_checkpoint_step, is_log_step, step_budget
 
 __all__ = ["PyTorchBaseRunner"]
 
@@ -187,27 +187,23 @@ class PyTorchBaseRunner(RunnerHooks):
         self._check_sections_for("train")
         loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
         self._load_initial_state(self._initial_checkpoint())
-        accum = self.params.optimizer.grad_accum_steps
-        batches = loader_length(loader)
-        loader_steps = batches // accum if batches is not None else None
-        budget = compute_step_budget(global_step=self.global_step, loader_steps=loader_steps,
-                                     max_steps=rc.max_steps, num_steps=rc.num_steps, num_epochs=rc.num_epochs,
-                                     steps_per_epoch=rc.steps_per_epoch)
+        budget = step_budget(loader_batches=loader_length(loader), initial_step=self.global_step,
+                             num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,
+                             steps_per_epoch=rc.steps_per_epoch, grad_accum_steps=self.params.optimizer.grad_accum_steps,
+                             prefix="runconfig.", accum_key="optimizer.grad_accum_steps", where="params: ")
         if self._pending_resume is not None and self._epoch_step >= budget.steps_per_epoch:
             # The checkpoint closed an epoch: the next one starts fresh from the checkpoint's RNG.
             restore_rng_state(self._pending_resume["rng"], getattr(loader, "generator", None))
             self._pending_resume, self._epoch, self._epoch_step = None, self._epoch + 1, 0
-        if budget.steps == 0:
-            logger.info("Nothing to train: global step %d already reached the step budget (max_steps=%s)",
-                        self.global_step, rc.max_steps)
-            return
         if rc.save_initial_checkpoint and self.global_step == 0:
             self._save_checkpoint()
+        self._run_start, self._run_steps = self.global_step, budget.steps
         end_step = self.global_step + budget.steps
         logger.info("Training %d steps (global step %d -> %d), %d per epoch", budget.steps, self.global_step,
                     end_step, budget.steps_per_epoch)
         self.model.train()
-        self._rate = RateMeter()
+        self._rate = RateMeter(window=rc.log_steps or budget.steps)
+        self._rate.start()
         self.on_train_start()
         with self._progress("Train", budget.steps) as bar:
             while self.global_step < end_step:
@@ -267,16 +263,16 @@ class PyTorchBaseRunner(RunnerHooks):
     def _after_train_step(self, loss: torch.Tensor, micro_batches: list, end_step: int) -> None:
         """Host work after a step: loss check, logging, checkpoint, periodic eval."""
         rc = self.params.runconfig
-        step = self.global_step
-        self._rate.add(sum(batch_size(b) for b in micro_batches))
-        log_step = step % rc.log_steps == 0 or step == end_step
-        checkpoint_step = (rc.checkpoint_steps and step % rc.checkpoint_steps == 0) or step == end_step
+        step, run_step = self.global_step, self.global_step - self._run_start
+        self._rate.tick(sum(batch_size(b) for b in micro_batches))
+        log_step = is_log_step(run_step, self._run_steps, rc.log_steps)
+        checkpoint_step = is_checkpoint_step(run_step, self._run_steps, rc.checkpoint_steps)
         self._track_loss(loss, step)
         if log_step or checkpoint_step:
             self._raise_on_bad_loss()  # never checkpoint weights a NaN step produced
         if log_step:
             value = self._fetch_loss(loss)
-            rate, global_rate = self._rate.rate(), self._rate.global_rate()
+            rate, global_rate = self._rate.rate, self._rate.global_rate
             logger.info("| Train Device=%s, Step=%d, Loss=%.5f, Rate=%.2f samples/sec, GlobalRate=%.2f samples/sec",
                         self.device_name, step, value, rate, global_rate)
             self._write_train_summaries(step, value, rate, global_rate)
