@@ -26,10 +26,14 @@ from dataclasses import dataclass
 
 from cs_run.errors import ParamsError
 
-__all__ = ["StepBudget", "check_step_options", "step_budget", "is_final_step", "is_log_step", "is_checkpoint_step"]
+__all__ = ["MaxStepsReached", "StepBudget", "check_step_options", "step_budget", "is_final_step", "is_log_step", "is_checkpoint_step"]
 
 UNBOUNDED_EPOCH = 2**62
 """Steps per epoch of a loader without a length and no ``steps_per_epoch``: the epoch never ends."""
+
+
+class MaxStepsReached(ParamsError, RuntimeError):
+    """The run starts at or past max_steps: a ParamsError, and the RuntimeError the vendor raises."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,7 @@ def step_budget(*, loader_batches: int | None, initial_step: int = 0, num_steps:
         candidates.append(num_steps)
     if max_steps is not None:
         if initial_step >= max_steps:
-            raise fail(f"the run starts at global step {initial_step}, which already reaches "
+            raise MaxStepsReached(f"{where}the run starts at global step {initial_step}, which already reaches "
                               f"{key['max_steps']}={max_steps}; raise {key['max_steps']} to train further, or "
                               "start from step 0 (another model_dir, or no checkpoint)")
         candidates.append(max_steps - initial_step)

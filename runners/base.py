@@ -16,9 +16,13 @@ import torch
 from tqdm import tqdm
 
 from cs_run._logging import run_log
+from cs_run.backend import Backend
 from cs_run.batches import RateMeter, batch_size, loader_length, move_to_device
+from cs_run.creation import manual_seed
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
+from cs_run.metrics import compute_all_metrics, reset_all_metrics
 from cs_run.params import Params, save_params
+from cs_run.registry import resolve_object
 from cs_run.runners import _build, _checkpoints
 from cs_run.runners._reporting import Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
@@ -39,23 +43,26 @@ class PyTorchBaseRunner(RunnerHooks):
     Args:
         params: validated params (see :func:`cs_run.params.load_params`).
         device: "CPU" or "GPU" (and "CSX" for the CS runners).
+        backend: the :class:`~cs_run.backend.Backend` to run on (its device); None: ``device`` decides.
     """
 
     device_name = "cpu"
+    devices: tuple[str, ...] = ()
+    """The ``--device`` values this runner class serves (what :meth:`create` picks it for)."""
 
-    def __init__(self, params: Params, *, device: str = "CPU", model_fn: Optional[Callable] = None,
-                 train_data_fn: Optional[Callable] = None, eval_data_fn: Optional[Callable] = None,
-                 optimizer_fn: Optional[Callable] = None, lr_scheduler_fn: Optional[Callable] = None) -> None:
+    def __init__(self, params: Params, *, device: str = "CPU", backend: Optional[Backend] = None,
+                 model_fn: Optional[Callable] = None, train_data_fn: Optional[Callable] = None,
+                 eval_data_fn: Optional[Callable] = None, optimizer_fn: Optional[Callable] = None,
+                 lr_scheduler_fn: Optional[Callable] = None) -> None:
         self.params = params
         self._data_fns = {"train": train_data_fn, "eval": eval_data_fn}
         self.device_type = device.upper()
-        self.torch_device = self._resolve_torch_device(self.device_type)
+        self.backend = backend
+        self.torch_device = backend.torch_device if backend is not None else self._resolve_torch_device(self.device_type)
         rc = params.runconfig
         self.model_dir = Path(rc.model_dir)
         self.global_step = 0
         if rc.seed is not None:
-            from cs_run import manual_seed
-
             manual_seed(rc.seed)
         # Build what can be wrong before anything is written: model and optimizer errors are params errors.
         self.model = _build.build_model(params, model_fn).to(self.torch_device)
@@ -89,46 +96,35 @@ class PyTorchBaseRunner(RunnerHooks):
     # --------------------------------------------------------------------------------- construction
 
     @staticmethod
-    def create(params: Params, *, device: str = "CPU", runner: Optional[str] = None,
+    def create(params: Params, *, device: str = "CPU", runner: Optional[str] = None, backend: Optional[Backend] = None,
                **builders: Optional[Callable]) -> "PyTorchBaseRunner":
-        """The runner for ``device`` and the run's mode; ``runner`` (or runconfig.runner) names a user
-        subclass ``module:Class`` of that runner.
+        """The runner for ``device``; ``runner`` (or runconfig.runner) names a user subclass ``module:Class``
+        of it: :class:`~cs_run.runners.PyTorchRunner` (eager) on CPU and GPU,
+        :class:`~cs_run.runners.PyTorchCSRunner` on CSX (compile_only / validate_only are its trace-only mode).
 
-        ========================================  =====================
-        device / runconfig                        runner
-        ========================================  =====================
-        CPU, GPU                                  PyTorchRunner (eager)
-        CSX with compile_only or validate_only    PyTorchCSCompiler
-        CSX                                       PyTorchCSRunner
-        ========================================  =====================
-
+        ``backend`` is the backend to run on (the CSX runner makes one from runconfig when it is None);
         ``builders`` (model_fn, train_data_fn, eval_data_fn, optimizer_fn, lr_scheduler_fn) replace the
         params' model, data and optimizer factories.
         """
-        from cs_run.runners.cs_runner import PyTorchCSCompiler, PyTorchCSRunner
-        from cs_run.runners.pytorch_runner import PyTorchRunner
-
         device = device.upper()
         rc = params.runconfig
-        if device in ("CPU", "GPU"):
-            if rc.compile_only or rc.validate_only:
-                raise ParamsError("params: runconfig.compile_only / validate_only need --device CSX "
-                                  "(cs-run compile-only / validate-only set it)")
-            expected: type = PyTorchRunner
-        elif device == "CSX":
-            expected = PyTorchCSCompiler if (rc.compile_only or rc.validate_only) else PyTorchCSRunner
-        else:
+        # The device's runner among the package's own subclasses (cs_run.runners imports them all).
+        found = [c for c in PyTorchBaseRunner.__subclasses__() if device in c.devices
+                 and c.__module__.startswith("cs_run.runners.")]
+        if not found:
             raise ParamsError(f"--device: {device!r} is not one of CPU, GPU, CSX")
+        expected: type = found[0]
+        if device != "CSX" and (rc.compile_only or rc.validate_only):
+            raise ParamsError("params: runconfig.compile_only / validate_only need --device CSX "
+                              "(cs-run compile-only / validate-only set it)")
         spec = runner or rc.runner
         cls = expected
         if spec:
-            from cs_run.registry import resolve_object
-
             cls = resolve_object(spec, key="runconfig.runner")
             if not (isinstance(cls, type) and issubclass(cls, expected)):
                 raise ParamsError(f"params: runconfig.runner: {spec!r} must be a subclass of "
                                   f"cs_run.runners.{expected.__name__} for --device {device}")
-        return cls(params, device=device, **builders)
+        return cls(params, device=device, backend=backend, **builders)
 
     @staticmethod
     def _resolve_torch_device(device: str) -> torch.device:
@@ -316,8 +312,6 @@ class PyTorchBaseRunner(RunnerHooks):
 
     def evaluate(self, checkpoint: Optional[Path] = None) -> dict[str, float]:
         """Evaluate on eval_input (after loading ``checkpoint`` if given); returns loss and metrics."""
-        from cs_run.metrics import compute_all_metrics, reset_all_metrics
-
         if checkpoint is not None:
             self._load_weights(checkpoint)
         loader = _build.build_dataloader(self.params, "eval", self._data_fns["eval"])

@@ -4,7 +4,8 @@ The expected answers are the vendor's: cerebras.pytorch 2.10 ``utils/data/utils.
 (which Model Zoo 2.x's training loop calls) and Model Zoo 1.9.1's
 ``PyTorchBaseRunner._configure_run_steps``; both compute min(num_epochs x steps_per_epoch, num_steps,
 max_steps - initial_step), with steps_per_epoch counted in batches, at most len(loader), divided by
-grad_accum_steps, and raise for the combinations marked ``ERR`` below.
+grad_accum_steps, and raise for the combinations marked ``ERR`` below. (Each row was checked against
+the vendor's function itself: same steps, an error for every ERR row.)
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ def test_compute_num_steps_answers_the_table(options, initial, expected):
             compute_num_steps(loader(), initial_step=initial, **options)
     else:
         assert compute_num_steps(loader(), initial_step=initial, **options) == expected
+
+
+def test_starting_past_max_steps_is_also_the_vendors_runtime_error():
+    with pytest.raises(RuntimeError, match="already reaches max_steps=5"):
+        compute_num_steps(loader(), initial_step=8, max_steps=5)
 
 
 def _runner(params_path, model_dir, options):
