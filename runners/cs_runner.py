@@ -19,7 +19,6 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from cs_run._logging import run_log
 from cs_run.backend import Backend
 from cs_run.backend import backend as make_backend
 from cs_run.distributed import ClusterConfig
@@ -113,8 +112,7 @@ class PyTorchCSRunner(PyTorchBaseRunner):
         if mode not in ("train", "eval"):
             raise ParamsError(f"--mode: {mode!r}: compile-only / validate-only trace the 'train' or 'eval' step")
         what = "compile-only" if self.backend.compile_only else "validate-only"
-        self._prepare_model_dir()
-        with run_log(self.model_dir, self.params.runconfig.logging):
+        with self._open_model_dir():
             logger.info("cs-run %s of the %s step, model_dir %s", what, mode, self.model_dir)
             step_fn = self._cs_train_step if mode == "train" else self._cs_eval_step
             if step_fn is None:
