@@ -24,6 +24,7 @@ from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.metrics import compute_all_metrics, reset_all_metrics
 from cs_run.params import Params, save_params
 from cs_run.registry import resolve_object
+from cs_run.resolve import resolve_params
 from cs_run.runners import _build, _checkpoints, _model_dir
 from cs_run.runners._reporting import Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
@@ -36,6 +37,23 @@ __all__ = ["PyTorchBaseRunner"]
 logger = logging.getLogger("cs_run.runners")
 
 MODES = ("train", "eval", "train_and_eval", "eval_all")
+
+
+def check_sections_for(params: Params, mode: str, data_fns: Optional[dict] = None) -> None:
+    """Raise ParamsError when ``mode`` needs a section the params lack (a data function passed in
+    stands for its input section). Runs before the model is built, so no user code runs for nothing."""
+    if mode not in MODES:
+        raise ParamsError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
+    data_fns = data_fns or {}
+    needs = {"train": ("train_input", "optimizer"), "eval": ("eval_input",), "eval_all": ("eval_input",),
+             "train_and_eval": ("train_input", "optimizer", "eval_input")}[mode]
+    present = {"train_input": params.train_input is not None or data_fns.get("train") is not None,
+               "eval_input": params.eval_input is not None or data_fns.get("eval") is not None,
+               "optimizer": params.optimizer is not None}
+    missing = [name for name in needs if not present[name]]
+    if missing:
+        raise ParamsError(f"params: mode {mode} needs section(s) {', '.join(missing)}, which the params lack"
+                          f"{params.where()}")
 
 
 class PyTorchBaseRunner(RunnerHooks):
@@ -97,7 +115,8 @@ class PyTorchBaseRunner(RunnerHooks):
     # --------------------------------------------------------------------------------- construction
 
     @staticmethod
-    def create(params: Params, *, device: str = "CPU", runner: Optional[str] = None, backend: Optional[Backend] = None,
+    def create(params: Params, *, device: str = "CPU", runner: Optional[str] = None, mode: Optional[str] = None,
+               backend: Optional[Backend] = None,
                **builders: Optional[Callable]) -> "PyTorchBaseRunner":
         """The runner for ``device``; ``runner`` (or runconfig.runner) names a user subclass ``module:Class``
         of it: :class:`~cs_run.runners.PyTorchRunner` (eager) on CPU and GPU,
@@ -105,7 +124,9 @@ class PyTorchBaseRunner(RunnerHooks):
 
         ``backend`` is the backend to run on (the CSX runner makes one from runconfig when it is None);
         ``builders`` (model_fn, train_data_fn, eval_data_fn, optimizer_fn, lr_scheduler_fn) replace the
-        params' model, data and optimizer factories.
+        params' model, data and optimizer factories. ``mode``, when known, is checked against the
+        params' sections first. Nothing of the user's code runs before model_dir, the sections and the
+        model and data functions' keys are checked.
         """
         device = device.upper()
         rc = params.runconfig
@@ -118,16 +139,24 @@ class PyTorchBaseRunner(RunnerHooks):
         if device != "CSX" and (rc.compile_only or rc.validate_only):
             raise ParamsError("params: runconfig.compile_only / validate_only need --device CSX "
                               "(cs-run compile-only / validate-only set it)")
-        _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
-        _model_dir.check_not_locked(rc.model_dir)
-        spec = runner or rc.runner
-        cls = expected
-        if spec:
-            cls = resolve_object(spec, key="runconfig.runner")
-            if not (isinstance(cls, type) and issubclass(cls, expected)):
-                raise ParamsError(f"params: runconfig.runner: {spec!r} must be a subclass of "
-                                  f"cs_run.runners.{expected.__name__} for --device {device}")
-        return cls(params, device=device, backend=backend, **builders)
+        try:
+            _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
+            _model_dir.check_not_locked(rc.model_dir)
+            if mode is not None and not (rc.compile_only or rc.validate_only):
+                check_sections_for(params, mode, {"train": builders.get("train_data_fn"),
+                                                  "eval": builders.get("eval_data_fn")})
+            resolve_params(params, model_fn=builders.get("model_fn"), optimizer_fn=builders.get("optimizer_fn"),
+                           data_fns={"train": builders.get("train_data_fn"), "eval": builders.get("eval_data_fn")})
+            spec = runner or rc.runner
+            cls = expected
+            if spec:
+                cls = resolve_object(spec, key="runconfig.runner")
+                if not (isinstance(cls, type) and issubclass(cls, expected)):
+                    raise ParamsError(f"params: runconfig.runner: {spec!r} must be a subclass of "
+                                      f"cs_run.runners.{expected.__name__} for --device {device}")
+            return cls(params, device=device, backend=backend, **builders)
+        except ParamsError as e:  # a value in the params file: name its file:line
+            raise params.locate_error(e) from e
 
     @staticmethod
     def _resolve_torch_device(device: str) -> torch.device:
@@ -142,7 +171,10 @@ class PyTorchBaseRunner(RunnerHooks):
         """Run ``mode`` (train, eval, train_and_eval, eval_all); returns the eval results, if any."""
         if mode not in MODES:
             raise ParamsError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
-        self._check_sections_for(mode)
+        try:
+            self._check_sections_for(mode)
+        except ParamsError as e:
+            raise self.params.locate_error(e) from e
         with self._open_model_dir():
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
             try:
@@ -159,19 +191,14 @@ class PyTorchBaseRunner(RunnerHooks):
                     self.train()
                     return self.evaluate()
                 return self.eval_all()
+            except ParamsError as e:  # e.g. a data function rejecting its section's values
+                raise self.params.locate_error(e) from e
             finally:
                 self._summaries.close()
 
     def _check_sections_for(self, mode: str) -> None:
         """Fail before any work when a mode lacks its params (not after an hour of training)."""
-        needs = {"train": ("train_input", "optimizer"), "eval": ("eval_input",), "eval_all": ("eval_input",),
-                 "train_and_eval": ("train_input", "optimizer", "eval_input")}[mode]
-        present = {"train_input": self.params.train_input is not None or self._data_fns["train"] is not None,
-                   "eval_input": self.params.eval_input is not None or self._data_fns["eval"] is not None,
-                   "optimizer": self.optimizer is not None}
-        missing = [name for name in needs if not present[name]]
-        if missing:
-            raise ParamsError(f"params: mode {mode} needs section(s) {', '.join(missing)}, which the params lack")
+        check_sections_for(self.params, mode, self._data_fns)
 
     @contextlib.contextmanager
     def _open_model_dir(self) -> Iterator[None]:

@@ -12,11 +12,10 @@ from cs_run.cli import cli
 from cs_run.errors import ParamsError
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner, PyTorchCSCompiler, PyTorchCSRunner, PyTorchRunner
-from cs_run.runners._build import check_params_keys
 
 
 def make_runner(params_path, device, runner=None, **overrides):
-    params = load_params(params_path, overrides, key_checker=check_params_keys)
+    params = load_params(params_path, overrides)
     return PyTorchBaseRunner.create(params, device=device, runner=runner)
 
 

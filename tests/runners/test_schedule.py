@@ -16,7 +16,6 @@ import torch
 from cs_run.errors import ParamsError
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
-from cs_run.runners._build import check_params_keys
 from cs_run.runners._checkpoints import list_checkpoints
 from cs_run.schedule import UNBOUNDED_EPOCH, is_checkpoint_step, is_log_step, step_budget
 from cs_run.utils.data import DataExecutor, DataLoader, compute_num_steps
@@ -70,7 +69,7 @@ def _runner(params_path, model_dir, options):
     keys = {"runconfig.model_dir": str(model_dir), "train_input.num_samples": 40}  # 10 batches of 4
     keys.update({f"runconfig.{k}": v for k, v in options.items() if k != "grad_accum_steps"})
     keys["optimizer.grad_accum_steps"] = options.get("grad_accum_steps", 1)
-    params = load_params(params_path, keys, key_checker=check_params_keys)
+    params = load_params(params_path, keys)
     return PyTorchBaseRunner.create(params, device="CPU")
 
 
