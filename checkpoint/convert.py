@@ -148,7 +148,8 @@ def _map_leaves(obj: Any, fn: Any) -> Any:
 
 def _numpy_to_tagged(value: Any) -> Any:
     if isinstance(value, (np.ndarray, np.generic)):
-        arr = np.ascontiguousarray(value)
+        arr = np.asarray(value)
+        arr = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)  # (which would make 0-d 1-d)
         kind = "ndarray" if isinstance(value, np.ndarray) else "npscalar"
         data = torch.from_numpy(arr.reshape(-1).view(np.uint8).copy())
         return {_TAG: kind, "dtype": arr.dtype.str, "shape": list(arr.shape), "data": data}
@@ -231,11 +232,32 @@ def save_torch(obj: Any, path: str) -> None:
     _, leaves = flatten(obj)  # raises naming the key of anything that would need pickle
     if any(leaf.kind in ("ndarray", "npscalar") for leaf in leaves):
         obj = _map_leaves(obj, _numpy_to_tagged)
+    sink = _WriteErrors()
     try:
         with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-            torch.save(obj, fh)
+            sink.fh = fh
+            torch.save(obj, sink)
     except (OSError, RuntimeError) as err:
-        raise _write_error(path, err) from err
+        raise _write_error(path, sink.error or err) from err
+
+
+class _WriteErrors:
+    """A file for torch.save that keeps the OSError of a failed write: torch's zip writer reports it
+    only as an "unexpected pos" error, which says nothing about a full or read-only disk."""
+
+    def __init__(self) -> None:
+        self.fh: Any = None
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
 
 
 def save_safetensors(obj: Any, path: str) -> None:

@@ -145,21 +145,23 @@ def _read_tree(path: str, f: Any) -> tuple[Any, list[str]]:
     return {"dict": [[k, i] for i, k in enumerate(keys)]}, keys
 
 
-def _tensor_spec(key: str, name: str, ds: Any, as_array: bool, attr: Any) -> dict:
+def _tensor_spec(path: str, key: str, name: str, ds: Any, as_array: bool, attr: Any) -> dict:
     if ds.dtype.kind not in "biufc" or ds.dtype.fields is not None or ds.dtype.subdtype is not None or ds.shape is None:
-        raise CheckpointError(f"legacy key '{key}' has dtype {ds.dtype}, which has no tensor equivalent")
+        raise CheckpointError(f"checkpoint '{path}': legacy key '{key}' has dtype {ds.dtype}, which has no tensor "
+                              "equivalent")
     native = ds.dtype.newbyteorder("=")
     spec: dict[str, Any] = {"key": key, "ds": name, "shape": list(ds.shape), "n": int(ds.size * native.itemsize)}
     if attr("is_bfloat16", False):
         if native not in (np.dtype(np.uint16), np.dtype(np.int16)):
-            raise CheckpointError(f"legacy key '{key}' is flagged bfloat16 but stored as {ds.dtype}")
+            raise CheckpointError(f"checkpoint '{path}': legacy key '{key}' is flagged bfloat16 but stored as {ds.dtype}")
         spec.update(type="torch.bfloat16", mem=native.str)
     elif as_array:
         spec.update(type="ndarray", dtype=native.str)
     elif str(native) in _NP_TO_TORCH:
         spec.update(type="torch." + _NP_TO_TORCH[str(native)], mem=native.str)
     else:
-        raise CheckpointError(f"legacy key '{key}' has dtype {ds.dtype}, which has no torch equivalent")
+        raise CheckpointError(f"checkpoint '{path}': legacy key '{key}' has dtype {ds.dtype}, which has no torch "
+                              "equivalent")
     return spec
 
 
@@ -176,7 +178,7 @@ def _leaf_spec(path: str, f: Any, key: str, version: float, links: dict, size: i
     kind = kind.decode() if isinstance(kind, bytes) else kind
     base = {"key": key, "ds": name}
     if kind in ("TorchTensorH5Type", "NumpyArrayH5Type"):
-        return _tensor_spec(key, name, ds, kind == "NumpyArrayH5Type" and version > 0.3, attr)
+        return _tensor_spec(path, key, name, ds, kind == "NumpyArrayH5Type" and version > 0.3, attr)
     if kind == "ScalarH5Type" or (kind is None and attr("is_scalar", False)):  # releases <= 1.8: bare values
         if ds.shape != () or ds.dtype.kind not in "biufc":
             raise CheckpointError(f"checkpoint '{path}' is corrupted: scalar key '{key}' is stored as "
@@ -191,7 +193,7 @@ def _leaf_spec(path: str, f: Any, key: str, version: float, links: dict, size: i
     if kind == "ObjectH5Type":
         return {**base, "type": "dill", "cls": "dill object, ObjectH5Type"}
     if kind is None:
-        return _tensor_spec(key, name, ds, False, attr)
+        return _tensor_spec(path, key, name, ds, False, attr)
     raise CheckpointError(f"checkpoint '{path}': key '{key}' has unknown {_TYPE_KEY} {str(kind)[:40]!r}")
 
 
