@@ -39,8 +39,14 @@ def checkpoint() -> None:
 @click.option("--params", "params_path", type=click.Path(dir_okay=False, exists=True),
               help="With --to hf: the run's params (default: params_resolved.yaml beside SRC).")
 @click.option("--allow-pickle", is_flag=True, help="Read and write pickled objects (trusted files only).")
-def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: str | None, allow_pickle: bool) -> None:
-    """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors; gpt2 <-> Hugging Face)."""
+@click.option("--no-verify", is_flag=True,
+              help="Skip the CRC32 check of every tensor of SRC (on by default: a damaged tensor is an error).")
+def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: str | None, allow_pickle: bool,
+            no_verify: bool) -> None:
+    """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors; gpt2 <-> Hugging Face).
+
+    A .pt written here loads with torch.load(weights_only=True); numpy values in it are tagged dicts
+    that cs-run turns back into numpy values."""
     if to == "hf" or from_ == "hf":
         from cs_run.examples.gpt2.hf import from_hf, to_hf
 
@@ -54,7 +60,7 @@ def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: 
         return
     from cs_run.checkpoint.convert import convert as run_convert
 
-    fmt = run_convert(src, dst, to, allow_pickle=allow_pickle)
+    fmt = run_convert(src, dst, to, allow_pickle=allow_pickle, verify=not no_verify)
     click.echo(f"wrote {dst} ({fmt})")
 
 
@@ -81,7 +87,7 @@ def info(path: str, as_json: bool, verify: bool) -> None:
             f"{desc['num_tensors']} tensors, {desc['total_bytes']} bytes ({_human(desc['total_bytes'])})"
         )
         if verify:
-            click.echo("checksums: " + ("not recorded in this file" if desc["damaged"] is None else
-                                        f"{len(desc['damaged'])} damaged"))
+            unverified = f", {len(desc['unverified'])} unverified (no checksum recorded)" if desc["unverified"] else ""
+            click.echo(f"checksums: {desc['verified']} good, {len(desc['damaged'])} damaged{unverified}")
     if verify and desc.get("damaged"):
         raise_if_damaged(path, desc["damaged"])
