@@ -20,7 +20,7 @@ from typing import Any, Optional, Union
 import yaml
 
 from cs_run._checks import check_value, key_lines, unknown_key_message
-from cs_run.errors import ParamsError
+from cs_run.errors import CsRunError, ParamsError
 
 __all__ = [
     "Params",
@@ -309,7 +309,8 @@ _FLAG_PATH_KEYS = ("model_dir", "checkpoint_path", "compile_dir")
 
 def flag_overrides(flags: dict[str, Any]) -> dict[str, Any]:
     """The run-script flags (CLI or ``run()``) as runconfig overrides: paths made absolute against the
-    current folder, repeated flags as lists; an unset flag (None, empty) overrides nothing."""
+    current folder, repeated flags as lists. Only the flags the user gave are returned: an unset flag
+    (None, empty) overrides nothing, neither the file nor a ``--set`` of the same key."""
     out: dict[str, Any] = {f"runconfig.{k}": flags.get(k) for k in _FLAG_KEYS}
     for key in _FLAG_PATH_KEYS:
         value = flags.get(key)
@@ -318,7 +319,7 @@ def flag_overrides(flags: dict[str, Any]) -> dict[str, Any]:
         values = [str(Path(v).expanduser().resolve()) if key == "python_paths" else str(v)
                   for v in flags.get(key) or ()]
         out[f"runconfig.{key}"] = values or None
-    return out
+    return {key: value for key, value in out.items() if value is not None}
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -339,8 +340,13 @@ def save_params(params: Params, model_dir: str | os.PathLike, name: str = "param
     out = Path(model_dir) / name
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".yaml.tmp")
-    tmp.write_text(yaml.safe_dump(params.to_dict(), sort_keys=False))
-    os.replace(tmp, out)
+    text = yaml.safe_dump(params.to_dict(), sort_keys=False)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, out)
+    except OSError as e:  # full disk, read-only folder: no half-written file stays behind
+        tmp.unlink(missing_ok=True)
+        raise CsRunError(f"cannot write {out}: {e.strerror or e}; free space or choose another model_dir") from None
     return out
 
 

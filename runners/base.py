@@ -7,6 +7,7 @@ executes (:meth:`_train_step`, :meth:`_eval_step`) and how values reach the host
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from pathlib import Path
@@ -18,7 +19,7 @@ from tqdm import tqdm
 from cs_run._logging import run_log
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.params import Params, save_params
-from cs_run.runners import _build, _checkpoints
+from cs_run.runners import _build, _checkpoints, _model_dir
 from cs_run.runners._batches import batch_size, loader_length, move_to_device
 from cs_run.runners._budget import StepBudget, compute_step_budget
 from cs_run.runners._reporting import RateMeter, Summaries
@@ -119,6 +120,8 @@ class PyTorchBaseRunner(RunnerHooks):
             expected = PyTorchCSCompiler if (rc.compile_only or rc.validate_only) else PyTorchCSRunner
         else:
             raise ParamsError(f"--device: {device!r} is not one of CPU, GPU, CSX")
+        _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
+        _model_dir.check_not_locked(rc.model_dir)
         spec = runner or rc.runner
         cls = expected
         if spec:
@@ -144,8 +147,7 @@ class PyTorchBaseRunner(RunnerHooks):
         if mode not in MODES:
             raise ParamsError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
         self._check_sections_for(mode)
-        self._prepare_model_dir()
-        with run_log(self.model_dir, self.params.runconfig.logging):
+        with self._open_model_dir():
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
             try:
                 if mode == "train":
@@ -175,9 +177,13 @@ class PyTorchBaseRunner(RunnerHooks):
         if missing:
             raise ParamsError(f"params: mode {mode} needs section(s) {', '.join(missing)}, which the params lack")
 
-    def _prepare_model_dir(self) -> None:
-        self.model_dir.mkdir(parents=True, exist_ok=True)
-        save_params(self.params, self.model_dir)
+    @contextlib.contextmanager
+    def _open_model_dir(self) -> Iterator[None]:
+        """The run's hold on model_dir: its lock (one writer at a time), the resolved params, the run log."""
+        with _model_dir.model_dir_lock(self.model_dir):
+            save_params(self.params, self.model_dir)
+            with run_log(self.model_dir, self.params.runconfig.logging):
+                yield
 
     # ------------------------------------------------------------------------------------- training
 
@@ -310,8 +316,9 @@ class PyTorchBaseRunner(RunnerHooks):
         """Called on log and checkpoint steps; runners that defer the per-step check raise here."""
 
     def _raise_bad_loss(self, value: float, step: int) -> None:
-        last = _checkpoints.latest_checkpoint(self.model_dir)
-        kept = f"the last good checkpoint is {last}" if last else "no checkpoint was written"
+        last = _checkpoints.newest_finite_checkpoint(self.model_dir)
+        kept = f"the newest checkpoint with finite weights is {last}" if last else \
+            "no checkpoint with finite weights exists"
         raise TrainingError(f"loss is {value} at step {step}; training stopped and {kept}. Lower the "
                             "learning rate, enable gradient clipping (optimizer.max_gradient_norm) or "
                             "check the data")
@@ -395,7 +402,18 @@ class PyTorchBaseRunner(RunnerHooks):
 
     def _save_checkpoint(self) -> Path:
         path = _checkpoints.checkpoint_path(self.model_dir, self.global_step)
-        _checkpoints.save_checkpoint(self._checkpoint_state(), path)
+        state = self._checkpoint_state()
+        bad = _checkpoints.nonfinite_keys(state)  # one device-side reduction, read once per checkpoint
+        if bad:
+            good = _checkpoints.newest_finite_checkpoint(self.model_dir)
+            kept = f"the newest checkpoint with finite weights is {good}; a rerun resumes from it" if good \
+                else "no checkpoint with finite weights exists; a rerun starts fresh"
+            more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+            raise TrainingError(f"weights are not finite after step {self.global_step} ({bad[0]}{more} hold nan or "
+                                f"inf); training stopped, nothing was saved for this step and {kept}. Lower the "
+                                "learning rate, enable gradient clipping (optimizer.max_gradient_norm) or check "
+                                "the data")
+        _checkpoints.save_checkpoint(state, path)
         logger.info("Saved checkpoint %s", path)
         _checkpoints.prune_checkpoints(self.model_dir, self.params.runconfig.max_checkpoints)
         self.on_checkpoint_saved(str(path), self.global_step)
