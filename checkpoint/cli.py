@@ -49,11 +49,12 @@ def checkpoint() -> None:
 @checkpoint.command()
 @click.argument("src", type=click.Path(dir_okay=True))
 @click.argument("dst", type=click.Path())
-@click.option("--to", "to", type=click.Choice(["h5", "torch", "safetensors"]), default=None,
-              help="Target format (default: from DST's extension: .h5/.mdl, .pt/.pth/.bin, .safetensors).")
+@click.option("--to", "to", type=click.Choice(["h5", "torch", "safetensors", "vendor"]), default=None,
+              help="Target format (default: from DST's extension: .h5/.mdl, .pt/.pth/.bin, .safetensors); "
+                   "vendor: the vendor's format 0.5, read by cerebras.pytorch's cstorch.load.")
 @click.option("--allow-pickle", is_flag=True, help="Read and write pickled objects (trusted files only).")
 def convert(src: str, dst: str, to: str | None, allow_pickle: bool) -> None:
-    """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors)."""
+    """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors -> vendor format 0.5)."""
     from cs_run.checkpoint.convert import convert as run_convert
 
     fmt = run_convert(src, dst, to, allow_pickle=allow_pickle)

@@ -233,7 +233,35 @@ def _summary(obj):
     return {"py": type(obj).__name__, "value": obj if isinstance(obj, (int, float, str, bool, type(None))) else str(obj)}
 
 
+def check_resume(path: str, out: str) -> None:
+    """Load a cs-run-written vendor-format file with cstorch.load, resume the vendor's AdamW from it and
+    record the next steps (batches 5..9 of adamw_resume.npz), as tests/checkpoint/vendor_roundtrip.py
+    continues on the cs-run side."""
+    state = cstorch.load(path)
+    loaded = _summary(state)  # before resuming: the optimizer shares (and then updates) these tensors
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    model.load_state_dict(state["model"])
+    opt = cstorch.optim.AdamW(model.parameters(), lr=0.5)
+    opt.load_state_dict(state["optimizer"])
+    with np.load(os.path.join(os.path.dirname(path), "adamw_resume.npz")) as f:
+        x, y = torch.from_numpy(f["x"]), torch.from_numpy(f["y"])
+    params: dict[str, list[np.ndarray]] = {}
+    for i in range(5, 10):
+        opt.zero_grad()
+        ((model(x[i]) - y[i]) ** 2).mean().backward()
+        opt.step()
+        for name, p in model.named_parameters():
+            params.setdefault(name, []).append(p.detach().numpy().copy())
+    np.savez_compressed(out, **{f"param.{k}": np.stack(v) for k, v in params.items()})
+    with open(out + ".json", "w") as fh:
+        json.dump({"vendor": cstorch.__version__, "loaded": loaded}, fh, indent=1, sort_keys=True)
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "check-resume":
+        cstorch.backend("CPU")
+        check_resume(argv[1], argv[2])
+        return 0
     if len(argv) == 2 and argv[0] == "check-load":
         cstorch.backend("CPU")
         print(json.dumps(_summary(cstorch.load(argv[1])), indent=1))
