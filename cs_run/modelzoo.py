@@ -13,12 +13,11 @@ receive the whole params dict, as in the Model Zoo.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any, Callable, Optional
 
 import torch
 
-from cs_run.errors import CsRunError
+from cs_run.exits import ArgumentParser, report
 from cs_run.params import CLUSTER_INT_KEYS, CLUSTER_LIST_KEYS
 
 __all__ = ["run"]
@@ -32,7 +31,7 @@ def _parser(extra_args_parser_fn: Optional[Callable]) -> argparse.ArgumentParser
     if extra_args_parser_fn is not None:
         extra = extra_args_parser_fn()
         parents = list(extra) if isinstance(extra, (list, tuple)) else [extra]
-    p = argparse.ArgumentParser(description="Train or evaluate a Model Zoo model with cs-run.", parents=parents,
+    p = ArgumentParser(description="Train or evaluate a Model Zoo model with cs-run.", parents=parents,
                                 conflict_handler="resolve")
     p.add_argument("device_word", nargs="?", metavar="{CPU,GPU,CSX}", type=str.upper, choices=_DEVICES,
                    help="Where to run (or use --device).")
@@ -63,8 +62,9 @@ def run(model_fn: Callable[[dict], torch.nn.Module], train_data_fn: Optional[Cal
         extra_args_parser_fn: Optional[Callable] = None, argv: Optional[list[str]] = None) -> dict:
     """Parse the command line, build the runner with these functions, and run the mode.
 
-    This is a script entry point: a params or run error prints one ``Error:`` line and exits with
-    code 2 (bad input) or 1 (failed run), like ``cs-run``.
+    This is a script entry point: errors are reported by :mod:`cs_run.exits`, like ``cs-run``: one
+    ``Error:`` line and exit code 2 (bad input) or 1 (failed run); an error in the user's own code
+    keeps the traceback of the user's frames.
 
     Returns:
         The eval results of eval modes (empty for train).
@@ -72,9 +72,8 @@ def run(model_fn: Callable[[dict], torch.nn.Module], train_data_fn: Optional[Cal
     args = _parser(extra_args_parser_fn).parse_args(argv)
     try:
         return _run(args, model_fn, train_data_fn, eval_data_fn, default_params_fn)
-    except CsRunError as e:
-        print(f"Error: {e}", file=sys.stderr)
-        raise SystemExit(e.exit_code) from None
+    except Exception as e:  # noqa: BLE001 - reported the one way every entry point reports
+        raise SystemExit(report(e)) from None
 
 
 def _run(args, model_fn, train_data_fn, eval_data_fn, default_params_fn) -> dict:
@@ -101,6 +100,7 @@ def _run(args, model_fn, train_data_fn, eval_data_fn, default_params_fn) -> dict
     params = load_params(args.params, {**overrides, **flags}, defaults_fn=defaults)
     setup_console_logging(params.runconfig.logging)
     runner = PyTorchBaseRunner.create(params, device=args.device_word or args.device or "CPU", runner=args.runner,
+                                      mode=args.mode,
                                       model_fn=with_extra_args(model_fn),
                                       train_data_fn=with_extra_args(train_data_fn),
                                       eval_data_fn=with_extra_args(eval_data_fn))

@@ -90,21 +90,32 @@ def model_dir_lock(model_dir: str | os.PathLike) -> Iterator[Path]:
     """
     model_dir = Path(model_dir)
     lock_path = model_dir / LOCK_NAME
+    created = [p for p in (model_dir, *model_dir.parents) if not p.exists()]  # removed again if we fail here
+    new_lock = not lock_path.exists()
+    fd = None
     try:
         model_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise _write_error(model_dir, e) from None
-    try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            new_lock, created = False, []
             raise _busy(model_dir, lock_path) from None
-        try:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-        except OSError as e:
-            raise _write_error(model_dir, e) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except (OSError, ModelDirBusyError) as e:
+        if fd is not None:
+            os.close(fd)
+        if new_lock:
+            with contextlib.suppress(OSError):
+                lock_path.unlink()
+        for folder in created:  # deepest first: a failed start leaves no folder behind
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        if isinstance(e, ModelDirBusyError):
+            raise
+        raise _write_error(model_dir, e) from None
+    try:
         remove_stale_temps(model_dir)
         yield model_dir
     finally:

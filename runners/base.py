@@ -17,15 +17,20 @@ import torch
 from tqdm import tqdm
 
 from cs_run._logging import run_log
+from cs_run.backend import Backend
+from cs_run.batches import RateMeter, batch_size, loader_length, move_to_device
+from cs_run.creation import manual_seed
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
+from cs_run.metrics import compute_all_metrics, reset_all_metrics
 from cs_run.params import Params, save_params
+from cs_run.registry import resolve_object
+from cs_run.resolve import resolve_params
 from cs_run.runners import _build, _checkpoints, _model_dir
-from cs_run.runners._batches import batch_size, loader_length, move_to_device
-from cs_run.runners._budget import StepBudget, compute_step_budget
-from cs_run.runners._reporting import RateMeter, Summaries
+from cs_run.runners._reporting import Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
 from cs_run.runners._step import StepConfig
 from cs_run.runners.hooks import RunnerHooks
+from cs_run.schedule import StepBudget, is_checkpoint_step, is_log_step, step_budget
 
 __all__ = ["PyTorchBaseRunner"]
 
@@ -34,29 +39,49 @@ logger = logging.getLogger("cs_run.runners")
 MODES = ("train", "eval", "train_and_eval", "eval_all")
 
 
+def check_sections_for(params: Params, mode: str, data_fns: Optional[dict] = None) -> None:
+    """Raise ParamsError when ``mode`` needs a section the params lack (a data function passed in
+    stands for its input section). Runs before the model is built, so no user code runs for nothing."""
+    if mode not in MODES:
+        raise ParamsError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
+    data_fns = data_fns or {}
+    needs = {"train": ("train_input", "optimizer"), "eval": ("eval_input",), "eval_all": ("eval_input",),
+             "train_and_eval": ("train_input", "optimizer", "eval_input")}[mode]
+    present = {"train_input": params.train_input is not None or data_fns.get("train") is not None,
+               "eval_input": params.eval_input is not None or data_fns.get("eval") is not None,
+               "optimizer": params.optimizer is not None}
+    missing = [name for name in needs if not present[name]]
+    if missing:
+        raise ParamsError(f"params: mode {mode} needs section(s) {', '.join(missing)}, which the params lack"
+                          f"{params.where()}")
+
+
 class PyTorchBaseRunner(RunnerHooks):
     """Owns the loop: step budget, accumulation, clipping, logging, loss checks, checkpoints, resume.
 
     Args:
         params: validated params (see :func:`cs_run.params.load_params`).
         device: "CPU" or "GPU" (and "CSX" for the CS runners).
+        backend: the :class:`~cs_run.backend.Backend` to run on (its device); None: ``device`` decides.
     """
 
     device_name = "cpu"
+    devices: tuple[str, ...] = ()
+    """The ``--device`` values this runner class serves (what :meth:`create` picks it for)."""
 
-    def __init__(self, params: Params, *, device: str = "CPU", model_fn: Optional[Callable] = None,
-                 train_data_fn: Optional[Callable] = None, eval_data_fn: Optional[Callable] = None,
-                 optimizer_fn: Optional[Callable] = None, lr_scheduler_fn: Optional[Callable] = None) -> None:
+    def __init__(self, params: Params, *, device: str = "CPU", backend: Optional[Backend] = None,
+                 model_fn: Optional[Callable] = None, train_data_fn: Optional[Callable] = None,
+                 eval_data_fn: Optional[Callable] = None, optimizer_fn: Optional[Callable] = None,
+                 lr_scheduler_fn: Optional[Callable] = None) -> None:
         self.params = params
         self._data_fns = {"train": train_data_fn, "eval": eval_data_fn}
         self.device_type = device.upper()
-        self.torch_device = self._resolve_torch_device(self.device_type)
+        self.backend = backend
+        self.torch_device = backend.torch_device if backend is not None else self._resolve_torch_device(self.device_type)
         rc = params.runconfig
         self.model_dir = Path(rc.model_dir)
         self.global_step = 0
         if rc.seed is not None:
-            from cs_run import manual_seed
-
             manual_seed(rc.seed)
         # Build what can be wrong before anything is written: model and optimizer errors are params errors.
         self.model = _build.build_model(params, model_fn).to(self.torch_device)
@@ -90,48 +115,48 @@ class PyTorchBaseRunner(RunnerHooks):
     # --------------------------------------------------------------------------------- construction
 
     @staticmethod
-    def create(params: Params, *, device: str = "CPU", runner: Optional[str] = None,
+    def create(params: Params, *, device: str = "CPU", runner: Optional[str] = None, mode: Optional[str] = None,
+               backend: Optional[Backend] = None,
                **builders: Optional[Callable]) -> "PyTorchBaseRunner":
-        """The runner for ``device`` and the run's mode; ``runner`` (or runconfig.runner) names a user
-        subclass ``module:Class`` of that runner.
+        """The runner for ``device``; ``runner`` (or runconfig.runner) names a user subclass ``module:Class``
+        of it: :class:`~cs_run.runners.PyTorchRunner` (eager) on CPU and GPU,
+        :class:`~cs_run.runners.PyTorchCSRunner` on CSX (compile_only / validate_only are its trace-only mode).
 
-        ========================================  =====================
-        device / runconfig                        runner
-        ========================================  =====================
-        CPU, GPU                                  PyTorchRunner (eager)
-        CSX with compile_only or validate_only    PyTorchCSCompiler
-        CSX                                       PyTorchCSRunner
-        ========================================  =====================
-
+        ``backend`` is the backend to run on (the CSX runner makes one from runconfig when it is None);
         ``builders`` (model_fn, train_data_fn, eval_data_fn, optimizer_fn, lr_scheduler_fn) replace the
-        params' model, data and optimizer factories.
+        params' model, data and optimizer factories. ``mode``, when known, is checked against the
+        params' sections first. Nothing of the user's code runs before model_dir, the sections and the
+        model and data functions' keys are checked.
         """
-        from cs_run.runners.cs_runner import PyTorchCSCompiler, PyTorchCSRunner
-        from cs_run.runners.pytorch_runner import PyTorchRunner
-
         device = device.upper()
         rc = params.runconfig
-        if device in ("CPU", "GPU"):
-            if rc.compile_only or rc.validate_only:
-                raise ParamsError("params: runconfig.compile_only / validate_only need --device CSX "
-                                  "(cs-run compile-only / validate-only set it)")
-            expected: type = PyTorchRunner
-        elif device == "CSX":
-            expected = PyTorchCSCompiler if (rc.compile_only or rc.validate_only) else PyTorchCSRunner
-        else:
+        # The device's runner among the package's own subclasses (cs_run.runners imports them all).
+        found = [c for c in PyTorchBaseRunner.__subclasses__() if device in c.devices
+                 and c.__module__.startswith("cs_run.runners.")]
+        if not found:
             raise ParamsError(f"--device: {device!r} is not one of CPU, GPU, CSX")
-        _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
-        _model_dir.check_not_locked(rc.model_dir)
-        spec = runner or rc.runner
-        cls = expected
-        if spec:
-            from cs_run.registry import resolve_object
-
-            cls = resolve_object(spec, key="runconfig.runner")
-            if not (isinstance(cls, type) and issubclass(cls, expected)):
-                raise ParamsError(f"params: runconfig.runner: {spec!r} must be a subclass of "
-                                  f"cs_run.runners.{expected.__name__} for --device {device}")
-        return cls(params, device=device, **builders)
+        expected: type = found[0]
+        if device != "CSX" and (rc.compile_only or rc.validate_only):
+            raise ParamsError("params: runconfig.compile_only / validate_only need --device CSX "
+                              "(cs-run compile-only / validate-only set it)")
+        try:
+            _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
+            _model_dir.check_not_locked(rc.model_dir)
+            if mode is not None and not (rc.compile_only or rc.validate_only):
+                check_sections_for(params, mode, {"train": builders.get("train_data_fn"),
+                                                  "eval": builders.get("eval_data_fn")})
+            resolve_params(params, model_fn=builders.get("model_fn"), optimizer_fn=builders.get("optimizer_fn"),
+                           data_fns={"train": builders.get("train_data_fn"), "eval": builders.get("eval_data_fn")})
+            spec = runner or rc.runner
+            cls = expected
+            if spec:
+                cls = resolve_object(spec, key="runconfig.runner")
+                if not (isinstance(cls, type) and issubclass(cls, expected)):
+                    raise ParamsError(f"params: runconfig.runner: {spec!r} must be a subclass of "
+                                      f"cs_run.runners.{expected.__name__} for --device {device}")
+            return cls(params, device=device, backend=backend, **builders)
+        except ParamsError as e:  # a value in the params file: name its file:line
+            raise params.locate_error(e) from e
 
     @staticmethod
     def _resolve_torch_device(device: str) -> torch.device:
@@ -146,7 +171,10 @@ class PyTorchBaseRunner(RunnerHooks):
         """Run ``mode`` (train, eval, train_and_eval, eval_all); returns the eval results, if any."""
         if mode not in MODES:
             raise ParamsError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
-        self._check_sections_for(mode)
+        try:
+            self._check_sections_for(mode)
+        except ParamsError as e:
+            raise self.params.locate_error(e) from e
         with self._open_model_dir():
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
             try:
@@ -163,19 +191,14 @@ class PyTorchBaseRunner(RunnerHooks):
                     self.train()
                     return self.evaluate()
                 return self.eval_all()
+            except ParamsError as e:  # e.g. a data function rejecting its section's values
+                raise self.params.locate_error(e) from e
             finally:
                 self._summaries.close()
 
     def _check_sections_for(self, mode: str) -> None:
         """Fail before any work when a mode lacks its params (not after an hour of training)."""
-        needs = {"train": ("train_input", "optimizer"), "eval": ("eval_input",), "eval_all": ("eval_input",),
-                 "train_and_eval": ("train_input", "optimizer", "eval_input")}[mode]
-        present = {"train_input": self.params.train_input is not None or self._data_fns["train"] is not None,
-                   "eval_input": self.params.eval_input is not None or self._data_fns["eval"] is not None,
-                   "optimizer": self.optimizer is not None}
-        missing = [name for name in needs if not present[name]]
-        if missing:
-            raise ParamsError(f"params: mode {mode} needs section(s) {', '.join(missing)}, which the params lack")
+        check_sections_for(self.params, mode, self._data_fns)
 
     @contextlib.contextmanager
     def _open_model_dir(self) -> Iterator[None]:
@@ -193,27 +216,23 @@ class PyTorchBaseRunner(RunnerHooks):
         self._check_sections_for("train")
         loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
         self._load_initial_state(self._initial_checkpoint())
-        accum = self.params.optimizer.grad_accum_steps
-        batches = loader_length(loader)
-        loader_steps = batches // accum if batches is not None else None
-        budget = compute_step_budget(global_step=self.global_step, loader_steps=loader_steps,
-                                     max_steps=rc.max_steps, num_steps=rc.num_steps, num_epochs=rc.num_epochs,
-                                     steps_per_epoch=rc.steps_per_epoch)
+        budget = step_budget(loader_batches=loader_length(loader), initial_step=self.global_step,
+                             num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,
+                             steps_per_epoch=rc.steps_per_epoch, grad_accum_steps=self.params.optimizer.grad_accum_steps,
+                             prefix="runconfig.", accum_key="optimizer.grad_accum_steps", where="params: ")
         if self._pending_resume is not None and self._epoch_step >= budget.steps_per_epoch:
             # The checkpoint closed an epoch: the next one starts fresh from the checkpoint's RNG.
             restore_rng_state(self._pending_resume["rng"], getattr(loader, "generator", None))
             self._pending_resume, self._epoch, self._epoch_step = None, self._epoch + 1, 0
-        if budget.steps == 0:
-            logger.info("Nothing to train: global step %d already reached the step budget (max_steps=%s)",
-                        self.global_step, rc.max_steps)
-            return
         if rc.save_initial_checkpoint and self.global_step == 0:
             self._save_checkpoint()
+        self._run_start, self._run_steps = self.global_step, budget.steps
         end_step = self.global_step + budget.steps
         logger.info("Training %d steps (global step %d -> %d), %d per epoch", budget.steps, self.global_step,
                     end_step, budget.steps_per_epoch)
         self.model.train()
-        self._rate = RateMeter()
+        self._rate = RateMeter(window=rc.log_steps or budget.steps)
+        self._rate.start()
         self.on_train_start()
         with self._progress("Train", budget.steps) as bar:
             while self.global_step < end_step:
@@ -273,16 +292,16 @@ class PyTorchBaseRunner(RunnerHooks):
     def _after_train_step(self, loss: torch.Tensor, micro_batches: list, end_step: int) -> None:
         """Host work after a step: loss check, logging, checkpoint, periodic eval."""
         rc = self.params.runconfig
-        step = self.global_step
-        self._rate.add(sum(batch_size(b) for b in micro_batches))
-        log_step = step % rc.log_steps == 0 or step == end_step
-        checkpoint_step = (rc.checkpoint_steps and step % rc.checkpoint_steps == 0) or step == end_step
+        step, run_step = self.global_step, self.global_step - self._run_start
+        self._rate.tick(sum(batch_size(b) for b in micro_batches))
+        log_step = is_log_step(run_step, self._run_steps, rc.log_steps)
+        checkpoint_step = is_checkpoint_step(run_step, self._run_steps, rc.checkpoint_steps)
         self._track_loss(loss, step)
         if log_step or checkpoint_step:
             self._raise_on_bad_loss()  # never checkpoint weights a NaN step produced
         if log_step:
             value = self._fetch_loss(loss)
-            rate, global_rate = self._rate.rate(), self._rate.global_rate()
+            rate, global_rate = self._rate.rate, self._rate.global_rate
             logger.info("| Train Device=%s, Step=%d, Loss=%.5f, Rate=%.2f samples/sec, GlobalRate=%.2f samples/sec",
                         self.device_name, step, value, rate, global_rate)
             self._write_train_summaries(step, value, rate, global_rate)
@@ -327,8 +346,6 @@ class PyTorchBaseRunner(RunnerHooks):
 
     def evaluate(self, checkpoint: Optional[Path] = None) -> dict[str, float]:
         """Evaluate on eval_input (after loading ``checkpoint`` if given); returns loss and metrics."""
-        from cs_run.metrics import compute_all_metrics, reset_all_metrics
-
         if checkpoint is not None:
             self._load_weights(checkpoint)
         loader = _build.build_dataloader(self.params, "eval", self._data_fns["eval"])

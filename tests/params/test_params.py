@@ -7,7 +7,7 @@ import yaml
 
 from cs_run.errors import ParamsError
 from cs_run.params import load_params, parse_override, save_params
-from cs_run.runners._build import check_params_keys
+from cs_run.resolve import resolve_params
 
 GOOD = {
     "train_input": {"data_dir": "data/train", "batch_size": 32},
@@ -24,7 +24,10 @@ def write(tmp_path, data, name="params.yaml"):
 
 
 def load(path, overrides=None):
-    return load_params(path, overrides, key_checker=check_params_keys)
+    """Both steps, as every entry point runs them: parse and validate, then resolve."""
+    params = load_params(path, overrides)
+    resolve_params(params)
+    return params
 
 
 def test_valid_file_fills_defaults_and_resolves_relative_paths(tmp_path):
@@ -102,7 +105,7 @@ def test_missing_model_section(tmp_path):
 
 @pytest.mark.parametrize("runconfig, expected", [
     ({"num_steps": 5, "num_epochs": 1}, "mutually exclusive"),
-    ({"steps_per_epoch": 5}, "steps_per_epoch needs runconfig.num_epochs"),
+    ({"steps_per_epoch": 5}, "runconfig.steps_per_epoch only sets the length of an epoch"),
 ])
 def test_conflicting_step_keys(tmp_path, runconfig, expected):
     with pytest.raises(ParamsError, match=expected):

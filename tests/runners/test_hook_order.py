@@ -9,11 +9,10 @@ import pytest
 from cs_run.errors import ParamsError
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
-from cs_run.runners._build import check_params_keys
 
 
 def make_runner(params_path, overrides=None, runner="toy_models:RecordingRunner"):
-    params = load_params(params_path, overrides, key_checker=check_params_keys)
+    params = load_params(params_path, overrides)
     return PyTorchBaseRunner.create(params, device="CPU", runner=runner)
 
 
