@@ -166,8 +166,9 @@ class AdamW(AdamBase):
 class Adam(AdamBase):
     """Adam with L2 regularization: ``weight_decay`` is stored as the group's ``l2_regularization_rate``.
 
-    As the vendor does, the group's own ``weight_decay`` is 0.0 and ``correct_bias`` is always True;
-    a torch.optim.Adam state dict (its ``weight_decay`` is the L2 rate) loads with that mapping.
+    As the vendor does, the group's own ``weight_decay`` is 0.0; a torch.optim.Adam state dict (its
+    ``weight_decay`` is the L2 rate) loads with that mapping. ``correct_bias`` (cs-run's older argument,
+    kept) defaults to True; the vendor's Adam always corrects.
     """
 
     def __init__(
@@ -179,16 +180,17 @@ class Adam(AdamBase):
         weight_decay: float = 0.0,
         amsgrad: bool = False,
         maximize: bool = False,
+        correct_bias: bool = True,
     ) -> None:
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=0.0, l2_regularization_rate=weight_decay,
-                         correct_bias=True, amsgrad=amsgrad, maximize=maximize)
+                         correct_bias=correct_bias, amsgrad=amsgrad, maximize=maximize)
 
     @staticmethod
     def _l2_from_weight_decay(groups: list[dict[str, Any]]) -> None:
         for group in groups:
             group.setdefault("l2_regularization_rate", group.pop("weight_decay", 0.0))
             group["weight_decay"] = 0.0
-            group["correct_bias"] = True
+            group.setdefault("correct_bias", True)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """A group's own ``weight_decay`` means L2 here, as in the constructor."""

@@ -18,7 +18,7 @@ from tests.optim.helpers import SmallNet
 
 # cs-run keyword arguments the vendor's class lacks (appended after the vendor's own, never before)
 EXTRA_ARGS = {
-    "Adam": ["maximize"], "AdamW": ["maximize"], "Lamb": ["maximize"], "Lion": ["maximize"],
+    "Adam": ["maximize", "correct_bias"], "AdamW": ["maximize"], "Lamb": ["maximize"], "Lion": ["maximize"],
     "NAdam": ["decoupled_weight_decay", "maximize"], "RAdam": ["decoupled_weight_decay", "maximize"],
     "RMSprop": ["maximize"], "Rprop": ["maximize"],
 }

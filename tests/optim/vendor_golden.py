@@ -139,12 +139,25 @@ def main() -> int:
         w = replay_optimizer(case_id)
         print(f"| {case_id} | {w['param_abs']:.2e} | {w['param_rel']:.2e} | {w['state_abs']:.2e} | {w['state_rel']:.2e} |")
     print()
-    print("| scheduler case | max abs Δ | max rel Δ | note |")
-    print("|---|---|---|---|")
+    print("| scheduler case | max abs Δ | max abs Δ / max value | max rel Δ | note |")
+    print("|---|---|---|---|---|")
     for case_id in meta()["schedulers"]:
         ours, golden = scheduler_values(case_id)
         note = SCHEDULER_EXCEPTIONS.get(case_id, "")
-        print(f"| {case_id} | {np.abs(ours - golden).max():.2e} | {relative_error(ours, golden):.2e} | {note} |")
+        diff = np.abs(ours - golden).max()
+        print(f"| {case_id} | {diff:.2e} | {diff / np.abs(golden).max():.2e} | {relative_error(ours, golden):.2e} "
+              f"| {note} |")
+    print()
+    print("| metric case | vendor | cs-run | rel Δ |")
+    print("|---|---|---|---|")
+    from cs_run.metrics import AUCMetric
+
+    for case_id, case in sorted(meta()["metrics"]["cases"].items()):
+        metric = AUCMetric(**case["kwargs"])
+        for labels, preds in meta()["metrics"]["batches"]:
+            metric(torch.tensor(labels), torch.tensor(preds, dtype=torch.float32))
+        ours = float(metric.compute())
+        print(f"| {case_id} | {case['value']:.9f} | {ours:.9f} | {abs(ours - case['value']) / abs(case['value']):.1e} |")
     return 0
 
 
