@@ -31,8 +31,9 @@ def checkpoint() -> None:
 @checkpoint.command()
 @click.argument("src", type=click.Path(dir_okay=True))
 @click.argument("dst", type=click.Path())
-@click.option("--to", "to", type=click.Choice(["h5", "torch", "safetensors", "hf"]), default=None,
+@click.option("--to", "to", type=click.Choice(["h5", "torch", "safetensors", "vendor", "hf"]), default=None,
               help="Target format (default: from DST's extension: .h5/.mdl, .pt/.pth/.bin, .safetensors); "
+                   "vendor: the vendor's format 0.5, read by cerebras.pytorch's cstorch.load; "
                    "hf: a gpt2 checkpoint as a Hugging Face GPT-2 folder DST (config.json + model.safetensors).")
 @click.option("--from", "from_", type=click.Choice(["hf"]), default=None,
               help="hf: SRC is a Hugging Face GPT-2 folder; writes the gpt2 checkpoint DST and DST's .yaml params.")
@@ -43,7 +44,8 @@ def checkpoint() -> None:
               help="Skip the CRC32 check of every tensor of SRC (on by default: a damaged tensor is an error).")
 def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: str | None, allow_pickle: bool,
             no_verify: bool) -> None:
-    """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors; gpt2 <-> Hugging Face).
+    """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors; --to vendor: the vendor's format 0.5;
+    gpt2 <-> Hugging Face with --to hf / --from hf).
 
     A .pt written here loads with torch.load(weights_only=True); numpy values in it are tagged dicts
     that cs-run turns back into numpy values."""
