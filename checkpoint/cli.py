@@ -10,6 +10,9 @@ import json
 
 import click
 
+from cs_run.checkpoint.convert import convert as run_convert
+from cs_run.checkpoint.h5 import info as run_info
+from cs_run.checkpoint.reader import raise_if_damaged
 from cs_run.exits import ErrorGroup
 
 __all__ = ["checkpoint"]
@@ -36,7 +39,6 @@ def checkpoint() -> None:
 @click.option("--allow-pickle", is_flag=True, help="Read and write pickled objects (trusted files only).")
 def convert(src: str, dst: str, to: str | None, allow_pickle: bool) -> None:
     """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors)."""
-    from cs_run.checkpoint.convert import convert as run_convert
 
     fmt = run_convert(src, dst, to, allow_pickle=allow_pickle)
     click.echo(f"wrote {dst} ({fmt})")
@@ -48,8 +50,6 @@ def convert(src: str, dst: str, to: str | None, allow_pickle: bool) -> None:
 @click.option("--verify", is_flag=True, help="Check every tensor's CRC32; exit 1 naming damaged keys.")
 def info(path: str, as_json: bool, verify: bool) -> None:
     """List keys, types, dtypes, shapes and sizes of the checkpoint at PATH."""
-    from cs_run.checkpoint.h5 import info as run_info
-    from cs_run.checkpoint.reader import raise_if_damaged
 
     desc = run_info(path, verify=verify)
     if as_json:

@@ -15,6 +15,7 @@ import math
 import mmap
 import os
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -123,8 +124,6 @@ _POOL: list = []
 def _read_pool():
     """Two reader threads shared by every load (created on first use)."""
     if not _POOL:
-        from concurrent.futures import ThreadPoolExecutor
-
         _POOL.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="cs_run_ckpt_read"))
     return _POOL[0]
 

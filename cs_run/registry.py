@@ -8,12 +8,15 @@ Their signatures are the schema of those keys: unknown keys and wrong types are 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from cs_run import params
+from cs_run._checks import check_value, unknown_key_error
 from cs_run.errors import ParamsError
 
 __all__ = ["ModelSpec", "register_model", "get_model_spec", "resolve_object", "registered_models"]
@@ -73,7 +76,6 @@ def resolve_object(spec: str, *, key: str = "") -> Any:
 
 def check_function_keys(fn: Callable, values: dict, section: str, reserved: set[str], locate) -> None:
     """Validate a section's extra keys against ``fn``'s signature: names, required ones, types."""
-    from cs_run._checks import check_value, unknown_key_error
 
     sig = inspect.signature(fn)
     accepts_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
@@ -98,11 +100,8 @@ def check_function_keys(fn: Callable, values: dict, section: str, reserved: set[
 
 
 def _section_keys(section: str) -> list[str]:
-    import dataclasses
-
-    from cs_run import params as p
-
-    cls = {"model": p.ModelParams, "train_input": p.InputParams, "eval_input": p.InputParams}.get(section)
+    cls = {"model": params.ModelParams, "train_input": params.InputParams,
+           "eval_input": params.InputParams}.get(section)
     return [f.name for f in dataclasses.fields(cls) if f.name != "extra"] if cls else []
 
 

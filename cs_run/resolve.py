@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from cs_run import optim
 from cs_run.errors import ParamsError
 from cs_run.params import InputParams, OptimizerParams, Params
 from cs_run.registry import check_function_keys, get_model_spec, resolve_object
@@ -49,7 +50,6 @@ def data_function(params: Params, name: str) -> Callable[..., Any]:
 def check_optimizer_section(section: OptimizerParams) -> None:
     """Build the optimizer and its schedule on a one-element stand-in parameter, so every key and value
     their classes judge (unknown kwargs, ranges, scheduler keys) fails before the model is built."""
-    from cs_run import optim
 
     probe = torch.nn.Parameter(torch.zeros(1))
     try:

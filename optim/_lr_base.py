@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import cs_run
+from cs_run.creation import full
 
 from .optimizer import _scalar_dtype
 
@@ -57,7 +57,7 @@ class LRScheduler(abc.ABC):
             if not isinstance(group["lr"], Tensor):
                 group["lr"] = torch.tensor(float(group["lr"]))
         device = optimizer.param_groups[0]["lr"].device if optimizer.param_groups else torch.device("cpu")
-        self.last_epoch = cs_run.full((), int(last_epoch), dtype=torch.int64, device=device)
+        self.last_epoch = full((), int(last_epoch), dtype=torch.int64, device=device)
         self.step()
 
     @abc.abstractmethod

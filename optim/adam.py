@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import cs_run
+from cs_run.creation import zeros_like
 
 from . import _docs
 from .optimizer import (
@@ -76,10 +76,10 @@ class Adam(Optimizer):
     def preinitialize(self) -> None:
         for group in self.param_groups:
             for p in group["params"]:
-                self.state[p]["exp_avg"] = cs_run.zeros_like(p)
-                self.state[p]["exp_avg_sq"] = cs_run.zeros_like(p)
+                self.state[p]["exp_avg"] = zeros_like(p)
+                self.state[p]["exp_avg_sq"] = zeros_like(p)
                 if group["amsgrad"]:
-                    self.state[p]["max_exp_avg_sq"] = cs_run.zeros_like(p)
+                    self.state[p]["max_exp_avg_sq"] = zeros_like(p)
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"]

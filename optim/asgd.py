@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import cs_run
+from cs_run.creation import full, ones, zeros_like
 
 from . import _docs
 from .optimizer import Optimizer, ParamsT, _check, _run_closure, _scalar, _weight_decay
@@ -54,9 +54,9 @@ class ASGD(Optimizer):
         for group in self.param_groups:
             for p in group["params"]:
                 scalar = {"dtype": self.state[p]["step"].dtype, "device": p.device}
-                self.state[p]["eta"] = cs_run.full((), 0.0, **scalar)
-                self.state[p]["mu"] = cs_run.ones((), **scalar)
-                self.state[p]["ax"] = cs_run.zeros_like(p)
+                self.state[p]["eta"] = full((), 0.0, **scalar)
+                self.state[p]["mu"] = ones((), **scalar)
+                self.state[p]["ax"] = zeros_like(p)
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["ax"]

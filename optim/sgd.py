@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import cs_run
+from cs_run.creation import zeros, zeros_like
 
 from . import _docs
 from .optimizer import Optimizer, ParamsT, _check, _foreach_ok, _run_closure
@@ -67,9 +67,9 @@ class SGD(Optimizer):
             if group["momentum"] == 0:
                 continue
             for p in group["params"]:
-                self.state[p]["momentum_buffer"] = cs_run.zeros_like(p)
+                self.state[p]["momentum_buffer"] = zeros_like(p)
                 if group["dampening"] != 0:
-                    self.state[p]["step"] = cs_run.zeros((), dtype=torch.float32, device=p.device)
+                    self.state[p]["step"] = zeros((), dtype=torch.float32, device=p.device)
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["momentum_buffer"]
