@@ -1,4 +1,7 @@
-"""Conversion between the H5 format, torch pickle files and safetensors (``cs-run checkpoint convert``)."""
+"""Conversion between the H5 format, torch files and safetensors (``cs-run checkpoint convert``).
+
+The foreign formats' readers and writers are in :mod:`cs_run.checkpoint.foreign`.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +14,20 @@ from cs_run.errors import ParamsError
 __all__ = ["convert"]
 
 
-def convert(src: str, dst: str, to: str | None = None, *, allow_pickle: bool = False) -> str:
-    """Convert ``src`` (any readable format) to ``dst`` in format ``to`` (default: from extension)."""
+def convert(src: str, dst: str, to: str | None = None, *, allow_pickle: bool = False, verify: bool = True) -> str:
+    """Convert ``src`` (any readable format) to ``dst`` in format ``to`` (default: from extension).
+
+    ``verify`` (default): every tensor of an H5 source is checked against its CRC32 first, so a
+    damaged tensor is never copied under a fresh, valid checksum. A failed write leaves nothing at ``dst``.
+    """
     to = to or format_for_path(dst)
     if to not in FORMATS:
         raise ParamsError(f"invalid target format {to!r}; expected one of {', '.join(FORMATS)}")
     if os.path.abspath(src) == os.path.abspath(dst):
         raise ParamsError(f"source and destination are the same file: '{src}'")
-    obj = load(src, allow_pickle=allow_pickle)  # lazy: tensors stream from the mapping while writing
+    if os.path.isdir(dst):
+        raise ParamsError(f"destination '{dst}' is a directory; give a file name")
+    obj = load(src, allow_pickle=allow_pickle, verify=verify)  # lazy: tensors stream from the mapping while writing
     if to == "h5":
         save(obj, dst, allow_pickle=allow_pickle)
     elif to == "torch":

@@ -1,6 +1,6 @@
 """Where loaded tensors go: ``map_location`` (as in ``torch.load``) and the saved parameter flags.
 
-Shared by the H5 reader and the foreign formats (torch pickle, safetensors).
+Shared by the H5 reader and the foreign formats (torch files, safetensors).
 """
 
 from __future__ import annotations
