@@ -1,4 +1,5 @@
-"""Conversion between the H5 format, torch files and safetensors (``cs-run checkpoint convert``).
+"""Conversion between the H5 format, torch files, safetensors (when installed) and the vendor's format 0.5
+(``--to vendor``, see :mod:`cs_run.checkpoint.vendor_format`): ``cs-run checkpoint convert``.
 
 The foreign formats' readers and writers are in :mod:`cs_run.checkpoint.foreign`.
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from cs_run.checkpoint import vendor_format
 from cs_run.checkpoint.foreign import FORMATS, format_for_path, save_safetensors, save_torch
 from cs_run.checkpoint.h5 import load, save
 from cs_run.errors import ParamsError
@@ -32,6 +34,8 @@ def convert(src: str, dst: str, to: str | None = None, *, allow_pickle: bool = F
         save(obj, dst, allow_pickle=allow_pickle)
     elif to == "torch":
         save_torch(obj, dst)
+    elif to == "vendor":  # the vendor's format 0.5, read by its cstorch.load
+        vendor_format.save(obj, dst)
     else:
         save_safetensors(obj, dst)
     return to

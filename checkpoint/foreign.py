@@ -31,7 +31,7 @@ from cs_run.errors import CheckpointError, ParamsError
 
 __all__ = ["FORMATS", "format_for_path", "info_foreign", "load_foreign", "save_safetensors", "save_torch"]
 
-FORMATS = ("h5", "torch", "safetensors")
+FORMATS = ("h5", "torch", "safetensors", "vendor")
 _EXTENSIONS = {
     ".h5": "h5", ".hdf5": "h5", ".mdl": "h5",
     ".pt": "torch", ".pth": "torch", ".bin": "torch", ".ckpt": "torch", ".pkl": "torch",

@@ -13,7 +13,7 @@ from typing import Any, Union
 import numpy as np
 import torch
 
-from cs_run.checkpoint import foreign, legacy
+from cs_run.checkpoint import foreign, legacy, vendor_format
 from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint.atomic import atomic_path
 from cs_run.checkpoint.h5_checks import attr_value, root_links
@@ -79,6 +79,9 @@ def _describe(path: str, f: Any, links: dict) -> tuple[Any, list[dict], bool]:
     if fmt_name == fmt.FORMAT_NAME:
         spec = read_spec(path, f)
         return spec["tree"], spec["leaves"], True
+    if vendor_format.is_vendor_format(f):  # the vendor's current layout (format 0.5, releases 2.6+)
+        tree, specs = vendor_format.describe(path, f)
+        return tree, specs, False
     if legacy.is_legacy(path, f, links):
         tree, specs = legacy.describe(path, f, links)
         return tree, specs, False
@@ -317,7 +320,7 @@ def info(path: PathLike, verify: bool = False) -> dict:
         keys = [_entry(s, src.specs) for s in src.specs]
         out = {
             "path": path,
-            "format": "cerebras-legacy-h5" if legacy else fmt.FORMAT_NAME,
+            "format": ("cerebras-h5" if version >= 0.5 else "cerebras-legacy-h5") if legacy else fmt.FORMAT_NAME,
             "version": version,
             "keys": keys,
             "num_tensors": sum(1 for k in keys if k["type"] in ("tensor", "ndarray") and "tied_to" not in k),
