@@ -15,6 +15,7 @@ import click
 
 from cs_run._logging import setup_console_logging
 from cs_run.checkpoint.cli import checkpoint
+from cs_run.examples.gpt2.cli import data
 from cs_run.exits import ErrorGroup
 from cs_run.params import flag_overrides, load_params, parse_override
 from cs_run.plot import plot
@@ -142,8 +143,9 @@ compile_only = _trace_only_command(
 
 
 def _attach_subsystems() -> None:
-    """Commands owned by other modules: ``cs-run checkpoint convert|info`` and ``cs-run plot``."""
+    """Commands owned by other modules: ``cs-run checkpoint convert|info``, ``cs-run data preprocess``, ``cs-run plot``."""
     cli.add_command(checkpoint)
+    cli.add_command(data)
     cli.add_command(plot)
 
 

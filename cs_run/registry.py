@@ -8,18 +8,16 @@ Their signatures are the schema of those keys: unknown keys and wrong types are 
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
-from cs_run import params
 from cs_run._checks import check_value, unknown_key_error
 from cs_run.errors import ParamsError
 
-__all__ = ["ModelSpec", "register_model", "get_model_spec", "resolve_object", "registered_models"]
+__all__ = ["ModelSpec", "register_model", "apply_model_defaults", "get_model_spec", "resolve_object", "registered_models"]
 
 
 @dataclass(frozen=True)
@@ -31,14 +29,38 @@ class ModelSpec:
     """``module:function`` returning the nn.Module (imported only when used)."""
     data_fn: Optional[str] = None
     """``module:function`` returning a split's DataLoader."""
+    data_processors: tuple = ()
+    """Model Zoo ``data_processor`` names of its inputs: a params file without model.name that names
+    one of them is this model's (a Model Zoo run.py is per model, so its files name no model)."""
+    defaults_fn: Optional[str] = None
+    """``module:function`` filling the model's Model Zoo defaults into the raw ``model`` dict."""
 
 
 _MODELS: dict[str, ModelSpec] = {}
 
 
-def register_model(name: str, model_fn: str, data_fn: Optional[str] = None) -> None:
+def register_model(name: str, model_fn: str, data_fn: Optional[str] = None, data_processors: tuple = (),
+                   defaults_fn: Optional[str] = None) -> None:
     """Make ``model.name: <name>`` resolve to ``model_fn`` (and ``data_fn`` for its inputs)."""
-    _MODELS[name] = ModelSpec(name, model_fn, data_fn)
+    _MODELS[name] = ModelSpec(name, model_fn, data_fn, tuple(data_processors), defaults_fn)
+
+
+def apply_model_defaults(raw: dict) -> dict:
+    """Before validation: name the model of a Model Zoo file by its data_processor when model.name is
+    absent, then fill that registered model's own defaults (its ``defaults_fn``)."""
+    model = raw.get("model")
+    if not isinstance(model, dict):
+        return raw
+    if "name" not in model:
+        named = {section.get("data_processor") for section in (raw.get("train_input"), raw.get("eval_input"))
+                 if isinstance(section, dict)}
+        owners = [spec.name for spec in _MODELS.values() if named & set(spec.data_processors)]
+        if len(owners) == 1:
+            model["name"] = owners[0]
+    spec = _MODELS.get(model.get("name"))
+    if spec is not None and spec.defaults_fn:
+        resolve_object(spec.defaults_fn, key="model.name")(model)
+    return raw
 
 
 def registered_models() -> list[str]:
@@ -74,8 +96,12 @@ def resolve_object(spec: str, *, key: str = "") -> Any:
     return obj
 
 
-def check_function_keys(fn: Callable, values: dict, section: str, reserved: set[str], locate) -> None:
-    """Validate a section's extra keys against ``fn``'s signature: names, required ones, types."""
+def check_function_keys(fn: Callable, values: dict, section: str, reserved: set[str], locate,
+                        section_keys: Iterable[str] = ()) -> None:
+    """Validate a section's extra keys against ``fn``'s signature: names, required ones, types.
+
+    ``section_keys`` (the section's own keys) are listed with ``fn``'s among the valid ones when a key is unknown.
+    """
 
     sig = inspect.signature(fn)
     accepts_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
@@ -90,7 +116,7 @@ def check_function_keys(fn: Callable, values: dict, section: str, reserved: set[
         if key not in named:
             if accepts_any:
                 continue
-            raise unknown_key_error(key_path, key, list(named) + list(_section_keys(section)), locate(key_path))
+            raise unknown_key_error(key_path, key, list(named) + list(section_keys), locate(key_path))
         if key in hints and value is not None:
             check_value(key_path, value, hints[key], where=locate(key_path))
     for name, p in named.items():
@@ -99,12 +125,9 @@ def check_function_keys(fn: Callable, values: dict, section: str, reserved: set[
                               f"(needed by {fn.__module__}.{fn.__qualname__}){locate(section)}")
 
 
-def _section_keys(section: str) -> list[str]:
-    cls = {"model": params.ModelParams, "train_input": params.InputParams,
-           "eval_input": params.InputParams}.get(section)
-    return [f.name for f in dataclasses.fields(cls) if f.name != "extra"] if cls else []
-
-
 # Built-in models. Imported lazily so `import cs_run` stays cheap.
 register_model("fc_mnist", "cs_run.examples.fc_mnist.model:build_model",
                "cs_run.examples.fc_mnist.data:build_dataloader")
+register_model("gpt2", "cs_run.examples.gpt2.model:build_model", "cs_run.examples.gpt2.data:build_dataloader",
+               data_processors=("GptHDF5DataProcessor", "GptHDF5MapDataProcessor"),
+               defaults_fn="cs_run.examples.gpt2.model:model_defaults")

@@ -77,13 +77,20 @@ def resolve_params(params: Params, *, model_fn: Optional[Callable] = None,
     data_fns = data_fns or {}
     try:
         if model_fn is None:
-            check_function_keys(model_function(params), params.model.extra, "model", set(), params.where)
+            check_function_keys(model_function(params), params.model.extra, "model", set(), params.where,
+                                _own_keys(params.model))
         for split, name in (("train", "train_input"), ("eval", "eval_input")):
             section = getattr(params, name)
             if section is not None and data_fns.get(split) is None:
                 reserved = {"split"} | {f.name for f in dataclasses.fields(section)} - {"extra", "data_fn"}
-                check_function_keys(data_function(params, name), section.extra, name, reserved, params.where)
+                check_function_keys(data_function(params, name), section.extra, name, reserved, params.where,
+                                    _own_keys(section))
         if params.optimizer is not None and optimizer_fn is None:
             check_optimizer_section(params.optimizer)
     except ParamsError as e:
         raise params.locate_error(e) from None
+
+
+def _own_keys(section: Any) -> list[str]:
+    """A params section's own keys (what its dataclass declares), for unknown-key messages."""
+    return [f.name for f in dataclasses.fields(section) if f.name != "extra"]
