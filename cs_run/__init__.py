@@ -34,6 +34,8 @@ from cs_run.backend import Backend as Backend  # noqa: E402
 from cs_run.backend import backend as backend  # noqa: E402
 from cs_run.backend import configure as configure  # noqa: E402
 from cs_run.backend import current_backend as current_backend  # noqa: E402
+from cs_run.backend import current_torch_device as current_torch_device  # noqa: E402
+from cs_run.backend import use_cs as use_cs  # noqa: E402
 from cs_run.tracing import checkpoint_closure as checkpoint_closure  # noqa: E402
 from cs_run.tracing import compile as compile  # noqa: E402
 from cs_run.tracing import compile_step as compile_step  # noqa: E402
@@ -41,7 +43,7 @@ from cs_run.tracing import step_closure as step_closure  # noqa: E402
 from cs_run.tracing import trace as trace  # noqa: E402
 
 __all__ += ["Backend", "backend", "checkpoint_closure", "compile", "compile_step", "configure",
-            "current_backend", "distributed", "step_closure", "trace", "utils"]
+            "current_backend", "current_torch_device", "distributed", "step_closure", "trace", "use_cs", "utils"]
 # --- end engine ---
 # --- optim (issue 3) ---
 from cs_run import optim as optim
@@ -67,3 +69,8 @@ from cs_run.trainer import Trainer as Trainer
 
 __all__ += ["Trainer", "run", "runners"]
 # --- end runners ---
+# --- vendor compatibility (issue 17): cstorch.experimental is the same API ---
+from cs_run import experimental as experimental  # noqa: E402
+
+__all__ += ["experimental"]
+# --- end vendor compatibility ---

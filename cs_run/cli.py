@@ -157,12 +157,14 @@ compile_only = _trace_only_command(
 
 
 def _attach_subsystems() -> None:
-    """Commands owned by other modules: ``cs-run checkpoint convert|info`` and ``cs-run plot``."""
+    """Commands owned by other modules: ``cs-run checkpoint convert|info``, ``cs-run plot``, ``cs-run exec``."""
     from cs_run.checkpoint.cli import checkpoint
+    from cs_run.compat.cli import exec_command
     from cs_run.plot import plot
 
     cli.add_command(checkpoint)
     cli.add_command(plot)
+    cli.add_command(exec_command)
 
 
 _attach_subsystems()

@@ -34,6 +34,7 @@ __all__ = [
     "apply_python_paths",
     "build_section",
     "flag_overrides",
+    "params_from_dict",
 ]
 
 SECTIONS = ("train_input", "eval_input", "model", "optimizer", "runconfig")
@@ -49,7 +50,8 @@ class InputParams:
     data_fn: Optional[str] = None
     """Registry name or ``module:function`` building the DataLoader; defaults to the model's data."""
     data_dir: Optional[str] = None
-    """Folder with the split's files; relative paths resolve against the params file's folder."""
+    """Folder with the split's files; relative paths resolve against the working directory (the vendor's
+    rule), else the params file's folder (logged). ``bundled:digits`` asks for the bundled digits."""
     batch_size: int = field(default=128, metadata={"min": 1})
     """Samples per batch (per micro-batch when gradients are accumulated)."""
     shuffle: bool = True
@@ -264,11 +266,15 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
         line = lines.get(key_path)
         return f" ({path}:{line})" if line else f" ({path})"
 
+    from cs_run import vendor_params
+
+    raw = vendor_params.from_trainer_form(raw, locate)
     if defaults_fn is not None:
         raw = defaults_fn(raw)
     _resolve_relative_paths(raw, path.parent)
     if overrides:
         apply_overrides(raw, overrides)
+    vendor_params.normalize(raw, locate)
     params = validate_params(raw, locate=locate)
     params.source = str(path)
     # The default ./model_dir, not given in the file, is relative to the current folder.
@@ -276,6 +282,27 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     apply_python_paths(params)
     if key_checker is not None:
         key_checker(params, locate)
+    return params
+
+
+def params_from_dict(raw: dict, *, base_dir: str | os.PathLike | None = None, source: str | None = None) -> Params:
+    """Validate a params dict already read (the Model Zoo's ``main(params, ...)``): the vendor forms are
+    brought into cs-run's sections, relative paths resolve as in :func:`load_params` (``base_dir``: the
+    params file's folder), defaults are filled.
+
+    Raises:
+        ParamsError: with the key path and the fix.
+    """
+    from cs_run import vendor_params
+
+    raw = vendor_params.from_trainer_form(raw)
+    _resolve_relative_paths(raw, Path(base_dir) if base_dir is not None else Path.cwd())
+    where = f" ({source})" if source else ""
+    vendor_params.normalize(raw, lambda key: where)
+    params = validate_params(raw, locate=lambda key: where)
+    params.source = source
+    params.runconfig.model_dir = str(Path(params.runconfig.model_dir).expanduser().resolve())
+    apply_python_paths(params)
     return params
 
 
@@ -430,6 +457,26 @@ def _check_cross_keys(s: dict, locate) -> None:
                               f"{locate('optimizer.loss_scaling_factor')}")
 
 
+def resolve_data_dir(value: str, params_dir: Path, key: str = "data_dir") -> str:
+    """The vendor's rule: a relative data path is relative to the working directory. When only the
+    params file's folder has it, that folder is used and the choice is logged (cs-run's older rule)."""
+    from cs_run.vendor_params import BUNDLED_DATA
+
+    if value == BUNDLED_DATA:
+        return value
+    p = Path(value).expanduser()
+    if p.is_absolute():
+        return str(p)
+    from_cwd, from_params = p.resolve(), (params_dir / p).resolve()
+    if not from_cwd.exists() and from_params.exists():
+        import logging
+
+        logging.getLogger(__name__).info("params: %s %r is not in the working directory; using %s (relative to "
+                                         "the params file)", key, value, from_params)
+        return str(from_params)
+    return str(from_cwd)
+
+
 def _resolve_relative_paths(raw: dict, base: Path) -> None:
     def resolve(value: str) -> str:
         p = Path(value).expanduser()
@@ -440,7 +487,9 @@ def _resolve_relative_paths(raw: dict, base: Path) -> None:
         if not isinstance(node, dict):
             continue
         value = node.get(key)
-        if isinstance(value, str):
+        if isinstance(value, str) and key == "data_dir":
+            node[key] = resolve_data_dir(value, base, f"{section}.{key}")
+        elif isinstance(value, str):
             node[key] = resolve(value)
         elif isinstance(value, list) and (section, key) in _PATH_LIST_KEYS:
             node[key] = [resolve(v) if isinstance(v, str) else v for v in value]

@@ -139,7 +139,7 @@ class DataLoader:
 def _to_backend_device(batch: Any) -> Any:
     from cs_run.backend import current_backend
 
-    be = current_backend()
+    be = current_backend(raise_exception=False, raise_warning=False)
     if be is None or be.torch_device.type == "cpu":
         return batch
     return pytree.tree_map_only(torch.Tensor, lambda t: t.to(be.torch_device, non_blocking=True), batch)
@@ -203,7 +203,7 @@ class DataExecutor:
         if checkpoint_steps is None:
             from cs_run.backend import current_backend
 
-            be = current_backend()
+            be = current_backend(raise_exception=False, raise_warning=False)
             checkpoint_steps = be.checkpoint_steps if be is not None else None
         if checkpoint_steps is not None and (not isinstance(checkpoint_steps, int) or checkpoint_steps < 0):
             raise ValueError(f"Invalid checkpoint_steps: {checkpoint_steps!r} (must be an integer >= 0)")
@@ -270,7 +270,7 @@ def _batch_size(batch: Any) -> int:
 def _sync_device() -> None:
     from cs_run.backend import current_backend
 
-    be = current_backend()
+    be = current_backend(raise_exception=False, raise_warning=False)
     if be is not None and be.torch_device.type == "cuda":
         torch.cuda.synchronize(be.torch_device)
 

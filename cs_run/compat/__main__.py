@@ -1,0 +1,5 @@
+"""``python -m cs_run.compat script.py [args]``: run a vendor script with its imports resolved to cs-run."""
+
+from cs_run.compat import main
+
+main()
