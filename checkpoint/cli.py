@@ -1,36 +1,18 @@
 """``cs-run checkpoint convert|info``: a click group the top-level ``cs-run`` CLI attaches.
 
-Errors: the group turns a :class:`cs_run.errors.CsRunError` raised by a command into a
-``click.ClickException`` with the same exit code (1 for CheckpointError, 2 for ParamsError), so the
-user sees one ``Error: <message>`` line whether the group runs on its own or inside ``cs-run``.
+Errors go through :mod:`cs_run.exits` (one ``Error: <message>`` line, 1 for CheckpointError, 2 for
+bad input), whether the group runs on its own or inside ``cs-run``.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
-from cs_run.errors import CsRunError
+from cs_run.exits import ErrorGroup
 
 __all__ = ["checkpoint"]
-
-
-class _CsRunClickError(click.ClickException):
-    """A CsRunError shown click-style: ``Error: <message>``, exit code taken from the error."""
-
-    def __init__(self, err: CsRunError) -> None:
-        super().__init__(str(err))
-        self.exit_code = err.exit_code
-
-
-class _Group(click.Group):
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except CsRunError as err:
-            raise _CsRunClickError(err) from err
 
 
 def _human(n: int) -> str:
@@ -41,7 +23,7 @@ def _human(n: int) -> str:
     return str(n)
 
 
-@click.group(name="checkpoint", cls=_Group)
+@click.group(name="checkpoint", cls=ErrorGroup)
 def checkpoint() -> None:
     """Inspect and convert checkpoints (H5, torch pickle, safetensors)."""
 
@@ -61,7 +43,7 @@ def convert(src: str, dst: str, to: str | None, allow_pickle: bool) -> None:
 
 
 @checkpoint.command()
-@click.argument("path", type=click.Path(dir_okay=True))
+@click.argument("path", type=click.Path(exists=True, dir_okay=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
 @click.option("--verify", is_flag=True, help="Check every tensor's CRC32; exit 1 naming damaged keys.")
 def info(path: str, as_json: bool, verify: bool) -> None:

@@ -6,15 +6,14 @@ Every message names the key path, the value and what is expected, and gives the 
 from __future__ import annotations
 
 import difflib
+import math
 import types
 import typing
 from typing import Any, Literal, Union
 
-import yaml
-
 from cs_run.errors import ParamsError
 
-__all__ = ["check_value", "unknown_key_error", "unknown_key_message", "key_lines"]
+__all__ = ["check_value", "unknown_key_error", "unknown_key_message"]
 
 
 def check_value(key_path: str, value: Any, hint: Any, meta: typing.Mapping = {}, *, where: str = "") -> None:
@@ -24,7 +23,11 @@ def check_value(key_path: str, value: Any, hint: Any, meta: typing.Mapping = {},
     if "choices" in meta and value not in meta["choices"]:
         choices = ", ".join(map(str, meta["choices"]))
         raise ParamsError(f"params: {key_path}: {value!r} is not one of {choices}{where}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ParamsError(f"params: {key_path}: expected a finite number, got {value}{where}")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "max" in meta and value > meta["max"]:
+            raise ParamsError(f"params: {key_path}: must be <= {meta['max']}, got {value}{where}")
         if "min" in meta and value < meta["min"]:
             raise ParamsError(f"params: {key_path}: must be >= {meta['min']}, got {value}{where}")
         if "min_exclusive" in meta and value <= meta["min_exclusive"]:
@@ -81,14 +84,3 @@ def unknown_key_message(key_path: str, key: str, valid, *, where: str = "") -> s
 def unknown_key_error(key_path: str, key: str, valid, where: str = "") -> ParamsError:
     """The error for a key no schema or function signature knows, with the closest valid key."""
     return ParamsError(unknown_key_message(key_path, key, valid, where=where))
-
-
-def key_lines(node, prefix: str = "") -> dict[str, int]:
-    """Map each dotted key path of a composed YAML document to its 1-based line."""
-    out: dict[str, int] = {}
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            path = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
-            out[path] = key_node.start_mark.line + 1
-            out.update(key_lines(value_node, path))
-    return out

@@ -1,6 +1,7 @@
 """The ``cs-run`` command line: parses, builds params, hands over to a runner. No training logic here.
 
-Exit codes: 0 success, 2 usage or params error (the input is wrong), 1 a run that failed.
+Exit codes: 0 success, 2 usage or params error (the input is wrong), 1 a run that failed; every
+failure is reported by :mod:`cs_run.exits`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, Optional
 
 import click
 
-from cs_run.errors import CsRunError
+from cs_run.exits import ErrorGroup
 
 __all__ = ["cli", "main"]
 
@@ -22,22 +23,6 @@ _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 def default_params_path() -> Path:
     """The bundled fc_mnist params: what ``cs-run train`` runs when no --params is given."""
     return Path(str(resources.files("cs_run.examples") / "fc_mnist" / "params.yaml"))
-
-
-class _UserError(click.ClickException):
-    """A CsRunError shown click-style: one ``Error: ...`` line, the error's exit code."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-class _Group(click.Group):
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except CsRunError as e:
-            raise _UserError(str(e), e.exit_code) from None
 
 
 _MODELZOO_OPTIONS = [
@@ -84,7 +69,7 @@ def modelzoo_options(fn):
     return fn
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=ErrorGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="cs-run")
 def cli() -> None:
     """cs-run: train and evaluate cstorch / Model Zoo models on CPU, GPU and the CSX engine.
@@ -99,15 +84,14 @@ def _run(mode: str, options: dict[str, Any], extra_flags: Optional[dict] = None)
     from cs_run._logging import setup_console_logging
     from cs_run.params import flag_overrides, load_params, parse_override
     from cs_run.runners import PyTorchBaseRunner
-    from cs_run.runners._build import check_params_keys
 
     path: Optional[Path] = options["params_path"] or default_params_path()
     flags = flag_overrides({**options, "logging": options["log_level"].upper() if options["log_level"] else None})
     flags.update(extra_flags or {})
     overrides = dict(parse_override(text) for text in options["overrides"])
-    params = load_params(path, {**overrides, **flags}, key_checker=check_params_keys)
+    params = load_params(path, {**overrides, **flags})
     setup_console_logging(params.runconfig.logging)
-    runner = PyTorchBaseRunner.create(params, device=options["device"], runner=options["runner"])
+    runner = PyTorchBaseRunner.create(params, device=options["device"], runner=options["runner"], mode=mode)
     results = runner.run(mode)
     if "summary" in results:  # compile-only / validate-only
         click.echo(results["summary"])

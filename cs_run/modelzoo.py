@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
 
-from cs_run.errors import CsRunError
+from cs_run.exits import ArgumentParser, report
 from cs_run.params import CLUSTER_INT_KEYS, CLUSTER_LIST_KEYS
 
 __all__ = ["PyTorchBaseModel", "get_params_from_args", "main", "run"]
@@ -40,7 +39,7 @@ def _parser(extra_args_parser_fn: Optional[Callable]) -> argparse.ArgumentParser
     if extra_args_parser_fn is not None:
         extra = extra_args_parser_fn()
         parents = list(extra) if isinstance(extra, (list, tuple)) else [extra]
-    p = argparse.ArgumentParser(description="Train or evaluate a Model Zoo model with cs-run.", parents=parents,
+    p = ArgumentParser(description="Train or evaluate a Model Zoo model with cs-run.", parents=parents,
                                 conflict_handler="resolve")
     p.add_argument("device_word", nargs="?", metavar="{CPU,GPU,CSX}", type=str.upper, choices=_DEVICES,
                    help="Where to run (or use --device).")
@@ -71,15 +70,19 @@ def run(model_fn: Callable[[dict], Any], train_data_fn: Optional[Callable[[dict]
         extra_args_parser_fn: Optional[Callable] = None, argv: Optional[list[str]] = None) -> dict:
     """Parse the command line, build the runner with these functions, and run the mode.
 
-    This is a script entry point: a params or run error prints one ``Error:`` line and exits with
-    code 2 (bad input) or 1 (failed run), like ``cs-run``.
+    This is a script entry point: errors are reported by :mod:`cs_run.exits`, like ``cs-run``: one
+    ``Error:`` line and exit code 2 (bad input) or 1 (failed run); an error in the user's own code
+    keeps the traceback of the user's frames.
 
     Returns:
         The eval results of eval modes (empty for train).
     """
     params = get_params_from_args(extra_args_parser_fn=extra_args_parser_fn, argv=argv)
     if default_params_fn is not None:
-        params = default_params_fn(params) or params
+        try:
+            params = default_params_fn(params) or params
+        except Exception as e:  # noqa: BLE001 - reported the one way every entry point reports
+            raise SystemExit(report(e)) from None
     return main(params, model_fn, train_data_fn, eval_data_fn)
 
 
@@ -97,9 +100,8 @@ def get_params_from_args(run_dir: Optional[str] = None, extra_args_parser_fn: Op
     args = _parser(extra_args_parser_fn).parse_args(argv)
     try:
         return _params_from_args(args)
-    except CsRunError as e:
-        print(f"Error: {e}", file=sys.stderr)
-        raise SystemExit(e.exit_code) from None
+    except Exception as e:  # noqa: BLE001 - reported the one way every entry point reports
+        raise SystemExit(report(e)) from None
 
 
 def _params_from_args(args: argparse.Namespace) -> dict:
@@ -143,9 +145,8 @@ def main(params: dict, model_fn: Callable[[dict], Any], train_data_fn: Optional[
     """
     try:
         return _main(params, model_fn, train_data_fn, eval_data_fn)
-    except CsRunError as e:
-        print(f"Error: {e}", file=sys.stderr)
-        raise SystemExit(e.exit_code) from None
+    except Exception as e:  # noqa: BLE001 - reported the one way every entry point reports
+        raise SystemExit(report(e)) from None
 
 
 def _main(vendor: dict, model_fn, train_data_fn, eval_data_fn) -> dict:
@@ -194,7 +195,7 @@ def _main(vendor: dict, model_fn, train_data_fn, eval_data_fn) -> dict:
 
     builders: dict[str, Any] = dict(model_fn=build_model, train_data_fn=data(train_data_fn),
                                     eval_data_fn=data(eval_data_fn))
-    runner = PyTorchBaseRunner.create(params, device=device, runner=rc.get("runner"),
+    runner = PyTorchBaseRunner.create(params, device=device, runner=rc.get("runner"), mode=mode,
                                       optimizer_fn=lambda module: _base_model_part(built, "optimizer", module, params),
                                       lr_scheduler_fn=lambda opt: _base_model_part(built, "lr_scheduler", opt, params),
                                       **builders)

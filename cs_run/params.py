@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +20,9 @@ from typing import Any, Optional, Union
 
 import yaml
 
-from cs_run._checks import check_value, key_lines, unknown_key_message
-from cs_run.errors import ParamsError
+from cs_run import _yaml
+from cs_run._checks import check_value, unknown_key_message
+from cs_run.errors import CsRunError, ParamsError
 
 __all__ = [
     "Params",
@@ -31,7 +33,6 @@ __all__ = [
     "load_params",
     "apply_overrides",
     "save_params",
-    "apply_python_paths",
     "build_section",
     "flag_overrides",
     "params_from_dict",
@@ -144,8 +145,9 @@ class RunConfig:
     """Keep only the newest this many checkpoints in model_dir."""
     log_steps: int = field(default=100, metadata={"min": 1})
     """Log loss and rate every this many steps."""
-    seed: Optional[int] = None
-    """Seed of every RNG (torch, numpy, random); two runs with one seed give identical losses."""
+    seed: Optional[int] = field(default=None, metadata={"min": -(2**63), "max": 2**64 - 1})
+    """Seed of every RNG (torch, numpy, random); two runs with one seed give identical losses. Any
+    integer torch.manual_seed accepts: -2**63 to 2**64 - 1."""
     checkpoint_path: Optional[str] = None
     """Start from this checkpoint instead of the newest one in model_dir."""
     autoload_checkpoint: bool = True
@@ -194,6 +196,49 @@ class Params:
     eval_input: Optional[InputParams] = None
     source: Optional[str] = None
     """The params file this came from (for messages), or None."""
+    lines: dict = field(default_factory=dict, repr=False)
+    """1-based line in ``source`` of each key path (``optimizer.learning_rate[0].scheduler``)."""
+    overridden: frozenset = frozenset()
+    """Key paths set on the command line (``--set`` or a flag)."""
+
+    def where(self, key_path: str = "") -> str:
+        """`` (file:line)`` of a key path (or of its nearest enclosing key), for an error message."""
+        return Params.locator(self.source, self.lines, self.overridden)(key_path)
+
+    @staticmethod
+    def locator(source: Optional[str], lines: dict, overridden: frozenset = frozenset()):
+        def locate(key_path: str) -> str:
+            if key_path and any(key_path == k or key_path.startswith((k + ".", k + "[")) for k in overridden):
+                return " (set on the command line)"
+            probe = key_path
+            while probe:
+                if probe in lines:
+                    return f" ({source}:{lines[probe]})"
+                probe = probe[:max(probe.rfind("."), probe.rfind("["), 0)]
+            return f" ({source})" if source else ""
+
+        return locate
+
+    def locate_error(self, err: ParamsError, section: str = "") -> ParamsError:
+        """``err`` with the file:line of the most specific key it names (``section``'s keys first);
+        unchanged when it has a location already or is about a command-line flag."""
+        message = str(err)
+        if ((self.source and f"({self.source}" in message) or "(set on the command line)" in message
+                or message.startswith("--") or not self.source):
+            return err
+        prefixes = [section] if section else list(SECTIONS)
+        best = ""
+        for token in re.findall(r"[A-Za-z_][\w.\[\]]*", message):
+            token = token.rstrip(".")
+            for prefix in ["", *prefixes]:
+                candidate = f"{prefix}.{token}" if prefix else token
+                while candidate and candidate not in self.lines:  # its nearest key present in the file
+                    candidate = candidate[:max(candidate.rfind("."), candidate.rfind("["), 0)]
+                if len(candidate) > len(prefix) and len(candidate) > len(best):  # names a part of the token
+                    best = candidate
+        located = ParamsError(message + self.where(best))
+        located.__cause__ = err.__cause__
+        return located
 
     def to_dict(self) -> dict:
         """Plain nested dict in the file layout, extras folded back into their sections."""
@@ -223,72 +268,56 @@ _PATH_LIST_KEYS = {("runconfig", "mount_dirs"), ("runconfig", "python_paths")}
 
 # ----------------------------------------------------------------------------------------- loading
 
-def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None,
-                *, key_checker=None, defaults_fn=None) -> Params:
-    """Read, override and validate a params file.
+def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None, *, defaults_fn=None) -> Params:
+    """Parse and validate a params file with its overrides: the pure step, run by every entry point.
+
+    It reads the file and nothing else: no module is imported and ``sys.path`` is not changed (that is
+    :func:`cs_run.resolve.resolve_params`, the second step, run when a runner is created).
 
     Args:
-        path: the YAML file.
+        path: the YAML file (read as hostile input, see :mod:`cs_run._yaml`).
         overrides: dotted keys (``runconfig.max_steps``) to set after reading; relative paths among
-            them resolve against the current folder, not the file's.
+            them resolve against the current folder, not the file's. Validated like the file.
         defaults_fn: called with the raw dict after reading, returns it with defaults filled in
             (the Model Zoo's ``default_params_fn``).
-        key_checker: called as ``key_checker(params_dict, locate)`` to validate the keys that belong
-            to the model and data functions (see :mod:`cs_run.registry`); ``locate(path)`` gives
-            the ``file:line`` suffix for a key path.
 
     Raises:
-        ParamsError: with the key path, the file and line, and the fix.
+        ParamsError: with the key path, the file and line (or "set on the command line"), and the fix.
     """
     path = Path(path)
     if not path.exists():
         raise ParamsError(f"params file not found: {path}")
     if path.is_dir():
         raise ParamsError(f"params path is a folder, expected a YAML file: {path}")
-    text = path.read_text()
-    try:
-        raw = yaml.safe_load(text)
-        lines = key_lines(yaml.compose(text))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ParamsError(f"params file is not valid YAML ({where}): {getattr(e, 'problem', e)}") from None
+    raw, lines = _yaml.parse(_yaml.read_text(path), str(path))
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ParamsError(f"params file must be a mapping of sections, got {type(raw).__name__} ({path})")
-
-    overridden = {k for k, v in (overrides or {}).items() if v is not None and v is not REMOVE}
-
-    def locate(key_path: str) -> str:
-        if any(key_path == k or key_path.startswith(k + ".") for k in overridden):
-            return " (set on the command line)"
-        line = lines.get(key_path)
-        return f" ({path}:{line})" if line else f" ({path})"
-
+    overridden = frozenset(k for k, v in (overrides or {}).items() if v is not None and v is not REMOVE)
+    for key in overridden:
+        _yaml.check_finite(overrides[key], key, " (set on the command line)")
+    located = Params.locator(str(path), lines, overridden)
     from cs_run import vendor_params
 
-    raw = vendor_params.from_trainer_form(raw, locate)
+    raw = vendor_params.from_trainer_form(raw, located)
     if defaults_fn is not None:
         raw = defaults_fn(raw)
     _resolve_relative_paths(raw, path.parent)
     if overrides:
         apply_overrides(raw, overrides)
-    vendor_params.normalize(raw, locate)
-    params = validate_params(raw, locate=locate)
-    params.source = str(path)
+    vendor_params.normalize(raw, located)
+    params = validate_params(raw, locate=located)
+    params.source, params.lines, params.overridden = str(path), lines, overridden
     # The default ./model_dir, not given in the file, is relative to the current folder.
     params.runconfig.model_dir = str(Path(params.runconfig.model_dir).expanduser().resolve())
-    apply_python_paths(params)
-    if key_checker is not None:
-        key_checker(params, locate)
     return params
 
 
 def params_from_dict(raw: dict, *, base_dir: str | os.PathLike | None = None, source: str | None = None) -> Params:
     """Validate a params dict already read (the Model Zoo's ``main(params, ...)``): the vendor forms are
     brought into cs-run's sections, relative paths resolve as in :func:`load_params` (``base_dir``: the
-    params file's folder), defaults are filled.
+    params file's folder), defaults are filled. Pure, like :func:`load_params`.
 
     Raises:
         ParamsError: with the key path and the fix.
@@ -302,7 +331,6 @@ def params_from_dict(raw: dict, *, base_dir: str | os.PathLike | None = None, so
     params = validate_params(raw, locate=lambda key: where)
     params.source = source
     params.runconfig.model_dir = str(Path(params.runconfig.model_dir).expanduser().resolve())
-    apply_python_paths(params)
     return params
 
 
@@ -317,12 +345,12 @@ def apply_overrides(raw: dict, overrides: dict[str, Any]) -> None:
             continue
         keys = dotted.split(".")
         if keys[0] not in SECTIONS:
-            raise ParamsError(unknown_key_message(dotted, keys[0], SECTIONS, where=" (override)"))
+            raise ParamsError(unknown_key_message(dotted, keys[0], SECTIONS, where=" (set on the command line)"))
         node = raw
         for key in keys[:-1]:
             node = node.setdefault(key, {})
             if not isinstance(node, dict):
-                raise ParamsError(f"params: cannot set {dotted}: {key} is not a mapping")
+                raise ParamsError(f"params: cannot set {dotted}: {key} is not a mapping (set on the command line)")
         if value is REMOVE:
             node.pop(keys[-1], None)
         else:
@@ -336,7 +364,8 @@ _FLAG_PATH_KEYS = ("model_dir", "checkpoint_path", "compile_dir")
 
 def flag_overrides(flags: dict[str, Any]) -> dict[str, Any]:
     """The run-script flags (CLI or ``run()``) as runconfig overrides: paths made absolute against the
-    current folder, repeated flags as lists; an unset flag (None, empty) overrides nothing."""
+    current folder, repeated flags as lists. Only the flags the user gave are returned: an unset flag
+    (None, empty) overrides nothing, neither the file nor a ``--set`` of the same key."""
     out: dict[str, Any] = {f"runconfig.{k}": flags.get(k) for k in _FLAG_KEYS}
     for key in _FLAG_PATH_KEYS:
         value = flags.get(key)
@@ -345,20 +374,18 @@ def flag_overrides(flags: dict[str, Any]) -> dict[str, Any]:
         values = [str(Path(v).expanduser().resolve()) if key == "python_paths" else str(v)
                   for v in flags.get(key) or ()]
         out[f"runconfig.{key}"] = values or None
-    return out
+    return {key: value for key, value in out.items() if value is not None}
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``runconfig.log_steps=10`` -> ("runconfig.log_steps", 10); values are read as YAML, and
-    ``null`` (or nothing after ``=``) removes the key, so its default applies."""
+    """``runconfig.log_steps=10`` -> ("runconfig.log_steps", 10); values are read as YAML (with the
+    params file's limits), and ``null`` (or nothing after ``=``) removes the key, so its default applies."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise ParamsError(f"--set expects KEY=VALUE (e.g. runconfig.log_steps=10), got {text!r}")
-    try:
-        parsed = yaml.safe_load(value) if value.strip() else None
-    except yaml.YAMLError:
-        parsed = value
-    return key.strip(), REMOVE if parsed is None else parsed
+    key = key.strip()
+    parsed = _yaml.parse_value(value, key) if value.strip() else None
+    return key, REMOVE if parsed is None else parsed
 
 
 def save_params(params: Params, model_dir: str | os.PathLike, name: str = "params_resolved.yaml") -> Path:
@@ -366,8 +393,13 @@ def save_params(params: Params, model_dir: str | os.PathLike, name: str = "param
     out = Path(model_dir) / name
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".yaml.tmp")
-    tmp.write_text(yaml.safe_dump(params.to_dict(), sort_keys=False))
-    os.replace(tmp, out)
+    text = yaml.safe_dump(params.to_dict(), sort_keys=False)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, out)
+    except OSError as e:  # full disk, read-only folder: no half-written file stays behind
+        tmp.unlink(missing_ok=True)
+        raise CsRunError(f"cannot write {out}: {e.strerror or e}; free space or choose another model_dir") from None
     return out
 
 
@@ -469,10 +501,10 @@ def resolve_data_dir(value: str, params_dir: Path, key: str = "data_dir") -> str
         return str(p)
     from_cwd, from_params = p.resolve(), (params_dir / p).resolve()
     if not from_cwd.exists() and from_params.exists():
-        import logging
+        from cs_run._logging import defer
 
-        logging.getLogger(__name__).info("params: %s %r is not in the working directory; using %s (relative to "
-                                         "the params file)", key, value, from_params)
+        defer(__name__, f"params: {key} {value!r} is not in the working directory; using {from_params} "
+                        "(relative to the params file)")
         return str(from_params)
     return str(from_cwd)
 
@@ -493,12 +525,3 @@ def _resolve_relative_paths(raw: dict, base: Path) -> None:
             node[key] = resolve(value)
         elif isinstance(value, list) and (section, key) in _PATH_LIST_KEYS:
             node[key] = [resolve(v) if isinstance(v, str) else v for v in value]
-
-
-def apply_python_paths(params: Params) -> None:
-    """Put runconfig.python_paths on sys.path (first), so model and data functions import from there."""
-    import sys
-
-    for folder in reversed(params.runconfig.python_paths):
-        if folder not in sys.path:
-            sys.path.insert(0, folder)

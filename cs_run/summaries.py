@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cs_run.errors import CsRunError
+
 __all__ = ["CSV_NAME", "ScalarWriter", "read_scalars"]
 
 logger = logging.getLogger(__name__)
@@ -121,11 +123,17 @@ def read_scalars(log_dir: str | os.PathLike) -> dict[str, list[tuple[int, float]
         return {}
     series: dict[str, dict[int, float]] = {}
     with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            try:
-                step, value = int(row["step"]), float(row["value"])
-            except (KeyError, TypeError, ValueError):
-                logger.warning("%s: skipping malformed row %r", path, row)
-                continue
-            series.setdefault(row["tag"], {})[step] = value
+        reader = csv.DictReader(f)
+        try:
+            for row in reader:
+                try:
+                    tag, step, value = row["tag"], int(row["step"]), float(row["value"])
+                except (KeyError, TypeError, ValueError):
+                    logger.warning("%s: skipping malformed row %r", path, row)
+                    continue
+                series.setdefault(tag, {})[step] = value
+        except (UnicodeDecodeError, csv.Error) as e:  # a damaged or foreign file, not a traceback
+            reason = f"byte 0x{e.object[e.start]:02x} is not UTF-8" if isinstance(e, UnicodeDecodeError) else str(e)
+            raise CsRunError(f"{path} is not a scalars CSV written by cs-run ({reason}, after line "
+                             f"{reader.line_num}); move it away or delete it") from None
     return {tag: sorted(points.items()) for tag, points in series.items() if points}

@@ -11,45 +11,18 @@ import torch
 
 from cs_run.errors import ParamsError
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params
-from cs_run.registry import check_function_keys, get_model_spec, resolve_object
+from cs_run.resolve import data_function, model_function
 
-__all__ = ["check_params_keys", "build_model", "build_dataloader", "build_optimizer", "build_lr_scheduler",
+__all__ = ["build_model", "build_dataloader", "build_optimizer", "build_lr_scheduler",
            "build_grad_scaler", "resolve_autocast_dtype"]
 
 logger = logging.getLogger("cs_run.runners")
-
-def _model_fn(model: ModelParams) -> Callable[..., torch.nn.Module]:
-    return resolve_object(get_model_spec(model.name).model_fn, key="model.name")
-
-
-def _data_fn(params: Params, section: InputParams, name: str) -> Callable[..., Any]:
-    if section.data_fn:
-        return resolve_object(section.data_fn, key=f"{name}.data_fn")
-    spec = get_model_spec(params.model.name)
-    if spec.data_fn is None:
-        raise ParamsError(f"params: {name}.data_fn: model {params.model.name!r} has no default data; set "
-                          f"{name}.data_fn to a 'module:function' returning a torch DataLoader")
-    return resolve_object(spec.data_fn, key=f"{name}.data_fn")
-
-
-def check_params_keys(params: Params, locate=lambda key: "") -> None:
-    """Validate the model and data functions' own keys against their signatures (load time)."""
-    check_function_keys(_model_fn(params.model), params.model.extra, "model", set(), locate)
-    for name in ("train_input", "eval_input"):
-        section = getattr(params, name)
-        if section is not None:
-            check_function_keys(_data_fn(params, section, name), section.extra, name, {"split"} | _common(section),
-                                locate)
-
-
-def _common(section: InputParams) -> set[str]:
-    return {f.name for f in dataclasses.fields(section)} - {"extra", "data_fn"}
 
 
 def build_model(params: Params, model_fn: Optional[Callable[[dict], torch.nn.Module]] = None) -> torch.nn.Module:
     """From the registry / ``module:function`` name, or from ``model_fn(params_dict)`` (Model Zoo run())."""
     try:
-        model = model_fn(params.to_dict()) if model_fn else _model_fn(params.model)(**params.model.extra)
+        model = model_fn(params.to_dict()) if model_fn else model_function(params)(**params.model.extra)
     except (TypeError, ValueError) as e:
         raise ParamsError(f"params: model: {e}") from None
     if not isinstance(model, torch.nn.Module):
@@ -68,7 +41,7 @@ def build_dataloader(params: Params, split: str,
         raise ParamsError(f"params: missing section {name} (needed to {split})")
     if data_fn is not None:
         return _checked_loader(data_fn(params.to_dict()), name)
-    fn = _data_fn(params, section, name)
+    fn = data_function(params, name)
     accepted = inspect.signature(fn).parameters
     takes_any = any(p.kind is p.VAR_KEYWORD for p in accepted.values())
     kwargs = {k: v for k, v in dataclasses.asdict(section).items()

@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
+
+import torch
 
 __all__ = ["checkpoint_path", "list_checkpoints", "latest_checkpoint", "save_checkpoint", "load_checkpoint",
-           "prune_checkpoints"]
+           "prune_checkpoints", "nonfinite_keys", "newest_finite_checkpoint"]
 
 logger = logging.getLogger(__name__)
 _NAME = re.compile(r"^checkpoint_(\d+)\.mdl$")
@@ -55,3 +57,51 @@ def prune_checkpoints(model_dir: str | Path, keep: Optional[int]) -> None:
     for _, path in list_checkpoints(model_dir)[:-keep]:
         logger.info("Removing old checkpoint %s (max_checkpoints=%d)", path.name, keep)
         path.unlink(missing_ok=True)
+
+
+def _float_tensors(tree: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    if isinstance(tree, torch.Tensor):
+        if tree.is_floating_point() or tree.is_complex():
+            yield prefix, tree
+    elif isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from _float_tensors(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(tree, (list, tuple)):
+        for i, value in enumerate(tree):
+            yield from _float_tensors(value, f"{prefix}.{i}" if prefix else str(i))
+
+
+def nonfinite_keys(state: Any) -> list[str]:
+    """Keys of the floating-point tensors in ``state`` holding a nan or inf (model and optimizer state alike).
+
+    The check is one reduction per device, where the tensors live, and one host read: a checkpoint step
+    (which reads the weights anyway) pays it, no other step does.
+    """
+    found = list(_float_tensors(state))
+    if not found:
+        return []
+    by_device: dict[torch.device, list[int]] = {}
+    for i, (_, tensor) in enumerate(found):
+        by_device.setdefault(tensor.device, []).append(i)
+    bad: list[int] = []
+    for indices in by_device.values():
+        with torch.no_grad():
+            flags = torch.stack([torch.isfinite(found[i][1].detach()).all() for i in indices]).cpu()
+        bad += [i for i, ok in zip(indices, flags.tolist()) if not ok]
+    return [found[i][0] for i in sorted(bad)]
+
+
+def newest_finite_checkpoint(model_dir: str | Path) -> Optional[Path]:
+    """The newest checkpoint in model_dir that reads back whole with finite weights (error path only)."""
+    from cs_run.errors import CsRunError
+
+    for _, path in reversed(list_checkpoints(model_dir)):
+        try:
+            state = load_checkpoint(path)
+        except (CsRunError, OSError, ValueError) as e:
+            logger.warning("Checkpoint %s cannot be read (%s); looking at an older one", path.name, e)
+            continue
+        if not nonfinite_keys(state):
+            return path
+        logger.warning("Checkpoint %s holds non-finite weights; looking at an older one", path.name)
+    return None

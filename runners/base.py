@@ -7,6 +7,7 @@ executes (:meth:`_train_step`, :meth:`_eval_step`) and how values reach the host
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from pathlib import Path
@@ -18,7 +19,8 @@ from tqdm import tqdm
 from cs_run._logging import run_log
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.params import Params, save_params
-from cs_run.runners import _build, _checkpoints
+from cs_run.resolve import resolve_params
+from cs_run.runners import _build, _checkpoints, _model_dir
 from cs_run.runners._batches import batch_size, loader_length, move_to_device
 from cs_run.runners._budget import StepBudget, compute_step_budget
 from cs_run.runners._reporting import RateMeter, Summaries
@@ -31,6 +33,23 @@ __all__ = ["PyTorchBaseRunner"]
 logger = logging.getLogger("cs_run.runners")
 
 MODES = ("train", "eval", "train_and_eval", "eval_all")
+
+
+def check_sections_for(params: Params, mode: str, data_fns: Optional[dict] = None) -> None:
+    """Raise ParamsError when ``mode`` needs a section the params lack (a data function passed in
+    stands for its input section). Runs before the model is built, so no user code runs for nothing."""
+    if mode not in MODES:
+        raise ParamsError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
+    data_fns = data_fns or {}
+    needs = {"train": ("train_input", "optimizer"), "eval": ("eval_input",), "eval_all": ("eval_input",),
+             "train_and_eval": ("train_input", "optimizer", "eval_input")}[mode]
+    present = {"train_input": params.train_input is not None or data_fns.get("train") is not None,
+               "eval_input": params.eval_input is not None or data_fns.get("eval") is not None,
+               "optimizer": params.optimizer is not None}
+    missing = [name for name in needs if not present[name]]
+    if missing:
+        raise ParamsError(f"params: mode {mode} needs section(s) {', '.join(missing)}, which the params lack"
+                          f"{params.where()}")
 
 
 class PyTorchBaseRunner(RunnerHooks):
@@ -89,7 +108,7 @@ class PyTorchBaseRunner(RunnerHooks):
     # --------------------------------------------------------------------------------- construction
 
     @staticmethod
-    def create(params: Params, *, device: str = "CPU", runner: Optional[str] = None,
+    def create(params: Params, *, device: str = "CPU", runner: Optional[str] = None, mode: Optional[str] = None,
                **builders: Optional[Callable]) -> "PyTorchBaseRunner":
         """The runner for ``device`` and the run's mode; ``runner`` (or runconfig.runner) names a user
         subclass ``module:Class`` of that runner.
@@ -103,7 +122,9 @@ class PyTorchBaseRunner(RunnerHooks):
         ========================================  =====================
 
         ``builders`` (model_fn, train_data_fn, eval_data_fn, optimizer_fn, lr_scheduler_fn) replace the
-        params' model, data and optimizer factories.
+        params' model, data and optimizer factories. ``mode``, when known, is checked against the
+        params' sections first. Nothing of the user's code runs before model_dir, the sections and the
+        model and data functions' keys are checked.
         """
         from cs_run.runners.cs_runner import PyTorchCSCompiler, PyTorchCSRunner
         from cs_run.runners.pytorch_runner import PyTorchRunner
@@ -119,16 +140,26 @@ class PyTorchBaseRunner(RunnerHooks):
             expected = PyTorchCSCompiler if (rc.compile_only or rc.validate_only) else PyTorchCSRunner
         else:
             raise ParamsError(f"--device: {device!r} is not one of CPU, GPU, CSX")
-        spec = runner or rc.runner
-        cls = expected
-        if spec:
-            from cs_run.registry import resolve_object
+        try:
+            _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
+            _model_dir.check_not_locked(rc.model_dir)
+            if mode is not None and not (rc.compile_only or rc.validate_only):
+                check_sections_for(params, mode, {"train": builders.get("train_data_fn"),
+                                                  "eval": builders.get("eval_data_fn")})
+            resolve_params(params, model_fn=builders.get("model_fn"), optimizer_fn=builders.get("optimizer_fn"),
+                           data_fns={"train": builders.get("train_data_fn"), "eval": builders.get("eval_data_fn")})
+            spec = runner or rc.runner
+            cls = expected
+            if spec:
+                from cs_run.registry import resolve_object
 
-            cls = resolve_object(spec, key="runconfig.runner")
-            if not (isinstance(cls, type) and issubclass(cls, expected)):
-                raise ParamsError(f"params: runconfig.runner: {spec!r} must be a subclass of "
-                                  f"cs_run.runners.{expected.__name__} for --device {device}")
-        return cls(params, device=device, **builders)
+                cls = resolve_object(spec, key="runconfig.runner")
+                if not (isinstance(cls, type) and issubclass(cls, expected)):
+                    raise ParamsError(f"params: runconfig.runner: {spec!r} must be a subclass of "
+                                      f"cs_run.runners.{expected.__name__} for --device {device}")
+            return cls(params, device=device, **builders)
+        except ParamsError as e:  # a value in the params file: name its file:line
+            raise params.locate_error(e) from e
 
     @staticmethod
     def _resolve_torch_device(device: str) -> torch.device:
@@ -143,9 +174,11 @@ class PyTorchBaseRunner(RunnerHooks):
         """Run ``mode`` (train, eval, train_and_eval, eval_all); returns the eval results, if any."""
         if mode not in MODES:
             raise ParamsError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
-        self._check_sections_for(mode)
-        self._prepare_model_dir()
-        with run_log(self.model_dir, self.params.runconfig.logging):
+        try:
+            self._check_sections_for(mode)
+        except ParamsError as e:
+            raise self.params.locate_error(e) from e
+        with self._open_model_dir():
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
             try:
                 if mode == "train":
@@ -161,23 +194,22 @@ class PyTorchBaseRunner(RunnerHooks):
                     self.train()
                     return self.evaluate()
                 return self.eval_all()
+            except ParamsError as e:  # e.g. a data function rejecting its section's values
+                raise self.params.locate_error(e) from e
             finally:
                 self._summaries.close()
 
     def _check_sections_for(self, mode: str) -> None:
         """Fail before any work when a mode lacks its params (not after an hour of training)."""
-        needs = {"train": ("train_input", "optimizer"), "eval": ("eval_input",), "eval_all": ("eval_input",),
-                 "train_and_eval": ("train_input", "optimizer", "eval_input")}[mode]
-        present = {"train_input": self.params.train_input is not None or self._data_fns["train"] is not None,
-                   "eval_input": self.params.eval_input is not None or self._data_fns["eval"] is not None,
-                   "optimizer": self.optimizer is not None}
-        missing = [name for name in needs if not present[name]]
-        if missing:
-            raise ParamsError(f"params: mode {mode} needs section(s) {', '.join(missing)}, which the params lack")
+        check_sections_for(self.params, mode, self._data_fns)
 
-    def _prepare_model_dir(self) -> None:
-        self.model_dir.mkdir(parents=True, exist_ok=True)
-        save_params(self.params, self.model_dir)
+    @contextlib.contextmanager
+    def _open_model_dir(self) -> Iterator[None]:
+        """The run's hold on model_dir: its lock (one writer at a time), the resolved params, the run log."""
+        with _model_dir.model_dir_lock(self.model_dir):
+            save_params(self.params, self.model_dir)
+            with run_log(self.model_dir, self.params.runconfig.logging):
+                yield
 
     # ------------------------------------------------------------------------------------- training
 
@@ -310,8 +342,9 @@ class PyTorchBaseRunner(RunnerHooks):
         """Called on log and checkpoint steps; runners that defer the per-step check raise here."""
 
     def _raise_bad_loss(self, value: float, step: int) -> None:
-        last = _checkpoints.latest_checkpoint(self.model_dir)
-        kept = f"the last good checkpoint is {last}" if last else "no checkpoint was written"
+        last = _checkpoints.newest_finite_checkpoint(self.model_dir)
+        kept = f"the newest checkpoint with finite weights is {last}" if last else \
+            "no checkpoint with finite weights exists"
         raise TrainingError(f"loss is {value} at step {step}; training stopped and {kept}. Lower the "
                             "learning rate, enable gradient clipping (optimizer.max_gradient_norm) or "
                             "check the data")
@@ -395,7 +428,18 @@ class PyTorchBaseRunner(RunnerHooks):
 
     def _save_checkpoint(self) -> Path:
         path = _checkpoints.checkpoint_path(self.model_dir, self.global_step)
-        _checkpoints.save_checkpoint(self._checkpoint_state(), path)
+        state = self._checkpoint_state()
+        bad = _checkpoints.nonfinite_keys(state)  # one device-side reduction, read once per checkpoint
+        if bad:
+            good = _checkpoints.newest_finite_checkpoint(self.model_dir)
+            kept = f"the newest checkpoint with finite weights is {good}; a rerun resumes from it" if good \
+                else "no checkpoint with finite weights exists; a rerun starts fresh"
+            more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+            raise TrainingError(f"weights are not finite after step {self.global_step} ({bad[0]}{more} hold nan or "
+                                f"inf); training stopped, nothing was saved for this step and {kept}. Lower the "
+                                "learning rate, enable gradient clipping (optimizer.max_gradient_norm) or check "
+                                "the data")
+        _checkpoints.save_checkpoint(state, path)
         logger.info("Saved checkpoint %s", path)
         _checkpoints.prune_checkpoints(self.model_dir, self.params.runconfig.max_checkpoints)
         self.on_checkpoint_saved(str(path), self.global_step)

@@ -129,13 +129,10 @@ class PyTorchCSCompiler(PyTorchCSRunner):
     """
 
     def run(self, mode: str) -> dict[str, Any]:
-        from cs_run._logging import run_log
-
         if mode not in ("train", "eval"):
             raise ParamsError(f"--mode: {mode!r}: compile-only / validate-only trace the 'train' or 'eval' step")
         what = "compile-only" if self.params.runconfig.compile_only else "validate-only"
-        self._prepare_model_dir()
-        with run_log(self.model_dir, self.params.runconfig.logging):
+        with self._open_model_dir():
             logger.info("cs-run %s of the %s step, model_dir %s", what, mode, self.model_dir)
             step_fn = self._cs_train_step if mode == "train" else self._cs_eval_step
             if step_fn is None:

@@ -98,7 +98,7 @@ def test_bit_flip_named_by_verify(good):
 
 
 def test_cli_errors_are_one_line(tmp_path):
-    for path, code in ((tmp_path / "nope.h5", 1), (tmp_path, 1)):
+    for path, code in ((tmp_path / "nope.h5", 2), (tmp_path, 1)):  # a missing path is a usage error
         result = CliRunner().invoke(cli, ["info", str(path)])
         assert result.exit_code == code
         assert result.output.count("\n") == 1 and result.output.startswith("Error: ")

@@ -70,10 +70,8 @@ def test_bundled_params_train_to_90_percent(tmp_path):
     from cs_run.cli import default_params_path
     from cs_run.params import load_params
     from cs_run.runners import PyTorchBaseRunner
-    from cs_run.runners._build import check_params_keys
 
     params = load_params(default_params_path(), {"runconfig.model_dir": str(tmp_path / "md"),
-                                                 "runconfig.disable_progress_bar": True},
-                         key_checker=check_params_keys)
+                                                 "runconfig.disable_progress_bar": True})
     results = PyTorchBaseRunner.create(params).run("train_and_eval")
     assert results["eval/accuracy"] >= 0.90

@@ -9,13 +9,11 @@ from click.testing import CliRunner
 from cs_run.cli import cli, default_params_path
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
-from cs_run.runners._build import check_params_keys
 
 
 def run_fc_mnist(model_dir, mode="train", device="CPU", **overrides):
     params = load_params(default_params_path(), {"runconfig.model_dir": str(model_dir),
-                                                 "runconfig.disable_progress_bar": True, **overrides},
-                         key_checker=check_params_keys)
+                                                 "runconfig.disable_progress_bar": True, **overrides})
     runner = PyTorchBaseRunner.create(params, device=device)
     return runner, runner.run(mode)
 

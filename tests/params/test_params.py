@@ -7,7 +7,7 @@ import yaml
 
 from cs_run.errors import ParamsError
 from cs_run.params import load_params, parse_override, save_params
-from cs_run.runners._build import check_params_keys
+from cs_run.resolve import resolve_params
 
 GOOD = {
     "train_input": {"data_dir": "data/train", "batch_size": 32},
@@ -24,7 +24,10 @@ def write(tmp_path, data, name="params.yaml"):
 
 
 def load(path, overrides=None):
-    return load_params(path, overrides, key_checker=check_params_keys)
+    """Both steps, as every entry point runs them: parse and validate, then resolve."""
+    params = load_params(path, overrides)
+    resolve_params(params)
+    return params
 
 
 def test_valid_file_fills_defaults_and_resolves_relative_paths(tmp_path, monkeypatch):
@@ -156,13 +159,15 @@ def test_folders_of_the_csx_flags_must_exist(tmp_path, key):
         load(write(tmp_path, {**GOOD, "runconfig": {"max_steps": 1, key: ["missing"]}}))
 
 
-def test_data_dir_falls_back_to_the_params_folder_and_says_so(tmp_path, monkeypatch, caplog):
+def test_data_dir_falls_back_to_the_params_folder_and_says_so(tmp_path, monkeypatch):
+    from cs_run import _logging
+
     (tmp_path / "configs" / "data" / "train").mkdir(parents=True)
     (tmp_path / "run").mkdir()
     monkeypatch.chdir(tmp_path / "run")  # data/train exists only next to the params file
-    with caplog.at_level("INFO", logger="cs_run.params"):
-        params = load(write(tmp_path / "configs", GOOD))
+    _logging._DEFERRED.clear()
+    params = load(write(tmp_path / "configs", GOOD))
     assert params.train_input.data_dir == str((tmp_path / "configs" / "data" / "train").resolve())
-    assert "relative to the params file" in caplog.text
+    assert any("relative to the params file" in m for _, m in _logging._DEFERRED)  # logged when the run starts
     (tmp_path / "run" / "data" / "train").mkdir(parents=True)  # once both exist, the working directory wins
     assert load(write(tmp_path / "configs", GOOD)).train_input.data_dir == str(tmp_path / "run" / "data" / "train")

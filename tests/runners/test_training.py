@@ -9,12 +9,11 @@ import torch
 
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
-from cs_run.runners._build import check_params_keys
 from cs_run.runners._checkpoints import list_checkpoints
 
 
 def make_runner(params_path, **overrides):
-    params = load_params(params_path, overrides, key_checker=check_params_keys)
+    params = load_params(params_path, overrides)
     return PyTorchBaseRunner.create(params, device="CPU")
 
 

@@ -15,7 +15,7 @@ from cs_run import vendor_params
 from cs_run.errors import ParamsError
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
-from cs_run.runners._build import check_params_keys
+from cs_run.resolve import resolve_params
 from tests.vendor.helpers import write_mnist
 
 # runconfig_schema.yaml, union over Release_1.8.0, 1.9.1, 2.0.2, 2.1.0, 2.2.0, 2.3.0, 2.5.0, 2.7.0, 2.10.0
@@ -61,6 +61,13 @@ BASE = {
 }
 
 
+def _load(path, overrides=None):
+    """Parse (load_params) and resolve (the model / data functions' keys) as every entry point does."""
+    params = load_params(path, overrides)
+    resolve_params(params)
+    return params
+
+
 def _write(tmp_path, data, name="params.yaml"):
     path = tmp_path / name
     path.write_text(yaml.safe_dump(data, sort_keys=False) if isinstance(data, dict) else data)
@@ -81,7 +88,7 @@ def test_each_schema_key_validates_with_its_meaning(tmp_path, monkeypatch, key):
     data = {k: dict(v) for k, v in BASE.items()}
     data["runconfig"][key] = value
     vendor_params.RECORDED.clear()
-    params = load_params(_write(tmp_path, data), key_checker=check_params_keys)
+    params = _load(_write(tmp_path, data))
     action, target, _ = vendor_params.RUNCONFIG_KEYS[key]
     if action == "recorded":
         assert vendor_params.RECORDED[f"runconfig.{key}"] == value
@@ -108,7 +115,7 @@ def test_unknown_keys_stay_errors_with_did_you_mean(tmp_path, section, key, hint
     data = {k: dict(v) for k, v in BASE.items()}
     data.setdefault(section, {})[key] = 1
     with pytest.raises(ParamsError, match=rf"{section}.{key}.*did you mean '{hint}'"):
-        load_params(_write(tmp_path, data), key_checker=check_params_keys)
+        _load(_write(tmp_path, data))
 
 
 def test_mapped_key_and_its_cs_run_name_must_agree(tmp_path):
@@ -200,8 +207,7 @@ def test_each_release_form_validates_and_trains(vendor_dir, form, device, caplog
 
     path = _write(vendor_dir / "configs", FORMS[form])
     assert vendor_params.detect_form(yaml.safe_load(path.read_text())) in (form, "1.6-1.8")
-    params = load_params(path, {"runconfig.model_dir": str(vendor_dir / f"md_{device}")},
-                         key_checker=check_params_keys)
+    params = _load(path, {"runconfig.model_dir": str(vendor_dir / f"md_{device}")})
     with _reset_for_tests(), caplog.at_level(logging.INFO, logger="cs_run"):
         PyTorchBaseRunner.create(params, device=device).run("train")
     assert "MNIST IDX files" in caplog.text  # the data at the vendor's (working-directory) path was used
@@ -213,7 +219,7 @@ def test_a_configured_data_dir_without_data_is_an_error(tmp_path, monkeypatch):
     (tmp_path / "empty").mkdir()
     data = {k: dict(v) for k, v in BASE.items()}
     data["train_input"]["data_dir"] = "./empty"
-    params = load_params(_write(tmp_path, data), key_checker=check_params_keys)
+    params = _load(_write(tmp_path, data))
     with pytest.raises(ParamsError, match=r"train_input.data_dir: no MNIST train data in .*empty.*bundled:digits"):
         PyTorchBaseRunner.create(params, device="CPU").run("train")
 

@@ -1,0 +1,187 @@
+"""Params YAML, read as hostile input: bounded in size, depth and alias expansion; strict about keys.
+
+A params file is a small document a person wrote. Anything else is refused before it is built into
+Python objects, with one error naming the file and line:
+
+* more than :data:`MAX_BYTES` bytes (``--params /dev/zero`` reads at most that much), or not UTF-8;
+* nesting deeper than :data:`MAX_DEPTH` (PyYAML would recurse until RecursionError);
+* more than :data:`MAX_VALUES` values once aliases are expanded (a "billion laughs" file); every node is
+  visited once, however many aliases point at it;
+* a key that is not a string, or a key given twice in one mapping (both lines are named);
+* a nan or infinite number anywhere (``.nan``, ``.inf``, ``1e999``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Optional
+
+import yaml
+
+from cs_run.errors import ParamsError
+
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_VALUES", "read_text", "parse", "parse_value", "check_finite"]
+
+MAX_BYTES = 1 << 20
+MAX_DEPTH = 64
+MAX_VALUES = 100_000
+_STR = "tag:yaml.org,2002:str"
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+class _TooDeep(Exception):
+    def __init__(self, mark) -> None:
+        self.mark = mark
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses to compose deeper than MAX_DEPTH (it would otherwise recurse without bound)."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _TooDeep(self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The file's text: at most MAX_BYTES, UTF-8. Raises ParamsError naming the file (and line)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise ParamsError(f"params file cannot be read: {path} ({e.strerror or e})") from None
+    if len(data) > MAX_BYTES:
+        raise ParamsError(f"params file is larger than {MAX_BYTES // (1 << 20)} MiB ({path}); a params file is a "
+                          "short YAML document, check the --params path")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ParamsError(f"params file is not UTF-8 text: byte 0x{data[e.start]:02x} ({path}:{line}); save it "
+                          "as UTF-8") from None
+
+
+def parse(text: str, where: Optional[str], prefix: str = "") -> tuple[Any, dict[str, int]]:
+    """Parse one YAML document; returns the data and the 1-based line of every key path.
+
+    ``where`` names the file in messages (None: a ``--set`` value, "set on the command line"); key
+    paths start at ``prefix`` and are dotted, list items ``[i]``: ``optimizer.learning_rate[0].total_iters``.
+    """
+    loader = _Loader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+        except _TooDeep as e:
+            raise ParamsError(f"params: {prefix or 'file'}: nesting deeper than {MAX_DEPTH} levels "
+                              f"{_loc(where, e.mark)}") from None
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            at = f"{where}:{mark.line + 1}" if mark else where
+            raise ParamsError(f"params file is not valid YAML ({at}): {getattr(e, 'problem', None) or e}") from None
+        if node is None:
+            return None, {}
+        lines: dict[str, int] = {}
+        _Walk(where, lines).node(node, prefix)
+        try:
+            data = loader.construct_document(node)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            at = f"{where}:{mark.line + 1}" if mark else where
+            raise ParamsError(f"params file is not valid YAML ({at}): {getattr(e, 'problem', None) or e}") from None
+    finally:
+        loader.dispose()
+    return data, lines
+
+
+def _loc(where: Optional[str], mark) -> str:
+    return f"({where}:{mark.line + 1})" if where else "(set on the command line)"
+
+
+def parse_value(text: str, key: str) -> Any:
+    """One ``--set KEY=VALUE`` value, read as YAML with the same limits; text YAML cannot read stays a string."""
+    try:
+        value, _ = parse(text, None, key)
+    except ParamsError as e:
+        if "not valid YAML" in str(e):
+            return text
+        raise
+    return value
+
+
+class _Walk:
+    """One pass over the composed graph: key lines, key checks, non-finite numbers, expanded size."""
+
+    def __init__(self, where: Optional[str], lines: dict[str, int]) -> None:
+        self.where, self.lines = where, lines
+        self.sizes: dict[int, int] = {}  # node id -> values below it, aliases expanded (each node once)
+
+    def at(self, node) -> str:
+        return f"{self.where}:{node.start_mark.line + 1}" if self.where else "set on the command line"
+
+    def node(self, node, path: str) -> int:
+        known = self.sizes.get(id(node))
+        if known is not None:  # an alias: its size counts again, its nodes are not walked again
+            return known
+        self.sizes[id(node)] = 1  # a node that holds an alias to itself counts once
+        size = 1
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[str, Any] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == _MERGE:
+                    size += self.node(value_node, path)
+                    continue
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _STR:
+                    shown = key_node.value if isinstance(key_node, yaml.ScalarNode) else f"a {_kind(key_node)}"
+                    raise ParamsError(f"params: key {shown!r}{' under ' + path if path else ''} is not a string "
+                                      f"({self.at(key_node)}); quote it or use a name")
+                key = key_node.value
+                key_path = f"{path}.{key}" if path else key
+                if key in seen:
+                    raise ParamsError(f"params: duplicate key {key_path} ({self.at(seen[key])} and "
+                                      f"{self.at(key_node)}); keep one")
+                seen[key] = key_node
+                self.lines.setdefault(key_path, key_node.start_mark.line + 1)
+                size += self.node(value_node, key_path)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                item_path = f"{path}[{i}]"
+                self.lines.setdefault(item_path, item.start_mark.line + 1)
+                size += self.node(item, item_path)
+        elif node.tag == "tag:yaml.org,2002:float":
+            value = _FLOAT.construct_yaml_float(node)
+            if not math.isfinite(value):
+                raise ParamsError(f"params: {path or 'value'}: expected a finite number, got {node.value} "
+                                  f"({self.at(node)})")
+        if size > MAX_VALUES:
+            raise ParamsError(f"params: more than {MAX_VALUES} values once YAML aliases are expanded "
+                              f"({self.at(node)}); write the values out or use fewer nested aliases")
+        self.sizes[id(node)] = size
+        return size
+
+
+_FLOAT = yaml.SafeLoader("")
+
+
+def _kind(node) -> str:
+    return {yaml.MappingNode: "mapping", yaml.SequenceNode: "list"}.get(type(node), "value")
+
+
+def check_finite(value: Any, path: str, where: str) -> None:
+    """Raise ParamsError for a nan or infinite float anywhere in ``value`` (an override built in Python)."""
+    stack, seen = [(value, path)], set()
+    while stack:
+        item, item_path = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ParamsError(f"params: {item_path}: expected a finite number, got {item}{where}")
+        if isinstance(item, (dict, list, tuple)) and id(item) not in seen:
+            seen.add(id(item))
+            children = item.items() if isinstance(item, dict) else enumerate(item)
+            stack.extend((v, f"{item_path}.{k}" if isinstance(item, dict) else f"{item_path}[{k}]")
+                         for k, v in children)

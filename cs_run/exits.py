@@ -1,0 +1,118 @@
+"""One mapping from an exception to what the user sees and the exit code, for every entry point.
+
+``cs-run`` (and its ``checkpoint`` group) and the Model Zoo ``run()`` all end here:
+
+======================================  ===========================================================  ====
+exception                               shown                                                        exit
+======================================  ===========================================================  ====
+CsRunError (bad input, failed run)      ``Error: <message>``                                          its
+click usage error (unknown flag, ...)   ``Error: <message> (see 'cs-run CMD --help')``, no Usage block  2
+an error raised in the user's code      the traceback's frames in the user's files, then one
+                                        ``Error: <Type>: <message> (raised at file:line)`` line         1
+any other exception (a cs-run bug)      the whole traceback, then the ``Error:`` line                   1
+======================================  ===========================================================  ====
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import sysconfig
+import traceback
+from pathlib import Path
+from typing import Any, NoReturn, Optional
+
+import click
+
+from cs_run.errors import CsRunError
+
+__all__ = ["exit_code", "report", "ErrorGroup", "ArgumentParser"]
+
+
+def exit_code(exc: BaseException) -> int:
+    """2 when the user's input is wrong (params, usage), 1 when a run failed."""
+    if isinstance(exc, CsRunError):
+        return exc.exit_code
+    if isinstance(exc, click.ClickException):
+        return exc.exit_code
+    if isinstance(exc, SystemExit):
+        return exc.code if isinstance(exc.code, int) else 1
+    return 1
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(part.strip() for part in str(text).strip().splitlines() if part.strip())
+
+
+def _library_roots() -> tuple[str, ...]:
+    """Folders whose frames are not the user's: cs-run's own packages, the stdlib, installed packages."""
+    import cs_run
+
+    roots = {str(Path(p).resolve()) for p in cs_run.__path__}
+    for name in ("cs_run.runners", "cs_run.optim", "cs_run.checkpoint"):
+        module = sys.modules.get(name)
+        roots.update(str(Path(p).resolve()) for p in getattr(module, "__path__", []))
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            roots.add(str(Path(path).resolve()))
+    return tuple(root + os.sep for root in roots)
+
+
+def _user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
+    roots = _library_roots()
+    frames = traceback.extract_tb(exc.__traceback__)
+    return [f for f in frames if not f.filename.startswith("<")
+            and not str(Path(f.filename).resolve()).startswith(roots)]
+
+
+def report(exc: BaseException, file: Any = None) -> int:
+    """Print ``exc`` the one way every entry point does; returns its exit code."""
+    def echo(text: str) -> None:
+        click.echo(text, err=file is None, file=file)
+
+    if isinstance(exc, CsRunError):
+        echo(f"Error: {_one_line(exc)}")
+    elif isinstance(exc, click.UsageError):
+        command = exc.ctx.command_path if exc.ctx is not None else "cs-run"
+        echo(f"Error: {_one_line(exc.format_message())} (see '{command} --help')")
+    elif isinstance(exc, click.ClickException):
+        echo(f"Error: {_one_line(exc.format_message())}")
+    elif isinstance(exc, click.exceptions.Abort):
+        echo("Error: aborted")
+    else:
+        summary = f"{type(exc).__name__}: {_one_line(exc)}" if str(exc) else type(exc).__name__
+        frames = _user_frames(exc)
+        if frames:
+            echo("Traceback (most recent call last; your code's frames only):")
+            echo("".join(traceback.format_list(frames)).rstrip("\n"))
+            echo(f"Error: {summary} (raised in your code at {frames[-1].filename}:{frames[-1].lineno})")
+        else:
+            echo("".join(traceback.format_exception(exc)).rstrip("\n"))
+            echo(f"Error: {summary} (an internal error of cs-run; please report it with the traceback above)")
+    return exit_code(exc)
+
+
+class ErrorGroup(click.Group):
+    """A click group whose every failure goes through :func:`report` (one line for usage errors too)."""
+
+    def main(self, args: Optional[list[str]] = None, prog_name: Optional[str] = None,
+             complete_var: Optional[str] = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except SystemExit:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every failure is reported the one way
+            sys.exit(report(exc))
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the same one-line usage error as ``cs-run`` (exit 2, no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        click.echo(f"Error: {_one_line(message)} (see '{self.prog} --help')", err=True)
+        sys.exit(2)
