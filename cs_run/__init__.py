@@ -70,7 +70,13 @@ from cs_run.trainer import Trainer as Trainer
 __all__ += ["Trainer", "run", "runners"]
 # --- end runners ---
 # --- vendor compatibility (issue 17): cstorch.experimental is the same API ---
-from cs_run import experimental as experimental  # noqa: E402
+from cs_run.creation import from_numpy as from_numpy  # noqa: E402
+from cs_run.creation import to_numpy as to_numpy  # noqa: E402
+from cs_run.utils.data import current_executor as current_executor  # noqa: E402
+
+__all__ += ["current_executor", "from_numpy", "to_numpy"]
+
+from cs_run import experimental as experimental  # noqa: E402  (last: it re-exports everything above)
 
 __all__ += ["experimental"]
 # --- end vendor compatibility ---

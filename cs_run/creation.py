@@ -3,8 +3,7 @@
 On the vendor stack these fill tensors lazily on the device. Here they are thin wrappers over torch's
 creation ops with the vendor's 2.10 signatures (``zeros(shape, dtype)``, ``full(shape, value, dtype)``,
 ``zeros_like(other, dtype)``, ...), so compliant code written for cstorch runs unchanged. The torch
-forms of seed 001 still work: ``zeros(2, 3)``, ``full(size=..., fill_value=...)``, ``zeros_like(tensor=...)``
-and torch's keyword arguments (device, requires_grad, ...).
+forms of seed 001 still work: ``zeros(2, 3)`` and torch's keyword arguments (device, requires_grad, ...).
 """
 
 from __future__ import annotations
@@ -13,12 +12,10 @@ from typing import Any, Optional
 
 import torch
 
-__all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "manual_seed"]
+__all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "manual_seed", "from_numpy", "to_numpy"]
 
 
 def _shape(shape: Any, dtype: Any, more: tuple, kwargs: dict) -> tuple[Any, Optional[torch.dtype]]:
-    if shape is None:
-        shape = kwargs.pop("size", None)
     if dtype is not None and not isinstance(dtype, torch.dtype):  # torch form: zeros(2, 3, ...)
         return (shape, dtype, *more), kwargs.pop("dtype", None)
     if more:
@@ -26,38 +23,40 @@ def _shape(shape: Any, dtype: Any, more: tuple, kwargs: dict) -> tuple[Any, Opti
     return shape, dtype
 
 
-def zeros(shape: Any = None, dtype: Optional[torch.dtype] = None, *more: int, **kwargs: Any) -> torch.Tensor:
+def zeros(shape: Any, dtype: Optional[torch.dtype] = None, *more: int, **kwargs: Any) -> torch.Tensor:
     size, dtype = _shape(shape, dtype, more, kwargs)
     return torch.zeros(size, dtype=dtype, **kwargs)
 
 
-def ones(shape: Any = None, dtype: Optional[torch.dtype] = None, *more: int, **kwargs: Any) -> torch.Tensor:
+def ones(shape: Any, dtype: Optional[torch.dtype] = None, *more: int, **kwargs: Any) -> torch.Tensor:
     size, dtype = _shape(shape, dtype, more, kwargs)
     return torch.ones(size, dtype=dtype, **kwargs)
 
 
-def full(shape: Any = None, value: Any = None, dtype: Optional[torch.dtype] = None, **kwargs: Any) -> torch.Tensor:
-    shape = kwargs.pop("size") if shape is None and "size" in kwargs else shape
-    value = kwargs.pop("fill_value") if value is None and "fill_value" in kwargs else value
+def full(shape: Any, value: Any, dtype: Optional[torch.dtype] = None, **kwargs: Any) -> torch.Tensor:
     return torch.full(shape, value, dtype=dtype, **kwargs)
 
 
-def _other(other: Any, kwargs: dict) -> torch.Tensor:
-    return kwargs.pop("tensor") if other is None and "tensor" in kwargs else other
+def zeros_like(other: torch.Tensor, dtype: Optional[torch.dtype] = None, **kwargs: Any) -> torch.Tensor:
+    return torch.zeros_like(other, dtype=dtype, **kwargs)
 
 
-def zeros_like(other: Any = None, dtype: Optional[torch.dtype] = None, **kwargs: Any) -> torch.Tensor:
-    return torch.zeros_like(_other(other, kwargs), dtype=dtype, **kwargs)
+def ones_like(other: torch.Tensor, dtype: Optional[torch.dtype] = None, **kwargs: Any) -> torch.Tensor:
+    return torch.ones_like(other, dtype=dtype, **kwargs)
 
 
-def ones_like(other: Any = None, dtype: Optional[torch.dtype] = None, **kwargs: Any) -> torch.Tensor:
-    return torch.ones_like(_other(other, kwargs), dtype=dtype, **kwargs)
+def full_like(other: torch.Tensor, value: Any, dtype: Optional[torch.dtype] = None, **kwargs: Any) -> torch.Tensor:
+    return torch.full_like(other, value, dtype=dtype, **kwargs)
 
 
-def full_like(other: Any = None, value: Any = None, dtype: Optional[torch.dtype] = None, **kwargs: Any
-              ) -> torch.Tensor:
-    value = kwargs.pop("fill_value") if value is None and "fill_value" in kwargs else value
-    return torch.full_like(_other(other, kwargs), value, dtype=dtype, **kwargs)
+def from_numpy(array: Any) -> torch.Tensor:
+    """A tensor sharing the numpy array's memory (``torch.from_numpy``)."""
+    return torch.from_numpy(array)
+
+
+def to_numpy(tensor: torch.Tensor) -> Any:
+    """The tensor's values as a numpy array (detached, on the CPU)."""
+    return tensor.detach().cpu().numpy()
 
 
 def manual_seed(seed: int) -> None:

@@ -12,12 +12,14 @@ import itertools
 import logging
 import time
 from collections import deque
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 import torch
 import torch.utils._pytree as pytree
 
-__all__ = ["DataLoader", "DataExecutor", "Profiler", "SyntheticDataset", "compute_num_steps", "current_executor"]
+__all__ = ["DataLoader", "DataExecutor", "DistributedSampler", "Profiler", "RestartableDataLoader", "Schedule",
+           "SyntheticDataset", "compute_num_steps", "current_executor"]
 
 logger = logging.getLogger(__name__)
 _EXECUTORS: list[DataExecutor] = []
@@ -104,6 +106,16 @@ class DataLoader:
         return self._loader
 
     @property
+    def is_restartable(self) -> bool:
+        """True when the input_fn's loader saves and restores its position (:class:`RestartableDataLoader`)."""
+        return isinstance(self.loader, RestartableDataLoader)
+
+    @property
+    def batch_size(self) -> int | None:
+        """The input_fn's loader's batch size (None when it has none)."""
+        return getattr(self.loader, "batch_size", None)
+
+    @property
     def num_steps(self) -> int | None:
         """Steps of the older form, or None when no step option was given."""
         if all(v is None for v in self.step_options.values()):
@@ -171,15 +183,15 @@ class Profiler:
         if self._start is not None:
             self.total_time = time.perf_counter() - self._start
 
-    @property
     def rate(self) -> float:
+        """Samples per second over the last steps (a method, as the vendor's)."""
         if len(self._recent) < 2:
             return 0.0
         (t0, s0), (t1, s1) = self._recent[0], self._recent[-1]
         return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
 
-    @property
     def global_rate(self) -> float:
+        """Samples per second since the first step."""
         return self.total_samples / self.total_time if self.total_time > 0 else 0.0
 
 
@@ -194,7 +206,8 @@ class DataExecutor:
     """
 
     def __init__(self, dataloader: Any, num_steps: int | None = None, checkpoint_steps: int | None = None,
-                 activation_steps: int | None = None, writer: Any = None, micro_batch_size: Any = None) -> None:
+                 activation_steps: int | None = None, profiler_activities: Any = None, writer: Any = None,
+                 micro_batch_size: Any = None) -> None:
         if num_steps is None:
             num_steps = dataloader.num_steps if isinstance(dataloader, DataLoader) else None
             num_steps = num_steps or _len_or_none(dataloader)
@@ -210,6 +223,7 @@ class DataExecutor:
         self.dataloader, self.num_steps, self.checkpoint_steps = dataloader, num_steps, checkpoint_steps or 0
         self.activation_steps, self.writer, self.micro_batch_size = activation_steps or 1, writer, micro_batch_size
         self.profiler = Profiler()
+        self.profiler_activities = list(profiler_activities or [])  # vendor profiler plug-ins: recorded only
         self._iteration = -1
 
     def __len__(self) -> int:
@@ -282,7 +296,8 @@ class SyntheticDataset(torch.utils.data.Dataset):
     torch samplers).
     """
 
-    def __init__(self, spec: Any, num_samples: int = 1024) -> None:
+    def __init__(self, sample_spec: Any, num_samples: int = 1024) -> None:
+        spec = sample_spec
         if not isinstance(num_samples, int) or num_samples < 1:
             raise ValueError(f"Invalid num_samples: {num_samples!r} (must be a positive integer)")
         leaves = pytree.tree_leaves(spec)
@@ -297,3 +312,82 @@ class SyntheticDataset(torch.utils.data.Dataset):
         if not 0 <= index < self.num_samples:
             raise IndexError(index)
         return pytree.tree_map(lambda x: x(index) if callable(x) else x, self.spec)
+
+
+@runtime_checkable
+class RestartableDataLoader(Protocol):
+    """A dataloader that can save and restore where it is (the vendor's protocol): ``state_dict()``
+    returns its position, ``load_state_dict(state)`` resumes there."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class Schedule:
+    """A set of steps given as intervals (the vendor's ``Schedule``): ``step in schedule``."""
+
+    @dataclass
+    class Range:
+        """Steps ``start, start + step, ...`` below ``end`` (and ``end - 1`` when ``include_last``)."""
+
+        start: int
+        end: int
+        step: int
+        include_last: bool = False
+
+        def __contains__(self, value: int) -> bool:
+            if not self.start <= value < self.end:
+                return False
+            return (value - self.start) % self.step == 0 or (self.include_last and value == self.end - 1)
+
+    intervals: list
+
+    def __contains__(self, value: int) -> bool:
+        return any(value in interval for interval in self.intervals)
+
+
+class DistributedSampler(torch.utils.data.Sampler):
+    """Indices of ``data_source`` for this input stream: shuffled per epoch with ``seed`` (when
+    ``shuffle``), starting at ``start_index``, sharded over the streamers (``shard``), optionally in
+    whole batches (``batch_size``, ``drop_last`` / ``pad_last``). One stream here: every index.
+    """
+
+    def __init__(self, data_source: Any, shuffle: bool = True, seed: int | None = None, start_index: int = 0,
+                 shard: bool = True, batch_size: int | None = None, drop_last: bool = True,
+                 num_samples: int | None = None, pad_last: bool = False) -> None:
+        from cs_run import distributed
+
+        self.data_source, self.shuffle, self.seed, self.start_index = data_source, shuffle, seed, start_index
+        self.batch_size, self.drop_last, self.pad_last = batch_size, drop_last, pad_last
+        self.num_samples = len(data_source) if num_samples is None else num_samples
+        self.num_shards = distributed.num_streamers() if shard else 1
+        self.rank = distributed.get_streaming_rank() if shard else 0
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _order(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.num_samples))
+        g = torch.Generator().manual_seed((self.seed or 0) + self.epoch)
+        return torch.randperm(self.num_samples, generator=g).tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        order = self._order()[self.start_index:]
+        if self.batch_size:
+            full = len(order) // self.batch_size * self.batch_size
+            if self.pad_last and full < len(order):
+                order = order + order[:self.batch_size - (len(order) - full)]
+            elif self.drop_last:
+                order = order[:full]
+            batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+            order = [i for b in batches[self.rank::self.num_shards] for i in b]
+        else:
+            order = order[self.rank::self.num_shards]
+        return iter(order)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in iter(self))

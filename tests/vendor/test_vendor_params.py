@@ -14,8 +14,8 @@ import yaml
 from cs_run import vendor_params
 from cs_run.errors import ParamsError
 from cs_run.params import load_params
-from cs_run.runners import PyTorchBaseRunner
 from cs_run.resolve import resolve_params
+from cs_run.runners import PyTorchBaseRunner
 from tests.vendor.helpers import write_mnist
 
 # runconfig_schema.yaml, union over Release_1.8.0, 1.9.1, 2.0.2, 2.1.0, 2.2.0, 2.3.0, 2.5.0, 2.7.0, 2.10.0
