@@ -65,7 +65,7 @@ def _parser(extra_args_parser_fn: Optional[Callable]) -> argparse.ArgumentParser
     return p
 
 
-def run(model_fn: Callable[[dict], Any], train_data_fn: Optional[Callable[[dict], Any]] = None,
+def run(model_fn: Optional[Callable[[dict], Any]] = None, train_data_fn: Optional[Callable[[dict], Any]] = None,
         eval_data_fn: Optional[Callable[[dict], Any]] = None, default_params_fn: Optional[Callable] = None,
         extra_args_parser_fn: Optional[Callable] = None, argv: Optional[list[str]] = None) -> dict:
     """Parse the command line, build the runner with these functions, and run the mode.
@@ -73,6 +73,9 @@ def run(model_fn: Callable[[dict], Any], train_data_fn: Optional[Callable[[dict]
     This is a script entry point: errors are reported by :mod:`cs_run.exits`, like ``cs-run``: one
     ``Error:`` line and exit code 2 (bad input) or 1 (failed run); an error in the user's own code
     keeps the traceback of the user's frames.
+
+    Without ``model_fn`` (Release_2.10's ``run()``), ``model.name`` in the params picks the model (a
+    registered name such as ``fc_mnist``, or ``module:function``) and its default data, as ``cs-run train``.
 
     Returns:
         The eval results of eval modes (empty for train).
@@ -134,7 +137,7 @@ def _params_from_args(args: argparse.Namespace) -> dict:
     return raw
 
 
-def main(params: dict, model_fn: Callable[[dict], Any], train_data_fn: Optional[Callable[[dict], Any]] = None,
+def main(params: dict, model_fn: Optional[Callable[[dict], Any]] = None, train_data_fn: Optional[Callable[[dict], Any]] = None,
          eval_data_fn: Optional[Callable[[dict], Any]] = None, script: Optional[str] = None,
          extra_args_parser_fn: Optional[Callable] = None) -> dict:
     """Run ``params["runconfig"]["mode"]`` on ``target_device`` (Release_1.9+ ``run_utils.main``).
@@ -165,7 +168,8 @@ def _main(vendor: dict, model_fn, train_data_fn, eval_data_fn) -> dict:
     rc.pop("_extra_args", None)
     for key in _CLI_KEYS:
         rc_copy.pop(key, None)
-    raw.setdefault("model", {}).setdefault("name", f"{model_fn.__module__}:{model_fn.__qualname__}")
+    if model_fn is not None:
+        raw.setdefault("model", {}).setdefault("name", f"{model_fn.__module__}:{model_fn.__qualname__}")
     source = rc.get("params")
     params = params_from_dict(raw, base_dir=Path(source).parent if source else None, source=source)
     setup_console_logging(params.runconfig.logging)
@@ -193,12 +197,12 @@ def _main(vendor: dict, model_fn, train_data_fn, eval_data_fn) -> dict:
     def data(fn):
         return None if fn is None else (lambda _ignored: fn(vendor))
 
-    builders: dict[str, Any] = dict(model_fn=build_model, train_data_fn=data(train_data_fn),
-                                    eval_data_fn=data(eval_data_fn))
-    runner = PyTorchBaseRunner.create(params, device=device, runner=rc.get("runner"), mode=mode,
-                                      optimizer_fn=lambda module: _base_model_part(built, "optimizer", module, params),
-                                      lr_scheduler_fn=lambda opt: _base_model_part(built, "lr_scheduler", opt, params),
-                                      **builders)
+    builders: dict[str, Any] = dict(train_data_fn=data(train_data_fn), eval_data_fn=data(eval_data_fn))
+    if model_fn is not None:  # else: the params' model.name, built by the runner
+        builders.update(model_fn=build_model,
+                        optimizer_fn=lambda module: _base_model_part(built, "optimizer", module, params),
+                        lr_scheduler_fn=lambda opt: _base_model_part(built, "lr_scheduler", opt, params))
+    runner = PyTorchBaseRunner.create(params, device=device, runner=rc.get("runner"), mode=mode, **builders)
     if params.runconfig.compile_only or params.runconfig.validate_only:
         mode = "eval" if mode == "eval" else "train"  # the compiler traces one step of that kind
     return runner.run(mode) or {}

@@ -416,3 +416,32 @@ def test_nothing_named_cerebras_is_installed():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
+
+
+RUN_210 = '''
+import os
+import sys
+
+sys.path.append(os.path.join(os.path.dirname(__file__), "../../../../.."))
+
+if __name__ == '__main__':
+    from cerebras.modelzoo.common.run_utils import run
+
+    run()
+'''
+
+
+def test_release_2_10_run_py_takes_the_model_from_the_params(tmp_path, monkeypatch, clean_modules, caplog):
+    """2.10's run.py calls run() with no functions: model.name (here cs-run's bundled fc_mnist) decides."""
+    from tests.vendor.helpers import write_mnist
+
+    (tmp_path / "run.py").write_text(RUN_210)
+    (tmp_path / "params.yaml").write_text(PARAMS["1.9"].replace("csconfig: {use_cbfloat16: False}\n", "")
+                                          .replace('to_float16: True, shuffle: True}', 'shuffle: True, '
+                                                   'split: "train", data_processor: "MNISTDataProcessor"}'))
+    write_mnist(tmp_path / "mnist")
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level("INFO", logger="cs_run"):
+        compat.run_script(str(tmp_path / "run.py"), ["CSX", "--mode", "train", "--params", "params.yaml",
+                                                     "--model_dir", "md"])
+    assert "MNIST IDX files" in caplog.text and (tmp_path / "md" / "checkpoint_4.mdl").is_file()
