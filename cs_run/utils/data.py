@@ -207,7 +207,7 @@ class DataExecutor:
 
     def __init__(self, dataloader: Any, num_steps: int | None = None, checkpoint_steps: int | None = None,
                  activation_steps: int | None = None, profiler_activities: Any = None, writer: Any = None,
-                 micro_batch_size: Any = None) -> None:
+                 micro_batch_size: Any = None, cs_config: Any = None) -> None:
         if num_steps is None:
             num_steps = dataloader.num_steps if isinstance(dataloader, DataLoader) else None
             num_steps = num_steps or _len_or_none(dataloader)
@@ -224,6 +224,7 @@ class DataExecutor:
         self.activation_steps, self.writer, self.micro_batch_size = activation_steps or 1, writer, micro_batch_size
         self.profiler = Profiler()
         self.profiler_activities = list(profiler_activities or [])  # vendor profiler plug-ins: recorded only
+        self.cs_config = cs_config  # the 2.0 cstorch.utils.CSConfig: recorded (the backend holds the cluster)
         self._iteration = -1
 
     def __len__(self) -> int:

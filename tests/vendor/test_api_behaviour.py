@@ -118,3 +118,17 @@ def test_tensorboard_writer_and_reader_round_trip(tmp_path):
     assert reader.read_scalar("loss", step=6).value == 0.25
     with pytest.raises(KeyError):
         reader.read_scalar("loss", step=9)
+
+
+def test_release_2_0_csconfig_and_executor_keyword():
+    from cs_run.utils import CSConfig, data
+
+    config = CSConfig(num_csx=None, max_wgt_servers=2, mgmt_namespace="ns", debug_args=None, job_labels=["a=b"])
+    config.precision_opt_level = 1
+    assert (config.num_csx, config.max_wgt_servers, config.job_labels, config.mgmt_namespace) == (1, 2, ["a=b"], "ns")
+    with pytest.raises(TypeError):
+        CSConfig(num_wgt_servers=2)  # the runconfig spelling is not a field
+    ds = torch.utils.data.TensorDataset(torch.arange(4.0))
+    executor = data.DataExecutor(data.DataLoader(lambda: torch.utils.data.DataLoader(ds, batch_size=2)),
+                                 num_steps=1, cs_config=config)
+    assert executor.cs_config is config and len(list(executor)) == 1
