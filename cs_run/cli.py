@@ -141,12 +141,15 @@ compile_only = _trace_only_command(
 
 
 def _attach_subsystems() -> None:
-    """Commands owned by other modules: ``cs-run checkpoint convert|info``, ``cs-run plot``, ``cs-run exec``."""
+    """Commands owned by other modules: ``cs-run checkpoint convert|info``, ``cs-run data preprocess``,
+    ``cs-run plot``, ``cs-run exec``."""
     from cs_run.checkpoint.cli import checkpoint
     from cs_run.compat.cli import exec_command
+    from cs_run.examples.gpt2.cli import data
     from cs_run.plot import plot
 
     cli.add_command(checkpoint)
+    cli.add_command(data)
     cli.add_command(plot)
     cli.add_command(exec_command)
 

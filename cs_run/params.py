@@ -304,6 +304,9 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     raw = vendor_params.from_trainer_form(raw, located)
     if defaults_fn is not None:
         raw = defaults_fn(raw)
+    from cs_run.registry import apply_model_defaults
+
+    raw = apply_model_defaults(raw)
     _resolve_relative_paths(raw, path.parent)
     if overrides:
         apply_overrides(raw, overrides)
