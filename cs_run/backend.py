@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import warnings
 from typing import Any, Iterator
 
 import torch
@@ -192,8 +193,6 @@ def current_backend(raise_exception: bool = True, raise_warning: bool = True) ->
         raise_warning: emit the vendor's DeprecationWarning.
     """
     if raise_warning:
-        import warnings
-
         warnings.warn("cstorch.current_backend() is deprecated and will be removed in a future release. Use "
                       "cstorch.backend() instead to access the current backend.", DeprecationWarning, stacklevel=2)
     if _CURRENT is None and raise_exception:

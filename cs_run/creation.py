@@ -8,8 +8,10 @@ forms of seed 001 still work: ``zeros(2, 3)`` and torch's keyword arguments (dev
 
 from __future__ import annotations
 
+import random
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
 __all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "manual_seed", "from_numpy", "to_numpy"]
@@ -61,9 +63,6 @@ def to_numpy(tensor: torch.Tensor) -> Any:
 
 def manual_seed(seed: int) -> None:
     """Seed every RNG a run draws from: torch (CPU and CUDA), numpy and Python's random."""
-    import random
-
-    import numpy as np
 
     random.seed(seed)
     np.random.seed(seed % (2**32))

@@ -24,9 +24,24 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
+import yaml
 
+from cs_run import amp
+from cs_run._logging import setup_console_logging
+from cs_run.errors import ParamsError
 from cs_run.exits import ArgumentParser, report
-from cs_run.params import CLUSTER_INT_KEYS, CLUSTER_LIST_KEYS
+from cs_run.optim import configure_from_params
+from cs_run.params import (
+    CLUSTER_INT_KEYS,
+    CLUSTER_LIST_KEYS,
+    apply_overrides,
+    flag_overrides,
+    params_from_dict,
+    parse_override,
+)
+from cs_run.runners import PyTorchBaseRunner
+from cs_run.runners import _build as runner_build
+from cs_run.vendor_params import from_trainer_form
 
 __all__ = ["PyTorchBaseModel", "get_params_from_args", "main", "run"]
 
@@ -108,12 +123,6 @@ def get_params_from_args(run_dir: Optional[str] = None, extra_args_parser_fn: Op
 
 
 def _params_from_args(args: argparse.Namespace) -> dict:
-    import yaml
-
-    from cs_run.errors import ParamsError
-    from cs_run.params import apply_overrides, flag_overrides, parse_override
-    from cs_run.vendor_params import from_trainer_form
-
     path = Path(args.params)
     if not path.is_file():
         raise ParamsError(f"params file not found: {path}")
@@ -153,11 +162,6 @@ def main(params: dict, model_fn: Optional[Callable[[dict], Any]] = None, train_d
 
 
 def _main(vendor: dict, model_fn, train_data_fn, eval_data_fn) -> dict:
-    from cs_run import amp
-    from cs_run._logging import setup_console_logging
-    from cs_run.params import params_from_dict
-    from cs_run.runners import PyTorchBaseRunner
-
     rc = vendor.setdefault("runconfig", {})
     mode = rc.setdefault("mode", "train")
     device = str(rc.get("target_device") or "CPU").upper()
@@ -189,8 +193,6 @@ def _main(vendor: dict, model_fn, train_data_fn, eval_data_fn) -> dict:
         if isinstance(getattr(obj, "model", None), torch.nn.Module) and callable(obj):
             built["base_model"] = obj
             return _BaseModelModule(obj)
-        from cs_run.errors import ParamsError
-
         raise ParamsError(f"model function {model_fn.__qualname__} returned {type(obj).__name__}; expected a "
                           "torch.nn.Module whose forward(batch) returns the loss, or a PyTorchBaseModel")
 
@@ -213,11 +215,9 @@ def _base_model_part(built: dict, part: str, arg: Any, params) -> Any:
     base = built.get("base_model")
     if base is not None and getattr(base, part, None) is not None:
         return getattr(base, part)
-    from cs_run.runners import _build
-
     if part == "optimizer":
-        return _build.build_optimizer(params.optimizer, arg)
-    return _build.build_lr_scheduler(params.optimizer, arg)
+        return runner_build.build_optimizer(params.optimizer, arg)
+    return runner_build.build_lr_scheduler(params.optimizer, arg)
 
 
 class _BaseModelModule(torch.nn.Module):
@@ -239,8 +239,6 @@ class PyTorchBaseModel:
     """
 
     def __init__(self, params: dict, model: torch.nn.Module, device: Optional[torch.device] = None) -> None:
-        from cs_run.optim import configure_from_params
-
         self.model = model
         if device is not None:
             self.model = self.model.to(device)

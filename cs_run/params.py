@@ -20,9 +20,11 @@ from typing import Any, Optional, Union
 
 import yaml
 
-from cs_run import _yaml
+from cs_run import _yaml, vendor_params
 from cs_run._checks import check_value, unknown_key_message
+from cs_run._logging import defer
 from cs_run.errors import CsRunError, ParamsError
+from cs_run.registry import apply_model_defaults
 from cs_run.schedule import check_step_options
 
 __all__ = [
@@ -255,6 +257,8 @@ class Params:
         return out
 
 
+_RUNCONFIG_KEYS = [f.name for f in dataclasses.fields(RunConfig)]
+
 _SECTION_TYPES = {
     "train_input": InputParams,
     "eval_input": InputParams,
@@ -299,18 +303,15 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     for key in overridden:
         _yaml.check_finite(overrides[key], key, " (set on the command line)")
     located = Params.locator(str(path), lines, overridden)
-    from cs_run import vendor_params
-
     raw = vendor_params.from_trainer_form(raw, located)
     if defaults_fn is not None:
         raw = defaults_fn(raw)
-    from cs_run.registry import apply_model_defaults
 
     raw = apply_model_defaults(raw)
     _resolve_relative_paths(raw, path.parent)
     if overrides:
         apply_overrides(raw, overrides)
-    vendor_params.normalize(raw, located)
+    vendor_params.normalize(raw, located, _RUNCONFIG_KEYS)
     params = validate_params(raw, locate=located)
     params.source, params.lines, params.overridden = str(path), lines, overridden
     # The default ./model_dir, not given in the file, is relative to the current folder.
@@ -326,12 +327,10 @@ def params_from_dict(raw: dict, *, base_dir: str | os.PathLike | None = None, so
     Raises:
         ParamsError: with the key path and the fix.
     """
-    from cs_run import vendor_params
-
     raw = vendor_params.from_trainer_form(raw)
     _resolve_relative_paths(raw, Path(base_dir) if base_dir is not None else Path.cwd())
     where = f" ({source})" if source else ""
-    vendor_params.normalize(raw, lambda key: where)
+    vendor_params.normalize(raw, lambda key: where, _RUNCONFIG_KEYS)
     params = validate_params(raw, locate=lambda key: where)
     params.source = source
     params.runconfig.model_dir = str(Path(params.runconfig.model_dir).expanduser().resolve())
@@ -495,17 +494,13 @@ def _check_cross_keys(s: dict, locate) -> None:
 def resolve_data_dir(value: str, params_dir: Path, key: str = "data_dir") -> str:
     """The vendor's rule: a relative data path is relative to the working directory. When only the
     params file's folder has it, that folder is used and the choice is logged (cs-run's older rule)."""
-    from cs_run.vendor_params import BUNDLED_DATA
-
-    if value == BUNDLED_DATA:
+    if value == vendor_params.BUNDLED_DATA:
         return value
     p = Path(value).expanduser()
     if p.is_absolute():
         return str(p)
     from_cwd, from_params = p.resolve(), (params_dir / p).resolve()
     if not from_cwd.exists() and from_params.exists():
-        from cs_run._logging import defer
-
         defer(__name__, f"params: {key} {value!r} is not in the working directory; using {from_params} "
                         "(relative to the params file)")
         return str(from_params)

@@ -18,8 +18,10 @@ fc_mnist params files of every release and the 2.10 Trainer's legacy-key table.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Optional
 
+from cs_run._checks import unknown_key_message
+from cs_run._logging import defer
 from cs_run.errors import ParamsError
 
 __all__ = ["FORMS", "RECORDED", "RUNCONFIG_KEYS", "INPUT_KEYS", "MODEL_KEYS", "OPTIMIZER_KEYS", "CSCONFIG_KEYS",
@@ -222,8 +224,6 @@ def _record(path: str, value: Any, reason: str) -> None:
     first = path not in RECORDED
     RECORDED[path] = value
     if first:
-        from cs_run._logging import defer
-
         defer(__name__, f"params: {path} = {value!r} is a Model Zoo key recorded with no effect here ({reason})")
 
 
@@ -248,27 +248,23 @@ def _apply_table(raw: dict, section: str, table: dict, locate, target_section: s
             (raw.setdefault(target_section, {}) if target_section else node)[target] = value
 
 
-def _check_unknown(raw: dict, section: str, table: dict, locate) -> None:
-    """A key neither cs-run's nor the vendor's: the error, with the did-you-mean over both vocabularies."""
-    import dataclasses
-
-    from cs_run import params as p
-    from cs_run._checks import unknown_key_message
-
+def _check_unknown(raw: dict, section: str, table: dict, own: list, locate) -> None:
+    """A key neither cs-run's (``own``) nor the vendor's: the error, with the did-you-mean over both."""
     node = raw.get(section)
     if not isinstance(node, dict):
         return
-    own = [f.name for f in dataclasses.fields(p.RunConfig)]
     for key in node:
         if key not in own and key not in table:
             path = f"{section}.{key}"
             raise ParamsError(unknown_key_message(path, key, own + sorted(table), where=locate(path)))
 
 
-def normalize(raw: dict, locate=lambda key: "") -> dict:
+def normalize(raw: dict, locate=lambda key: "", runconfig_keys: Optional[list] = None) -> dict:
     """Bring a flat vendor params dict (any release) into cs-run's sections, in place; returns it.
 
-    The trainer form must go through :func:`from_trainer_form` first.
+    The trainer form must go through :func:`from_trainer_form` first. ``runconfig_keys``: cs-run's own
+    runconfig keys (for the did-you-mean of an unknown key; without them unknown keys are left to the
+    section's own validation).
     """
     csconfig = raw.pop("csconfig", None)
     if csconfig is not None:
@@ -276,8 +272,6 @@ def normalize(raw: dict, locate=lambda key: "") -> dict:
             raise ParamsError(f"params: csconfig must be a mapping, got {type(csconfig).__name__}{locate('csconfig')}")
         for key, value in csconfig.items():
             if key not in CSCONFIG_KEYS:
-                from cs_run._checks import unknown_key_message
-
                 raise ParamsError(unknown_key_message(f"csconfig.{key}", key, list(CSCONFIG_KEYS),
                                                       where=locate(f"csconfig.{key}")))
             _check_type(f"csconfig.{key}", value, CSCONFIG_KEYS[key][2], locate)
@@ -286,7 +280,8 @@ def normalize(raw: dict, locate=lambda key: "") -> dict:
             raw.setdefault("model", {}).setdefault("fp16_type", "cbfloat16")
         else:
             _record("csconfig.use_cbfloat16", csconfig.get("use_cbfloat16"), "false keeps the default half type")
-    _check_unknown(raw, "runconfig", RUNCONFIG_KEYS, locate)
+    if runconfig_keys is not None:
+        _check_unknown(raw, "runconfig", RUNCONFIG_KEYS, list(runconfig_keys), locate)
     _apply_table(raw, "runconfig", RUNCONFIG_KEYS, locate)
     for section in ("train_input", "eval_input"):
         _apply_table(raw, section, INPUT_KEYS, locate)
@@ -357,8 +352,6 @@ def from_trainer_form(raw: dict, locate=lambda key: "") -> dict:
             elif isinstance(value, dict) and any(k.startswith(path + ".") for k in TRAINER_KEYS):
                 walk(value, path)
             else:
-                from cs_run._checks import unknown_key_message
-
                 prefix_keys = {k[len(prefix) + 1:].split(".")[0] for k in (*TRAINER_KEYS, *TRAINER_RECORDED)
                                if k.startswith(prefix + ".")}
                 raise ParamsError(unknown_key_message(f"trainer.{path}", key, sorted(prefix_keys),
@@ -372,8 +365,6 @@ def from_trainer_form(raw: dict, locate=lambda key: "") -> dict:
                 walk(trainer[part], part)
     unknown = [k for k in trainer if k not in ("init", "fit", "validate", "validate_all")]
     if unknown:
-        from cs_run._checks import unknown_key_message
-
         raise ParamsError(unknown_key_message(f"trainer.{unknown[0]}", unknown[0],
                                               ["init", "fit", "validate", "validate_all"],
                                               where=locate(f"trainer.{unknown[0]}")))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,9 @@ from cs_run.errors import ParamsError
 
 from . import lr_scheduler as _lrs
 from .optimizer import Optimizer
+from .param_groups import configure_param_groups
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["OptimizerBlock", "configure_from_params", "configure_lr_scheduler", "configure_optimizer",
            "resolve_optimizer_class", "resolve_scheduler_class", "split_optimizer_block"]
@@ -310,24 +314,16 @@ def configure_from_params(block: dict, model: torch.nn.Module, where: str = "opt
 
     Returns ``(optimizer, lr_scheduler or None, step)`` where ``step`` holds the block's
     :data:`STEP_KEYS` for the runner / GradScaler. Appliance-only keys are logged once.
-    Param-group keys (adjust_learning_rate, params) go through ``cs_run.optim.configure_param_groups``.
+    Param-group keys (adjust_learning_rate, params) go through :func:`configure_param_groups`.
     """
-    import logging
-
     parts = split_optimizer_block(block, where)
     for key in parts.recorded:
         if key not in _LOGGED:
             _LOGGED.add(key)
-            logging.getLogger(__name__).info("%s.%s: recorded, no effect here (%s)", where, key, RECORDED_KEYS[key])
+            logger.info("%s.%s: recorded, no effect here (%s)", where, key, RECORDED_KEYS[key])
     params: Any = [p for p in model.parameters() if p.requires_grad]
-    if parts.param_groups:
-        import importlib
-
-        group_fn = getattr(importlib.import_module(__package__), "configure_param_groups", None)
-        if group_fn is None:
-            raise ParamsError(f"{where}.{next(iter(parts.param_groups))}: parameter groups are not supported by "
-                              "this cs-run build; remove the key")
-        params = group_fn(model, {**parts.param_groups, **parts.kwargs})
+    if parts.param_groups:  # the vendor's grouping: weight decay, adjust_learning_rate, tagged params
+        params = configure_param_groups(model, {**parts.param_groups, **parts.kwargs})
     kwargs = dict(parts.kwargs)
     if parts.learning_rate is not None and isinstance(parts.learning_rate, (int, float, str)) \
             and not isinstance(parts.learning_rate, bool):

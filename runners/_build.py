@@ -9,6 +9,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from cs_run import optim
+from cs_run.amp import build_grad_scaler as build
+from cs_run.amp import resolve_mixed_precision
 from cs_run.errors import ParamsError
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params
 from cs_run.resolve import data_function, model_function
@@ -65,7 +68,6 @@ def _checked_loader(loader: Any, name: str) -> torch.utils.data.DataLoader:
 
 def build_optimizer(opt: OptimizerParams, model: torch.nn.Module) -> torch.optim.Optimizer:
     """The optimizer block's class and keyword arguments (runner-only keys removed)."""
-    from cs_run import optim
 
     try:
         return optim.configure_optimizer(opt.optimizer_type, model.parameters(), **opt.extra)
@@ -76,15 +78,12 @@ def build_optimizer(opt: OptimizerParams, model: torch.nn.Module) -> torch.optim
 
 
 def build_lr_scheduler(opt: OptimizerParams, optimizer: torch.optim.Optimizer):
-    from cs_run import optim
-
     return optim.configure_lr_scheduler(optimizer, opt.learning_rate)
 
 
 
 def build_grad_scaler(opt: OptimizerParams):
     """A GradScaler when the block asks for loss scaling (dynamic, or a static factor other than 1)."""
-    from cs_run.amp import build_grad_scaler as build
 
     return build({k: v for k, v in dataclasses.asdict(opt).items() if v is not None})
 
@@ -94,8 +93,6 @@ def resolve_autocast_dtype(model: ModelParams, device_type: str, backend_type: s
     autocasts only with an explicit bfloat16 (``use_bfloat16`` / ``fp16_type: bfloat16``, the vendor's
     2.x CPU autocast); with the default float16 half type the CPU runs float32, as the vendor's CPU
     runner does ("autocast has no effect"), logged once."""
-    from cs_run.amp import resolve_mixed_precision
-
     explicit_bf16 = model.use_bfloat16 or model.fp16_type in ("bfloat16", "cbfloat16")
     if backend_type.upper() == "CPU" and model.mixed_precision and not explicit_bf16:
         logger.info("model.mixed_precision with the float16 half type: no effect on the CPU device (the vendor's "

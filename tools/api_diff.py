@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+import torch  # evaluates vendor defaults such as torch.float32
+
 HERE = Path(__file__).resolve().parent
 VENDOR_FILE = HERE / "vendor_api_2.10.txt"
 DELIBERATE_FILE = HERE / "vendor_api_deliberate.txt"
@@ -59,8 +61,6 @@ def read_deliberate(path: Path = DELIBERATE_FILE) -> dict[str, str]:
 
 
 def _parse_sig(sig: str) -> list[tuple[str, str, Any]]:
-    import torch  # defaults such as torch.float32
-
     fn = ast.parse(f"def f{sig}: pass").body[0].args
     env = {"torch": torch}
     out: list[tuple[str, str, Any]] = []

@@ -30,6 +30,8 @@ import sys
 import types
 from typing import Optional, Sequence
 
+from cs_run.errors import CsRunError, ParamsError
+
 __all__ = ["PROVIDED", "VendorFinder", "install", "uninstall", "run_script", "main"]
 
 _V1 = "cs_run.compat.modelzoo_v1"
@@ -151,8 +153,6 @@ def uninstall() -> None:
 def run_script(path: str, argv: Sequence[str] = ()) -> None:
     """Run ``path`` as ``__main__`` with ``sys.argv = [path, *argv]`` and the vendor names resolved."""
     if not os.path.isfile(path):
-        from cs_run.errors import ParamsError
-
         raise ParamsError(f"exec: script not found: {path}")
     install()
     sys.argv = [path, *argv]
@@ -166,8 +166,6 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: python -m cs_run.compat script.py [args...]\n\n" + (__doc__ or ""))
         raise SystemExit(0 if argv else 2)
-    from cs_run.errors import CsRunError
-
     try:
         run_script(argv[0], argv[1:])
     except CsRunError as e:

@@ -2,4 +2,5 @@
 
 from cs_run.compat import main
 
-main()
+if __name__ == "__main__":
+    main()

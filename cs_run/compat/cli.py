@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from cs_run.compat import run_script
+
 __all__ = ["exec_command"]
 
 
@@ -14,6 +16,4 @@ __all__ = ["exec_command"]
 def exec_command(script: str, args: tuple[str, ...]) -> None:
     """Run a vendor script with cerebras.pytorch, cerebras_pytorch, modelzoo.common.pytorch and
     cerebras.modelzoo resolved to cs-run (this process only); ARGS go to the script."""
-    from cs_run.compat import run_script
-
     run_script(script, list(args))

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 import torch
 import torch.utils._pytree as pytree
 
+from cs_run import distributed
 from cs_run.backend import current_backend
 from cs_run.batches import RateMeter, batch_size, cycle, loader_length, move_to_device
 from cs_run.engine import closures
@@ -263,8 +264,6 @@ class DistributedSampler(torch.utils.data.Sampler):
     def __init__(self, data_source: Any, shuffle: bool = True, seed: int | None = None, start_index: int = 0,
                  shard: bool = True, batch_size: int | None = None, drop_last: bool = True,
                  num_samples: int | None = None, pad_last: bool = False) -> None:
-        from cs_run import distributed
-
         self.data_source, self.shuffle, self.seed, self.start_index = data_source, shuffle, seed, start_index
         self.batch_size, self.drop_last, self.pad_last = batch_size, drop_last, pad_last
         self.num_samples = len(data_source) if num_samples is None else num_samples

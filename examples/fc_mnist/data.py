@@ -20,6 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+from cs_run import amp
+from cs_run.backend import use_cs
+from cs_run.errors import ParamsError
+from cs_run.vendor_params import BUNDLED_DATA
+
 __all__ = ["build_dataloader", "read_idx", "load_mnist_idx", "load_digits_as_mnist"]
 
 logger = logging.getLogger(__name__)
@@ -109,10 +114,6 @@ def build_dataloader(split: str, batch_size: int = 128, data_dir: Optional[str] 
     vendor's fc_mnist data, the images are the half type on CSX or a GPU (float32 on the CPU) and the
     labels int32 on CSX.
     """
-    from cs_run import amp, use_cs
-    from cs_run.errors import ParamsError
-    from cs_run.vendor_params import BUNDLED_DATA
-
     if data_dir in (None, BUNDLED_DATA):
         images, labels = load_digits_as_mnist(split)
         logger.info("fc_mnist data: scikit-learn's bundled handwritten digits upsampled to 28x28 (%s split: %d "

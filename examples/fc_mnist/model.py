@@ -6,6 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cs_run import amp
+from cs_run.metrics import AccuracyMetric
+
 __all__ = ["MNIST", "FcMnistModel", "build_model"]
 
 _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid,
@@ -47,8 +50,6 @@ class FcMnistModel(nn.Module):
         self.loss_fn = nn.NLLLoss()
         self.accuracy = None
         if compute_eval_metrics:
-            from cs_run.metrics import AccuracyMetric
-
             self.accuracy = AccuracyMetric("eval/accuracy")
 
     def forward(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -74,7 +75,5 @@ def build_model(depth: int = 10, hidden_size: int | list = 50, dropout: float = 
         raise ValueError(f"depth must be >= 0 and hidden_size >= 1, got depth={depth}, hidden_size={hidden_size}")
     model = FcMnistModel(depth, hidden_size, dropout, activation_fn, compute_eval_metrics)
     if to_float16:
-        from cs_run import amp
-
         model.model.to(amp.get_half_dtype())
     return model
