@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from cs_run.exits import ArgumentParser, report
-from cs_run.params import CLUSTER_INT_KEYS, CLUSTER_LIST_KEYS
+from cs_run.options import flag_overrides, run_options
 
 __all__ = ["run"]
 
@@ -38,22 +38,19 @@ def _parser(extra_args_parser_fn: Optional[Callable]) -> argparse.ArgumentParser
     p.add_argument("--device", type=str.upper, choices=_DEVICES, help="Where to run (older flat form).")
     p.add_argument("-m", "--mode", required=True, choices=_MODES)
     p.add_argument("-p", "--params", required=True, help="Params YAML (Model Zoo layout).")
-    p.add_argument("-o", "--model_dir")
-    p.add_argument("--checkpoint_path")
-    for name in ("max_steps", "num_steps", "num_epochs", "eval_steps"):
-        p.add_argument(f"--{name}", type=int)
-    p.add_argument("--logging", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR"))
-    p.add_argument("--runner", help="A custom runner class, 'module:Class'.")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="Override any params key (repeatable).")
-    csx = p.add_argument_group("CSX")
-    csx.add_argument("--compile_only", action="store_true", default=None, help="Trace and compile only.")
-    csx.add_argument("--validate_only", action="store_true", default=None, help="Trace only.")
-    csx.add_argument("--compile_dir")
-    for name in CLUSTER_INT_KEYS:
-        csx.add_argument(f"--{name}", type=int)
-    for name in CLUSTER_LIST_KEYS:
-        csx.add_argument(f"--{name}", nargs="+")
+                   help="Override any params key (repeatable). Precedence: params file < --set < a flag.")
+    for option in run_options():  # one declaration: the flag-marked RunConfig fields (cs_run.options)
+        names = [f"--{option.name}"] + ([option.short] if option.short else [])
+        if option.kind == "bool":
+            p.add_argument(*names, action="store_true", default=None, help=option.help)
+        elif option.kind == "list":
+            p.add_argument(*names, nargs="+", metavar=option.metavar, help=option.help)
+        elif option.kind == "choice":
+            p.add_argument(*names, type=str.upper, choices=option.choices, help=option.help)
+        else:
+            p.add_argument(*names, type=int if option.kind == "int" else str, metavar=option.metavar,
+                           help=option.help)
     return p
 
 
@@ -78,7 +75,7 @@ def run(model_fn: Callable[[dict], torch.nn.Module], train_data_fn: Optional[Cal
 
 def _run(args, model_fn, train_data_fn, eval_data_fn, default_params_fn) -> dict:
     from cs_run._logging import setup_console_logging
-    from cs_run.params import flag_overrides, load_params, parse_override
+    from cs_run.params import load_params, parse_override
     from cs_run.runners import PyTorchBaseRunner
 
     known = {a.dest for a in _parser(None)._actions}
@@ -99,8 +96,7 @@ def _run(args, model_fn, train_data_fn, eval_data_fn, default_params_fn) -> dict
     overrides = dict(parse_override(text) for text in args.overrides)
     params = load_params(args.params, {**overrides, **flags}, defaults_fn=defaults)
     setup_console_logging(params.runconfig.logging)
-    runner = PyTorchBaseRunner.create(params, device=args.device_word or args.device or "CPU", runner=args.runner,
-                                      mode=args.mode,
+    runner = PyTorchBaseRunner.create(params, device=args.device_word or args.device or "CPU", mode=args.mode,
                                       model_fn=with_extra_args(model_fn),
                                       train_data_fn=with_extra_args(train_data_fn),
                                       eval_data_fn=with_extra_args(eval_data_fn))
