@@ -16,6 +16,8 @@ from typing import Any, Iterator
 import torch
 
 from cs_run.distributed import ClusterConfig
+from cs_run.engine.compile import TIERS
+from cs_run.engine.step import EngineOptions
 from cs_run.errors import BackendError, ParamsError
 
 __all__ = ["BACKEND_TYPES", "Backend", "backend", "configure", "current_backend", "resolve_backend"]
@@ -71,8 +73,6 @@ class Backend:
             raise ParamsError(f"backend(): unknown option(s) {', '.join(sorted(unknown))}; valid options are "
                               "artifact_dir, compile_dir, compile_only, validate_only, cluster_config, "
                               "compile_tier, allow_recompile, checkpoint_steps")
-        from cs_run.engine.compile import TIERS
-
         if compile_tier not in TIERS:
             raise ParamsError(f"Invalid compile_tier {compile_tier!r}; must be one of {', '.join(TIERS)}")
         if compile_only and validate_only:
@@ -95,10 +95,8 @@ class Backend:
     is_gpu = property(lambda self: self.backend_type == "GPU")
     is_csx = property(lambda self: self.backend_type == "CSX")
 
-    def engine_options(self):
+    def engine_options(self) -> EngineOptions:
         """The :class:`~cs_run.engine.EngineOptions` a CSX step runs with."""
-        from cs_run.engine.step import EngineOptions
-
         return EngineOptions(tier=self.compile_tier, compile_dir=self.compile_dir, validate_only=self.validate_only,
                              compile_only=self.compile_only, allow_recompile=self.allow_recompile,
                              device=self.torch_device)

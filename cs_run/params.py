@@ -24,6 +24,7 @@ from cs_run import _yaml
 from cs_run._checks import check_value, unknown_key_message
 from cs_run.distributed import ClusterOptions
 from cs_run.errors import CsRunError, ParamsError
+from cs_run.schedule import check_step_options
 
 __all__ = [
     "Params",
@@ -397,12 +398,11 @@ def build_section(cls, section: str, values: dict, locate=lambda key: ""):
 
 def _check_cross_keys(s: dict, locate) -> None:
     rc: RunConfig = s["runconfig"]
-    if rc.num_steps is not None and rc.num_epochs is not None:
-        raise ParamsError("params: runconfig.num_steps and runconfig.num_epochs are mutually exclusive; "
-                          f"set only one (max_steps may be combined with either){locate('runconfig')}")
-    if rc.steps_per_epoch is not None and rc.num_epochs is None and rc.num_steps is None and rc.max_steps is None:
-        raise ParamsError("params: runconfig.steps_per_epoch needs runconfig.num_epochs (or num_steps / "
-                          f"max_steps) to define how long to train{locate('runconfig.steps_per_epoch')}")
+    try:  # the schedule's own checks (cs_run.schedule), here with the file and line
+        check_step_options(num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,
+                           steps_per_epoch=rc.steps_per_epoch, prefix="runconfig.", where="params: ")
+    except ParamsError as e:
+        raise ParamsError(f"{e}{locate('runconfig')}") from None
     if rc.compile_only and rc.validate_only:
         raise ParamsError("params: runconfig.compile_only and runconfig.validate_only are mutually exclusive; "
                           f"set at most one{locate('runconfig')}")

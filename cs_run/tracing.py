@@ -17,6 +17,7 @@ import torch
 from cs_run.backend import Backend, _normalize_type, current_backend
 from cs_run.backend import backend as _make_backend
 from cs_run.engine import closures
+from cs_run.engine.step import CompiledStep
 
 __all__ = ["compile", "trace", "compile_step", "step_closure", "checkpoint_closure", "TracedStepFunction"]
 
@@ -67,8 +68,6 @@ class TracedStepFunction:
             with closures.deferring():  # closures called in the step run when it returns
                 return self.fn(*args, **kwargs)
         if self._compiled is None or self._compiled_for is not be:
-            from cs_run.engine.step import CompiledStep
-
             self._compiled, self._compiled_for = CompiledStep(self.fn, be.engine_options()), be
         return self._compiled(*args, **kwargs)
 

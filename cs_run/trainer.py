@@ -102,7 +102,7 @@ class Trainer:
         params = Params(model=self._model_section, optimizer=self._optimizer_section, runconfig=rc,
                         train_input=_input_section(train_dataloader), eval_input=_input_section(val_dataloader))
         self.runner = PyTorchBaseRunner.create(
-            params, device=self.backend.backend_type, model_fn=self._model_fn,
+            params, device=self.backend.backend_type, backend=self.backend, model_fn=self._model_fn,
             train_data_fn=_data_fn(train_dataloader), eval_data_fn=_data_fn(val_dataloader),
             optimizer_fn=self._optimizer_fn, lr_scheduler_fn=self._scheduler_fn)
         return self.runner

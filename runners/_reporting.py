@@ -1,34 +1,11 @@
-"""What a run reports besides its log lines: throughput and scalar summaries in model_dir."""
+"""What a run reports besides its log lines: scalar summaries in model_dir (throughput: cs_run.batches.RateMeter)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["RateMeter", "Summaries"]
-
-
-class RateMeter:
-    """Samples/sec over the last log interval (Rate) and since the run started (GlobalRate)."""
-
-    def __init__(self) -> None:
-        self._start = self._mark = time.perf_counter()
-        self._total = self._since_mark = 0
-
-    def add(self, samples: int) -> None:
-        self._total += samples
-        self._since_mark += samples
-
-    def rate(self) -> float:
-        """Rate since the previous call (each log step), then start a new interval."""
-        now = time.perf_counter()
-        rate = self._since_mark / max(now - self._mark, 1e-9)
-        self._mark, self._since_mark = now, 0
-        return rate
-
-    def global_rate(self) -> float:
-        return self._total / max(time.perf_counter() - self._start, 1e-9)
+__all__ = ["Summaries"]
 
 
 class Summaries:

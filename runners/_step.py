@@ -12,6 +12,9 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from cs_run.amp.optimizer_step import apply_gradients
+from cs_run.amp.precision import autocast
+
 __all__ = ["StepConfig", "train_step", "eval_step"]
 
 
@@ -28,14 +31,13 @@ class StepConfig:
 def _autocast(config: StepConfig):
     if config.autocast_dtype is None:
         return contextlib.nullcontext()
-    from cs_run.amp import autocast
-
     return autocast(device_type=config.device_type, dtype=config.autocast_dtype)
 
 
 def train_step(model: torch.nn.Module, micro_batches: Sequence[Any], optimizer: torch.optim.Optimizer,
                lr_scheduler: Any, grad_scaler: Any, config: StepConfig) -> torch.Tensor:
-    """Forward and backward over the micro-batches, clip, optimizer step, LR step, zero_grad.
+    """Forward and backward over the micro-batches, the gradient step (:func:`~cs_run.amp.optimizer_step.apply_gradients`),
+    then the LR step.
 
     Returns the mean loss over the micro-batches (detached). With one micro-batch the gradients are
     those of plain ``loss.backward()``; with k they are of ``loss / k`` summed, i.e. of the mean loss.
@@ -50,21 +52,9 @@ def train_step(model: torch.nn.Module, micro_batches: Sequence[Any], optimizer: 
             scaled = grad_scaler.scale(scaled)
         scaled.backward()
         total = loss.detach() if total is None else total + loss.detach()
-    params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-    if grad_scaler is not None and (config.max_gradient_norm or config.max_gradient_value):
-        grad_scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-    if config.max_gradient_norm is not None:
-        torch.nn.utils.clip_grad_norm_(params, config.max_gradient_norm)
-    elif config.max_gradient_value is not None:
-        torch.nn.utils.clip_grad_value_(params, config.max_gradient_value)
-    if grad_scaler is not None:
-        grad_scaler.step(optimizer)
-        grad_scaler.update()
-    else:
-        optimizer.step()
+    apply_gradients(optimizer, grad_scaler, config.max_gradient_norm, config.max_gradient_value)
     if lr_scheduler is not None:
         lr_scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
     return total / k if k > 1 else total
 
 

@@ -17,16 +17,20 @@ import torch
 from tqdm import tqdm
 
 from cs_run._logging import run_log
+from cs_run.backend import Backend
+from cs_run.batches import RateMeter, batch_size, loader_length, move_to_device
+from cs_run.creation import manual_seed
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
+from cs_run.metrics import compute_all_metrics, reset_all_metrics
 from cs_run.params import Params, save_params
+from cs_run.registry import resolve_object
 from cs_run.resolve import resolve_params
 from cs_run.runners import _build, _checkpoints, _model_dir
-from cs_run.runners._batches import batch_size, loader_length, move_to_device
-from cs_run.runners._budget import StepBudget, compute_step_budget
-from cs_run.runners._reporting import RateMeter, Summaries
+from cs_run.runners._reporting import Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
 from cs_run.runners._step import StepConfig
 from cs_run.runners.hooks import RunnerHooks
+from cs_run.schedule import StepBudget, is_checkpoint_step, is_log_step, step_budget
 
 __all__ = ["PyTorchBaseRunner"]
 
@@ -58,23 +62,26 @@ class PyTorchBaseRunner(RunnerHooks):
     Args:
         params: validated params (see :func:`cs_run.params.load_params`).
         device: "CPU" or "GPU" (and "CSX" for the CS runners).
+        backend: the :class:`~cs_run.backend.Backend` to run on (its device); None: ``device`` decides.
     """
 
     device_name = "cpu"
+    devices: tuple[str, ...] = ()
+    """The ``--device`` values this runner class serves (what :meth:`create` picks it for)."""
 
-    def __init__(self, params: Params, *, device: str = "CPU", model_fn: Optional[Callable] = None,
-                 train_data_fn: Optional[Callable] = None, eval_data_fn: Optional[Callable] = None,
-                 optimizer_fn: Optional[Callable] = None, lr_scheduler_fn: Optional[Callable] = None) -> None:
+    def __init__(self, params: Params, *, device: str = "CPU", backend: Optional[Backend] = None,
+                 model_fn: Optional[Callable] = None, train_data_fn: Optional[Callable] = None,
+                 eval_data_fn: Optional[Callable] = None, optimizer_fn: Optional[Callable] = None,
+                 lr_scheduler_fn: Optional[Callable] = None) -> None:
         self.params = params
         self._data_fns = {"train": train_data_fn, "eval": eval_data_fn}
         self.device_type = device.upper()
-        self.torch_device = self._resolve_torch_device(self.device_type)
+        self.backend = backend
+        self.torch_device = backend.torch_device if backend is not None else self._resolve_torch_device(self.device_type)
         rc = params.runconfig
         self.model_dir = Path(rc.model_dir)
         self.global_step = 0
         if rc.seed is not None:
-            from cs_run import manual_seed
-
             manual_seed(rc.seed)
         # Build what can be wrong before anything is written: model and optimizer errors are params errors.
         self.model = _build.build_model(params, model_fn).to(self.torch_device)
@@ -109,37 +116,29 @@ class PyTorchBaseRunner(RunnerHooks):
 
     @staticmethod
     def create(params: Params, *, device: str = "CPU", runner: Optional[str] = None, mode: Optional[str] = None,
+               backend: Optional[Backend] = None,
                **builders: Optional[Callable]) -> "PyTorchBaseRunner":
-        """The runner for ``device`` and the run's mode; ``runner`` (or runconfig.runner) names a user
-        subclass ``module:Class`` of that runner.
+        """The runner for ``device``; ``runner`` (or runconfig.runner) names a user subclass ``module:Class``
+        of it: :class:`~cs_run.runners.PyTorchRunner` (eager) on CPU and GPU,
+        :class:`~cs_run.runners.PyTorchCSRunner` on CSX (compile_only / validate_only are its trace-only mode).
 
-        ========================================  =====================
-        device / runconfig                        runner
-        ========================================  =====================
-        CPU, GPU                                  PyTorchRunner (eager)
-        CSX with compile_only or validate_only    PyTorchCSCompiler
-        CSX                                       PyTorchCSRunner
-        ========================================  =====================
-
+        ``backend`` is the backend to run on (the CSX runner makes one from runconfig when it is None);
         ``builders`` (model_fn, train_data_fn, eval_data_fn, optimizer_fn, lr_scheduler_fn) replace the
         params' model, data and optimizer factories. ``mode``, when known, is checked against the
         params' sections first. Nothing of the user's code runs before model_dir, the sections and the
         model and data functions' keys are checked.
         """
-        from cs_run.runners.cs_runner import PyTorchCSCompiler, PyTorchCSRunner
-        from cs_run.runners.pytorch_runner import PyTorchRunner
-
         device = device.upper()
         rc = params.runconfig
-        if device in ("CPU", "GPU"):
-            if rc.compile_only or rc.validate_only:
-                raise ParamsError("params: runconfig.compile_only / validate_only need --device CSX "
-                                  "(cs-run compile-only / validate-only set it)")
-            expected: type = PyTorchRunner
-        elif device == "CSX":
-            expected = PyTorchCSCompiler if (rc.compile_only or rc.validate_only) else PyTorchCSRunner
-        else:
+        # The device's runner among the package's own subclasses (cs_run.runners imports them all).
+        found = [c for c in PyTorchBaseRunner.__subclasses__() if device in c.devices
+                 and c.__module__.startswith("cs_run.runners.")]
+        if not found:
             raise ParamsError(f"--device: {device!r} is not one of CPU, GPU, CSX")
+        expected: type = found[0]
+        if device != "CSX" and (rc.compile_only or rc.validate_only):
+            raise ParamsError("params: runconfig.compile_only / validate_only need --device CSX "
+                              "(cs-run compile-only / validate-only set it)")
         try:
             _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
             _model_dir.check_not_locked(rc.model_dir)
@@ -151,13 +150,11 @@ class PyTorchBaseRunner(RunnerHooks):
             spec = runner or rc.runner
             cls = expected
             if spec:
-                from cs_run.registry import resolve_object
-
                 cls = resolve_object(spec, key="runconfig.runner")
                 if not (isinstance(cls, type) and issubclass(cls, expected)):
                     raise ParamsError(f"params: runconfig.runner: {spec!r} must be a subclass of "
                                       f"cs_run.runners.{expected.__name__} for --device {device}")
-            return cls(params, device=device, **builders)
+            return cls(params, device=device, backend=backend, **builders)
         except ParamsError as e:  # a value in the params file: name its file:line
             raise params.locate_error(e) from e
 
@@ -219,27 +216,23 @@ class PyTorchBaseRunner(RunnerHooks):
         self._check_sections_for("train")
         loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
         self._load_initial_state(self._initial_checkpoint())
-        accum = self.params.optimizer.grad_accum_steps
-        batches = loader_length(loader)
-        loader_steps = batches // accum if batches is not None else None
-        budget = compute_step_budget(global_step=self.global_step, loader_steps=loader_steps,
-                                     max_steps=rc.max_steps, num_steps=rc.num_steps, num_epochs=rc.num_epochs,
-                                     steps_per_epoch=rc.steps_per_epoch)
+        budget = step_budget(loader_batches=loader_length(loader), initial_step=self.global_step,
+                             num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,
+                             steps_per_epoch=rc.steps_per_epoch, grad_accum_steps=self.params.optimizer.grad_accum_steps,
+                             prefix="runconfig.", accum_key="optimizer.grad_accum_steps", where="params: ")
         if self._pending_resume is not None and self._epoch_step >= budget.steps_per_epoch:
             # The checkpoint closed an epoch: the next one starts fresh from the checkpoint's RNG.
             restore_rng_state(self._pending_resume["rng"], getattr(loader, "generator", None))
             self._pending_resume, self._epoch, self._epoch_step = None, self._epoch + 1, 0
-        if budget.steps == 0:
-            logger.info("Nothing to train: global step %d already reached the step budget (max_steps=%s)",
-                        self.global_step, rc.max_steps)
-            return
         if rc.save_initial_checkpoint and self.global_step == 0:
             self._save_checkpoint()
+        self._run_start, self._run_steps = self.global_step, budget.steps
         end_step = self.global_step + budget.steps
         logger.info("Training %d steps (global step %d -> %d), %d per epoch", budget.steps, self.global_step,
                     end_step, budget.steps_per_epoch)
         self.model.train()
-        self._rate = RateMeter()
+        self._rate = RateMeter(window=rc.log_steps or budget.steps)
+        self._rate.start()
         self.on_train_start()
         with self._progress("Train", budget.steps) as bar:
             while self.global_step < end_step:
@@ -299,16 +292,16 @@ class PyTorchBaseRunner(RunnerHooks):
     def _after_train_step(self, loss: torch.Tensor, micro_batches: list, end_step: int) -> None:
         """Host work after a step: loss check, logging, checkpoint, periodic eval."""
         rc = self.params.runconfig
-        step = self.global_step
-        self._rate.add(sum(batch_size(b) for b in micro_batches))
-        log_step = step % rc.log_steps == 0 or step == end_step
-        checkpoint_step = (rc.checkpoint_steps and step % rc.checkpoint_steps == 0) or step == end_step
+        step, run_step = self.global_step, self.global_step - self._run_start
+        self._rate.tick(sum(batch_size(b) for b in micro_batches))
+        log_step = is_log_step(run_step, self._run_steps, rc.log_steps)
+        checkpoint_step = is_checkpoint_step(run_step, self._run_steps, rc.checkpoint_steps)
         self._track_loss(loss, step)
         if log_step or checkpoint_step:
             self._raise_on_bad_loss()  # never checkpoint weights a NaN step produced
         if log_step:
             value = self._fetch_loss(loss)
-            rate, global_rate = self._rate.rate(), self._rate.global_rate()
+            rate, global_rate = self._rate.rate, self._rate.global_rate
             logger.info("| Train Device=%s, Step=%d, Loss=%.5f, Rate=%.2f samples/sec, GlobalRate=%.2f samples/sec",
                         self.device_name, step, value, rate, global_rate)
             self._write_train_summaries(step, value, rate, global_rate)
@@ -353,8 +346,6 @@ class PyTorchBaseRunner(RunnerHooks):
 
     def evaluate(self, checkpoint: Optional[Path] = None) -> dict[str, float]:
         """Evaluate on eval_input (after loading ``checkpoint`` if given); returns loss and metrics."""
-        from cs_run.metrics import compute_all_metrics, reset_all_metrics
-
         if checkpoint is not None:
             self._load_weights(checkpoint)
         loader = _build.build_dataloader(self.params, "eval", self._data_fns["eval"])

@@ -14,19 +14,24 @@ Which hooks run where on CSX:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from typing import Any, Callable, Optional
 
 import torch
 
-from cs_run.distributed import ClusterOptions
+from cs_run.backend import Backend
+from cs_run.backend import backend as make_backend
+from cs_run.distributed import ClusterConfig, ClusterOptions
+from cs_run.engine.step import CompiledStep
 from cs_run.errors import ParamsError
 from cs_run.params import Params, RunConfig
 from cs_run.runners import _build
 from cs_run.runners._step import eval_step, train_step
 from cs_run.runners.base import PyTorchBaseRunner
+from cs_run.tracing import compile as cs_compile
 
-__all__ = ["PyTorchCSRunner", "PyTorchCSCompiler"]
+__all__ = ["PyTorchCSRunner", "PyTorchCSCompiler", "create_backend"]
 
 logger = logging.getLogger("cs_run.runners")
 
@@ -35,11 +40,8 @@ logger = logging.getLogger("cs_run.runners")
 _APPLIANCE_ONLY = [f.name for f in dataclasses.fields(ClusterOptions) if f.metadata.get("appliance_only")]
 
 
-def create_backend(params: Params):
+def create_backend(params: Params) -> Backend:
     """The process's CSX backend from runconfig (compile_dir, compile/validate only, cluster flags)."""
-    import cs_run
-    from cs_run.distributed import ClusterConfig
-
     rc = params.runconfig
     defaults = RunConfig()
     for key in _APPLIANCE_ONLY:
@@ -49,59 +51,85 @@ def create_backend(params: Params):
                         "(it configures the Cerebras appliance)", key, value)
     cluster = ClusterConfig(**{f.name: getattr(rc, f.name) for f in dataclasses.fields(ClusterOptions)})
     compile_dir = rc.compile_dir or f"{rc.model_dir}/cached_compile"
-    return cs_run.backend("CSX", artifact_dir=rc.model_dir, compile_dir=compile_dir, compile_only=rc.compile_only,
-                          validate_only=rc.validate_only, cluster_config=cluster, compile_tier=rc.compile_tier)
+    return make_backend("CSX", artifact_dir=rc.model_dir, compile_dir=compile_dir, compile_only=rc.compile_only,
+                        validate_only=rc.validate_only, cluster_config=cluster, compile_tier=rc.compile_tier)
 
 
 class PyTorchCSRunner(PyTorchBaseRunner):
-    """Runs train and eval steps on the CSX engine: traced once, compiled (cached), replayed."""
+    """Runs train and eval steps on the CSX engine: traced once, compiled (cached), replayed.
+
+    With a compile-only or validate-only backend (``trace_only``) :meth:`run` traces the train (or
+    eval) step on one batch and runs nothing: validate-only checks compliance and reports the graph,
+    compile-only also compiles it into compile_dir, so the next CSX run of the same model hits the
+    cache. No weights change and no checkpoint is written. Being a mode of this class, it works for
+    every subclass, the user's too.
+
+    Args:
+        backend: the CSX backend to run on; by default one is made from runconfig (compile_dir,
+            compile_only / validate_only, cluster flags).
+    """
 
     device_name = "CSX"
+    devices = ("CSX",)
 
-    def __init__(self, params: Params, *, device: str = "CSX", **builders: Optional[Callable]) -> None:
-        self.backend = create_backend(params)  # first: the vendor API configures before building the model
-        super().__init__(params, device="CSX", **builders)
-        import cs_run
-
-        cs_run.compile(self.model, self.backend)
+    def __init__(self, params: Params, *, device: str = "CSX", backend: Optional[Backend] = None,
+                 **builders: Optional[Callable]) -> None:
+        # The backend comes first: the vendor API configures it before the model is built.
+        backend = backend if backend is not None else create_backend(params)
+        if not backend.is_csx:
+            raise ParamsError(f"PyTorchCSRunner needs a CSX backend, got {backend.backend_type!r}")
+        super().__init__(params, device="CSX", backend=backend, **builders)
+        cs_compile(self.model, self.backend)
+        self.trace_only = self.backend.compile_only or self.backend.validate_only
         self._first_bad_step: Optional[torch.Tensor] = None
         self._bad_loss: Optional[torch.Tensor] = None
-        self._cs_train_step = self._trace_train_step() if self.optimizer is not None else None
-        self._cs_eval_step = self._trace_eval_step()
+        self._cs_train_step = self._compiled_train_step() if self.optimizer is not None else None
+        self._cs_eval_step = self._compiled_eval_step()
 
-    def _resolve_torch_device(self, device: str) -> torch.device:
-        return self.backend.torch_device
-
-    # The traced functions close over the model, optimizer, schedule and scaler: the engine finds their
+    # The compiled functions close over the model, optimizer, schedule and scaler: the engine finds their
     # tensors through the closure and makes them graph state. Python settings are frozen at the trace.
-    def _trace_train_step(self):
-        import cs_run
+    def _compiled_train_step(self) -> CompiledStep:
+        step = functools.partial(train_step, self.model, optimizer=self.optimizer, lr_scheduler=self.lr_scheduler,
+                                 grad_scaler=self.grad_scaler, config=self.step_config)
+        return CompiledStep(_named(step, "csx_train_step"), self.backend.engine_options())
 
-        model, optimizer, lr_scheduler = self.model, self.optimizer, self.lr_scheduler
-        grad_scaler, config = self.grad_scaler, self.step_config
-
-        @cs_run.trace
-        def csx_train_step(micro_batches):
-            return train_step(model, micro_batches, optimizer, lr_scheduler, grad_scaler, config)
-
-        return csx_train_step
-
-    def _trace_eval_step(self):
-        import cs_run
-
-        model, config = self.model, self.step_config
-
-        @cs_run.trace
-        def csx_eval_step(batch):
-            return eval_step(model, batch, config)
-
-        return csx_eval_step
+    def _compiled_eval_step(self) -> CompiledStep:
+        step = functools.partial(eval_step, self.model, config=self.step_config)
+        return CompiledStep(_named(step, "csx_eval_step"), self.backend.engine_options())
 
     def _train_step(self, micro_batches: list) -> torch.Tensor:
         return self._cs_train_step(micro_batches)
 
     def _eval_step(self, batch: Any) -> torch.Tensor:
         return self._cs_eval_step(batch)
+
+    def run(self, mode: str) -> dict[str, Any]:
+        """Run ``mode``; with a compile-only / validate-only backend, trace its step instead (see the class)."""
+        return self._trace(mode) if self.trace_only else super().run(mode)
+
+    def _trace(self, mode: str) -> dict[str, Any]:
+        if mode not in ("train", "eval"):
+            raise ParamsError(f"--mode: {mode!r}: compile-only / validate-only trace the 'train' or 'eval' step")
+        what = "compile-only" if self.backend.compile_only else "validate-only"
+        with self._open_model_dir():
+            logger.info("cs-run %s of the %s step, model_dir %s", what, mode, self.model_dir)
+            step_fn = self._cs_train_step if mode == "train" else self._cs_eval_step
+            if step_fn is None:
+                raise ParamsError("params: missing section optimizer (needed to trace the train step)")
+            loader = _build.build_dataloader(self.params, mode, self._data_fns[mode])
+            accum = self.params.optimizer.grad_accum_steps if mode == "train" else 1
+            batches = []
+            for batch in loader:
+                batches.append(self._to_device(batch))
+                if len(batches) == accum:
+                    break
+            if len(batches) < accum:
+                raise ParamsError(f"params: {mode}_input: the loader yielded no full step to trace")
+            self.model.train(mode == "train")
+            step_fn(batches if mode == "train" else batches[0])
+            summary = step_fn.last_summary
+            logger.info("%s passed: %s", what, summary.format())
+            return {"summary": summary.format(), "graph": summary}
 
     def _track_loss(self, loss: torch.Tensor, step: int) -> None:
         """Remember the first non-finite step on the device: no host sync per step."""
@@ -120,34 +148,10 @@ class PyTorchCSRunner(PyTorchBaseRunner):
                 self._raise_bad_loss(float(self._bad_loss), step)
 
 
-class PyTorchCSCompiler(PyTorchCSRunner):
-    """compile-only / validate-only: traces the train (or eval) step on one batch; runs no step.
+PyTorchCSCompiler = PyTorchCSRunner
+"""The earlier name of the compile-only / validate-only runner, now a mode of :class:`PyTorchCSRunner`."""
 
-    validate-only checks compliance and reports the graph; compile-only also compiles it into
-    compile_dir, so the next CSX run of the same model hits the cache. No weights change and no
-    checkpoint is written.
-    """
 
-    def run(self, mode: str) -> dict[str, Any]:
-        if mode not in ("train", "eval"):
-            raise ParamsError(f"--mode: {mode!r}: compile-only / validate-only trace the 'train' or 'eval' step")
-        what = "compile-only" if self.params.runconfig.compile_only else "validate-only"
-        with self._open_model_dir():
-            logger.info("cs-run %s of the %s step, model_dir %s", what, mode, self.model_dir)
-            step_fn = self._cs_train_step if mode == "train" else self._cs_eval_step
-            if step_fn is None:
-                raise ParamsError("params: missing section optimizer (needed to trace the train step)")
-            loader = _build.build_dataloader(self.params, mode, self._data_fns[mode])
-            accum = self.params.optimizer.grad_accum_steps if mode == "train" else 1
-            batches = []
-            for batch in loader:
-                batches.append(self._to_device(batch))
-                if len(batches) == accum:
-                    break
-            if len(batches) < accum:
-                raise ParamsError(f"params: {mode}_input: the loader yielded no full step to trace")
-            self.model.train(mode == "train")
-            step_fn(batches if mode == "train" else batches[0])
-            summary = step_fn.compiled_step.last_summary
-            logger.info("%s passed: %s", what, summary.format())
-            return {"summary": summary.format(), "graph": summary}
+def _named(fn: functools.partial, name: str) -> functools.partial:
+    fn.__qualname__ = fn.__name__ = name  # what the engine's log and recompile warnings call the step
+    return fn

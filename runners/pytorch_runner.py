@@ -15,6 +15,8 @@ __all__ = ["PyTorchRunner"]
 class PyTorchRunner(PyTorchBaseRunner):
     """Runs each step eagerly: the step's Python runs every call, values are readable at once."""
 
+    devices = ("CPU", "GPU")
+
     @property
     def device_name(self) -> str:  # the Model Zoo log names the torch device type
         return self.torch_device.type

@@ -8,8 +8,9 @@ A closure gets *materialized* values: each tensor argument is cloned where the c
 * called inside an eager ``trace``d step (CPU/GPU): queued, run when the step returns;
 * called outside a step: run at once (the step before it has already been issued).
 
-A checkpoint closure runs only on checkpoint steps and the final step of the current
-:class:`~cs_run.utils.data.DataExecutor` (always, when no executor is running).
+A checkpoint closure runs only on checkpoint steps and the final step of the running loop: the
+innermost :func:`running` context (the :class:`~cs_run.utils.data.DataExecutor` enters one while it
+iterates); always, when no loop is running.
 """
 
 from __future__ import annotations
@@ -18,17 +19,40 @@ import contextlib
 import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 import torch.utils._pytree as pytree
 
 __all__ = ["RecordedClosure", "Recorder", "recording", "deferring", "call_closure", "is_checkpoint_step",
-           "make_closure"]
+           "make_closure", "running", "current_loop", "LoopPosition"]
 
 logger = logging.getLogger(__name__)
 _RECORDERS: list[Recorder] = []
 _DEFERRED: list[list[tuple[Callable, tuple, dict]]] = []
+_LOOPS: list[LoopPosition] = []
+
+
+class LoopPosition(Protocol):
+    """What the engine needs to know of the loop it runs in (the DataExecutor is one)."""
+
+    @property
+    def on_checkpoint_step(self) -> bool: ...
+
+
+@contextlib.contextmanager
+def running(loop: LoopPosition) -> Iterator[None]:
+    """While ``loop`` iterates: checkpoint closures ask it whether this is a checkpoint step."""
+    _LOOPS.append(loop)
+    try:
+        yield
+    finally:
+        _LOOPS.remove(loop)
+
+
+def current_loop() -> Any:
+    """The innermost running loop, or None."""
+    return _LOOPS[-1] if _LOOPS else None
 
 
 @dataclass
@@ -99,11 +123,9 @@ def deferring() -> Iterator[None]:
 
 
 def is_checkpoint_step() -> bool:
-    """True on a checkpoint step or the final step of the running DataExecutor (or with none)."""
-    from cs_run.utils.data import current_executor
-
-    executor = current_executor()
-    return True if executor is None else executor.on_checkpoint_step
+    """True on a checkpoint step or the final step of the running loop (or with none)."""
+    loop = current_loop()
+    return True if loop is None else loop.on_checkpoint_step
 
 
 def call_closure(fn: Callable, args: tuple, kwargs: dict, checkpoint: bool) -> None:

@@ -55,9 +55,7 @@ def _is_tensor_method(func) -> bool:
 
 def _library_dirs() -> tuple[str, ...]:
     """Folders whose frames are never 'the user's line': torch, cs-run (and its mapped packages), stdlib."""
-    import cs_run
-
-    dirs = {os.path.dirname(torch.__file__), *cs_run.__path__}
+    dirs = {os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
     for sub in ("optim", "runners", "checkpoint"):
         mod = sys.modules.get(f"cs_run.{sub}")
         dirs.update(getattr(mod, "__path__", []) if mod else [])

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import torch
 import torch.utils._pytree as pytree
 
+from cs_run.batches import move_to_device
 from cs_run.engine.cache import CompileCache
 from cs_run.engine.compile import compile_graph, resolve_tier
 from cs_run.engine.replay import batch_leaves, replay
@@ -101,14 +102,7 @@ class CompiledStep:
         return traced, executable
 
     def _to_device(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        device = self.options.device
-        if device is None:
-            return args, kwargs
-        leaves = pytree.tree_leaves((args, kwargs))
-        if all(not isinstance(x, torch.Tensor) or x.device == device for x in leaves):
-            return args, kwargs
-        # non_blocking: the copy overlaps with the previous step on CUDA (no host sync here)
-        return pytree.tree_map_only(torch.Tensor, lambda t: t.to(device, non_blocking=True), (args, kwargs))
+        return move_to_device((args, kwargs), self.options.device)
 
 
 def _meta_outputs(traced: TracedStep) -> Any:

@@ -10,70 +10,43 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
-from collections import deque
 from typing import Any, Callable, Iterator
 
 import torch
 import torch.utils._pytree as pytree
 
+from cs_run.backend import current_backend
+from cs_run.batches import RateMeter, batch_size, cycle, loader_length, move_to_device
+from cs_run.engine import closures
+from cs_run.errors import ParamsError
+from cs_run.schedule import is_checkpoint_step, is_final_step, step_budget
+
 __all__ = ["DataLoader", "DataExecutor", "Profiler", "SyntheticDataset", "compute_num_steps", "current_executor"]
 
 logger = logging.getLogger(__name__)
-_EXECUTORS: list[DataExecutor] = []
 
 
 def current_executor() -> DataExecutor | None:
     """The DataExecutor being iterated, or None."""
-    return _EXECUTORS[-1] if _EXECUTORS else None
+    return closures.current_loop()
 
 
 def compute_num_steps(dataloader: Any = None, initial_step: int = 0, num_steps: int | None = None,
                       max_steps: int | None = None, num_epochs: int | None = None,
                       steps_per_epoch: int | None = None, grad_accum_steps: int = 1) -> int:
-    """Steps to run from the vendor's step options (seed 001).
+    """Steps to run from the vendor's step options: the vendor-named face of :func:`cs_run.schedule.step_budget`.
 
-    ``num_steps`` and ``num_epochs`` are mutually exclusive; ``max_steps`` caps the global step
-    (``initial_step`` counts against it); ``steps_per_epoch`` defaults to ``len(dataloader)`` divided by
-    ``grad_accum_steps``.
+    The smallest of ``num_epochs x steps_per_epoch``, ``num_steps`` and ``max_steps - initial_step``
+    (``num_steps`` and ``num_epochs`` are mutually exclusive); ``steps_per_epoch`` counts batches, at
+    most ``len(dataloader)``, and an epoch is ``steps_per_epoch // grad_accum_steps`` steps.
 
     Raises:
-        ValueError: conflicting or non-positive options, or no way to know the number of steps.
+        ValueError: (a :class:`~cs_run.errors.ParamsError`) conflicting or invalid options, none of
+            num_steps / num_epochs / max_steps, or ``initial_step`` already at ``max_steps``.
     """
-    for name, value in (("num_steps", num_steps), ("max_steps", max_steps), ("num_epochs", num_epochs),
-                        ("steps_per_epoch", steps_per_epoch), ("grad_accum_steps", grad_accum_steps)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise ValueError(f"Invalid {name}: {value!r} (must be a positive integer)")
-    if num_steps is not None and num_epochs is not None:
-        raise ValueError("num_steps and num_epochs are mutually exclusive; set one of them")
-    if num_steps is not None and steps_per_epoch is not None:
-        raise ValueError("num_steps and steps_per_epoch are mutually exclusive; set one of them")
-    if num_steps is not None:
-        total = num_steps
-    elif num_epochs is not None or steps_per_epoch is not None:
-        if steps_per_epoch is None:
-            steps_per_epoch = _len_or_none(dataloader)
-            if steps_per_epoch is None:
-                raise ValueError("num_epochs needs steps_per_epoch when the dataloader has no length")
-            steps_per_epoch //= grad_accum_steps
-        total = (num_epochs or 1) * steps_per_epoch
-    elif max_steps is not None:
-        total = max_steps - initial_step
-    else:
-        raise ValueError("Cannot compute the number of steps: set num_steps, num_epochs (with a sized dataloader "
-                         "or steps_per_epoch), steps_per_epoch, or max_steps")
-    if max_steps is not None:
-        total = min(total, max_steps - initial_step)
-    if total < 1:
-        raise ValueError(f"No steps to run: initial_step {initial_step} already reaches max_steps {max_steps}")
-    return total
-
-
-def _len_or_none(obj: Any) -> int | None:
-    try:
-        return len(obj)
-    except TypeError:
-        return None
+    return step_budget(loader_batches=loader_length(dataloader), initial_step=initial_step, num_steps=num_steps,
+                       max_steps=max_steps, num_epochs=num_epochs, steps_per_epoch=steps_per_epoch,
+                       grad_accum_steps=grad_accum_steps).steps
 
 
 class DataLoader:
@@ -114,7 +87,7 @@ class DataLoader:
         n = self.num_steps
         if n is not None:
             return n
-        length = _len_or_none(self.loader)
+        length = loader_length(self.loader)
         if length is None:
             raise TypeError("the input_fn's dataloader has no length; pass num_steps")
         return length
@@ -123,64 +96,20 @@ class DataLoader:
         n = self.num_steps
         it = self.cycle() if n is not None else iter(self.loader)
         for batch in itertools.islice(it, n):
-            yield _to_backend_device(batch)
+            yield move_to_device(batch, _backend_device())
 
     def cycle(self) -> Iterator[Any]:
-        """Batches forever, restarting the underlying loader at each epoch end."""
-        while True:
-            empty = True
-            for batch in self.loader:
-                empty = False
-                yield batch
-            if empty:
-                raise ValueError("the input_fn's dataloader yielded no batches")
+        """Batches forever, restarting the underlying loader at each epoch end (see :func:`cs_run.batches.cycle`)."""
+        return cycle(self.loader)
 
 
-def _to_backend_device(batch: Any) -> Any:
-    from cs_run.backend import current_backend
-
+def _backend_device() -> torch.device | None:
     be = current_backend()
-    if be is None or be.torch_device.type == "cpu":
-        return batch
-    return pytree.tree_map_only(torch.Tensor, lambda t: t.to(be.torch_device, non_blocking=True), batch)
+    return be.torch_device if be is not None else None
 
 
-class Profiler:
-    """Throughput of an executor: ``rate`` (recent samples/s), ``global_rate``, totals.
-
-    Host-side timing: no device sync per step (on CUDA the rate is the dispatch rate until the queue
-    fills); the executor syncs once at the end, so ``total_time`` and ``global_rate`` are exact.
-    """
-
-    def __init__(self, window: int = 10) -> None:
-        self.total_samples = 0
-        self.total_time = 0.0
-        self._start: float | None = None
-        self._recent: deque[tuple[float, int]] = deque(maxlen=window + 1)
-
-    def _tick(self, samples: int) -> None:
-        now = time.perf_counter()
-        if self._start is None:
-            self._start = now
-            self._recent.append((now, 0))
-        self.total_samples += samples
-        self.total_time = now - self._start
-        self._recent.append((now, self.total_samples))
-
-    def _finish(self) -> None:
-        if self._start is not None:
-            self.total_time = time.perf_counter() - self._start
-
-    @property
-    def rate(self) -> float:
-        if len(self._recent) < 2:
-            return 0.0
-        (t0, s0), (t1, s1) = self._recent[0], self._recent[-1]
-        return (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
-
-    @property
-    def global_rate(self) -> float:
-        return self.total_samples / self.total_time if self.total_time > 0 else 0.0
+Profiler = RateMeter
+"""An executor's throughput: ``rate`` (recent samples/s), ``global_rate``, ``total_samples``, ``total_time``."""
 
 
 class DataExecutor:
@@ -197,16 +126,14 @@ class DataExecutor:
                  activation_steps: int | None = None, writer: Any = None, micro_batch_size: Any = None) -> None:
         if num_steps is None:
             num_steps = dataloader.num_steps if isinstance(dataloader, DataLoader) else None
-            num_steps = num_steps or _len_or_none(dataloader)
-        if not isinstance(num_steps, int) or num_steps < 1:
-            raise ValueError(f"Invalid num_steps: {num_steps!r} (must be a positive integer)")
+            num_steps = num_steps or loader_length(dataloader)
+        if not isinstance(num_steps, int) or isinstance(num_steps, bool) or num_steps < 1:
+            raise ParamsError(f"Invalid num_steps: {num_steps!r} (must be a positive integer)")
         if checkpoint_steps is None:
-            from cs_run.backend import current_backend
-
             be = current_backend()
             checkpoint_steps = be.checkpoint_steps if be is not None else None
         if checkpoint_steps is not None and (not isinstance(checkpoint_steps, int) or checkpoint_steps < 0):
-            raise ValueError(f"Invalid checkpoint_steps: {checkpoint_steps!r} (must be an integer >= 0)")
+            raise ParamsError(f"Invalid checkpoint_steps: {checkpoint_steps!r} (must be an integer >= 0)")
         self.dataloader, self.num_steps, self.checkpoint_steps = dataloader, num_steps, checkpoint_steps or 0
         self.activation_steps, self.writer, self.micro_batch_size = activation_steps or 1, writer, micro_batch_size
         self.profiler = Profiler()
@@ -227,52 +154,25 @@ class DataExecutor:
 
     @property
     def on_final_iteration(self) -> bool:
-        return self._iteration == self.num_steps - 1
+        return is_final_step(self.user_iteration, self.num_steps)
 
     @property
     def on_checkpoint_step(self) -> bool:
-        """True when weights may be fetched: every ``checkpoint_steps`` steps and the final step."""
-        k = self.checkpoint_steps
-        return self.on_final_iteration or (k > 0 and self.user_iteration % k == 0)
+        """True when weights may be fetched (see :func:`cs_run.schedule.is_checkpoint_step`)."""
+        return is_checkpoint_step(self.user_iteration, self.num_steps, self.checkpoint_steps)
 
     def __iter__(self) -> Iterator[Any]:
-        source = self.dataloader.cycle() if isinstance(self.dataloader, DataLoader) else _cycle(self.dataloader)
-        _EXECUTORS.append(self)
-        try:
+        source = cycle(self.dataloader.loader if isinstance(self.dataloader, DataLoader) else self.dataloader)
+        device = _backend_device()
+        with closures.running(self):
             for i, batch in enumerate(itertools.islice(source, self.num_steps)):
                 self._iteration = i
-                batch = _to_backend_device(batch)
-                self.profiler._tick(_batch_size(batch))
+                batch = move_to_device(batch, device)
+                self.profiler.tick(batch_size(batch))
                 yield batch
-            _sync_device()  # one sync at the end so total_time covers the device work
-            self.profiler._finish()
-        finally:
-            _EXECUTORS.remove(self)
-
-
-def _cycle(iterable: Any) -> Iterator[Any]:
-    while True:
-        empty = True
-        for x in iterable:
-            empty = False
-            yield x
-        if empty:
-            return
-
-
-def _batch_size(batch: Any) -> int:
-    for leaf in pytree.tree_leaves(batch):
-        if isinstance(leaf, torch.Tensor) and leaf.dim() > 0:
-            return int(leaf.shape[0])
-    return 1
-
-
-def _sync_device() -> None:
-    from cs_run.backend import current_backend
-
-    be = current_backend()
-    if be is not None and be.torch_device.type == "cuda":
-        torch.cuda.synchronize(be.torch_device)
+            if device is not None and device.type == "cuda":
+                torch.cuda.synchronize(device)  # one sync at the end so total_time covers the device work
+            self.profiler.finish()
 
 
 class SyntheticDataset(torch.utils.data.Dataset):

@@ -18,8 +18,8 @@ def loader_fn(n: int = 10, batch_size: int = 2):
     (dict(num_steps=7, max_steps=5), 5),
     (dict(num_epochs=2), 10),
     (dict(num_epochs=2, steps_per_epoch=3), 6),
+    (dict(num_steps=7, steps_per_epoch=4), 7),
     (dict(num_epochs=3, max_steps=12), 12),
-    (dict(steps_per_epoch=4), 4),
     (dict(max_steps=9, initial_step=4), 5),
     (dict(num_epochs=1, grad_accum_steps=2), 2),
 ])
@@ -30,8 +30,9 @@ def test_compute_num_steps(kw, expected):
 @pytest.mark.parametrize("kw,match", [
     (dict(num_steps=2, num_epochs=1), "mutually exclusive"),
     (dict(num_steps=0), "Invalid num_steps"),
-    (dict(), "Cannot compute"),
-    (dict(max_steps=3, initial_step=3), "No steps to run"),
+    (dict(), "set one of num_steps, num_epochs or max_steps"),
+    (dict(steps_per_epoch=4), "only sets the length of an epoch"),
+    (dict(max_steps=3, initial_step=3), "already reaches max_steps=3"),
 ])
 def test_compute_num_steps_errors(kw, match):
     with pytest.raises(ValueError, match=match):

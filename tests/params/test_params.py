@@ -105,7 +105,7 @@ def test_missing_model_section(tmp_path):
 
 @pytest.mark.parametrize("runconfig, expected", [
     ({"num_steps": 5, "num_epochs": 1}, "mutually exclusive"),
-    ({"steps_per_epoch": 5}, "steps_per_epoch needs runconfig.num_epochs"),
+    ({"steps_per_epoch": 5}, "runconfig.steps_per_epoch only sets the length of an epoch"),
 ])
 def test_conflicting_step_keys(tmp_path, runconfig, expected):
     with pytest.raises(ParamsError, match=expected):

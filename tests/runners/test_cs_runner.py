@@ -46,7 +46,7 @@ def test_csx_equals_cpu_bit_for_bit_and_traces_once(toy_project, tmp_path):
     csx.run("train")
     for key, value in weights(cpu).items():
         torch.testing.assert_close(weights(csx)[key], value, rtol=0, atol=0)
-    compiled = csx._cs_train_step.compiled_step
+    compiled = csx._cs_train_step
     assert compiled.num_traces == 1 and compiled.recompiles == 0
     for idx, state in cpu.optimizer.state_dict()["state"].items():
         torch.testing.assert_close(csx.optimizer.state_dict()["state"][idx]["momentum_buffer"],
@@ -131,3 +131,24 @@ def test_appliance_flags_are_recorded_and_logged(toy_project, tmp_path):
     assert "num_csx: 2" in resolved and "team=ml" in resolved
     bad = invoke("train", "--device", "CSX", "--params", toy_project, "--model_dir", md, "--job_labels", "nolabel")
     assert bad.exit_code == 2 and "runconfig.job_labels: expected 'key=value'" in bad.output
+
+
+@pytest.mark.parametrize("command, key", [("validate-only", "validate_only"), ("compile-only", "compile_only")])
+def test_trace_only_commands_work_with_a_user_csx_runner_subclass(toy_project, tmp_path, command, key):
+    # validate-only / compile-only are a mode of PyTorchCSRunner, so the user's subclass serves them too.
+    md = tmp_path / "md"
+    result = invoke(command, "--params", toy_project, "--model_dir", md, "--runner", "toy_models:RecordingCSRunner")
+    assert result.exit_code == 0, result.output
+    assert "graph:" in result.output and "parameter elements" in result.output
+    assert not list(md.glob("checkpoint_*"))
+    assert (md / "cached_compile").exists() == (command == "compile-only")
+    runner = make_runner(toy_project, "CSX", runner="toy_models:RecordingCSRunner",
+                         **{"runconfig.model_dir": str(tmp_path / "api"), f"runconfig.{key}": True})
+    module = importlib.import_module("toy_models")
+    module.CALLS.clear()
+    before = weights(runner)
+    assert type(runner).__name__ == "RecordingCSRunner" and runner.trace_only
+    results = runner.run("eval")
+    assert results["graph"].num_ops > 0 and module.CALLS == []  # traced, nothing ran: no hook, same weights
+    for name, value in weights(runner).items():
+        torch.testing.assert_close(value, before[name], rtol=0, atol=0)
