@@ -5,7 +5,10 @@ Adam moment per param}) and ~2,000 small tensors. For each: save, load (material
 and restore into existing tensors (``load_into`` vs raw ``readinto`` at the known offsets vs
 ``torch.load`` + ``copy_``). The save group also shows what the per-tensor CRC32 costs: ours with
 crc32 stubbed out, and crc32 alone over every byte (serial; in a save it overlaps the write for
-tensors of 1 MiB and more). Reports median time of interleaved repeats, throughput, and peak extra
+tensors of 1 MiB and more). Loads verify every CRC32 by default: each read group has ours verified
+(the default), ours with ``verify=False``, and ours verified with the standard library's zlib CRC32
+instead of the fastest one installed (see cs_run.checkpoint.crc); the checksum cost of a load is
+verified / unverified in the same run. Reports median time of interleaved repeats, throughput, and peak extra
 RSS (VmHWM reset through /proc/self/clear_refs before each operation).
 
 Machine quirks handled: fresh memory is slow on first touch (the timing phase raises glibc's mmap
@@ -25,12 +28,11 @@ import shutil
 import statistics
 import tempfile
 import time
-import types
 import zlib
 
 import torch
 
-from cs_run.checkpoint import load, load_into, save, writer
+from cs_run.checkpoint import crc, load, load_into, reader, save, writer
 from cs_run.checkpoint.atomic import fsync_path
 
 GiB, MiB = float(1 << 30), float(1 << 20)
@@ -131,34 +133,49 @@ def make_ops(obj: dict, d: str) -> dict:
             t.copy_(src[k])
 
     def save_without_crc():  # what the per-tensor CRC32 costs: the same save with crc32 stubbed out
-        real = writer.zlib
-        writer.zlib = types.SimpleNamespace(crc32=lambda data, value=0: 0)
+        real = writer.crc32
+        writer.crc32 = lambda data, value=0: 0
         try:
             save(obj, p["ours"] + ".nocrc")
         finally:
-            writer.zlib = real
+            writer.crc32 = real
 
     def crc_alone():
         for t in fl.values():
-            zlib.crc32(t.reshape(-1).view(torch.uint8).numpy())
+            crc.crc32(t.reshape(-1).view(torch.uint8).numpy())
+
+    def with_stdlib_crc(fn):  # the same call, checksummed by the standard library's zlib
+        def run():
+            real = reader.crc32
+            reader.crc32 = zlib.crc32
+            try:
+                return fn()
+            finally:
+                reader.crc32 = real
+        return run
 
     return {
         "save": {"ours": (lambda: save(obj, p["ours"]), None), "ours without CRC32": (save_without_crc, None),
                  "CRC32 alone (serial)": (crc_alone, None), "torch": (lambda: torch.save(obj, p["torch"]), None),
                  "safetensors": (lambda: st.save_file(fl, p["st"]), None)},
         "load": {"ours": (lambda: load(p["ours"], lazy=False), p["ours"]),
+                 "ours verify=False": (lambda: load(p["ours"], lazy=False, verify=False), p["ours"]),
+                 "ours, stdlib zlib CRC": (with_stdlib_crc(lambda: load(p["ours"], lazy=False)), p["ours"]),
                  "torch": (lambda: torch.load(p["torch"], weights_only=True), p["torch"]),
                  "safetensors": (lambda: st.load_file(p["st"]), p["st"])},
         "lazy": {"ours": (lambda: load(p["ours"]), p["ours"]),
+                 "ours verify=False": (lambda: load(p["ours"], verify=False), p["ours"]),
                  "torch mmap": (lambda: torch.load(p["torch"], weights_only=True, mmap=True), p["torch"]),
                  "safetensors load_file": (lambda: st.load_file(p["st"]), p["st"])},
         "restore": {"ours load_into": (lambda: load_into(p["ours"], target), p["ours"]),
+                    "ours verify=False": (lambda: load_into(p["ours"], target, verify=False), p["ours"]),
                     "raw readinto": (raw_readinto, p["ours"]),
                     "torch.load+copy_": (torch_copy, p["torch"])},
     }, p
 
 
 _SAVE_PEERS = ("ours", "torch", "safetensors")  # the other save rows explain ours; they are not peers
+_VARIANTS = ("ours without CRC32", "CRC32 alone (serial)", "ours verify=False", "ours, stdlib zlib CRC")
 
 
 def run_op(fn, path) -> tuple[float, int]:
@@ -198,11 +215,17 @@ def bench(name: str, obj: dict, repeats: int, d: str) -> None:
     print(f"{'op':<8} {'variant':<22} {'time s':>8} {'GiB/s':>7} {'vs best':>8} {'peak +RSS MiB':>14} {'/largest':>9}")
     for g, variants in times.items():
         med = {v: statistics.median(ts) for v, ts in variants.items()}
-        best = min(t for v, t in med.items() if g != "save" or v in _SAVE_PEERS)
+        best = min(t for v, t in med.items() if v not in _VARIANTS and (g != "save" or v in _SAVE_PEERS))
         for v, t in med.items():
             extra = f"  (+fsync {statistics.median(fsync_t[v]):.3f}s)" if g == "save" and v in fsync_t else ""
             print(f"{g:<8} {v:<22} {t:8.3f} {size / GiB / t:7.2f} {t / best:7.2f}x "
                   f"{mem[g][v] / MiB:14.1f} {mem[g][v] / largest:9.2f}{extra}")
+        if "ours verify=False" in med:
+            plain = med["ours verify=False"]
+            ours = med["ours" if "ours" in med else "ours load_into"]
+            print(f"{g:<8} checksum cost: verified {ours:.3f}s / unverified {plain:.3f}s = {ours / plain:.2f}x "
+                  f"({(ours / plain - 1) * 100:+.0f} %) with {crc.CRC32_IMPL}; stdlib zlib: "
+                  + (f"{med['ours, stdlib zlib CRC'] / plain:.2f}x" if "ours, stdlib zlib CRC" in med else "not run"))
 
 
 def main() -> None:

@@ -34,11 +34,16 @@ def checkpoint() -> None:
 @click.option("--to", "to", type=click.Choice(["h5", "torch", "safetensors"]), default=None,
               help="Target format (default: from DST's extension: .h5/.mdl, .pt/.pth/.bin, .safetensors).")
 @click.option("--allow-pickle", is_flag=True, help="Read and write pickled objects (trusted files only).")
-def convert(src: str, dst: str, to: str | None, allow_pickle: bool) -> None:
-    """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors)."""
+@click.option("--no-verify", is_flag=True,
+              help="Skip the CRC32 check of every tensor of SRC (on by default: a damaged tensor is an error).")
+def convert(src: str, dst: str, to: str | None, allow_pickle: bool, no_verify: bool) -> None:
+    """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors).
+
+    A .pt written here loads with torch.load(weights_only=True); numpy values in it are tagged dicts
+    that cs-run turns back into numpy values."""
     from cs_run.checkpoint.convert import convert as run_convert
 
-    fmt = run_convert(src, dst, to, allow_pickle=allow_pickle)
+    fmt = run_convert(src, dst, to, allow_pickle=allow_pickle, verify=not no_verify)
     click.echo(f"wrote {dst} ({fmt})")
 
 
@@ -65,7 +70,7 @@ def info(path: str, as_json: bool, verify: bool) -> None:
             f"{desc['num_tensors']} tensors, {desc['total_bytes']} bytes ({_human(desc['total_bytes'])})"
         )
         if verify:
-            click.echo("checksums: " + ("not recorded in this file" if desc["damaged"] is None else
-                                        f"{len(desc['damaged'])} damaged"))
+            unverified = f", {len(desc['unverified'])} unverified (no checksum recorded)" if desc["unverified"] else ""
+            click.echo(f"checksums: {desc['verified']} good, {len(desc['damaged'])} damaged{unverified}")
     if verify and desc.get("damaged"):
         raise_if_damaged(path, desc["damaged"])

@@ -16,12 +16,13 @@ import torch
 
 from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint.atomic import atomic_path
+from cs_run.checkpoint.h5_checks import attr_value, root_links
 from cs_run.checkpoint.reader import (
     H5Source,
     check_path,
+    has_data,
     one_line,
     open_h5,
-    raise_if_damaged,
     read_spec,
     storage_dtype,
 )
@@ -29,7 +30,7 @@ from cs_run.checkpoint.tree import flatten, leaf_paths, tree_paths, unflatten
 from cs_run.checkpoint.writer import COMPRESSIONS, write_file
 from cs_run.errors import CheckpointError, ParamsError
 
-__all__ = ["MapLocation", "info", "is_checkpoint_file", "load", "load_into", "save"]
+__all__ = ["MapLocation", "TargetMismatchError", "info", "is_checkpoint_file", "load", "load_into", "save"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,9 +71,9 @@ def save(obj: Any, path: PathLike, *, compression: str | None = None, allow_pick
     logger.debug("saved checkpoint %s (%d leaves)", path, len(leaves))
 
 
-def _describe(path: str, f: Any) -> tuple[Any, list[dict], bool]:
+def _describe(path: str, f: Any, links: dict) -> tuple[Any, list[dict], bool]:
     """(tree, leaf specs, offsets-trusted) for a cs-run file or a vendor legacy file."""
-    fmt_name = f.attrs.get(fmt.ATTR_FORMAT)
+    fmt_name = attr_value(path, f, fmt.ATTR_FORMAT, 256)
     if isinstance(fmt_name, bytes):
         fmt_name = fmt_name.decode()
     if fmt_name == fmt.FORMAT_NAME:
@@ -80,19 +81,20 @@ def _describe(path: str, f: Any) -> tuple[Any, list[dict], bool]:
         return spec["tree"], spec["leaves"], True
     from cs_run.checkpoint import legacy
 
-    if legacy.is_legacy(f):
-        tree, specs = legacy.describe(path, f)
+    if legacy.is_legacy(path, f, links):
+        tree, specs = legacy.describe(path, f, links)
         return tree, specs, False
     raise CheckpointError(
         f"checkpoint '{path}' is an HDF5 file but not a checkpoint (no {fmt.ATTR_FORMAT} or __spec__ attribute)"
     )
 
 
-def _open_source(path: str) -> tuple[Any, H5Source]:
+def _open_source(path: str, verify: bool = True) -> tuple[Any, H5Source]:
     f = open_h5(path)
     try:
-        tree, specs, trusted = _describe(path, f)
-        return tree, H5Source(path, f, specs, trust_offsets=trusted)
+        links = root_links(f)
+        tree, specs, trusted = _describe(path, f, links)
+        return tree, H5Source(path, f, specs, trust_offsets=trusted, verify=verify, links=links)
     except CheckpointError:
         f.close()
         raise
@@ -156,7 +158,7 @@ def load(
     map_location: MapLocation = None,
     *,
     lazy: bool = True,
-    verify: bool = False,
+    verify: bool = True,
     allow_pickle: bool = False,
 ) -> Any:
     """Load a checkpoint written by :func:`save` (or a vendor H5, torch pickle or safetensors file).
@@ -175,14 +177,20 @@ def load(
             may be deleted or replaced (cs-run replaces by rename) while they live. Use
             ``lazy=False`` for plain in-memory tensors, e.g. if another program rewrites the file
             in place.
-        verify: check every tensor against the CRC32 recorded at save (reads all data).
+        verify: check every leaf's bytes against the CRC32 recorded at save before returning (the
+            default; the check rides on the read, see :mod:`cs_run.checkpoint.reader`). With lazy
+            loading it reads the file once through a small buffer, so ``lazy=True`` is no longer
+            near-instant; ``verify=False`` skips the check (trusted files, speed) and gives back
+            the instant memory-mapped load. Vendor, torch and safetensors files record no CRC32s.
         allow_pickle: unpickle objects saved with ``save(..., allow_pickle=True)``. Also lets a
             torch pickle file be read with ``weights_only=False``. Only for trusted files.
 
     Raises:
         CheckpointError: the file is missing, a directory, empty, truncated, corrupted,
-            incomplete, from a newer format version, damaged (with verify), or holds a pickled
-            object without ``allow_pickle``.
+            incomplete, from a newer format version, damaged (a checksum mismatch, naming the keys),
+            forged (a spec the format does not allow, data outside the file: external storage,
+            virtual datasets, soft or external links), or holds a pickled object without
+            ``allow_pickle``.
     """
     path = os.fspath(path)
     kind = check_path(path)
@@ -190,10 +198,8 @@ def load(
         from cs_run.checkpoint import convert
 
         return convert.load_foreign(path, kind, map_location=map_location, allow_pickle=allow_pickle)
-    tree, src = _open_source(path)
+    tree, src = _open_source(path, verify)
     try:
-        if verify:
-            raise_if_damaged(path, src.damaged_keys())
         values: list = []
         for spec in src.specs:
             values.append(_value(src, spec, values, lazy, map_location, allow_pickle))
@@ -201,6 +207,11 @@ def load(
         return unflatten(tree, values)
     finally:
         src.close()
+
+
+class TargetMismatchError(CheckpointError):
+    """``load_into``: the file is readable but does not fit the target (a key missing, another dtype or
+    shape); raised before any byte is read. Unlike damage, an older checkpoint will not fit either."""
 
 
 def _key(path: tuple) -> str:
@@ -213,14 +224,14 @@ def _check_target(path: str, src: H5Source, paths: dict, want: dict) -> dict[tup
     matched = {}
     for p, t in want.items():
         if p not in by_path:
-            raise CheckpointError(f"checkpoint '{path}' has no key '{_key(p)}' (the target has a tensor there)")
+            raise TargetMismatchError(f"checkpoint '{path}' has no key '{_key(p)}' (the target has a tensor there)")
         spec = src.specs[by_path[p]]
         spec = src.specs[spec["tied"]] if "tied" in spec else spec
         if not spec["type"].startswith("torch."):
-            raise CheckpointError(f"checkpoint '{path}': key '{_key(p)}' holds a {spec['type']}, the target a tensor")
+            raise TargetMismatchError(f"checkpoint '{path}': key '{_key(p)}' holds a {spec['type']}, the target a tensor")
         stored = (spec["type"][len("torch.") :], tuple(spec["shape"]))
         if stored != (fmt.torch_dtype_name(t.dtype), tuple(t.shape)):
-            raise CheckpointError(
+            raise TargetMismatchError(
                 f"checkpoint '{path}': key '{_key(p)}' is {stored[0]}{list(stored[1])} in the file but "
                 f"{fmt.torch_dtype_name(t.dtype)}{list(t.shape)} in the target"
             )
@@ -250,7 +261,7 @@ def _writable_buffer(t: torch.Tensor) -> np.ndarray:
 
 
 def load_into(
-    path: PathLike, target: Any, *, map_location: MapLocation = None, verify: bool = False, allow_pickle: bool = False
+    path: PathLike, target: Any, *, map_location: MapLocation = None, verify: bool = True, allow_pickle: bool = False
 ) -> Any:
     """Restore a checkpoint into existing tensors (the resume path) and return the full structure.
 
@@ -263,6 +274,10 @@ def load_into(
         The loaded structure: matched leaves are the target's own tensors, other tensors are loaded
         into memory (``lazy=False``), non-tensor leaves (global_step, ...) as saved.
 
+    ``verify`` (default True) checks every stored byte against its CRC32 as it is read, as in
+    :func:`load`. A damaged tensor is found only once its bytes are in the target: after the error
+    the target holds them, so restore it from another checkpoint before using it.
+
     Raises:
         CheckpointError: a target tensor's key is missing from the file, or its dtype or shape
             differs (names the key); or any :func:`load` error.
@@ -270,20 +285,18 @@ def load_into(
     path = os.fspath(path)
     want = {p: t for p, t in leaf_paths(target).items() if isinstance(t, torch.Tensor)}
     if check_path(path) != "h5":  # torch / safetensors: load, then copy in
-        obj = load(path, map_location, allow_pickle=allow_pickle)
+        obj = load(path, map_location, verify=verify, allow_pickle=allow_pickle)
         have = leaf_paths(obj)
         for p, t in want.items():
             if p not in have or not isinstance(have[p], torch.Tensor):
-                raise CheckpointError(f"checkpoint '{path}' has no tensor '{_key(p)}' (the target has one there)")
+                raise TargetMismatchError(f"checkpoint '{path}' has no tensor '{_key(p)}' (the target has one there)")
             with torch.no_grad():
                 t.copy_(have[p])
         return obj
-    tree, src = _open_source(path)
+    tree, src = _open_source(path, verify)
     try:
         paths = tree_paths(tree)
         matched = _check_target(path, src, paths, want)
-        if verify:
-            raise_if_damaged(path, src.damaged_keys())
         values: list = []
         for i, spec in enumerate(src.specs):
             p = paths[i]
@@ -320,18 +333,19 @@ def info(path: PathLike, verify: bool = False) -> dict:
     Returns:
         ``{"path", "format", "version", "keys": [{"key", "type", "dtype", "shape", "nbytes",
         "tied_to"}], "num_tensors", "total_bytes"}`` plus, with ``verify``, ``"damaged"``: the keys
-        whose bytes fail their CRC32 (None when the file records no checksums).
+        whose bytes fail their CRC32, ``"unverified"``: the keys holding data with no CRC32 to check
+        (vendor, torch and safetensors files record none), and ``"verified"``: how many passed.
     """
     path = os.fspath(path)
     kind = check_path(path)
     if kind != "h5":
         from cs_run.checkpoint import convert
 
-        return convert.info_foreign(path, kind)
-    _, src = _open_source(path)
+        return convert.info_foreign(path, kind, verify)
+    _, src = _open_source(path, verify=False)
     try:
         legacy = fmt.ATTR_FORMAT not in src.f.attrs
-        version = float(src.f.attrs.get("__version__", 0.1)) if legacy else fmt.FORMAT_VERSION
+        version = float(attr_value(path, src.f, "__version__", 8, 0.1)) if legacy else fmt.FORMAT_VERSION
         keys = [_entry(s, src.specs) for s in src.specs]
         out = {
             "path": path,
@@ -342,7 +356,9 @@ def info(path: PathLike, verify: bool = False) -> dict:
             "total_bytes": sum(k["nbytes"] for k in keys),
         }
         if verify:
-            out["damaged"] = None if legacy else src.damaged_keys()
+            out["damaged"] = src.damaged_keys()
+            out["unverified"] = src.unverified_keys()
+            out["verified"] = sum(1 for s in src.specs if has_data(s) and s.get("crc") is not None) - len(out["damaged"])
         return out
     finally:
         src.close()
@@ -357,7 +373,7 @@ def is_checkpoint_file(path: PathLike) -> bool:
     try:
         if check_path(path) != "h5":
             return True
-        _, src = _open_source(path)
+        _, src = _open_source(path, verify=False)
         src.close()
         return True
     except (CheckpointError, OSError):

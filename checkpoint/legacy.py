@@ -12,6 +12,9 @@ The spec is never unpickled with pickle's full power: a restricted unpickler acc
 pytree classes, builtin containers and dill's type loader, and builds inert stand-ins. If the spec
 cannot be read that way, the leaves come back as a flat ``{key: value}`` dict (with a warning).
 Dill objects are reported as unsupported, by key, when loaded.
+
+Every dataset goes through :func:`h5_checks.open_dataset` (hard links only, bytes inside the file)
+and every attribute through a size check, as for cs-run files.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from urllib.parse import quote, unquote
 
 import numpy as np
 
+from cs_run.checkpoint import h5_checks
 from cs_run.checkpoint.format import TORCH_DTYPES
 from cs_run.checkpoint.tree import encode_key
 from cs_run.errors import CheckpointError
@@ -96,12 +100,19 @@ class _SpecUnpickler(pickle.Unpickler):
         return _ALLOWED[(module, name)]
 
 
-def is_legacy(f: Any) -> bool:
+def is_legacy(path: str, f: Any, links: dict) -> bool:
     """A vendor file has ``__spec__`` / ``__version__`` attributes or ``__H5_TYPE__`` datasets."""
-    if "__spec__" in f.attrs or "__version__" in f.attrs:
+    from h5py import h5a, h5o
+
+    if h5a.exists(f.id, b"__spec__") or h5a.exists(f.id, b"__version__"):
         return True
-    first = next(iter(f), None)
-    return first is not None and _TYPE_KEY in f[first].attrs
+    first = next((name for name, (kind, _) in links.items() if kind == h5_checks.HARD), None)
+    if first is None:
+        return False
+    try:
+        return bool(h5a.exists(h5o.open(f.id, first), _TYPE_KEY.encode()))
+    except Exception as err:  # noqa: BLE001 - a damaged object header
+        raise CheckpointError(f"checkpoint '{path}' is corrupted: object {first!r} is unreadable") from err
 
 
 def _spec_tree(node: _SpecStub, keys: list[str], scope: tuple) -> Any:
@@ -119,7 +130,9 @@ def _spec_tree(node: _SpecStub, keys: list[str], scope: tuple) -> Any:
 
 
 def _read_tree(path: str, f: Any) -> tuple[Any, list[str]]:
-    raw = f.attrs.get("__spec__")
+    import os
+
+    raw = h5_checks.attr_value(path, f, "__spec__", os.path.getsize(path))
     if raw is not None:
         try:
             text = raw.decode() if isinstance(raw, bytes) else str(raw)
@@ -132,53 +145,69 @@ def _read_tree(path: str, f: Any) -> tuple[Any, list[str]]:
     return {"dict": [[k, i] for i, k in enumerate(keys)]}, keys
 
 
-def _tensor_spec(key: str, name: str, ds: Any, as_array: bool) -> dict:
+def _tensor_spec(path: str, key: str, name: str, ds: Any, as_array: bool, attr: Any) -> dict:
+    if ds.dtype.kind not in "biufc" or ds.dtype.fields is not None or ds.dtype.subdtype is not None or ds.shape is None:
+        raise CheckpointError(f"checkpoint '{path}': legacy key '{key}' has dtype {ds.dtype}, which has no tensor "
+                              "equivalent")
     native = ds.dtype.newbyteorder("=")
     spec: dict[str, Any] = {"key": key, "ds": name, "shape": list(ds.shape), "n": int(ds.size * native.itemsize)}
-    if ds.attrs.get("is_bfloat16", False):
+    if attr("is_bfloat16", False):
         if native not in (np.dtype(np.uint16), np.dtype(np.int16)):
-            raise CheckpointError(f"legacy key '{key}' is flagged bfloat16 but stored as {ds.dtype}")
+            raise CheckpointError(f"checkpoint '{path}': legacy key '{key}' is flagged bfloat16 but stored as {ds.dtype}")
         spec.update(type="torch.bfloat16", mem=native.str)
     elif as_array:
         spec.update(type="ndarray", dtype=native.str)
     elif str(native) in _NP_TO_TORCH:
         spec.update(type="torch." + _NP_TO_TORCH[str(native)], mem=native.str)
     else:
-        raise CheckpointError(f"legacy key '{key}' has dtype {ds.dtype}, which has no torch equivalent")
+        raise CheckpointError(f"checkpoint '{path}': legacy key '{key}' has dtype {ds.dtype}, which has no torch "
+                              "equivalent")
     return spec
 
 
-def _leaf_spec(path: str, f: Any, key: str, version: float) -> dict:
+def _leaf_spec(path: str, f: Any, key: str, version: float, links: dict, size: int) -> dict:
     name = quote(key, safe="")
-    if name not in f:
+    if name.encode() not in links:
         raise CheckpointError(f"checkpoint '{path}' is corrupted: key '{key}' from __spec__ has no dataset")
-    ds = f[name]
-    kind = ds.attrs.get(_TYPE_KEY)
+    ds = h5_checks.open_dataset(path, f, links, name, key, size)
+
+    def attr(attr_name: str, default: Any = None) -> Any:
+        return h5_checks.attr_value(path, ds, attr_name, size, default)
+
+    kind = attr(_TYPE_KEY)
     kind = kind.decode() if isinstance(kind, bytes) else kind
     base = {"key": key, "ds": name}
     if kind in ("TorchTensorH5Type", "NumpyArrayH5Type"):
-        return _tensor_spec(key, name, ds, as_array=kind == "NumpyArrayH5Type" and version > 0.3)
-    if kind == "ScalarH5Type":
+        return _tensor_spec(path, key, name, ds, kind == "NumpyArrayH5Type" and version > 0.3, attr)
+    if kind == "ScalarH5Type" or (kind is None and attr("is_scalar", False)):  # releases <= 1.8: bare values
+        if ds.shape != () or ds.dtype.kind not in "biufc":
+            raise CheckpointError(f"checkpoint '{path}' is corrupted: scalar key '{key}' is stored as "
+                                  f"{ds.dtype}{list(ds.shape or ())}")
         value = ds[()].item()
         return {**base, "type": type(value).__name__, "v": value}
-    if kind == "StringH5Type" or (kind is None and ds.attrs.get("is_string", False)):
-        value = ds.attrs.get("string_value", ds.attrs.get("string_val", ""))
+    if kind == "StringH5Type" or (kind is None and attr("is_string", False)):
+        value = attr("string_value", attr("string_val", ""))
         return {**base, "type": "str", "v": value.decode() if isinstance(value, bytes) else str(value)}
-    if kind == "NoneH5Type" or (kind is None and ds.attrs.get("is_none", False)):
+    if kind == "NoneH5Type" or (kind is None and attr("is_none", False)):
         return {**base, "type": "none", "v": None}
     if kind == "ObjectH5Type":
         return {**base, "type": "dill", "cls": "dill object, ObjectH5Type"}
-    if kind is None and ds.attrs.get("is_scalar", False):  # releases <= 1.8 stored bare values
-        value = ds[()].item()
-        return {**base, "type": type(value).__name__, "v": value}
     if kind is None:
-        return _tensor_spec(key, name, ds, as_array=False)
-    raise CheckpointError(f"checkpoint '{path}': key '{key}' has unknown {_TYPE_KEY} {kind!r}")
+        return _tensor_spec(path, key, name, ds, False, attr)
+    raise CheckpointError(f"checkpoint '{path}': key '{key}' has unknown {_TYPE_KEY} {str(kind)[:40]!r}")
 
 
-def describe(path: str, f: Any) -> tuple[Any, list[dict]]:
+def describe(path: str, f: Any, links: dict) -> tuple[Any, list[dict]]:
     """(structure tree, leaf specs) of a vendor legacy file, in the spec format of cs-run files."""
-    version = float(f.attrs.get("__version__", 0.1))
+    import os
+
+    from cs_run.checkpoint.spec import check_tree
+
+    size = os.path.getsize(path)
+    try:
+        version = float(h5_checks.attr_value(path, f, "__version__", 8, 0.1))
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"checkpoint '{path}' is corrupted: its __version__ is not a number") from err
     if version > LEGACY_MAX_VERSION:
         raise CheckpointError(
             f"checkpoint '{path}' has vendor format version {version}; cs-run reads the legacy layout "
@@ -186,25 +215,24 @@ def describe(path: str, f: Any) -> tuple[Any, list[dict]]:
         )
     try:
         tree, keys = _read_tree(path, f)
-        specs = [_leaf_spec(path, f, key, version) for key in keys]
+        specs = [_leaf_spec(path, f, key, version, links, size) for key in keys]
     except CheckpointError:
         raise
     except Exception as err:
         raise CheckpointError(f"checkpoint '{path}' is corrupted: {err}") from err
-    _mark_ties(f, specs)
+    check_tree(path, tree, len(specs))
+    _mark_ties(links, specs)
     return tree, specs
 
 
-def _mark_ties(f: Any, specs: list[dict]) -> None:
+def _mark_ties(links: dict, specs: list[dict]) -> None:
     """Hard links to one dataset (the vendor's tied weights) load as one tensor."""
     first: dict[Any, int] = {}
     for i, spec in enumerate(specs):
         if "n" not in spec or spec["n"] == 0:
             continue
-        addr = f[spec["ds"]].id.get_offset()
-        if addr is None:
-            continue
-        if addr in first and specs[first[addr]]["type"] == spec["type"]:
+        addr = links[spec["ds"].encode()][1]
+        if addr in first and specs[first[addr]]["type"] == spec["type"] and specs[first[addr]]["shape"] == spec["shape"]:
             spec["tied"] = first[addr]
         else:
             first.setdefault(addr, i)

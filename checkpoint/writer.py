@@ -3,7 +3,7 @@
 Tensors stream one at a time: a contiguous CPU tensor is written straight from its own memory (a
 numpy view, no copy); only a non-contiguous, conjugated or non-CPU tensor is copied, so extra memory
 stays near the largest single tensor. The CRC32 of a large tensor runs on a worker thread while the
-same bytes are written (zlib releases the GIL).
+same bytes are written (the CRC releases the GIL).
 
 The default (uncompressed) file is encoded by :mod:`cs_run.checkpoint.h5_encoder`, ~20x faster per
 dataset than libhdf5; compressed files need chunked storage and filters, so they go through h5py.
@@ -23,6 +23,7 @@ import torch
 
 from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint.atomic import fsync_path
+from cs_run.checkpoint.crc import crc32
 from cs_run.checkpoint.h5_encoder import Attr, H5Encoder, datatype_message, fixed_string_type
 from cs_run.checkpoint.tree import Leaf
 
@@ -92,11 +93,11 @@ class _LeafWriter:
 
     def _array(self, name: str, arr: np.ndarray, type_name: str) -> dict[str, Any]:
         """Write a numeric array; returns its file offset (None if compressed/empty), size and CRC32."""
-        crc_job = self.pool.submit(zlib.crc32, arr) if arr.nbytes >= _CRC_ON_THREAD_BYTES else None
+        crc_job = self.pool.submit(crc32, arr) if arr.nbytes >= _CRC_ON_THREAD_BYTES else None
         offset = self._put_array(name, arr, type_name)
         if offset is not None:
             self._written(arr.nbytes)
-        crc = crc_job.result() if crc_job is not None else zlib.crc32(arr)
+        crc = crc_job.result() if crc_job is not None else crc32(arr)
         return {"off": offset, "n": int(arr.nbytes), "crc": crc}
 
     def _text(self, name: str, text: str, type_name: str) -> None:

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from cs_run._logging import run_log
 from cs_run.backend import Backend
 from cs_run.batches import RateMeter, batch_size, loader_length, move_to_device
+from cs_run.checkpoint.h5 import TargetMismatchError
 from cs_run.creation import manual_seed
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.metrics import compute_all_metrics, reset_all_metrics
@@ -388,7 +389,17 @@ class PyTorchBaseRunner(RunnerHooks):
         found = _checkpoints.list_checkpoints(self.model_dir)
         if not found:
             raise CheckpointError(f"eval_all: no checkpoint_<step>.mdl files in {self.model_dir}")
-        return {str(step): self.evaluate(checkpoint=path) for step, path in found}
+        results, bad = {}, []
+        for step, path in found:  # a bad checkpoint does not stop the others from being evaluated
+            try:
+                results[str(step)] = self.evaluate(checkpoint=path)
+            except CheckpointError as e:
+                logger.error("eval_all: cannot evaluate %s: %s", path, e)
+                bad.append(path.name)
+        if bad:
+            raise CheckpointError(f"eval_all: evaluated {len(results)} of {len(found)} checkpoints; "
+                                  f"{len(bad)} could not be read: {', '.join(bad)} (the log names each problem)")
+        return results
 
     # ----------------------------------------------------------------------------------- checkpoints
 
@@ -443,13 +454,24 @@ class PyTorchBaseRunner(RunnerHooks):
         target = {"model": self.model.state_dict()}
         if self.optimizer is not None:
             target["optimizer"] = self.optimizer.state_dict()  # state tensors are read in place
-        try:
-            state = _checkpoints.load_checkpoint(path, target)
-        except CheckpointError as e:
-            if self.params.runconfig.checkpoint_path:
-                raise
-            raise CheckpointError(f"{e} (resuming from the newest checkpoint in model_dir; use another --model_dir "
-                                  "or --set runconfig.autoload_checkpoint=false to start fresh)") from None
+        # Autoload falls back past damaged or truncated checkpoints, newest first; an explicit one is final.
+        older = [] if self.params.runconfig.checkpoint_path else \
+            [p for _, p in reversed(_checkpoints.list_checkpoints(self.model_dir)) if p != path]
+        for candidate in [path, *older]:
+            try:
+                state = _checkpoints.load_checkpoint(candidate, target)
+                path = candidate
+                break
+            except TargetMismatchError as e:
+                raise CheckpointError(f"{e} (resuming from {candidate}; use another --model_dir or --set "
+                                      "runconfig.autoload_checkpoint=false to start fresh)") from None
+            except CheckpointError as e:
+                if self.params.runconfig.checkpoint_path:
+                    raise
+                logger.warning("Skipping checkpoint %s: %s", candidate, e)
+        else:
+            raise CheckpointError(f"no checkpoint in {self.model_dir} can be read (see the warnings above); use another "
+                                  "--model_dir or --set runconfig.autoload_checkpoint=false to start fresh")
         self.global_step = int(state.get("global_step", 0))
         for key, part in (("optimizer", self.optimizer), ("lr_scheduler", self.lr_scheduler),
                           ("grad_scaler", self.grad_scaler)):

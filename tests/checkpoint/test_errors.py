@@ -89,9 +89,10 @@ def _flip_data_byte(path, key):
 def test_bit_flip_named_by_verify(good):
     _flip_data_byte(good, "model.w")
     assert info(good, verify=True)["damaged"] == ["model.w"]
-    load(good)  # without verify: loads (like every common format), verify is on demand
-    with pytest.raises(CheckpointError, match=r"damaged: checksum mismatch in 'model.w'"):
-        load(good, verify=True)
+    for lazy in (True, False):  # verified by default
+        with pytest.raises(CheckpointError, match=r"damaged: checksum mismatch in 'model.w'"):
+            load(good, lazy=lazy)
+    load(good, verify=False)  # the documented opt-out loads the damaged bytes
     result = CliRunner().invoke(cli, ["info", str(good), "--verify"])
     assert result.exit_code == 1
     assert result.output.strip().splitlines()[-1].startswith("Error: ") and "'model.w'" in result.output

@@ -151,8 +151,12 @@ def test_info_on_legacy(tmp_path):
     write_legacy(tmp_path / "v.mdl", _vendor_state())
     desc = info(tmp_path / "v.mdl", verify=True)
     assert desc["format"] == "cerebras-legacy-h5" and desc["version"] == pytest.approx(0.4)
-    assert desc["damaged"] is None  # the legacy layout records no checksums
     keys = {k["key"]: k for k in desc["keys"]}
+    # the legacy layout records no checksums: every leaf with data is unverified, none counted good
+    assert desc["damaged"] == [] and desc["verified"] == 0
+    assert desc["unverified"] == [k for k, e in keys.items() if e.get("nbytes") and "tied_to" not in e]
+    out = CliRunner().invoke(cli, ["info", str(tmp_path / "v.mdl"), "--verify"])
+    assert out.exit_code == 0 and f"0 good, 0 damaged, {len(desc['unverified'])} unverified" in out.output
     assert keys["model.lm_head.weight"]["tied_to"] == "model.embedding.weight"
     assert keys["model.ln.bias"]["dtype"] == "bfloat16"
     assert CliRunner().invoke(cli, ["info", str(tmp_path / "v.mdl")]).exit_code == 0
