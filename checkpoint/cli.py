@@ -31,13 +31,14 @@ def checkpoint() -> None:
 @checkpoint.command()
 @click.argument("src", type=click.Path(dir_okay=True))
 @click.argument("dst", type=click.Path())
-@click.option("--to", "to", type=click.Choice(["h5", "torch", "safetensors"]), default=None,
-              help="Target format (default: from DST's extension: .h5/.mdl, .pt/.pth/.bin, .safetensors).")
+@click.option("--to", "to", type=click.Choice(["h5", "torch", "safetensors", "vendor"]), default=None,
+              help="Target format (default: from DST's extension: .h5/.mdl, .pt/.pth/.bin, .safetensors); "
+                   "vendor: the vendor's format 0.5, read by cerebras.pytorch's cstorch.load.")
 @click.option("--allow-pickle", is_flag=True, help="Read and write pickled objects (trusted files only).")
 @click.option("--no-verify", is_flag=True,
               help="Skip the CRC32 check of every tensor of SRC (on by default: a damaged tensor is an error).")
 def convert(src: str, dst: str, to: str | None, allow_pickle: bool, no_verify: bool) -> None:
-    """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors).
+    """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors; --to vendor: the vendor's format 0.5).
 
     A .pt written here loads with torch.load(weights_only=True); numpy values in it are tagged dicts
     that cs-run turns back into numpy values."""
