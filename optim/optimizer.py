@@ -1,7 +1,7 @@
 """The compliant optimizer base class: all state exists before the first step, the lr is a tensor.
 
-A traced step (DESIGN §4) turns every tensor the optimizer reads or writes into a graph input. That only
-works if (1) the state exists before the trace, so it can be bound, and (2) nothing in ``step`` depends
+A traced step (docs/architecture.md#the-csx-engine-cs_runengine) turns every tensor the optimizer reads or
+writes into a graph input. That only works if (1) the state exists before the trace, so it can be bound, and (2) nothing in ``step`` depends
 on tensor values or on Python numbers that change between steps. :class:`Optimizer` enforces (1) by
 calling :meth:`preinitialize` at construction and refusing state created later, and gives (2) by keeping
 every ``param_group['lr']`` as a 0-d tensor that schedulers update in place.
@@ -100,7 +100,7 @@ def _checked_step(step: Callable) -> Callable:
 
 
 class Optimizer(torch.optim.Optimizer, abc.ABC):
-    """Base of Cerebras-compliant optimizers (seed 004).
+    """Base of Cerebras-compliant optimizers (the vendor's custom optimizer guide).
 
     Subclasses pass ``params`` and ``defaults`` like torch.optim and implement:
 

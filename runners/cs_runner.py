@@ -118,11 +118,7 @@ class PyTorchCSRunner(PyTorchBaseRunner):
                 raise ParamsError("params: missing section optimizer (needed to trace the train step)")
             loader = _build.build_dataloader(self.params, mode, self._data_fns[mode])
             accum = self.params.optimizer.grad_accum_steps if mode == "train" else 1
-            batches = []
-            for batch in loader:
-                batches.append(self._to_device(batch))
-                if len(batches) == accum:
-                    break
+            batches = self._next_batches(iter(loader), accum)
             if len(batches) < accum:
                 raise ParamsError(f"params: {mode}_input: the loader yielded no full step to trace")
             self.model.train(mode == "train")
