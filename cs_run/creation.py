@@ -7,6 +7,9 @@ there is one place to make them lazy (e.g. meta / deferred init) later.
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
 import torch
 
 __all__ = ["zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "manual_seed"]
@@ -38,9 +41,6 @@ def full_like(tensor: torch.Tensor, fill_value, **kwargs) -> torch.Tensor:
 
 def manual_seed(seed: int) -> None:
     """Seed every RNG a run draws from: torch (CPU and CUDA), numpy and Python's random."""
-    import random
-
-    import numpy as np
 
     random.seed(seed)
     np.random.seed(seed % (2**32))

@@ -17,8 +17,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from cs_run._logging import setup_console_logging
 from cs_run.exits import ArgumentParser, report
-from cs_run.params import CLUSTER_INT_KEYS, CLUSTER_LIST_KEYS
+from cs_run.params import CLUSTER_INT_KEYS, CLUSTER_LIST_KEYS, flag_overrides, load_params, parse_override
+from cs_run.runners import PyTorchBaseRunner
 
 __all__ = ["run"]
 
@@ -77,10 +79,6 @@ def run(model_fn: Callable[[dict], torch.nn.Module], train_data_fn: Optional[Cal
 
 
 def _run(args, model_fn, train_data_fn, eval_data_fn, default_params_fn) -> dict:
-    from cs_run._logging import setup_console_logging
-    from cs_run.params import flag_overrides, load_params, parse_override
-    from cs_run.runners import PyTorchBaseRunner
-
     known = {a.dest for a in _parser(None)._actions}
     extra_args = {k: v for k, v in vars(args).items() if k not in known}
 

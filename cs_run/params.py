@@ -23,6 +23,7 @@ import yaml
 from cs_run import _yaml
 from cs_run._checks import check_value, unknown_key_message
 from cs_run.errors import CsRunError, ParamsError
+from cs_run.registry import apply_model_defaults
 from cs_run.schedule import check_step_options
 
 __all__ = [
@@ -299,7 +300,6 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     located = Params.locator(str(path), lines, overridden)
     if defaults_fn is not None:
         raw = defaults_fn(raw)
-    from cs_run.registry import apply_model_defaults
 
     raw = apply_model_defaults(raw)
     _resolve_relative_paths(raw, path.parent)

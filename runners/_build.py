@@ -8,6 +8,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from cs_run import optim
+from cs_run.amp import build_grad_scaler as build
+from cs_run.amp import resolve_mixed_precision
 from cs_run.errors import ParamsError
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params
 from cs_run.resolve import data_function, model_function
@@ -61,7 +64,6 @@ def _checked_loader(loader: Any, name: str) -> torch.utils.data.DataLoader:
 
 def build_optimizer(opt: OptimizerParams, model: torch.nn.Module) -> torch.optim.Optimizer:
     """The optimizer block's class and keyword arguments (runner-only keys removed)."""
-    from cs_run import optim
 
     try:
         return optim.configure_optimizer(opt.optimizer_type, model.parameters(), **opt.extra)
@@ -72,20 +74,15 @@ def build_optimizer(opt: OptimizerParams, model: torch.nn.Module) -> torch.optim
 
 
 def build_lr_scheduler(opt: OptimizerParams, optimizer: torch.optim.Optimizer):
-    from cs_run import optim
-
     return optim.configure_lr_scheduler(optimizer, opt.learning_rate)
 
 
 
 def build_grad_scaler(opt: OptimizerParams):
     """A GradScaler when the block asks for loss scaling (dynamic, or a static factor other than 1)."""
-    from cs_run.amp import build_grad_scaler as build
 
     return build({k: v for k, v in dataclasses.asdict(opt).items() if v is not None})
 
 
 def resolve_autocast_dtype(model: ModelParams, device_type: str) -> Optional[torch.dtype]:
-    from cs_run.amp import resolve_mixed_precision
-
     return resolve_mixed_precision(dataclasses.asdict(model), device_type)

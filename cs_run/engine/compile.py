@@ -22,6 +22,9 @@ import time
 from typing import Any, Callable
 
 import torch
+from torch._guards import TracingContext, tracing
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from cs_run.engine.cache import CompileCache, graph_key
 from cs_run.engine.trace import TracedStep
@@ -71,10 +74,7 @@ def _compile_inductor(traced: TracedStep, batch: list[torch.Tensor], cache: Comp
         # Inductor reads the variable on each cache lookup; pointing it into compile_dir lets a second
         # process reuse the kernels. Process-wide by design: one backend per process.
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache.inductor_dir)
-    from torch._guards import TracingContext, tracing
     from torch._inductor.compile_fx import compile_fx
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     example = [t.detach() for t in traced.state.tensors] + [t.detach() for t in batch]
     # A tracing context with a ShapeEnv lets AOTAutograd's and inductor's FX graph caches key the graph;

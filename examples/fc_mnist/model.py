@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cs_run.metrics import AccuracyMetric
+
 __all__ = ["MNIST", "FcMnistModel", "build_model"]
 
 _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid,
@@ -47,8 +49,6 @@ class FcMnistModel(nn.Module):
         self.loss_fn = nn.NLLLoss()
         self.accuracy = None
         if compute_eval_metrics:
-            from cs_run.metrics import AccuracyMetric
-
             self.accuracy = AccuracyMetric("eval/accuracy")
 
     def forward(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
