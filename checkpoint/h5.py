@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def save(obj: Any, path: PathLike, *, compression: str | None = None, allow_pickle: bool = False) -> None:
+def save(state_dict: Any, ckpt_path: PathLike, *, compression: str | None = None, allow_pickle: bool = False) -> None:
     """Save ``obj`` (nested dict/list/tuple of tensors, arrays, scalars, str, None) atomically.
 
     Used exactly like ``torch.save(obj, path)``. The whole object is validated before any file is
@@ -46,8 +46,8 @@ def save(obj: Any, path: PathLike, *, compression: str | None = None, allow_pick
     complete and renamed over ``path``. A crash at any moment leaves the previous file intact.
 
     Args:
-        obj: the object; tied tensors (same view of the same storage) are stored once.
-        path: destination file; its folder is created if needed.
+        state_dict: the object; tied tensors (same view of the same storage) are stored once.
+        ckpt_path: destination file; its folder is created if needed.
         compression: None (contiguous, memory-mappable; the default), "gzip" or "lzf".
         allow_pickle: also store other Python objects with pickle. Loading them then needs
             ``load(..., allow_pickle=True)`` too. Off by default: a pickle runs code when loaded.
@@ -56,7 +56,7 @@ def save(obj: Any, path: PathLike, *, compression: str | None = None, allow_pick
         CheckpointError: a value cannot be stored (names the key, the type and the fix), or the
             file cannot be written.
     """
-    path = os.fspath(path)
+    obj, path = state_dict, os.fspath(ckpt_path)
     if compression not in COMPRESSIONS:
         raise ParamsError(f"invalid compression {compression!r}; expected one of {list(COMPRESSIONS)}")
     tree, leaves = flatten(obj, allow_pickle=allow_pickle)  # validates before touching the disk
@@ -129,7 +129,7 @@ def _value(src: H5Source, spec: dict, values: list, lazy: bool, map_location: Ma
 
 
 def load(
-    path: PathLike,
+    ckpt_path: PathLike,
     map_location: MapLocation = None,
     *,
     lazy: bool = True,
@@ -142,7 +142,7 @@ def load(
     one tensor object. Used like ``torch.load(path, map_location)``.
 
     Args:
-        path: the file.
+        ckpt_path: the file.
         map_location: where tensors go: None (CPU; unlike torch.load, saved devices are not
             restored by default), a device or string, a dict mapping saved device strings to
             devices, or a callable ``fn(cpu_tensor, saved_device) -> tensor``.
@@ -167,7 +167,7 @@ def load(
             virtual datasets, soft or external links), or holds a pickled object without
             ``allow_pickle``.
     """
-    path = os.fspath(path)
+    path = os.fspath(ckpt_path)
     kind = check_path(path)
     if kind != "h5":
         return foreign.load_foreign(path, kind, map_location=map_location, allow_pickle=allow_pickle)

@@ -15,6 +15,7 @@ import click
 
 from cs_run._logging import setup_console_logging
 from cs_run.checkpoint.cli import checkpoint
+from cs_run.compat.cli import exec_command
 from cs_run.examples.gpt2.cli import data
 from cs_run.exits import ErrorGroup
 from cs_run.params import flag_overrides, load_params, parse_override
@@ -143,10 +144,12 @@ compile_only = _trace_only_command(
 
 
 def _attach_subsystems() -> None:
-    """Commands owned by other modules: ``cs-run checkpoint convert|info``, ``cs-run data preprocess``, ``cs-run plot``."""
+    """Commands owned by other modules: ``cs-run checkpoint convert|info``, ``cs-run data preprocess``,
+    ``cs-run plot``, ``cs-run exec``."""
     cli.add_command(checkpoint)
     cli.add_command(data)
     cli.add_command(plot)
+    cli.add_command(exec_command)
 
 
 _attach_subsystems()

@@ -26,7 +26,7 @@ from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicO
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
 from torch.overrides import TorchFunctionMode
 
-from cs_run.engine import closures
+from cs_run.engine import closures, dtype_rules
 from cs_run.engine.compliance import compliance_error, is_value_read, library_hint, user_frame_location
 from cs_run.engine.state import Slot, StateSet, optimizer_state_rebinds
 from cs_run.errors import ComplianceError
@@ -119,6 +119,7 @@ class _TraceMode(TorchFunctionMode):
             frame = sys._getframe(1)
             raise compliance_error(what, user_frame_location(frame), library_hint(frame))
         args, kwargs = pytree.tree_map_only(torch.Tensor, self._substitute, (args, kwargs))
+        args, kwargs = dtype_rules.apply(func, args, kwargs)
         return func(*args, **kwargs)
 
     def _substitute(self, t: torch.Tensor) -> torch.Tensor:
