@@ -293,7 +293,7 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     if defaults_fn is not None:
         raw = defaults_fn(raw)
 
-    raw = apply_model_defaults(raw)
+    raw = apply_model_defaults(raw, located)
     _resolve_relative_paths(raw, path.parent)
     if overrides:
         apply_overrides(raw, overrides)
