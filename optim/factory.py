@@ -1,4 +1,4 @@
-"""Build optimizers and LR schedulers from a params file's ``optimizer`` block (seed 001, seed 004).
+"""Build optimizers and LR schedulers from a params file's ``optimizer`` block (the vendor's porting and custom optimizer guides).
 
 Names resolve case-insensitively over every subclass of :class:`~cs_run.optim.Optimizer` (or
 :class:`~cs_run.optim.lr_scheduler.LRScheduler`) defined anywhere, so a user's class works by name
@@ -197,7 +197,7 @@ def _total_iters(entry: dict[str, Any]) -> Any:
 
 
 def configure_lr_scheduler(optimizer: torch.optim.Optimizer, learning_rate: Any) -> _lrs.LRScheduler | None:
-    """Build the schedule of a params file's ``optimizer.learning_rate`` (seed 001).
+    """Build the schedule of a params file's ``optimizer.learning_rate`` (the vendor's cstorch porting guide).
 
     * a number: ConstantLR with that value;
     * a mapping with ``scheduler`` (any case, ``LR`` suffix optional) and its arguments;

@@ -1,10 +1,12 @@
-"""The compile cache under ``compile_dir`` (DESIGN §4.4).
+"""The record of compiled steps under ``compile_dir`` (docs/architecture.md#contracts).
 
 A compiled step is keyed by a hash of the graph's generated code, the values of the small constants
 it embeds, the input signature (shapes, dtypes, devices of state and batch), the tier and the torch
-version. Each entry is a folder holding ``graph.py`` (the fx code) and ``summary.json``. Inductor's own
-artifacts (its FX graph cache) live in ``compile_dir/inductor``, so a second process reuses the
-generated kernels; the entry's presence is what "compile cache hit" reports.
+version. Each entry is a folder holding ``graph.py`` (the fx code, for reading) and ``summary.json``;
+an entry's presence is what the log's "compile cache hit" means: this graph was compiled into this
+compile_dir before. The entries hold no executable: the reuse is inductor's own cache in
+``compile_dir/inductor`` (kernels a second process loads instead of building); the fx tier rebuilds in
+milliseconds. Skipping the trace and compile altogether on a hit is not done here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Lower a traced step to an executable (DESIGN §4.4).
+"""Lower a traced step to an executable (docs/architecture.md#the-csx-engine-cs_runengine).
 
 Two tiers:
 
@@ -15,11 +15,12 @@ Two tiers:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch._guards import TracingContext, tracing
@@ -29,10 +30,11 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from cs_run.engine.cache import CompileCache, graph_key
 from cs_run.engine.trace import TracedStep
 
-__all__ = ["TIERS", "compile_graph", "resolve_tier"]
+__all__ = ["TIERS", "compile_graph", "inductor_cache_dir", "resolve_tier"]
 
 logger = logging.getLogger(__name__)
 TIERS = ("auto", "fx", "inductor")
+_INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 
 def resolve_tier(tier: str, device: torch.device) -> str:
@@ -63,22 +65,43 @@ def compile_graph(traced: TracedStep, batch: list[torch.Tensor], tier: str, cach
     seconds = time.perf_counter() - t0
     if cache is not None:
         cache.store(key, traced, tier, seconds)
-    logger.info("compile cache %s: %d ops, %d state tensors, tier %s, compiled in %.2fs, recompiles %d (key %s)",
+    # "hit": this graph was compiled into compile_dir before. What that saves is inductor's: its kernels
+    # come from compile_dir/inductor; the fx tier has nothing to reuse (it builds in milliseconds).
+    reuse = "" if not hit else (", kernels from compile_dir/inductor" if tier == "inductor" else
+                                ", nothing to reuse for the fx tier")
+    logger.info("compile cache %s: %d ops, %d state tensors, tier %s, compiled in %.2fs%s, recompiles %d (key %s)",
                 "hit" if hit else "miss", traced.summary.num_ops, traced.summary.num_state_tensors, tier,
-                seconds, recompiles, key[:12])
+                seconds, reuse, recompiles, key[:12])
     return executable
 
 
+@contextlib.contextmanager
+def inductor_cache_dir(path: str | os.PathLike | None) -> Iterator[None]:
+    """Inductor's cache (its FX graph and kernel caches) in ``path`` during the block, then as it was.
+
+    Inductor reads ``TORCHINDUCTOR_CACHE_DIR`` on each cache lookup, and the compiled kernels are loaded
+    before ``compile_fx`` returns, so the variable is needed for the compile call only.
+    """
+    if path is None:
+        yield
+        return
+    old = os.environ.get(_INDUCTOR_ENV)
+    os.environ[_INDUCTOR_ENV] = str(path)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(_INDUCTOR_ENV, None)
+        else:
+            os.environ[_INDUCTOR_ENV] = old
+
+
 def _compile_inductor(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache | None) -> Callable:
-    if cache is not None:
-        # Inductor reads the variable on each cache lookup; pointing it into compile_dir lets a second
-        # process reuse the kernels. Process-wide by design: one backend per process.
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache.inductor_dir)
-    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.compile_fx import compile_fx  # heavy: loaded only when the inductor tier is used
 
     example = [t.detach() for t in traced.state.tensors] + [t.detach() for t in batch]
     # A tracing context with a ShapeEnv lets AOTAutograd's and inductor's FX graph caches key the graph;
     # without one both bypass their caches and every new process recompiles from scratch.
     context = TracingContext(FakeTensorMode(shape_env=ShapeEnv()))
-    with torch.no_grad(), tracing(context):
+    with torch.no_grad(), tracing(context), inductor_cache_dir(cache.inductor_dir if cache is not None else None):
         return compile_fx(traced.gm, example)
