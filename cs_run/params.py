@@ -164,8 +164,9 @@ class RunConfig:
     """Trace and compile the step into compile_dir; run nothing (exclusive with validate_only)."""
     validate_only: bool = False
     """Trace the step and report its graph or compliance error; compile and run nothing."""
-    compile_tier: str = field(default="fx", metadata={"choices": ("fx", "inductor", "auto")})
-    """CSX compile tier: fx (bit-identical to eager, instant), inductor (fused kernels), auto."""
+    compile_tier: Optional[str] = field(default=None, metadata={"choices": ("fx", "inductor", "auto")})
+    """CSX compile tier: auto (default: the faster of fx and inductor, measured on the first steps), fx
+    (bit-identical to eager, instant), inductor (fused kernels, compiled once and cached)."""
     num_csx: int = field(default=1, metadata={"min": 1})
     """Cerebras systems (replicas) to use; this machine runs one."""
     num_workers_per_csx: int = field(default=1, metadata={"min": 1})
