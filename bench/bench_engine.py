@@ -17,6 +17,10 @@ shared and noisy. Torch runs on ONE thread (``torch.set_num_threads(1)``) unless
 * csx-auto:     the same, compile_tier auto (the default): its first steps time fx against inductor
                 and keep the faster; the row names the tier it kept. Warm-up runs until it has chosen.
 * floor:        FLOPs of the step / measured matmul throughput
+
+The GPT-2 rows train the bundled example's model (examples/gpt2/params.yaml: its model keys, batch
+size and sequence length, dropout on) with AdamW on a fixed batch of random tokens, and report
+tokens/s (eager and compile use torch.optim.AdamW(foreach=True), CSX cs_run.optim.AdamW).
 """
 
 from __future__ import annotations
@@ -149,6 +153,78 @@ def settled_call(compiled, *batch):
     return run
 
 
+def gpt2_example() -> tuple[dict, int, int]:
+    """The bundled gpt2 example's model keys, batch size and sequence length."""
+    import yaml
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "gpt2", "params.yaml")
+    with open(path) as f:
+        params = yaml.safe_load(f)
+    keys = {k: v for k, v in params["model"].items() if k not in ("name", "mixed_precision")}
+    return keys, params["train_input"]["batch_size"], keys["max_position_embeddings"]
+
+
+def make_gpt2_variants(with_inductor: bool, with_compile: bool) -> tuple[dict, int]:
+    """GPT-2 training steps (forward with the loss mask, backward, AdamW, zero_grad); tokens per step."""
+    from cs_run.engine import CompiledStep, EngineOptions
+    from cs_run.examples.gpt2.model import build_model
+    from cs_run.optim import AdamW
+
+    keys, batch, msl = gpt2_example()
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, keys["vocab_size"], (batch, msl + 1), generator=g, dtype=torch.int32)
+    data = {"input_ids": tokens[:, :-1].contiguous(), "labels": tokens[:, 1:].contiguous(),
+            "attention_mask": torch.ones(batch, msl, dtype=torch.int32)}
+    variants = {}
+
+    def eager_like(model, forward):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+
+        def step():
+            loss = forward(data)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+
+        return step
+
+    torch.manual_seed(0)
+    model = build_model(**keys).train()
+    variants["eager"] = eager_like(model, model)
+    if with_compile:
+        torch.manual_seed(0)
+        model = build_model(**keys).train()
+        variants["compile"] = eager_like(model, torch.compile(model))
+    for tier in ["fx"] + (["inductor", "auto"] if with_inductor else []):
+        torch.manual_seed(0)
+        model = build_model(**keys).train()
+        opt = AdamW(model.parameters(), lr=1e-3)
+
+        def csx_step(batch, model=model, opt=opt):
+            loss = model(batch)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+
+        compiled = CompiledStep(csx_step, EngineOptions(tier=tier, compile_dir=tempfile.mkdtemp(prefix="cs_run_bench_")))
+        variants[f"csx-{tier}"] = settled_call(compiled, data)
+    return variants, batch * msl
+
+
+def gpt2_rows(args) -> None:
+    keys, batch, msl = gpt2_example()
+    variants, tokens = make_gpt2_variants(with_inductor=not args.quick, with_compile=not args.quick)
+    med, first = time_variants(variants, steps=max(2, args.steps // 4), repeats=args.repeats)
+    name = f"gpt2 example L{keys['num_hidden_layers']} h{keys['hidden_size']} b{batch}x{msl}"
+    for v, t in med.items():
+        vs_c = f"{med['compile'] / t:9.2f}x" if "compile" in med else f"{'-':>10s}"
+        label = f"{v}({variants[v].tier()})" if v == "csx-auto" else v
+        print(f"{name:30s} {label:18s} {t * 1e3:8.3f} {med['eager'] / t:8.2f}x {vs_c} {tokens / t:9.0f} "
+              f"{first[v]:10.2f}")
+
+
 def time_variants(variants: dict, steps: int, repeats: int) -> dict[str, float]:
     first = {}
     for name, fn in variants.items():  # warm-up (includes trace/compile), timed separately
@@ -219,12 +295,19 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="fx tier and eager only, no subprocesses")
+    parser.add_argument("--models", choices=("all", "mlp", "gpt2"), default="all",
+                        help="mlp: the MLP rows and time to first step; gpt2: the GPT-2 example's rows only")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     peak = matmul_gflops()
     print(f"torch {torch.__version__}, {args.threads} thread(s); matmul 512x1024x1024: {peak:.1f} GFLOP/s")
     header = (f"{'model':30s} {'variant':18s} {'ms/step':>8s} {'vs eager':>9s} {'vs compile':>10s} "
               f"{'vs floor':>9s} {'1st call s':>10s}")
+    if args.models in ("all", "gpt2"):
+        print(header.replace("vs floor", "tokens/s"))
+        gpt2_rows(args)
+    if args.models == "gpt2":
+        return
     print(header)
     for name, spec in MODELS.items():
         big = spec[2] >= 1024

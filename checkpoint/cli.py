@@ -31,16 +31,35 @@ def checkpoint() -> None:
 @checkpoint.command()
 @click.argument("src", type=click.Path(dir_okay=True))
 @click.argument("dst", type=click.Path())
-@click.option("--to", "to", type=click.Choice(["h5", "torch", "safetensors"]), default=None,
-              help="Target format (default: from DST's extension: .h5/.mdl, .pt/.pth/.bin, .safetensors).")
+@click.option("--to", "to", type=click.Choice(["h5", "torch", "safetensors", "vendor", "hf"]), default=None,
+              help="Target format (default: from DST's extension: .h5/.mdl, .pt/.pth/.bin, .safetensors); "
+                   "vendor: the vendor's format 0.5, read by cerebras.pytorch's cstorch.load; "
+                   "hf: a gpt2 checkpoint as a Hugging Face GPT-2 folder DST (config.json + model.safetensors).")
+@click.option("--from", "from_", type=click.Choice(["hf"]), default=None,
+              help="hf: SRC is a Hugging Face GPT-2 folder; writes the gpt2 checkpoint DST and DST's .yaml params.")
+@click.option("--params", "params_path", type=click.Path(dir_okay=False, exists=True),
+              help="With --to hf: the run's params (default: params_resolved.yaml beside SRC).")
 @click.option("--allow-pickle", is_flag=True, help="Read and write pickled objects (trusted files only).")
 @click.option("--no-verify", is_flag=True,
               help="Skip the CRC32 check of every tensor of SRC (on by default: a damaged tensor is an error).")
-def convert(src: str, dst: str, to: str | None, allow_pickle: bool, no_verify: bool) -> None:
-    """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors).
+def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: str | None, allow_pickle: bool,
+            no_verify: bool) -> None:
+    """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors; --to vendor: the vendor's format 0.5;
+    gpt2 <-> Hugging Face with --to hf / --from hf).
 
     A .pt written here loads with torch.load(weights_only=True); numpy values in it are tagged dicts
     that cs-run turns back into numpy values."""
+    if to == "hf" or from_ == "hf":
+        from cs_run.examples.gpt2.hf import from_hf, to_hf
+
+        if to == "hf" and from_ == "hf":
+            raise click.UsageError("give --to hf or --from hf, not both")
+        if to == "hf":
+            click.echo(f"wrote {to_hf(src, dst, params_path)} (Hugging Face GPT-2)")
+        else:
+            checkpoint, params = from_hf(src, dst)
+            click.echo(f"wrote {checkpoint} (h5) and its model params {params}")
+        return
     from cs_run.checkpoint.convert import convert as run_convert
 
     fmt = run_convert(src, dst, to, allow_pickle=allow_pickle, verify=not no_verify)

@@ -1,4 +1,5 @@
-"""Conversion between the H5 format, torch pickle files and safetensors (when installed).
+"""Conversion between the H5 format, torch pickle files, safetensors (when installed) and the vendor's
+format 0.5 (``--to vendor``, see :mod:`cs_run.checkpoint.vendor_format`).
 
 safetensors holds a flat ``{name: tensor}`` dict. Writing one, cs-run names tensors by flattened
 key, stores tied tensors once, and keeps the rest of the structure (nesting, scalars, strings, None,
@@ -30,7 +31,7 @@ from cs_run.errors import CheckpointError, ParamsError
 
 __all__ = ["FORMATS", "convert", "format_for_path", "info_foreign", "load_foreign", "save_safetensors", "save_torch"]
 
-FORMATS = ("h5", "torch", "safetensors")
+FORMATS = ("h5", "torch", "safetensors", "vendor")
 _EXTENSIONS = {
     ".h5": "h5", ".hdf5": "h5", ".mdl": "h5",
     ".pt": "torch", ".pth": "torch", ".bin": "torch", ".ckpt": "torch", ".pkl": "torch",
@@ -312,6 +313,10 @@ def convert(src: str, dst: str, to: str | None = None, *, allow_pickle: bool = F
         save(obj, dst, allow_pickle=allow_pickle)
     elif to == "torch":
         save_torch(obj, dst)
+    elif to == "vendor":  # the vendor's format 0.5, read by its cstorch.load
+        from cs_run.checkpoint import vendor_format
+
+        vendor_format.save(obj, dst)
     else:
         save_safetensors(obj, dst)
     return to

@@ -79,8 +79,11 @@ def _describe(path: str, f: Any, links: dict) -> tuple[Any, list[dict], bool]:
     if fmt_name == fmt.FORMAT_NAME:
         spec = read_spec(path, f)
         return spec["tree"], spec["leaves"], True
-    from cs_run.checkpoint import legacy
+    from cs_run.checkpoint import legacy, vendor_format
 
+    if vendor_format.is_vendor_format(f):  # the vendor's current layout (format 0.5, releases 2.6+)
+        tree, specs = vendor_format.describe(path, f)
+        return tree, specs, False
     if legacy.is_legacy(path, f, links):
         tree, specs = legacy.describe(path, f, links)
         return tree, specs, False
@@ -349,7 +352,7 @@ def info(path: PathLike, verify: bool = False) -> dict:
         keys = [_entry(s, src.specs) for s in src.specs]
         out = {
             "path": path,
-            "format": "cerebras-legacy-h5" if legacy else fmt.FORMAT_NAME,
+            "format": ("cerebras-h5" if version >= 0.5 else "cerebras-legacy-h5") if legacy else fmt.FORMAT_NAME,
             "version": version,
             "keys": keys,
             "num_tensors": sum(1 for k in keys if k["type"] in ("tensor", "ndarray") and "tied_to" not in k),

@@ -22,7 +22,8 @@ __all__ = ["HARD", "attr_value", "dataset_nbytes", "header_extent", "open_datase
 
 HARD = 0  # h5py.h5l.TYPE_HARD
 _LINK_KINDS = {1: "a soft link", 64: "an external link (to another file)"}
-_ALLOWED_FILTERS = {1: "deflate", 2: "shuffle", 3: "fletcher32", 32000: "lzf"}
+_ALLOWED_FILTERS = {1: "deflate", 2: "shuffle", 3: "fletcher32", 32000: "lzf",
+                    32004: "lz4"}  # lz4: the vendor's default for every tensor (needs hdf5plugin)
 _MAX_EXPANSION = 1100  # deflate expands at most 1032:1, lzf less
 
 

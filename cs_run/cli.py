@@ -141,11 +141,13 @@ compile_only = _trace_only_command(
 
 
 def _attach_subsystems() -> None:
-    """Commands owned by other modules: ``cs-run checkpoint convert|info`` and ``cs-run plot``."""
+    """Commands owned by other modules: ``cs-run checkpoint convert|info``, ``cs-run data preprocess``, ``cs-run plot``."""
     from cs_run.checkpoint.cli import checkpoint
+    from cs_run.examples.gpt2.cli import data
     from cs_run.plot import plot
 
     cli.add_command(checkpoint)
+    cli.add_command(data)
     cli.add_command(plot)
 
 

@@ -300,6 +300,9 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     located = Params.locator(str(path), lines, overridden)
     if defaults_fn is not None:
         raw = defaults_fn(raw)
+    from cs_run.registry import apply_model_defaults
+
+    raw = apply_model_defaults(raw)
     _resolve_relative_paths(raw, path.parent)
     if overrides:
         apply_overrides(raw, overrides)

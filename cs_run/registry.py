@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 
 from cs_run.errors import ParamsError
 
-__all__ = ["ModelSpec", "register_model", "get_model_spec", "resolve_object", "registered_models"]
+__all__ = ["ModelSpec", "register_model", "apply_model_defaults", "get_model_spec", "resolve_object", "registered_models"]
 
 
 @dataclass(frozen=True)
@@ -28,14 +28,38 @@ class ModelSpec:
     """``module:function`` returning the nn.Module (imported only when used)."""
     data_fn: Optional[str] = None
     """``module:function`` returning a split's DataLoader."""
+    data_processors: tuple = ()
+    """Model Zoo ``data_processor`` names of its inputs: a params file without model.name that names
+    one of them is this model's (a Model Zoo run.py is per model, so its files name no model)."""
+    defaults_fn: Optional[str] = None
+    """``module:function`` filling the model's Model Zoo defaults into the raw ``model`` dict."""
 
 
 _MODELS: dict[str, ModelSpec] = {}
 
 
-def register_model(name: str, model_fn: str, data_fn: Optional[str] = None) -> None:
+def register_model(name: str, model_fn: str, data_fn: Optional[str] = None, data_processors: tuple = (),
+                   defaults_fn: Optional[str] = None) -> None:
     """Make ``model.name: <name>`` resolve to ``model_fn`` (and ``data_fn`` for its inputs)."""
-    _MODELS[name] = ModelSpec(name, model_fn, data_fn)
+    _MODELS[name] = ModelSpec(name, model_fn, data_fn, tuple(data_processors), defaults_fn)
+
+
+def apply_model_defaults(raw: dict) -> dict:
+    """Before validation: name the model of a Model Zoo file by its data_processor when model.name is
+    absent, then fill that registered model's own defaults (its ``defaults_fn``)."""
+    model = raw.get("model")
+    if not isinstance(model, dict):
+        return raw
+    if "name" not in model:
+        named = {section.get("data_processor") for section in (raw.get("train_input"), raw.get("eval_input"))
+                 if isinstance(section, dict)}
+        owners = [spec.name for spec in _MODELS.values() if named & set(spec.data_processors)]
+        if len(owners) == 1:
+            model["name"] = owners[0]
+    spec = _MODELS.get(model.get("name"))
+    if spec is not None and spec.defaults_fn:
+        resolve_object(spec.defaults_fn, key="model.name")(model)
+    return raw
 
 
 def registered_models() -> list[str]:
@@ -109,3 +133,6 @@ def _section_keys(section: str) -> list[str]:
 # Built-in models. Imported lazily so `import cs_run` stays cheap.
 register_model("fc_mnist", "cs_run.examples.fc_mnist.model:build_model",
                "cs_run.examples.fc_mnist.data:build_dataloader")
+register_model("gpt2", "cs_run.examples.gpt2.model:build_model", "cs_run.examples.gpt2.data:build_dataloader",
+               data_processors=("GptHDF5DataProcessor", "GptHDF5MapDataProcessor"),
+               defaults_fn="cs_run.examples.gpt2.model:model_defaults")

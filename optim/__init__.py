@@ -6,6 +6,8 @@ tensor; every scheduler computes the lr as a tensor function of its step. Build 
 """
 
 from . import lr_scheduler as lr_scheduler
+from . import scheduler as scheduler
+from . import weight_decay_scheduler as weight_decay_scheduler
 from .adadelta import Adadelta as Adadelta
 from .adafactor import Adafactor as Adafactor
 from .adagrad import Adagrad as Adagrad
@@ -17,8 +19,10 @@ from .factory import configure_lr_scheduler as configure_lr_scheduler
 from .factory import configure_optimizer as configure_optimizer
 from .lamb import Lamb as Lamb
 from .lion import Lion as Lion
+from .muon import Muon as Muon
 from .nadam import NAdam as NAdam
 from .optimizer import Optimizer as Optimizer
+from .param_groups import configure_param_groups as configure_param_groups
 from .radam import RAdam as RAdam
 from .rmsprop import RMSprop as RMSprop
 from .rprop import Rprop as Rprop
@@ -35,6 +39,7 @@ __all__ = [
     "Adamax",
     "Lamb",
     "Lion",
+    "Muon",
     "NAdam",
     "Optimizer",
     "RAdam",
@@ -42,5 +47,8 @@ __all__ = [
     "Rprop",
     "configure_lr_scheduler",
     "configure_optimizer",
+    "configure_param_groups",
     "lr_scheduler",
+    "scheduler",
+    "weight_decay_scheduler",
 ]

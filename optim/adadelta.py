@@ -1,16 +1,15 @@
-"""Adadelta; numerically torch.optim.Adadelta."""
+"""Adadelta; the vendor's rule is torch's."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _run_closure, _weight_decay
+from .optimizer import Optimizer, ParamsT, _check, _run_closure
 
-__all__ = ["Adadelta", "adadelta"]
+__all__ = ["Adadelta"]
 
 
 class Adadelta(Optimizer):
@@ -18,17 +17,16 @@ class Adadelta(Optimizer):
 
     .. code-block:: text
 
-        g = -grad if maximize else grad;  g += weight_decay * p
+        g = -grad if maximize else grad;  g = g + weight_decay * p
         v = rho * v + (1 - rho) * g * g
-        delta = sqrt(u + eps) / sqrt(v + eps) * g
-        u = rho * u + (1 - rho) * delta * delta
+        delta = sqrt(u + eps) / sqrt(v + eps) * g;  u = rho * u + (1 - rho) * delta * delta
         p -= lr * delta
 
     Args:
         {params}
         lr: coefficient that scales delta (default: 1.0).
         rho: coefficient of the running averages (default: 0.9).
-        eps: term added to the denominator (default: 1e-6).
+        eps: term added inside the square roots (default: 1e-6).
         {weight_decay}
         {maximize}
 
@@ -42,7 +40,7 @@ class Adadelta(Optimizer):
         _check("epsilon value", eps)
         _check("weight_decay value", weight_decay)
         defaults = {"lr": lr, "rho": rho, "eps": eps, "weight_decay": weight_decay, "maximize": maximize}
-        super().__init__(params, defaults, enable_global_step=True)
+        super().__init__(params, defaults)
 
     def preinitialize(self) -> None:
         self._zeros_like_params("square_avg", "acc_delta")
@@ -54,26 +52,19 @@ class Adadelta(Optimizer):
     def step(self, closure: Any = None) -> Any:
         loss = _run_closure(closure)
         for group in self.param_groups:
-            params, grads, steps, sq, acc = self._group_tensors(group, "step", "square_avg", "acc_delta")
-            adadelta(params, grads, sq, acc, steps, lr=group["lr"], rho=group["rho"], eps=group["eps"],
-                     weight_decay=group["weight_decay"], maximize=group["maximize"])
+            rho, eps = group["rho"], group["eps"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                square_avg, acc_delta = self.state[p]["square_avg"], self.state[p]["acc_delta"]
+                grad = p.grad if not group["maximize"] else -p.grad
+                grad = grad + p * group["weight_decay"]
+                square_avg.mul_(rho).addcmul_(grad, grad, value=1 - rho)
+                std = square_avg.add(eps).sqrt_()
+                delta = acc_delta.add(eps).sqrt_().div_(std).mul_(grad)
+                acc_delta.mul_(rho).addcmul_(delta, delta, value=1 - rho)
+                p.add_(-group["lr"] * delta)
         return loss
 
 
 Adadelta.__doc__ = _docs.fill(Adadelta.__doc__)
-
-
-def adadelta(params: list[Tensor], grads: list[Tensor], square_avgs: list[Tensor], acc_deltas: list[Tensor],
-             steps: list[Tensor], *, lr: Tensor, rho: float, eps: float, weight_decay: float,
-             maximize: bool) -> None:
-    """Functional Adadelta; see :class:`Adadelta`. Single-tensor only (not on a hot path)."""
-    neg_lr = lr.neg()
-    for i, param in enumerate(params):
-        grad = grads[i] if not maximize else -grads[i]
-        steps[i].add_(1)
-        grad = _weight_decay(param, grad, lr=lr, weight_decay=weight_decay)
-        square_avgs[i].mul_(rho).addcmul_(grad, grad, value=1 - rho)
-        std = square_avgs[i].add(eps).sqrt_()
-        delta = acc_deltas[i].add(eps).sqrt_().div_(std).mul_(grad)
-        acc_deltas[i].mul_(rho).addcmul_(delta, delta, value=1 - rho)
-        param.addcmul_(delta, neg_lr)

@@ -10,7 +10,7 @@ from torch import Tensor
 import cs_run
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _run_closure, _scalar
+from .optimizer import Optimizer, ParamsT, _check, _run_closure
 
 __all__ = ["Adafactor", "adafactor"]
 
@@ -23,16 +23,16 @@ class Adafactor(Optimizer):
         step += 1;  beta2_t = 1 - step^decay_rate;  g2 = g * g + eps[0]
         rho = min(1e-2 or 1e-6 * step (warmup_init), 1 / sqrt(step))  if relative_step else lr
         alpha = max(eps[1], RMS(p)) * rho                              if scale_parameter else rho
-        factored (ndim >= 2): R = lerp(R, mean(g2, -1), 1 - beta2_t); C = lerp(C, mean(g2, -2), 1 - beta2_t)
+        factored (ndim >= 2): R = beta2_t R + (1 - beta2_t) mean(g2, -1);  C likewise with mean(g2, -2)
                               u = g / sqrt(R C / mean(R))
-        otherwise:            v = lerp(v, g2, 1 - beta2_t);  u = g / sqrt(v)
+        otherwise:            v = beta2_t v + (1 - beta2_t) g2;  u = g / sqrt(v)
         u = alpha * u / max(1, RMS(u) / clip_threshold)
         m = beta1 * m + (1 - beta1) * u;  u = m                        (beta1 given)
         p -= weight_decay * alpha * p + u
 
     Args:
         {params}
-        lr: external learning rate (ignored when ``relative_step``; default: 1e-3).
+        lr: external learning rate (required, as in the vendor's; None with ``relative_step``).
         eps: (eps1 added to the squared gradient, eps2 lower bound of the parameter scale).
         clip_threshold: threshold of the update's RMS (default: 1.0).
         decay_rate: exponent of the second-moment decay (default: -0.8).
@@ -45,14 +45,19 @@ class Adafactor(Optimizer):
     {compliant}
 
     Note:
-        torch.optim.Adafactor is a different parameterization (no beta1, no update clipping), so
-        this class is checked against the paper's algorithm rather than against torch.
+        With the vendor's supported options (``beta1=None``, ``clip_threshold=1.0``,
+        ``relative_step=False``) this is the vendor's Adafactor, operation for operation (checked
+        against its golden trajectories). ``beta1``, other clip thresholds and ``relative_step``
+        are cs-run extras the vendor refuses. torch.optim.Adafactor is a different parameterization.
     """
 
-    def __init__(self, params: ParamsT, lr: float = 1e-3, eps: tuple[float, float] = (1e-30, 1e-3),
+    def __init__(self, params: ParamsT, lr: float | None, eps: tuple[float, float] = (1e-30, 1e-3),
                  clip_threshold: float = 1.0, decay_rate: float = -0.8, beta1: float | None = None,
                  weight_decay: float = 0.0, scale_parameter: bool = True, relative_step: bool = False,
                  warmup_init: bool = False) -> None:
+        if lr is None and not relative_step:
+            raise ValueError("Invalid learning rate: None (required unless relative_step=True)")
+        lr = 0.0 if lr is None else lr  # relative_step computes its own step size
         _check("learning rate", lr)
         if warmup_init and not relative_step:
             raise ValueError("Invalid warmup_init: True (requires relative_step=True)")
@@ -103,37 +108,36 @@ Adafactor.__doc__ = _docs.fill(Adafactor.__doc__)
 
 
 def _rms(t: Tensor) -> Tensor:
-    return t.norm(2) / (t.numel() ** 0.5)
+    return t.square().mean().sqrt()
 
 
 def adafactor(param: Tensor, grad: Tensor, second: tuple[Tensor, ...], exp_avg: Tensor | None, step: Tensor,
               *, lr: Tensor, eps: tuple[float, float], clip_threshold: float, decay_rate: float,
               beta1: float | None, weight_decay: float, scale_parameter: bool, relative_step: bool,
               warmup_init: bool) -> None:
-    """Functional Adafactor for one parameter; see :class:`Adafactor`. Mutates param and state."""
+    """Functional Adafactor for one parameter, in the vendor's order of operations; see :class:`Adafactor`."""
     step.add_(1)
-    step64 = _scalar(step)
-    if relative_step:
-        start = 1e-6 * step64 if warmup_init else torch.full_like(step64, 1e-2)
-        rho = torch.minimum(start, step64.rsqrt())
+    if relative_step:  # a cs-run extra (the vendor refuses relative_step)
+        start = 1e-6 * step if warmup_init else torch.full_like(step, 1e-2)
+        rho = torch.minimum(start, step.rsqrt())
     else:
-        rho = _scalar(lr)
-    alpha = (torch.clamp(_scalar(_rms(param)), min=eps[1]) * rho if scale_parameter else rho).to(param.dtype)
-    one_minus_beta2 = step64.pow(decay_rate).to(param.dtype)  # 1 - beta2_t
-    grad_sq = grad * grad + eps[0]
+        rho = lr
+    alpha = torch.maximum(_rms(param), torch.full_like(step, eps[1])) * rho if scale_parameter else rho
+    beta2t = 1.0 - torch.pow(step, torch.full_like(step, decay_rate))
+    update = grad**2 + eps[0]
     if len(second) == 2:
         row, col = second
-        row.lerp_(grad_sq.mean(dim=-1), one_minus_beta2)
-        col.lerp_(grad_sq.mean(dim=-2), one_minus_beta2)
-        row_factor = (row / row.mean(dim=-1, keepdim=True)).rsqrt_().unsqueeze(-1)
-        update = row_factor * col.unsqueeze(-2).rsqrt() * grad
+        row.mul_(beta2t).add_(update.mean(dim=-1).mul(1.0 - beta2t))
+        col.mul_(beta2t).add_(update.mean(dim=-2).mul(1.0 - beta2t))
+        row_factor = (row / row.mean(dim=-1, keepdim=True)).rsqrt().unsqueeze(-1)
+        update = torch.mul(row_factor, col.rsqrt().unsqueeze(-2)).mul_(grad)
     else:
-        second[0].lerp_(grad_sq, one_minus_beta2)
-        update = second[0].rsqrt() * grad
-    update.div_(torch.clamp(_rms(update) / clip_threshold, min=1.0)).mul_(alpha)
+        second[0].mul_(beta2t).add_(update.mul(1.0 - beta2t))
+        update = second[0].rsqrt().mul_(grad)
+    update.div_(torch.clamp(_rms(update) / clip_threshold, min=1.0))
+    update.mul_(alpha)
     if exp_avg is not None:
-        exp_avg.mul_(beta1).add_(update, alpha=1 - beta1)
+        exp_avg.mul_(beta1).add_(update.mul(1 - beta1))
         update = exp_avg
-    if weight_decay != 0:
-        param.mul_(1 - weight_decay * alpha)
+    param.sub_(param.mul(weight_decay * alpha))
     param.sub_(update)

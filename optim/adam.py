@@ -1,4 +1,4 @@
-"""Adam and AdamW; numerically torch.optim.Adam / AdamW, with the vendor's defaults."""
+"""Adam and AdamW with the vendor's update rule and state (``beta1_power``/``beta2_power``, no ``step``)."""
 
 from __future__ import annotations
 
@@ -10,49 +10,166 @@ from torch import Tensor
 import cs_run
 
 from . import _docs
-from .optimizer import (
-    Optimizer,
-    ParamsT,
-    _check,
-    _check_betas,
-    _foreach_ok,
-    _run_closure,
-    _scalar,
-    _weight_decay,
-)
+from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure
 
-__all__ = ["Adam", "AdamW", "adam"]
+__all__ = ["Adam", "AdamBase", "AdamW"]
 
 
-class Adam(Optimizer):
-    """Adam (Kingma & Ba, 2014), with AMSGrad and decoupled weight decay as options.
+def _power(value: float, device: torch.device) -> Tensor:
+    """A running ``beta^step`` in the default dtype (float32), as the vendor keeps it."""
+    return torch.tensor(value, dtype=torch.get_default_dtype(), device=device)
+
+
+class AdamBase(Optimizer):
+    """Adam (Kingma & Ba, 2014) as the vendor computes it; :class:`Adam` and :class:`AdamW` set the decay.
 
     .. code-block:: text
 
-        step += 1;  g = -grad if maximize else grad
-        p *= 1 - lr * weight_decay            (decoupled, AdamW)   |  g += weight_decay * p   (Adam)
-        m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g * g
-        v_max = max(v_max, v)                 (amsgrad)
-        p -= lr / (1 - beta1^step) * m / (sqrt(v or v_max) / sqrt(1 - beta2^step) + eps)
+        g = -grad if maximize else grad;  g += l2_regularization_rate * p
+        m = beta1 * m + (1 - beta1) * g;  v = beta2 * v + (1 - beta2) * g * g
+        v_max = max(v_max, v)                                   (amsgrad)
+        u = m / (sqrt(v or v_max) + eps)
+        u *= sqrt(1 - beta2_power) / (1 - beta1_power)          (correct_bias; then beta*_power *= beta*)
+        p -= lr * (u + weight_decay * p)
+
+    Differences from torch.optim.Adam/AdamW (the vendor's, kept so its runs and checkpoints continue
+    here identically): ``eps`` is added to ``sqrt(v)`` *before* the bias correction (torch adds it to
+    ``sqrt(v / (1 - beta2^t))``, i.e. the vendor's effective eps is ``eps * sqrt(1 - beta2^t)``);
+    the bias corrections come from the float32 state ``beta1_power``/``beta2_power`` (``beta^t`` kept
+    by repeated multiplication) instead of a ``step`` counter; the default ``eps`` is 1e-6 (torch:
+    1e-8) and AdamW's default ``weight_decay`` is 0.0 (torch: 0.01). A torch.optim Adam/AdamW state
+    dict (with ``step``) loads: ``beta^step`` is computed from it, as the vendor does.
 
     Args:
         {params}
         lr: learning rate (default: 1e-3).
         betas: coefficients of the running averages of the gradient and its square.
-        eps: term added to the denominator (default: 1e-6, the vendor's; torch uses 1e-8).
-        {weight_decay}
+        eps: term added to ``sqrt(v)`` (default: 1e-6).
+        weight_decay: decoupled weight decay, ``p -= lr * weight_decay * p`` (default: 0).
+        l2_regularization_rate: L2 penalty added to the gradient (default: 0).
+        correct_bias: apply the bias corrections (default: True; False is the BERT recipe).
         amsgrad: use the AMSGrad variant (default: False).
         {maximize}
-        correct_bias: apply the bias corrections (default: True; False is the BERT recipe).
 
     {compliant}
-
-    Note:
-        The per-step factors (bias corrections) are computed from the step tensor in float64, as
-        torch computes them in Python doubles; the result matches torch.optim to rounding.
     """
 
-    _decoupled = False
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        l2_regularization_rate: float = 0.0,
+        correct_bias: bool = True,
+        amsgrad: bool = False,
+        maximize: bool = False,
+    ) -> None:
+        _check("learning rate", lr)
+        _check_betas(betas)
+        _check("epsilon value", eps)
+        _check("weight_decay value", weight_decay)
+        _check("l2_regularization_rate value", l2_regularization_rate)
+        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
+                    "l2_regularization_rate": l2_regularization_rate, "correct_bias": correct_bias,
+                    "amsgrad": amsgrad, "maximize": maximize}
+        super().__init__(params, defaults)
+
+    def preinitialize(self) -> None:
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                state["exp_avg"] = cs_run.zeros_like(p)
+                state["exp_avg_sq"] = cs_run.zeros_like(p)
+                if group["amsgrad"]:
+                    state["max_exp_avg_sq"] = cs_run.zeros_like(p)
+                if group["correct_bias"]:
+                    beta1, beta2 = group["betas"]
+                    state["beta1_power"] = _power(beta1, p.device)  # beta1^1, for the first step
+                    state["beta2_power"] = _power(beta2, p.device)
+
+    def state_names_to_sparsify(self) -> list[str]:
+        return ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"]
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        loss = _run_closure(closure)
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad if not group.get("maximize", False) else -p.grad
+                state = self.state[p]
+                if group["l2_regularization_rate"] > 0.0:
+                    grad = grad.add(p, alpha=group["l2_regularization_rate"])
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                exp_avg.mul_(beta1).add_(grad, alpha=1.0 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+                second = exp_avg_sq
+                if group["amsgrad"]:
+                    torch.maximum(state["max_exp_avg_sq"], exp_avg_sq, out=state["max_exp_avg_sq"])
+                    second = state["max_exp_avg_sq"]
+                update = exp_avg / second.sqrt().add_(group["eps"])
+                if group["correct_bias"]:
+                    b1p, b2p = state["beta1_power"], state["beta2_power"]
+                    update *= torch.sqrt(1.0 - b2p) / (1.0 - b1p)
+                    b1p *= beta1
+                    b2p *= beta2
+                update.add_(p * group["weight_decay"])
+                update *= group["lr"]
+                p.sub_(update)
+        return loss
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Also loads a torch.optim/HuggingFace Adam(W) state: ``step`` becomes ``beta^step``."""
+        for index, state in state_dict["state"].items():
+            if "step" in state and "beta1_power" not in state:
+                step = float(state.pop("step"))
+                group = next((g for g in state_dict["param_groups"] if index in g["params"]), None)
+                if group is not None and group.get("correct_bias", True):
+                    beta1, beta2 = group["betas"]
+                    state["beta1_power"] = torch.tensor(beta1**(step + 1), dtype=torch.float32)
+                    state["beta2_power"] = torch.tensor(beta2**(step + 1), dtype=torch.float32)
+        super().load_state_dict(state_dict)
+
+
+class AdamW(AdamBase):
+    """AdamW (Loshchilov & Hutter, 2019): Adam with decoupled weight decay; see :class:`AdamBase`.
+
+    The decay is ``p -= lr * weight_decay * p`` applied with the update (the vendor's order; equal
+    to torch's ``p *= 1 - lr * weight_decay`` up to rounding).
+    """
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        correct_bias: bool = True,
+        amsgrad: bool = False,
+        maximize: bool = False,
+    ) -> None:
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, l2_regularization_rate=0.0,
+                         correct_bias=correct_bias, amsgrad=amsgrad, maximize=maximize)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        for group in state_dict["param_groups"]:
+            group["l2_regularization_rate"] = 0.0
+            group.setdefault("correct_bias", True)
+        super().load_state_dict(state_dict)
+
+
+class Adam(AdamBase):
+    """Adam with L2 regularization: ``weight_decay`` is stored as the group's ``l2_regularization_rate``.
+
+    As the vendor does, the group's own ``weight_decay`` is 0.0; a torch.optim.Adam state dict (its
+    ``weight_decay`` is the L2 rate) loads with that mapping. ``correct_bias`` (cs-run's older argument,
+    kept) defaults to True; the vendor's Adam always corrects.
+    """
 
     def __init__(
         self,
@@ -65,123 +182,26 @@ class Adam(Optimizer):
         maximize: bool = False,
         correct_bias: bool = True,
     ) -> None:
-        _check("learning rate", lr)
-        _check_betas(betas)
-        _check("epsilon value", eps)
-        _check("weight_decay value", weight_decay)
-        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay, "amsgrad": amsgrad,
-                        "maximize": maximize, "correct_bias": correct_bias}
-        super().__init__(params, defaults, enable_global_step=True)
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=0.0, l2_regularization_rate=weight_decay,
+                         correct_bias=correct_bias, amsgrad=amsgrad, maximize=maximize)
 
-    def preinitialize(self) -> None:
-        for group in self.param_groups:
-            for p in group["params"]:
-                self.state[p]["exp_avg"] = cs_run.zeros_like(p)
-                self.state[p]["exp_avg_sq"] = cs_run.zeros_like(p)
-                if group["amsgrad"]:
-                    self.state[p]["max_exp_avg_sq"] = cs_run.zeros_like(p)
+    @staticmethod
+    def _l2_from_weight_decay(groups: list[dict[str, Any]]) -> None:
+        for group in groups:
+            group.setdefault("l2_regularization_rate", group.pop("weight_decay", 0.0))
+            group["weight_decay"] = 0.0
+            group.setdefault("correct_bias", True)
 
-    def state_names_to_sparsify(self) -> list[str]:
-        return ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"]
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """A group's own ``weight_decay`` means L2 here, as in the constructor."""
+        if "weight_decay" in param_group and "l2_regularization_rate" not in param_group:
+            param_group = dict(param_group)
+            self._l2_from_weight_decay([param_group])
+        super().add_param_group(param_group)
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            names = ["step", "exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if group["amsgrad"] else [])
-            params, grads, steps, exp_avgs, exp_avg_sqs, *maxes = self._group_tensors(group, *names)
-            beta1, beta2 = group["betas"]
-            adam(params, grads, exp_avgs, exp_avg_sqs, maxes[0] if maxes else [], steps,
-                 lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                 weight_decay=group["weight_decay"], amsgrad=group["amsgrad"], maximize=group["maximize"],
-                 decoupled=self._decoupled, correct_bias=group["correct_bias"])
-        return loss
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._l2_from_weight_decay(state_dict["param_groups"])
+        super().load_state_dict(state_dict)
 
 
-class AdamW(Adam):
-    """AdamW (Loshchilov & Hutter, 2019): Adam with decoupled weight decay. Same arguments as Adam.
-
-    Note:
-        ``weight_decay`` defaults to 0.0 (the vendor's; torch.optim.AdamW uses 0.01). The decay is
-        applied before the update as in torch (``p *= 1 - lr * weight_decay``).
-    """
-
-    _decoupled = True
-
-
-Adam.__doc__ = _docs.fill(Adam.__doc__)
-
-
-def adam(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
-         max_exp_avg_sqs: list[Tensor], steps: list[Tensor], *, lr: Tensor, beta1: float, beta2: float,
-         eps: float, weight_decay: float, amsgrad: bool, maximize: bool, decoupled: bool,
-         correct_bias: bool = True, foreach: bool | None = None) -> None:
-    """Functional Adam/AdamW; see :class:`Adam`. Mutates params, state and steps in place."""
-    if not params:
-        return
-    use_foreach = _foreach_ok(params) if foreach is None else foreach
-    impl = _foreach_adam if use_foreach else _single_tensor_adam
-    impl(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr=lr, beta1=beta1, beta2=beta2,
-         eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, maximize=maximize, decoupled=decoupled,
-         correct_bias=correct_bias)
-
-
-def _denominator_factors(step: Tensor, lr: Tensor, beta1: float, beta2: float, eps: float,
-                         correct_bias: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """(scale, shift) with ``p += m / (sqrt(v) / scale + shift)`` equal to Adam's update.
-
-    Folding ``-lr / bias_correction1`` into the denominator keeps the update one pass with a tensor lr
-    (torch's capturable path does the same).
-    """
-    lr64 = _scalar(lr)
-    if correct_bias:
-        step64 = _scalar(step)
-        neg_step_size = lr64 / (1 - beta1**step64) * -1
-        scale = (1 - beta2**step64).sqrt() * neg_step_size
-    else:
-        neg_step_size = -lr64
-        scale = neg_step_size
-    return scale.to(dtype), (eps / neg_step_size).to(dtype)
-
-
-def _single_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, *, lr, beta1,
-                        beta2, eps, weight_decay, amsgrad, maximize, decoupled, correct_bias) -> None:
-    for i, param in enumerate(params):
-        grad = grads[i] if not maximize else -grads[i]
-        steps[i].add_(1)
-        grad = _weight_decay(param, grad, lr=lr, weight_decay=weight_decay, decoupled=decoupled)
-        exp_avgs[i].lerp_(grad, 1 - beta1)
-        exp_avg_sqs[i].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        second = exp_avg_sqs[i]
-        if amsgrad:
-            torch.maximum(max_exp_avg_sqs[i], second, out=max_exp_avg_sqs[i])
-            second = max_exp_avg_sqs[i]
-        scale, shift = _denominator_factors(steps[i], lr, beta1, beta2, eps, correct_bias, param.dtype)
-        param.addcdiv_(exp_avgs[i], second.sqrt().div_(scale).add_(shift))
-
-
-def _foreach_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, *, lr, beta1, beta2,
-                  eps, weight_decay, amsgrad, maximize, decoupled, correct_bias) -> None:
-    if maximize:
-        grads = torch._foreach_neg(grads)
-    torch._foreach_add_(steps, 1)
-    if weight_decay != 0:
-        if decoupled:
-            torch._foreach_mul_(params, 1 - lr * weight_decay)
-        else:
-            grads = torch._foreach_add(grads, params, alpha=weight_decay)
-    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
-    torch._foreach_mul_(exp_avg_sqs, beta2)
-    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
-    del grads
-    second = exp_avg_sqs
-    if amsgrad:
-        torch._foreach_maximum_(max_exp_avg_sqs, exp_avg_sqs)
-        second = max_exp_avg_sqs
-    # all steps at once: a handful of ops on one vector instead of ~10 tiny ops per parameter
-    factors = _denominator_factors(torch.stack(steps), lr, beta1, beta2, eps, correct_bias, params[0].dtype)
-    scale, shift = (f.expand(len(params)) for f in factors)  # 0-d without bias correction
-    denom = torch._foreach_sqrt(second)
-    torch._foreach_div_(denom, scale.unbind(0))
-    torch._foreach_add_(denom, shift.unbind(0))
-    torch._foreach_addcdiv_(params, exp_avgs, denom)
+AdamBase.__doc__ = _docs.fill(AdamBase.__doc__)

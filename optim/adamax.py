@@ -1,49 +1,59 @@
-"""Adamax (Adam with the infinity norm); numerically torch.optim.Adamax."""
+"""Adamax (the infinity-norm Adam), with the vendor's eps placement and ``beta1_power`` state."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-from torch import Tensor
+
+import cs_run
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure, _scalar, _weight_decay
+from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure
 
-__all__ = ["Adamax", "adamax"]
+__all__ = ["Adamax"]
 
 
 class Adamax(Optimizer):
-    """Adamax (Kingma & Ba, 2014, section 7).
+    """Adamax (Kingma & Ba, 2014, section 7.1), as the vendor computes it.
 
     .. code-block:: text
 
-        step += 1;  g = -grad if maximize else grad;  g += weight_decay * p
-        m = lerp(m, g, 1 - beta1);  u = max(beta2 * u, |g| + eps)
-        p -= lr / (1 - beta1^step) * m / u
+        g = -grad if maximize else grad;  g = g + weight_decay * p
+        m = beta1 * m + (1 - beta1) * g;  u = max(beta2 * u, |g| + eps)
+        p -= lr * m / u / (1 - beta1_power);  beta1_power *= beta1
 
     Args:
         {params}
-        lr: learning rate (default: 2e-3).
+        lr: learning rate (default: 1e-3, the vendor's; torch uses 2e-3).
         betas: coefficients of the running average and the infinity norm (default: (0.9, 0.999)).
-        eps: term added to the denominator (default: 1e-8).
+        eps: term added to ``|g|`` (default: 1e-6, the vendor's; torch uses 1e-8).
         {weight_decay}
         {maximize}
 
     {compliant}
+
+    Note:
+        The rule is torch's; the state is the vendor's (``exp_avg``, ``exp_inf``, and the float32
+        ``beta1_power`` instead of a ``step``), so the bias correction is rounded as the vendor's.
     """
 
-    def __init__(self, params: ParamsT, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0, maximize: bool = False) -> None:
+    def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.0, maximize: bool = False) -> None:
         _check("learning rate", lr)
         _check_betas(betas)
         _check("epsilon value", eps)
         _check("weight_decay value", weight_decay)
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay, "maximize": maximize}
-        super().__init__(params, defaults, enable_global_step=True)
+        super().__init__(params, defaults)
 
     def preinitialize(self) -> None:
-        self._zeros_like_params("exp_avg", "exp_inf")
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p]["exp_avg"] = cs_run.zeros_like(p)
+                self.state[p]["exp_inf"] = cs_run.zeros_like(p)
+                self.state[p]["beta1_power"] = torch.tensor(group["betas"][0], dtype=torch.get_default_dtype(),
+                                                            device=p.device)
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["exp_avg", "exp_inf"]
@@ -52,31 +62,22 @@ class Adamax(Optimizer):
     def step(self, closure: Any = None) -> Any:
         loss = _run_closure(closure)
         for group in self.param_groups:
-            params, grads, steps, exp_avgs, exp_infs = self._group_tensors(group, "step", "exp_avg", "exp_inf")
             beta1, beta2 = group["betas"]
-            adamax(params, grads, exp_avgs, exp_infs, steps, lr=group["lr"], beta1=beta1, beta2=beta2,
-                   eps=group["eps"], weight_decay=group["weight_decay"], maximize=group["maximize"])
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad if not group["maximize"] else -p.grad
+                grad = grad + p * group["weight_decay"]
+                state = self.state[p]
+                exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]
+                exp_avg.mul_(beta1).add_(grad, alpha=1.0 - beta1)
+                torch.maximum(exp_inf.mul(beta2), grad.abs().add_(group["eps"]), out=exp_inf)
+                update = exp_avg / exp_inf
+                update.div_(1.0 - state["beta1_power"])
+                state["beta1_power"] *= beta1
+                update *= group["lr"]
+                p.sub_(update)
         return loss
 
 
 Adamax.__doc__ = _docs.fill(Adamax.__doc__)
-
-
-def adamax(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_infs: list[Tensor],
-           steps: list[Tensor], *, lr: Tensor, beta1: float, beta2: float, eps: float, weight_decay: float,
-           maximize: bool) -> None:
-    """Functional Adamax; see :class:`Adamax`. Single-tensor only: Adamax is not on a hot path."""
-    _single_tensor_adamax(params, grads, exp_avgs, exp_infs, steps, lr=lr, beta1=beta1, beta2=beta2,
-                          eps=eps, weight_decay=weight_decay, maximize=maximize)
-
-
-def _single_tensor_adamax(params, grads, exp_avgs, exp_infs, steps, *, lr, beta1, beta2, eps,
-                          weight_decay, maximize) -> None:
-    for i, param in enumerate(params):
-        grad = grads[i] if not maximize else -grads[i]
-        steps[i].add_(1)
-        grad = _weight_decay(param, grad, lr=lr, weight_decay=weight_decay)
-        exp_avgs[i].lerp_(grad, 1 - beta1)
-        torch.maximum(exp_infs[i].mul_(beta2), grad.abs().add_(eps), out=exp_infs[i])
-        neg_clr = (_scalar(lr) / (1 - beta1 ** _scalar(steps[i])) * -1).to(param.dtype)
-        param.addcdiv_(exp_avgs[i].mul(neg_clr), exp_infs[i])

@@ -1,18 +1,17 @@
-"""Averaged SGD; numerically torch.optim.ASGD."""
+"""ASGD, as the vendor computes it (``eta`` starts at the constructor's lr)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-from torch import Tensor
 
 import cs_run
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _run_closure, _scalar, _weight_decay
+from .optimizer import Optimizer, ParamsT, _check, _run_closure
 
-__all__ = ["ASGD", "asgd"]
+__all__ = ["ASGD"]
 
 
 class ASGD(Optimizer):
@@ -20,7 +19,7 @@ class ASGD(Optimizer):
 
     .. code-block:: text
 
-        step += 1;  g = -grad if maximize else grad;  g += weight_decay * p
+        step += 1;  g = -grad if maximize else grad;  g = g + weight_decay * p
         p *= 1 - lambd * eta;  p -= eta * g
         ax += mu * (p - ax)                         (ax = p while mu == 1)
         eta = lr / (1 + lambd * lr * step)^alpha;  mu = 1 / max(1, step - t0)
@@ -37,8 +36,8 @@ class ASGD(Optimizer):
     {compliant}
 
     Note:
-        ``eta`` starts as the group's lr at the first step (torch reads it when it creates the state),
-        so an lr set by a scheduler after construction is honoured.
+        ``eta`` is the lr given at construction for the first step (the vendor's; torch reads the
+        group's lr when it creates the state at the first step).
     """
 
     def __init__(self, params: ParamsT, lr: float = 1e-2, lambd: float = 1e-4, alpha: float = 0.75,
@@ -47,14 +46,15 @@ class ASGD(Optimizer):
         _check("lambd value", lambd)
         _check("alpha value", alpha)
         _check("weight_decay value", weight_decay)
-        defaults = {"lr": lr, "lambd": lambd, "alpha": alpha, "t0": t0, "weight_decay": weight_decay, "maximize": maximize}
+        defaults = {"lr": lr, "lambd": lambd, "alpha": alpha, "t0": t0, "weight_decay": weight_decay,
+                    "maximize": maximize}
         super().__init__(params, defaults, enable_global_step=True)
 
     def preinitialize(self) -> None:
         for group in self.param_groups:
             for p in group["params"]:
-                scalar = {"dtype": self.state[p]["step"].dtype, "device": p.device}
-                self.state[p]["eta"] = cs_run.full((), 0.0, **scalar)
+                scalar = {"dtype": torch.get_default_dtype(), "device": p.device}
+                self.state[p]["eta"] = group["lr"].detach().to(**scalar).clone()
                 self.state[p]["mu"] = cs_run.ones((), **scalar)
                 self.state[p]["ax"] = cs_run.zeros_like(p)
 
@@ -65,31 +65,23 @@ class ASGD(Optimizer):
     def step(self, closure: Any = None) -> Any:
         loss = _run_closure(closure)
         for group in self.param_groups:
-            params, grads, steps, etas, mus, axs = self._group_tensors(group, "step", "eta", "mu", "ax")
-            asgd(params, grads, axs, mus, etas, steps, lr=group["lr"], lambd=group["lambd"],
-                 alpha=group["alpha"], t0=group["t0"], weight_decay=group["weight_decay"],
-                 maximize=group["maximize"])
+            lambd, lr = group["lambd"], group["lr"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                mu, ax, eta = state["mu"], state["ax"], state["eta"]
+                grad = p.grad if not group["maximize"] else -p.grad
+                step = self.increment_global_step(p)
+                grad = grad + p * group["weight_decay"]
+                p.mul_(1 - lambd * eta)
+                p.add_(grad * eta.neg())
+                ax.copy_(torch.where(mu == 1, p, ax.add(p.sub(ax).mul(mu))))
+                # lambd * lr in double, then float32, as the vendor's Python-float product is rounded
+                decay = (lr.to(torch.float64) * lambd).to(step.dtype)
+                eta.copy_(lr / torch.pow(1 + decay * step, torch.full_like(step, group["alpha"])))
+                mu.copy_(1 / torch.clamp(step - group["t0"], min=1.0))
         return loss
 
 
 ASGD.__doc__ = _docs.fill(ASGD.__doc__)
-
-
-def asgd(params: list[Tensor], grads: list[Tensor], axs: list[Tensor], mus: list[Tensor], etas: list[Tensor],
-         steps: list[Tensor], *, lr: Tensor, lambd: float, alpha: float, t0: float, weight_decay: float,
-         maximize: bool) -> None:
-    """Functional ASGD; see :class:`ASGD`. Single-tensor only (not on a hot path)."""
-    lr64 = _scalar(lr)
-    for i, param in enumerate(params):
-        grad = grads[i] if not maximize else -grads[i]
-        steps[i].add_(1)
-        grad = _weight_decay(param, grad, lr=lr, weight_decay=weight_decay)
-        # first step: eta is the lr, stored in the state's dtype as torch does
-        eta = _scalar(torch.where(steps[i] == 1, lr.to(etas[i].dtype), etas[i]))
-        param.mul_((1 - lambd * eta).to(param.dtype))
-        param.addcmul_(grad, eta.neg().to(param.dtype))
-        mu = mus[i].to(param.dtype)
-        axs[i].copy_(torch.where(mu == 1, param, axs[i].add(param.sub(axs[i]).mul_(mu))))
-        step64 = _scalar(steps[i])
-        etas[i].copy_(lr64 / ((1 + lambd * lr64 * step64) ** alpha))
-        mus[i].copy_(1 / torch.clamp(step64 - t0, min=1))

@@ -1,32 +1,35 @@
-"""NAdam (Adam with Nesterov momentum); numerically torch.optim.NAdam."""
+"""NAdam, as the vendor computes it (float32 momentum schedule, its ``mu_product`` bookkeeping)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-from torch import Tensor
 
 import cs_run
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure, _scalar, _weight_decay
+from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure
 
-__all__ = ["NAdam", "nadam"]
+__all__ = ["NAdam"]
+
+
+def _f32(value: float) -> float:
+    """``value`` rounded to float32, as the vendor's ``torch.tensor(value)`` holds it."""
+    return float(torch.tensor(value, dtype=torch.float32))
 
 
 class NAdam(Optimizer):
-    """NAdam (Dozat, 2016) with torch's momentum-decay schedule.
+    """NAdam (Dozat, 2016): Adam with Nesterov momentum and a momentum-decay schedule.
 
     .. code-block:: text
 
-        step += 1;  g = -grad if maximize else grad
-        p *= 1 - lr * weight_decay (decoupled)  |  g += weight_decay * p
-        mu_t = beta1 * (1 - 0.5 * 0.96^(step * momentum_decay));  mu_product *= mu_t
-        m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g * g
+        step += 1;  g = -grad if maximize else grad;  g = g + weight_decay * p   (L2)
+        mu = beta1 (1 - 0.5 * 0.96^(step * momentum_decay));  mu_next = the same at step + 1
+        mu_product *= mu;  mu_product_next = mu_product * mu * mu_next
+        m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g g
         denom = sqrt(v / (1 - beta2^step)) + eps
-        p -= lr * (1 - mu_t) / (1 - mu_product) * g / denom
-        p -= lr * mu_{t+1} / (1 - mu_product * mu_{t+1}) * m / denom
+        p -= lr * (mu_next m / (1 - mu_product_next) + (1 - mu) g / (1 - mu_product)) / denom
 
     Args:
         {params}
@@ -34,11 +37,17 @@ class NAdam(Optimizer):
         betas: coefficients of the running averages (default: (0.9, 0.999)).
         eps: term added to the denominator (default: 1e-8).
         {weight_decay}
-        momentum_decay: momentum decay psi (default: 4e-3).
-        decoupled_weight_decay: NAdamW-style decay (default: False).
+        momentum_decay: momentum decay (default: 4e-3).
+        decoupled_weight_decay: decay the parameter (``p *= 1 - lr * weight_decay``) instead of L2
+            (default: False; a cs-run extra, the vendor has only L2).
         {maximize}
 
     {compliant}
+
+    Note:
+        Differs from torch.optim.NAdam as the vendor does: ``mu_product_next`` is
+        ``mu_product * mu * mu_next`` where torch uses ``mu_product * mu_next`` (``mu`` counted twice),
+        and the schedule is computed in float32 from the step tensor.
     """
 
     def __init__(self, params: ParamsT, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999),
@@ -49,15 +58,15 @@ class NAdam(Optimizer):
         _check("epsilon value", eps)
         _check("weight_decay value", weight_decay)
         _check("momentum_decay value", momentum_decay)
-        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay, "maximize": maximize,
-                        "momentum_decay": momentum_decay, "decoupled_weight_decay": decoupled_weight_decay}
+        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
+                    "momentum_decay": momentum_decay, "decoupled_weight_decay": decoupled_weight_decay,
+                    "maximize": maximize}
         super().__init__(params, defaults, enable_global_step=True)
 
     def preinitialize(self) -> None:
         for group in self.param_groups:
             for p in group["params"]:
-                step = self.state[p]["step"]
-                self.state[p]["mu_product"] = cs_run.ones((), dtype=step.dtype, device=p.device)
+                self.state[p]["mu_product"] = cs_run.ones((), dtype=torch.get_default_dtype(), device=p.device)
                 self.state[p]["exp_avg"] = cs_run.zeros_like(p)
                 self.state[p]["exp_avg_sq"] = cs_run.zeros_like(p)
 
@@ -68,38 +77,33 @@ class NAdam(Optimizer):
     def step(self, closure: Any = None) -> Any:
         loss = _run_closure(closure)
         for group in self.param_groups:
-            params, grads, steps, mu_products, exp_avgs, exp_avg_sqs = self._group_tensors(
-                group, "step", "mu_product", "exp_avg", "exp_avg_sq")
             beta1, beta2 = group["betas"]
-            nadam(params, grads, exp_avgs, exp_avg_sqs, mu_products, steps, lr=group["lr"], beta1=beta1,
-                  beta2=beta2, eps=group["eps"], weight_decay=group["weight_decay"],
-                  momentum_decay=group["momentum_decay"], maximize=group["maximize"],
-                  decoupled_weight_decay=group["decoupled_weight_decay"])
+            beta2 = _f32(beta2)
+            decay, eps, lr = group["momentum_decay"], group["eps"], group["lr"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                exp_avg, exp_avg_sq, mu_product = state["exp_avg"], state["exp_avg_sq"], state["mu_product"]
+                step = self.increment_global_step(p)
+                bias_correction2 = 1 - torch.pow(torch.full_like(step, beta2), step)
+                grad = p.grad if not group["maximize"] else -p.grad
+                if group["decoupled_weight_decay"]:
+                    p.mul_(1 - lr * group["weight_decay"])
+                else:
+                    grad = grad + p * group["weight_decay"]
+                point_nine_six = torch.full_like(step, 0.96)
+                mu = beta1 * (1.0 - 0.5 * torch.pow(point_nine_six, step * decay))
+                mu_next = beta1 * (1.0 - 0.5 * torch.pow(point_nine_six, (step + 1) * decay))
+                mu_product *= mu
+                mu_product_next = mu_product * mu * mu_next
+                exp_avg.mul_(beta1).add_(grad, alpha=1.0 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+                denom = exp_avg_sq.div(bias_correction2).sqrt().add_(eps)
+                update = (mu_next * exp_avg) / (1.0 - mu_product_next) + (grad * (1.0 - mu)) / (1.0 - mu_product)
+                update *= -lr
+                p.addcdiv_(update, denom)
         return loss
 
 
 NAdam.__doc__ = _docs.fill(NAdam.__doc__)
-
-
-def nadam(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
-          mu_products: list[Tensor], steps: list[Tensor], *, lr: Tensor, beta1: float, beta2: float,
-          eps: float, weight_decay: float, momentum_decay: float, maximize: bool,
-          decoupled_weight_decay: bool) -> None:
-    """Functional NAdam; see :class:`NAdam`. Single-tensor only (not on a hot path)."""
-    lr64 = _scalar(lr)
-    for i, param in enumerate(params):
-        grad = grads[i] if not maximize else -grads[i]
-        steps[i].add_(1)
-        step = _scalar(steps[i])
-        grad = _weight_decay(param, grad, lr=lr, weight_decay=weight_decay, decoupled=decoupled_weight_decay)
-        mu = beta1 * (1.0 - 0.5 * (0.96 ** (step * momentum_decay)))
-        mu_next = beta1 * (1.0 - 0.5 * (0.96 ** ((step + 1) * momentum_decay)))
-        mu_products[i].mul_(mu.to(mu_products[i].dtype))  # rounded in the state's dtype, as torch
-        mu_product = _scalar(mu_products[i])
-        exp_avgs[i].lerp_(grad, 1 - beta1)
-        exp_avg_sqs[i].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        denom = exp_avg_sqs[i].div((1 - beta2**step).to(param.dtype)).sqrt_().add_(eps)
-        grad_coef = (-lr64 * (1.0 - mu) / (1.0 - mu_product)).to(param.dtype)
-        avg_coef = (-lr64 * mu_next / (1.0 - mu_product * mu_next)).to(param.dtype)
-        param.addcdiv_(grad.mul(grad_coef), denom)
-        param.addcdiv_(exp_avgs[i].mul(avg_coef), denom)

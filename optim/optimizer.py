@@ -161,6 +161,9 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         group["lr"] = _lr_tensor(group["lr"], group["params"])
+        tags = group.get("tags")
+        if tags:  # a set, as the vendor keeps it (schedulers' param_group_tags match against it)
+            group["tags"] = set(tags) if isinstance(tags, (list, tuple, set, frozenset)) else {tags}
         if self._constructed:
             self._preinitialize_new([group])
 

@@ -1,53 +1,55 @@
-"""RAdam (rectified Adam); numerically torch.optim.RAdam."""
+"""RAdam, as the vendor computes it (float32 rectification terms from the step tensor)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-from torch import Tensor
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure, _scalar, _weight_decay
+from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure
 
-__all__ = ["RAdam", "radam"]
+__all__ = ["RAdam"]
 
 
 class RAdam(Optimizer):
-    """RAdam (Liu et al., 2019).
+    """RAdam (Liu et al., 2020, "On the Variance of the Adaptive Learning Rate and Beyond").
 
     .. code-block:: text
 
-        step += 1;  g = -grad if maximize else grad
-        p *= 1 - lr * weight_decay (decoupled)  |  g += weight_decay * p
-        m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g * g
-        rho_inf = 2 / (1 - beta2) - 1;  rho_t = rho_inf - 2 step beta2^step / (1 - beta2^step)
-        1. rho_t > 5: p -= lr * m_hat * r_t * sqrt(1 - beta2^step) / (sqrt(v) + eps)
-        2. otherwise: p -= lr * m_hat                      (m_hat = m / (1 - beta1^step))
-
-    The two cases are one ``torch.where`` on the step, not a Python branch.
+        step += 1;  g = -grad if maximize else grad;  g = g + weight_decay * p   (L2)
+        m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g g
+        rho_inf = 2 / (1 - beta2) - 1;  rho = rho_inf - 2 step beta2^step / (1 - beta2^step)
+        p -= lr * m / (1 - beta1^step) * r * sqrt(1 - beta2^step) / (sqrt(v) + eps)   (rho > 5)
+        p -= lr * m / (1 - beta1^step)                                                 (otherwise)
+        with r = sqrt((rho - 4)(rho - 2) rho_inf / ((rho_inf - 4)(rho_inf - 2) rho))
 
     Args:
         {params}
         lr: learning rate (default: 1e-3).
         betas: coefficients of the running averages (default: (0.9, 0.999)).
-        eps: term added to the denominator (default: 1e-8).
+        eps: term added to the denominator (default: 1e-6, the vendor's; torch uses 1e-8).
         {weight_decay}
-        decoupled_weight_decay: AdamW-style decay (default: False).
+        decoupled_weight_decay: ``p *= 1 - lr * weight_decay`` instead of L2 (default: False; a
+            cs-run extra, the vendor has only L2).
         {maximize}
 
     {compliant}
+
+    Note:
+        The rule is torch's, with the vendor's eps placement (``sqrt(1 - beta2^t) / (sqrt(v) + eps)``,
+        torch: ``sqrt(1 - beta2^t) / (sqrt(v) + eps)`` as well) and float32 rectification terms.
     """
 
     def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0, decoupled_weight_decay: bool = False,
+                 eps: float = 1e-6, weight_decay: float = 0.0, decoupled_weight_decay: bool = False,
                  maximize: bool = False) -> None:
         _check("learning rate", lr)
         _check_betas(betas)
         _check("epsilon value", eps)
         _check("weight_decay value", weight_decay)
-        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay, "maximize": maximize,
-                        "decoupled_weight_decay": decoupled_weight_decay}
+        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
+                    "decoupled_weight_decay": decoupled_weight_decay, "maximize": maximize}
         super().__init__(params, defaults, enable_global_step=True)
 
     def preinitialize(self) -> None:
@@ -60,39 +62,37 @@ class RAdam(Optimizer):
     def step(self, closure: Any = None) -> Any:
         loss = _run_closure(closure)
         for group in self.param_groups:
-            params, grads, steps, exp_avgs, exp_avg_sqs = self._group_tensors(
-                group, "step", "exp_avg", "exp_avg_sq")
-            beta1, beta2 = group["betas"]
-            radam(params, grads, exp_avgs, exp_avg_sqs, steps, lr=group["lr"], beta1=beta1, beta2=beta2,
-                  eps=group["eps"], weight_decay=group["weight_decay"], maximize=group["maximize"],
-                  decoupled_weight_decay=group["decoupled_weight_decay"])
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                exp_avg, exp_avg_sq = self.state[p]["exp_avg"], self.state[p]["exp_avg_sq"]
+                step = self.increment_global_step(p)
+                beta1_f, beta2_f = (float(torch.tensor(b, dtype=torch.float32)) for b in group["betas"])
+                beta1, beta2 = torch.full_like(step, beta1_f), torch.full_like(step, beta2_f)
+                grad = p.grad if not group["maximize"] else -p.grad
+                if group["decoupled_weight_decay"]:
+                    p.mul_(1 - group["lr"] * group["weight_decay"])
+                else:
+                    grad = grad + p * group["weight_decay"]
+                beta2t = torch.pow(beta2, step)
+                bias_correction1 = 1 - torch.pow(beta1, step)
+                bias_correction2 = 1 - beta2t
+                exp_avg.mul_(beta1_f).add_(grad, alpha=1.0 - beta1_f)  # exact: 1 - float32(beta)
+                exp_avg_sq.mul_(beta2_f).addcmul_(grad, grad, value=1.0 - beta2_f)
+                update = exp_avg / bias_correction1
+                rho_inf = 2 / (1 - beta2) - 1
+                rho_t = rho_inf - 2 * step * beta2t / bias_correction2
+                one = torch.ones_like(step)
+                rectified = rho_t > 5
+                rect = torch.where(rectified, torch.sqrt(
+                    (rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)), one)
+                adaptive_lr = torch.where(rectified, torch.sqrt(bias_correction2) / exp_avg_sq.sqrt().add_(group["eps"]),
+                                          one)
+                update *= rect
+                update *= adaptive_lr
+                update *= group["lr"]
+                p.sub_(update)
         return loss
 
 
 RAdam.__doc__ = _docs.fill(RAdam.__doc__)
-
-
-def radam(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
-          steps: list[Tensor], *, lr: Tensor, beta1: float, beta2: float, eps: float, weight_decay: float,
-          maximize: bool, decoupled_weight_decay: bool) -> None:
-    """Functional RAdam; see :class:`RAdam`. Single-tensor only (not on a hot path)."""
-    lr64 = _scalar(lr)
-    rho_inf = 2 / (1 - beta2) - 1
-    for i, param in enumerate(params):
-        grad = grads[i] if not maximize else -grads[i]
-        steps[i].add_(1)
-        step = _scalar(steps[i])
-        grad = _weight_decay(param, grad, lr=lr, weight_decay=weight_decay, decoupled=decoupled_weight_decay)
-        exp_avgs[i].lerp_(grad, 1 - beta1)
-        exp_avg_sqs[i].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        bias_correction1 = 1 - beta1**step
-        bias_correction2 = 1 - beta2**step
-        rho_t = rho_inf - 2 * step * (beta2**step) / bias_correction2
-        # clamp keeps the unused branch finite (rho_t <= 4 gives a negative root)
-        rect = ((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)).clamp(min=0).sqrt()
-        rectified = rho_t > 5.0
-        # 1. rectified: m_hat * lr * sqrt(bc2) / (sqrt(v) + eps) * rect; 2. plain: m_hat * lr
-        adaptive = exp_avg_sqs[i].sqrt().add_(eps).reciprocal_().mul_(bias_correction2.sqrt().to(param.dtype))
-        update = torch.where(rectified, adaptive * rect.to(param.dtype), torch.ones_like(adaptive))
-        step_size = (lr64 / bias_correction1).to(param.dtype)
-        param.sub_(exp_avgs[i].mul(step_size).mul_(update))

@@ -1,29 +1,28 @@
-"""RMSprop (centered and with momentum); numerically torch.optim.RMSprop."""
+"""RMSprop, as the vendor computes it (eps outside the square root, torch's placement)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-from torch import Tensor
 
 import cs_run
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _run_closure, _weight_decay
+from .optimizer import Optimizer, ParamsT, _check, _run_closure
 
-__all__ = ["RMSprop", "rmsprop"]
+__all__ = ["RMSprop"]
 
 
 class RMSprop(Optimizer):
-    """RMSprop (Hinton, lecture 6e).
+    """RMSprop (Hinton's lecture 6e), optionally centered and with momentum.
 
     .. code-block:: text
 
-        g = -grad if maximize else grad;  g += weight_decay * p
+        g = -grad if maximize else grad;  g = g + weight_decay * p
         v = alpha * v + (1 - alpha) * g * g
-        avg = sqrt(v - g_avg^2) + eps  with g_avg = lerp(g_avg, g, 1 - alpha)   (centered)
-        avg = sqrt(v) + eps                                                      (otherwise)
+        avg = sqrt(v - a * a) + eps   with a = alpha * a + (1 - alpha) * g   (centered)
+            | sqrt(v) + eps
         buf = momentum * buf + g / avg;  p -= lr * buf      (momentum > 0)
         p -= lr * g / avg                                   (otherwise)
 
@@ -34,7 +33,7 @@ class RMSprop(Optimizer):
         eps: term added to the denominator (default: 1e-8).
         {weight_decay}
         momentum: momentum factor (default: 0).
-        centered: normalize by the estimated variance of the gradient (default: False).
+        centered: normalize by the variance estimate (default: False).
         {maximize}
 
     {compliant}
@@ -48,9 +47,9 @@ class RMSprop(Optimizer):
         _check("epsilon value", eps)
         _check("weight_decay value", weight_decay)
         _check("momentum value", momentum)
-        defaults = {"lr": lr, "alpha": alpha, "eps": eps, "weight_decay": weight_decay, "momentum": momentum,
-                        "centered": centered, "maximize": maximize}
-        super().__init__(params, defaults, enable_global_step=True)
+        defaults = {"lr": lr, "momentum": momentum, "alpha": alpha, "eps": eps, "centered": centered,
+                    "weight_decay": weight_decay, "maximize": maximize}
+        super().__init__(params, defaults)
 
     def preinitialize(self) -> None:
         for group in self.param_groups:
@@ -68,39 +67,28 @@ class RMSprop(Optimizer):
     def step(self, closure: Any = None) -> Any:
         loss = _run_closure(closure)
         for group in self.param_groups:
-            momentum, centered = group["momentum"] > 0, group["centered"]
-            names = ["step", "square_avg"] + (["momentum_buffer"] if momentum else []) + (
-                ["grad_avg"] if centered else [])
-            params, grads, steps, square_avgs, *rest = self._group_tensors(group, *names)
-            bufs = rest.pop(0) if momentum else []
-            grad_avgs = rest.pop(0) if centered else []
-            rmsprop(params, grads, square_avgs, grad_avgs, bufs, steps, lr=group["lr"], alpha=group["alpha"],
-                    eps=group["eps"], weight_decay=group["weight_decay"], momentum=group["momentum"],
-                    centered=centered, maximize=group["maximize"])
+            alpha, eps, lr = group["alpha"], group["eps"], group["lr"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                grad = p.grad if not group["maximize"] else -p.grad
+                grad = grad + p * group["weight_decay"]
+                square_avg = state["square_avg"]
+                square_avg.mul_(alpha).addcmul_(grad, grad, value=1.0 - alpha)
+                if group["centered"]:
+                    grad_avg = state["grad_avg"]
+                    grad_avg.mul_(alpha).add_(grad, alpha=1 - alpha)
+                    avg = square_avg.addcmul(grad_avg, grad_avg, value=-1.0).sqrt_().add_(eps)
+                else:
+                    avg = square_avg.sqrt().add_(eps)
+                if group["momentum"] > 0.0:
+                    buf = state["momentum_buffer"]
+                    buf.mul_(group["momentum"]).addcdiv_(grad, avg)
+                    p.add_(-lr * buf)
+                else:
+                    p.addcdiv_(-lr * grad, avg)
         return loss
 
 
 RMSprop.__doc__ = _docs.fill(RMSprop.__doc__)
-
-
-def rmsprop(params: list[Tensor], grads: list[Tensor], square_avgs: list[Tensor], grad_avgs: list[Tensor],
-            bufs: list[Tensor], steps: list[Tensor], *, lr: Tensor, alpha: float, eps: float,
-            weight_decay: float, momentum: float, centered: bool, maximize: bool) -> None:
-    """Functional RMSprop; see :class:`RMSprop`. Single-tensor only (not on a hot path)."""
-    neg_lr = lr.neg()
-    for i, param in enumerate(params):
-        grad = grads[i] if not maximize else -grads[i]
-        steps[i].add_(1)
-        grad = _weight_decay(param, grad, lr=lr, weight_decay=weight_decay)
-        square_avgs[i].mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
-        if centered:
-            grad_avgs[i].lerp_(grad, 1 - alpha)
-            avg = square_avgs[i].addcmul(grad_avgs[i], grad_avgs[i], value=-1).sqrt_()
-        else:
-            avg = square_avgs[i].sqrt()
-        avg = avg.add_(eps)
-        if momentum > 0:
-            bufs[i].mul_(momentum).addcdiv_(grad, avg)
-            param.addcmul_(bufs[i], neg_lr)
-        else:
-            param.addcmul_(grad.div(avg), neg_lr)

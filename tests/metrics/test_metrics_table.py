@@ -419,7 +419,8 @@ def test_mean_iou_and_dice_are_zero_without_data_and_absent_classes_are_skipped(
         (lambda: PrecisionAtKMetric(0), "k must be"),
         (lambda: RecallAtKMetric(1.5), "k must be"),
         (lambda: AUCMetric(1), "num_thresholds"),
-        (lambda: AUCMetric(curve="PR"), "curve"),
+        (lambda: AUCMetric(curve="DET"), "curve"),
+        (lambda: AUCMetric(summation_method="midpoint"), "summation_method"),
         (lambda: MeanPerClassAccuracyMetric(0), "num_classes"),
     ],
 )

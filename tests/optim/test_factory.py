@@ -39,7 +39,7 @@ def test_model_zoo_aliases_and_yaml_strings():
     """)
     opt = csoptim.configure_optimizer(params.pop("optimizer_type"), SmallNet().parameters(), **params)
     assert opt.defaults == {"lr": 1e-3, "betas": (0.8, 0.999), "eps": 1e-8, "weight_decay": 0.01, "amsgrad": False,
-                                "maximize": False, "correct_bias": False}
+                            "l2_regularization_rate": 0.0, "maximize": False, "correct_bias": False}
     rprop = csoptim.configure_optimizer("rprop", SmallNet().parameters(), eta1=0.4, eta2=1.3, step_size_max=1.0)
     assert rprop.defaults["etas"] == (0.4, 1.3) and rprop.defaults["step_sizes"] == (1e-6, 1.0)
     fact = csoptim.configure_optimizer("adafactor", SmallNet().parameters(), beta1=0.9)  # its own beta1
@@ -157,12 +157,12 @@ def test_yaml_schedules_equal_code():
     ({"initial_learning_rate": 0.1}, r"^learning_rate.scheduler: missing"),
     ("fast", r"^learning_rate: 'fast' is not a number"),
     ([{"scheduler": "Constant", "learning_rate": 0.1, "main_scheduler": "Parallel"}], r"main_scheduler must be"),
-    ({"scheduler": "StepLR", "initial_learning_rate": 0.1, "step_size": 0}, r"^learning_rate: StepLR: Invalid step_size"),
+    ({"scheduler": "StepLR", "initial_learning_rate": 0.1, "step_size": 0, "gamma": 0.5}, r"^learning_rate: StepLR: Invalid step_size"),
 ])
 def test_scheduler_errors_name_index_and_key(learning_rate, regex):
     with pytest.raises(ParamsError, match=regex):
-        csoptim.configure_lr_scheduler(csoptim.SGD(SmallNet().parameters()), learning_rate)
+        csoptim.configure_lr_scheduler(csoptim.SGD(SmallNet().parameters(), lr=0.1), learning_rate)
 
 
 def test_none_means_no_scheduler():
-    assert csoptim.configure_lr_scheduler(csoptim.SGD(SmallNet().parameters()), None) is None
+    assert csoptim.configure_lr_scheduler(csoptim.SGD(SmallNet().parameters(), lr=0.1), None) is None

@@ -11,12 +11,12 @@ import torch
 import cs_run
 import cs_run.optim as csoptim
 from tests.optim.helpers import SmallNet, batches, train, twins
-from tests.optim.optim_table import CASES, ROWS, case_id
+from tests.optim.optim_table import CASES, ROWS, TWIN_CASES, VENDOR_RULE_CASES, case_id
 
 
-@pytest.mark.parametrize("case", CASES, ids=case_id)
+@pytest.mark.parametrize("case", TWIN_CASES, ids=case_id)
 def test_matches_twin_over_50_steps(case):
-    """50 steps on a small model in float64; tolerance per row (optim_table.atol)."""
+    """Where the vendor's rule is torch's: 50 steps in float64; tolerance per row (optim_table.atol)."""
     row, variant = case
     ours_model, ref_model = twins()
     ours = row.cls(ours_model.parameters(), **variant)
@@ -30,11 +30,25 @@ def test_matches_twin_over_50_steps(case):
         assert diff <= row.atol, f"{name}: max |diff| {diff:.3g} > {row.atol:g}"
 
 
-@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop", "Lion"])
+@pytest.mark.parametrize("case", VENDOR_RULE_CASES, ids=case_id)
+def test_vendor_rule_really_differs_from_twin(case):
+    """Where optim_table records a vendor rule, torch's twin does differ (so the golden files decide)."""
+    row, variant = case
+    ours_model, ref_model = twins()
+    ours = row.cls(ours_model.parameters(), **variant)
+    ref = row.twin(ref_model.parameters(), **{**row.twin_defaults, **variant})
+    data = batches()
+    train(ours_model, ours, data)
+    train(ref_model, ref, data)
+    diff = max((p - q).abs().max().item() for p, q in zip(ours_model.parameters(), ref_model.parameters()))
+    assert diff > 1e-7, f"{case_id(case)} equals its twin ({diff:.3g}); drop it from vendor_rule"
+
+
+@pytest.mark.parametrize("name", ["SGD", "RMSprop", "Lion"])
 def test_float32_close_to_torch(name):
     """float32 with a float32 lr tensor: torch.optim to 1e-5 relative (rounding order only)."""
     row = next(r for r in ROWS if r.name == name)
-    variant = row.variants[-1]
+    variant = [v for i, v in enumerate(row.variants) if i not in row.vendor_rule][-1]
     ours_model, ref_model = twins(torch.float32)
     ours = row.cls(ours_model.parameters(), **variant)
     ref = row.twin(ref_model.parameters(), **{**row.twin_defaults, **variant})
@@ -85,14 +99,15 @@ def test_lr_is_a_tensor_and_in_place_changes_apply():
 
 def test_param_groups_and_params_without_grad():
     model = SmallNet()
-    opt = csoptim.Adam([{"params": [model.w1], "lr": 0.1}, {"params": [model.b1, model.w2]}], lr=0.01)
+    opt = csoptim.RMSprop([{"params": [model.w1], "lr": 0.1}, {"params": [model.b1, model.w2]}], lr=0.01,
+                          momentum=0.9)
     ref_model = copy.deepcopy(model)
-    ref = torch.optim.Adam([{"params": [ref_model.w1], "lr": 0.1}, {"params": [ref_model.b1, ref_model.w2]}],
-                           lr=0.01, eps=1e-6)
+    ref = torch.optim.RMSprop([{"params": [ref_model.w1], "lr": 0.1}, {"params": [ref_model.b1, ref_model.w2]}],
+                              lr=0.01, momentum=0.9)
     for m, o in ((model, opt), (ref_model, ref)):
         m.w1.grad = torch.full_like(m.w1, 0.3)
         o.step()  # b1, w2 have no grad: skipped, their state untouched
-    assert float(opt.state[model.b1]["step"]) == 0 and float(opt.state[model.w1]["step"]) == 1
+    assert not opt.state[model.b1]["momentum_buffer"].any() and opt.state[model.w1]["momentum_buffer"].all()
     for p, q in zip(model.parameters(), ref_model.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-15)
 
@@ -103,10 +118,14 @@ def test_add_param_group_creates_state_and_keeps_the_old():
     model.w1.grad = torch.ones_like(model.w1)
     opt.step()
     old = opt.state[model.w1]["exp_avg"].clone()
-    opt.add_param_group({"params": [model.b1], "lr": 0.2})
-    assert torch.equal(opt.state[model.w1]["exp_avg"], old) and float(opt.state[model.w1]["step"]) == 1
-    assert set(opt.state[model.b1]) == {"step", "exp_avg", "exp_avg_sq"}
+    opt.add_param_group({"params": [model.b1], "lr": 0.2, "weight_decay": 0.3})
+    assert torch.equal(opt.state[model.w1]["exp_avg"], old)
+    assert float(opt.state[model.w1]["beta1_power"]) == float(torch.tensor(0.9) * 0.9)  # advanced one step
+    assert set(opt.state[model.b1]) == {"exp_avg", "exp_avg_sq", "beta1_power", "beta2_power"}
+    assert float(opt.state[model.b1]["beta1_power"]) == float(torch.tensor(0.9))
     assert isinstance(opt.param_groups[1]["lr"], torch.Tensor)
+    # Adam: a group's weight_decay is its L2 rate, as the constructor's
+    assert opt.param_groups[1]["l2_regularization_rate"] == 0.3 and opt.param_groups[1]["weight_decay"] == 0.0
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
@@ -133,23 +152,25 @@ def test_state_dict_round_trip_copies_in_place(row):
         assert torch.equal(p, q)
 
 
-def test_torch_adam_state_dict_loads_into_ours_and_back():
-    """The layout is torch's: a torch.optim.Adam checkpoint resumes in cs_run.optim.Adam and vice versa."""
+def test_torch_adam_state_dict_loads_into_ours():
+    """A torch.optim.Adam checkpoint resumes in cs_run.optim.Adam (as in the vendor's Adam): ``step``
+    becomes ``beta^(step + 1)`` for the next step, torch's ``weight_decay`` becomes the L2 rate."""
     data = batches(6)
     ref_model, model = twins()
-    ref = torch.optim.Adam(ref_model.parameters(), lr=0.01, eps=1e-6)
+    ref = torch.optim.Adam(ref_model.parameters(), lr=0.01, eps=1e-6, weight_decay=0.02)
     train(ref_model, ref, data[:3])
     model.load_state_dict(ref_model.state_dict())
     opt = csoptim.Adam(model.parameters(), lr=0.5)
     opt.load_state_dict(ref.state_dict())
-    assert float(opt.param_groups[0]["lr"]) == 0.01
-    back = torch.optim.Adam(SmallNet().parameters(), lr=0.01, eps=1e-6)
-    back.load_state_dict(opt.state_dict())
-    assert set(back.state_dict()["state"][0]) == {"step", "exp_avg", "exp_avg_sq"}
-    train(ref_model, ref, data[3:])
-    train(model, opt, data[3:])
-    for p, q in zip(model.parameters(), ref_model.parameters()):
-        torch.testing.assert_close(p, q, rtol=0, atol=1e-13)
+    group = opt.param_groups[0]
+    assert float(group["lr"]) == 0.01 and group["l2_regularization_rate"] == 0.02 and group["weight_decay"] == 0.0
+    state = opt.state[model.w1]
+    assert set(state) == {"exp_avg", "exp_avg_sq", "beta1_power", "beta2_power"}
+    assert float(state["beta1_power"]) == pytest.approx(0.9**4, rel=1e-7)
+    assert float(state["beta2_power"]) == pytest.approx(0.999**4, rel=1e-7)
+    assert torch.equal(state["exp_avg"], ref.state[ref_model.w1]["exp_avg"])
+    train(model, opt, data[3:])  # continues (with the vendor's eps placement)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
 def test_load_state_dict_logs_unknown_and_missing_state(caplog):
@@ -264,17 +285,15 @@ def test_vendor_defaults_are_documented_differences():
     assert "correct_bias" in csoptim.AdamW(model.parameters()).defaults
 
 
-@pytest.mark.parametrize("foreach_ok", [True, False])
-def test_adamw_without_bias_correction_by_hand(foreach_ok, monkeypatch):
-    """correct_bias=False (the BERT recipe): two steps computed by hand, both code paths."""
-    monkeypatch.setattr("cs_run.optim.adam._foreach_ok", lambda params: foreach_ok)
+def test_adamw_without_bias_correction_by_hand():
+    """correct_bias=False (the BERT recipe): two steps computed by hand, the vendor's order."""
     p = torch.nn.Parameter(torch.tensor([1.0, -2.0], dtype=torch.float64))
     opt = csoptim.AdamW([p], lr=0.1, betas=(0.9, 0.99), eps=1e-6, weight_decay=0.5, correct_bias=False)
+    assert set(opt.state[p]) == {"exp_avg", "exp_avg_sq"}
     x, m, v = p.detach().clone(), torch.zeros(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
     for g in (torch.tensor([0.5, 0.25], dtype=torch.float64), torch.tensor([-1.0, 2.0], dtype=torch.float64)):
         p.grad = g.clone()
         opt.step()
-        x = x * (1 - 0.1 * 0.5)
         m, v = 0.9 * m + 0.1 * g, 0.99 * v + 0.01 * g * g
-        x = x - 0.1 * m / (v.sqrt() + 1e-6)
+        x = x - 0.1 * (m / (v.sqrt() + 1e-6) + 0.5 * x)
     torch.testing.assert_close(p.detach(), x, rtol=0, atol=1e-15)

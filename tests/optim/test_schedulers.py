@@ -12,7 +12,7 @@ import torch.optim.lr_scheduler as tls
 
 import cs_run.optim as csoptim
 from cs_run.optim import lr_scheduler as ls
-from cs_run.optim._lr_base import _at_step
+from cs_run.optim.scheduler import _at_step
 
 STEPS = 1000
 S = ls  # ours
@@ -186,5 +186,17 @@ def test_bad_scheduler_arguments():
         ls.SequentialLR(opt, [ls.ConstantLR(opt, 0.1), ls.ConstantLR(_opt(), 0.2)], [1])
     with pytest.raises(ValueError, match=r"one more than the milestones"):
         ls.PiecewiseConstantLR(opt, [0.1], [10])
-    with pytest.raises(ValueError, match=r"needs lr_lambda"):
-        ls.LambdaLR(opt, 0.1)
+    with pytest.raises(ValueError, match=r"Invalid param_group_tags: \['a', 'a'\]"):
+        ls.ConstantLR(opt, 0.1, param_group_tags=["a", "a"])
+    with pytest.raises(ValueError, match=r"param_group_tags \['decay'\] match no param group"):
+        ls.ConstantLR(opt, 0.1, param_group_tags="decay")
+
+
+def test_lambda_lr_default_is_the_vendors_rule():
+    """Without lr_lambda, the vendor's default set_value_lambda: product of initial * f(t) over
+    [t / 30, 0.95^t] (its golden values agree, tests/optim/test_vendor_oracle.py)."""
+    sched = ls.LambdaLR(_opt(), 0.1)
+    got = _ours_values(sched, 50)
+    assert got == pytest.approx([0.1 * t / 30 * 0.1 * 0.95**t for t in range(50)], rel=1e-12, abs=1e-15)
+    with_fn = ls.LambdaLR(_opt(), 0.1, lr_lambda=lambda t: 0.5**t)
+    assert _ours_values(with_fn, 4) == [0.1, 0.05, 0.025, 0.0125]

@@ -7,6 +7,7 @@ import importlib
 import pytest
 import torch
 
+import cs_run.optim as csoptim
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
 from cs_run.runners._checkpoints import list_checkpoints
@@ -22,11 +23,15 @@ def weights(runner):
 
 
 def plain_pytorch_run(steps, *, seed=3, lr=0.1, momentum=0.9, dropout=0.1, batch_size=4, accum=1, clip=None):
-    """The reference: the loop a user would write by hand with torch.optim."""
+    """The reference: the loop a user would write by hand, with the optimizer the runner builds.
+
+    cs_run.optim.SGD applies the vendor's ``p += -lr * g`` (the product rounded first), which torch.optim.SGD
+    fuses into one rounding: the two differ by float32 ulps, so the hand loop uses cs-run's SGD to keep
+    this test about the runner (tests/optim compares the optimizers with torch.optim and the vendor)."""
     toy = importlib.import_module("toy_models")
     torch.manual_seed(seed)
     model = toy.build_model(hidden=8, dropout=dropout)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    optimizer = csoptim.SGD(model.parameters(), lr=lr, momentum=momentum)
     loader = toy.build_data("train", batch_size=batch_size, shuffle=True, num_samples=64)
     losses, it = [], iter(loader)
     for _ in range(steps):

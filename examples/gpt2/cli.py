@@ -1,0 +1,56 @@
+"""``cs-run data preprocess``: text files -> Model Zoo GPT HDF5 shards (a group the top-level CLI attaches)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from cs_run.exits import ErrorGroup
+
+__all__ = ["data"]
+
+
+@click.group(name="data", cls=ErrorGroup)
+def data() -> None:
+    """Prepare training data."""
+
+
+@data.command()
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--output_dir", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Writes OUTPUT_DIR/train (and val) shards and OUTPUT_DIR/tokenizer.json.")
+@click.option("--stdlib", is_flag=True,
+              help="Also take the running Python's top-level standard library modules as documents.")
+@click.option("--pattern", multiple=True, default=("*.txt",), show_default=True,
+              help="File patterns searched in input folders (repeatable).")
+@click.option("--max_seq_length", type=click.IntRange(min=2), default=128, show_default=True)
+@click.option("--tokenizer", "tokenizer_path", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="An existing tokenizers JSON file; without it a byte-level BPE is trained on the train files.")
+@click.option("--vocab_size", type=click.IntRange(min=257), default=8192, show_default=True,
+              help="Vocabulary of the trained tokenizer.")
+@click.option("--eval_fraction", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
+              help="Fraction of the documents written to OUTPUT_DIR/val.")
+@click.option("--files_per_record", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Samples per .h5 shard.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the train/val document split.")
+@click.option("--overwrite", is_flag=True, help="Replace shards already in the output folders.")
+def preprocess(inputs: tuple[Path, ...], output_dir: Path, stdlib: bool, pattern: tuple[str, ...],
+               max_seq_length: int, tokenizer_path: Optional[Path], vocab_size: int, eval_fraction: float,
+               files_per_record: int, seed: int, overwrite: bool) -> None:
+    """Tokenize text files (and folders) into GPT HDF5 shards for GptHDF5DataProcessor."""
+    from cs_run.examples.gpt2.preprocess import collect_documents, stdlib_documents
+    from cs_run.examples.gpt2.preprocess import preprocess as run
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    docs = collect_documents(inputs, tuple(pattern)) + (stdlib_documents() if stdlib else [])
+    result = run(docs, output_dir, max_seq_length, vocab_size=vocab_size, tokenizer_path=tokenizer_path,
+                 eval_fraction=eval_fraction, files_per_record=files_per_record, seed=seed, overwrite=overwrite,
+                 progress=sys.stderr.isatty())
+    for split, (n, files, n_docs) in result.splits.items():
+        click.echo(f"{split}: {n} samples of {max_seq_length} tokens in {files} file(s) from {n_docs} documents "
+                   f"-> {output_dir / split}")
+    click.echo(f"tokenizer {result.tokenizer_path}: vocab_size {result.vocab_size} (model.vocab_size must be >= this)")

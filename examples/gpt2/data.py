@@ -1,0 +1,168 @@
+"""GptHDF5DataProcessor: the Model Zoo's GPT HDF5 shards as a torch DataLoader.
+
+The layout is the one the Model Zoo's ``hdf5_preprocessing`` scripts write and its
+``HDF5IterableDataset`` reads (Release 1.9): every ``*.h5`` file in ``data_dir`` holds an integer
+dataset ``data`` of shape ``[n_examples, 3, max_sequence_length]`` — rows ``input_ids``,
+``attention_mask`` (the loss mask) and ``labels`` — and an ``n_examples`` attribute. An optional
+``data_params.json`` beside the files may name the rows (``"features"``).
+
+As in the Model Zoo, ``batch_size`` is the effective batch over all streamers and the files are
+sharded over streaming ranks (file ``i`` goes to rank ``i % num_streamers``). Unlike its buffered
+shuffle, samples are drawn as a full permutation from the loader's generator, so the runner's RNG
+checkpoint replays the exact order on resume.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Optional, Union
+
+import h5py
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+__all__ = ["GptHDF5Dataset", "build_dataloader", "DATA_PROCESSORS", "FEATURES"]
+
+logger = logging.getLogger(__name__)
+
+FEATURES = ("input_ids", "attention_mask", "labels")
+DATA_PROCESSORS = ("GptHDF5DataProcessor", "GptHDF5MapDataProcessor")
+
+
+def _shard_files(data_dir: Union[str, list]) -> list[Path]:
+    dirs = data_dir if isinstance(data_dir, list) else [data_dir]
+    files: list[Path] = []
+    for d in dirs:
+        p = Path(d)
+        if not p.is_dir():
+            raise ValueError(f"data_dir: {d} is not a folder (expected one holding the *.h5 shards)")
+        files.extend(p.glob("*.h5"))
+    if not files:
+        raise ValueError(f"data_dir: no *.h5 files in {', '.join(map(str, dirs))}; write shards with "
+                         "`cs-run data preprocess` or the Model Zoo's hdf5_preprocessing scripts")
+    return sorted(files)
+
+
+def _features(data_dir: Union[str, list], given: Optional[list]) -> list[str]:
+    if given:
+        return list(given)
+    if not isinstance(data_dir, list):
+        path = Path(data_dir) / "data_params.json"
+        if path.is_file():
+            try:
+                named = json.loads(path.read_text()).get("features")
+            except (OSError, ValueError, AttributeError):
+                named = None
+            if isinstance(named, list) and named:
+                return named
+    return list(FEATURES)
+
+
+class GptHDF5Dataset(Dataset):
+    """Samples of the shards assigned to one streaming rank, as dicts of int32 tensors.
+
+    Files are opened lazily, once per process (DataLoader workers each open their own handles).
+    """
+
+    def __init__(self, data_dir: Union[str, list], rank: int = 0, num_ranks: int = 1,
+                 features: Optional[list] = None, max_sequence_length: Optional[int] = None) -> None:
+        all_files = _shard_files(data_dir)
+        if len(all_files) < num_ranks:
+            raise ValueError(f"data_dir: {len(all_files)} shard file(s) for {num_ranks} streamers; every streamer "
+                             "needs at least one file (write more, smaller shards)")
+        self.files = all_files[rank::num_ranks]
+        names = _features(data_dir, features)
+        self.feature_rows = {name: i for i, name in enumerate(names)}
+        missing = [f for f in FEATURES if f not in self.feature_rows]
+        if missing:
+            raise ValueError(f"features: the shards' rows {names} lack {', '.join(missing)}")
+        counts, msl = [], None
+        for path in self.files:
+            n, file_msl = self._check_file(path, len(names))
+            if msl is not None and file_msl != msl:
+                raise ValueError(f"data_dir: {path.name} has max_sequence_length {file_msl}, other shards {msl}")
+            msl = file_msl
+            counts.append(n)
+        if max_sequence_length is not None and max_sequence_length != msl:
+            raise ValueError(f"max_sequence_length: {max_sequence_length} but the shards in data_dir hold "
+                             f"sequences of {msl} tokens")
+        self.max_sequence_length = msl
+        self.offsets = np.cumsum([0] + counts)
+        self._handles: dict[int, h5py.File] = {}
+        self._pid = os.getpid()
+
+    @staticmethod
+    def _check_file(path: Path, rows: int) -> tuple[int, int]:
+        try:
+            with h5py.File(path, "r") as f:
+                if "data" not in f:
+                    raise ValueError(f"data_dir: {path} has no dataset 'data' (keys: {', '.join(f.keys())})")
+                d = f["data"]
+                if d.ndim != 3 or d.shape[1] != rows or not np.issubdtype(d.dtype, np.integer):
+                    raise ValueError(f"data_dir: {path} 'data' is {d.dtype}{list(d.shape)}; expected integers of "
+                                     f"shape [n_examples, {rows}, max_sequence_length]")
+                n = int(f.attrs.get("n_examples", d.shape[0]))
+                if not 0 <= n <= d.shape[0]:
+                    raise ValueError(f"data_dir: {path} attribute n_examples={n} but 'data' holds {d.shape[0]} rows")
+                return n, int(d.shape[2])
+        except OSError as e:
+            raise ValueError(f"data_dir: {path} is not a readable HDF5 file ({e})") from None
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def _file(self, i: int) -> h5py.File:
+        if os.getpid() != self._pid:  # a forked worker: never share the parent's HDF5 handles
+            self._handles, self._pid = {}, os.getpid()
+        if i not in self._handles:
+            self._handles[i] = h5py.File(self.files[i], "r")
+        return self._handles[i]
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        i = int(np.searchsorted(self.offsets, index, side="right")) - 1
+        row = np.asarray(self._file(i)["data"][index - self.offsets[i]], dtype=np.int32)
+        return {name: torch.from_numpy(row[self.feature_rows[name]].copy()) for name in FEATURES}
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_handles"] = {}
+        return state
+
+
+def build_dataloader(split: str, data_dir: Union[str, list], batch_size: int = 128,
+                     data_processor: str = "GptHDF5DataProcessor", shuffle: bool = True,
+                     shuffle_seed: Optional[int] = None, drop_last_batch: bool = True, drop_last: Optional[bool] = None,
+                     num_workers: int = 0, prefetch_factor: Optional[int] = None,
+                     persistent_workers: bool = False, shuffle_buffer: Optional[int] = None,
+                     max_sequence_length: Optional[int] = None, features: Optional[list] = None) -> DataLoader:
+    """Data function of ``model.name: gpt2``: the split's DataLoader over Model Zoo GPT HDF5 shards.
+
+    ``drop_last`` is the Model Zoo's name for ``drop_last_batch``. ``shuffle_buffer`` is accepted for
+    Model Zoo files and has no effect (samples are shuffled as a full permutation).
+    """
+    from cs_run.distributed import get_streaming_batch_size, get_streaming_rank, num_streamers
+
+    if data_processor not in DATA_PROCESSORS:
+        raise ValueError(f"data_processor: {data_processor!r} is not supported by cs-run's gpt2 data; expected one of "
+                         f"{', '.join(DATA_PROCESSORS)}")
+    if shuffle_buffer is not None:
+        logger.debug("%s: shuffle_buffer=%s has no effect (samples are drawn as a full permutation)", split,
+                     shuffle_buffer)
+    dataset = GptHDF5Dataset(data_dir, get_streaming_rank(), num_streamers(), features, max_sequence_length)
+    per_stream = get_streaming_batch_size(batch_size)
+    drop = drop_last_batch if drop_last is None else drop_last
+    if drop and len(dataset) < per_stream:
+        raise ValueError(f"batch_size: {per_stream} per streamer but the {split} shards hold {len(dataset)} samples "
+                         "(with drop_last_batch no batch would be produced)")
+    generator = torch.Generator().manual_seed(shuffle_seed) if shuffle_seed is not None else None
+    extra = {"prefetch_factor": prefetch_factor, "persistent_workers": persistent_workers} if num_workers else {}
+    logger.info("gpt2 data (%s): %d samples of %d tokens in %d shard(s) of %s", split, len(dataset),
+                dataset.max_sequence_length, len(dataset.files), data_dir)
+    return DataLoader(dataset, batch_size=per_stream, shuffle=shuffle, drop_last=drop, num_workers=num_workers,
+                      generator=generator, **extra)

@@ -1,0 +1,265 @@
+"""gpt2 checkpoints <-> the Hugging Face GPT-2 layout (``config.json`` + ``model.safetensors``).
+
+HF's GPT-2 keeps the q, k and v projections in one ``c_attn`` and stores every dense weight as a
+``Conv1D`` of shape ``[in, out]`` (the transpose of ``nn.Linear``); its biases always exist. So:
+q/k/v are concatenated and transposed, absent biases are written as zeros, and the HF config
+carries the sizes, epsilon, activation and attention scaling. Features HF's GPT-2 cannot express
+(fixed or no position embeddings, an LM-head bias, an embedding LayerNorm, muP scales, activations
+it lacks) stop the conversion with an error naming the model key.
+
+The cs-run side needs the model keys: ``--params`` or the ``params_resolved.yaml`` that every run
+writes next to its checkpoints. ``--from hf`` writes a cs-run checkpoint and, beside it, a params
+file whose ``model:`` section describes it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import yaml
+
+from cs_run.errors import CheckpointError, ParamsError
+
+__all__ = ["to_hf", "from_hf", "hf_config", "to_hf_state_dict", "from_hf_state_dict", "model_keys_from_hf_config"]
+
+# Our nonlinearity names that HF's ACT2FN knows under the same name and formula.
+_HF_ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "quick_gelu", "relu", "silu", "swish", "tanh", "mish", "linear",
+                   "leaky_relu")
+_WEIGHTS = "model.safetensors"
+
+
+def _safetensors():
+    try:
+        import safetensors.torch
+    except ImportError:
+        raise CheckpointError("the Hugging Face layout needs the 'safetensors' package; "
+                              "pip install 'cs-run[safetensors]'") from None
+    return safetensors.torch
+
+
+def hf_config(config: dict) -> dict:
+    """The HF ``config.json`` of a :class:`GPT2LMHeadModel` config (its ``.config`` dict)."""
+    for key, ok, why in (
+        ("position_embedding_type", config["position_embedding_type"] == "learned", "HF GPT-2 has learned positions"),
+        ("use_bias_in_output", not config["use_bias_in_output"], "HF GPT-2's lm_head has no bias"),
+        ("embedding_layer_norm", not config["embedding_layer_norm"], "HF GPT-2 has no embedding LayerNorm"),
+        ("embeddings_scale", config["embeddings_scale"] == 1.0, "HF GPT-2 does not scale embeddings"),
+        ("output_logits_scale", not config["output_logits_scale"], "HF GPT-2 does not scale logits"),
+        ("nonlinearity", config["nonlinearity"] in _HF_ACTIVATIONS,
+         f"HF knows {', '.join(_HF_ACTIVATIONS)} under these names"),
+    ):
+        if not ok:
+            raise ParamsError(f"params: model.{key}: {config[key]!r} has no Hugging Face GPT-2 equivalent ({why})")
+    return {
+        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+        "vocab_size": config["vocab_size"], "n_positions": config["max_position_embeddings"],
+        "n_embd": config["hidden_size"], "n_layer": config["num_hidden_layers"], "n_head": config["num_heads"],
+        "n_inner": config["filter_size"], "activation_function": config["nonlinearity"],
+        "layer_norm_epsilon": config["layer_norm_epsilon"],
+        "scale_attn_weights": config["attention_type"] == "scaled_dot_product",
+        "tie_word_embeddings": config["share_embedding_weights"],
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "summary_first_dropout": 0.0,
+        "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False, "use_cache": True,
+        "initializer_range": 0.02,
+    }
+
+
+def model_keys_from_hf_config(cfg: dict) -> dict:
+    """The ``model:`` section (Model Zoo keys) of an HF GPT-2 config."""
+    if cfg.get("model_type") != "gpt2":
+        raise CheckpointError(f"config.json: model_type {cfg.get('model_type')!r} is not 'gpt2'")
+    for key in ("scale_attn_by_inverse_layer_idx", "add_cross_attention"):
+        if cfg.get(key):
+            raise CheckpointError(f"config.json: {key}=true has no cs-run gpt2 equivalent")
+    act = cfg.get("activation_function", "gelu_new")
+    if act not in _HF_ACTIVATIONS:
+        raise CheckpointError(f"config.json: activation_function {act!r} has no cs-run gpt2 equivalent "
+                              f"(one of {', '.join(_HF_ACTIVATIONS)})")
+    hidden = cfg.get("n_embd", 768)
+    return {
+        "name": "gpt2", "vocab_size": cfg.get("vocab_size", 50257), "hidden_size": hidden,
+        "num_hidden_layers": cfg.get("n_layer", 12), "num_heads": cfg.get("n_head", 12),
+        "filter_size": cfg.get("n_inner") or 4 * hidden, "max_position_embeddings": cfg.get("n_positions", 1024),
+        "position_embedding_type": "learned", "share_embedding_weights": cfg.get("tie_word_embeddings", True),
+        "nonlinearity": act, "layer_norm_epsilon": cfg.get("layer_norm_epsilon", 1e-5),
+        "attention_type": "scaled_dot_product" if cfg.get("scale_attn_weights", True) else "dot_product",
+        "dropout_rate": cfg.get("resid_pdrop", 0.1), "embedding_dropout_rate": cfg.get("embd_pdrop", 0.1),
+        "attention_dropout_rate": cfg.get("attn_pdrop", 0.1), "use_bias_in_output": False,
+    }
+
+
+def _zeros_if_none(t: Optional[torch.Tensor], size: int) -> torch.Tensor:
+    return t if t is not None else torch.zeros(size)
+
+
+def to_hf_state_dict(model) -> dict[str, torch.Tensor]:
+    """HF GPT2LMHeadModel tensors (``transformer.*`` names, Conv1D ``[in, out]`` weights) of a GPT2LMHeadModel."""
+    hidden = model.config["hidden_size"]
+    out: dict[str, torch.Tensor] = {
+        "transformer.wte.weight": model.embedding_layer.word_embeddings.weight,
+        "transformer.wpe.weight": model.embedding_layer.position_embeddings.weight,
+        "transformer.ln_f.weight": model.ln_f.weight, "transformer.ln_f.bias": model.ln_f.bias,
+    }
+    for i, layer in enumerate(model.transformer_decoder.layers):
+        p = f"transformer.h.{i}."
+        a = layer.self_attn
+        qkv = (a.proj_q_dense_layer, a.proj_k_dense_layer, a.proj_v_dense_layer)
+        out[p + "ln_1.weight"], out[p + "ln_1.bias"] = layer.norm1.weight, layer.norm1.bias
+        out[p + "attn.c_attn.weight"] = torch.cat([lin.weight for lin in qkv], dim=0).t()
+        out[p + "attn.c_attn.bias"] = torch.cat([_zeros_if_none(lin.bias, hidden) for lin in qkv])
+        out[p + "attn.c_proj.weight"] = a.proj_output_dense_layer.weight.t()
+        out[p + "attn.c_proj.bias"] = _zeros_if_none(a.proj_output_dense_layer.bias, hidden)
+        out[p + "ln_2.weight"], out[p + "ln_2.bias"] = layer.norm3.weight, layer.norm3.bias
+        fc, proj = layer.ffn.ffn[0].linear_layer, layer.ffn.ffn[1].linear_layer
+        out[p + "mlp.c_fc.weight"] = fc.weight.t()
+        out[p + "mlp.c_fc.bias"] = _zeros_if_none(fc.bias, fc.out_features)
+        out[p + "mlp.c_proj.weight"] = proj.weight.t()
+        out[p + "mlp.c_proj.bias"] = _zeros_if_none(proj.bias, hidden)
+    if not model.share_embedding_weights:
+        out["lm_head.weight"] = model.lm_head.weight
+    return {k: v.detach().cpu().contiguous().clone() for k, v in out.items()}
+
+
+def from_hf_state_dict(model, tensors: dict[str, torch.Tensor]) -> None:
+    """Copy HF GPT-2 tensors into ``model`` (a GPT2LMHeadModel built from the matching config).
+
+    Accepts ``transformer.``-prefixed names (save_pretrained) and bare ones (the original checkpoints);
+    HF's causal-mask buffers are ignored.
+
+    Raises:
+        CheckpointError: a tensor is missing, has another shape, or a nonzero bias has nowhere to go.
+    """
+    t = {k.removeprefix("transformer."): v for k, v in tensors.items()
+         if not k.endswith((".attn.bias", ".attn.masked_bias"))}
+    hidden = model.config["hidden_size"]
+
+    def take(key: str, shape: tuple) -> torch.Tensor:
+        if key not in t:
+            raise CheckpointError(f"Hugging Face weights: missing tensor {key!r}")
+        value = t[key]
+        if tuple(value.shape) != tuple(shape):
+            raise CheckpointError(f"Hugging Face weights: {key!r} has shape {list(value.shape)}, the config says "
+                                  f"{list(shape)}")
+        return value.float()
+
+    def put(param: Optional[torch.Tensor], value: torch.Tensor, key: str) -> None:
+        if param is None:
+            if value.abs().max() != 0:
+                raise CheckpointError(f"Hugging Face weights: {key!r} is nonzero but the model has no such bias")
+            return
+        param.copy_(value)
+
+    e = model.embedding_layer
+    with torch.no_grad():
+        e.word_embeddings.weight.copy_(take("wte.weight", e.word_embeddings.weight.shape))
+        e.position_embeddings.weight.copy_(take("wpe.weight", e.position_embeddings.weight.shape))
+        model.ln_f.weight.copy_(take("ln_f.weight", (hidden,)))
+        model.ln_f.bias.copy_(take("ln_f.bias", (hidden,)))
+        for i, layer in enumerate(model.transformer_decoder.layers):
+            p = f"h.{i}."
+            a = layer.self_attn
+            layer.norm1.weight.copy_(take(p + "ln_1.weight", (hidden,)))
+            layer.norm1.bias.copy_(take(p + "ln_1.bias", (hidden,)))
+            w = take(p + "attn.c_attn.weight", (hidden, 3 * hidden)).t()
+            b = take(p + "attn.c_attn.bias", (3 * hidden,))
+            for j, lin in enumerate((a.proj_q_dense_layer, a.proj_k_dense_layer, a.proj_v_dense_layer)):
+                lin.weight.copy_(w[j * hidden:(j + 1) * hidden])
+                put(lin.bias, b[j * hidden:(j + 1) * hidden], p + "attn.c_attn.bias")
+            a.proj_output_dense_layer.weight.copy_(take(p + "attn.c_proj.weight", (hidden, hidden)).t())
+            put(a.proj_output_dense_layer.bias, take(p + "attn.c_proj.bias", (hidden,)), p + "attn.c_proj.bias")
+            layer.norm3.weight.copy_(take(p + "ln_2.weight", (hidden,)))
+            layer.norm3.bias.copy_(take(p + "ln_2.bias", (hidden,)))
+            fc, proj = layer.ffn.ffn[0].linear_layer, layer.ffn.ffn[1].linear_layer
+            fc.weight.copy_(take(p + "mlp.c_fc.weight", (hidden, fc.out_features)).t())
+            put(fc.bias, take(p + "mlp.c_fc.bias", (fc.out_features,)), p + "mlp.c_fc.bias")
+            proj.weight.copy_(take(p + "mlp.c_proj.weight", (fc.out_features, hidden)).t())
+            put(proj.bias, take(p + "mlp.c_proj.bias", (hidden,)), p + "mlp.c_proj.bias")
+        if not model.share_embedding_weights:
+            model.lm_head.weight.copy_(take("lm_head.weight", model.lm_head.weight.shape)
+                                       if "lm_head.weight" in t else e.word_embeddings.weight)
+
+
+def _model_keys(checkpoint: Path, params_path: Optional[Path]) -> dict:
+    path = params_path or checkpoint.parent / "params_resolved.yaml"
+    if not path.is_file():
+        raise ParamsError(f"checkpoint convert --to hf: no params for {checkpoint} (no {path.name} beside it); "
+                          "give --params with the run's params file")
+    try:
+        model = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
+    except yaml.YAMLError as e:
+        raise ParamsError(f"{path}: not valid YAML ({e})") from None
+    if model.get("name", "gpt2") != "gpt2":
+        raise ParamsError(f"params: model.name: {model.get('name')!r}; --to hf converts gpt2 checkpoints ({path})")
+    return model
+
+
+def _build(model_keys: dict):
+    from cs_run.registry import check_function_keys, get_model_spec, resolve_object
+
+    fn = resolve_object(get_model_spec("gpt2").model_fn)
+    keys = {k: v for k, v in model_keys.items()
+            if k not in ("name", "mixed_precision", "use_bfloat16", "fp16_type", "compute_eval_metrics")}
+    check_function_keys(fn, keys, "model", set(), lambda key: "")
+    try:
+        return fn(**keys, compute_eval_metrics=False)
+    except (TypeError, ValueError) as e:
+        raise ParamsError(f"params: model: {e}") from None
+
+
+def to_hf(checkpoint: str | Path, out_dir: str | Path, params_path: Optional[str | Path] = None) -> Path:
+    """Write ``out_dir/config.json`` and ``out_dir/model.safetensors`` from a gpt2 checkpoint."""
+    from cs_run.checkpoint import load
+
+    checkpoint, out_dir = Path(checkpoint), Path(out_dir)
+    if not checkpoint.is_file():
+        raise CheckpointError(f"checkpoint convert --to hf: {checkpoint} not found")
+    model = _build(_model_keys(checkpoint, Path(params_path) if params_path else None))
+    state = load(str(checkpoint))
+    weights = state.get("model", state) if isinstance(state, dict) else None
+    if not isinstance(weights, dict):
+        raise CheckpointError(f"checkpoint {checkpoint}: no model weights (expected a 'model' state dict)")
+    try:
+        missing, unexpected = model.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()},
+                                                    strict=False)
+    except RuntimeError as e:  # shape mismatches
+        detail = str(e).splitlines()[-1].strip()
+        raise CheckpointError(f"checkpoint {checkpoint} does not match the params' gpt2: {detail}") from None
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {checkpoint} does not match the params' gpt2: missing "
+                              f"{', '.join(missing[:3]) or 'none'}; unexpected {', '.join(unexpected[:3]) or 'none'}")
+    config = hf_config(model.model.config)
+    st = _safetensors()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    st.save_file(to_hf_state_dict(model.model), str(out_dir / _WEIGHTS), metadata={"format": "pt"})
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return out_dir
+
+
+def from_hf(hf_dir: str | Path, dst: str | Path, params_out: Optional[str | Path] = None) -> tuple[Path, Path]:
+    """Write a cs-run gpt2 checkpoint ``dst`` and its params (``model:`` section) from an HF GPT-2 folder."""
+    from cs_run.checkpoint import save
+
+    hf_dir, dst = Path(hf_dir), Path(dst)
+    cfg_path, weights_path = hf_dir / "config.json", hf_dir / _WEIGHTS
+    for path in (cfg_path, weights_path):
+        if not path.is_file():
+            raise CheckpointError(f"--from hf: {path} not found (expected a Hugging Face GPT-2 folder with "
+                                  f"config.json and {_WEIGHTS})")
+    try:
+        cfg: dict[str, Any] = json.loads(cfg_path.read_text())
+    except ValueError as e:
+        raise CheckpointError(f"{cfg_path}: not valid JSON ({e})") from None
+    keys = model_keys_from_hf_config(cfg)
+    model = _build(keys)
+    try:
+        tensors = _safetensors().load_file(str(weights_path))
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise CheckpointError(f"{weights_path}: not a readable safetensors file ({e})") from None
+    from_hf_state_dict(model.model, tensors)
+    save({"model": model.state_dict()}, str(dst))
+    params_out = Path(params_out) if params_out else dst.with_suffix(".yaml")
+    params_out.write_text(yaml.safe_dump({"model": keys}, sort_keys=False))
+    return dst, params_out

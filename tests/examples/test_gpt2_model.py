@@ -1,0 +1,175 @@
+"""gpt2 model: attention, loss and metrics against hand computations; bad model keys are params errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from gpt2_helpers import random_samples, tiny_params, write_vendor_shards
+
+from cs_run.errors import ParamsError
+from cs_run.examples.gpt2 import model as gpt2
+from cs_run.metrics import compute_all_metrics, reset_all_metrics
+from cs_run.params import load_params
+from cs_run.resolve import resolve_params
+from cs_run.runners import PyTorchBaseRunner
+
+SIZES = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_heads=4, filter_size=32,
+             max_position_embeddings=12, dropout_rate=0.0, attention_type="scaled_dot_product")
+
+
+def make(**overrides) -> gpt2.Gpt2Model:
+    torch.manual_seed(0)
+    return gpt2.build_model(**{**SIZES, **overrides})
+
+
+def batch(b=3, s=10, vocab=50, seed=0, masked_tail=3):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(b, s, dtype=torch.int32)
+    mask[0, s - masked_tail:] = 0
+    return {"input_ids": torch.randint(0, vocab, (b, s), generator=g, dtype=torch.int32),
+            "labels": torch.randint(0, vocab, (b, s), generator=g, dtype=torch.int32), "attention_mask": mask}
+
+
+def reference_forward(m: gpt2.GPT2LMHeadModel, ids: torch.Tensor, scaled: bool, act=F.gelu) -> torch.Tensor:
+    """The decoder written out by hand: explicit softmax(QK^T * scale + causal mask) V per head."""
+    e = m.embedding_layer
+    x = e.word_embeddings.weight[ids.long()] + e.position_embeddings.weight[: ids.shape[1]]
+    s, nh = ids.shape[1], m.config["num_heads"]
+    causal = torch.full((s, s), float("-inf")).triu(1)
+    for layer in m.transformer_decoder.layers:
+        a = layer.self_attn
+        h = layer.norm1(x)
+        q, k, v = (lin(h).view(*h.shape[:2], nh, -1).transpose(1, 2)
+                   for lin in (a.proj_q_dense_layer, a.proj_k_dense_layer, a.proj_v_dense_layer))
+        scale = 1 / math.sqrt(q.shape[-1]) if scaled else 1.0
+        w = torch.softmax(q @ k.transpose(-1, -2) * scale + causal, dim=-1)
+        x = x + a.proj_output_dense_layer((w @ v).transpose(1, 2).reshape(h.shape))
+        f = layer.ffn.ffn
+        x = x + f[1].linear_layer(act(f[0].linear_layer(layer.norm3(x))))
+    return m.ln_f(x) @ e.word_embeddings.weight.T
+
+
+@pytest.mark.parametrize("attention_type", ["scaled_dot_product", "dot_product"])
+def test_logits_match_a_hand_written_decoder(attention_type):
+    m = make(attention_type=attention_type).eval()
+    ids = batch()["input_ids"]
+    with torch.no_grad():
+        torch.testing.assert_close(m.model(ids), reference_forward(m.model, ids, attention_type == "scaled_dot_product"),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_tied_head_and_model_zoo_key_names():
+    m = make()
+    assert m.model.lm_head.weight is m.model.embedding_layer.word_embeddings.weight
+    keys = set(m.state_dict())
+    assert {"model.embedding_layer.word_embeddings.weight", "model.embedding_layer.position_embeddings.weight",
+            "model.transformer_decoder.layers.1.self_attn.proj_q_dense_layer.weight",
+            "model.transformer_decoder.layers.0.ffn.ffn.1.linear_layer.bias", "model.ln_f.weight",
+            "model.transformer_decoder.norm.weight", "model.lm_head.weight"} <= keys
+    untied = make(share_embedding_weights=False, use_bias_in_output=True)
+    assert untied.model.lm_head.weight is not untied.model.embedding_layer.word_embeddings.weight
+    assert untied.model.lm_head.bias is not None
+
+
+def test_fixed_position_embeddings_are_sinusoids_and_not_trained():
+    m = make(position_embedding_type="fixed")
+    table = m.model.embedding_layer.position_embeddings
+    assert not isinstance(table, torch.nn.Parameter)
+    pos, i = 5, 3
+    n = SIZES["hidden_size"] // 2
+    inv = math.exp(-i * math.log(1.0e4) / (n - 1))
+    assert table[pos, 2 * i].item() == pytest.approx(math.sin(pos * inv), abs=1e-6)
+    assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(pos * inv), abs=1e-6)
+    none = make(use_position_embedding=False)
+    assert none.model.embedding_layer.position_embeddings is None
+
+
+@pytest.mark.parametrize("scaling,weight", [("num_tokens", 1.0), ("batch_size", 1 / 8), ("BATCH_SIZE", 0.5)])
+def test_loss_follows_model_zoo_scaling_and_mask(scaling, weight):
+    m = make(loss_scaling=scaling, loss_weight=weight).eval()
+    b = batch()
+    with torch.no_grad():
+        logits = m.model(b["input_ids"])
+        per_token = F.cross_entropy(logits.reshape(-1, 50), b["labels"].reshape(-1).long(), reduction="none")
+        mask = b["attention_mask"].reshape(-1).float()
+        summed = (per_token * mask).sum()
+        expected = summed / mask.sum() if scaling == "num_tokens" else summed / 3 * weight
+        torch.testing.assert_close(m(b), expected)
+        changed = dict(b, labels=b["labels"].clone())
+        changed["labels"][0, -1] = (changed["labels"][0, -1] + 1) % 50  # a masked position
+        torch.testing.assert_close(m(changed), expected)
+
+
+def test_loss_weight_is_ignored_with_num_tokens_as_in_the_model_zoo(caplog):
+    m = make(loss_weight=0.25)
+    assert m.loss_weight == 1.0 and "has no effect" in caplog.text
+
+
+@pytest.mark.parametrize("scaling", ["num_tokens", "batch_size"])
+def test_eval_metrics_are_mask_weighted_accuracy_and_perplexity(scaling):
+    m = make(loss_scaling=scaling, loss_weight=0.1 if scaling == "batch_size" else 1.0).eval()
+    reset_all_metrics()
+    total, tokens, correct = 0.0, 0.0, 0.0
+    with torch.no_grad():
+        for seed in (0, 1):
+            b = batch(seed=seed)
+            m(b)
+            logits = m.model(b["input_ids"])
+            mask = b["attention_mask"].float()
+            per_token = F.cross_entropy(logits.reshape(-1, 50), b["labels"].reshape(-1).long(), reduction="none")
+            total += float((per_token * mask.reshape(-1)).sum())
+            tokens += float(mask.sum())
+            correct += float(((logits.argmax(-1) == b["labels"]).float() * mask).sum())
+    results = compute_all_metrics()
+    assert results["eval/lm_perplexity"] == pytest.approx(math.exp(total / tokens), rel=1e-5)
+    assert results["eval/accuracy"] == pytest.approx(correct / tokens, rel=1e-6)
+
+
+def test_dropout_is_on_in_training_only():
+    m = make(dropout_rate=0.5)
+    b = batch()
+    torch.manual_seed(1)
+    assert m(b).item() != m(b).item()
+    m.eval()
+    assert m(b).item() == m(b).item()
+
+
+@pytest.mark.parametrize("key,value", [
+    ("position_embedding_type", "rotary"), ("position_embedding_type", "alibi"),
+    ("position_embedding_type", "relative"), ("attention_type", "flash"), ("nonlinearity", "swiglu"),
+    ("nonlinearity", "geglu"), ("loss_scaling", "per_sample"), ("hidden_size", 18), ("num_heads", 0),
+    ("dropout_rate", 1.0), ("attention_dropout_rate", -0.1), ("loss_weight", 0.0), ("vocab_size", 0),
+])
+def test_unsupported_values_are_params_errors_naming_the_key(tmp_path, key, value):
+    write_vendor_shards(tmp_path / "d", random_samples(8, 16, 64), 8)
+    model = {key: value, "loss_scaling": "batch_size"} if key == "loss_weight" else {key: value}
+    path = tiny_params(tmp_path / "p.yaml", tmp_path / "d", tmp_path / "d", model=model)
+    with pytest.raises(ParamsError, match=f"model: {key}"):
+        params = load_params(path)
+        PyTorchBaseRunner.create(params, device="CPU")
+
+
+@pytest.mark.parametrize("key", ["rotary_dim", "attention_module", "fixed_sparse_attention", "hidden_sise"])
+def test_unknown_model_keys_are_params_errors_at_load(tmp_path, key):
+    path = tiny_params(tmp_path / "p.yaml", tmp_path, tmp_path, model={key: 1})
+    with pytest.raises(ParamsError, match=f"model.{key}"):
+        resolve_params(load_params(path))
+
+
+def test_a_model_zoo_file_without_model_name_is_gpt2_by_its_data_processor(tmp_path):
+    import yaml
+
+    path = tiny_params(tmp_path / "p.yaml", tmp_path, tmp_path, model={"mixed_precision": True})
+    raw = yaml.safe_load(path.read_text())
+    del raw["model"]["name"]
+    path.write_text(yaml.safe_dump(raw))
+    params = load_params(path)
+    assert params.model.name == "gpt2" and params.model.use_bfloat16  # the Model Zoo GPT-2 default
+    raw["model"]["use_bfloat16"] = False
+    raw["train_input"]["data_processor"] = raw["eval_input"]["data_processor"] = "SomeOtherProcessor"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ParamsError, match="missing required key model.name"):
+        resolve_params(load_params(path))
