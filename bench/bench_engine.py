@@ -16,6 +16,8 @@ shared and noisy. Torch runs on ONE thread (``torch.set_num_threads(1)``) unless
 * csx-inductor: the same, inductor tier
 * csx-auto:     the same, compile_tier auto (the default): its first steps time fx against inductor
                 and keep the faster; the row names the tier it kept. Warm-up runs until it has chosen.
+                It shares csx-inductor's compile_dir, so its "1st call" is a warm-cache one; the
+                cold/warm time-to-first-step lines at the end measure both in fresh processes.
 * floor:        FLOPs of the step / measured matmul throughput
 
 The GPT-2 rows train the bundled example's model (examples/gpt2/params.yaml: its model keys, batch
@@ -119,13 +121,15 @@ def make_variants(spec, with_inductor: bool, with_compile: bool) -> dict:
         torch.manual_seed(0)
         variants["compile"] = eager_like(torch.compile(build_mlp(d_in, depth, hidden, d_out)))
     tiers = ["fx"] + (["inductor", "auto"] if with_inductor else [])
+    dirs: dict[str, str] = {}
     for tier in tiers:
         torch.manual_seed(0)
         model = build_mlp(d_in, depth, hidden, d_out)
         opt = compliant_sgd()(model.parameters(), lr=0.01, momentum=0.9)
         from cs_run.engine import CompiledStep, EngineOptions
 
-        compile_dir = tempfile.mkdtemp(prefix="cs_run_bench_")
+        # auto reuses inductor's compile_dir: its 1st call is a warm-cache one
+        compile_dir = dirs.setdefault("inductor" if tier == "auto" else tier, tempfile.mkdtemp(prefix="cs_run_bench_"))
 
         def csx_step(xb, yb, model=model, opt=opt):
             loss = torch.nn.functional.cross_entropy(model(xb), yb)
@@ -196,6 +200,7 @@ def make_gpt2_variants(with_inductor: bool, with_compile: bool) -> tuple[dict, i
         torch.manual_seed(0)
         model = build_model(**keys).train()
         variants["compile"] = eager_like(model, torch.compile(model))
+    dirs: dict[str, str] = {}
     for tier in ["fx"] + (["inductor", "auto"] if with_inductor else []):
         torch.manual_seed(0)
         model = build_model(**keys).train()
@@ -208,7 +213,9 @@ def make_gpt2_variants(with_inductor: bool, with_compile: bool) -> tuple[dict, i
             opt.zero_grad()
             return loss
 
-        compiled = CompiledStep(csx_step, EngineOptions(tier=tier, compile_dir=tempfile.mkdtemp(prefix="cs_run_bench_")))
+        # auto reuses inductor's compile_dir: its 1st call is a warm-cache one
+        compile_dir = dirs.setdefault("inductor" if tier == "auto" else tier, tempfile.mkdtemp(prefix="cs_run_bench_"))
+        compiled = CompiledStep(csx_step, EngineOptions(tier=tier, compile_dir=compile_dir))
         variants[f"csx-{tier}"] = settled_call(compiled, data)
     return variants, batch * msl
 
