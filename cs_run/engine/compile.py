@@ -88,7 +88,7 @@ def _build(traced: TracedStep, batch: list[torch.Tensor], tier: str, cache: Comp
     key = graph_key(traced, batch, tier)
     hit = cache is not None and cache.has(key)
     t0 = time.perf_counter()
-    how = "built"
+    how = "compiled"
     if tier == "fx":
         executable: Callable[..., Any] = traced.gm
     else:
