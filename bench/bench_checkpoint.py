@@ -34,6 +34,7 @@ import torch
 
 from cs_run.checkpoint import crc, load, load_into, reader, save, writer
 from cs_run.checkpoint.atomic import fsync_path
+from cs_run.checkpoint.reader import open_h5, read_spec
 
 GiB, MiB = float(1 << 30), float(1 << 20)
 
@@ -117,8 +118,6 @@ def make_ops(obj: dict, d: str) -> dict:
     target = zeros_like_state(obj)
 
     def raw_readinto():
-        from cs_run.checkpoint.reader import open_h5, read_spec
-
         with open_h5(p["ours"]) as f:
             leaves = read_spec(p["ours"], f)["leaves"]
         tgt = flat(target)

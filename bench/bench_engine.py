@@ -36,6 +36,11 @@ import tempfile
 import time
 
 import torch
+import yaml
+
+from cs_run.engine import CompiledStep, EngineOptions
+from cs_run.examples.gpt2.model import build_model
+from cs_run.optim import SGD, AdamW
 
 MODELS = {  # name: (in, depth, hidden, out, batch)
     "fc_mnist d10 h50": (784, 10, 50, 10, 128),
@@ -75,29 +80,6 @@ def matmul_gflops() -> float:
     return 2 * 512 * 1024 * 1024 / statistics.median(times) / 1e9
 
 
-def compliant_sgd():
-    try:
-        from cs_run.optim import SGD
-
-        return SGD
-    except ImportError:  # cs_run.optim not installed yet: a trace-safe stand-in
-        class SGD(torch.optim.Optimizer):
-            def __init__(self, params, lr, momentum):
-                super().__init__(params, dict(lr=torch.tensor(lr), momentum=momentum))
-                for g in self.param_groups:
-                    for p in g["params"]:
-                        self.state[p]["momentum_buffer"] = torch.zeros_like(p)
-
-            @torch.no_grad()
-            def step(self):
-                for g in self.param_groups:
-                    for p in g["params"]:
-                        buf = self.state[p]["momentum_buffer"].mul_(g["momentum"]).add_(p.grad)
-                        p.sub_(buf * g["lr"])
-
-        return SGD
-
-
 def make_variants(spec, with_inductor: bool, with_compile: bool) -> dict:
     d_in, depth, hidden, d_out, batch = spec
     x, y = torch.randn(batch, d_in), torch.randint(0, d_out, (batch,))
@@ -125,9 +107,7 @@ def make_variants(spec, with_inductor: bool, with_compile: bool) -> dict:
     for tier in tiers:
         torch.manual_seed(0)
         model = build_mlp(d_in, depth, hidden, d_out)
-        opt = compliant_sgd()(model.parameters(), lr=0.01, momentum=0.9)
-        from cs_run.engine import CompiledStep, EngineOptions
-
+        opt = SGD(model.parameters(), lr=0.01, momentum=0.9)
         # auto reuses inductor's compile_dir: its 1st call is a warm-cache one
         compile_dir = dirs.setdefault("inductor" if tier == "auto" else tier, tempfile.mkdtemp(prefix="cs_run_bench_"))
 
@@ -159,8 +139,6 @@ def settled_call(compiled, *batch):
 
 def gpt2_example() -> tuple[dict, int, int]:
     """The bundled gpt2 example's model keys, batch size and sequence length."""
-    import yaml
-
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "gpt2", "params.yaml")
     with open(path) as f:
         params = yaml.safe_load(f)
@@ -170,10 +148,6 @@ def gpt2_example() -> tuple[dict, int, int]:
 
 def make_gpt2_variants(with_inductor: bool, with_compile: bool) -> tuple[dict, int]:
     """GPT-2 training steps (forward with the loss mask, backward, AdamW, zero_grad); tokens per step."""
-    from cs_run.engine import CompiledStep, EngineOptions
-    from cs_run.examples.gpt2.model import build_model
-    from cs_run.optim import AdamW
-
     keys, batch, msl = gpt2_example()
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, keys["vocab_size"], (batch, msl + 1), generator=g, dtype=torch.int32)
@@ -261,12 +235,13 @@ import torch
 torch.set_num_threads(1)
 import cs_run as cstorch
 sys.path.insert(0, {bench_dir!r})
-from bench_engine import build_mlp, compliant_sgd
+from bench_engine import build_mlp
+from cs_run.optim import SGD
 from cs_run.engine import compile as engine_compile
 cstorch.backend("CSX", compile_dir={compile_dir!r}, compile_tier={tier!r})
 torch.manual_seed(0)
 model = cstorch.compile(build_mlp(784, 10, 50, 10))
-opt = compliant_sgd()(model.parameters(), lr=0.01, momentum=0.9)
+opt = SGD(model.parameters(), lr=0.01, momentum=0.9)
 @cstorch.trace
 def step(x, y):
     loss = torch.nn.functional.cross_entropy(model(x), y)

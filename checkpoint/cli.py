@@ -10,6 +10,10 @@ import json
 
 import click
 
+from cs_run.checkpoint.convert import convert as run_convert
+from cs_run.checkpoint.h5 import info as run_info
+from cs_run.checkpoint.reader import raise_if_damaged
+from cs_run.examples.gpt2.hf import from_hf, to_hf
 from cs_run.exits import ErrorGroup
 
 __all__ = ["checkpoint"]
@@ -50,8 +54,6 @@ def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: 
     A .pt written here loads with torch.load(weights_only=True); numpy values in it are tagged dicts
     that cs-run turns back into numpy values."""
     if to == "hf" or from_ == "hf":
-        from cs_run.examples.gpt2.hf import from_hf, to_hf
-
         if to == "hf" and from_ == "hf":
             raise click.UsageError("give --to hf or --from hf, not both")
         if to == "hf":
@@ -60,7 +62,6 @@ def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: 
             checkpoint, params = from_hf(src, dst)
             click.echo(f"wrote {checkpoint} (h5) and its model params {params}")
         return
-    from cs_run.checkpoint.convert import convert as run_convert
 
     fmt = run_convert(src, dst, to, allow_pickle=allow_pickle, verify=not no_verify)
     click.echo(f"wrote {dst} ({fmt})")
@@ -72,8 +73,6 @@ def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: 
 @click.option("--verify", is_flag=True, help="Check every tensor's CRC32; exit 1 naming damaged keys.")
 def info(path: str, as_json: bool, verify: bool) -> None:
     """List keys, types, dtypes, shapes and sizes of the checkpoint at PATH."""
-    from cs_run.checkpoint.h5 import info as run_info
-    from cs_run.checkpoint.reader import raise_if_damaged
 
     desc = run_info(path, verify=verify)
     if as_json:

@@ -8,15 +8,16 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-from collections.abc import Callable
 from typing import Any, Union
 
 import numpy as np
 import torch
 
+from cs_run.checkpoint import foreign, legacy, vendor_format
 from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint.atomic import atomic_path
 from cs_run.checkpoint.h5_checks import attr_value, root_links
+from cs_run.checkpoint.placement import MapLocation, finish_tensor, stays_on_cpu
 from cs_run.checkpoint.reader import (
     H5Source,
     check_path,
@@ -34,11 +35,10 @@ __all__ = ["MapLocation", "TargetMismatchError", "info", "is_checkpoint_file", "
 
 logger = logging.getLogger(__name__)
 
-MapLocation = Union[None, str, torch.device, dict, Callable[[torch.Tensor, str], torch.Tensor]]  # noqa: UP007
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def save(obj: Any, path: PathLike, *, compression: str | None = None, allow_pickle: bool = False) -> None:
+def save(state_dict: Any, ckpt_path: PathLike, *, compression: str | None = None, allow_pickle: bool = False) -> None:
     """Save ``obj`` (nested dict/list/tuple of tensors, arrays, scalars, str, None) atomically.
 
     Used exactly like ``torch.save(obj, path)``. The whole object is validated before any file is
@@ -46,8 +46,8 @@ def save(obj: Any, path: PathLike, *, compression: str | None = None, allow_pick
     complete and renamed over ``path``. A crash at any moment leaves the previous file intact.
 
     Args:
-        obj: the object; tied tensors (same view of the same storage) are stored once.
-        path: destination file; its folder is created if needed.
+        state_dict: the object; tied tensors (same view of the same storage) are stored once.
+        ckpt_path: destination file; its folder is created if needed.
         compression: None (contiguous, memory-mappable; the default), "gzip" or "lzf".
         allow_pickle: also store other Python objects with pickle. Loading them then needs
             ``load(..., allow_pickle=True)`` too. Off by default: a pickle runs code when loaded.
@@ -56,7 +56,7 @@ def save(obj: Any, path: PathLike, *, compression: str | None = None, allow_pick
         CheckpointError: a value cannot be stored (names the key, the type and the fix), or the
             file cannot be written.
     """
-    path = os.fspath(path)
+    obj, path = state_dict, os.fspath(ckpt_path)
     if compression not in COMPRESSIONS:
         raise ParamsError(f"invalid compression {compression!r}; expected one of {list(COMPRESSIONS)}")
     tree, leaves = flatten(obj, allow_pickle=allow_pickle)  # validates before touching the disk
@@ -79,8 +79,6 @@ def _describe(path: str, f: Any, links: dict) -> tuple[Any, list[dict], bool]:
     if fmt_name == fmt.FORMAT_NAME:
         spec = read_spec(path, f)
         return spec["tree"], spec["leaves"], True
-    from cs_run.checkpoint import legacy, vendor_format
-
     if vendor_format.is_vendor_format(f):  # the vendor's current layout (format 0.5, releases 2.6+)
         tree, specs = vendor_format.describe(path, f)
         return tree, specs, False
@@ -106,39 +104,13 @@ def _open_source(path: str, verify: bool = True) -> tuple[Any, H5Source]:
         raise CheckpointError(f"checkpoint '{path}' is corrupted ({one_line(err)})") from err
 
 
-def _target_device(saved: str, map_location: MapLocation) -> torch.device:
-    if map_location is None:
-        return torch.device("cpu")
-    if isinstance(map_location, dict):
-        return torch.device(map_location.get(saved, saved))
-    return torch.device(map_location)
-
-
-def _finish_tensor(t: torch.Tensor, spec: dict, map_location: MapLocation) -> torch.Tensor:
-    saved = spec.get("dev", "cpu")
-    if callable(map_location) and not isinstance(map_location, (str, torch.device, dict)):
-        t = map_location(t, saved)
-    else:
-        device = _target_device(saved, map_location)
-        if device.type != "cpu":
-            t = t.to(device)
-    if spec.get("param"):
-        return torch.nn.Parameter(t, requires_grad=bool(spec.get("rg")))
-    return t.requires_grad_(True) if spec.get("rg") else t
-
-
-def _stays_on_cpu(map_location: MapLocation) -> bool:
-    """True when loaded tensors are returned as read (so their reads may finish later, in parallel)."""
-    return map_location is None or (isinstance(map_location, (str, torch.device)) and torch.device(map_location).type == "cpu")
-
-
 def _value(src: H5Source, spec: dict, values: list, lazy: bool, map_location: MapLocation, allow_pickle: bool) -> Any:
     """One leaf's value. Large tensor and array reads may still be running: ``src.wait()`` before use."""
     kind = spec["type"]
     if "tied" in spec:
         return values[spec["tied"]]
     if kind.startswith("torch."):
-        return _finish_tensor(src.tensor(spec, lazy, defer=_stays_on_cpu(map_location)), spec, map_location)
+        return finish_tensor(src.tensor(spec, lazy, defer=stays_on_cpu(map_location)), spec, map_location)
     if kind == "ndarray":
         return src.ndarray(spec, lazy, defer=True)
     if kind == "npscalar":
@@ -157,7 +129,7 @@ def _value(src: H5Source, spec: dict, values: list, lazy: bool, map_location: Ma
 
 
 def load(
-    path: PathLike,
+    ckpt_path: PathLike,
     map_location: MapLocation = None,
     *,
     lazy: bool = True,
@@ -170,7 +142,7 @@ def load(
     one tensor object. Used like ``torch.load(path, map_location)``.
 
     Args:
-        path: the file.
+        ckpt_path: the file.
         map_location: where tensors go: None (CPU; unlike torch.load, saved devices are not
             restored by default), a device or string, a dict mapping saved device strings to
             devices, or a callable ``fn(cpu_tensor, saved_device) -> tensor``.
@@ -195,12 +167,10 @@ def load(
             virtual datasets, soft or external links), or holds a pickled object without
             ``allow_pickle``.
     """
-    path = os.fspath(path)
+    path = os.fspath(ckpt_path)
     kind = check_path(path)
     if kind != "h5":
-        from cs_run.checkpoint import convert
-
-        return convert.load_foreign(path, kind, map_location=map_location, allow_pickle=allow_pickle)
+        return foreign.load_foreign(path, kind, map_location=map_location, allow_pickle=allow_pickle)
     tree, src = _open_source(path, verify)
     try:
         values: list = []
@@ -342,9 +312,7 @@ def info(path: PathLike, verify: bool = False) -> dict:
     path = os.fspath(path)
     kind = check_path(path)
     if kind != "h5":
-        from cs_run.checkpoint import convert
-
-        return convert.info_foreign(path, kind, verify)
+        return foreign.info_foreign(path, kind, verify)
     _, src = _open_source(path, verify=False)
     try:
         legacy = fmt.ATTR_FORMAT not in src.f.attrs

@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import io
 import logging
+import os
 import pickle
 from typing import Any
 from urllib.parse import quote, unquote
@@ -30,6 +31,7 @@ import numpy as np
 
 from cs_run.checkpoint import h5_checks
 from cs_run.checkpoint.format import TORCH_DTYPES
+from cs_run.checkpoint.spec import check_tree
 from cs_run.checkpoint.tree import encode_key
 from cs_run.errors import CheckpointError
 
@@ -130,8 +132,6 @@ def _spec_tree(node: _SpecStub, keys: list[str], scope: tuple) -> Any:
 
 
 def _read_tree(path: str, f: Any) -> tuple[Any, list[str]]:
-    import os
-
     raw = h5_checks.attr_value(path, f, "__spec__", os.path.getsize(path))
     if raw is not None:
         try:
@@ -199,10 +199,6 @@ def _leaf_spec(path: str, f: Any, key: str, version: float, links: dict, size: i
 
 def describe(path: str, f: Any, links: dict) -> tuple[Any, list[dict]]:
     """(structure tree, leaf specs) of a vendor legacy file, in the spec format of cs-run files."""
-    import os
-
-    from cs_run.checkpoint.spec import check_tree
-
     size = os.path.getsize(path)
     try:
         version = float(h5_checks.attr_value(path, f, "__version__", 8, 0.1))

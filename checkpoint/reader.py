@@ -22,6 +22,7 @@ import mmap
 import os
 import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -137,8 +138,6 @@ _SCRATCH = threading.local()  # per reader thread: a buffer to checksum mapped d
 def _read_pool():
     """Two reader threads shared by every load (created on first use)."""
     if not _POOL:
-        from concurrent.futures import ThreadPoolExecutor
-
         _POOL.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="cs_run_ckpt_read"))
     return _POOL[0]
 

@@ -42,6 +42,20 @@ def setup_console_logging(level: str = "INFO") -> None:
             logger.addHandler(handler)
 
 
+_DEFERRED: list[tuple[str, str]] = []
+
+
+def defer(logger_name: str, message: str) -> None:
+    """An INFO line from before logging is set up (params loading): logged when the run's log opens."""
+    _DEFERRED.append((logger_name, message))
+
+
+def _flush_deferred() -> None:
+    while _DEFERRED:
+        name, message = _DEFERRED.pop(0)
+        logging.getLogger(name).info("%s", message)
+
+
 @contextlib.contextmanager
 def run_log(model_dir: str | Path, level: str = "INFO"):
     """Append every cs_run log record of the block to ``model_dir/run.log``."""
@@ -55,6 +69,7 @@ def run_log(model_dir: str | Path, level: str = "INFO"):
         logger.addHandler(handler)
         if logger.level == logging.NOTSET or logger.level > logging.getLevelName(level):
             logger.setLevel(level)
+    _flush_deferred()
     try:
         yield path
     finally:

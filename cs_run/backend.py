@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import warnings
 from typing import Any, Iterator
 
 import torch
@@ -20,12 +21,30 @@ from cs_run.engine.compile import TIERS
 from cs_run.engine.step import EngineOptions
 from cs_run.errors import BackendError, ParamsError
 
-__all__ = ["BACKEND_TYPES", "Backend", "backend", "configure", "current_backend", "resolve_backend"]
+__all__ = ["BACKEND_TYPES", "Backend", "BackendType", "backend", "configure", "current_backend", "current_torch_device",
+           "resolve_backend", "use_cs"]
 
 logger = logging.getLogger(__name__)
 BACKEND_TYPES = ("CPU", "GPU", "CSX")
 _ALIASES = {"WSE_WS": "CSX", "WSE_PIPELINE": "CSX", "WSE": "CSX", "CUDA": "GPU"}
 _CURRENT: Backend | None = None
+
+
+class BackendType(str):
+    """A backend type: compares equal to its name ("CSX"), and has the vendor enum's ``name`` and
+    ``is_cpu`` / ``is_gpu`` / ``is_csx``."""
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+    is_cpu = property(lambda self: self == "CPU")
+    is_gpu = property(lambda self: self == "GPU")
+    is_csx = property(lambda self: self == "CSX")
+
+    @staticmethod
+    def from_str(backend_type: str) -> BackendType:
+        return BackendType(_normalize_type(backend_type))
 
 
 class _Device:
@@ -78,7 +97,7 @@ class Backend:
             raise ParamsError(f"Invalid compile_tier {compile_tier!r}; must be one of {', '.join(TIERS)}")
         if compile_only and validate_only:
             raise ParamsError("compile_only and validate_only are mutually exclusive; set at most one")
-        self.backend_type = _normalize_type(backend_type)
+        self.backend_type = BackendType(_normalize_type(backend_type))
         self.artifact_dir = str(artifact_dir)
         self.compile_dir = str(compile_dir) if compile_dir is not None else os.path.join(self.artifact_dir,
                                                                                           "cached_compile")
@@ -128,13 +147,23 @@ def _torch_device_for(backend_type: str) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def backend(backend_type: str = "CPU", **options: Any) -> Backend:
-    """Creates the process's backend (see :class:`Backend` for the options).
+def backend(backend_type: str | None = None, *args: Any, **options: Any) -> Backend | None:
+    """Creates the process's backend (see :class:`Backend` for the options); with no arguments, returns
+    the current backend (None before one exists), as the vendor's 2.x ``cstorch.backend()`` does.
 
     Raises:
         RuntimeError: a backend of another type already exists in this process (vendor rule).
+        TypeError: options without a backend type.
     """
     global _CURRENT
+    if backend_type is None:
+        if args or options:
+            raise TypeError("Expected backend_type when constructing a backend. Either provide one of \"CSX\", "
+                            "\"CPU\", \"GPU\" to create a new backend, or call with no arguments to get the "
+                            "instance of the current backend, if it exists.")
+        return _CURRENT
+    if args:
+        raise TypeError(f"backend(): options are keyword-only, got {len(args)} positional argument(s)")
     t = _normalize_type(backend_type)
     if _CURRENT is not None and _CURRENT.backend_type != t:
         raise BackendError("Cannot instantiate multiple backends. A backend with type "
@@ -157,9 +186,30 @@ def configure(model_dir: str = "./", compile_dir: str | None = None, compile_onl
                    cluster_config=ClusterConfig(**{k: v for k, v in cluster.items() if v is not None}))
 
 
-def current_backend() -> Backend | None:
-    """The process's backend, or None before one is created."""
+def current_backend(raise_exception: bool = True, raise_warning: bool = True) -> Backend | None:
+    """The process's backend (deprecated by the vendor in favour of ``cstorch.backend()``).
+
+    Args:
+        raise_exception: raise when no backend exists yet; otherwise return None.
+        raise_warning: emit the vendor's DeprecationWarning.
+    """
+    if raise_warning:
+        warnings.warn("cstorch.current_backend() is deprecated and will be removed in a future release. Use "
+                      "cstorch.backend() instead to access the current backend.", DeprecationWarning, stacklevel=2)
+    if _CURRENT is None and raise_exception:
+        raise BackendError("No active Cerebras backend found. Create one first, e.g. cstorch.backend(\"CPU\") or "
+                           "cstorch.compile(model, backend=...)")
     return _CURRENT
+
+
+def current_torch_device() -> torch.device:
+    """The torch device of the current backend; the CPU before one exists."""
+    return _CURRENT.torch_device if _CURRENT is not None else torch.device("cpu")
+
+
+def use_cs() -> bool:
+    """True when the current backend is CSX (the Model Zoo's most-called check)."""
+    return _CURRENT is not None and _CURRENT.is_csx
 
 
 def resolve_backend(device: str | None = None, backend: Backend | dict | str | None = None) -> Backend:

@@ -13,7 +13,14 @@ from typing import Any, Optional
 
 import click
 
+from cs_run._logging import setup_console_logging
+from cs_run.checkpoint.cli import checkpoint
+from cs_run.compat.cli import exec_command
+from cs_run.examples.gpt2.cli import data
 from cs_run.exits import ErrorGroup
+from cs_run.params import flag_overrides, load_params, parse_override
+from cs_run.plot import plot
+from cs_run.runners import PyTorchBaseRunner
 
 __all__ = ["cli", "main"]
 
@@ -81,10 +88,6 @@ def cli() -> None:
 
 
 def _run(mode: str, options: dict[str, Any], extra_flags: Optional[dict] = None) -> None:
-    from cs_run._logging import setup_console_logging
-    from cs_run.params import flag_overrides, load_params, parse_override
-    from cs_run.runners import PyTorchBaseRunner
-
     path: Optional[Path] = options["params_path"] or default_params_path()
     flags = flag_overrides({**options, "logging": options["log_level"].upper() if options["log_level"] else None})
     flags.update(extra_flags or {})
@@ -141,14 +144,12 @@ compile_only = _trace_only_command(
 
 
 def _attach_subsystems() -> None:
-    """Commands owned by other modules: ``cs-run checkpoint convert|info``, ``cs-run data preprocess``, ``cs-run plot``."""
-    from cs_run.checkpoint.cli import checkpoint
-    from cs_run.examples.gpt2.cli import data
-    from cs_run.plot import plot
-
+    """Commands owned by other modules: ``cs-run checkpoint convert|info``, ``cs-run data preprocess``,
+    ``cs-run plot``, ``cs-run exec``."""
     cli.add_command(checkpoint)
     cli.add_command(data)
     cli.add_command(plot)
+    cli.add_command(exec_command)
 
 
 _attach_subsystems()

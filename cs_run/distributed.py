@@ -22,6 +22,8 @@ __all__ = [
     "get_ordinal",
     "get_world_size",
     "is_master_ordinal",
+    "is_streamer",
+    "num_tasks",
 ]
 
 
@@ -78,9 +80,20 @@ def get_ordinal() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def is_master_ordinal() -> bool:
-    """True on the process that writes checkpoints and logs (ordinal 0)."""
+def is_master_ordinal(local: bool = False) -> bool:
+    """True on the process that writes checkpoints and logs (ordinal 0). ``local`` is the vendor's
+    (XLA-compatible) argument; with one host it means the same."""
     return get_ordinal() == 0
+
+
+def num_tasks() -> int:
+    """Number of tasks (processes) of the job."""
+    return get_world_size()
+
+
+def is_streamer() -> bool:
+    """True on a process that runs the input pipeline: every process here (each streams its own shard)."""
+    return True
 
 
 def num_streamers() -> int:
@@ -93,8 +106,9 @@ def get_streaming_rank() -> int:
     return get_ordinal()
 
 
-def get_streaming_batch_size(effective_batch_size: int) -> int:
-    """Per-stream batch size for a global ``effective_batch_size``.
+def get_streaming_batch_size(effective_batch_size: int, global_rank: int | None = None) -> int:
+    """Per-stream batch size for a global ``effective_batch_size`` (equal for every rank here, so
+    ``global_rank``, the vendor's argument, does not change it).
 
     Raises:
         ValueError: the effective batch size does not split evenly over the streamers.

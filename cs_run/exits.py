@@ -47,9 +47,7 @@ def _one_line(text: str) -> str:
 
 def _library_roots() -> tuple[str, ...]:
     """Folders whose frames are not the user's: cs-run's own packages, the stdlib, installed packages."""
-    import cs_run
-
-    roots = {str(Path(p).resolve()) for p in cs_run.__path__}
+    roots = {str(Path(__file__).resolve().parent)}  # the cs_run package
     for name in ("cs_run.runners", "cs_run.optim", "cs_run.checkpoint"):
         module = sys.modules.get(name)
         roots.update(str(Path(p).resolve()) for p in getattr(module, "__path__", []))

@@ -20,9 +20,11 @@ from typing import Any, Optional, Union
 
 import yaml
 
-from cs_run import _yaml
+from cs_run import _yaml, vendor_params
 from cs_run._checks import check_value, unknown_key_message
+from cs_run._logging import defer
 from cs_run.errors import CsRunError, ParamsError
+from cs_run.registry import apply_model_defaults
 from cs_run.schedule import check_step_options
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "save_params",
     "build_section",
     "flag_overrides",
+    "params_from_dict",
 ]
 
 SECTIONS = ("train_input", "eval_input", "model", "optimizer", "runconfig")
@@ -51,7 +54,8 @@ class InputParams:
     data_fn: Optional[str] = None
     """Registry name or ``module:function`` building the DataLoader; defaults to the model's data."""
     data_dir: Optional[str] = None
-    """Folder with the split's files; relative paths resolve against the params file's folder."""
+    """Folder with the split's files; relative paths resolve against the working directory (the vendor's
+    rule), else the params file's folder (logged). ``bundled:digits`` asks for the bundled digits."""
     batch_size: int = field(default=128, metadata={"min": 1})
     """Samples per batch (per micro-batch when gradients are accumulated)."""
     shuffle: bool = True
@@ -254,6 +258,8 @@ class Params:
         return out
 
 
+_RUNCONFIG_KEYS = [f.name for f in dataclasses.fields(RunConfig)]
+
 _SECTION_TYPES = {
     "train_input": InputParams,
     "eval_input": InputParams,
@@ -298,17 +304,36 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     for key in overridden:
         _yaml.check_finite(overrides[key], key, " (set on the command line)")
     located = Params.locator(str(path), lines, overridden)
+    raw = vendor_params.from_trainer_form(raw, located)
     if defaults_fn is not None:
         raw = defaults_fn(raw)
-    from cs_run.registry import apply_model_defaults
 
     raw = apply_model_defaults(raw)
     _resolve_relative_paths(raw, path.parent)
     if overrides:
         apply_overrides(raw, overrides)
+    vendor_params.normalize(raw, located, _RUNCONFIG_KEYS)
     params = validate_params(raw, locate=located)
     params.source, params.lines, params.overridden = str(path), lines, overridden
     # The default ./model_dir, not given in the file, is relative to the current folder.
+    params.runconfig.model_dir = str(Path(params.runconfig.model_dir).expanduser().resolve())
+    return params
+
+
+def params_from_dict(raw: dict, *, base_dir: str | os.PathLike | None = None, source: str | None = None) -> Params:
+    """Validate a params dict already read (the Model Zoo's ``main(params, ...)``): the vendor forms are
+    brought into cs-run's sections, relative paths resolve as in :func:`load_params` (``base_dir``: the
+    params file's folder), defaults are filled. Pure, like :func:`load_params`.
+
+    Raises:
+        ParamsError: with the key path and the fix.
+    """
+    raw = vendor_params.from_trainer_form(raw)
+    _resolve_relative_paths(raw, Path(base_dir) if base_dir is not None else Path.cwd())
+    where = f" ({source})" if source else ""
+    vendor_params.normalize(raw, lambda key: where, _RUNCONFIG_KEYS)
+    params = validate_params(raw, locate=lambda key: where)
+    params.source = source
     params.runconfig.model_dir = str(Path(params.runconfig.model_dir).expanduser().resolve())
     return params
 
@@ -467,6 +492,22 @@ def _check_cross_keys(s: dict, locate) -> None:
                               f"{locate('optimizer.loss_scaling_factor')}")
 
 
+def resolve_data_dir(value: str, params_dir: Path, key: str = "data_dir") -> str:
+    """The vendor's rule: a relative data path is relative to the working directory. When only the
+    params file's folder has it, that folder is used and the choice is logged (cs-run's older rule)."""
+    if value == vendor_params.BUNDLED_DATA:
+        return value
+    p = Path(value).expanduser()
+    if p.is_absolute():
+        return str(p)
+    from_cwd, from_params = p.resolve(), (params_dir / p).resolve()
+    if not from_cwd.exists() and from_params.exists():
+        defer(__name__, f"params: {key} {value!r} is not in the working directory; using {from_params} "
+                        "(relative to the params file)")
+        return str(from_params)
+    return str(from_cwd)
+
+
 def _resolve_relative_paths(raw: dict, base: Path) -> None:
     def resolve(value: str) -> str:
         p = Path(value).expanduser()
@@ -477,7 +518,9 @@ def _resolve_relative_paths(raw: dict, base: Path) -> None:
         if not isinstance(node, dict):
             continue
         value = node.get(key)
-        if isinstance(value, str):
+        if isinstance(value, str) and key == "data_dir":
+            node[key] = resolve_data_dir(value, base, f"{section}.{key}")
+        elif isinstance(value, str):
             node[key] = resolve(value)
         elif isinstance(value, list) and (section, key) in _PATH_LIST_KEYS:
             node[key] = [resolve(v) if isinstance(v, str) else v for v in value]

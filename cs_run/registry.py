@@ -12,8 +12,9 @@ import importlib
 import inspect
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
+from cs_run._checks import check_value, unknown_key_error
 from cs_run.errors import ParamsError
 
 __all__ = ["ModelSpec", "register_model", "apply_model_defaults", "get_model_spec", "resolve_object", "registered_models"]
@@ -95,9 +96,12 @@ def resolve_object(spec: str, *, key: str = "") -> Any:
     return obj
 
 
-def check_function_keys(fn: Callable, values: dict, section: str, reserved: set[str], locate) -> None:
-    """Validate a section's extra keys against ``fn``'s signature: names, required ones, types."""
-    from cs_run._checks import check_value, unknown_key_error
+def check_function_keys(fn: Callable, values: dict, section: str, reserved: set[str], locate,
+                        section_keys: Iterable[str] = ()) -> None:
+    """Validate a section's extra keys against ``fn``'s signature: names, required ones, types.
+
+    ``section_keys`` (the section's own keys) are listed with ``fn``'s among the valid ones when a key is unknown.
+    """
 
     sig = inspect.signature(fn)
     accepts_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
@@ -112,22 +116,13 @@ def check_function_keys(fn: Callable, values: dict, section: str, reserved: set[
         if key not in named:
             if accepts_any:
                 continue
-            raise unknown_key_error(key_path, key, list(named) + list(_section_keys(section)), locate(key_path))
+            raise unknown_key_error(key_path, key, list(named) + list(section_keys), locate(key_path))
         if key in hints and value is not None:
             check_value(key_path, value, hints[key], where=locate(key_path))
     for name, p in named.items():
         if p.default is p.empty and name not in values:
             raise ParamsError(f"params: missing required key {section}.{name} "
                               f"(needed by {fn.__module__}.{fn.__qualname__}){locate(section)}")
-
-
-def _section_keys(section: str) -> list[str]:
-    import dataclasses
-
-    from cs_run import params as p
-
-    cls = {"model": p.ModelParams, "train_input": p.InputParams, "eval_input": p.InputParams}.get(section)
-    return [f.name for f in dataclasses.fields(cls) if f.name != "extra"] if cls else []
 
 
 # Built-in models. Imported lazily so `import cs_run` stays cheap.

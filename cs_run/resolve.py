@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from cs_run import optim
 from cs_run.errors import ParamsError
 from cs_run.params import InputParams, OptimizerParams, Params
 from cs_run.registry import check_function_keys, get_model_spec, resolve_object
@@ -49,7 +50,6 @@ def data_function(params: Params, name: str) -> Callable[..., Any]:
 def check_optimizer_section(section: OptimizerParams) -> None:
     """Build the optimizer and its schedule on a one-element stand-in parameter, so every key and value
     their classes judge (unknown kwargs, ranges, scheduler keys) fails before the model is built."""
-    from cs_run import optim
 
     probe = torch.nn.Parameter(torch.zeros(1))
     try:
@@ -77,13 +77,20 @@ def resolve_params(params: Params, *, model_fn: Optional[Callable] = None,
     data_fns = data_fns or {}
     try:
         if model_fn is None:
-            check_function_keys(model_function(params), params.model.extra, "model", set(), params.where)
+            check_function_keys(model_function(params), params.model.extra, "model", set(), params.where,
+                                _own_keys(params.model))
         for split, name in (("train", "train_input"), ("eval", "eval_input")):
             section = getattr(params, name)
             if section is not None and data_fns.get(split) is None:
                 reserved = {"split"} | {f.name for f in dataclasses.fields(section)} - {"extra", "data_fn"}
-                check_function_keys(data_function(params, name), section.extra, name, reserved, params.where)
+                check_function_keys(data_function(params, name), section.extra, name, reserved, params.where,
+                                    _own_keys(section))
         if params.optimizer is not None and optimizer_fn is None:
             check_optimizer_section(params.optimizer)
     except ParamsError as e:
         raise params.locate_error(e) from None
+
+
+def _own_keys(section: Any) -> list[str]:
+    """A params section's own keys (what its dataclass declares), for unknown-key messages."""
+    return [f.name for f in dataclasses.fields(section) if f.name != "extra"]

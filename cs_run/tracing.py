@@ -37,9 +37,9 @@ def compile(model: M, backend: Backend | str | None = None) -> M:  # noqa: A001 
     if isinstance(backend, Backend):
         be = backend
     elif backend is None:
-        be = current_backend() or _make_backend("CPU")
+        be = current_backend(raise_exception=False, raise_warning=False) or _make_backend("CPU")
     else:
-        current = current_backend()
+        current = current_backend(raise_exception=False, raise_warning=False)
         wanted = _normalize_type(backend)
         be = current if current is not None and current.backend_type == wanted else _make_backend(wanted)
     model.to(be.torch_device)
@@ -63,7 +63,7 @@ class TracedStepFunction:
         return self._compiled
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        be = current_backend()
+        be = current_backend(raise_exception=False, raise_warning=False)
         if be is None or not be.is_csx:
             with closures.deferring():  # closures called in the step run when it returns
                 return self.fn(*args, **kwargs)
@@ -92,11 +92,11 @@ def trace(step_fn: Callable) -> TracedStepFunction:
 compile_step = trace
 
 
-def step_closure(fn: Callable) -> Callable[..., None]:
+def step_closure(closure: Callable) -> Callable[..., None]:
     """Decorates a function that reads tensor values; it runs after the step on materialized values."""
-    return closures.make_closure(fn, checkpoint=False)
+    return closures.make_closure(closure, checkpoint=False)
 
 
-def checkpoint_closure(fn: Callable) -> Callable[..., None]:
+def checkpoint_closure(closure: Callable) -> Callable[..., None]:
     """Like :func:`step_closure`, but runs only on checkpoint steps and the final step of the executor."""
-    return closures.make_closure(fn, checkpoint=True)
+    return closures.make_closure(closure, checkpoint=True)

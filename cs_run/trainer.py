@@ -21,9 +21,11 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
+from cs_run._checks import unknown_key_error
 from cs_run.backend import Backend, resolve_backend
 from cs_run.errors import ParamsError
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params, RunConfig, build_section
+from cs_run.runners import PyTorchBaseRunner
 
 __all__ = ["Trainer", "trainers_from_config"]
 
@@ -94,8 +96,6 @@ class Trainer:
         return self._build_runner(None, val_dataloader, ckpt_path).run("eval")
 
     def _build_runner(self, train_dataloader: Any, val_dataloader: Any, ckpt_path: Optional[str]):
-        from cs_run.runners import PyTorchBaseRunner
-
         rc = dataclasses.replace(self._runconfig, checkpoint_path=ckpt_path)
         params = Params(model=self._model_section, optimizer=self._optimizer_section, runconfig=rc,
                         train_input=_input_section(train_dataloader), eval_input=_input_section(val_dataloader))
@@ -202,8 +202,6 @@ def _data_fn(loader: Any) -> Optional[Callable]:
 
 
 def _reject_unknown(what: str, values: dict, valid: set) -> None:
-    from cs_run._checks import unknown_key_error
-
     for key in values:
         if key not in valid:
             raise unknown_key_error(f"Trainer: {what}.{key}", key, sorted(valid))

@@ -15,8 +15,11 @@ from .adam import Adam as Adam
 from .adam import AdamW as AdamW
 from .adamax import Adamax as Adamax
 from .asgd import ASGD as ASGD
+from .factory import OptimizerBlock as OptimizerBlock
+from .factory import configure_from_params as configure_from_params
 from .factory import configure_lr_scheduler as configure_lr_scheduler
 from .factory import configure_optimizer as configure_optimizer
+from .factory import split_optimizer_block as split_optimizer_block
 from .lamb import Lamb as Lamb
 from .lion import Lion as Lion
 from .muon import Muon as Muon
@@ -45,7 +48,10 @@ __all__ = [
     "RAdam",
     "RMSprop",
     "Rprop",
+    "OptimizerBlock",
+    "configure_from_params",
     "configure_lr_scheduler",
+    "split_optimizer_block",
     "configure_optimizer",
     "configure_param_groups",
     "lr_scheduler",

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import cs_run
+from cs_run.creation import zeros, zeros_like
 
 from . import _docs
 from .optimizer import Optimizer, ParamsT, _check, _run_closure
@@ -77,13 +77,13 @@ class Adafactor(Optimizer):
             for p in group["params"]:
                 state = self.state[p]
                 if group["beta1"] is not None:
-                    state["exp_avg"] = cs_run.zeros_like(p)
+                    state["exp_avg"] = zeros_like(p)
                 if p.dim() >= 2:
-                    state["exp_avg_sq_row"] = cs_run.zeros(p.shape[:-1], dtype=p.dtype, device=p.device)
-                    state["exp_avg_sq_col"] = cs_run.zeros(p.shape[:-2] + p.shape[-1:], dtype=p.dtype,
+                    state["exp_avg_sq_row"] = zeros(p.shape[:-1], dtype=p.dtype, device=p.device)
+                    state["exp_avg_sq_col"] = zeros(p.shape[:-2] + p.shape[-1:], dtype=p.dtype,
                                                            device=p.device)
                 else:
-                    state["exp_avg_sq"] = cs_run.zeros_like(p)
+                    state["exp_avg_sq"] = zeros_like(p)
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["exp_avg", "exp_avg_sq"]

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-import cs_run
+from cs_run.creation import full_like
 
 from . import _docs
 from .optimizer import Optimizer, ParamsT, _check, _run_closure
@@ -49,7 +49,7 @@ class Adagrad(Optimizer):
     def preinitialize(self) -> None:
         for group in self.param_groups:
             for p in group["params"]:
-                self.state[p]["sum"] = cs_run.full_like(p, group["initial_accumulator_value"])
+                self.state[p]["sum"] = full_like(p, group["initial_accumulator_value"])
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["sum"]

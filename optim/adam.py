@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import cs_run
+from cs_run.creation import zeros_like
 
 from . import _docs
 from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure
@@ -80,10 +80,10 @@ class AdamBase(Optimizer):
         for group in self.param_groups:
             for p in group["params"]:
                 state = self.state[p]
-                state["exp_avg"] = cs_run.zeros_like(p)
-                state["exp_avg_sq"] = cs_run.zeros_like(p)
+                state["exp_avg"] = zeros_like(p)
+                state["exp_avg_sq"] = zeros_like(p)
                 if group["amsgrad"]:
-                    state["max_exp_avg_sq"] = cs_run.zeros_like(p)
+                    state["max_exp_avg_sq"] = zeros_like(p)
                 if group["correct_bias"]:
                     beta1, beta2 = group["betas"]
                     state["beta1_power"] = _power(beta1, p.device)  # beta1^1, for the first step

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-import cs_run
+from cs_run.creation import zeros_like
 
 from . import _docs
 from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure
@@ -50,8 +50,8 @@ class Adamax(Optimizer):
     def preinitialize(self) -> None:
         for group in self.param_groups:
             for p in group["params"]:
-                self.state[p]["exp_avg"] = cs_run.zeros_like(p)
-                self.state[p]["exp_inf"] = cs_run.zeros_like(p)
+                self.state[p]["exp_avg"] = zeros_like(p)
+                self.state[p]["exp_inf"] = zeros_like(p)
                 self.state[p]["beta1_power"] = torch.tensor(group["betas"][0], dtype=torch.get_default_dtype(),
                                                             device=p.device)
 

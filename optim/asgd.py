@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-import cs_run
+from cs_run.creation import ones, zeros_like
 
 from . import _docs
 from .optimizer import Optimizer, ParamsT, _check, _run_closure
@@ -55,8 +55,8 @@ class ASGD(Optimizer):
             for p in group["params"]:
                 scalar = {"dtype": torch.get_default_dtype(), "device": p.device}
                 self.state[p]["eta"] = group["lr"].detach().to(**scalar).clone()
-                self.state[p]["mu"] = cs_run.ones((), **scalar)
-                self.state[p]["ax"] = cs_run.zeros_like(p)
+                self.state[p]["mu"] = ones((), **scalar)
+                self.state[p]["ax"] = zeros_like(p)
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["ax"]

@@ -11,7 +11,9 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
+import logging
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -20,11 +22,15 @@ from cs_run.errors import ParamsError
 
 from . import lr_scheduler as _lrs
 from .optimizer import Optimizer
+from .param_groups import configure_param_groups
 
-__all__ = ["configure_lr_scheduler", "configure_optimizer", "resolve_optimizer_class", "resolve_scheduler_class"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["OptimizerBlock", "configure_from_params", "configure_lr_scheduler", "configure_optimizer",
+           "resolve_optimizer_class", "resolve_scheduler_class", "split_optimizer_block"]
 
 # Model Zoo key -> constructor argument. Applied only when the class takes the target and not the key.
-_OPTIMIZER_ALIASES = {"learning_rate": "lr", "weight_decay_rate": "weight_decay"}
+_OPTIMIZER_ALIASES = {"learning_rate": "lr", "weight_decay_rate": "weight_decay", "epsilon": "eps"}
 _PAIRED_ALIASES = {"betas": ("beta1", "beta2"), "eps": ("eps1", "eps2"), "etas": ("eta1", "eta2"),
                    "step_sizes": ("step_size_min", "step_size_max")}
 _SCHEDULER_ALIASES = {
@@ -237,3 +243,90 @@ def _configure_list(optimizer: torch.optim.Optimizer, entries: list[Any]) -> _lr
         total += iters
         milestones.append(total)
     return _lrs.SequentialLR(optimizer, schedulers, milestones)
+
+
+# ------------------------------------------------------------------ the Model Zoo ``optimizer:`` block
+
+STEP_KEYS = ("grad_accum_steps", "max_gradient_norm", "max_gradient_value", "loss_scaling_factor",
+             "initial_loss_scale", "steps_per_increase", "min_loss_scale", "max_loss_scale", "overflow_tolerance",
+             "log_summaries")
+"""Block keys that configure the training step (accumulation, clipping, loss scaling, summaries), not the
+optimizer class: the runner's and the GradScaler's business."""
+PARAM_GROUP_KEYS = ("adjust_learning_rate", "params")
+"""Block keys that split the model's parameters into groups (the vendor's ``configure_param_groups``)."""
+RECORDED_KEYS = {
+    "disable_lr_steps_reset": "R_1.x appliance LR-step bookkeeping; schedules here always count global steps",
+    "ws_summary": "weight-streaming appliance summaries",
+}
+"""Block keys that configure only the vendor's appliance: accepted, logged once, no effect here."""
+
+
+@dataclass
+class OptimizerBlock:
+    """A Model Zoo ``optimizer:`` block split by meaning (see :func:`split_optimizer_block`)."""
+
+    optimizer_type: str
+    """Class name (any case)."""
+    learning_rate: Any
+    """A number, a schedule mapping or a list of them (:func:`configure_lr_scheduler`)."""
+    kwargs: dict = field(default_factory=dict)
+    """Constructor arguments, Model Zoo spellings included (beta1/beta2, epsilon, weight_decay_rate, ...)."""
+    step: dict = field(default_factory=dict)
+    """:data:`STEP_KEYS` present in the block."""
+    param_groups: dict = field(default_factory=dict)
+    """:data:`PARAM_GROUP_KEYS` present in the block."""
+    recorded: dict = field(default_factory=dict)
+    """:data:`RECORDED_KEYS` present in the block (no effect here)."""
+
+
+def split_optimizer_block(block: dict, where: str = "optimizer") -> OptimizerBlock:
+    """Split a Model Zoo ``optimizer:`` block into class, schedule, constructor, step and group keys.
+
+    Every other key is a constructor argument; it is checked when the optimizer is built, so an
+    unknown one fails there with the valid choices.
+
+    Raises:
+        ParamsError: not a mapping, or optimizer_type / learning_rate missing.
+    """
+    if not isinstance(block, dict):
+        raise ParamsError(f"{where}: expected a mapping, got {type(block).__name__}")
+    rest = dict(block)
+    if "optimizer_type" not in rest:
+        raise ParamsError(f"{where}.optimizer_type: missing; name the optimizer class, e.g. AdamW")
+    out = OptimizerBlock(optimizer_type=rest.pop("optimizer_type"), learning_rate=rest.pop("learning_rate", None))
+    for key in list(rest):
+        if key in STEP_KEYS:
+            out.step[key] = rest.pop(key)
+        elif key in PARAM_GROUP_KEYS:
+            out.param_groups[key] = rest.pop(key)
+        elif key in RECORDED_KEYS:
+            out.recorded[key] = rest.pop(key)
+    out.kwargs = rest
+    return out
+
+
+_LOGGED: set[str] = set()
+
+
+def configure_from_params(block: dict, model: torch.nn.Module, where: str = "optimizer"
+                          ) -> tuple[Optimizer, _lrs.LRScheduler | None, dict]:
+    """Optimizer and LR schedule of a Model Zoo ``optimizer:`` block, as the Model Zoo builds them.
+
+    Returns ``(optimizer, lr_scheduler or None, step)`` where ``step`` holds the block's
+    :data:`STEP_KEYS` for the runner / GradScaler. Appliance-only keys are logged once.
+    Param-group keys (adjust_learning_rate, params) go through :func:`configure_param_groups`.
+    """
+    parts = split_optimizer_block(block, where)
+    for key in parts.recorded:
+        if key not in _LOGGED:
+            _LOGGED.add(key)
+            logger.info("%s.%s: recorded, no effect here (%s)", where, key, RECORDED_KEYS[key])
+    params: Any = [p for p in model.parameters() if p.requires_grad]
+    if parts.param_groups:  # the vendor's grouping: weight decay, adjust_learning_rate, tagged params
+        params = configure_param_groups(model, {**parts.param_groups, **parts.kwargs})
+    kwargs = dict(parts.kwargs)
+    if parts.learning_rate is not None and isinstance(parts.learning_rate, (int, float, str)) \
+            and not isinstance(parts.learning_rate, bool):
+        kwargs.setdefault("learning_rate", parts.learning_rate)
+    optimizer = configure_optimizer(parts.optimizer_type, params, **kwargs)
+    return optimizer, configure_lr_scheduler(optimizer, parts.learning_rate), parts.step

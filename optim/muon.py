@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import cs_run
+from cs_run.creation import zeros_like
 
 from . import _docs
 from .optimizer import Optimizer, ParamsT, _check, _run_closure
@@ -77,7 +77,7 @@ class Muon(Optimizer):
                     raise ValueError(f"Invalid parameter {index} of shape {tuple(p.shape)} for Muon (needs 2 or "
                                      "more dimensions); optimize it with another optimizer's param group")
                 if group["momentum"] != 0:
-                    self.state[p]["momentum_buffer"] = cs_run.zeros_like(p)
+                    self.state[p]["momentum_buffer"] = zeros_like(p)
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["momentum_buffer"]

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-import cs_run
+from cs_run.creation import ones, zeros_like
 
 from . import _docs
 from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure
@@ -66,9 +66,9 @@ class NAdam(Optimizer):
     def preinitialize(self) -> None:
         for group in self.param_groups:
             for p in group["params"]:
-                self.state[p]["mu_product"] = cs_run.ones((), dtype=torch.get_default_dtype(), device=p.device)
-                self.state[p]["exp_avg"] = cs_run.zeros_like(p)
-                self.state[p]["exp_avg_sq"] = cs_run.zeros_like(p)
+                self.state[p]["mu_product"] = ones((), dtype=torch.get_default_dtype(), device=p.device)
+                self.state[p]["exp_avg"] = zeros_like(p)
+                self.state[p]["exp_avg_sq"] = zeros_like(p)
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["exp_avg", "exp_avg_sq"]

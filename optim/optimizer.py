@@ -18,7 +18,7 @@ from typing import Any, Self
 import torch
 from torch import Tensor
 
-import cs_run
+from cs_run.creation import full, zeros, zeros_like
 from cs_run.errors import CheckpointError, ComplianceError
 
 __all__ = ["Optimizer", "ParamsT"]
@@ -35,7 +35,7 @@ def _lr_tensor(value: Any, params: list[Tensor]) -> Tensor:
     dtype = torch.float64 if ref is not None and ref.dtype == torch.float64 else torch.float32
     if isinstance(value, Tensor):
         return value.detach().to(device=device, dtype=dtype).reshape(()).clone()
-    return cs_run.full((), float(value), dtype=dtype, device=device)
+    return full((), float(value), dtype=dtype, device=device)
 
 
 def _scalar_dtype(device: torch.device) -> torch.dtype:
@@ -174,7 +174,7 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
             for p in group["params"]:
                 self.state[p] = {}
                 if self.enable_global_step:
-                    self.state[p]["step"] = cs_run.zeros((), dtype=_step_dtype(), device=p.device)
+                    self.state[p]["step"] = zeros((), dtype=_step_dtype(), device=p.device)
         self.preinitialize()
         self.state.update(kept)
         for group in self.param_groups:  # every param gets an entry, so step() never adds one
@@ -197,11 +197,11 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
         )
 
     def _zeros_like_params(self, *names: str) -> None:
-        """``state[p][name] = cs_run.zeros_like(p)`` for every parameter: the common preinitialize."""
+        """``state[p][name] = zeros_like(p)`` for every parameter: the common preinitialize."""
         for group in self.param_groups:
             for p in group["params"]:
                 for name in names:
-                    self.state[p][name] = cs_run.zeros_like(p)
+                    self.state[p][name] = zeros_like(p)
 
     def _group_tensors(self, group: dict[str, Any], *names: str) -> tuple[list[Tensor], ...]:
         """(params, grads, *state lists) of the params of ``group`` that have a grad.

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-import cs_run
+from cs_run.creation import zeros_like
 
 from . import _docs
 from .optimizer import Optimizer, ParamsT, _check, _run_closure
@@ -54,11 +54,11 @@ class RMSprop(Optimizer):
     def preinitialize(self) -> None:
         for group in self.param_groups:
             for p in group["params"]:
-                self.state[p]["square_avg"] = cs_run.zeros_like(p)
+                self.state[p]["square_avg"] = zeros_like(p)
                 if group["momentum"] > 0:
-                    self.state[p]["momentum_buffer"] = cs_run.zeros_like(p)
+                    self.state[p]["momentum_buffer"] = zeros_like(p)
                 if group["centered"]:
-                    self.state[p]["grad_avg"] = cs_run.zeros_like(p)
+                    self.state[p]["grad_avg"] = zeros_like(p)
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["square_avg", "momentum_buffer", "grad_avg"]

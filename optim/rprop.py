@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-import cs_run
+from cs_run.creation import zeros_like
 
 from . import _docs
 from .optimizer import Optimizer, ParamsT, _check, _run_closure
@@ -49,8 +49,8 @@ class Rprop(Optimizer):
     def preinitialize(self) -> None:
         for group in self.param_groups:
             for p in group["params"]:
-                self.state[p]["prev"] = cs_run.zeros_like(p)
-                self.state[p]["step_size"] = cs_run.zeros_like(p).copy_(group["lr"])
+                self.state[p]["prev"] = zeros_like(p)
+                self.state[p]["step_size"] = zeros_like(p).copy_(group["lr"])
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["prev", "step_size"]

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import cs_run
+from cs_run.creation import full
 
 from .optimizer import _lr_tensor, _scalar_dtype
 
@@ -107,7 +107,7 @@ class Scheduler(abc.ABC):
                 group[key] = _lr_tensor(group.get(key, 0.0), list(group["params"]))
         device = next((g[key].device for g in optimizer.param_groups if isinstance(g.get(key), Tensor)),
                       torch.device("cpu"))
-        self.last_epoch = cs_run.full((), int(last_epoch), dtype=torch.int64, device=device)
+        self.last_epoch = full((), int(last_epoch), dtype=torch.int64, device=device)
         self.step()
 
     @property

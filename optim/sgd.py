@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-import cs_run
+from cs_run.creation import zeros_like
 
 from . import _docs
 from .optimizer import Optimizer, ParamsT, _check, _run_closure
@@ -65,7 +65,7 @@ class SGD(Optimizer):
         for group in self.param_groups:
             if group["momentum"] != 0:
                 for p in group["params"]:
-                    self.state[p]["momentum_buffer"] = cs_run.zeros_like(p)
+                    self.state[p]["momentum_buffer"] = zeros_like(p)
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["momentum_buffer"]

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 from typing import Any, Callable, Optional
 
 import torch
 
+from cs_run import optim
+from cs_run.amp import build_grad_scaler as build
+from cs_run.amp import resolve_mixed_precision
 from cs_run.errors import ParamsError
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params
 from cs_run.resolve import data_function, model_function
 
 __all__ = ["build_model", "build_dataloader", "build_optimizer", "build_lr_scheduler",
            "build_grad_scaler", "resolve_autocast_dtype"]
+
+logger = logging.getLogger("cs_run.runners")
+
 
 def build_model(params: Params, model_fn: Optional[Callable[[dict], torch.nn.Module]] = None) -> torch.nn.Module:
     """From the registry / ``module:function`` name, or from ``model_fn(params_dict)`` (Model Zoo run())."""
@@ -61,7 +68,6 @@ def _checked_loader(loader: Any, name: str) -> torch.utils.data.DataLoader:
 
 def build_optimizer(opt: OptimizerParams, model: torch.nn.Module) -> torch.optim.Optimizer:
     """The optimizer block's class and keyword arguments (runner-only keys removed)."""
-    from cs_run import optim
 
     try:
         return optim.configure_optimizer(opt.optimizer_type, model.parameters(), **opt.extra)
@@ -72,20 +78,24 @@ def build_optimizer(opt: OptimizerParams, model: torch.nn.Module) -> torch.optim
 
 
 def build_lr_scheduler(opt: OptimizerParams, optimizer: torch.optim.Optimizer):
-    from cs_run import optim
-
     return optim.configure_lr_scheduler(optimizer, opt.learning_rate)
 
 
 
 def build_grad_scaler(opt: OptimizerParams):
     """A GradScaler when the block asks for loss scaling (dynamic, or a static factor other than 1)."""
-    from cs_run.amp import build_grad_scaler as build
 
     return build({k: v for k, v in dataclasses.asdict(opt).items() if v is not None})
 
 
-def resolve_autocast_dtype(model: ModelParams, device_type: str) -> Optional[torch.dtype]:
-    from cs_run.amp import resolve_mixed_precision
-
+def resolve_autocast_dtype(model: ModelParams, device_type: str, backend_type: str = "GPU") -> Optional[torch.dtype]:
+    """The vendor's rule per device: ``mixed_precision`` autocasts on GPU and CSX. On the CPU device it
+    autocasts only with an explicit bfloat16 (``use_bfloat16`` / ``fp16_type: bfloat16``, the vendor's
+    2.x CPU autocast); with the default float16 half type the CPU runs float32, as the vendor's CPU
+    runner does ("autocast has no effect"), logged once."""
+    explicit_bf16 = model.use_bfloat16 or model.fp16_type in ("bfloat16", "cbfloat16")
+    if backend_type.upper() == "CPU" and model.mixed_precision and not explicit_bf16:
+        logger.info("model.mixed_precision with the float16 half type: no effect on the CPU device (the vendor's "
+                    "CPU runner runs float32); set model.use_bfloat16 for bfloat16 autocast on the CPU")
+        return None
     return resolve_mixed_precision(dataclasses.asdict(model), device_type)

@@ -9,6 +9,9 @@ from typing import Any, Iterator, Optional
 
 import torch
 
+from cs_run import checkpoint
+from cs_run.errors import CsRunError
+
 __all__ = ["checkpoint_path", "list_checkpoints", "latest_checkpoint", "save_checkpoint", "load_checkpoint",
            "prune_checkpoints", "nonfinite_keys", "newest_finite_checkpoint"]
 
@@ -36,14 +39,12 @@ def latest_checkpoint(model_dir: str | Path) -> Optional[Path]:
 
 def save_checkpoint(state: dict[str, Any], path: Path) -> None:
     """Atomic write (temporary file, fsync, rename) in the H5 format of cs_run.checkpoint."""
-    from cs_run import checkpoint
 
     checkpoint.save(state, str(path))
 
 
 def load_checkpoint(path: Path, target: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """Load a checkpoint; tensors present in ``target`` are read straight into its tensors."""
-    from cs_run import checkpoint
 
     if target is not None:
         return checkpoint.load_into(str(path), target)
@@ -93,7 +94,6 @@ def nonfinite_keys(state: Any) -> list[str]:
 
 def newest_finite_checkpoint(model_dir: str | Path) -> Optional[Path]:
     """The newest checkpoint in model_dir that reads back whole with finite weights (error path only)."""
-    from cs_run.errors import CsRunError
 
     for _, path in reversed(list_checkpoints(model_dir)):
         try:

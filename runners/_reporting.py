@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from cs_run.summaries import ScalarWriter
+
 __all__ = ["Summaries"]
 
 
@@ -17,8 +19,6 @@ class Summaries:
 
     def add_scalars(self, split: str, scalars: Mapping[str, float], step: int, *, flush: bool = False) -> None:
         if split not in self._writers:
-            from cs_run.summaries import ScalarWriter
-
             self._writers[split] = ScalarWriter(self._model_dir / split)
         self._writers[split].add_scalars(dict(scalars), step)
         if flush:

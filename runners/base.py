@@ -101,7 +101,7 @@ class PyTorchBaseRunner(RunnerHooks):
         self.step_config = StepConfig(
             max_gradient_norm=opt.max_gradient_norm if opt else None,
             max_gradient_value=opt.max_gradient_value if opt else None,
-            autocast_dtype=_build.resolve_autocast_dtype(params.model, self.torch_device.type),
+            autocast_dtype=_build.resolve_autocast_dtype(params.model, self.torch_device.type, self.device_type),
             device_type=self.torch_device.type,
         )
         if self.step_config.autocast_dtype is not None:

@@ -28,7 +28,7 @@ DEFAULT_INIT_SCALE = 2.0**15
 DEFAULT_STEPS_PER_INCREASE = 2000
 DEFAULT_MIN_LOSS_SCALE = 2.0**-14
 DEFAULT_MAX_LOSS_SCALE = 2.0**15
-DEFAULT_OVERFLOW_TOLERANCE = 0.05
+DEFAULT_OVERFLOW_TOLERANCE = 0.0  # the vendor's 2.10 default: halve on every overflow
 
 _READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"
 
@@ -64,8 +64,8 @@ class GradScaler(torch.nn.Module):
         min_loss_scale: Lower bound of the dynamic scale (default 2**-14).
         max_loss_scale: Upper bound of the dynamic scale (default 2**15).
         overflow_tolerance: Largest fraction of steps with inf/NaN gradients, counted since the
-            last change of the scale, that is tolerated before the scale is halved (default 0.05;
-            0.0 halves on every overflow, like ``torch.amp.GradScaler``). A step with inf/NaN
+            last change of the scale, that is tolerated before the scale is halved (default 0.0, the
+            vendor's: halve on every overflow, like ``torch.amp.GradScaler``). A step with inf/NaN
             gradients is always skipped, tolerated or not.
         max_gradient_norm: Accepted for vendor compatibility. On the vendor stack it only applies to
             pipeline mode; cs-run clips in :func:`cs_run.amp.optimizer_step` instead, so it is stored
@@ -82,7 +82,7 @@ class GradScaler(torch.nn.Module):
 
     def __init__(
         self,
-        loss_scale: str | float | None = 0.0,
+        loss_scale: str | float | None = None,
         init_scale: float | None = None,
         steps_per_increase: int | None = None,
         min_loss_scale: float | None = None,

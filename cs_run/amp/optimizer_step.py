@@ -13,7 +13,7 @@ __all__ = ["apply_gradients", "check_clipping", "optimizer_step"]
 def optimizer_step(
     loss: torch.Tensor,
     optimizer: torch.optim.Optimizer,
-    grad_scaler: GradScaler | None = None,
+    grad_scaler: GradScaler | None,
     max_gradient_norm: float | None = None,
     max_gradient_value: float | None = None,
     *,

@@ -12,6 +12,7 @@ from cs_run.amp.grad_scaler import (
     DEFAULT_INIT_SCALE,
     DEFAULT_MAX_LOSS_SCALE,
     DEFAULT_MIN_LOSS_SCALE,
+    DEFAULT_OVERFLOW_TOLERANCE,
     DEFAULT_STEPS_PER_INCREASE,
     GradScaler,
 )
@@ -41,16 +42,17 @@ class autocast(torch.autocast):  # lower-case name mirrors torch.autocast
             loss = loss_fn(model(x), y)
 
     Args:
-        device_type: "cpu" or "cuda"; None picks "cuda" when available, else "cpu".
         dtype: The half type; None takes torch's default for the device (bf16 on CPU, fp16 on CUDA).
+            First, as in the vendor's ``autocast(dtype=None)``.
+        device_type: "cpu" or "cuda"; None picks "cuda" when available, else "cpu".
         enabled: False makes the context a no-op (convenient when precision comes from params).
         cache_enabled: As in ``torch.autocast``.
     """
 
     def __init__(
         self,
-        device_type: str | None = None,
         dtype: torch.dtype | None = None,
+        device_type: str | None = None,
         enabled: bool = True,
         cache_enabled: bool | None = None,
     ) -> None:
@@ -129,5 +131,5 @@ def build_grad_scaler(optimizer_params: Any) -> GradScaler | None:
         ),
         min_loss_scale=_get(optimizer_params, "min_loss_scale", DEFAULT_MIN_LOSS_SCALE),
         max_loss_scale=_get(optimizer_params, "max_loss_scale", DEFAULT_MAX_LOSS_SCALE),
-        overflow_tolerance=_get(optimizer_params, "overflow_tolerance", 0.05),
+        overflow_tolerance=_get(optimizer_params, "overflow_tolerance", DEFAULT_OVERFLOW_TOLERANCE),
     )

@@ -22,10 +22,11 @@ from typing import Any, Callable
 
 import torch
 import torch.utils._pytree as pytree
-from torch.fx.experimental.proxy_tensor import make_fx
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensor
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
 from torch.overrides import TorchFunctionMode
 
-from cs_run.engine import closures
+from cs_run.engine import closures, dtype_rules
 from cs_run.engine.compliance import compliance_error, is_value_read, library_hint, user_frame_location
 from cs_run.engine.state import Slot, StateSet, optimizer_state_rebinds
 from cs_run.errors import ComplianceError
@@ -118,11 +119,10 @@ class _TraceMode(TorchFunctionMode):
             frame = sys._getframe(1)
             raise compliance_error(what, user_frame_location(frame), library_hint(frame))
         args, kwargs = pytree.tree_map_only(torch.Tensor, self._substitute, (args, kwargs))
+        args, kwargs = dtype_rules.apply(func, args, kwargs)
         return func(*args, **kwargs)
 
     def _substitute(self, t: torch.Tensor) -> torch.Tensor:
-        from torch._subclasses.fake_tensor import FakeTensor
-
         if isinstance(t, FakeTensor):
             return t
         if id(t) in self.mapping:
@@ -130,8 +130,6 @@ class _TraceMode(TorchFunctionMode):
         # A real tensor the discovery did not find: trace on with a stand-in op whose graph node
         # trace_step later turns into a new input (so the user's Python still runs only once).
         if id(t) not in self.placeholders:
-            from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
-
             self.strays[id(t)] = t
             # (the mode is not active inside its own handler, so this is a plain traced op)
             stand_in = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device,
@@ -217,8 +215,6 @@ def _run_make_fx(runner: Callable, inputs: list[torch.Tensor]) -> torch.fx.Graph
 
 
 def _is_data_dependent(exc: BaseException) -> bool:
-    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
-
     names = ("GuardOnDataDependentSymNode", "DataDependentOutputException", "DynamicOutputShapeException")
     return isinstance(exc, (DataDependentOutputException, DynamicOutputShapeException)) or type(exc).__name__ in names
 

@@ -27,7 +27,7 @@ class AccuracyMetric(Metric):
         scale the numerator only.
     """
 
-    def __init__(self, name: str | None = None, compute_on_system: bool = True) -> None:
+    def __init__(self, name: str | None, compute_on_system: bool = True) -> None:
         super().__init__(name, compute_on_system)
         self.register_state(
             "total_correct_predictions", torch.zeros((), dtype=STATE_DTYPE)

@@ -18,7 +18,7 @@ class PerplexityMetric(Metric):
     ``num_tokens`` counts the labels with a positive weight (all labels when no weights are given).
     """
 
-    def __init__(self, name: str | None = None, compute_on_system: bool = True) -> None:
+    def __init__(self, name: str | None, compute_on_system: bool = True) -> None:
         super().__init__(name, compute_on_system)
         self.register_state("total_loss", torch.zeros((), dtype=STATE_DTYPE))
         self.register_state("total_num_tokens", torch.zeros((), dtype=STATE_DTYPE))
@@ -56,7 +56,7 @@ class PerplexityMetric(Metric):
 class MeanMetric(Metric):
     """Weighted mean of every value seen: ``sum(w * value) / sum(w)`` (``w`` = 1 when not given)."""
 
-    def __init__(self, name: str | None = None, compute_on_system: bool = True) -> None:
+    def __init__(self, name: str | None, compute_on_system: bool = True) -> None:
         super().__init__(name, compute_on_system)
         self.register_state("total_value", torch.zeros((), dtype=STATE_DTYPE))
         self.register_state("total_weight", torch.zeros((), dtype=STATE_DTYPE))

@@ -39,13 +39,14 @@ class Metric(torch.nn.Module):
     :meth:`compute` (tensor ops, returns a tensor).
 
     Args:
-        name: Name under which the metric is registered and reported (default: the class name).
+        name: Name under which the metric is registered and reported (required, as in the vendor's
+            ``Metric(name)``; None: the class name).
             Registering a second metric with the same name replaces the first in the registry.
         compute_on_system: Accepted for compatibility with the vendor API; cs-run always keeps the
             state on the device and computes from it, so the flag has no effect.
     """
 
-    def __init__(self, name: str | None = None, compute_on_system: bool = True) -> None:
+    def __init__(self, name: str | None, compute_on_system: bool = True) -> None:
         super().__init__()
         if name is None or name == "":
             name = type(self).__name__

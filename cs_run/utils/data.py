@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 
 import torch
 import torch.utils._pytree as pytree
 
+from cs_run import distributed
 from cs_run.backend import current_backend
 from cs_run.batches import RateMeter, batch_size, cycle, loader_length, move_to_device
 from cs_run.engine import closures
 from cs_run.errors import ParamsError
 from cs_run.schedule import is_checkpoint_step, is_final_step, step_budget
 
-__all__ = ["DataLoader", "DataExecutor", "Profiler", "SyntheticDataset", "compute_num_steps", "current_executor"]
+__all__ = ["DataLoader", "DataExecutor", "DistributedSampler", "Profiler", "RestartableDataLoader", "Schedule",
+           "SyntheticDataset", "compute_num_steps", "current_executor"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +80,16 @@ class DataLoader:
         return self._loader
 
     @property
+    def is_restartable(self) -> bool:
+        """True when the input_fn's loader saves and restores its position (:class:`RestartableDataLoader`)."""
+        return isinstance(self.loader, RestartableDataLoader)
+
+    @property
+    def batch_size(self) -> int | None:
+        """The input_fn's loader's batch size (None when it has none)."""
+        return getattr(self.loader, "batch_size", None)
+
+    @property
     def num_steps(self) -> int | None:
         """Steps of the older form, or None when no step option was given."""
         if all(v is None for v in self.step_options.values()):
@@ -104,12 +117,19 @@ class DataLoader:
 
 
 def _backend_device() -> torch.device | None:
-    be = current_backend()
+    be = current_backend(raise_exception=False, raise_warning=False)
     return be.torch_device if be is not None else None
 
 
-Profiler = RateMeter
-"""An executor's throughput: ``rate`` (recent samples/s), ``global_rate``, ``total_samples``, ``total_time``."""
+class Profiler(RateMeter):
+    """An executor's throughput: ``rate()`` (recent samples/s), ``global_rate()`` (methods, as the vendor's),
+    ``total_samples``, ``total_time``."""
+
+    def rate(self) -> float:  # type: ignore[override]
+        return RateMeter.rate.fget(self)
+
+    def global_rate(self) -> float:  # type: ignore[override]
+        return RateMeter.global_rate.fget(self)
 
 
 class DataExecutor:
@@ -123,20 +143,23 @@ class DataExecutor:
     """
 
     def __init__(self, dataloader: Any, num_steps: int | None = None, checkpoint_steps: int | None = None,
-                 activation_steps: int | None = None, writer: Any = None, micro_batch_size: Any = None) -> None:
+                 activation_steps: int | None = None, profiler_activities: Any = None, writer: Any = None,
+                 micro_batch_size: Any = None, cs_config: Any = None) -> None:
         if num_steps is None:
             num_steps = dataloader.num_steps if isinstance(dataloader, DataLoader) else None
             num_steps = num_steps or loader_length(dataloader)
         if not isinstance(num_steps, int) or isinstance(num_steps, bool) or num_steps < 1:
             raise ParamsError(f"Invalid num_steps: {num_steps!r} (must be a positive integer)")
         if checkpoint_steps is None:
-            be = current_backend()
+            be = current_backend(raise_exception=False, raise_warning=False)
             checkpoint_steps = be.checkpoint_steps if be is not None else None
         if checkpoint_steps is not None and (not isinstance(checkpoint_steps, int) or checkpoint_steps < 0):
             raise ParamsError(f"Invalid checkpoint_steps: {checkpoint_steps!r} (must be an integer >= 0)")
         self.dataloader, self.num_steps, self.checkpoint_steps = dataloader, num_steps, checkpoint_steps or 0
         self.activation_steps, self.writer, self.micro_batch_size = activation_steps or 1, writer, micro_batch_size
         self.profiler = Profiler()
+        self.profiler_activities = list(profiler_activities or [])  # vendor profiler plug-ins: recorded only
+        self.cs_config = cs_config  # the 2.0 cstorch.utils.CSConfig: recorded (the backend holds the cluster)
         self._iteration = -1
 
     def __len__(self) -> int:
@@ -182,7 +205,8 @@ class SyntheticDataset(torch.utils.data.Dataset):
     torch samplers).
     """
 
-    def __init__(self, spec: Any, num_samples: int = 1024) -> None:
+    def __init__(self, sample_spec: Any, num_samples: int = 1024) -> None:
+        spec = sample_spec
         if not isinstance(num_samples, int) or num_samples < 1:
             raise ValueError(f"Invalid num_samples: {num_samples!r} (must be a positive integer)")
         leaves = pytree.tree_leaves(spec)
@@ -197,3 +221,78 @@ class SyntheticDataset(torch.utils.data.Dataset):
         if not 0 <= index < self.num_samples:
             raise IndexError(index)
         return pytree.tree_map(lambda x: x(index) if callable(x) else x, self.spec)
+@runtime_checkable
+class RestartableDataLoader(Protocol):
+    """A dataloader that can save and restore where it is (the vendor's protocol): ``state_dict()``
+    returns its position, ``load_state_dict(state)`` resumes there."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class Schedule:
+    """A set of steps given as intervals (the vendor's ``Schedule``): ``step in schedule``."""
+
+    @dataclass
+    class Range:
+        """Steps ``start, start + step, ...`` below ``end`` (and ``end - 1`` when ``include_last``)."""
+
+        start: int
+        end: int
+        step: int
+        include_last: bool = False
+
+        def __contains__(self, value: int) -> bool:
+            if not self.start <= value < self.end:
+                return False
+            return (value - self.start) % self.step == 0 or (self.include_last and value == self.end - 1)
+
+    intervals: list
+
+    def __contains__(self, value: int) -> bool:
+        return any(value in interval for interval in self.intervals)
+
+
+class DistributedSampler(torch.utils.data.Sampler):
+    """Indices of ``data_source`` for this input stream: shuffled per epoch with ``seed`` (when
+    ``shuffle``), starting at ``start_index``, sharded over the streamers (``shard``), optionally in
+    whole batches (``batch_size``, ``drop_last`` / ``pad_last``). One stream here: every index.
+    """
+
+    def __init__(self, data_source: Any, shuffle: bool = True, seed: int | None = None, start_index: int = 0,
+                 shard: bool = True, batch_size: int | None = None, drop_last: bool = True,
+                 num_samples: int | None = None, pad_last: bool = False) -> None:
+        self.data_source, self.shuffle, self.seed, self.start_index = data_source, shuffle, seed, start_index
+        self.batch_size, self.drop_last, self.pad_last = batch_size, drop_last, pad_last
+        self.num_samples = len(data_source) if num_samples is None else num_samples
+        self.num_shards = distributed.num_streamers() if shard else 1
+        self.rank = distributed.get_streaming_rank() if shard else 0
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _order(self) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.num_samples))
+        g = torch.Generator().manual_seed((self.seed or 0) + self.epoch)
+        return torch.randperm(self.num_samples, generator=g).tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        order = self._order()[self.start_index:]
+        if self.batch_size:
+            full = len(order) // self.batch_size * self.batch_size
+            if self.pad_last and full < len(order):
+                order = order + order[:self.batch_size - (len(order) - full)]
+            elif self.drop_last:
+                order = order[:full]
+            batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+            order = [i for b in batches[self.rank::self.num_shards] for i in b]
+        else:
+            order = order[self.rank::self.num_shards]
+        return iter(order)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in iter(self))

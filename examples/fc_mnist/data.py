@@ -1,9 +1,10 @@
-"""fc_mnist data: MNIST IDX files when they are there, else scikit-learn's bundled handwritten digits.
+"""fc_mnist data: MNIST IDX files from ``data_dir``, or (when asked for) scikit-learn's bundled digits.
 
 Nothing is downloaded. MNIST files (``train-images-idx3-ubyte[.gz]`` / ``t10k-...``) are looked for in
-``data_dir`` and ``data_dir/MNIST/raw`` (torchvision's layout). Without them the 1,797 real 8x8 digits
-that ship inside scikit-learn's wheel are upsampled to MNIST's geometry (a 20x20 digit centred in a
-28x28 frame) and split into fixed train / validation sets. The choice is logged.
+``data_dir`` and ``data_dir/MNIST/raw`` (torchvision's layout, where the vendor's fc_mnist keeps them).
+With ``data_dir: bundled:digits`` (or no data_dir) the 1,797 real 8x8 digits that ship inside
+scikit-learn's wheel are upsampled to MNIST's geometry (a 20x20 digit centred in a 28x28 frame) and
+split into fixed train / validation sets. A data_dir without MNIST is an error.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
+
+from cs_run import amp
+from cs_run.backend import use_cs
+from cs_run.errors import ParamsError
+from cs_run.vendor_params import BUNDLED_DATA
 
 __all__ = ["build_dataloader", "read_idx", "load_mnist_idx", "load_digits_as_mnist"]
 
@@ -99,16 +105,33 @@ def load_digits_as_mnist(split: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 def build_dataloader(split: str, batch_size: int = 128, data_dir: Optional[str] = None, shuffle: bool = True,
                      shuffle_seed: Optional[int] = None, drop_last_batch: bool = True, num_workers: int = 0,
-                     prefetch_factor: Optional[int] = None, persistent_workers: bool = False) -> DataLoader:
-    """Data function of fc_mnist: a DataLoader of (image, label) batches for ``split``."""
-    loaded = load_mnist_idx(data_dir, split) if data_dir else None
-    if loaded is None:
-        where = f"no MNIST IDX files for '{split}' in {data_dir}; " if data_dir else ""
+                     prefetch_factor: Optional[int] = None, persistent_workers: bool = False,
+                     to_float16: bool = False) -> DataLoader:
+    """Data function of fc_mnist: a DataLoader of (image, label) batches for ``split``.
+
+    ``data_dir``: a folder with the MNIST IDX files, or ``bundled:digits`` (or nothing) for the bundled
+    digits. A folder without MNIST is an error, never a silent switch to the digits. ``to_float16``: as the
+    vendor's fc_mnist data, the images are the half type on CSX or a GPU (float32 on the CPU) and the
+    labels int32 on CSX.
+    """
+    if data_dir in (None, BUNDLED_DATA):
         images, labels = load_digits_as_mnist(split)
-        logger.info("fc_mnist data: %susing scikit-learn's bundled handwritten digits upsampled to 28x28 "
-                    "(%s split: %d samples)", where, split, len(labels))
+        logger.info("fc_mnist data: scikit-learn's bundled handwritten digits upsampled to 28x28 (%s split: %d "
+                    "samples)", split, len(labels))
     else:
+        loaded = load_mnist_idx(data_dir, split) if Path(data_dir).is_dir() else None
+        if loaded is None:
+            key = "train_input" if split == "train" else "eval_input"
+            prefix = _SPLIT_PREFIX[split]
+            raise ParamsError(f"params: {key}.data_dir: no MNIST {split} data in {data_dir} (looked for "
+                              f"{prefix}-images-idx3-ubyte[.gz] and {prefix}-labels-idx1-ubyte[.gz] there and in "
+                              f"MNIST/raw); point data_dir at the MNIST folder, or set it to '{BUNDLED_DATA}' to "
+                              "train on the bundled digits")
         images, labels = loaded
+    if to_float16 and (use_cs() or torch.cuda.is_available()):
+        images = images.to(amp.get_half_dtype())
+    if use_cs():
+        labels = labels.to(torch.int32)
     generator = torch.Generator().manual_seed(shuffle_seed) if shuffle_seed is not None else None
     extra = {"prefetch_factor": prefetch_factor, "persistent_workers": persistent_workers} if num_workers else {}
     return DataLoader(TensorDataset(images, labels), batch_size=batch_size, shuffle=shuffle and split == "train",

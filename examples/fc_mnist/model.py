@@ -6,6 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cs_run import amp
+from cs_run.metrics import AccuracyMetric
+
 __all__ = ["MNIST", "FcMnistModel", "build_model"]
 
 _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid,
@@ -47,8 +50,6 @@ class FcMnistModel(nn.Module):
         self.loss_fn = nn.NLLLoss()
         self.accuracy = None
         if compute_eval_metrics:
-            from cs_run.metrics import AccuracyMetric
-
             self.accuracy = AccuracyMetric("eval/accuracy")
 
     def forward(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -61,12 +62,18 @@ class FcMnistModel(nn.Module):
 
 
 def build_model(depth: int = 10, hidden_size: int | list = 50, dropout: float = 0.0,
-                activation_fn: str = "relu", compute_eval_metrics: bool = True) -> FcMnistModel:
-    """Model function for ``model.name: fc_mnist``; its parameters are the valid ``model`` keys."""
+                activation_fn: str = "relu", compute_eval_metrics: bool = True, to_float16: bool = False) -> FcMnistModel:
+    """Model function for ``model.name: fc_mnist``; its parameters are the valid ``model`` keys.
+
+    ``to_float16``: as the vendor's fc_mnist, the weights are stored in the half type
+    (``cstorch.amp.get_half_dtype()``)."""
     if activation_fn not in _ACTIVATIONS:
         raise ValueError(f"activation_fn: unknown {activation_fn!r}; expected one of {', '.join(_ACTIVATIONS)}")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout: must be in [0, 1), got {dropout}")
     if isinstance(hidden_size, int) and (depth < 0 or hidden_size < 1):
         raise ValueError(f"depth must be >= 0 and hidden_size >= 1, got depth={depth}, hidden_size={hidden_size}")
-    return FcMnistModel(depth, hidden_size, dropout, activation_fn, compute_eval_metrics)
+    model = FcMnistModel(depth, hidden_size, dropout, activation_fn, compute_eval_metrics)
+    if to_float16:
+        model.model.to(amp.get_half_dtype())
+    return model

@@ -9,6 +9,8 @@ from typing import Optional
 
 import click
 
+from cs_run.examples.gpt2.preprocess import collect_documents, stdlib_documents
+from cs_run.examples.gpt2.preprocess import preprocess as run
 from cs_run.exits import ErrorGroup
 
 __all__ = ["data"]
@@ -42,8 +44,6 @@ def preprocess(inputs: tuple[Path, ...], output_dir: Path, stdlib: bool, pattern
                max_seq_length: int, tokenizer_path: Optional[Path], vocab_size: int, eval_fraction: float,
                files_per_record: int, seed: int, overwrite: bool) -> None:
     """Tokenize text files (and folders) into GPT HDF5 shards for GptHDF5DataProcessor."""
-    from cs_run.examples.gpt2.preprocess import collect_documents, stdlib_documents
-    from cs_run.examples.gpt2.preprocess import preprocess as run
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     docs = collect_documents(inputs, tuple(pattern)) + (stdlib_documents() if stdlib else [])

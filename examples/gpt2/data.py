@@ -20,10 +20,12 @@ import os
 from pathlib import Path
 from typing import Optional, Union
 
-import h5py
+import h5py  # noqa: TID253 - this data module reads and writes HDF5 files; loaded only with the gpt2 example
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
+
+from cs_run.distributed import get_streaming_batch_size, get_streaming_rank, num_streamers
 
 __all__ = ["GptHDF5Dataset", "build_dataloader", "DATA_PROCESSORS", "FEATURES"]
 
@@ -146,7 +148,6 @@ def build_dataloader(split: str, data_dir: Union[str, list], batch_size: int = 1
     ``drop_last`` is the Model Zoo's name for ``drop_last_batch``. ``shuffle_buffer`` is accepted for
     Model Zoo files and has no effect (samples are shuffled as a full permutation).
     """
-    from cs_run.distributed import get_streaming_batch_size, get_streaming_rank, num_streamers
 
     if data_processor not in DATA_PROCESSORS:
         raise ValueError(f"data_processor: {data_processor!r} is not supported by cs-run's gpt2 data; expected one of "

@@ -21,7 +21,9 @@ from typing import Any, Optional
 import torch
 import yaml
 
+from cs_run.checkpoint import load, save
 from cs_run.errors import CheckpointError, ParamsError
+from cs_run.registry import check_function_keys, get_model_spec, resolve_object
 
 __all__ = ["to_hf", "from_hf", "hf_config", "to_hf_state_dict", "from_hf_state_dict", "model_keys_from_hf_config"]
 
@@ -197,8 +199,6 @@ def _model_keys(checkpoint: Path, params_path: Optional[Path]) -> dict:
 
 
 def _build(model_keys: dict):
-    from cs_run.registry import check_function_keys, get_model_spec, resolve_object
-
     fn = resolve_object(get_model_spec("gpt2").model_fn)
     keys = {k: v for k, v in model_keys.items()
             if k not in ("name", "mixed_precision", "use_bfloat16", "fp16_type", "compute_eval_metrics")}
@@ -211,7 +211,6 @@ def _build(model_keys: dict):
 
 def to_hf(checkpoint: str | Path, out_dir: str | Path, params_path: Optional[str | Path] = None) -> Path:
     """Write ``out_dir/config.json`` and ``out_dir/model.safetensors`` from a gpt2 checkpoint."""
-    from cs_run.checkpoint import load
 
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
     if not checkpoint.is_file():
@@ -240,7 +239,6 @@ def to_hf(checkpoint: str | Path, out_dir: str | Path, params_path: Optional[str
 
 def from_hf(hf_dir: str | Path, dst: str | Path, params_out: Optional[str | Path] = None) -> tuple[Path, Path]:
     """Write a cs-run gpt2 checkpoint ``dst`` and its params (``model:`` section) from an HF GPT-2 folder."""
-    from cs_run.checkpoint import save
 
     hf_dir, dst = Path(hf_dir), Path(dst)
     cfg_path, weights_path = hf_dir / "config.json", hf_dir / _WEIGHTS

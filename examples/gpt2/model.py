@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cs_run.metrics import AccuracyMetric, PerplexityMetric
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["GPT2LMHeadModel", "Gpt2Model", "build_model", "model_defaults", "ACTIVATIONS", "POSITION_EMBEDDING_TYPES"]
@@ -295,8 +297,6 @@ class Gpt2Model(nn.Module):
         self.loss_weight = loss_weight
         self.accuracy_metric = self.perplexity_metric = None
         if compute_eval_metrics:
-            from cs_run.metrics import AccuracyMetric, PerplexityMetric
-
             self.perplexity_metric = PerplexityMetric("eval/lm_perplexity")
             self.accuracy_metric = AccuracyMetric("eval/accuracy")
 

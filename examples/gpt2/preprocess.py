@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
-import h5py
+import h5py  # noqa: TID253 - this data module reads and writes HDF5 files; loaded only with the gpt2 example
 import numpy as np
 from tqdm import tqdm
 

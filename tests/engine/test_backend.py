@@ -22,7 +22,7 @@ def test_same_type_may_be_created_again_with_other_options():
     first = cstorch.backend("CSX", cluster_config=cstorch.distributed.ClusterConfig(num_csx=4))
     first.cluster_config.num_csx = 2
     second = cstorch.backend("CSX", cluster_config={"num_csx": 1, "num_workers_per_csx": 2})
-    assert cstorch.current_backend() is second and second.cluster_config.num_workers_per_csx == 2
+    assert cstorch.backend() is second and second.cluster_config.num_workers_per_csx == 2
     assert first.cluster_config.num_csx == 2
 
 
@@ -76,7 +76,7 @@ def test_compile_prepares_only_and_maps_vendor_names():
     model = torch.nn.Linear(2, 2)
     before = model.weight.detach().clone()
     assert cstorch.compile(model, backend="wse_ws") is model
-    assert torch.equal(model.weight, before) and model in cstorch.current_backend().models
+    assert torch.equal(model.weight, before) and model in cstorch.backend().models
     with pytest.raises(RuntimeError, match="Cannot instantiate multiple backends"):
         cstorch.compile(model, backend="CPU")
     with pytest.raises(TypeError, match="torch.nn.Module"):

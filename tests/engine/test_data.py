@@ -66,8 +66,8 @@ def test_executor_counters_profiler_and_current_executor():
     assert [s[2] for s in seen] == [False] * 6 + [True]
     assert [s[1] for s in seen if s[3]] == [3, 6, 7]
     assert ex.profiler.total_samples == 14 and ex.profiler.total_time > 0
-    assert ex.profiler.global_rate == pytest.approx(14 / ex.profiler.total_time)
-    assert ex.profiler.rate > 0 and len(ex) == 7
+    assert ex.profiler.global_rate() == pytest.approx(14 / ex.profiler.total_time)
+    assert ex.profiler.rate() > 0 and len(ex) == 7
 
 
 def test_executor_defaults_from_loader_and_backend():

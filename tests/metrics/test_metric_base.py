@@ -115,7 +115,8 @@ def test_accuracy_bad_inputs(labels, preds, weights, match):
 
 
 def test_default_and_bad_name():
-    assert AccuracyMetric().name == "AccuracyMetric"
+    with pytest.raises(TypeError, match="name"):  # required, as in the vendor's 2.10 Metric(name)
+        AccuracyMetric()
     assert AccuracyMetric(name=None).name == "AccuracyMetric"
     with pytest.raises(TypeError, match="must be a string"):
         AccuracyMetric(3)

@@ -466,7 +466,7 @@ def test_bad_constructor_arguments(factory, match):
             "one value per row",
         ),
         (
-            lambda: PerplexityMetric(),
+            lambda: PerplexityMetric("ppl"),
             {"labels": torch.zeros(4), "loss": torch.zeros(4)},
             "summed loss",
         ),

@@ -30,11 +30,14 @@ def load(path, overrides=None):
     return params
 
 
-def test_valid_file_fills_defaults_and_resolves_relative_paths(tmp_path):
-    params = load(write(tmp_path, GOOD))
+def test_valid_file_fills_defaults_and_resolves_relative_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs").mkdir()
+    params = load(write(tmp_path / "configs", GOOD))
     assert params.runconfig.max_steps == 10
     assert params.runconfig.checkpoint_steps == 0  # default
     assert params.train_input.batch_size == 32 and params.train_input.shuffle is True
+    # the vendor's rule: relative data paths are relative to the working directory, not the file's folder
     assert params.train_input.data_dir == str((tmp_path / "data/train").resolve())
     assert params.model.extra == {"depth": 2, "hidden_size": 16}
     assert params.optimizer.extra == {"momentum": 0.9}
@@ -154,3 +157,17 @@ def test_folders_of_the_csx_flags_must_exist(tmp_path, key):
     assert getattr(ok.runconfig, key) == [str(tmp_path)]  # relative to the params file's folder
     with pytest.raises(ParamsError, match=rf"runconfig.{key}: '.*missing' is not an existing folder"):
         load(write(tmp_path, {**GOOD, "runconfig": {"max_steps": 1, key: ["missing"]}}))
+
+
+def test_data_dir_falls_back_to_the_params_folder_and_says_so(tmp_path, monkeypatch):
+    from cs_run import _logging
+
+    (tmp_path / "configs" / "data" / "train").mkdir(parents=True)
+    (tmp_path / "run").mkdir()
+    monkeypatch.chdir(tmp_path / "run")  # data/train exists only next to the params file
+    _logging._DEFERRED.clear()
+    params = load(write(tmp_path / "configs", GOOD))
+    assert params.train_input.data_dir == str((tmp_path / "configs" / "data" / "train").resolve())
+    assert any("relative to the params file" in m for _, m in _logging._DEFERRED)  # logged when the run starts
+    (tmp_path / "run" / "data" / "train").mkdir(parents=True)  # once both exist, the working directory wins
+    assert load(write(tmp_path / "configs", GOOD)).train_input.data_dir == str(tmp_path / "run" / "data" / "train")

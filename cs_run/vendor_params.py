@@ -1,0 +1,378 @@
+"""The Model Zoo's own params vocabulary, release by release: which vendor keys exist and what each means here.
+
+A vendor params file (R_1.6.0 ... Release_2.10.0, the flat sections, the 1.9/2.0 ``csconfig`` section and
+the 2.5+ ``trainer: {init, fit}`` form) is brought into cs-run's five sections before validation:
+
+* ``native``: the key is cs-run's own key of the same name (validated as usual);
+* ``mapped``: renamed to the cs-run key with the same meaning (``autoload_last_checkpoint`` ->
+  ``autoload_checkpoint``, ``num_wgt_servers`` -> ``max_wgt_servers``, ...);
+* ``recorded``: the key configures only the vendor's appliance (or a vendor feature with no counterpart
+  here); its value is type-checked against the vendor's schema, kept in :data:`RECORDED`, logged once,
+  and has no effect.
+
+Any other key stays an error with the did-you-mean. The tables below were written from the vendor's
+runconfig schemas (``common/pytorch/schema/runconfig_schema.yaml``, Release_1.8 ... 2.10), the
+fc_mnist params files of every release and the 2.10 Trainer's legacy-key table.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+from cs_run._checks import unknown_key_message
+from cs_run._logging import defer
+from cs_run.errors import ParamsError
+
+__all__ = ["FORMS", "RECORDED", "RUNCONFIG_KEYS", "INPUT_KEYS", "MODEL_KEYS", "OPTIMIZER_KEYS", "CSCONFIG_KEYS",
+           "TRAINER_KEYS", "BUNDLED_DATA", "detect_form", "from_trainer_form", "normalize"]
+
+logger = logging.getLogger(__name__)
+
+BUNDLED_DATA = "bundled:digits"
+"""``data_dir`` value that asks for the bundled scikit-learn digits explicitly (never a silent fallback)."""
+
+FORMS = {
+    "1.6": ("R_1.6.0", "R_1.6.1"),
+    "1.7": ("R_1.7.0", "R_1.7.1"),
+    "1.8": ("Release_1.8.0",),
+    "1.9/2.0 csconfig": ("Release_1.9.1", "Release_2.0.2", "Release_2.0.3"),
+    "2.1-2.9": ("Release_2.1.0", "Release_2.1.1", "Release_2.2.0", "Release_2.2.1", "Release_2.3.0",
+                "Release_2.3.1", "Release_2.7.0", "Release_2.7.1", "Release_2.8.0", "Release_2.9.0",
+                "Release_2.10.0"),
+    "2.5+ trainer": ("Release_2.5.0", "Release_2.6.0", "Release_2.7.0", "Release_2.8.0", "Release_2.9.0",
+                     "Release_2.10.0"),
+}
+"""Params-file forms and the Model Zoo releases whose fc_mnist ships one (2.4 ships no fc_mnist)."""
+
+_APPLIANCE = "configures the vendor's appliance (cluster, pods, images, memory)"
+_DEBUG = "a vendor compiler / appliance debug switch"
+_GPU_DIST = "multi-GPU torch.distributed setup of the vendor's GPU runner; cs-run runs one process"
+_R1_API = "selects between the vendor's 1.x runner APIs; cs-run has one"
+
+# runconfig: key -> (action, cs-run key or reason, schema types). From the union of the 1.8 ... 2.10 schemas.
+RUNCONFIG_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    # native
+    **{k: ("native", k, t) for k, t in {
+        "checkpoint_path": ("string", "null"), "checkpoint_steps": ("integer", "null"),
+        "compile_dir": ("string", "null"), "compile_only": ("boolean", "null"), "eval_frequency": ("integer", "null"),
+        "eval_steps": ("integer", "null"), "job_labels": ("array", "null"), "log_steps": ("integer",),
+        "logging": ("string", "null"), "max_checkpoints": ("integer", "null"), "max_steps": ("integer", "null"),
+        "model_dir": ("string",), "mount_dirs": ("array", "null"), "num_csx": ("integer",),
+        "num_epochs": ("integer", "null"), "num_steps": ("integer", "null"), "num_workers_per_csx": ("integer",),
+        "python_paths": ("array", "null"), "save_initial_checkpoint": ("boolean",), "seed": ("integer", "null"),
+        "steps_per_epoch": ("integer", "null"), "transfer_processes": ("integer", "null"),
+        "validate_only": ("boolean", "null")}.items()},
+    # mapped
+    "autoload_last_checkpoint": ("mapped", "autoload_checkpoint", ("boolean", "null")),
+    "keep_checkpoint_max": ("mapped", "max_checkpoints", ("integer", "null")),
+    "num_wgt_servers": ("mapped", "max_wgt_servers", ("integer", "null")),
+    "num_act_servers": ("mapped", "max_act_per_csx", ("integer", "null")),
+    # recorded: no effect here
+    "mode": ("recorded", "the mode comes from --mode (the vendor's CLI writes it here)", ("string",)),
+    "target_device": ("recorded", "the device comes from the command line (CPU/GPU/CSX)", ("string",)),
+    "save_losses": ("recorded", "losses are always written to model_dir's summaries", ("boolean",)),
+    "show_debug_metrics": ("recorded", "vendor appliance debug metrics", ("boolean",)),
+    "experimental_api": ("recorded", _R1_API, ("boolean", "null")),
+    "use_cstorch_optimizer_step": ("recorded", _R1_API, ("boolean", "null")),
+    "execution_strategy": ("recorded", "pipelined vs weight streaming: the CSX engine has one strategy", ("string", "null")),
+    "enable_summaries": ("recorded", "summaries are always written", ("boolean",)),
+    "save_summary_steps": ("recorded", "summaries are written every log_steps", ("integer", "null")),
+    "summary_dir": ("recorded", "summaries go to model_dir/train and model_dir/eval", ("string", "null")),
+    "legacy_event_dirs": ("recorded", "summaries go to model_dir/train and model_dir/eval", ("boolean",)),
+    "is_pretrained_checkpoint": ("recorded", "checkpoints load with their optimizer state when present", ("boolean",)),
+    "disable_strict_checkpoint_loading": ("recorded", "checkpoint loading is always strict", ("boolean", "null")),
+    "load_checkpoint_states": ("recorded", "the whole checkpoint is loaded", ("string", "null")),
+    "precision_opt_level": ("recorded", "vendor compiler precision level", ("integer", "null")),
+    "check_loss_values": ("recorded", "NaN/inf losses always stop the run", ("boolean",)),
+    "log_initialization": ("recorded", _DEBUG, ("boolean", "null")),
+    "log_input_summaries": ("recorded", _DEBUG, ("boolean", "null")),
+    "lazy_initialization": ("recorded", _DEBUG, ("boolean",)),
+    "retrace_every_iteration": ("recorded", _DEBUG, ("boolean", "null")),
+    "drop_data": ("recorded", _DEBUG, ("boolean", "null")),
+    "dump_activations": ("recorded", _DEBUG, ("boolean",)),
+    "skip_train_recv_activations": ("recorded", _DEBUG, ("boolean", "null")),
+    "enable_act_frequency": ("recorded", _DEBUG, ("boolean",)),
+    "debug_args": ("recorded", _DEBUG, ("object", "null")),
+    "debug_args_path": ("recorded", _DEBUG, ("string", "null")),
+    "ini": ("recorded", _DEBUG, ("object", "null")),
+    "experimental": ("recorded", _DEBUG, ("object",)),
+    "op_profiler_config": ("recorded", _DEBUG, ("object", "null")),
+    "wsc_log_level": ("recorded", _DEBUG, ("object", "null")),
+    "fabric_type_blacklist": ("recorded", _DEBUG, ("array", "null")),
+    "autogen_policy": ("recorded", _DEBUG, ("string", "null")),
+    "use_cs_grad_accum": ("recorded", "gradient accumulation follows optimizer.grad_accum_steps", ("boolean", "null")),
+    "use_appliance_data": ("recorded", _APPLIANCE, ("boolean", "null")),
+    "multireplica": ("recorded", _APPLIANCE, ("boolean", "null")),
+    "num_replicas": ("recorded", _APPLIANCE, ("integer",)),
+    "service_dir": ("recorded", _APPLIANCE, ("string",)),
+    "save_stream_size": ("recorded", _APPLIANCE, ("integer",)),
+    "variant": ("recorded", _APPLIANCE, ("string", "null")),
+    "cbcore_image": ("recorded", _APPLIANCE, ("string", "null")),
+    "credentials_path": ("recorded", _APPLIANCE, ("string", "null")),
+    "mgmt_address": ("recorded", _APPLIANCE, ("string", "null")),
+    "mgmt_namespace": ("recorded", _APPLIANCE, ("string", "null")),
+    "job_priority": ("recorded", _APPLIANCE, ("string", "null")),
+    "job_time_sec": ("recorded", _APPLIANCE, ("integer", "null")),
+    "disable_version_check": ("recorded", _APPLIANCE, ("boolean", "null")),
+    "hf_cache_dir": ("recorded", "nothing is downloaded at run time", ("string", "null")),
+    **{k: ("recorded", _APPLIANCE, ("integer", "null")) for k in (
+        "compile_crd_memory_gi", "execute_crd_memory_gi", "wrk_memory_gi", "act_memory_gi", "cmd_memory_gi",
+        "wgt_memory_gi", "chf_memory_gi")},
+    **{k: ("recorded", _GPU_DIST, t) for k, t in {
+        "enable_distributed": ("boolean",), "dist_addr": ("string",), "dist_backend": ("string",),
+        "init_method": ("string",), "main_process_id": ("integer",), "sync_batchnorm": ("boolean",)}.items()},
+}
+
+# train_input / eval_input keys of the vendor's fc_mnist files that are not cs-run's own InputParams keys.
+INPUT_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "to_float16": ("native", "to_float16", ("boolean",)),
+    "data_processor": ("recorded", "the vendor's data class; the model's data function (or data_fn) builds the "
+                       "loader here", ("string",)),
+    "split": ("recorded", "the section decides the split (train_input: train, eval_input: eval)", ("string",)),
+    "micro_batch_size": ("recorded", "vendor CSX micro-batching; use optimizer.grad_accum_steps",
+                         ("integer", "string", "object", "null")),
+}
+# model keys of the vendor files that are not cs-run ModelParams fields (passed to the model function).
+MODEL_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "to_float16": ("native", "to_float16", ("boolean",)),
+}
+# optimizer keys of the vendor files that configure only the vendor: see cs_run.optim.factory.RECORDED_KEYS.
+OPTIMIZER_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "disable_lr_steps_reset": ("recorded", "R_1.x appliance LR-step bookkeeping", ("boolean",)),
+    "ws_summary": ("recorded", "weight-streaming appliance summaries", ("boolean",)),
+}
+# csconfig (Release_1.9 / 2.0): read by the 1.9 CS runner only.
+CSCONFIG_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "use_cbfloat16": ("mapped", "model.fp16_type", ("boolean",)),
+}
+
+# trainer form (2.5+): trainer.<path> -> flat key path ("" = recorded, reason in TRAINER_RECORDED).
+TRAINER_KEYS: dict[str, str] = {
+    "init.model_dir": "runconfig.model_dir", "init.seed": "runconfig.seed", "init.device": "runconfig.target_device",
+    "init.backend.backend_type": "runconfig.target_device", "init.backend.compile_dir": "runconfig.compile_dir",
+    "init.backend.compile_only": "runconfig.compile_only", "init.backend.validate_only": "runconfig.validate_only",
+    "init.backend.cluster_config.num_csx": "runconfig.num_csx",
+    "init.backend.cluster_config.max_wgt_servers": "runconfig.num_wgt_servers",
+    "init.backend.cluster_config.max_act_per_csx": "runconfig.num_act_servers",
+    "init.backend.cluster_config.num_workers_per_csx": "runconfig.num_workers_per_csx",
+    "init.backend.cluster_config.mount_dirs": "runconfig.mount_dirs",
+    "init.backend.cluster_config.python_paths": "runconfig.python_paths",
+    "init.backend.cluster_config.job_labels": "runconfig.job_labels",
+    **{f"init.backend.cluster_config.{k}": f"runconfig.{k}" for k in (
+        "mgmt_address", "mgmt_namespace", "credentials_path", "cbcore_image", "job_priority", "job_time_sec",
+        "disable_version_check")},
+    **{f"init.backend.{k}": f"runconfig.{k}" for k in (
+        "enable_distributed", "main_process_id", "dist_backend", "init_method", "sync_batchnorm")},
+    "init.precision.enabled": "model.mixed_precision", "init.precision.fp16_type": "model.fp16_type",
+    "init.precision.precision_opt_level": "runconfig.precision_opt_level",
+    "init.precision.log_loss_scale": "optimizer.log_summaries",
+    **{f"init.precision.{k}": f"optimizer.{k}" for k in (
+        "loss_scaling_factor", "initial_loss_scale", "steps_per_increase", "min_loss_scale", "max_loss_scale",
+        "max_gradient_norm", "max_gradient_value")},
+    **{f"init.loop.{k}": f"runconfig.{k}" for k in (
+        "num_steps", "max_steps", "num_epochs", "steps_per_epoch", "eval_frequency", "eval_steps")},
+    "init.loop.grad_accum_steps": "optimizer.grad_accum_steps",
+    "init.checkpoint.steps": "runconfig.checkpoint_steps",
+    "init.checkpoint.autoload_last_checkpoint": "runconfig.autoload_last_checkpoint",
+    "init.checkpoint.save_initial_checkpoint": "runconfig.save_initial_checkpoint",
+    "init.checkpoint.disable_strict_checkpoint_loading": "runconfig.disable_strict_checkpoint_loading",
+    "init.logging.log_steps": "runconfig.log_steps", "init.logging.log_level": "runconfig.logging",
+    "init.logging.wsc_log_level": "runconfig.wsc_log_level",
+    "init.logging.enable_act_frequency": "runconfig.enable_act_frequency",
+    "fit.ckpt_path": "runconfig.checkpoint_path",
+}
+TRAINER_RECORDED = {
+    "init.callbacks": "vendor Trainer callbacks (cs-run's runners have their own hooks)",
+    "init.loggers": "vendor Trainer loggers (summaries go to model_dir)",
+    "init.sparsity": "vendor sparsity",
+    "validate": "the eval dataloader comes from fit.val_dataloader (--mode eval runs it)",
+    "validate_all": "the eval dataloader comes from fit.val_dataloader (--mode eval_all runs it)",
+}
+
+RECORDED: dict[str, Any] = {}
+"""Every vendor key recorded (no effect here) by :func:`normalize` in this process, by key path."""
+
+_JSON_TYPES = {"boolean": (bool,), "integer": (int,), "string": (str,), "array": (list,), "object": (dict,),
+               "null": (type(None),), "number": (int, float)}
+
+
+def detect_form(raw: dict) -> str:
+    """Which release form a params dict has (see :data:`FORMS`)."""
+    if "trainer" in raw:
+        return "2.5+ trainer"
+    if "csconfig" in raw:
+        return "1.9/2.0 csconfig"
+    rc = raw.get("runconfig") or {}
+    if isinstance(rc, dict) and "save_losses" in rc:
+        return "1.6-1.8"
+    return "2.1-2.9"
+
+
+def _check_type(path: str, value: Any, types: tuple[str, ...], locate) -> None:
+    allowed = tuple(t for name in types for t in _JSON_TYPES[name])
+    if isinstance(value, bool) and "boolean" not in types:
+        ok = False
+    else:
+        ok = isinstance(value, allowed)
+    if not ok:
+        raise ParamsError(f"params: {path}: expected {' or '.join(types)} (vendor schema), got "
+                          f"{type(value).__name__} {value!r}{locate(path)}")
+
+
+def _record(path: str, value: Any, reason: str) -> None:
+    first = path not in RECORDED
+    RECORDED[path] = value
+    if first:
+        defer(__name__, f"params: {path} = {value!r} is a Model Zoo key recorded with no effect here ({reason})")
+
+
+def _apply_table(raw: dict, section: str, table: dict, locate, target_section: str | None = None) -> None:
+    node = raw.get(section)
+    if not isinstance(node, dict):
+        return
+    for key in [k for k in node if k in table]:
+        action, target, types = table[key]
+        path = f"{section}.{key}"
+        if action == "native":  # cs-run's own key: its own check applies
+            continue
+        value = node.pop(key)
+        if value is not None:
+            _check_type(path, value, types, locate)
+        if action == "recorded":
+            _record(path, value, target)
+        elif target in node and node[target] != value:
+            raise ParamsError(f"params: {path} and {section}.{target} are the same setting with different "
+                              f"values ({value!r} vs {node[target]!r}); keep one{locate(path)}")
+        else:
+            (raw.setdefault(target_section, {}) if target_section else node)[target] = value
+
+
+def _check_unknown(raw: dict, section: str, table: dict, own: list, locate) -> None:
+    """A key neither cs-run's (``own``) nor the vendor's: the error, with the did-you-mean over both."""
+    node = raw.get(section)
+    if not isinstance(node, dict):
+        return
+    for key in node:
+        if key not in own and key not in table:
+            path = f"{section}.{key}"
+            raise ParamsError(unknown_key_message(path, key, own + sorted(table), where=locate(path)))
+
+
+def normalize(raw: dict, locate=lambda key: "", runconfig_keys: Optional[list] = None) -> dict:
+    """Bring a flat vendor params dict (any release) into cs-run's sections, in place; returns it.
+
+    The trainer form must go through :func:`from_trainer_form` first. ``runconfig_keys``: cs-run's own
+    runconfig keys (for the did-you-mean of an unknown key; without them unknown keys are left to the
+    section's own validation).
+    """
+    csconfig = raw.pop("csconfig", None)
+    if csconfig is not None:
+        if not isinstance(csconfig, dict):
+            raise ParamsError(f"params: csconfig must be a mapping, got {type(csconfig).__name__}{locate('csconfig')}")
+        for key, value in csconfig.items():
+            if key not in CSCONFIG_KEYS:
+                raise ParamsError(unknown_key_message(f"csconfig.{key}", key, list(CSCONFIG_KEYS),
+                                                      where=locate(f"csconfig.{key}")))
+            _check_type(f"csconfig.{key}", value, CSCONFIG_KEYS[key][2], locate)
+        if csconfig.get("use_cbfloat16"):
+            # Release_1.9's CS runner: cbfloat16 as the half type of mixed precision.
+            raw.setdefault("model", {}).setdefault("fp16_type", "cbfloat16")
+        else:
+            _record("csconfig.use_cbfloat16", csconfig.get("use_cbfloat16"), "false keeps the default half type")
+    if runconfig_keys is not None:
+        _check_unknown(raw, "runconfig", RUNCONFIG_KEYS, list(runconfig_keys), locate)
+    _apply_table(raw, "runconfig", RUNCONFIG_KEYS, locate)
+    for section in ("train_input", "eval_input"):
+        _apply_table(raw, section, INPUT_KEYS, locate)
+    _apply_table(raw, "model", MODEL_KEYS, locate)
+    _apply_table(raw, "optimizer", OPTIMIZER_KEYS, locate)
+    return raw
+
+
+def _set(out: dict, dotted: str, value: Any) -> None:
+    section, _, key = dotted.partition(".")
+    out.setdefault(section, {})[key] = value
+
+
+def from_trainer_form(raw: dict, locate=lambda key: "") -> dict:
+    """The 2.5+ ``trainer: {init, fit, validate, validate_all}`` form as flat sections (a new dict).
+
+    The inverse of the vendor Trainer's legacy-key table; a list of trainers is not supported here.
+    """
+    if "trainer" not in raw:
+        return raw
+    others = [k for k in raw if k != "trainer"]
+    if others:
+        raise ParamsError(f"params: the trainer form has only the 'trainer' section, found also {others}"
+                          f"{locate(others[0])}")
+    trainer = raw["trainer"]
+    if isinstance(trainer, list):
+        raise ParamsError("params: trainer: a list of trainers is not supported; keep one 'trainer' mapping"
+                          f"{locate('trainer')}")
+    if not isinstance(trainer, dict):
+        raise ParamsError(f"params: trainer must be a mapping with init and fit{locate('trainer')}")
+    out: dict = {}
+    init = trainer.get("init") or {}
+    model = dict(init.get("model") or {})
+    if model:
+        out["model"] = model
+    opt = init.get("optimizer")
+    if opt is not None:
+        if not isinstance(opt, dict) or len(opt) != 1:
+            raise ParamsError("params: trainer.init.optimizer: expected one mapping '<OptimizerName>: {...}'"
+                              f"{locate('trainer.init.optimizer')}")
+        (name, kwargs), = opt.items()
+        out["optimizer"] = {"optimizer_type": name, **(kwargs or {})}
+    scheds = init.get("schedulers")
+    if scheds is not None:
+        entries = []
+        for i, entry in enumerate(scheds if isinstance(scheds, list) else [scheds]):
+            if not isinstance(entry, dict) or len(entry) != 1:
+                raise ParamsError(f"params: trainer.init.schedulers[{i}]: expected '<SchedulerName>: {{...}}'"
+                                  f"{locate('trainer.init.schedulers')}")
+            (name, kwargs), = entry.items()
+            entries.append({"scheduler": name, **(kwargs or {})})
+        lr: Any = entries[0] if len(entries) == 1 else entries
+        if len(entries) == 1 and str(entries[0]["scheduler"]).lower() in ("constantlr", "constant") \
+                and set(entries[0]) <= {"scheduler", "learning_rate"}:
+            lr = entries[0].get("learning_rate")
+        out.setdefault("optimizer", {})["learning_rate"] = lr
+
+    def walk(node: Any, prefix: str) -> None:
+        for key, value in node.items():
+            path = f"{prefix}.{key}"
+            if path in TRAINER_KEYS:
+                _set(out, TRAINER_KEYS[path], value)
+            elif path in TRAINER_RECORDED:
+                _record(f"trainer.{path}", value, TRAINER_RECORDED[path])
+            elif path in ("init.model", "init.optimizer", "init.schedulers", "fit.train_dataloader",
+                          "fit.val_dataloader"):
+                continue
+            elif isinstance(value, dict) and any(k.startswith(path + ".") for k in TRAINER_KEYS):
+                walk(value, path)
+            else:
+                prefix_keys = {k[len(prefix) + 1:].split(".")[0] for k in (*TRAINER_KEYS, *TRAINER_RECORDED)
+                               if k.startswith(prefix + ".")}
+                raise ParamsError(unknown_key_message(f"trainer.{path}", key, sorted(prefix_keys),
+                                                      where=locate(f"trainer.{path}")))
+
+    for part in ("init", "fit", "validate", "validate_all"):
+        if part in trainer:
+            if part in TRAINER_RECORDED:
+                _record(f"trainer.{part}", trainer[part], TRAINER_RECORDED[part])
+            elif isinstance(trainer[part], dict):
+                walk(trainer[part], part)
+    unknown = [k for k in trainer if k not in ("init", "fit", "validate", "validate_all")]
+    if unknown:
+        raise ParamsError(unknown_key_message(f"trainer.{unknown[0]}", unknown[0],
+                                              ["init", "fit", "validate", "validate_all"],
+                                              where=locate(f"trainer.{unknown[0]}")))
+    fit = trainer.get("fit") or {}
+    if fit.get("train_dataloader") is not None:
+        out["train_input"] = dict(fit["train_dataloader"])
+    if fit.get("val_dataloader") is not None:
+        out["eval_input"] = dict(fit["val_dataloader"])
+    elif isinstance(trainer.get("validate"), dict) and trainer["validate"].get("val_dataloader") is not None:
+        out["eval_input"] = dict(trainer["validate"]["val_dataloader"])
+    return out
