@@ -54,6 +54,8 @@ def build_dataloader(params: Params, split: str,
     kwargs.update(section.extra)
     try:
         loader = fn(split=split, **kwargs)
+    except ParamsError:
+        raise  # already names its key
     except (TypeError, ValueError) as e:
         raise ParamsError(f"params: {name}: {e}") from None
     return _checked_loader(loader, name)
