@@ -1,4 +1,4 @@
-"""CSX engine vs eager PyTorch vs torch.compile vs the FLOP floor, per training step (DESIGN §8).
+"""CSX engine vs eager PyTorch vs torch.compile vs the FLOP floor, per training step (ratios against peers in the same run).
 
 Run: ``flock /tmp/cs_run_bench.lock .venv/bin/python bench/bench_engine.py`` (about 3-5 minutes on one
 core; ``--quick`` skips the inductor variants and the cold/warm subprocesses).

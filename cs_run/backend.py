@@ -175,7 +175,7 @@ def backend(backend_type: str | None = None, *args: Any, **options: Any) -> Back
 
 def configure(model_dir: str = "./", compile_dir: str | None = None, compile_only: bool = False,
               validate_only: bool = False, checkpoint_steps: int = 0, **cluster: Any) -> Backend:
-    """The older flat API (seed 001): a CSX backend from run options plus ClusterConfig fields."""
+    """The older flat API (the vendor's cstorch porting guide): a CSX backend from run options plus ClusterConfig fields."""
     fields = set(ClusterConfig.__dataclass_fields__)
     unknown = sorted(set(cluster) - fields)
     if unknown:

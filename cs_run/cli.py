@@ -18,60 +18,52 @@ from cs_run.checkpoint.cli import checkpoint
 from cs_run.compat.cli import exec_command
 from cs_run.examples.gpt2.cli import data
 from cs_run.exits import ErrorGroup
-from cs_run.params import flag_overrides, load_params, parse_override
+from cs_run.options import RunOption, flag_overrides, run_options
+from cs_run.params import load_params, parse_override
 from cs_run.plot import plot
 from cs_run.runners import PyTorchBaseRunner
 
 __all__ = ["cli", "main"]
-
-_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-
 
 def default_params_path() -> Path:
     """The bundled fc_mnist params: what ``cs-run train`` runs when no --params is given."""
     return Path(str(resources.files("cs_run.examples") / "fc_mnist" / "params.yaml"))
 
 
-_MODELZOO_OPTIONS = [
+def _click_option(option: RunOption):
+    """A RunConfig flag as a click option (type, range, choices and help from the field)."""
+    if option.kind == "int":
+        kind: Any = click.IntRange(min=option.minimum)
+    elif option.kind == "choice":
+        kind = click.Choice(option.choices, case_sensitive=False)
+    elif option.path == "dir":
+        kind = click.Path(file_okay=False, path_type=Path)
+    elif option.path == "file":
+        kind = click.Path(dir_okay=False, path_type=Path)
+    else:
+        kind = str
+    names = [f"--{option.name}"] + ([option.short] if option.short else [])
+    return click.option(*names, type=kind, multiple=option.kind == "list", metavar=option.metavar,
+                        help=option.help + (" (repeatable)" if option.kind == "list" else ""))
+
+
+# The Model Zoo run-script flags: the params file and device, every flag-marked RunConfig field (one
+# declaration, see cs_run.options), and --set for any other key.
+_RUN_OPTIONS = [
     click.option("--params", "-p", "params_path", type=click.Path(dir_okay=False, path_type=Path),
                  help="Params YAML (Model Zoo layout). Default: the bundled fc_mnist params."),
     click.option("--device", type=click.Choice(["CPU", "GPU", "CSX"], case_sensitive=False), default="CPU",
                  show_default=True, help="Eager CPU or GPU, or CSX: the traced, compiled engine (on CUDA if present)."),
-    click.option("--model_dir", "-o", type=click.Path(file_okay=False, path_type=Path),
-                 help="Output folder (checkpoints, summaries, resolved params, run log)."),
-    click.option("--checkpoint_path", type=click.Path(dir_okay=False, path_type=Path),
-                 help="Start from this checkpoint instead of the newest one in model_dir."),
-    click.option("--max_steps", type=click.IntRange(min=0), help="Total steps, counted across resumed runs."),
-    click.option("--num_steps", type=click.IntRange(min=0), help="Steps to run in this invocation."),
-    click.option("--num_epochs", type=click.IntRange(min=0), help="Epochs to run in this invocation."),
-    click.option("--eval_steps", type=click.IntRange(min=1), help="Eval batches per evaluation."),
-    click.option("--logging", "log_level", type=click.Choice(_LEVELS, case_sensitive=False),
-                 help="Log level (default: runconfig.logging, INFO)."),
-    click.option("--runner", help="A custom runner class, 'module:Class', subclassing a cs-run runner."),
+    *[_click_option(option) for option in run_options() if option.cli],
     click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                 help="Override any params key, e.g. --set runconfig.log_steps=10; KEY=null removes it (repeatable)."),
-]
-
-# The Model Zoo's CSX flags; each sets the runconfig key of the same name.
-_CSX_OPTIONS = [
-    click.option("--compile_dir", type=click.Path(file_okay=False, path_type=Path),
-                 help="CSX compile cache (default: MODEL_DIR/cached_compile)."),
-    click.option("--num_csx", type=click.IntRange(min=1), help="Systems to use (this machine runs one)."),
-    click.option("--num_workers_per_csx", type=click.IntRange(min=1), help="Streaming workers per system."),
-    click.option("--mount_dirs", multiple=True, type=click.Path(path_type=Path),
-                 help="Folders mounted on the appliance (repeatable; no local effect)."),
-    click.option("--python_paths", multiple=True, type=click.Path(path_type=Path),
-                 help="Folders put on sys.path before model and data are imported (repeatable)."),
-    click.option("--job_labels", multiple=True, metavar="KEY=VALUE", help="Appliance job labels (repeatable)."),
-    click.option("--max_wgt_servers", type=click.IntRange(min=1), help="Weight servers (appliance only)."),
-    click.option("--max_act_per_csx", type=click.IntRange(min=1), help="Activation servers per system (appliance)."),
-    click.option("--transfer_processes", type=click.IntRange(min=1), help="Data transfer processes (appliance only)."),
+                 help="Override any params key, e.g. --set runconfig.log_steps=10; KEY=null removes it (repeatable). "
+                      "Precedence: params file < --set < a flag."),
 ]
 
 
 def modelzoo_options(fn):
     """The Model Zoo run-script flags, declared on each subcommand (they come after it)."""
-    for option in reversed(_MODELZOO_OPTIONS + _CSX_OPTIONS):
+    for option in reversed(_RUN_OPTIONS):
         fn = option(fn)
     return fn
 
@@ -89,12 +81,12 @@ def cli() -> None:
 
 def _run(mode: str, options: dict[str, Any], extra_flags: Optional[dict] = None) -> None:
     path: Optional[Path] = options["params_path"] or default_params_path()
-    flags = flag_overrides({**options, "logging": options["log_level"].upper() if options["log_level"] else None})
+    flags = flag_overrides(options)
     flags.update(extra_flags or {})
     overrides = dict(parse_override(text) for text in options["overrides"])
     params = load_params(path, {**overrides, **flags})
     setup_console_logging(params.runconfig.logging)
-    runner = PyTorchBaseRunner.create(params, device=options["device"], runner=options["runner"], mode=mode)
+    runner = PyTorchBaseRunner.create(params, device=options["device"], mode=mode)
     results = runner.run(mode)
     if "summary" in results:  # compile-only / validate-only
         click.echo(results["summary"])

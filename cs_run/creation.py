@@ -3,7 +3,7 @@
 On the vendor stack these fill tensors lazily on the device. Here they are thin wrappers over torch's
 creation ops with the vendor's 2.10 signatures (``zeros(shape, dtype)``, ``full(shape, value, dtype)``,
 ``zeros_like(other, dtype)``, ...), so compliant code written for cstorch runs unchanged. The torch
-forms of seed 001 still work: ``zeros(2, 3)`` and torch's keyword arguments (device, requires_grad, ...).
+forms of the vendor's porting guide still work: ``zeros(2, 3)`` and torch's keyword arguments (device, requires_grad, ...).
 """
 
 from __future__ import annotations

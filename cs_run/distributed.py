@@ -10,12 +10,13 @@ own DataLoader by calling the ``input_fn``).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
 __all__ = [
     "ClusterConfig",
+    "ClusterOptions",
     "num_streamers",
     "get_streaming_rank",
     "get_streaming_batch_size",
@@ -28,35 +29,56 @@ __all__ = [
 
 
 @dataclass
-class ClusterConfig:
+class ClusterOptions:
+    """The cluster options of a run, declared once: runconfig keys of the same names (``RunConfig`` embeds
+    them), ``cs-run`` and run.py flags and the Trainer's CSX backend are all generated from these fields
+    (see :mod:`cs_run.options`). Field order and defaults are the vendor's ``ClusterConfig``'s."""
+
+    num_csx: int = field(default=1, metadata={"min": 1, "flag": {}, "appliance_only": True})
+    """Cerebras systems (replicas) to use; this machine runs one."""
+    max_wgt_servers: int = field(default=24, metadata={"min": 1, "flag": {}, "appliance_only": True})
+    """Weight servers (appliance only)."""
+    max_act_per_csx: int = field(default=1, metadata={"min": 1, "flag": {}, "appliance_only": True})
+    """Activation servers per system (appliance only)."""
+    num_workers_per_csx: int = field(default=1, metadata={"min": 1, "flag": {}, "appliance_only": True})
+    """Input streaming workers per system; locally the train loader's own num_workers apply."""
+    transfer_processes: int = field(default=5, metadata={"min": 1, "flag": {}, "appliance_only": True})
+    """Processes moving data to and from the appliance (appliance only)."""
+    mount_dirs: list[str] = field(default_factory=list, metadata={"flag": {}, "appliance_only": True})
+    """Folders mounted into the appliance's pods (appliance only; local folders are visible anyway)."""
+    python_paths: list[str] = field(default_factory=list, metadata={"flag": {"path": "dir"}})
+    """Folders put on sys.path before model and data functions are imported."""
+    job_labels: list[str] = field(default_factory=list, metadata={"flag": {"metavar": "KEY=VALUE"},
+                                                                  "appliance_only": True})
+    """key=value labels of the appliance job (appliance only)."""
+
+
+@dataclass
+class ClusterConfig(ClusterOptions):
     """The cluster a run uses (fields and defaults of the vendor's ``ClusterConfig`` / ``configure``).
 
     Fields that only mean something on the vendor's appliance (weight/activation servers, transfer
-    processes, mounts, labels) are kept so configs and scripts run unchanged; they do not change what
-    cs-run does.
+    processes, mounts, labels, the management connection) are kept so configs and scripts run unchanged;
+    they do not change what cs-run does.
     """
 
-    num_csx: int = 1
-    max_wgt_servers: int = 24
-    max_act_per_csx: int = 1
-    num_workers_per_csx: int = 1
-    transfer_processes: int = 5
-    mount_dirs: list[str] = field(default_factory=list)
-    python_paths: list[str] = field(default_factory=list)
-    job_labels: list[str] = field(default_factory=list)
     mgmt_address: str | None = None
+    """Address of the appliance's management service (appliance only)."""
     credentials_path: str | None = None
+    """TLS credentials for the management service (appliance only)."""
     job_time_sec: int | None = None
+    """Time limit of the appliance job (appliance only)."""
     disable_version_check: bool = False
+    """Skip the appliance's software version check (appliance only)."""
 
     def __post_init__(self) -> None:
-        for name in ("num_csx", "max_wgt_servers", "max_act_per_csx", "num_workers_per_csx", "transfer_processes"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"Invalid ClusterConfig.{name}: {value!r} (must be an integer >= 1)")
-        for name in ("mount_dirs", "python_paths", "job_labels"):
-            value = getattr(self, name)
-            setattr(self, name, [] if value is None else [str(v) for v in value])
+        for f in fields(ClusterOptions):
+            value = getattr(self, f.name)
+            if "min" in f.metadata and (not isinstance(value, int) or isinstance(value, bool)
+                                        or value < f.metadata["min"]):
+                raise ValueError(f"Invalid ClusterConfig.{f.name}: {value!r} (must be an integer >= 1)")
+            if f.default_factory is list:
+                setattr(self, f.name, [] if value is None else [str(v) for v in value])
         for label in self.job_labels:
             if "=" not in label:
                 raise ValueError(f"Invalid job label {label!r}: expected 'key=value'")

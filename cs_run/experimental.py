@@ -1,4 +1,4 @@
-"""``cstorch.experimental``: the 1.9/2.0 experimental API (seed 001's ``cerebras_pytorch.experimental``).
+"""``cstorch.experimental``: the 1.9/2.0 experimental API (the porting guide's ``cerebras_pytorch.experimental``).
 
 It became the main API; every name is looked up on ``cs_run`` itself (same objects), so this module
 imports nothing from the package (no import cycle) and stays in step with it.

@@ -24,21 +24,14 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
-import yaml
 
-from cs_run import amp
+from cs_run import _yaml, amp
 from cs_run._logging import setup_console_logging
 from cs_run.errors import ParamsError
 from cs_run.exits import ArgumentParser, report
 from cs_run.optim import configure_from_params
-from cs_run.params import (
-    CLUSTER_INT_KEYS,
-    CLUSTER_LIST_KEYS,
-    apply_overrides,
-    flag_overrides,
-    params_from_dict,
-    parse_override,
-)
+from cs_run.options import flag_overrides, run_options
+from cs_run.params import apply_overrides, params_from_dict, parse_override
 from cs_run.runners import PyTorchBaseRunner
 from cs_run.runners import _build as runner_build
 from cs_run.vendor_params import from_trainer_form
@@ -61,22 +54,19 @@ def _parser(extra_args_parser_fn: Optional[Callable]) -> argparse.ArgumentParser
     p.add_argument("--device", type=str.upper, choices=_DEVICES, help="Where to run (older flat form).")
     p.add_argument("-m", "--mode", required=True, choices=_MODES)
     p.add_argument("-p", "--params", required=True, help="Params YAML (Model Zoo layout).")
-    p.add_argument("-o", "--model_dir")
-    p.add_argument("--checkpoint_path")
-    for name in ("max_steps", "num_steps", "num_epochs", "eval_steps"):
-        p.add_argument(f"--{name}", type=int)
-    p.add_argument("--logging", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR"))
-    p.add_argument("--runner", help="A custom runner class, 'module:Class'.")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="Override any params key (repeatable).")
-    csx = p.add_argument_group("CSX")
-    csx.add_argument("--compile_only", action="store_true", default=None, help="Trace and compile only.")
-    csx.add_argument("--validate_only", action="store_true", default=None, help="Trace only.")
-    csx.add_argument("--compile_dir")
-    for name in CLUSTER_INT_KEYS:
-        csx.add_argument(f"--{name}", type=int)
-    for name in CLUSTER_LIST_KEYS:
-        csx.add_argument(f"--{name}", nargs="+")
+                   help="Override any params key (repeatable). Precedence: params file < --set < a flag.")
+    for option in run_options():  # one declaration: the flag-marked RunConfig fields (cs_run.options)
+        names = [f"--{option.name}"] + ([option.short] if option.short else [])
+        if option.kind == "bool":
+            p.add_argument(*names, action="store_true", default=None, help=option.help)
+        elif option.kind == "list":
+            p.add_argument(*names, nargs="+", metavar=option.metavar, help=option.help)
+        elif option.kind == "choice":
+            p.add_argument(*names, type=str.upper, choices=option.choices, help=option.help)
+        else:
+            p.add_argument(*names, type=int if option.kind == "int" else str, metavar=option.metavar,
+                           help=option.help)
     return p
 
 
@@ -126,10 +116,7 @@ def _params_from_args(args: argparse.Namespace) -> dict:
     path = Path(args.params)
     if not path.is_file():
         raise ParamsError(f"params file not found: {path}")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ParamsError(f"params file is not valid YAML ({path}): {e}") from None
+    raw = _yaml.parse(_yaml.read_text(path), str(path))[0] or {}  # the params file's limits (cs_run._yaml)
     if not isinstance(raw, dict):
         raise ParamsError(f"params file must be a mapping of sections ({path})")
     raw = from_trainer_form(raw)

@@ -23,6 +23,7 @@ import yaml
 from cs_run import _yaml, vendor_params
 from cs_run._checks import check_value, unknown_key_message
 from cs_run._logging import defer
+from cs_run.distributed import ClusterOptions
 from cs_run.errors import CsRunError, ParamsError
 from cs_run.registry import apply_model_defaults
 from cs_run.schedule import check_step_options
@@ -37,14 +38,10 @@ __all__ = [
     "apply_overrides",
     "save_params",
     "build_section",
-    "flag_overrides",
     "params_from_dict",
 ]
 
 SECTIONS = ("train_input", "eval_input", "model", "optimizer", "runconfig")
-# The Model Zoo's cluster flags: integers, and lists given once per value (all runconfig keys).
-CLUSTER_INT_KEYS = ("num_csx", "num_workers_per_csx", "max_wgt_servers", "max_act_per_csx", "transfer_processes")
-CLUSTER_LIST_KEYS = ("mount_dirs", "python_paths", "job_labels")
 
 
 @dataclass
@@ -123,70 +120,59 @@ class OptimizerParams:
 
 
 @dataclass
-class RunConfig:
-    """``runconfig``: how long to run, where to write, how often to log and checkpoint."""
+class RunConfig(ClusterOptions):
+    """``runconfig``: how long to run, where to write, how often to log and checkpoint.
 
-    model_dir: str = "./model_dir"
+    The cluster keys (num_csx, python_paths, ...) are :class:`cs_run.distributed.ClusterOptions`'
+    fields, embedded. A field whose metadata has ``flag`` is also a ``cs-run`` / run.py flag, and one
+    with ``trainer`` a key of the Trainer's argument of that name (:mod:`cs_run.options` generates them).
+    """
+
+    model_dir: str = field(default="./model_dir", metadata={"flag": {"short": "-o", "path": "dir"}})
     """Output folder: checkpoints, train/ and eval/ summaries, resolved params, run log."""
-    max_steps: Optional[int] = field(default=None, metadata={"min": 0})
+    max_steps: Optional[int] = field(default=None, metadata={"min": 0, "flag": {}, "trainer": "loop"})
     """Total optimizer steps, counted across resumed runs."""
-    num_steps: Optional[int] = field(default=None, metadata={"min": 0})
+    num_steps: Optional[int] = field(default=None, metadata={"min": 0, "flag": {}, "trainer": "loop"})
     """Steps to run in this invocation (exclusive with num_epochs)."""
-    num_epochs: Optional[int] = field(default=None, metadata={"min": 0})
+    num_epochs: Optional[int] = field(default=None, metadata={"min": 0, "flag": {}, "trainer": "loop"})
     """Epochs to run in this invocation (exclusive with num_steps)."""
-    steps_per_epoch: Optional[int] = field(default=None, metadata={"min": 1})
+    steps_per_epoch: Optional[int] = field(default=None, metadata={"min": 1, "trainer": "loop"})
     """Cap on steps per epoch; defaults to the train loader's length."""
-    eval_steps: Optional[int] = field(default=None, metadata={"min": 1})
+    eval_steps: Optional[int] = field(default=None, metadata={"min": 1, "flag": {}, "trainer": "loop"})
     """Eval batches per evaluation; defaults to the whole eval loader."""
-    eval_frequency: Optional[int] = field(default=None, metadata={"min": 1})
+    eval_frequency: Optional[int] = field(default=None, metadata={"min": 1, "trainer": "loop"})
     """In train_and_eval, also evaluate every this many steps."""
-    checkpoint_steps: int = field(default=0, metadata={"min": 0})
+    checkpoint_steps: int = field(default=0, metadata={"min": 0, "trainer": ("checkpoint", "steps")})
     """Save a checkpoint every this many steps (0: only at the end)."""
-    save_initial_checkpoint: bool = False
+    save_initial_checkpoint: bool = field(default=False, metadata={"trainer": "checkpoint"})
     """Save a checkpoint of the initial weights at step 0."""
-    max_checkpoints: Optional[int] = field(default=None, metadata={"min": 1})
+    max_checkpoints: Optional[int] = field(default=None, metadata={"min": 1, "trainer": "checkpoint"})
     """Keep only the newest this many checkpoints in model_dir."""
-    log_steps: int = field(default=100, metadata={"min": 1})
+    log_steps: int = field(default=100, metadata={"min": 1, "trainer": "logging"})
     """Log loss and rate every this many steps."""
     seed: Optional[int] = field(default=None, metadata={"min": -(2**63), "max": 2**64 - 1})
     """Seed of every RNG (torch, numpy, random); two runs with one seed give identical losses. Any
     integer torch.manual_seed accepts: -2**63 to 2**64 - 1."""
-    checkpoint_path: Optional[str] = None
+    checkpoint_path: Optional[str] = field(default=None, metadata={"flag": {"path": "file"}})
     """Start from this checkpoint instead of the newest one in model_dir."""
-    autoload_checkpoint: bool = True
+    autoload_checkpoint: bool = field(default=True, metadata={"trainer": ("checkpoint", "autoload")})
     """Resume from the newest checkpoint in model_dir when checkpoint_path is not given."""
-    logging: str = field(default="INFO", metadata={"choices": ("DEBUG", "INFO", "WARNING", "ERROR")})
+    logging: str = field(default="INFO", metadata={"choices": ("DEBUG", "INFO", "WARNING", "ERROR"), "flag": {}})
     """Log level of the console and of model_dir/run.log."""
-    runner: Optional[str] = None
+    runner: Optional[str] = field(default=None, metadata={"flag": {"metavar": "MODULE:CLASS"}})
     """A custom runner class as ``module:Class`` (a subclass of one of cs-run's runners)."""
-    disable_progress_bar: bool = False
+    disable_progress_bar: bool = field(default=False, metadata={"trainer": "logging"})
     """Hide the tqdm progress bars (they are hidden anyway when stderr is not a terminal)."""
-    # ---- CSX: the lazy-traced engine and the Model Zoo's cluster flags
-    compile_dir: Optional[str] = None
+    # ---- CSX: the lazy-traced engine (the cluster keys come from ClusterOptions)
+    compile_dir: Optional[str] = field(default=None, metadata={"flag": {"path": "dir"}})
     """Compile cache of the CSX engine (default: model_dir/cached_compile)."""
-    compile_only: bool = False
+    compile_only: bool = field(default=False, metadata={"flag": {"cli": False}})
     """Trace and compile the step into compile_dir; run nothing (exclusive with validate_only)."""
-    validate_only: bool = False
+    validate_only: bool = field(default=False, metadata={"flag": {"cli": False}})
     """Trace the step and report its graph or compliance error; compile and run nothing."""
     compile_tier: Optional[str] = field(default=None, metadata={"choices": ("fx", "inductor", "auto")})
     """CSX compile tier: auto (default: the faster of fx and inductor, measured on the first steps), fx
     (bit-identical to eager, instant), inductor (fused kernels, compiled once and cached)."""
-    num_csx: int = field(default=1, metadata={"min": 1})
-    """Cerebras systems (replicas) to use; this machine runs one."""
-    num_workers_per_csx: int = field(default=1, metadata={"min": 1})
-    """Input streaming workers per system; locally the train loader's own num_workers apply."""
-    max_wgt_servers: int = field(default=24, metadata={"min": 1})
-    """Weight servers (appliance only)."""
-    max_act_per_csx: int = field(default=1, metadata={"min": 1})
-    """Activation servers per system (appliance only)."""
-    transfer_processes: int = field(default=5, metadata={"min": 1})
-    """Processes moving data to and from the appliance (appliance only)."""
-    mount_dirs: list = field(default_factory=list)
-    """Folders mounted into the appliance's pods (appliance only; local folders are visible anyway)."""
-    python_paths: list = field(default_factory=list)
-    """Folders added to sys.path before model and data functions are imported."""
-    job_labels: list = field(default_factory=list)
-    """key=value labels of the appliance job (appliance only)."""
 
 
 @dataclass
@@ -308,7 +294,7 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     if defaults_fn is not None:
         raw = defaults_fn(raw)
 
-    raw = apply_model_defaults(raw)
+    raw = apply_model_defaults(raw, located)
     _resolve_relative_paths(raw, path.parent)
     if overrides:
         apply_overrides(raw, overrides)
@@ -359,26 +345,6 @@ def apply_overrides(raw: dict, overrides: dict[str, Any]) -> None:
             node.pop(keys[-1], None)
         else:
             node[keys[-1]] = value
-
-
-_FLAG_KEYS = ("max_steps", "num_steps", "num_epochs", "eval_steps", "logging", "compile_only", "validate_only",
-              *CLUSTER_INT_KEYS)
-_FLAG_PATH_KEYS = ("model_dir", "checkpoint_path", "compile_dir")
-
-
-def flag_overrides(flags: dict[str, Any]) -> dict[str, Any]:
-    """The run-script flags (CLI or ``run()``) as runconfig overrides: paths made absolute against the
-    current folder, repeated flags as lists. Only the flags the user gave are returned: an unset flag
-    (None, empty) overrides nothing, neither the file nor a ``--set`` of the same key."""
-    out: dict[str, Any] = {f"runconfig.{k}": flags.get(k) for k in _FLAG_KEYS}
-    for key in _FLAG_PATH_KEYS:
-        value = flags.get(key)
-        out[f"runconfig.{key}"] = str(Path(value).expanduser().resolve()) if value else None
-    for key in CLUSTER_LIST_KEYS:
-        values = [str(Path(v).expanduser().resolve()) if key == "python_paths" else str(v)
-                  for v in flags.get(key) or ()]
-        out[f"runconfig.{key}"] = values or None
-    return {key: value for key, value in out.items() if value is not None}
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -45,9 +45,10 @@ def register_model(name: str, model_fn: str, data_fn: Optional[str] = None, data
     _MODELS[name] = ModelSpec(name, model_fn, data_fn, tuple(data_processors), defaults_fn)
 
 
-def apply_model_defaults(raw: dict) -> dict:
+def apply_model_defaults(raw: dict, locate=lambda key: "") -> dict:
     """Before validation: name the model of a Model Zoo file by its data_processor when model.name is
-    absent, then fill that registered model's own defaults (its ``defaults_fn``)."""
+    absent, check that an input's data_processor is one the model's data reads, then fill that
+    registered model's own defaults (its ``defaults_fn``)."""
     model = raw.get("model")
     if not isinstance(model, dict):
         return raw
@@ -58,6 +59,15 @@ def apply_model_defaults(raw: dict) -> dict:
         if len(owners) == 1:
             model["name"] = owners[0]
     spec = _MODELS.get(model.get("name"))
+    for name in ("train_input", "eval_input"):
+        section = raw.get(name)
+        if spec is None or not spec.data_processors or not isinstance(section, dict) or section.get("data_fn"):
+            continue
+        processor = section.get("data_processor")
+        if processor is not None and processor not in spec.data_processors:
+            raise ParamsError(f"params: {name}.data_processor: {processor!r} is not one {spec.name}'s data reads; "
+                              f"expected one of {', '.join(spec.data_processors)} (or set {name}.data_fn)"
+                              f"{locate(f'{name}.data_processor')}")
     if spec is not None and spec.defaults_fn:
         resolve_object(spec.defaults_fn, key="model.name")(model)
     return raw

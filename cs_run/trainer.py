@@ -24,6 +24,7 @@ import torch
 from cs_run._checks import unknown_key_error
 from cs_run.backend import Backend, resolve_backend
 from cs_run.errors import ParamsError
+from cs_run.options import cluster_keys, trainer_keys
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params, RunConfig, build_section
 from cs_run.runners import PyTorchBaseRunner
 
@@ -31,9 +32,10 @@ __all__ = ["Trainer", "trainers_from_config"]
 
 logger = logging.getLogger(__name__)
 
-_LOOP_KEYS = {"num_steps", "max_steps", "num_epochs", "steps_per_epoch", "eval_steps", "eval_frequency"}
-_CHECKPOINT_KEYS = {"steps": "checkpoint_steps", "max_checkpoints": "max_checkpoints",
-                    "save_initial_checkpoint": "save_initial_checkpoint", "autoload": "autoload_checkpoint"}
+# Trainer key -> runconfig key of the loop, checkpoint and logging arguments: from RunConfig's declaration.
+_LOOP_KEYS = trainer_keys("loop")
+_CHECKPOINT_KEYS = trainer_keys("checkpoint")
+_LOGGING_KEYS = trainer_keys("logging")
 _PRECISION_KEYS = {"mixed_precision", "use_bfloat16", "fp16_type", "loss_scaling_factor", "initial_loss_scale",
                    "steps_per_increase", "min_loss_scale", "max_loss_scale", "overflow_tolerance",
                    "max_gradient_norm", "max_gradient_value"}
@@ -127,22 +129,19 @@ def trainers_from_config(config: Union[dict, list]) -> list[tuple[Trainer, dict]
 
 def _runconfig(model_dir: str, backend: Backend, loop: dict, checkpoint: dict, logging: Any,
                seed: Optional[int]) -> RunConfig:
-    _reject_unknown("loop", loop, _LOOP_KEYS | {"grad_accum_steps"})
+    _reject_unknown("loop", loop, set(_LOOP_KEYS) | {"grad_accum_steps"})
     _reject_unknown("checkpoint", checkpoint, set(_CHECKPOINT_KEYS))
     log = {"log_steps": logging} if isinstance(logging, int) else dict(logging or {})
-    _reject_unknown("logging", log, {"log_steps", "disable_progress_bar"})
-    rc: dict[str, Any] = {"model_dir": model_dir, "seed": seed, **log}
-    rc.update({k: v for k, v in loop.items() if k in _LOOP_KEYS})
-    rc.update({_CHECKPOINT_KEYS[k]: v for k, v in checkpoint.items()})
+    _reject_unknown("logging", log, set(_LOGGING_KEYS))
+    rc: dict[str, Any] = {"model_dir": model_dir, "seed": seed}
+    for given, keys in ((loop, _LOOP_KEYS), (checkpoint, _CHECKPOINT_KEYS), (log, _LOGGING_KEYS)):
+        rc.update({keys[k]: v for k, v in given.items() if k in keys})
     if backend.is_csx:  # the backend's own options drive the CS runner's backend
         cc = backend.cluster_config
         rc.update(compile_dir=backend.compile_dir, compile_only=backend.compile_only,
                   validate_only=backend.validate_only, compile_tier=backend.compile_tier,
-                  **{f.name: getattr(cc, f.name) for f in fields(cc) if f.name in _RUNCONFIG_FIELDS})
+                  **{key: getattr(cc, key) for key in cluster_keys()})
     return build_section(RunConfig, "runconfig", rc, lambda key: " (Trainer arguments)")
-
-
-_RUNCONFIG_FIELDS = {f.name for f in fields(RunConfig)}
 
 
 def _model_parts(model: Any, precision: dict) -> tuple[ModelParams, Optional[Callable]]:

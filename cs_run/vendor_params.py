@@ -141,6 +141,8 @@ MODEL_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 OPTIMIZER_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "disable_lr_steps_reset": ("recorded", "R_1.x appliance LR-step bookkeeping", ("boolean",)),
     "ws_summary": ("recorded", "weight-streaming appliance summaries", ("boolean",)),
+    "use_bias_correction": ("recorded", "in the Model Zoo GPT-2 files but read by no Model Zoo code (AdamW's bias "
+                            "correction is correct_bias, on by default)", ("boolean",)),
 }
 # csconfig (Release_1.9 / 2.0): read by the 1.9 CS runner only.
 CSCONFIG_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {

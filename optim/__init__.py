@@ -1,4 +1,4 @@
-"""Cerebras-compliant optimizers and closed-form LR schedulers (``cs_run.optim``, DESIGN §6).
+"""Cerebras-compliant optimizers and closed-form LR schedulers (``cs_run.optim``, docs/architecture.md#layers).
 
 Every optimizer creates its whole state in ``preinitialize()`` and keeps ``param_group['lr']`` as a
 tensor; every scheduler computes the lr as a tensor function of its step. Build them from params with

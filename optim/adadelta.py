@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _run_closure
+from .optimizer import Optimizer, ParamsT, _check, _decayed, _run_closure
 
 __all__ = ["Adadelta"]
 
@@ -58,7 +58,7 @@ class Adadelta(Optimizer):
                     continue
                 square_avg, acc_delta = self.state[p]["square_avg"], self.state[p]["acc_delta"]
                 grad = p.grad if not group["maximize"] else -p.grad
-                grad = grad + p * group["weight_decay"]
+                grad = _decayed(grad, p, group["weight_decay"])
                 square_avg.mul_(rho).addcmul_(grad, grad, value=1 - rho)
                 std = square_avg.add(eps).sqrt_()
                 delta = acc_delta.add(eps).sqrt_().div_(std).mul_(grad)

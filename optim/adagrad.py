@@ -9,7 +9,7 @@ import torch
 from cs_run.creation import full_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _run_closure
+from .optimizer import Optimizer, ParamsT, _check, _decayed, _run_closure
 
 __all__ = ["Adagrad"]
 
@@ -64,10 +64,10 @@ class Adagrad(Optimizer):
                 state_sum = self.state[p]["sum"]
                 step = self.increment_global_step(p)
                 grad = p.grad if not group["maximize"] else -p.grad
-                grad = grad + p * group["weight_decay"]
+                grad = _decayed(grad, p, group["weight_decay"])
                 state_sum.addcmul_(grad, grad, value=1.0)
                 std = state_sum.sqrt().add_(group["eps"])
-                grad.div_(1.0 + (step - 1.0) * group["lr_decay"])
+                grad = grad.div(1.0 + (step - 1.0) * group["lr_decay"])
                 p.addcdiv_(-group["lr"] * grad, std)
         return loss
 

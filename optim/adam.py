@@ -117,7 +117,9 @@ class AdamBase(Optimizer):
                     update *= torch.sqrt(1.0 - b2p) / (1.0 - b1p)
                     b1p *= beta1
                     b2p *= beta2
-                update.add_(p * group["weight_decay"])
+                weight_decay = group["weight_decay"]
+                if isinstance(weight_decay, torch.Tensor) or weight_decay != 0:  # skip adding exact zeros
+                    update.add_(p * weight_decay)
                 update *= group["lr"]
                 p.sub_(update)
         return loss

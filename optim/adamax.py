@@ -9,7 +9,7 @@ import torch
 from cs_run.creation import zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure
+from .optimizer import Optimizer, ParamsT, _check, _check_betas, _decayed, _run_closure
 
 __all__ = ["Adamax"]
 
@@ -67,7 +67,7 @@ class Adamax(Optimizer):
                 if p.grad is None:
                     continue
                 grad = p.grad if not group["maximize"] else -p.grad
-                grad = grad + p * group["weight_decay"]
+                grad = _decayed(grad, p, group["weight_decay"])
                 state = self.state[p]
                 exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]
                 exp_avg.mul_(beta1).add_(grad, alpha=1.0 - beta1)

@@ -9,7 +9,7 @@ import torch
 from cs_run.creation import ones, zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _run_closure
+from .optimizer import Optimizer, ParamsT, _check, _decayed, _run_closure
 
 __all__ = ["ASGD"]
 
@@ -73,7 +73,7 @@ class ASGD(Optimizer):
                 mu, ax, eta = state["mu"], state["ax"], state["eta"]
                 grad = p.grad if not group["maximize"] else -p.grad
                 step = self.increment_global_step(p)
-                grad = grad + p * group["weight_decay"]
+                grad = _decayed(grad, p, group["weight_decay"])
                 p.mul_(1 - lambd * eta)
                 p.add_(grad * eta.neg())
                 ax.copy_(torch.where(mu == 1, p, ax.add(p.sub(ax).mul(mu))))

@@ -1,4 +1,4 @@
-"""Build optimizers and LR schedulers from a params file's ``optimizer`` block (seed 001, seed 004).
+"""Build optimizers and LR schedulers from a params file's ``optimizer`` block (the vendor's porting and custom optimizer guides).
 
 Names resolve case-insensitively over every subclass of :class:`~cs_run.optim.Optimizer` (or
 :class:`~cs_run.optim.lr_scheduler.LRScheduler`) defined anywhere, so a user's class works by name
@@ -164,6 +164,13 @@ def _build_scheduler(optimizer: torch.optim.Optimizer, entry: Any, where: str,
         raise ParamsError(f"{where}.scheduler: missing; name the schedule, e.g. CosineDecayLR")
     entry = dict(entry)
     cls = resolve_scheduler_class(entry.pop("scheduler"), f"{where}.scheduler")
+    if cls is _lrs.LinearLR and "alpha" in entry:
+        # The Model Zoo GPT-2 files put alpha (a cosine decay's floor) on a Linear phase; the Model Zoo's
+        # Linear schedule never reads it, so it is logged and dropped rather than refused.
+        alpha = entry.pop("alpha")
+        if f"{where}.alpha" not in _LOGGED:
+            _LOGGED.add(f"{where}.alpha")
+            logger.info("%s.alpha=%s: no effect on a Linear schedule (the Model Zoo ignores it too)", where, alpha)
     params = inspect.signature(cls.__init__).parameters
     if in_sequence and "total_iters" not in params:  # the phase length of a SequentialLR entry only
         for key in ("total_iters", "steps", "decay_steps"):
@@ -190,7 +197,7 @@ def _total_iters(entry: dict[str, Any]) -> Any:
 
 
 def configure_lr_scheduler(optimizer: torch.optim.Optimizer, learning_rate: Any) -> _lrs.LRScheduler | None:
-    """Build the schedule of a params file's ``optimizer.learning_rate`` (seed 001).
+    """Build the schedule of a params file's ``optimizer.learning_rate`` (the vendor's cstorch porting guide).
 
     * a number: ConstantLR with that value;
     * a mapping with ``scheduler`` (any case, ``LR`` suffix optional) and its arguments;
@@ -257,6 +264,7 @@ PARAM_GROUP_KEYS = ("adjust_learning_rate", "params")
 RECORDED_KEYS = {
     "disable_lr_steps_reset": "R_1.x appliance LR-step bookkeeping; schedules here always count global steps",
     "ws_summary": "weight-streaming appliance summaries",
+    "use_bias_correction": "read by no Model Zoo code (AdamW's bias correction is correct_bias, on by default)",
 }
 """Block keys that configure only the vendor's appliance: accepted, logged once, no effect here."""
 

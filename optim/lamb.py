@@ -9,7 +9,7 @@ import torch
 from cs_run.creation import zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure
+from .optimizer import Optimizer, ParamsT, _check, _check_betas, _decayed, _run_closure
 
 __all__ = ["Lamb"]
 
@@ -74,7 +74,7 @@ class Lamb(Optimizer):
                 exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
                 exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
                 adam_step = exp_avg / exp_avg_sq.sqrt().add(group["eps"])
-                adam_step = adam_step + p * group["weight_decay"]
+                adam_step = _decayed(adam_step, p, group["weight_decay"])
                 if group["adam"]:
                     update = adam_step
                 else:

@@ -9,7 +9,7 @@ import torch
 from cs_run.creation import ones, zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure
+from .optimizer import Optimizer, ParamsT, _check, _check_betas, _decayed, _run_closure
 
 __all__ = ["NAdam"]
 
@@ -91,7 +91,7 @@ class NAdam(Optimizer):
                 if group["decoupled_weight_decay"]:
                     p.mul_(1 - lr * group["weight_decay"])
                 else:
-                    grad = grad + p * group["weight_decay"]
+                    grad = _decayed(grad, p, group["weight_decay"])
                 point_nine_six = torch.full_like(step, 0.96)
                 mu = beta1 * (1.0 - 0.5 * torch.pow(point_nine_six, step * decay))
                 mu_next = beta1 * (1.0 - 0.5 * torch.pow(point_nine_six, (step + 1) * decay))

@@ -1,7 +1,7 @@
 """The compliant optimizer base class: all state exists before the first step, the lr is a tensor.
 
-A traced step (DESIGN §4) turns every tensor the optimizer reads or writes into a graph input. That only
-works if (1) the state exists before the trace, so it can be bound, and (2) nothing in ``step`` depends
+A traced step (docs/architecture.md#the-csx-engine-cs_runengine) turns every tensor the optimizer reads or
+writes into a graph input. That only works if (1) the state exists before the trace, so it can be bound, and (2) nothing in ``step`` depends
 on tensor values or on Python numbers that change between steps. :class:`Optimizer` enforces (1) by
 calling :meth:`preinitialize` at construction and refusing state created later, and gives (2) by keeping
 every ``param_group['lr']`` as a 0-d tensor that schedulers update in place.
@@ -43,11 +43,6 @@ def _scalar_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type == "mps" else torch.float64
 
 
-def _scalar(t: Tensor) -> Tensor:
-    """``t`` (a step or lr) in the scalar-math dtype, for per-step factors like ``1 - beta ** step``."""
-    return t.to(_scalar_dtype(t.device))
-
-
 def _check(name: str, value: Any, low: float = 0.0, high: float | None = None, *, high_open: bool = True) -> None:
     """Raise ValueError naming the hyper-parameter, its value and its range."""
     ok = value >= low and (high is None or (value < high if high_open else value <= high))
@@ -61,14 +56,6 @@ def _check_betas(betas: Any, count: int = 2) -> None:
         raise ValueError(f"Invalid betas: {betas!r} (must be a tuple of {count} floats)")
     for index, beta in enumerate(betas):
         _check(f"beta at index {index}", beta, 0.0, 1.0)
-
-
-def _foreach_ok(tensors: list[Tensor]) -> bool:
-    """Whether the foreach path applies: one device and dtype, dense tensors."""
-    if not tensors:
-        return False
-    first = tensors[0]
-    return all(t.device == first.device and t.dtype == first.dtype and not t.is_sparse for t in tensors)
 
 
 def _state_size(state: dict) -> tuple[int, int]:
@@ -100,7 +87,7 @@ def _checked_step(step: Callable) -> Callable:
 
 
 class Optimizer(torch.optim.Optimizer, abc.ABC):
-    """Base of Cerebras-compliant optimizers (seed 004).
+    """Base of Cerebras-compliant optimizers (the vendor's custom optimizer guide).
 
     Subclasses pass ``params`` and ``defaults`` like torch.optim and implement:
 
@@ -249,18 +236,12 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
             group["lr"] = _copy_into(old_group["lr"], group["lr"], "param_groups[].lr")
 
 
-def _weight_decay(param: Tensor, grad: Tensor, *, lr: Any, weight_decay: float, decoupled: bool = False) -> Tensor:
-    """The shared weight-decay step of the single-tensor optimizers; returns the gradient to use.
-
-    L2 (``decoupled=False``) adds ``weight_decay * param`` to the gradient; decoupled (AdamW style)
-    shrinks the parameter in place by ``1 - lr * weight_decay`` and leaves the gradient alone.
-    """
-    if weight_decay == 0:
+def _decayed(grad: Tensor, param: Tensor, weight_decay: Any) -> Tensor:
+    """The vendor's L2 step ``grad + param * weight_decay``, skipped for a Python zero (it would add
+    exact zeros in two extra passes). A scheduled weight decay is a tensor and always applied."""
+    if not isinstance(weight_decay, Tensor) and weight_decay == 0:
         return grad
-    if decoupled:
-        param.mul_(1 - lr * weight_decay)
-        return grad
-    return grad.add(param, alpha=weight_decay)
+    return grad + param * weight_decay
 
 
 def _run_closure(closure: Callable[[], Any] | None) -> Any:

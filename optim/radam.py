@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure
+from .optimizer import Optimizer, ParamsT, _check, _check_betas, _decayed, _run_closure
 
 __all__ = ["RAdam"]
 
@@ -73,7 +73,7 @@ class RAdam(Optimizer):
                 if group["decoupled_weight_decay"]:
                     p.mul_(1 - group["lr"] * group["weight_decay"])
                 else:
-                    grad = grad + p * group["weight_decay"]
+                    grad = _decayed(grad, p, group["weight_decay"])
                 beta2t = torch.pow(beta2, step)
                 bias_correction1 = 1 - torch.pow(beta1, step)
                 bias_correction2 = 1 - beta2t

@@ -9,7 +9,7 @@ import torch
 from cs_run.creation import zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _run_closure
+from .optimizer import Optimizer, ParamsT, _check, _decayed, _run_closure
 
 __all__ = ["RMSprop"]
 
@@ -73,7 +73,7 @@ class RMSprop(Optimizer):
                     continue
                 state = self.state[p]
                 grad = p.grad if not group["maximize"] else -p.grad
-                grad = grad + p * group["weight_decay"]
+                grad = _decayed(grad, p, group["weight_decay"])
                 square_avg = state["square_avg"]
                 square_avg.mul_(alpha).addcmul_(grad, grad, value=1.0 - alpha)
                 if group["centered"]:

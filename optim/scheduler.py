@@ -5,7 +5,7 @@ which bakes a new Python number into every traced step. Here ``step()`` adds 1 t
 ``last_epoch``, evaluates ``_get_closed_form()`` with torch ops and copies the result into the value
 ``param_group_key`` names (``"lr"`` for :mod:`.lr_scheduler`, ``"weight_decay"`` for
 :mod:`.weight_decay_scheduler`) of every targeted group, in place, so one captured graph serves every
-step (DESIGN §6, STYLE §2.3). The classes and arguments are the vendor's 2.10 ``*Scheduler`` family;
+step (docs/architecture.md#layers). The classes and arguments are the vendor's 2.10 ``*Scheduler`` family;
 values are computed in float64 (the vendor: float32), so they agree with the vendor's to float32
 round-off except where the vendor is defective (documented per class, checked against the golden
 files in tests/optim/test_vendor_oracle.py).

@@ -9,7 +9,7 @@ import torch
 from cs_run.creation import zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _run_closure
+from .optimizer import Optimizer, ParamsT, _check, _decayed, _run_closure
 
 __all__ = ["SGD"]
 
@@ -79,12 +79,12 @@ class SGD(Optimizer):
                 if p.grad is None:
                     continue
                 grad = p.grad if not group["maximize"] else -p.grad
-                grad = grad + p * group["weight_decay"]
+                grad = _decayed(grad, p, group["weight_decay"])
                 if momentum != 0:
                     buf = self.state[p]["momentum_buffer"]
                     buf.mul_(momentum).add_(grad, alpha=1.0 - group["dampening"])
                     if group["nesterov"]:
-                        grad.add_(buf, alpha=momentum)
+                        grad = grad.add(buf, alpha=momentum)
                     else:
                         grad = buf
                 p.add_(-lr * grad)

@@ -1,4 +1,4 @@
-"""The PyTorchBaseRunner hierarchy (seed 002): the loop, its hooks, and one runner per device."""
+"""The PyTorchBaseRunner hierarchy (the vendor's PyTorch runners guide): the loop, its hooks, and one runner per device."""
 
 from cs_run.runners.base import PyTorchBaseRunner as PyTorchBaseRunner
 from cs_run.runners.cs_runner import PyTorchCSCompiler as PyTorchCSCompiler

@@ -8,6 +8,7 @@ executes (:meth:`_train_step`, :meth:`_eval_step`) and how values reach the host
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 from pathlib import Path
@@ -281,14 +282,14 @@ class PyTorchBaseRunner(RunnerHooks):
                 next(iterator)
             restore_rng_state(resume["rng"], generator)
         while self._epoch_step < steps_per_epoch:
-            micro = []
-            for batch in iterator:
-                micro.append(self._to_device(batch))
-                if len(micro) == accum:
-                    break
+            micro = self._next_batches(iterator, accum)
             if len(micro) < accum:
                 return
             yield micro
+
+    def _next_batches(self, iterator: Iterator, count: int) -> list:
+        """The next ``count`` batches of ``iterator`` on the device (fewer when it ends first)."""
+        return [self._to_device(batch) for batch in itertools.islice(iterator, count)]
 
     def _after_train_step(self, loss: torch.Tensor, micro_batches: list, end_step: int) -> None:
         """Host work after a step: loss check, logging, checkpoint, periodic eval."""

@@ -13,6 +13,7 @@ Which hooks run where on CSX:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from typing import Any, Callable, Optional
@@ -21,10 +22,10 @@ import torch
 
 from cs_run.backend import Backend
 from cs_run.backend import backend as make_backend
-from cs_run.distributed import ClusterConfig
+from cs_run.distributed import ClusterConfig, ClusterOptions
 from cs_run.engine.step import CompiledStep
 from cs_run.errors import ParamsError
-from cs_run.params import CLUSTER_INT_KEYS, CLUSTER_LIST_KEYS, Params, RunConfig
+from cs_run.params import Params, RunConfig
 from cs_run.runners import _build
 from cs_run.runners._step import eval_step, train_step
 from cs_run.runners.base import PyTorchBaseRunner
@@ -36,7 +37,7 @@ logger = logging.getLogger("cs_run.runners")
 
 # Cluster keys that only mean something on the vendor's appliance (python_paths does act locally):
 # accepted, recorded, and logged once when they differ from RunConfig's defaults.
-_APPLIANCE_ONLY = [k for k in CLUSTER_INT_KEYS + CLUSTER_LIST_KEYS if k != "python_paths"]
+_APPLIANCE_ONLY = [f.name for f in dataclasses.fields(ClusterOptions) if f.metadata.get("appliance_only")]
 
 
 def create_backend(params: Params) -> Backend:
@@ -48,9 +49,7 @@ def create_backend(params: Params) -> Backend:
         if value != getattr(defaults, key):
             logger.info("runconfig.%s=%s is recorded in the resolved params but has no effect on this machine "
                         "(it configures the Cerebras appliance)", key, value)
-    cluster = ClusterConfig(num_csx=rc.num_csx, max_wgt_servers=rc.max_wgt_servers, max_act_per_csx=rc.max_act_per_csx,
-                            num_workers_per_csx=rc.num_workers_per_csx, transfer_processes=rc.transfer_processes,
-                            mount_dirs=rc.mount_dirs, python_paths=rc.python_paths, job_labels=rc.job_labels)
+    cluster = ClusterConfig(**{f.name: getattr(rc, f.name) for f in dataclasses.fields(ClusterOptions)})
     compile_dir = rc.compile_dir or f"{rc.model_dir}/cached_compile"
     return make_backend("CSX", artifact_dir=rc.model_dir, compile_dir=compile_dir, compile_only=rc.compile_only,
                         validate_only=rc.validate_only, cluster_config=cluster, compile_tier=rc.compile_tier)
@@ -119,11 +118,7 @@ class PyTorchCSRunner(PyTorchBaseRunner):
                 raise ParamsError("params: missing section optimizer (needed to trace the train step)")
             loader = _build.build_dataloader(self.params, mode, self._data_fns[mode])
             accum = self.params.optimizer.grad_accum_steps if mode == "train" else 1
-            batches = []
-            for batch in loader:
-                batches.append(self._to_device(batch))
-                if len(batches) == accum:
-                    break
+            batches = self._next_batches(iter(loader), accum)
             if len(batches) < accum:
                 raise ParamsError(f"params: {mode}_input: the loader yielded no full step to trace")
             self.model.train(mode == "train")

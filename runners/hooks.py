@@ -1,4 +1,4 @@
-"""The runner hooks of the Model Zoo (seed 002) plus ``on_checkpoint_saved``, declared once.
+"""The runner hooks of the Model Zoo (the vendor's PyTorch runners guide) plus ``on_checkpoint_saved``, declared once.
 
 Override them in a subclass of a runner and call ``super()``. The loop that calls them, in order::
 

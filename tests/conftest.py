@@ -160,7 +160,7 @@ class NotARunner:
 
 
 class MyOptimizer(cs_run.optim.Optimizer):
-    """A custom compliant optimizer written as seed 004 describes (plain SGD with a decay)."""
+    """A custom compliant optimizer written as the vendor's custom optimizer guide describes (plain SGD with a decay)."""
 
     def __init__(self, params, lr=0.1, decay=0.0):
         super().__init__(params, {"lr": lr, "decay": decay}, enable_global_step=False)

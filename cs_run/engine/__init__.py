@@ -1,4 +1,6 @@
-"""The CSX whole-step engine: trace -> compile -> replay (DESIGN §4). Internal, except for the hooks below.
+"""The CSX whole-step engine: trace -> compile -> replay. Internal, except for the hooks below.
+
+docs/architecture.md#the-csx-engine-cs_runengine describes the stages and their contracts.
 
 Stages, one module each: ``state`` (discover and bind state), ``trace`` (make_fx with fake tensors),
 ``compliance`` (value reads -> ComplianceError), ``compile`` (fx / inductor tiers), ``cache``

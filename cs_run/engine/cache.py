@@ -1,10 +1,12 @@
-"""The compile cache under ``compile_dir`` (DESIGN §4.4).
+"""The record of compiled steps under ``compile_dir`` (docs/architecture.md#contracts).
 
 A compiled step is keyed by a hash of the graph's generated code, the values of the small constants
 it embeds, the input signature (shapes, dtypes, devices of state and batch), the tier and the torch
-version. Each entry is a folder holding ``graph.py`` (the fx code) and ``summary.json``. For the
-inductor tier, ``artifacts/<key>.inductor.bin`` is inductor's saved compiled artifact, which a later
-process loads instead of compiling. Inductor's own caches live in ``compile_dir/inductor``.
+version. Each entry is a folder holding ``graph.py`` (the fx code, for reading) and ``summary.json``;
+an entry's presence is what the log's "compile cache hit" means: this graph was compiled into this
+compile_dir before. For the inductor tier, ``artifacts/<key>.inductor.bin`` is inductor's saved compiled
+artifact, which a later process loads instead of compiling (the trace still runs: it gives the key).
+Inductor's own caches live in ``compile_dir/inductor``; the fx tier rebuilds in milliseconds.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Step closures and checkpoint closures (DESIGN §4.6–4.7).
+"""Step closures and checkpoint closures (docs/architecture.md#the-csx-engine-cs_runengine).
 
 A closure gets *materialized* values: each tensor argument is cloned where the closure is called
 (inside a traced step the clone is a graph op, so it costs no host sync), so later in-place updates
@@ -65,14 +65,15 @@ class RecordedClosure:
     tensor_pos: list[int]
     checkpoint: bool
     tensors: list[torch.Tensor] = field(default_factory=list)  # fakes (trace time only)
-    first_output: int = 0
+    first_value: int = 0  # where this call's tensors start among the step's closure values
 
-    def run(self, outputs: list[torch.Tensor]) -> None:
+    def run(self, values: list[torch.Tensor]) -> None:
+        """Call the closure with this step's values (the graph outputs of the layout's closure_values)."""
         if self.checkpoint and not is_checkpoint_step():
             return
         leaves = list(self.leaves)
         for k, pos in enumerate(self.tensor_pos):
-            leaves[pos] = outputs[self.first_output + k]
+            leaves[pos] = values[self.first_value + k]
         args, kwargs = pytree.tree_unflatten(leaves, self.spec)
         self.fn(*args, **kwargs)
 
@@ -88,10 +89,12 @@ class Recorder:
         frozen = [None if isinstance(x, torch.Tensor) else x for x in leaves]
         self.calls.append(RecordedClosure(fn, spec, frozen, pos, checkpoint, tensors))
 
-    def finish(self, first_output: int) -> list[RecordedClosure]:
+    def finish(self) -> list[RecordedClosure]:
+        """The recorded calls, each knowing where its tensors start among the closure values."""
+        first = 0
         for call in self.calls:
-            call.first_output = first_output
-            first_output += len(call.tensors)
+            call.first_value = first
+            first += len(call.tensors)
         return self.calls
 
 

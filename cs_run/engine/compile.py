@@ -1,4 +1,4 @@
-"""Lower a traced step to an executable (DESIGN §4.4).
+"""Lower a traced step to an executable (docs/architecture.md#the-csx-engine-cs_runengine).
 
 Tiers:
 
@@ -18,11 +18,12 @@ Tiers:
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import shutil
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -31,11 +32,12 @@ from cs_run.engine.progress import compiling
 from cs_run.engine.trace import TracedStep
 from cs_run.engine.trial import TierTrial
 
-__all__ = ["COUNTS", "DEFAULT_TIER", "TIERS", "compile_graph", "resolve_tier"]
+__all__ = ["COUNTS", "DEFAULT_TIER", "TIERS", "compile_graph", "inductor_cache_dir", "resolve_tier"]
 
 logger = logging.getLogger(__name__)
 TIERS = ("auto", "fx", "inductor")
 DEFAULT_TIER = "auto"
+_INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
 # What this process really did, for tests and the bench: "inductor_compile" (a lowering ran),
 # "inductor_load" (a saved artifact was loaded instead). Counted, not parsed from logs.
 COUNTS: collections.Counter[str] = collections.Counter()
@@ -102,27 +104,49 @@ def _build(traced: TracedStep, batch: list[torch.Tensor], tier: str, cache: Comp
     return executable
 
 
+@contextlib.contextmanager
+def inductor_cache_dir(path: str | os.PathLike | None) -> Iterator[None]:
+    """Inductor's cache (its FX graph and kernel caches) in ``path`` during the block, then as it was.
+
+    Inductor reads ``TORCHINDUCTOR_CACHE_DIR`` on each cache lookup, and the compiled kernels are loaded
+    before the compile (or load) returns, so the variable is needed for the compile call only.
+    """
+    if path is None:
+        yield
+        return
+    old = os.environ.get(_INDUCTOR_ENV)
+    os.environ[_INDUCTOR_ENV] = str(path)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(_INDUCTOR_ENV, None)
+        else:
+            os.environ[_INDUCTOR_ENV] = old
+
+
 def _inductor(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache | None, key: str,
               label: str) -> tuple[Callable[..., Any], str]:
     """Loads the saved artifact for ``key`` or compiles (and saves) one; returns it and what happened."""
     from torch._inductor import CompiledArtifact, standalone_compile  # noqa: PLC0415, TID253  (heavy)
 
+    def scope() -> contextlib.AbstractContextManager:  # inductor's kernels and caches into compile_dir
+        return inductor_cache_dir(cache.inductor_dir if cache is not None else None)
+
     if cache is not None:
-        # Inductor's kernels and its FX graph cache live in compile_dir too (read on each lookup).
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache.inductor_dir)
         artifact = cache.artifact_path(key)
         if artifact.is_file():
             try:
-                with compiling(f"{label} (loading tier inductor from the compile cache)"):
+                with compiling(f"{label} (loading tier inductor from the compile cache)"), scope():
                     loaded = CompiledArtifact.load(path=str(artifact), format="binary")
                 COUNTS["inductor_load"] += 1
                 return loaded, "loaded"
             except Exception as exc:  # noqa: BLE001  (a stale or foreign artifact: compile afresh)
                 logger.warning("compile cache: could not load %s (%s); compiling again", artifact, exc)
     example = [t.detach() for t in traced.state.tensors] + [t.detach() for t in batch]
-    with compiling(f"{label} (tier inductor)"), torch.no_grad():
+    with compiling(f"{label} (tier inductor)"), torch.no_grad(), scope():
         compiled = standalone_compile(traced.gm, example, dynamic_shapes="from_example_inputs")
-    COUNTS["inductor_compile"] += 1
-    if cache is not None and compiled.is_saveable():
-        cache.save_artifact(key, compiled)
+        COUNTS["inductor_compile"] += 1
+        if cache is not None and compiled.is_saveable():
+            cache.save_artifact(key, compiled)
     return compiled, "compiled"

@@ -1,4 +1,4 @@
-"""Replay a compiled step on the next batch (DESIGN §4.5–4.6).
+"""Replay a compiled step on the next batch (docs/architecture.md#the-csx-engine-cs_runengine).
 
 No user Python runs here. The compiled graph mutates the real state tensors in place; slots the step
 *rebound* get the new value copied in (identity kept), gradients left by the step are attached to
@@ -28,17 +28,16 @@ def batch_leaves(traced: TracedStep, args: tuple, kwargs: dict) -> list[torch.Te
 
 def replay(executable: Callable[..., Any], traced: TracedStep, batch: list[torch.Tensor]) -> Any:
     """Runs one step: the graph, then rebinds, grads and closures; returns the user's output."""
-    slots = traced.state.slots
+    slots, layout = traced.state.slots, traced.layout
     with torch.no_grad():  # the graph is aten-level: autograd would only add overhead
         outs = executable(*traced.state.tensors, *batch)
-        n = traced.num_user_outputs
-        for k, idx in enumerate(traced.rebind_slots, start=n):
+        for k, idx in zip(layout.rebinds, layout.rebind_slots):
             slots[idx].tensor.copy_(outs[k])
-        first_grad = n + len(traced.rebind_slots)
-        for k, idx in enumerate(traced.grad_slots, start=first_grad):
+        for k, idx in zip(layout.grads, layout.grad_slots):
             slots[idx].tensor.grad = outs[k]
     leaves = [outs[x.index] if isinstance(x, OutputRef) else x for x in traced.out_leaves]
     result = pytree.tree_unflatten(leaves, traced.out_spec)
+    values = outs[layout.closure_values.start:layout.closure_values.stop]
     for call in traced.closure_calls:  # after the step, on this step's cloned values
-        call.run(outs)
+        call.run(values)
     return result

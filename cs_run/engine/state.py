@@ -1,4 +1,4 @@
-"""State discovery and temporary binding (DESIGN §4.1–4.2).
+"""State discovery and temporary binding (docs/architecture.md#the-csx-engine-cs_runengine).
 
 Everything a step reads or mutates becomes a graph input. Three sources, in this order:
 

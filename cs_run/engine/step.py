@@ -1,4 +1,4 @@
-"""``CompiledStep``: trace -> compile -> replay, tied together (STYLE §2.4).
+"""``CompiledStep``: trace -> compile -> replay, tied together (docs/architecture.md#contracts).
 
 The user's step runs once per input signature (at the trace); every later call replays the compiled
 graph on the new batch. Python values inside the step are frozen at their first value: a Python

@@ -1,4 +1,4 @@
-"""Trace a whole step once into an aten-level fx graph with fake tensors (DESIGN §4.2).
+"""Trace a whole step once into an aten-level fx graph with fake tensors (docs/architecture.md#the-csx-engine-cs_runengine).
 
 ``trace_step`` binds the state to fake inputs, runs the user's step under
 ``make_fx(tracing_mode="fake")`` (no compute, no memory: validate-only is cheap) and returns a
@@ -6,8 +6,9 @@
 in-place updates are recorded as aten ops; replaying the graph needs no autograd and mutates the
 real state tensors in place.
 
-Graph outputs, in order: the user's tensor outputs, new values of rebound state slots, gradients the
-step leaves on parameters, then the (cloned) tensor arguments of step closures called in the step.
+Graph outputs, in order (:class:`OutputLayout`): the user's tensor outputs, new values of rebound
+state slots, gradients the step leaves on parameters, then the (cloned) tensor arguments of step
+closures called in the step. See docs/architecture.md#contracts.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from cs_run.engine.compliance import compliance_error, is_value_read, library_hi
 from cs_run.engine.state import Slot, StateSet, optimizer_state_rebinds
 from cs_run.errors import ComplianceError
 
-__all__ = ["GraphSummary", "OutputRef", "TracedStep", "input_signature", "trace_step"]
+__all__ = ["GraphSummary", "OutputLayout", "OutputRef", "TracedStep", "input_signature", "trace_step"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,46 @@ class GraphSummary:
                 f"traced in {self.trace_seconds:.2f}s")
 
 
+@dataclass(frozen=True)
+class OutputRef:
+    """A user-output leaf that is a tensor: graph output ``index``."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class OutputLayout:
+    """Where each kind of value sits among the graph's outputs (they come in this order).
+
+    Attributes:
+        num_user: the user's tensor outputs, graph outputs ``0 .. num_user - 1``.
+        rebind_slots: the state slots the step rebound; their new values follow the user outputs.
+        grad_slots: the parameter slots whose gradients the step left; they follow the rebinds.
+        num_closure_values: the closures' cloned tensor arguments, last.
+    """
+
+    num_user: int
+    rebind_slots: tuple[int, ...]
+    grad_slots: tuple[int, ...]
+    num_closure_values: int = 0
+
+    @property
+    def rebinds(self) -> range:
+        return range(self.num_user, self.num_user + len(self.rebind_slots))
+
+    @property
+    def grads(self) -> range:
+        return range(self.rebinds.stop, self.rebinds.stop + len(self.grad_slots))
+
+    @property
+    def closure_values(self) -> range:
+        return range(self.grads.stop, self.grads.stop + self.num_closure_values)
+
+    @property
+    def num_outputs(self) -> int:
+        return self.closure_values.stop
+
+
 @dataclass
 class TracedStep:
     """A captured step: the graph plus how to map its inputs and outputs back to Python."""
@@ -67,20 +108,21 @@ class TracedStep:
     in_spec: pytree.TreeSpec
     frozen_inputs: dict[int, Any]  # non-tensor input leaves (position -> first value)
     out_spec: pytree.TreeSpec
-    out_leaves: list[Any]  # per user-output leaf: int index into graph outputs, or a frozen value
-    rebind_slots: list[int]  # graph output n_user + j -> copy into state.slots[k]
-    grad_slots: list[int]
+    out_leaves: list[Any]  # per user-output leaf: an OutputRef, or a frozen non-tensor value
+    layout: OutputLayout
     closure_calls: list[closures.RecordedClosure]
     summary: GraphSummary
 
-    @property
-    def num_user_outputs(self) -> int:
-        return sum(isinstance(x, OutputRef) for x in self.out_leaves)
 
+@dataclass
+class _Capture:
+    """What the traced run hands back besides the graph (filled while make_fx runs the step)."""
 
-@dataclass(frozen=True)
-class OutputRef:
-    index: int
+    stray_nodes: dict[int, torch.fx.Node] = field(default_factory=dict)
+    out_spec: pytree.TreeSpec | None = None
+    out_leaves: list[Any] = field(default_factory=list)
+    layout: OutputLayout | None = None
+    closure_calls: list[closures.RecordedClosure] = field(default_factory=list)
 
 
 def input_signature(args: tuple, kwargs: dict) -> tuple:
@@ -151,17 +193,18 @@ def trace_step(fn: Callable, state: StateSet, args: tuple, kwargs: dict) -> Trac
     batch_pos = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
     frozen = {i: x for i, x in enumerate(leaves) if not isinstance(x, torch.Tensor)}
     strays: dict[int, torch.Tensor] = {}
-    meta: dict[str, Any] = {}
-    runner = _make_runner(fn, state, in_spec, len(leaves), batch_pos, frozen, strays, meta)
+    capture = _Capture()
+    runner = _make_runner(fn, state, in_spec, len(leaves), batch_pos, frozen, strays, capture)
     inputs = [_as_input(s) for s in state.slots] + [leaves[i] for i in batch_pos]
     gm = _run_make_fx(runner, inputs)
-    _lift_strays(gm, state, strays, meta.pop("stray_nodes"))
+    _lift_strays(gm, state, strays, capture.stray_nodes)
     _drop_replay_noops(gm)
     gm.graph.eliminate_dead_code()
     gm.recompile()
     summary = summarize(gm, state, [leaves[i] for i in batch_pos], time.perf_counter() - t0)
-    return TracedStep(gm, state, in_spec, frozen, meta["out_spec"], meta["out_leaves"], meta["rebind_slots"],
-                      meta["grad_slots"], meta["closures"], summary)
+    assert capture.out_spec is not None and capture.layout is not None
+    return TracedStep(gm, state, in_spec, frozen, capture.out_spec, capture.out_leaves, capture.layout,
+                      capture.closure_calls, summary)
 
 
 def _lift_strays(gm: torch.fx.GraphModule, state: StateSet, strays: dict, nodes: dict) -> None:
@@ -219,7 +262,7 @@ def _is_data_dependent(exc: BaseException) -> bool:
     return isinstance(exc, (DataDependentOutputException, DynamicOutputShapeException)) or type(exc).__name__ in names
 
 
-def _make_runner(fn, state, in_spec, n_leaves, batch_pos, frozen, strays, meta) -> Callable:
+def _make_runner(fn, state, in_spec, n_leaves, batch_pos, frozen, strays, capture: _Capture) -> Callable:
     n_state = len(state.slots)
 
     def runner(*flat: torch.Tensor):
@@ -233,14 +276,14 @@ def _make_runner(fn, state, in_spec, n_leaves, batch_pos, frozen, strays, meta) 
                 mapping[id(s.tensor)] = f
             recorder = stack.enter_context(closures.recording())
             mode = stack.enter_context(_TraceMode(mapping, strays))
-            meta["stray_nodes"] = mode.nodes
+            capture.stray_nodes = mode.nodes
             out = fn(*args, **kwargs)
-            return _collect_outputs(out, state, mapping, recorder, meta)
+            return _collect_outputs(out, state, mapping, recorder, capture)
 
     return runner
 
 
-def _collect_outputs(out, state: StateSet, mapping, recorder, meta) -> list[torch.Tensor]:
+def _collect_outputs(out, state: StateSet, mapping, recorder, capture: _Capture) -> list[torch.Tensor]:
     """Runs while the state is still bound: gathers the graph outputs (see module docstring)."""
     out_leaves, out_spec = pytree.tree_flatten(out)
     graph_outs: list[torch.Tensor] = []
@@ -270,9 +313,13 @@ def _collect_outputs(out, state: StateSet, mapping, recorder, meta) -> list[torc
         if g is not None:
             grads.append(i)
             graph_outs.append(g)
-    recorded = recorder.finish(len(graph_outs))
-    graph_outs.extend(t for call in recorded for t in call.tensors)
-    meta.update(out_spec=out_spec, out_leaves=kinds, rebind_slots=rebinds, grad_slots=grads, closures=recorded)
+    recorded = recorder.finish()
+    closure_values = [t for call in recorded for t in call.tensors]
+    graph_outs.extend(closure_values)
+    capture.out_spec, capture.out_leaves, capture.closure_calls = out_spec, kinds, recorded
+    capture.layout = OutputLayout(num_user=sum(isinstance(k, OutputRef) for k in kinds), rebind_slots=tuple(rebinds),
+                                  grad_slots=tuple(grads), num_closure_values=len(closure_values))
+    assert capture.layout.num_outputs == len(graph_outs)
     return graph_outs
 
 

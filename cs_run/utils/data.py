@@ -57,7 +57,7 @@ class DataLoader:
 
     Args:
         input_fn: Called once per worker as ``input_fn(*args, **kwargs)``.
-        num_steps, max_steps, num_epochs, steps_per_epoch: the older form (seed 001): iterating yields
+        num_steps, max_steps, num_epochs, steps_per_epoch: the older form (the vendor's cstorch porting guide): iterating yields
             exactly :func:`compute_num_steps` batches, cycling epochs. Without them one pass is one epoch.
     """
 

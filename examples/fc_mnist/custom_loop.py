@@ -1,4 +1,4 @@
-"""The custom training loop of the cstorch docs (seed 000) on fc_mnist, runnable on CPU, GPU and CSX.
+"""The custom training loop of the cstorch docs (the vendor's custom training loop guide) on fc_mnist, runnable on CPU, GPU and CSX.
 
     python -m cs_run.examples.fc_mnist.custom_loop --backend CSX --steps 300 --model_dir model_dir/loop
 

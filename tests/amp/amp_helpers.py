@@ -1,6 +1,6 @@
 """Helpers for the amp tests (imported as a module: a unique name, unlike conftest): a tiny compliant optimizer and a make_fx step tracer.
 
-``trace_step`` does what the CSX engine does (DESIGN §4): parameters, optimizer state and grad
+``trace_step`` does what the CSX engine does (docs/architecture.md#the-csx-engine-cs_runengine): parameters, optimizer state and grad
 scaler buffers become graph inputs, the step is traced once with fake tensors, and the graph is
 replayed on the real tensors, which it mutates in place.
 """

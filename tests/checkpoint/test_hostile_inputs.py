@@ -177,6 +177,26 @@ def soft_link(p, key, dst):
     _replace(dst, key, make, lambda leaf, s, d: leaf.update(off=None))
 
 
+def _unknown_filter_dataset(f, name, data) -> None:
+    """A chunked dataset whose filter pipeline names filter 32123, which no reader here has: libhdf5 would
+    search HDF5_PLUGIN_PATH and load a shared library to decode it (code named by the file)."""
+    from h5py import h5d, h5p, h5s, h5t, h5z
+
+    dcpl = h5p.create(h5p.DATASET_CREATE)
+    dcpl.set_chunk(data.shape)
+    dcpl.set_filter(32123, h5z.FLAG_OPTIONAL, ())  # optional: libhdf5 writes the data unfiltered
+    ds = h5d.create(f.id, name.encode(), h5t.py_create(data.dtype), h5s.create_simple(data.shape), dcpl=dcpl)
+    ds.write(h5s.ALL, h5s.ALL, np.ascontiguousarray(data))
+
+
+def unknown_filter(p, key, dst):
+    _copy(p["base"], dst)
+    with h5py.File(dst, "r") as f:
+        data = f[_leaf(_spec(f), key)["ds"]][()]
+    _replace(dst, key, lambda f, name, shape, dtype: _unknown_filter_dataset(f, name, data.reshape(shape)),
+             lambda leaf, s, d: leaf.update(off=None))
+
+
 def spec_edit(edit: Callable):
     """Forge the spec JSON of one leaf (the spec checksum is recomputed, so only the content lies)."""
     def build(p, key, dst):
@@ -248,6 +268,7 @@ def h5_cases(p) -> list[Case]:
             Case(f"external-link[{key}]", external_link, key, "external link"),
             Case(f"external-link-to-itself[{key}]", self_external_link, key, "external link"),
             Case(f"soft-link[{key}]", soft_link, key, "soft link"),
+            Case(f"unknown-filter-plugin[{key}]", unknown_filter, key, "HDF5 filter 32123"),
             Case(f"offset-past-eof[{key}]", spec_edit(lambda d, s, size: s.update(off=size * 4)), key,
                  "does not lie inside the file"),
             Case(f"offset-negative[{key}]", spec_edit(lambda d, s, size: s.update(off=-64)), key,
@@ -414,6 +435,9 @@ def legacy_cases() -> list[Case]:
     def soft(p, f, name, shape, dtype, dst):
         f[name] = h5py.SoftLink("/model.b")
 
+    def plugin(p, f, name, shape, dtype, dst):
+        _unknown_filter_dataset(f, name, np.zeros(shape, dtype))
+
     def huge_scalar(p, f, name, shape, dtype, dst):
         f.create_dataset(name, shape=(1 << 40,), dtype="f4", chunks=(1 << 16,))
 
@@ -426,6 +450,7 @@ def legacy_cases() -> list[Case]:
         Case("legacy-external-link", legacy(elink), "model.w", "external link"),
         Case("legacy-external-link-to-itself", legacy(self_link), "model.w", "external link"),
         Case("legacy-soft-link", legacy(soft), "model.w", "soft link"),
+        Case("legacy-unknown-filter-plugin", legacy(plugin), "model.w", "HDF5 filter 32123"),
         Case("legacy-absurd-shape-unallocated-chunks", legacy(huge_scalar), "model.w", "claims"),
         Case("legacy-string-tensor", legacy(strings), "model.w", "no tensor equivalent"),
         Case("legacy-scalar-unallocated", legacy(ext, "step"), "step", "does not lie inside the file"),

@@ -8,10 +8,11 @@ from click.testing import CliRunner
 from cs_run.cli import cli
 
 SUBCOMMANDS = ["train", "eval", "train-and-eval", "eval-all", "validate-only", "compile-only"]
-MODELZOO_FLAGS = ["--params", "--device", "--model_dir", "--checkpoint_path", "--max_steps", "--num_steps",
-                  "--num_epochs", "--eval_steps", "--logging", "--runner", "--set", "--compile_dir", "--num_csx",
-                  "--num_workers_per_csx", "--mount_dirs", "--python_paths", "--job_labels", "--max_wgt_servers",
-                  "--max_act_per_csx", "--transfer_processes"]
+# In RunConfig's declaration order (its own fields, then ClusterOptions' in the vendor's order), --set last.
+MODELZOO_FLAGS = ["--params", "--device", "--model_dir", "--max_steps", "--num_steps", "--num_epochs", "--eval_steps",
+                  "--checkpoint_path", "--logging", "--runner", "--compile_dir", "--num_csx", "--max_wgt_servers",
+                  "--max_act_per_csx", "--num_workers_per_csx", "--transfer_processes", "--mount_dirs",
+                  "--python_paths", "--job_labels", "--set"]
 
 
 def invoke(*args):

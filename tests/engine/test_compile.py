@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 
 import pytest
@@ -134,10 +135,25 @@ def test_inductor_tier_matches_eager_within_tolerance(tmp_path):
         o.step()
         return loss
 
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     compiled = CompiledStep(lambda x: step(model, opt, x), EngineOptions(tier="inductor", compile_dir=str(tmp_path)))
     for i in range(5):
         x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
         torch.testing.assert_close(compiled(x), step(ref, ref_opt, x), rtol=1e-5, atol=1e-6)
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
-    assert (tmp_path / "inductor").is_dir()
+    assert (tmp_path / "inductor").is_dir() and any((tmp_path / "inductor").iterdir())  # its kernels went there
+    assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") == before  # for the compile call only
+
+
+def test_inductor_cache_dir_is_set_for_the_block_only(monkeypatch, tmp_path):
+    from cs_run.engine.compile import inductor_cache_dir
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    with inductor_cache_dir(tmp_path):
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path)
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
+    with pytest.raises(RuntimeError), inductor_cache_dir(tmp_path):
+        raise RuntimeError("compile failed")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/elsewhere"

@@ -1,4 +1,4 @@
-"""Seed 000 and seed 001 scripts on CSX vs CPU vs plain PyTorch: identical parameters after N steps.
+"""The vendor guides' scripts (custom training loop, porting guide) on CSX vs CPU vs plain PyTorch: identical parameters after N steps.
 
 CSX (fx tier) replays the aten ops eager autograd would run, in the same order, so results are
 bit-identical to the CPU backend and to a plain-PyTorch loop with the same optimizer. Against
@@ -18,7 +18,7 @@ NUM_STEPS = 12
 
 
 def run_seed000(backend_type: str, tmp_path) -> dict:
-    """The custom training loop of seed 000, with ``import cs_run as cstorch``."""
+    """The custom training loop of the vendor's custom training loop guide, with ``import cs_run as cstorch``."""
     backend = cstorch.backend(backend_type, artifact_dir=tmp_path, compile_tier="fx",  # fx: bit-identical
                               cluster_config=cstorch.distributed.ClusterConfig(num_csx=1))
     torch.manual_seed(0)
@@ -106,7 +106,7 @@ def test_seed000_csx_cpu_and_plain_pytorch_agree(tmp_path):
 
 
 def run_seed001(tmp_path, device_type: str) -> dict:
-    """Seed 001's full training example (configure / compile_step / closures / old DataLoader form)."""
+    """The vendor porting guide's full training example (configure / compile_step / closures / old DataLoader form)."""
     checkpoint_steps = 4
     if device_type == "CSX":
         cstorch.configure(model_dir=str(tmp_path), checkpoint_steps=checkpoint_steps, num_csx=1,

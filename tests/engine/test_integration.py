@@ -1,4 +1,4 @@
-"""Seed 001's full example with the real cs_run.optim / cs_run.amp parts: CSX equals CPU bit for bit.
+"""The vendor porting guide's full example with the real cs_run.optim / cs_run.amp parts: CSX equals CPU bit for bit.
 
 Skipped while those packages are not installed (they are built in parallel to the engine).
 """

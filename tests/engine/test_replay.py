@@ -157,3 +157,42 @@ def test_registered_object_rebinding_is_state():
         expected = [ref_model(x).sum() * (4.0 * 0.5 ** (i + 1)) for i, (x, _) in enumerate(batches(3))]
     for out, ref in zip(outs, expected):
         assert torch.equal(out, ref)
+
+
+def test_output_layout_names_every_graph_output():
+    # User outputs, a rebound state slot, gradients left on parameters and closure values, in this order.
+    from cs_run.engine.step import CompiledStep
+
+    class Counter:
+        def __init__(self):
+            self.total = torch.zeros(())
+
+    model = torch.nn.Linear(3, 2)
+    counter = Counter()
+    seen = []
+
+    @cstorch.step_closure
+    def record(loss, weight):
+        seen.append((loss, weight))
+
+    def step(x):
+        loss = model(x).pow(2).mean()
+        loss.backward()  # gradients stay on the parameters: graph outputs
+        counter.total = counter.total + loss.detach()  # a rebind: the slot gets a new tensor
+        record(loss, model.weight)
+        return loss, {"double": 2 * loss, "tag": "kept"}
+
+    compiled = CompiledStep(step)
+    x = torch.ones(4, 3)
+    loss, extra = compiled(x)
+    traced, _ = next(iter(compiled._executables.values()))
+    layout = traced.layout
+    outputs = [n for n in traced.gm.graph.nodes if n.op == "output"][0].args[0]
+    assert layout.num_user == 2 and len(layout.rebind_slots) == 1 and len(layout.grad_slots) == 2
+    assert layout.num_closure_values == 2 and layout.num_outputs == len(outputs)
+    assert list(layout.rebinds) == [2] and list(layout.grads) == [3, 4] and list(layout.closure_values) == [5, 6]
+    assert extra["tag"] == "kept" and torch.equal(extra["double"], 2 * loss)
+    torch.testing.assert_close(counter.total, loss)
+    torch.testing.assert_close(seen[0][0], loss)
+    torch.testing.assert_close(seen[0][1], model.weight)
+    assert model.weight.grad is not None and model.bias.grad is not None

@@ -180,3 +180,12 @@ def test_preprocess_cli_bad_inputs(tmp_path):
                           ([], "no input documents")):
         result = CliRunner().invoke(cli, ["data", "preprocess", *args, "-o", str(tmp_path / "o")])
         assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_data_dir_may_be_a_list_of_folders_as_in_the_model_zoo(tmp_path):
+    a, b = random_samples(5, 8, 64), random_samples(7, 8, 64, seed=3)
+    write_vendor_shards(tmp_path / "a", a, per_file=5)
+    write_vendor_shards(tmp_path / "b", b, per_file=7, name="other")
+    loader = data.build_dataloader("eval", data_dir=[str(tmp_path / "a"), str(tmp_path / "b")], batch_size=4,
+                                   shuffle=False, drop_last_batch=False)
+    assert sorted(tuple(r["input_ids"]) for r in all_rows(loader)) == sorted(tuple(s[0]) for s in a + b)

@@ -173,3 +173,11 @@ def test_a_model_zoo_file_without_model_name_is_gpt2_by_its_data_processor(tmp_p
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(ParamsError, match="missing required key model.name"):
         resolve_params(load_params(path))
+
+
+def test_a_data_processor_gpt2_does_not_read_is_a_params_error(tmp_path):
+    path = tiny_params(tmp_path / "p.yaml", tmp_path, tmp_path)
+    path.write_text(path.read_text().replace("GptHDF5DataProcessor", "GptTextDataProcessor", 1))
+    with pytest.raises(ParamsError, match=r"(train|eval)_input.data_processor: 'GptTextDataProcessor' is not one gpt2's "
+                                          r"data reads.*p.yaml:\d+"):
+        load_params(path)

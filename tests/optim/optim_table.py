@@ -1,4 +1,4 @@
-"""One row per optimizer (STYLE §2.2): the class, its torch.optim twin or paper reference, hyper-parameter
+"""One row per optimizer: the class, its torch.optim twin or paper reference, hyper-parameter
 variants, bad arguments with the expected error, and the tolerance of the comparison.
 
 cs_run.optim reproduces the vendor's optimizers (cerebras-pytorch 2.10). Where the vendor's rule is

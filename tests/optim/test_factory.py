@@ -65,10 +65,10 @@ def test_optimizer_errors(kind, kwargs, regex):
     assert info.value.exit_code == 2
 
 
-# Seed 004, written as its text describes: a subclass of cstorch.optim.Optimizer with params, defaults,
+# The vendor's custom optimizer guide, written as its text describes: a subclass of cstorch.optim.Optimizer with params, defaults,
 # enable_global_step, preinitialize (cstorch creation ops), step (torch ops only), state_names_to_sparsify.
 class MyOptimizer(cs_run.optim.Optimizer):
-    """Sign-SGD with momentum, only torch ops in step; compliant per seed 004."""
+    """Sign-SGD with momentum, only torch ops in step; compliant per the vendor's custom optimizer guide."""
 
     def __init__(self, params, lr=0.01, momentum=0.9):
         defaults = {"lr": lr, "momentum": momentum}
@@ -95,7 +95,7 @@ class MyOptimizer(cs_run.optim.Optimizer):
 
 
 def test_custom_optimizer_from_a_params_file(tmp_path):
-    """``optimizer_type: MyOptimizer`` in a params file builds the user's class (seed 004)."""
+    """``optimizer_type: MyOptimizer`` in a params file builds the user's class (the vendor's custom optimizer guide)."""
     path = tmp_path / "params.yaml"
     path.write_text("optimizer:\n  optimizer_type: myoptimizer\n  momentum: 0.5\n  learning_rate: 0.1\n")
     block = yaml.safe_load(path.read_text())["optimizer"]

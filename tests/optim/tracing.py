@@ -3,7 +3,7 @@
 Everything the step reads or mutates is a graph input: parameters, buffers, optimizer state, the
 groups' lr tensors and the scheduler's step. While tracing, the model runs through
 torch.func.functional_call and the optimizer and scheduler are pointed at the traced inputs; all of it
-is restored in ``finally`` (STYLE §2.4). A test-only stand-in for the CSX engine's binding.
+is restored in ``finally`` (docs/architecture.md#contracts). A test-only stand-in for the CSX engine's binding.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ def make_runner(params_path, overrides=None, runner="toy_models:RecordingRunner"
 
 
 def train_calls(steps, per_epoch, checkpoints):
-    """The expected hook sequence of a fresh training run (seed 002 order plus on_checkpoint_saved)."""
+    """The expected hook sequence of a fresh training run (the vendor's runner hook order plus on_checkpoint_saved)."""
     calls = ["on_train_start"]
     for step in range(1, steps + 1):
         if (step - 1) % per_epoch == 0:

@@ -150,7 +150,7 @@ def test_summaries_record_loss_lr_rate_and_eval_metrics(toy_project, tmp_path, c
 
 
 def test_custom_optimizer_by_name_in_params_file(toy_project, tmp_path):
-    """Seed 004: a user's Optimizer subclass in the global scope works as optimizer_type."""
+    """The vendor's custom optimizer guide: a user's Optimizer subclass in the global scope works as optimizer_type."""
     text = toy_project.read_text().replace('optimizer_type: "SGD"', 'optimizer_type: "MyOptimizer"')
     toy_project.write_text(text.replace("momentum: 0.9", "decay: 0.9"))
     runner = make_runner(toy_project, **{"runconfig.model_dir": str(tmp_path / "md"), "runconfig.max_steps": 5})

@@ -34,7 +34,7 @@ def test_backend_helpers_follow_the_current_backend():
 def test_creation_ops_take_the_vendor_keywords_and_the_torch_form():
     t = torch.arange(6.0).reshape(2, 3)
     assert torch.equal(cstorch.zeros(shape=(2, 3), dtype=torch.float16), torch.zeros(2, 3, dtype=torch.float16))
-    assert torch.equal(cstorch.zeros(2, 3), torch.zeros(2, 3))  # seed 001's torch form
+    assert torch.equal(cstorch.zeros(2, 3), torch.zeros(2, 3))  # the porting guide's torch form
     assert torch.equal(cstorch.ones((4,), torch.int32), torch.ones(4, dtype=torch.int32))
     assert torch.equal(cstorch.full(shape=(2,), value=7, dtype=torch.int64), torch.full((2,), 7))
     assert torch.equal(cstorch.full_like(other=t, value=2.5), torch.full_like(t, 2.5))
