@@ -14,6 +14,10 @@ shared and noisy. Torch runs on ONE thread (``torch.set_num_threads(1)``) unless
 * compile:      torch.compile(model) + torch.optim.SGD(foreach=True)
 * csx-fx:       cstorch.trace step on the CSX backend, fx tier (bit-identical to eager)
 * csx-inductor: the same, inductor tier
+* csx-auto:     the same, compile_tier auto (the default): its first steps time fx against inductor
+                and keep the faster; the row names the tier it kept. Warm-up runs until it has chosen.
+                It shares csx-inductor's compile_dir, so its "1st call" is a warm-cache one; the
+                cold/warm time-to-first-step lines at the end measure both in fresh processes.
 * floor:        FLOPs of the step / measured matmul throughput
 
 The GPT-2 rows train the bundled example's model (examples/gpt2/params.yaml: its model keys, batch
@@ -98,12 +102,14 @@ def make_variants(spec, with_inductor: bool, with_compile: bool) -> dict:
     if with_compile:
         torch.manual_seed(0)
         variants["compile"] = eager_like(torch.compile(build_mlp(d_in, depth, hidden, d_out)))
-    tiers = ["fx"] + (["inductor"] if with_inductor else [])
+    tiers = ["fx"] + (["inductor", "auto"] if with_inductor else [])
+    dirs: dict[str, str] = {}
     for tier in tiers:
         torch.manual_seed(0)
         model = build_mlp(d_in, depth, hidden, d_out)
         opt = SGD(model.parameters(), lr=0.01, momentum=0.9)
-        compile_dir = tempfile.mkdtemp(prefix="cs_run_bench_")
+        # auto reuses inductor's compile_dir: its 1st call is a warm-cache one
+        compile_dir = dirs.setdefault("inductor" if tier == "auto" else tier, tempfile.mkdtemp(prefix="cs_run_bench_"))
 
         def csx_step(xb, yb, model=model, opt=opt):
             loss = torch.nn.functional.cross_entropy(model(xb), yb)
@@ -113,8 +119,22 @@ def make_variants(spec, with_inductor: bool, with_compile: bool) -> dict:
             return loss
 
         compiled = CompiledStep(csx_step, EngineOptions(tier=tier, compile_dir=compile_dir))
-        variants[f"csx-{tier}"] = lambda compiled=compiled: compiled(x, y)
+        variants[f"csx-{tier}"] = settled_call(compiled, x, y)
     return variants
+
+
+def settled_call(compiled, *batch):
+    """A bench variant for a CompiledStep; ``.tier()`` is the tier it runs (auto: once its trial chose)."""
+    def run():
+        return compiled(*batch)
+
+    def tier():
+        executable = next(iter(compiled._executables.values()))[1] if compiled._executables else None
+        choice = getattr(executable, "choice", "")  # a TierTrial: None until the trial decided
+        return choice if choice is not None else None
+
+    run.tier = tier
+    return run
 
 
 def gpt2_example() -> tuple[dict, int, int]:
@@ -154,7 +174,8 @@ def make_gpt2_variants(with_inductor: bool, with_compile: bool) -> tuple[dict, i
         torch.manual_seed(0)
         model = build_model(**keys).train()
         variants["compile"] = eager_like(model, torch.compile(model))
-    for tier in ["fx"] + (["inductor"] if with_inductor else []):
+    dirs: dict[str, str] = {}
+    for tier in ["fx"] + (["inductor", "auto"] if with_inductor else []):
         torch.manual_seed(0)
         model = build_model(**keys).train()
         opt = AdamW(model.parameters(), lr=1e-3)
@@ -166,8 +187,10 @@ def make_gpt2_variants(with_inductor: bool, with_compile: bool) -> tuple[dict, i
             opt.zero_grad()
             return loss
 
-        compiled = CompiledStep(csx_step, EngineOptions(tier=tier, compile_dir=tempfile.mkdtemp(prefix="cs_run_bench_")))
-        variants[f"csx-{tier}"] = lambda compiled=compiled: compiled(data)
+        # auto reuses inductor's compile_dir: its 1st call is a warm-cache one
+        compile_dir = dirs.setdefault("inductor" if tier == "auto" else tier, tempfile.mkdtemp(prefix="cs_run_bench_"))
+        compiled = CompiledStep(csx_step, EngineOptions(tier=tier, compile_dir=compile_dir))
+        variants[f"csx-{tier}"] = settled_call(compiled, data)
     return variants, batch * msl
 
 
@@ -178,7 +201,8 @@ def gpt2_rows(args) -> None:
     name = f"gpt2 example L{keys['num_hidden_layers']} h{keys['hidden_size']} b{batch}x{msl}"
     for v, t in med.items():
         vs_c = f"{med['compile'] / t:9.2f}x" if "compile" in med else f"{'-':>10s}"
-        print(f"{name:30s} {v:13s} {t * 1e3:8.3f} {med['eager'] / t:8.2f}x {vs_c} {tokens / t:9.0f} "
+        label = f"{v}({variants[v].tier()})" if v == "csx-auto" else v
+        print(f"{name:30s} {label:18s} {t * 1e3:8.3f} {med['eager'] / t:8.2f}x {vs_c} {tokens / t:9.0f} "
               f"{first[v]:10.2f}")
 
 
@@ -189,6 +213,10 @@ def time_variants(variants: dict, steps: int, repeats: int) -> dict[str, float]:
         fn()
         first[name] = time.perf_counter() - t0
         for _ in range(3):
+            fn()
+        for _ in range(200):  # auto: the trial's steps are part of the warm-up
+            if getattr(fn, "tier", lambda: "")() is not None:
+                break
             fn()
     samples: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(repeats):
@@ -209,7 +237,8 @@ import cs_run as cstorch
 sys.path.insert(0, {bench_dir!r})
 from bench_engine import build_mlp
 from cs_run.optim import SGD
-cstorch.backend("CSX", compile_dir={compile_dir!r}, compile_tier="inductor")
+from cs_run.engine import compile as engine_compile
+cstorch.backend("CSX", compile_dir={compile_dir!r}, compile_tier={tier!r})
 torch.manual_seed(0)
 model = cstorch.compile(build_mlp(784, 10, 50, 10))
 opt = SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -219,20 +248,26 @@ def step(x, y):
     loss.backward(); opt.step(); opt.zero_grad()
     return loss
 float(step(torch.randn(128, 784), torch.randint(0, 10, (128,))))
+print(dict(engine_compile.COUNTS))
 print(time.perf_counter() - t0)
 """
 
 
-def time_to_first_step(threads: int) -> tuple[float, float]:
-    """Cold (empty compile_dir) then warm (same compile_dir) time-to-first-step, in fresh processes."""
+def time_to_first_step(threads: int, tier: str = "inductor") -> tuple[float, float]:
+    """Cold (empty compile_dir) then warm (same compile_dir) time-to-first-step, in fresh processes,
+    from before ``import torch`` to the first step's loss; the warm process must not compile."""
     compile_dir = tempfile.mkdtemp(prefix="cs_run_ttfs_")
-    script = _TTFS_SCRIPT.format(bench_dir=os.path.dirname(os.path.abspath(__file__)), compile_dir=compile_dir)
+    script = _TTFS_SCRIPT.format(bench_dir=os.path.dirname(os.path.abspath(__file__)), compile_dir=compile_dir,
+                                 tier=tier)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     out = []
     for _ in range(2):
         res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
-        out.append(float(res.stdout.strip().splitlines()[-1]))
+        lines = res.stdout.strip().splitlines()
+        out.append(float(lines[-1]))
+    if "inductor_compile" in lines[-2]:
+        raise RuntimeError(f"the warm process compiled again: {lines[-2]}")
     return out[0], out[1]
 
 
@@ -248,7 +283,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     peak = matmul_gflops()
     print(f"torch {torch.__version__}, {args.threads} thread(s); matmul 512x1024x1024: {peak:.1f} GFLOP/s")
-    header = (f"{'model':30s} {'variant':13s} {'ms/step':>8s} {'vs eager':>9s} {'vs compile':>10s} "
+    header = (f"{'model':30s} {'variant':18s} {'ms/step':>8s} {'vs eager':>9s} {'vs compile':>10s} "
               f"{'vs floor':>9s} {'1st call s':>10s}")
     if args.models in ("all", "gpt2"):
         print(header.replace("vs floor", "tokens/s"))
@@ -263,13 +298,15 @@ def main() -> None:
         floor = step_flops(*spec) / (peak * 1e9)
         for v, t in med.items():
             vs_c = f"{med['compile'] / t:9.2f}x" if "compile" in med else f"{'-':>10s}"
-            print(f"{name:30s} {v:13s} {t * 1e3:8.3f} {med['eager'] / t:8.2f}x {vs_c} {t / floor:8.2f}x "
+            label = f"{v}({variants[v].tier()})" if v == "csx-auto" else v
+            print(f"{name:30s} {label:18s} {t * 1e3:8.3f} {med['eager'] / t:8.2f}x {vs_c} {t / floor:8.2f}x "
                   f"{first[v]:10.2f}")
-        print(f"{name:30s} {'floor':13s} {floor * 1e3:8.3f}   ({step_flops(*spec) / 1e6:.0f} MFLOP/step)")
+        print(f"{name:30s} {'floor':18s} {floor * 1e3:8.3f}   ({step_flops(*spec) / 1e6:.0f} MFLOP/step)")
     if not args.quick:
-        cold, warm = time_to_first_step(args.threads)
-        print(f"time to first step, fc_mnist d10 h50, inductor tier, fresh processes: cold {cold:.2f}s, "
-              f"warm cache {warm:.2f}s ({warm / cold:.2f} of cold)")
+        for tier in ("inductor", "auto"):
+            cold, warm = time_to_first_step(args.threads, tier)
+            print(f"time to first step, fc_mnist d10 h50, tier {tier}, fresh processes: cold {cold:.2f}s, "
+                  f"warm cache {warm:.2f}s ({warm / cold:.2f} of cold; the warm process loads, compiles nothing)")
     print("(speed-ups >1 mean the variant is faster; 'vs floor' is how many times the FLOP floor it takes)")
 
 

@@ -77,8 +77,9 @@ class Backend:
         compile_only: CSX steps are traced and compiled into the cache, never executed.
         validate_only: CSX steps are only traced (compliance checked, graph reported).
         cluster_config: A :class:`~cs_run.distributed.ClusterConfig` (or a dict of its fields).
-        compile_tier: ``"fx"`` (default: bit-identical to eager, builds instantly), ``"inductor"``
-            (fused kernels; slower to build, cached) or ``"auto"`` (inductor where a compiler exists).
+        compile_tier: ``"auto"`` (default: builds fx and inductor and keeps the one the first steps measure
+            faster), ``"fx"`` (bit-identical to eager, builds instantly) or ``"inductor"`` (fused kernels;
+            slower to build, cached). None means the engine's default (``engine.compile.DEFAULT_TIER``).
         allow_recompile: A changed input signature retraces with a warning (default) instead of failing.
         checkpoint_steps: Default checkpoint interval for :class:`~cs_run.utils.data.DataExecutor`.
     """
@@ -86,13 +87,13 @@ class Backend:
     def __init__(self, backend_type: str, *, artifact_dir: str | os.PathLike = "./cerebras_logs",
                  compile_dir: str | os.PathLike | None = None, compile_only: bool = False,
                  validate_only: bool = False, cluster_config: ClusterConfig | dict | None = None,
-                 compile_tier: str = "fx", allow_recompile: bool = True, checkpoint_steps: int | None = None,
+                 compile_tier: str | None = None, allow_recompile: bool = True, checkpoint_steps: int | None = None,
                  **unknown: Any) -> None:
         if unknown:
             raise ParamsError(f"backend(): unknown option(s) {', '.join(sorted(unknown))}; valid options are "
                               "artifact_dir, compile_dir, compile_only, validate_only, cluster_config, "
                               "compile_tier, allow_recompile, checkpoint_steps")
-        if compile_tier not in TIERS:
+        if compile_tier is not None and compile_tier not in TIERS:
             raise ParamsError(f"Invalid compile_tier {compile_tier!r}; must be one of {', '.join(TIERS)}")
         if compile_only and validate_only:
             raise ParamsError("compile_only and validate_only are mutually exclusive; set at most one")

@@ -170,8 +170,9 @@ class RunConfig(ClusterOptions):
     """Trace and compile the step into compile_dir; run nothing (exclusive with validate_only)."""
     validate_only: bool = field(default=False, metadata={"flag": {"cli": False}})
     """Trace the step and report its graph or compliance error; compile and run nothing."""
-    compile_tier: str = field(default="fx", metadata={"choices": ("fx", "inductor", "auto")})
-    """CSX compile tier: fx (bit-identical to eager, instant), inductor (fused kernels), auto."""
+    compile_tier: Optional[str] = field(default=None, metadata={"choices": ("fx", "inductor", "auto")})
+    """CSX compile tier: auto (default: the faster of fx and inductor, measured on the first steps), fx
+    (bit-identical to eager, instant), inductor (fused kernels, compiled once and cached)."""
 
 
 @dataclass

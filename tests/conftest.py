@@ -8,7 +8,17 @@ from __future__ import annotations
 import pytest
 import torch
 
+from cs_run.engine import compile as engine_compile
+
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _csx_default_tier_fx(monkeypatch):
+    """CSX steps in the suite default to the fx tier (bit-identical, builds instantly) instead of the
+    product default ``auto``, which builds inductor too (seconds per step function); tests of auto and
+    inductor name their tier."""
+    monkeypatch.setattr(engine_compile, "DEFAULT_TIER", "fx")
 
 
 class TinyMLP(torch.nn.Module):

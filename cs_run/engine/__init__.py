@@ -45,7 +45,7 @@ def validate_step(step_fn: Callable, *args: Any, **kwargs: Any) -> GraphSummary:
     return step.last_summary
 
 
-def compile_step_only(step_fn: Callable, *args: Any, compile_dir: str | None = None, tier: str = "fx",
+def compile_step_only(step_fn: Callable, *args: Any, compile_dir: str | None = None, tier: str | None = None,
                       **kwargs: Any) -> GraphSummary:
     """Traces and compiles ``step_fn`` into ``compile_dir``'s cache without running it."""
     step = CompiledStep(_user_fn(step_fn), EngineOptions(compile_only=True, compile_dir=compile_dir, tier=tier))

@@ -4,9 +4,9 @@ A compiled step is keyed by a hash of the graph's generated code, the values of 
 it embeds, the input signature (shapes, dtypes, devices of state and batch), the tier and the torch
 version. Each entry is a folder holding ``graph.py`` (the fx code, for reading) and ``summary.json``;
 an entry's presence is what the log's "compile cache hit" means: this graph was compiled into this
-compile_dir before. The entries hold no executable: the reuse is inductor's own cache in
-``compile_dir/inductor`` (kernels a second process loads instead of building); the fx tier rebuilds in
-milliseconds. Skipping the trace and compile altogether on a hit is not done here.
+compile_dir before. For the inductor tier, ``artifacts/<key>.inductor.bin`` is inductor's saved compiled
+artifact, which a later process loads instead of compiling (the trace still runs: it gives the key).
+Inductor's own caches live in ``compile_dir/inductor``; the fx tier rebuilds in milliseconds.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -54,6 +55,21 @@ class CompileCache:
     @property
     def inductor_dir(self) -> Path:
         return self.root / "inductor"
+
+    def artifact_path(self, key: str) -> Path:
+        return self.root / "artifacts" / f"{key}.inductor.bin"
+
+    def save_artifact(self, key: str, artifact: Any) -> None:
+        """Saves an inductor ``CompiledArtifact`` for ``key`` (temp file + rename: never half-written)."""
+        final = self.artifact_path(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f".{key}.{os.getpid()}.tmp")
+        try:
+            artifact.save(path=str(tmp), format="binary")
+            os.replace(tmp, final)
+        except OSError as exc:  # a full or read-only disk costs the next process a compile, not this run
+            logger.warning("compile cache: could not save %s (%s)", final, exc)
+            tmp.unlink(missing_ok=True)
 
     def has(self, key: str) -> bool:
         return (self.entries / key / "summary.json").is_file()

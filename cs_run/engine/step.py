@@ -38,7 +38,7 @@ class EngineOptions:
     """How a CSX step is compiled and run (set from the backend's options).
 
     Attributes:
-        tier: ``"fx"``, ``"inductor"`` or ``"auto"`` (see ``compile.py``).
+        tier: ``"fx"``, ``"inductor"``, ``"auto"`` or None for ``compile.DEFAULT_TIER`` (see ``compile.py``).
         compile_dir: Where compiled artifacts are cached; None disables the cache.
         validate_only: Trace only: no compile, no execution (the step returns meta tensors).
         compile_only: Trace and compile into the cache, no execution.
@@ -46,7 +46,7 @@ class EngineOptions:
         device: Where batches are moved when they arrive on another device.
     """
 
-    tier: str = "fx"
+    tier: str | None = None
     compile_dir: str | None = None
     validate_only: bool = False
     compile_only: bool = False
@@ -95,7 +95,8 @@ class CompiledStep:
             device = traced.state.tensors[0].device if traced.state.tensors else torch.device("cpu")
             tier = resolve_tier(self.options.tier, device)
             cache = CompileCache(self.options.compile_dir) if self.options.compile_dir else None
-            executable = compile_graph(traced, batch_leaves(traced, args, kwargs), tier, cache, self.recompiles)
+            executable = compile_graph(traced, batch_leaves(traced, args, kwargs), tier, cache, self.recompiles,
+                                       label=_name(self._fn))
         if stale:
             self._executables.clear()
         self._executables[sig] = (traced, executable)

@@ -19,7 +19,7 @@ NUM_STEPS = 12
 
 def run_seed000(backend_type: str, tmp_path) -> dict:
     """The custom training loop of the vendor's custom training loop guide, with ``import cs_run as cstorch``."""
-    backend = cstorch.backend(backend_type, artifact_dir=tmp_path,
+    backend = cstorch.backend(backend_type, artifact_dir=tmp_path, compile_tier="fx",  # fx: bit-identical
                               cluster_config=cstorch.distributed.ClusterConfig(num_csx=1))
     torch.manual_seed(0)
     model = MLP()

@@ -37,7 +37,8 @@ def test_csx_and_cpu_reach_the_same_parameters_after_200_steps(tmp_path, caplog)
     # (dropout): bit-identical, not just close.
     cpu, _ = run_fc_mnist(tmp_path / "cpu", **{"runconfig.max_steps": 200})
     with caplog.at_level("INFO", logger="cs_run"):
-        csx, _ = run_fc_mnist(tmp_path / "csx", device="CSX", **{"runconfig.max_steps": 200})
+        csx, _ = run_fc_mnist(tmp_path / "csx", device="CSX", **{"runconfig.max_steps": 200,
+                                                                  "runconfig.compile_tier": "fx"})
     assert_same_weights(cpu, csx)
     log = [r.getMessage() for r in caplog.records]
     assert sum(m.startswith("traced ") for m in log) == 1

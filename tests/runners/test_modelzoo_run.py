@@ -64,7 +64,7 @@ train_input: {batch_size: 8}
 eval_input: {batch_size: 8}
 model: {}
 optimizer: {optimizer_type: SGD, learning_rate: 0.1}
-runconfig: {max_steps: 6, log_steps: 3, disable_progress_bar: true}
+runconfig: {max_steps: 6, log_steps: 3, disable_progress_bar: true, compile_tier: fx}
 """
 
 
