@@ -53,11 +53,8 @@ class Adadelta(Optimizer):
         loss = _run_closure(closure)
         for group in self.param_groups:
             rho, eps = group["rho"], group["eps"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
+            for p, grad in self._params_with_grads(group):
                 square_avg, acc_delta = self.state[p]["square_avg"], self.state[p]["acc_delta"]
-                grad = p.grad if not group["maximize"] else -p.grad
                 grad = _decayed(grad, p, group["weight_decay"])
                 square_avg.mul_(rho).addcmul_(grad, grad, value=1 - rho)
                 std = square_avg.add(eps).sqrt_()

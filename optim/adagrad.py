@@ -58,12 +58,9 @@ class Adagrad(Optimizer):
     def step(self, closure: Any = None) -> Any:
         loss = _run_closure(closure)
         for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
+            for p, grad in self._params_with_grads(group):
                 state_sum = self.state[p]["sum"]
                 step = self.increment_global_step(p)
-                grad = p.grad if not group["maximize"] else -p.grad
                 grad = _decayed(grad, p, group["weight_decay"])
                 state_sum.addcmul_(grad, grad, value=1.0)
                 std = state_sum.sqrt().add_(group["eps"])

@@ -97,10 +97,7 @@ class AdamBase(Optimizer):
         loss = _run_closure(closure)
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = p.grad if not group.get("maximize", False) else -p.grad
+            for p, grad in self._params_with_grads(group):
                 state = self.state[p]
                 if group["l2_regularization_rate"] > 0.0:
                     grad = grad.add(p, alpha=group["l2_regularization_rate"])

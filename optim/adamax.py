@@ -63,10 +63,7 @@ class Adamax(Optimizer):
         loss = _run_closure(closure)
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = p.grad if not group["maximize"] else -p.grad
+            for p, grad in self._params_with_grads(group):
                 grad = _decayed(grad, p, group["weight_decay"])
                 state = self.state[p]
                 exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]

@@ -66,12 +66,9 @@ class ASGD(Optimizer):
         loss = _run_closure(closure)
         for group in self.param_groups:
             lambd, lr = group["lambd"], group["lr"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
+            for p, grad in self._params_with_grads(group):
                 state = self.state[p]
                 mu, ax, eta = state["mu"], state["ax"], state["eta"]
-                grad = p.grad if not group["maximize"] else -p.grad
                 step = self.increment_global_step(p)
                 grad = _decayed(grad, p, group["weight_decay"])
                 p.mul_(1 - lambd * eta)

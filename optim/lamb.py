@@ -6,8 +6,6 @@ from typing import Any
 
 import torch
 
-from cs_run.creation import zeros_like
-
 from . import _docs
 from .optimizer import Optimizer, ParamsT, _check, _check_betas, _decayed, _run_closure
 
@@ -53,10 +51,7 @@ class Lamb(Optimizer):
         super().__init__(params, defaults)
 
     def preinitialize(self) -> None:
-        for group in self.param_groups:
-            for p in group["params"]:
-                self.state[p]["exp_avg"] = zeros_like(p)
-                self.state[p]["exp_avg_sq"] = zeros_like(p)
+        self._zeros_like_params("exp_avg", "exp_avg_sq")
 
     def state_names_to_sparsify(self) -> list[str]:
         return ["exp_avg", "exp_avg_sq"]
@@ -66,10 +61,7 @@ class Lamb(Optimizer):
         loss = _run_closure(closure)
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = p.grad if not group["maximize"] else -p.grad
+            for p, grad in self._params_with_grads(group):
                 exp_avg, exp_avg_sq = self.state[p]["exp_avg"], self.state[p]["exp_avg_sq"]
                 exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
                 exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)

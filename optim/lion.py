@@ -52,10 +52,7 @@ class Lion(Optimizer):
         for group in self.param_groups:
             lr = group["lr"]
             beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = p.grad if not group["maximize"] else -p.grad
+            for p, grad in self._params_with_grads(group):
                 exp_avg = self.state[p]["exp_avg"]
                 p.mul_(1 - lr * group["weight_decay"])
                 update = exp_avg.clone().mul_(beta1).add(grad, alpha=1 - beta1).sign_()

@@ -87,10 +87,7 @@ class Muon(Optimizer):
         loss = _run_closure(closure)
         for group in self.param_groups:
             momentum = group["momentum"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = p.grad
+            for p, grad in self._params_with_grads(group):
                 update = grad
                 if momentum != 0:
                     buf = self.state[p]["momentum_buffer"]

@@ -80,14 +80,11 @@ class NAdam(Optimizer):
             beta1, beta2 = group["betas"]
             beta2 = _f32(beta2)
             decay, eps, lr = group["momentum_decay"], group["eps"], group["lr"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
+            for p, grad in self._params_with_grads(group):
                 state = self.state[p]
                 exp_avg, exp_avg_sq, mu_product = state["exp_avg"], state["exp_avg_sq"], state["mu_product"]
                 step = self.increment_global_step(p)
                 bias_correction2 = 1 - torch.pow(torch.full_like(step, beta2), step)
-                grad = p.grad if not group["maximize"] else -p.grad
                 if group["decoupled_weight_decay"]:
                     p.mul_(1 - lr * group["weight_decay"])
                 else:

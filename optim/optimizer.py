@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Self
 
 import torch
@@ -189,6 +189,16 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
             for p in group["params"]:
                 for name in names:
                     self.state[p][name] = zeros_like(p)
+
+    def _params_with_grads(self, group: dict[str, Any]) -> Iterator[tuple[Tensor, Tensor]]:
+        """(param, grad) for the params of ``group`` that have a grad; the grad negated when ``maximize``.
+
+        Params without a grad are skipped, like torch.optim; on CSX that choice is frozen at trace time.
+        """
+        maximize = group.get("maximize", False)
+        for p in group["params"]:
+            if p.grad is not None:
+                yield p, (-p.grad if maximize else p.grad)
 
     def _group_tensors(self, group: dict[str, Any], *names: str) -> tuple[list[Tensor], ...]:
         """(params, grads, *state lists) of the params of ``group`` that have a grad.

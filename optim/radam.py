@@ -62,14 +62,11 @@ class RAdam(Optimizer):
     def step(self, closure: Any = None) -> Any:
         loss = _run_closure(closure)
         for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
+            for p, grad in self._params_with_grads(group):
                 exp_avg, exp_avg_sq = self.state[p]["exp_avg"], self.state[p]["exp_avg_sq"]
                 step = self.increment_global_step(p)
                 beta1_f, beta2_f = (float(torch.tensor(b, dtype=torch.float32)) for b in group["betas"])
                 beta1, beta2 = torch.full_like(step, beta1_f), torch.full_like(step, beta2_f)
-                grad = p.grad if not group["maximize"] else -p.grad
                 if group["decoupled_weight_decay"]:
                     p.mul_(1 - group["lr"] * group["weight_decay"])
                 else:

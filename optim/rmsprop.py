@@ -68,11 +68,8 @@ class RMSprop(Optimizer):
         loss = _run_closure(closure)
         for group in self.param_groups:
             alpha, eps, lr = group["alpha"], group["eps"], group["lr"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
+            for p, grad in self._params_with_grads(group):
                 state = self.state[p]
-                grad = p.grad if not group["maximize"] else -p.grad
                 grad = _decayed(grad, p, group["weight_decay"])
                 square_avg = state["square_avg"]
                 square_avg.mul_(alpha).addcmul_(grad, grad, value=1.0 - alpha)

@@ -61,11 +61,9 @@ class Rprop(Optimizer):
         for group in self.param_groups:
             etaminus, etaplus = group["etas"]
             step_min, step_max = group["step_sizes"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
+            for p, grad in self._params_with_grads(group):
                 prev, step_size = self.state[p]["prev"], self.state[p]["step_size"]
-                grad = (p.grad if not group["maximize"] else -p.grad).clone()
+                grad = grad.clone()
                 # the etas as the vendor holds them: float32 tensors (also for float64 params)
                 minus = torch.full((), etaminus, dtype=torch.float32, device=p.device)
                 plus = torch.full((), etaplus, dtype=torch.float32, device=p.device)

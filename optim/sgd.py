@@ -75,10 +75,7 @@ class SGD(Optimizer):
         loss = _run_closure(closure)
         for group in self.param_groups:
             momentum, lr = group["momentum"], group["lr"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = p.grad if not group["maximize"] else -p.grad
+            for p, grad in self._params_with_grads(group):
                 grad = _decayed(grad, p, group["weight_decay"])
                 if momentum != 0:
                     buf = self.state[p]["momentum_buffer"]
