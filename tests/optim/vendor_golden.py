@@ -86,25 +86,13 @@ def _worst(worst: dict[str, float], kind: str, ours: torch.Tensor, golden: np.nd
     worst[f"{kind}_rel"] = max(worst[f"{kind}_rel"], float((diff / np.maximum(scale, floor)).max(initial=0.0)))
 
 
-def build_scheduler(module, opt, cls_name: str, kwargs: dict):
-    kwargs = dict(kwargs)
-    children = kwargs.pop("children", None)
-    cls = getattr(module, cls_name)
-    if children is None:
-        return cls(opt, **kwargs)
-    built = [getattr(module, name)(opt, **kw) for name, kw in children]
-    if cls_name.startswith("Chained"):
-        return cls(built, **kwargs)
-    return cls(opt, built, **kwargs)
-
-
 def scheduler_values(case_id: str) -> tuple[np.ndarray, np.ndarray]:
     """(cs-run's values, the vendor's) of a scheduler case over SCHED_STEPS steps."""
     info = meta()["schedulers"][case_id]
     module = csoptim.weight_decay_scheduler if info["key"] == "weight_decay" else csoptim.lr_scheduler
     p = torch.nn.Parameter(torch.zeros(2))
     opt = csoptim.AdamW([p], lr=0.1, weight_decay=0.1)
-    sched = build_scheduler(module, opt, info["class"], info["kwargs"])
+    sched = cases.build_scheduler(module, opt, info["class"], info["kwargs"])
     values = [float(opt.param_groups[0][info["key"]])]
     for _ in range(cases.SCHED_STEPS):
         opt.step()

@@ -1,4 +1,4 @@
-"""The cases the oracle records and the tests replay: plain data, importable from both venvs.
+"""The cases the oracle records and the tests replay (plain data plus their one builder), importable from both venvs.
 
 Nothing here imports torch or either package: the oracle (run with the vendor's venv) and the
 tests (run with cs-run's) both read these tables, so a case means the same thing on both sides.
@@ -118,3 +118,16 @@ METRIC_CASES: list[tuple[str, str, dict]] = [
     ("AUC-PR-majoring", "AUCMetric", {"name": "auc", "curve": "PR", "summation_method": "majoring"}),
     ("AUC-ROC-thresholds", "AUCMetric", {"name": "auc", "thresholds": [0.1, 0.3, 0.5, 0.7, 0.9]}),
 ]
+
+
+def build_scheduler(module, opt, cls_name: str, kwargs: dict):
+    """Build one scheduler case from ``module`` (the vendor's or cs-run's), composites from their children."""
+    kwargs = dict(kwargs)
+    children = kwargs.pop("children", None)
+    cls = getattr(module, cls_name)
+    if children is None:
+        return cls(opt, **kwargs)
+    built = [getattr(module, name)(opt, **kw) for name, kw in children]
+    if cls_name.startswith("Chained"):
+        return cls(built, **kwargs)
+    return cls(opt, built, **kwargs)

@@ -102,18 +102,6 @@ def _jsonable(value):
     return value
 
 
-def _build_scheduler(module, opt, cls_name: str, kwargs: dict):
-    kwargs = dict(kwargs)
-    children = kwargs.pop("children", None)
-    cls = getattr(module, cls_name)
-    if children is None:
-        return cls(opt, **kwargs)
-    built = [getattr(module, name)(opt, **kw) for name, kw in children]
-    if cls_name.startswith("Chained"):
-        return cls(built, **kwargs)
-    return cls(opt, built, **kwargs)
-
-
 def record_schedulers(out_dir: str) -> dict:
     arrays, meta = {}, {}
     for table, module, key in ((cases.SCHEDULER_CASES, cstorch.optim.lr_scheduler, "lr"),
@@ -121,7 +109,7 @@ def record_schedulers(out_dir: str) -> dict:
         for case_id, cls_name, kwargs in table:
             p = torch.nn.Parameter(torch.zeros(2))
             opt = cstorch.optim.AdamW([p], lr=0.1, weight_decay=0.1)
-            sched = _build_scheduler(module, opt, cls_name, kwargs)
+            sched = cases.build_scheduler(module, opt, cls_name, kwargs)
             values = [float(opt.param_groups[0][key])]
             for _ in range(cases.SCHED_STEPS):
                 opt.step()
