@@ -156,6 +156,35 @@ compile_only = _trace_only_command(
     "Trace and compile the step into the compile cache, so the next CSX run starts at once. Runs nothing.")
 
 
+STARTERS = {"custom_model": ("params.yaml", "model.py", "data.py"), "fc_mnist": ("params.yaml",),
+            "gpt2": ("params.yaml",)}
+"""What ``cs-run init`` copies out of each bundled example (fc_mnist's and gpt2's models are built in)."""
+
+
+@cli.command("init")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--example", type=click.Choice(sorted(STARTERS)), default="custom_model", show_default=True,
+              help="custom_model: params.yaml, model.py and data.py of a small CNN to make your own; fc_mnist, "
+                   "gpt2: the bundled example's params.yaml.")
+@click.option("--force", is_flag=True, help="Overwrite files of the same names in FOLDER.")
+def init(folder: Path, example: str, force: bool) -> None:
+    """Write a starter project into FOLDER (created if needed): a params file, and for custom_model the
+    model and data functions it names. Then: cs-run train --params FOLDER/params.yaml"""
+    source = resources.files("cs_run.examples") / example
+    targets = [folder / name for name in STARTERS[example]]
+    existing = [str(t) for t in targets if t.exists()]
+    if existing and not force:
+        raise click.UsageError(f"{', '.join(existing)} already exist(s); choose another folder or add --force "
+                               "to overwrite")
+    if folder.exists() and not folder.is_dir():
+        raise click.UsageError(f"{folder} is a file; choose a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    for target in targets:
+        target.write_bytes((source / target.name).read_bytes())
+    click.echo(f"Wrote {', '.join(str(t) for t in targets)}")
+    click.echo(f"Next: cs-run train --params {folder / 'params.yaml'}")
+
+
 def _attach_subsystems() -> None:
     """Commands owned by other modules: ``cs-run checkpoint convert|info``, ``cs-run data preprocess``,
     ``cs-run plot``, ``cs-run exec``."""

@@ -76,6 +76,10 @@ def check_data_function(fn: Any, name: str, section: InputParams, locate: Callab
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin without a signature: nothing to check
         return
+    try:  # annotations as the user wrote them (not strings under `from __future__ import annotations`)
+        sig = inspect.signature(fn, eval_str=True)
+    except Exception:  # noqa: BLE001 - an annotation that does not evaluate: keep the strings
+        pass
     by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     parameters = list(sig.parameters.values())
     takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
