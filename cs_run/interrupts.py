@@ -2,7 +2,8 @@
 
 While a training loop runs inside :func:`stop_on_signal`, the first SIGINT or SIGTERM only sets a flag:
 the loop finishes its current step, writes a checkpoint (atomically, as every checkpoint) and raises
-:class:`Interrupted`. A second signal raises :class:`Aborted` at once, wherever the loop is; a
+:class:`Interrupted` (the runners' loop; the ``DataExecutor`` of a custom loop makes its step a
+checkpoint step, so the loop's checkpoint closures save it). A second signal raises :class:`Aborted` at once, wherever the loop is; a
 checkpoint being written then is abandoned as a temporary file, so the last complete checkpoint stays
 as it was. Exit codes are the shell's: 130 for SIGINT, 143 for SIGTERM.
 """
@@ -25,11 +26,11 @@ class Interrupted(KeyboardInterrupt):
     """The loop stopped on a signal after a whole step and saved it (a ``KeyboardInterrupt``, so code that
     catches ``Exception`` lets it through, as it does a plain Ctrl-C)."""
 
-    def __init__(self, signum: int, step: int, checkpoint: Optional[Path]) -> None:
+    def __init__(self, signum: int, step: int, checkpoint: Optional[Path], saved: str = "") -> None:
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
         self.exit_code = 128 + signum
-        saved = f"checkpoint {checkpoint}" if checkpoint is not None else "no checkpoint (nothing to save)"
-        super().__init__(f"interrupted ({_NAMES.get(signum, signum)}) at step {step}; {saved}; rerun to resume")
+        saved = saved or (f"checkpoint {checkpoint}; rerun to resume" if checkpoint is not None else "no checkpoint")
+        super().__init__(f"interrupted ({_NAMES.get(signum, signum)}) at step {step}; {saved}")
 
 
 class Aborted(KeyboardInterrupt):

@@ -18,8 +18,10 @@ import torch
 import yaml
 from click.testing import CliRunner
 
+import cs_run as cstorch
 import cs_run.checkpoint.atomic as atomic
 from cs_run import checkpoint
+from cs_run.backend import _reset_for_tests
 from cs_run.cli import cli
 from cs_run.exits import exit_code
 from cs_run.interrupts import Aborted, Interrupted, stop_on_signal
@@ -225,3 +227,58 @@ def test_signals_are_deferred_only_inside_the_block():
     assert signal.getsignal(signal.SIGINT) is before
     with pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signal.SIGINT)
+
+
+def custom_loop(backend_type, model_dir, num_steps, signal_at=None, after_checkpoint=False):
+    """The vendor's custom loop shape; a step closure (or the loop body, after the checkpoint closure)
+    sends SIGINT at step ``signal_at``."""
+    with _reset_for_tests():
+        backend = cstorch.backend(backend_type, artifact_dir=str(model_dir))
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+        compiled = cstorch.compile(model, backend)
+        optimizer = cstorch.optim.SGD(compiled.parameters(), lr=0.1, momentum=0.9)
+        g = torch.Generator().manual_seed(1)
+        data = [(torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g)) for _ in range(5)]
+
+        @cstorch.trace
+        def training_step(x, y):
+            loss = torch.nn.functional.cross_entropy(compiled(x), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            return loss
+
+        @cstorch.step_closure
+        def maybe_signal(loss, step):
+            if step == signal_at and not after_checkpoint:
+                os.kill(os.getpid(), signal.SIGINT)
+
+        @cstorch.checkpoint_closure
+        def save(step):
+            cstorch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()},
+                         str(model_dir / f"checkpoint_{step}.mdl"))
+
+        model_dir.mkdir(parents=True, exist_ok=True)
+        executor = cstorch.utils.data.DataExecutor(data, num_steps=num_steps, checkpoint_steps=100)
+        for step, (x, y) in enumerate(executor, start=1):
+            loss = training_step(x, y)
+            maybe_signal(loss, step)
+            save(step)
+            if step == signal_at and after_checkpoint:
+                os.kill(os.getpid(), signal.SIGINT)
+
+
+@pytest.mark.parametrize("device", ["CPU", "CSX"])
+@pytest.mark.parametrize("after_checkpoint, stop", [(False, 4), (True, 5)])
+def test_custom_loop_sigint_ends_at_a_step_its_checkpoint_closure_saved(tmp_path, device, after_checkpoint, stop):
+    # A signal before the step's checkpoint closure: that step saves; after it: the next step saves.
+    with pytest.raises(Interrupted) as stopped:
+        custom_loop(device, tmp_path / "split", 12, signal_at=4, after_checkpoint=after_checkpoint)
+    assert stopped.value.step == stop and exit_code(stopped.value) == 130
+    assert f"at step {stop}; the checkpoint closures of step {stop} ran" in str(stopped.value)
+    assert sorted(p.name for p in (tmp_path / "split").glob("checkpoint_*")) == [f"checkpoint_{stop}.mdl"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    custom_loop(device, tmp_path / "whole", stop)  # the same steps, uninterrupted: the same state
+    assert_same_checkpoint(tmp_path / "split" / f"checkpoint_{stop}.mdl",
+                           tmp_path / "whole" / f"checkpoint_{stop}.mdl")
