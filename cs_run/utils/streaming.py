@@ -19,6 +19,7 @@ import copy
 import inspect
 import logging
 import random
+import signal
 import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator, Protocol, runtime_checkable
@@ -125,6 +126,9 @@ class _WorkerSource(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[tuple[int, Any, DataLoaderCheckpoint | None]]:
         info = torch.utils.data.get_worker_info()
         worker = info.id if info is not None else 0
+        if info is not None:  # the replica decides when its workers stop (it may want a batch after a Ctrl-C)
+            for s in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(s, signal.SIG_IGN)
         with distributed.streaming_worker(worker, self.workers, self.replica):
             try:
                 loader = _as_worker_loader(self.build())
