@@ -209,6 +209,13 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
         lists = [[self.state[p][name] for p in params] for name in names]
         return (params, [p.grad for p in params], *lists)
 
+    def _group_grads(self, group: dict[str, Any], *names: str) -> tuple[list[Tensor], ...]:
+        """``_group_tensors`` for multi-tensor steps: the grads negated (one foreach op) when ``maximize``."""
+        params, grads, *lists = self._group_tensors(group, *names)
+        if group.get("maximize", False) and grads:
+            grads = torch._foreach_neg(grads)
+        return (params, grads, *lists)
+
     def increment_global_step(self, p: Tensor) -> Tensor:
         """Add 1 to ``state[p]["step"]`` in place and return it (needs ``enable_global_step``)."""
         step = self.state[p]["step"]
@@ -252,6 +259,35 @@ def _decayed(grad: Tensor, param: Tensor, weight_decay: Any) -> Tensor:
     if not isinstance(weight_decay, Tensor) and weight_decay == 0:
         return grad
     return grad + param * weight_decay
+
+
+def _foreach_mul(tensors: list[Tensor], scalar: Any, inplace: bool = False, scalar_first: bool = False) -> list[Tensor]:
+    """``t * scalar`` (``t.mul_(scalar)``; ``scalar * t`` with ``scalar_first``) for every ``t``, rounded
+    exactly as that per-tensor op rounds it.
+
+    Two per-tensor ops round a float16/bfloat16 tensor's product differently from torch's multi-tensor
+    multiply: by a Python number (foreach rounds the number to the tensor's dtype first, the per-tensor
+    op keeps it in float32) and by a 0-d tensor written first (there the per-tensor op rounds the 0-d
+    tensor). Those tensors take the per-tensor op; everything else is one foreach call.
+    """
+    narrow = (not isinstance(scalar, Tensor)) or scalar_first
+    if not narrow or all(t.dtype in _WIDE for t in tensors):
+        if inplace:
+            torch._foreach_mul_(tensors, scalar)
+            return tensors
+        return list(torch._foreach_mul(tensors, scalar))
+    wide = [t for t in tensors if t.dtype in _WIDE]
+    done = iter(_foreach_mul(wide, scalar, inplace) if wide else [])
+
+    def one(t: Tensor) -> Tensor:
+        if inplace:
+            return t.mul_(scalar)
+        return scalar * t if scalar_first else t * scalar
+
+    return [next(done) if t.dtype in _WIDE else one(t) for t in tensors]
+
+
+_WIDE = (torch.float32, torch.float64)
 
 
 def _run_closure(closure: Callable[[], Any] | None) -> Any:
