@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import logging
 import os
 import shutil
 import time
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
@@ -135,10 +137,14 @@ def _inductor(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache
 
     if cache is not None:
         artifact = cache.artifact_path(key)
+        isa_record = cache.root / "artifacts" / "vec_isa.json"
         if artifact.is_file():
             try:
-                with compiling(f"{label} (loading tier inductor from the compile cache)"), scope():
+                with compiling(f"{label} (loading tier inductor from the compile cache)"), scope(), \
+                        isa_probes_from(isa_record):
                     loaded = CompiledArtifact.load(path=str(artifact), format="binary")
+                if not isa_record.is_file():
+                    record_isa_probes(isa_record)
                 COUNTS["inductor_load"] += 1
                 return loaded, "loaded"
             except Exception as exc:  # noqa: BLE001  (a stale or foreign artifact: compile afresh)
@@ -149,4 +155,61 @@ def _inductor(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache
         COUNTS["inductor_compile"] += 1
         if cache is not None and compiled.is_saveable():
             cache.save_artifact(key, compiled)
+            record_isa_probes(isa_record)
     return compiled, "compiled"
+
+
+def _isa_host_key() -> str:
+    """What inductor's CPU-ISA probes depend on: torch, the CPU's flags and the C++ compiler binary."""
+    from torch._inductor import cpu_vec_isa  # noqa: PLC0415, TID253  (heavy)
+    from torch._inductor.cpp_builder import get_cpp_compiler  # noqa: PLC0415, TID253  (heavy)
+
+    compiler = shutil.which(get_cpp_compiler()) or get_cpp_compiler()
+    stamp = os.stat(compiler).st_mtime_ns if os.path.exists(compiler) else 0
+    flags = sorted(cpu_vec_isa.x86_isa_checker()) if hasattr(cpu_vec_isa, "x86_isa_checker") else []
+    return json.dumps([torch.__version__, os.uname().machine, flags, compiler, stamp])
+
+
+def record_isa_probes(path: Path) -> None:
+    """Saves the verdicts of inductor's CPU-ISA probes (each one a dry compile plus a child Python that
+    dlopens the result, about a second each) so a process loading a saved artifact can skip them."""
+    try:
+        from torch._inductor import cpu_vec_isa  # noqa: PLC0415, TID253  (heavy)
+
+        valid = {str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()}
+        record = {"host": _isa_host_key(), "valid": sorted(valid),
+                  "probed": sorted(str(isa) for isa in cpu_vec_isa.supported_vec_isa_list)}
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)
+    except Exception as exc:  # noqa: BLE001  (an optimisation only: the next load probes again)
+        logger.debug("compile cache: ISA probe verdicts not saved (%s)", exc)
+
+
+@contextlib.contextmanager
+def isa_probes_from(path: Path) -> Iterator[None]:
+    """During the block, inductor's CPU-ISA probes return the verdicts saved by ``record_isa_probes``
+    on this same host (same torch, CPU flags and compiler); anything else probes as usual."""
+    try:
+        from torch._inductor import cpu_vec_isa  # noqa: PLC0415, TID253  (heavy)
+
+        record = json.loads(path.read_text()) if path.is_file() else None
+        usable = record is not None and record.get("host") == _isa_host_key()
+    except Exception:  # noqa: BLE001  (unreadable record, changed torch internals: probe as usual)
+        usable = False
+    if not usable:
+        yield
+        return
+    valid, probed = set(record["valid"]), set(record["probed"])
+    original = cpu_vec_isa.VecISA.check_build
+
+    def check_build(isa: Any, code: str) -> bool:
+        if code == cpu_vec_isa.VecISA._avx_code and str(isa) in probed:
+            return str(isa) in valid
+        return original(isa, code)
+
+    cpu_vec_isa.VecISA.check_build = check_build
+    try:
+        yield
+    finally:
+        cpu_vec_isa.VecISA.check_build = original

@@ -130,11 +130,15 @@ from torch._dynamo.utils import counters
 from cs_run.engine import CompiledStep, EngineOptions
 from cs_run.engine import compile as engine_compile
 from cs_run.engine.cache import CompileCache
+from torch._inductor import cpu_vec_isa
+probes = []
+_probe = cpu_vec_isa.VecISA._probe_load
+cpu_vec_isa.VecISA._probe_load = lambda self, path: probes.append(str(self)) or _probe(self, path)
 model, step = make()
 compiled = CompiledStep(step, EngineOptions(tier="inductor", compile_dir={compile_dir!r}))
 losses = [float(compiled(*batch(i))) for i in range(3)]
 print(json.dumps({{"counts": dict(engine_compile.COUNTS), "inductor": dict(counters["inductor"]),
-                   "aot": dict(counters["aot_autograd"]), "losses": losses}}))
+                   "aot": dict(counters["aot_autograd"]), "losses": losses, "probes": probes}}))
 """
 
 
@@ -172,6 +176,7 @@ def test_auto_trial_then_a_warm_process_loads_without_compiling(tmp_path, monkey
     assert res.returncode == 0, res.stderr
     warm = json.loads(res.stdout.strip().splitlines()[-1])
     assert warm["counts"] == {"inductor_load": 1}  # loaded, no lowering
+    assert warm["probes"] == []  # inductor's CPU-ISA probes: the cold process's verdicts were reused
     assert warm["inductor"].get("fxgraph_cache_miss", 0) == 0 and warm["aot"].get("autograd_cache_miss", 0) == 0
     # the cold process's inductor kernels on the same start state and batches: same losses
     _, cold_step = make()
@@ -199,3 +204,35 @@ def test_artifact_save_is_per_key_and_never_half_written(tmp_path, caplog):
     assert not cache.artifact_path("b").exists()
     assert sorted(p.name for p in (tmp_path / "artifacts").iterdir()) == [cache.artifact_path("a").name]
     assert any("No space left" in r.getMessage() for r in caplog.records)
+
+
+def test_saved_isa_probe_verdicts_are_used_only_on_the_same_host(tmp_path, monkeypatch):
+    """The warm path skips inductor's CPU-ISA probes (a compile + a child Python each) only with a
+    record from this host; a record from another torch/CPU/compiler, or none, probes as usual."""
+    cpu_vec_isa = pytest.importorskip("torch._inductor.cpu_vec_isa")
+    if engine_compile.resolve_tier("auto", torch.device("cpu")) != "auto":
+        pytest.skip("no C++ compiler: inductor cannot build here")
+    calls = []
+    monkeypatch.setattr(cpu_vec_isa.VecISA, "check_build", lambda self, code: calls.append(str(self)) or True)
+    isa = cpu_vec_isa.supported_vec_isa_list[0]
+    record = tmp_path / "vec_isa.json"
+    engine_compile.record_isa_probes(record)  # this host's verdicts (from the patched probe here)
+    saved = json.loads(record.read_text())
+    assert str(isa) in saved["probed"]
+    saved["valid"] = [v for v in saved["valid"] if v != str(isa)]  # a verdict the real probe would not give
+    record.write_text(json.dumps(saved))
+    calls.clear()
+    with engine_compile.isa_probes_from(record):
+        assert isa.check_build(cpu_vec_isa.VecISA._avx_code) is False  # the saved verdict, no probe
+        assert isa.check_build("other code") is True and calls == [str(isa)]  # other builds still run
+    calls.clear()
+    for host in ("", json.dumps(["another torch"])):
+        record.write_text(json.dumps(saved | {"host": host}))
+        with engine_compile.isa_probes_from(record):
+            assert isa.check_build(cpu_vec_isa.VecISA._avx_code) is True
+    with engine_compile.isa_probes_from(tmp_path / "missing.json"):
+        assert isa.check_build(cpu_vec_isa.VecISA._avx_code) is True
+    assert len(calls) == 3
+    record.write_text("{not json")
+    with engine_compile.isa_probes_from(record):
+        assert isa.check_build(cpu_vec_isa.VecISA._avx_code) is True
