@@ -21,6 +21,7 @@ from cs_run.backend import current_backend
 from cs_run.batches import RateMeter, batch_size, cycle, loader_length, move_to_device
 from cs_run.engine import closures
 from cs_run.errors import ParamsError
+from cs_run.interrupts import Interrupted, StopFlag, stop_on_signal
 from cs_run.schedule import is_checkpoint_step, is_final_step, step_budget
 
 __all__ = ["DataLoader", "DataExecutor", "DistributedSampler", "Profiler", "RestartableDataLoader", "Schedule",
@@ -161,6 +162,8 @@ class DataExecutor:
         self.profiler_activities = list(profiler_activities or [])  # vendor profiler plug-ins: recorded only
         self.cs_config = cs_config  # the 2.0 cstorch.utils.CSConfig: recorded (the backend holds the cluster)
         self._iteration = -1
+        self._stop = StopFlag()
+        self._checkpointed = -1  # the last iteration told it is a checkpoint step
 
     def __len__(self) -> int:
         return self.num_steps
@@ -177,25 +180,47 @@ class DataExecutor:
 
     @property
     def on_final_iteration(self) -> bool:
-        return is_final_step(self.user_iteration, self.num_steps)
+        """True on the last step (or once a signal asked the loop to stop)."""
+        return self._stop.requested or is_final_step(self.user_iteration, self.num_steps)
 
     @property
     def on_checkpoint_step(self) -> bool:
-        """True when weights may be fetched (see :func:`cs_run.schedule.is_checkpoint_step`)."""
-        return is_checkpoint_step(self.user_iteration, self.num_steps, self.checkpoint_steps)
+        """True when weights may be fetched (see :func:`cs_run.schedule.is_checkpoint_step`), and once a
+        signal asked the loop to stop (docs/architecture.md#interrupts)."""
+        yes = self._stop.requested or is_checkpoint_step(self.user_iteration, self.num_steps, self.checkpoint_steps)
+        if yes:
+            self._checkpointed = self._iteration
+        return yes
 
     def __iter__(self) -> Iterator[Any]:
+        """The batches; on SIGINT / SIGTERM the loop ends after the first whole step whose checkpoint closures
+        were told it is a checkpoint step (that step, or the next one), raising
+        :class:`~cs_run.interrupts.Interrupted`."""
         source = cycle(self.dataloader.loader if isinstance(self.dataloader, DataLoader) else self.dataloader)
         device = _backend_device()
-        with closures.running(self):
+        with closures.running(self), stop_on_signal() as self._stop:
+            last = False
             for i, batch in enumerate(itertools.islice(source, self.num_steps)):
                 self._iteration = i
                 batch = move_to_device(batch, device)
                 self.profiler.tick(batch_size(batch))
                 yield batch
+                if self._stop.requested and i + 1 < self.num_steps:
+                    if self._checkpointed == i or last:
+                        raise self._interrupted()
+                    last = True  # the signal came after this step's checkpoint closures: one more step saves
             if device is not None and device.type == "cuda":
                 torch.cuda.synchronize(device)  # one sync at the end so total_time covers the device work
             self.profiler.finish()
+
+
+    def _interrupted(self) -> Interrupted:
+        step = self.user_iteration
+        saved = f"the checkpoint closures of step {step} ran" if self._checkpointed == self._iteration else \
+            "no checkpoint closure ran (save in a cstorch.checkpoint_closure to keep the work)"
+        interrupted = Interrupted(self._stop.signum, step, None, saved)
+        logger.warning("%s", interrupted)
+        return interrupted
 
 
 class SyntheticDataset(torch.utils.data.Dataset):
