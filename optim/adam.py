@@ -94,48 +94,46 @@ class AdamBase(Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
-        """The rule above, one multi-tensor (``torch._foreach_*``) op per line over all the group's params.
+        """The rule above, one multi-tensor (``torch._foreach_*``) op per line over a chunk of params.
 
         Each foreach op computes, tensor by tensor, exactly the per-tensor op it replaces (same ops, same
         order, same dtypes), so the result is bit-identical to a per-parameter loop; it just makes a
-        dozen calls per group instead of a dozen per parameter (docs/architecture.md#optimizers).
+        dozen calls per chunk instead of a dozen per parameter (docs/architecture.md#optimizers).
         """
         loss = _run_closure(closure)
         for group in self.param_groups:
-            params, grads, exp_avgs, exp_avg_sqs = self._group_grads(group, "exp_avg", "exp_avg_sq")
-            if not params:
-                continue
             beta1, beta2 = group["betas"]
-            if group["l2_regularization_rate"] > 0.0:
-                grads = torch._foreach_add(grads, params, alpha=group["l2_regularization_rate"])
-            _foreach_mul(exp_avgs, beta1, inplace=True)
-            torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
-            _foreach_mul(exp_avg_sqs, beta2, inplace=True)
-            torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
-            second = exp_avg_sqs
-            if group["amsgrad"]:
-                second = [self.state[p]["max_exp_avg_sq"] for p in params]
-                torch._foreach_maximum_(second, exp_avg_sqs)
-            denom = torch._foreach_sqrt(second)
-            torch._foreach_add_(denom, group["eps"])
-            updates = torch._foreach_div(exp_avgs, denom)
-            if group["correct_bias"]:
-                b1ps = [self.state[p]["beta1_power"] for p in params]
-                b2ps = [self.state[p]["beta2_power"] for p in params]
-                # sqrt(1 - b2p) / (1 - b1p): -x + 1 rounds exactly as 1 - x
-                numer = torch._foreach_neg(b2ps)
-                torch._foreach_add_(numer, 1.0)
-                torch._foreach_sqrt_(numer)
-                below = torch._foreach_neg(b1ps)
-                torch._foreach_add_(below, 1.0)
-                torch._foreach_mul_(updates, torch._foreach_div(numer, below))
-                torch._foreach_mul_(b1ps, beta1)
-                torch._foreach_mul_(b2ps, beta2)
-            weight_decay = group["weight_decay"]
-            if isinstance(weight_decay, torch.Tensor) or weight_decay != 0:  # skip adding exact zeros
-                torch._foreach_add_(updates, _foreach_mul(params, weight_decay))
-            torch._foreach_mul_(updates, group["lr"])
-            torch._foreach_sub_(params, updates)
+            for params, grads, exp_avgs, exp_avg_sqs in self._foreach_chunks(group, "exp_avg", "exp_avg_sq"):
+                if group["l2_regularization_rate"] > 0.0:
+                    grads = torch._foreach_add(grads, params, alpha=group["l2_regularization_rate"])
+                _foreach_mul(exp_avgs, beta1, inplace=True)
+                torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
+                _foreach_mul(exp_avg_sqs, beta2, inplace=True)
+                torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
+                second = exp_avg_sqs
+                if group["amsgrad"]:
+                    second = [self.state[p]["max_exp_avg_sq"] for p in params]
+                    torch._foreach_maximum_(second, exp_avg_sqs)
+                denom = torch._foreach_sqrt(second)
+                torch._foreach_add_(denom, group["eps"])
+                updates = torch._foreach_div(exp_avgs, denom)
+                if group["correct_bias"]:
+                    b1ps = [self.state[p]["beta1_power"] for p in params]
+                    b2ps = [self.state[p]["beta2_power"] for p in params]
+                    # sqrt(1 - b2p) / (1 - b1p): -x + 1 rounds exactly as 1 - x
+                    numer = torch._foreach_neg(b2ps)
+                    torch._foreach_add_(numer, 1.0)
+                    torch._foreach_sqrt_(numer)
+                    below = torch._foreach_neg(b1ps)
+                    torch._foreach_add_(below, 1.0)
+                    torch._foreach_mul_(updates, torch._foreach_div(numer, below))
+                    torch._foreach_mul_(b1ps, beta1)
+                    torch._foreach_mul_(b2ps, beta2)
+                weight_decay = group["weight_decay"]
+                if isinstance(weight_decay, torch.Tensor) or weight_decay != 0:  # skip adding exact zeros
+                    torch._foreach_add_(updates, _foreach_mul(params, weight_decay))
+                torch._foreach_mul_(updates, group["lr"])
+                torch._foreach_sub_(params, updates)
         return loss
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ __all__ = ["Optimizer", "ParamsT"]
 logger = logging.getLogger(__name__)
 
 ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]]
+FOREACH_CHUNK_BYTES = 1 << 20  # parameters per multi-tensor chunk (see Optimizer._foreach_chunks)
 
 
 def _lr_tensor(value: Any, params: list[Tensor]) -> Tensor:
@@ -209,12 +210,24 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
         lists = [[self.state[p][name] for p in params] for name in names]
         return (params, [p.grad for p in params], *lists)
 
-    def _group_grads(self, group: dict[str, Any], *names: str) -> tuple[list[Tensor], ...]:
-        """``_group_tensors`` for multi-tensor steps: the grads negated (one foreach op) when ``maximize``."""
+    def _foreach_chunks(self, group: dict[str, Any], *names: str) -> Iterator[tuple[list[Tensor], ...]]:
+        """``_group_tensors`` for multi-tensor steps, in chunks of at most ``FOREACH_CHUNK_BYTES`` of
+        parameters (a parameter larger than that is a chunk of its own), the grads negated when ``maximize``.
+
+        Chunks keep each multi-tensor op's working set in cache across the rule's dozen passes: on CPU a
+        whole-model foreach pass per line is about 2x slower than chunks of 1 MiB.
+        """
         params, grads, *lists = self._group_tensors(group, *names)
-        if group.get("maximize", False) and grads:
-            grads = torch._foreach_neg(grads)
-        return (params, grads, *lists)
+        start, size = 0, 0
+        for end, p in enumerate(params + [None]):
+            if end > start and (p is None or size + p.numel() * p.element_size() > FOREACH_CHUNK_BYTES):
+                chunk_grads = grads[start:end]
+                if group.get("maximize", False):
+                    chunk_grads = list(torch._foreach_neg(chunk_grads))
+                yield (params[start:end], chunk_grads, *(lst[start:end] for lst in lists))
+                start, size = end, 0
+            if p is not None:
+                size += p.numel() * p.element_size()
 
     def increment_global_step(self, p: Tensor) -> Tensor:
         """Add 1 to ``state[p]["step"]`` in place and return it (needs ``enable_global_step``)."""

@@ -76,17 +76,15 @@ class SGD(Optimizer):
         loss = _run_closure(closure)
         for group in self.param_groups:
             momentum = group["momentum"]
-            params, grads, *bufs = self._group_grads(group, *(["momentum_buffer"] if momentum != 0 else []))
-            if not params:
-                continue
-            weight_decay = group["weight_decay"]
-            if isinstance(weight_decay, torch.Tensor) or weight_decay != 0:  # the vendor's L2: g + p * wd
-                grads = torch._foreach_add(grads, _foreach_mul(params, weight_decay))
-            if momentum != 0:
-                _foreach_mul(bufs[0], momentum, inplace=True)
-                torch._foreach_add_(bufs[0], grads, alpha=1.0 - group["dampening"])
-                grads = torch._foreach_add(grads, bufs[0], alpha=momentum) if group["nesterov"] else bufs[0]
-            torch._foreach_add_(params, _foreach_mul(grads, -group["lr"], scalar_first=True))  # p += -lr * g
+            for params, grads, *bufs in self._foreach_chunks(group, *(["momentum_buffer"] if momentum != 0 else [])):
+                weight_decay = group["weight_decay"]
+                if isinstance(weight_decay, torch.Tensor) or weight_decay != 0:  # the vendor's L2: g + p * wd
+                    grads = torch._foreach_add(grads, _foreach_mul(params, weight_decay))
+                if momentum != 0:
+                    _foreach_mul(bufs[0], momentum, inplace=True)
+                    torch._foreach_add_(bufs[0], grads, alpha=1.0 - group["dampening"])
+                    grads = torch._foreach_add(grads, bufs[0], alpha=momentum) if group["nesterov"] else bufs[0]
+                torch._foreach_add_(params, _foreach_mul(grads, -group["lr"], scalar_first=True))  # p += -lr * g
         return loss
 
 

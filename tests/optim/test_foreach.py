@@ -12,6 +12,15 @@ import pytest
 import torch
 
 import cs_run.optim as csoptim
+from cs_run.optim import optimizer as optimizer_module
+
+
+@pytest.fixture(params=["one chunk", "small chunks"])
+def chunking(request, monkeypatch):
+    """The default chunk size (these params fit one chunk) and 48-byte chunks (several per group)."""
+    if request.param == "small chunks":
+        monkeypatch.setattr(optimizer_module, "FOREACH_CHUNK_BYTES", 48)
+    return request.param
 
 
 @torch.no_grad()
@@ -105,7 +114,7 @@ DTYPES = [(torch.float32,), (torch.float64,), (torch.float32, torch.bfloat16, to
 @pytest.mark.parametrize("dtypes", DTYPES, ids=lambda d: "+".join(str(x)[6:] for x in d))
 @pytest.mark.parametrize("amsgrad,correct_bias,maximize", list(itertools.product([False, True], repeat=3)))
 @pytest.mark.parametrize("decay", ["none", "l2", "decoupled", "tensor"])
-def test_adam_foreach_step_is_bit_identical_to_the_loop(dtypes, amsgrad, correct_bias, maximize, decay):
+def test_adam_foreach_step_is_bit_identical_to_the_loop(dtypes, amsgrad, correct_bias, maximize, decay, chunking):
     def make(groups):
         kw = dict(lr=0.01, betas=(0.8, 0.95), eps=1e-6, amsgrad=amsgrad, correct_bias=correct_bias,
                   maximize=maximize)
@@ -121,9 +130,31 @@ def test_adam_foreach_step_is_bit_identical_to_the_loop(dtypes, amsgrad, correct
                                                          (0.9, 0.0, True)])
 @pytest.mark.parametrize("decay", ["none", "float", "tensor"])
 @pytest.mark.parametrize("maximize", [False, True])
-def test_sgd_foreach_step_is_bit_identical_to_the_loop(dtypes, momentum, dampening, nesterov, decay, maximize):
+def test_sgd_foreach_step_is_bit_identical_to_the_loop(dtypes, momentum, dampening, nesterov, decay, maximize,
+                                                      chunking):
     def make(groups):
         return csoptim.SGD(groups, lr=0.01, momentum=momentum, dampening=dampening, nesterov=nesterov,
                            weight_decay=0.02 if decay == "float" else 0.0, maximize=maximize)
 
     _run(make, loop_sgd_step, dtypes, groups=2, tensor_wd=decay == "tensor")
+
+
+@pytest.mark.parametrize("limit", [1, 4, 48, 100, 1 << 20])
+def test_foreach_chunks_partition_the_params_in_order_within_the_limit(limit, monkeypatch):
+    monkeypatch.setattr(optimizer_module, "FOREACH_CHUNK_BYTES", limit)
+    params = [torch.nn.Parameter(torch.zeros(n)) for n in (3, 20, 1, 1, 7, 2)]
+    for p in params:
+        p.grad = torch.ones_like(p)
+    params[3].grad = None  # skipped, as torch.optim does
+    opt = csoptim.SGD(params, lr=0.1, momentum=0.9)
+    chunks = list(opt._foreach_chunks(opt.param_groups[0], "momentum_buffer"))
+    flat = [p for ps, *_ in chunks for p in ps]
+    assert flat == [p for p in params if p.grad is not None]
+    for ps, grads, bufs in chunks:
+        assert ps and len(ps) == len(grads) == len(bufs)
+        assert len(ps) == 1 or sum(p.numel() * 4 for p in ps) <= limit
+        assert all(b is opt.state[p]["momentum_buffer"] and g is p.grad for p, g, b in zip(ps, grads, bufs))
+    if limit >= 1 << 20:
+        assert len(chunks) == 1
+    opt.param_groups[0]["params"] = []
+    assert list(opt._foreach_chunks(opt.param_groups[0])) == []
