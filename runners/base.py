@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from tqdm import tqdm
 
+from cs_run import distributed
 from cs_run._logging import run_log
 from cs_run.backend import Backend
 from cs_run.batches import RateMeter, batch_size, loader_length, move_to_device
@@ -37,6 +38,7 @@ from cs_run.runners._run_record import RunRecord
 from cs_run.runners._step import StepConfig
 from cs_run.runners.hooks import RunnerHooks
 from cs_run.schedule import StepBudget, is_checkpoint_step, is_log_step, step_budget
+from cs_run.utils.streaming import StreamingLoader
 
 __all__ = ["PyTorchBaseRunner"]
 
@@ -115,6 +117,7 @@ class PyTorchBaseRunner(RunnerHooks):
         rc = params.runconfig
         self.model_dir = Path(rc.model_dir)
         self.global_step = 0
+        distributed.set_num_workers_per_csx(rc.num_workers_per_csx)
         if rc.seed is not None:
             manual_seed(rc.seed)
         # Build what can be wrong before anything is written: model and optimizer errors are params errors.
@@ -270,6 +273,7 @@ class PyTorchBaseRunner(RunnerHooks):
             self._early_stopping.check_metric(["eval/loss", *get_all_metrics()])
         loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
         self._load_initial_state(self._initial_checkpoint())
+        self._restore_data_position(loader)
         budget = step_budget(loader_batches=loader_length(loader), initial_step=self.global_step,
                              num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,
                              steps_per_epoch=rc.steps_per_epoch, grad_accum_steps=self.params.optimizer.grad_accum_steps,
@@ -349,10 +353,12 @@ class PyTorchBaseRunner(RunnerHooks):
         if resume is not None:
             restore_rng_state(resume["epoch_start_rng"], generator)
         self._epoch_start_rng = capture_rng_state(generator)
+        if isinstance(loader, StreamingLoader):
+            loader.set_epoch(self._epoch)
         accum = self.params.optimizer.grad_accum_steps
         iterator = iter(loader)
         if resume is not None:
-            for _ in range(self._epoch_step * accum):
+            for _ in range(0 if resume.get("positioned") else self._epoch_step * accum):
                 next(iterator)
             restore_rng_state(resume["rng"], generator)
         while self._epoch_step < steps_per_epoch:
@@ -519,8 +525,33 @@ class PyTorchBaseRunner(RunnerHooks):
         state["rng"] = capture_rng_state(generator)
         if self._epoch_start_rng is not None:
             state["dataloader"] = {"epoch": self._epoch, "epoch_step": self._epoch_step,
-                                   "epoch_start_rng": self._epoch_start_rng}
+                                   "epoch_start_rng": self._epoch_start_rng, **self._data_topology()}
+            loader = self._train_loader
+            if isinstance(loader, StreamingLoader) and loader.is_restartable:
+                state["dataloader"]["workers"] = loader.state_dict()  # a collective with several replicas
         return state
+
+    def _data_topology(self) -> dict[str, int]:
+        return {"num_csx": distributed.get_world_size(), "num_workers_per_csx": distributed.num_workers_per_csx()}
+
+    def _restore_data_position(self, loader: Any) -> None:
+        """Put the train loader where the checkpoint's data position says (see
+        docs/architecture.md#streaming-workers): a restartable loader of input workers loads the saved
+        workers' state (and is not replayed); otherwise the epoch's done batches are replayed, which is exact
+        in the topology that wrote the checkpoint and keeps the step count (not the samples) in another."""
+        resume = self._pending_resume
+        if resume is None:
+            return
+        saved = {k: resume.get(k) for k in self._data_topology()}
+        if resume.get("workers") is not None and isinstance(loader, StreamingLoader) and loader.is_restartable:
+            loader.load_state_dict(resume["workers"])
+            resume["positioned"] = True
+        elif saved != self._data_topology() and all(v is not None for v in saved.values()):
+            logger.warning("The checkpoint's data position was written with num_csx=%s x num_workers_per_csx=%s "
+                           "input streams and this run has %s x %s: it resumes at the same step and epoch, but "
+                           "the rest of this epoch's batches are not the ones the old run would have seen (use a "
+                           "restartable dataloader for an exact position)", saved["num_csx"],
+                           saved["num_workers_per_csx"], *self._data_topology().values())
 
     def _save_checkpoint(self) -> Path:
         path = _checkpoints.checkpoint_path(self.model_dir, self.global_step)
@@ -577,7 +608,8 @@ class PyTorchBaseRunner(RunnerHooks):
         data = state.get("dataloader")
         if data is not None:
             self._epoch, self._epoch_step = int(data["epoch"]), int(data["epoch_step"])
-            self._pending_resume = {"epoch_start_rng": data["epoch_start_rng"], "rng": state["rng"]}
+            self._pending_resume = {"epoch_start_rng": data["epoch_start_rng"], "rng": state["rng"],
+                                    **{k: data.get(k) for k in ("num_csx", "num_workers_per_csx", "workers")}}
         elif "rng" in state:
             restore_rng_state(state["rng"])
         logger.info("Resuming from checkpoint %s at global step %d", path, self.global_step)
