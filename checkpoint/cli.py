@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import click
+import numpy as np
 
 from cs_run.checkpoint.convert import convert as run_convert
 from cs_run.checkpoint.h5 import info as run_info
@@ -25,6 +26,16 @@ def _human(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+def _show(value: object, dtype: str | None) -> str:
+    """A scalar for the info table: strings quoted and cut at 40 characters, a float of a narrower
+    dtype with that dtype's shortest digits (0.01, not 0.009999999776482582)."""
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:37] + "...")
+    if isinstance(value, float) and dtype in ("float32", "float16", "bfloat16"):
+        return str(np.float32(value) if dtype != "float16" else np.float16(value))
+    return repr(value)
 
 
 @click.group(name="checkpoint", cls=ErrorGroup)
@@ -72,19 +83,32 @@ def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: 
 @click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
 @click.option("--verify", is_flag=True, help="Check every tensor's CRC32; exit 1 naming damaged keys.")
 def info(path: str, as_json: bool, verify: bool) -> None:
-    """List keys, types, dtypes, shapes and sizes of the checkpoint at PATH."""
+    """Show the checkpoint at PATH: its format, global step and parameter count, then every key with
+    its type, dtype and shape (or value) and size."""
 
     desc = run_info(path, verify=verify)
     if as_json:
         click.echo(json.dumps(desc, indent=2))
     else:
+        name = desc["format"] if desc["version"] is None else f"{desc['format']} v{desc['version']}"
+        step = desc["global_step"]
+        scope = "under model." if any(k["key"].startswith("model.") for k in desc["keys"]) else "in the file"
+        click.echo(f"{path}: {name}")
+        click.echo(f"global step: {'-' if step is None else step}")
+        click.echo(f"parameters:  {desc['num_parameters']:,} in {desc['parameter_tensors']} tensors {scope} "
+                   "(buffers included)")
+        click.echo("")
         width = max([len(k["key"]) for k in desc["keys"]] + [3])
         for k in desc["keys"]:
             detail = f"{k.get('dtype', '')}{k.get('shape', '')}"
+            if "value" in k:
+                shown = _show(k["value"], k.get("dtype"))
+                detail = f"{detail} = {shown}" if detail else shown
+            size = _human(k["nbytes"]) if k.get("nbytes") or k["type"] in ("tensor", "ndarray") else ""
             tied = f"  tied to {k['tied_to']}" if "tied_to" in k else ""
-            click.echo(f"{k['key']:<{width}}  {k['type']:<8} {detail:<28} {_human(k.get('nbytes', 0)):>10}{tied}")
+            click.echo(f"{k['key']:<{width}}  {k['type']:<8} {detail:<28} {size:>10}{tied}".rstrip())
         click.echo(
-            f"{desc['format']} v{desc['version']}: {len(desc['keys'])} keys, "
+            f"{name}: {len(desc['keys'])} keys, "
             f"{desc['num_tensors']} tensors, {desc['total_bytes']} bytes ({_human(desc['total_bytes'])})"
         )
         if verify:
