@@ -5,6 +5,9 @@ Each StreamingLoader pass starts W worker processes (fork), so the passes here a
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -200,3 +203,37 @@ def test_a_params_error_in_a_worker_is_raised_with_its_one_line():
     loader = StreamingLoader(input_fn, 2)
     with pytest.raises(ParamsError, match=r"^params: train_input.data_dir: no such folder$"):
         len(loader)  # the replica's copy raises first, before any worker starts
+
+
+VENDOR = json.loads((Path(__file__).parents[1] / "data" / "vendor_oracle" / "sampler.json").read_text())
+
+
+@pytest.mark.parametrize("case", VENDOR["cases"], ids=lambda c: "{num_csx}x{workers} n={num_samples} B={batch_size} "
+                                                                "start={start_index}".format(**c))
+def test_distributed_sampler_matches_the_vendors_streams(case, monkeypatch):
+    def passes():
+        sampler = DistributedSampler(list(range(case["num_samples"])), shuffle=case["shuffle"], seed=VENDOR["seed"],
+                                     start_index=case["start_index"], batch_size=case["batch_size"])
+        return [[list(b) for b in sampler] for _ in range(3)]
+
+    n, w = case["num_csx"], case["workers"]
+    for rank, expected in enumerate(case["streams"]):
+        with distributed.streaming_worker(rank % w, w, (rank // w, n)):
+            assert passes() == expected, rank
+    distributed.set_num_workers_per_csx(2)  # a replica with input workers does not stream: whole global batches
+    assert not distributed.is_streamer() and passes() == case["user_node"]
+
+
+def test_worker_batch_count_is_the_vendors():
+    # After k replica steps with W workers, worker w has given k // W + (w < k % W) batches (the vendor's
+    # DataLoaderCheckpointer count), which is what get_worker_state().worker_step says in a StreamingLoader.
+    for key, count in VENDOR["worker_iterations"].items():
+        steps, workers, worker = map(int, key.split(","))
+        assert steps // workers + (worker < steps % workers) == count
+    loader = StreamingLoader(lambda: SamplesStreamed(2), 3)
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    assert [s.worker_step for s in loader._worker_states()] == [VENDOR["worker_iterations"][f"5,3,{w}"]
+                                                               for w in range(3)]
+    it.close()
