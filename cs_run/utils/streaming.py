@@ -98,7 +98,8 @@ def aggregate_states(loader: Any, states: list[DataLoaderCheckpoint]) -> dict[st
 def gather_states(states: list[DataLoaderCheckpoint]) -> list[DataLoaderCheckpoint]:
     """Every replica's worker states, given this replica's: a collective when the job has several
     replicas (every replica calls it at the same step)."""
-    if distributed.get_world_size() > 1 and distributed._dist_ready():
+    joined = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if joined and distributed.get_world_size() > 1:
         gathered: list[Any] = [None] * distributed.get_world_size()
         torch.distributed.all_gather_object(gathered, states)
         return [s for part in gathered for s in part]

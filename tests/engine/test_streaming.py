@@ -5,6 +5,7 @@ Each StreamingLoader pass starts W worker processes (fork), so the passes here a
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -237,3 +238,30 @@ def test_worker_batch_count_is_the_vendors():
     assert [s.worker_step for s in loader._worker_states()] == [VENDOR["worker_iterations"][f"5,3,{w}"]
                                                                for w in range(3)]
     it.close()
+
+
+def _replica_of_two(rank, folder):
+    """One of two replicas (gloo): 3 steps from 2 input workers, then the gathered state."""
+    torch.distributed.init_process_group("gloo", init_method=f"file://{folder}/store", rank=rank, world_size=2)
+    try:
+        loader = StreamingLoader(lambda: SamplesStreamed(8, num_samples=64), 2)
+        it = iter(loader)
+        batches = [next(it)[0].tolist() for _ in range(3)]
+        state = loader.state_dict()  # a collective: both replicas call it
+        it.close()
+        (Path(folder) / f"replica{rank}.json").write_text(json.dumps({"batches": batches, "state": state}))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_two_replicas_gather_their_workers_state_and_resume_on_one(tmp_path):
+    torch.multiprocessing.start_processes(_replica_of_two, args=(str(tmp_path),), nprocs=2, start_method="fork")
+    runs = [json.loads((tmp_path / f"replica{r}.json").read_text()) for r in range(2)]
+    expected = global_batches(64, 8, 7, 5)
+    # Each replica streams its half of every global batch; together they are the global batches in order.
+    assert [a + b for a, b in zip(runs[0]["batches"], runs[1]["batches"])] == expected[:3]
+    assert runs[0]["state"] == runs[1]["state"] == {"samples_streamed": 24}  # 2 replicas x 2 workers, summed
+    # 2 x 2 streams resumed by 1 replica x 3 workers: the next global batches, whole.
+    resumed = StreamingLoader(lambda: SamplesStreamed(8, num_samples=64), 3)
+    resumed.load_state_dict(runs[0]["state"])
+    assert [b[0].tolist() for b in itertools.islice(resumed, 2)] == expected[3:]
