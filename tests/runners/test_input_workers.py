@@ -37,6 +37,13 @@ def sharded(split, batch_size=4, num_samples=64, **_):
                       drop_last=True)
 
 
+def sharded_eval(split, batch_size=8, num_samples=32, **_):
+    x, y = tensors(num_samples)
+    rank, streams = distributed.get_streaming_rank(), distributed.num_streamers()
+    mine = Subset(TensorDataset(x, y), list(range(rank, num_samples, streams)))
+    return DataLoader(mine, batch_size=distributed.get_streaming_batch_size(batch_size))
+
+
 class Restartable(DataLoader):
     def __init__(self, batch_size, num_samples):
         x, y = tensors(num_samples)
@@ -87,7 +94,7 @@ def stream_project(toy_project):
 def make_runner(params_path, data_fn, model_dir, workers=2, **overrides):
     params = load_params(params_path, {"train_input.data_fn": f"stream_data:{data_fn}",
                                        "runconfig.model_dir": str(model_dir), "runconfig.num_workers_per_csx": workers,
-                                       "eval_input.data_fn": "stream_data:sharded", **overrides})
+                                       "eval_input.data_fn": "stream_data:sharded_eval", **overrides})
     runner = PyTorchBaseRunner.create(params, device="CPU")
     return runner, Recorder(runner)
 
@@ -147,3 +154,16 @@ def test_a_replayed_resume_in_another_topology_warns(stream_project, tmp_path, c
     with caplog.at_level("WARNING", logger="cs_run"):
         resumed.run("train")
     assert len(seen.ids) == 3 and "written with num_csx=1 x num_workers_per_csx=2" in caplog.text
+
+
+def test_eval_with_two_workers_covers_the_eval_set_once(stream_project, tmp_path, caplog):
+    # The eval data shards by streaming rank: 2 workers see each of the 32 samples once, so the eval loss
+    # (the mean of equal-sized batch means) is the single-stream one up to the summation order.
+    losses = {}
+    for workers in (1, 2):  # the same seed: the same initial weights
+        runner, _ = make_runner(stream_project, "sharded", tmp_path / f"w{workers}", workers)
+        caplog.clear()
+        with caplog.at_level("INFO", logger="cs_run"):
+            losses[workers] = runner.run("eval")["eval/loss"]
+        assert "Batches=4," in caplog.text  # 32 samples in batches of 8, with one stream or two
+    assert losses[2] == pytest.approx(losses[1], rel=1e-6)
