@@ -11,6 +11,9 @@ an error raised in the user's code      the traceback's frames in the user's fil
                                         ``Error: <Type>: <message> (raised at file:line)`` line         1
 any other exception (a cs-run bug)      the whole traceback, then the ``Error:`` line                   1
 ======================================  ===========================================================  ====
+
+In a replica of several (:mod:`cs_run.replicas`) the ``Error:`` line is also recorded for the launcher;
+a replica that cs-run launched leaves printing it to the launcher, so the job prints one line.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any, NoReturn, Optional
 
 import click
 
+from cs_run import replicas
 from cs_run.errors import CsRunError
 
 __all__ = ["exit_code", "report", "ErrorGroup", "ArgumentParser"]
@@ -68,7 +72,16 @@ def _user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
 def report(exc: BaseException, file: Any = None) -> int:
     """Print ``exc`` the one way every entry point does; returns its exit code."""
     def echo(text: str) -> None:
+        if text.startswith("Error: ") and replicas.in_replica_env():
+            replicas.record_failure(text.removeprefix("Error: "), exit_code(exc), replicas.lost_peer(exc))
+            if replicas.reports_to_launcher():
+                return
         click.echo(text, err=file is None, file=file)
+
+    if replicas.lost_peer(exc):  # another replica's failure (or silence), not a bug: one line, no traceback
+        echo(f"Error: replica {replicas.ordinal()} of {replicas.world_size()} lost its peers in a collective "
+             f"({_one_line(exc)}); another replica failed or did not answer within runconfig.collective_timeout")
+        return 1
 
     if isinstance(exc, CsRunError):
         echo(f"Error: {_one_line(exc)}")

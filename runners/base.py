@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from tqdm import tqdm
 
+from cs_run import replicas
 from cs_run._logging import run_log
 from cs_run.backend import Backend
 from cs_run.batches import RateMeter, batch_size, loader_length, move_to_device
@@ -56,6 +57,17 @@ def check_sections_for(params: Params, mode: str, data_fns: Optional[dict] = Non
     if missing:
         raise ParamsError(f"params: mode {mode} needs section(s) {', '.join(missing)}, which the params lack"
                           f"{params.where()}")
+
+
+def check_batch_split(params: Params, num_replicas: int) -> None:
+    """The params' batch sizes are global batches: each must split evenly over the replicas."""
+    for name in ("train_input", "eval_input"):
+        section = getattr(params, name)
+        if num_replicas > 1 and section is not None:
+            try:
+                replicas.split_batch(section.batch_size, num_replicas)
+            except ValueError as e:
+                raise ParamsError(f"params: {name}.batch_size: {e}") from None
 
 
 class PyTorchBaseRunner(RunnerHooks):
@@ -143,7 +155,8 @@ class PyTorchBaseRunner(RunnerHooks):
                               "(cs-run compile-only / validate-only set it)")
         try:
             _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
-            _model_dir.check_not_locked(rc.model_dir)
+            if replicas.is_master():  # ordinal 0 holds model_dir's lock (docs/architecture.md#replicas)
+                _model_dir.check_not_locked(rc.model_dir)
             if mode is not None and not (rc.compile_only or rc.validate_only):
                 check_sections_for(params, mode, {"train": builders.get("train_data_fn"),
                                                   "eval": builders.get("eval_data_fn")})
@@ -156,6 +169,9 @@ class PyTorchBaseRunner(RunnerHooks):
                 if not (isinstance(cls, type) and issubclass(cls, expected)):
                     raise ParamsError(f"params: runconfig.runner: {spec!r} must be a subclass of "
                                       f"cs_run.runners.{expected.__name__} for --device {device}")
+            if not (rc.compile_only or rc.validate_only):  # N replicas: launch or join them (never returns in a launcher)
+                check_batch_split(params, rc.num_csx)
+                replicas.start(rc.num_csx, device, rc.collective_timeout)
             return cls(params, device=device, backend=backend, **builders)
         except ParamsError as e:  # a value in the params file: name its file:line
             raise params.locate_error(e) from e
@@ -204,7 +220,11 @@ class PyTorchBaseRunner(RunnerHooks):
 
     @contextlib.contextmanager
     def _open_model_dir(self) -> Iterator[None]:
-        """The run's hold on model_dir: its lock (one writer at a time), the resolved params, the run log."""
+        """The run's hold on model_dir: its lock (one writer at a time), the resolved params, the run log.
+        Ordinal 0 is the one writer of a run of several replicas."""
+        if not replicas.is_master():
+            yield
+            return
         with _model_dir.model_dir_lock(self.model_dir):
             save_params(self.params, self.model_dir)
             with run_log(self.model_dir, self.params.runconfig.logging):
@@ -217,6 +237,7 @@ class PyTorchBaseRunner(RunnerHooks):
         rc = self.params.runconfig
         self._check_sections_for("train")
         loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
+        _check_equal_lengths(loader)
         self._load_initial_state(self._initial_checkpoint())
         budget = step_budget(loader_batches=loader_length(loader), initial_step=self.global_step,
                              num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,
@@ -295,14 +316,14 @@ class PyTorchBaseRunner(RunnerHooks):
         """Host work after a step: loss check, logging, checkpoint, periodic eval."""
         rc = self.params.runconfig
         step, run_step = self.global_step, self.global_step - self._run_start
-        self._rate.tick(sum(batch_size(b) for b in micro_batches))
+        self._rate.tick(sum(batch_size(b) for b in micro_batches) * replicas.world_size())  # all replicas' samples
         log_step = is_log_step(run_step, self._run_steps, rc.log_steps)
         checkpoint_step = is_checkpoint_step(run_step, self._run_steps, rc.checkpoint_steps)
         self._track_loss(loss, step)
         if log_step or checkpoint_step:
             self._raise_on_bad_loss()  # never checkpoint weights a NaN step produced
         if log_step:
-            value = self._fetch_loss(loss)
+            value = replicas.mean_value(self._fetch_loss(loss))  # the global batch's loss
             rate, global_rate = self._rate.rate, self._rate.global_rate
             logger.info("| Train Device=%s, Step=%d, Loss=%.5f, Rate=%.2f samples/sec, GlobalRate=%.2f samples/sec",
                         self.device_name, step, value, rate, global_rate)
@@ -377,7 +398,8 @@ class PyTorchBaseRunner(RunnerHooks):
         early_exit = available is not None and steps < available
         self.on_eval_epoch_end(early_exit=early_exit)
         self.on_eval_end(early_exit=early_exit)
-        results = {"eval/loss": self._fetch_loss(total_loss) / steps, **compute_all_metrics()}
+        loss_sum, all_steps = replicas.sum_values(self._fetch_loss(total_loss), steps)  # over replicas' shards
+        results = {"eval/loss": loss_sum / all_steps, **compute_all_metrics()}
         summary = ", ".join(f"{k}={v:.5f}" for k, v in results.items())
         logger.info("| Eval Device=%s, GlobalStep=%d, Batches=%d, %s", self.device_name, self.global_step, steps,
                     summary)
@@ -411,7 +433,8 @@ class PyTorchBaseRunner(RunnerHooks):
             if not path.is_file():
                 raise ParamsError(f"params: runconfig.checkpoint_path: no such file {path}")
             return path
-        return _checkpoints.latest_checkpoint(self.model_dir) if rc.autoload_checkpoint else None
+        latest = _checkpoints.latest_checkpoint(self.model_dir) if rc.autoload_checkpoint else None
+        return replicas.broadcast_object(latest)  # every replica resumes from ordinal 0's choice
 
     def _checkpoint_state(self) -> dict[str, Any]:
         """Everything an exact resume needs (weights, optimizer, schedule, scaler, RNG, data position)."""
@@ -442,10 +465,11 @@ class PyTorchBaseRunner(RunnerHooks):
                                 f"inf); training stopped, nothing was saved for this step and {kept}. Lower the "
                                 "learning rate, enable gradient clipping (optimizer.max_gradient_norm) or check "
                                 "the data")
-        _checkpoints.save_checkpoint(state, path)
-        logger.info("Saved checkpoint %s", path)
-        _checkpoints.prune_checkpoints(self.model_dir, self.params.runconfig.max_checkpoints)
-        self.on_checkpoint_saved(str(path), self.global_step)
+        if replicas.is_master():  # the replicas' states are equal: ordinal 0 writes it once
+            _checkpoints.save_checkpoint(state, path)
+            logger.info("Saved checkpoint %s", path)
+            _checkpoints.prune_checkpoints(self.model_dir, self.params.runconfig.max_checkpoints)
+            self.on_checkpoint_saved(str(path), self.global_step)
         return path
 
     def _load_initial_state(self, path: Optional[Path]) -> None:
@@ -503,5 +527,18 @@ class PyTorchBaseRunner(RunnerHooks):
         return move_to_device(batch, self.torch_device)
 
     def _progress(self, desc: str, total: int):
-        disable = True if self.params.runconfig.disable_progress_bar else None  # None: only on a TTY
+        disable = True if self.params.runconfig.disable_progress_bar or not replicas.is_master() else None  # None: a TTY
         return tqdm(total=total, desc=desc, unit="step", disable=disable, dynamic_ncols=True, leave=False)
+
+
+def _check_equal_lengths(loader) -> None:
+    """Replicas step together (each step all-reduces): loaders of different lengths would leave one
+    replica waiting for the others, so they are refused up front."""
+    n, length = replicas.world_size(), loader_length(loader)
+    if n == 1 or length is None:
+        return
+    total, = replicas.sum_values(length)
+    if total != length * n:
+        raise ParamsError(f"params: train_input: the {n} replicas' train loaders differ in length (this replica's "
+                          f"has {length} batches, all together {int(total)}); shard the data evenly by "
+                          "cstorch.distributed.get_streaming_rank() / num_streamers() and keep drop_last_batch")
