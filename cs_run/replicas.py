@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -37,9 +38,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from cs_run.errors import ParamsError
 
-__all__ = ["JOIN_ENV", "DEFAULT_COLLECTIVE_TIMEOUT", "ReplicatedModule", "all_reduce_sum", "broadcast_object", "cuda_index",
-           "in_replica_env", "is_master", "joined", "launch", "lost_peer", "mean_value", "ordinal", "record_failure", "replicate",
-           "reports_to_launcher", "split_batch", "start", "sum_values", "teardown", "world_size"]
+__all__ = ["DEFAULT_COLLECTIVE_TIMEOUT", "JOIN_ENV", "ReplicatedModule", "all_reduce_sum", "broadcast_object",
+           "cuda_index", "in_replica_env", "is_master", "joined", "launch", "lost_peer", "max_values", "mean_value",
+           "ordinal", "record_failure", "replicate", "reports_to_launcher", "split_batch", "start", "sum_values",
+           "teardown", "world_size"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +50,8 @@ JOIN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 DEFAULT_COLLECTIVE_TIMEOUT = 600
 _LAUNCHER_ENV = "CS_RUN_REPLICA_LAUNCHER"  # set by launch() for its replicas: errors go to the launcher
 _MONITOR_INTERVAL = 0.1  # seconds between the elastic agent's checks of its replicas
+_HOST_GROUP: Any = None  # host numbers travel on gloo (CPU tensors) even when the gradients use nccl
+_INTERRUPT_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
 # What gloo / nccl / the c10d store raise when a peer is gone or silent (not always a DistError subclass).
 _PEER_LOST = re.compile(r"Connection (closed|reset) by peer|gloo/transport|NCCL|ProcessGroup|[Tt]imed? ?out|Broken pipe")
 
@@ -152,8 +156,10 @@ def _join(device_type: str, timeout_s: int) -> None:
     if "OMP_NUM_THREADS" not in os.environ:  # share the machine's cores between its replicas
         local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
-    dist.init_process_group("nccl" if cuda else "gloo", init_method="env://",
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    global _HOST_GROUP
+    timeout = datetime.timedelta(seconds=timeout_s)
+    dist.init_process_group("nccl" if cuda else "gloo", init_method="env://", timeout=timeout)
+    _HOST_GROUP = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
     atexit.register(teardown)
     _record_uncaught_exceptions()
     if not is_master():  # one console log: ordinal 0's (the others still print warnings and errors)
@@ -185,17 +191,22 @@ def launch(num_replicas: int) -> NoReturn:
                           f"{num_replicas} processes, which is not possible from an interactive session or a test; "
                           f"run it as a script or command, or under torchrun --nproc_per_node {num_replicas}")
     os.environ[_LAUNCHER_ENV] = "1"
+    # Ctrl-C reaches every replica from the terminal: each finishes its step and checkpoints (cs_run.interrupts).
+    # The launcher only waits for them; the agent must not turn it into a second signal that aborts them.
+    signal.signal(signal.SIGINT, lambda *_: None)
     elastic_logger = logging.getLogger("torch.distributed.elastic")
     elastic_logger.setLevel(logging.CRITICAL)  # the agent's own failure report would repeat ours at length
     with tempfile.TemporaryDirectory(prefix="cs_run_replicas_") as logs:
         config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=num_replicas, run_id=str(uuid.uuid4()),
                               rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
-                              monitor_interval=_MONITOR_INTERVAL, logs_specs=DefaultLogsSpecs(log_dir=logs))
+                              monitor_interval=_MONITOR_INTERVAL, logs_specs=DefaultLogsSpecs(log_dir=logs),
+                              signals_to_handle="SIGTERM,SIGHUP,SIGQUIT")
         try:
             elastic_launch(config, sys.executable)(*command)
         except ChildFailedError as e:
             line, code = _failure_line(e, num_replicas)
-            print(f"Error: {line}", file=sys.stderr, flush=True)
+            if line:
+                print(f"Error: {line}", file=sys.stderr, flush=True)
             raise SystemExit(code) from None
         except KeyboardInterrupt:
             print("Error: interrupted; all replicas were stopped", file=sys.stderr, flush=True)
@@ -204,7 +215,13 @@ def launch(num_replicas: int) -> NoReturn:
 
 
 def _failure_line(error: ChildFailedError, num_replicas: int) -> tuple[str, int]:
-    """The one line about the replica that failed first, and the exit code the job ends with."""
+    """The one line about the replica that failed first, and the exit code the job ends with; no line
+    when the replicas were interrupted (a signal: ordinal 0 logged where it stopped and what it saved)."""
+    codes = {f.exitcode for f in error.failures.values()}
+    recorded = any(isinstance(f.error_file_data, dict) and f.error_file_data.get("cs_run")
+                   for f in error.failures.values())
+    if not recorded and codes <= set(_INTERRUPT_CODES):
+        return "", max(codes)
     def first(item: tuple[int, Any]) -> tuple[int, float, int]:
         rank, failure = item
         own = failure.error_file_data.get("cs_run") if isinstance(failure.error_file_data, dict) else None
@@ -276,17 +293,26 @@ def broadcast_object(value: Any) -> Any:
     if not joined() or dist.get_world_size() == 1:
         return value
     box = [value]
-    dist.broadcast_object_list(box, src=0, device=_collective_device())
+    dist.broadcast_object_list(box, src=0, group=_HOST_GROUP, device=torch.device("cpu"))
     return box[0]
+
+
+def _reduce_values(values: tuple, op: Any) -> tuple[float, ...]:
+    if not joined() or dist.get_world_size() == 1:
+        return tuple(float(v) for v in values)
+    t = torch.tensor([float(v) for v in values], dtype=torch.float64)
+    dist.all_reduce(t, op=op, group=_HOST_GROUP)
+    return tuple(t.tolist())
 
 
 def sum_values(*values: float) -> tuple[float, ...]:
     """The sums over replicas of host numbers (loss sums, step counts), in float64."""
-    if not joined() or dist.get_world_size() == 1:
-        return tuple(float(v) for v in values)
-    t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=_collective_device())
-    dist.all_reduce(t)
-    return tuple(t.tolist())
+    return _reduce_values(values, dist.ReduceOp.SUM)
+
+
+def max_values(*values: float) -> tuple[float, ...]:
+    """The maxima over replicas of host numbers (e.g. a stop request: any replica's)."""
+    return _reduce_values(values, dist.ReduceOp.MAX)
 
 
 def mean_value(value: float) -> float:

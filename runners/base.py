@@ -17,13 +17,15 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from tqdm import tqdm
 
-from cs_run import replicas
+from cs_run import distributed, replicas
 from cs_run._logging import run_log
 from cs_run.backend import Backend
 from cs_run.batches import RateMeter, batch_size, loader_length, move_to_device
 from cs_run.checkpoint.h5 import TargetMismatchError
 from cs_run.creation import manual_seed
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
+from cs_run.exits import error_text
+from cs_run.interrupts import Aborted, Interrupted, StopFlag, stop_on_signal
 from cs_run.metrics import compute_all_metrics, reset_all_metrics
 from cs_run.params import Params, save_params
 from cs_run.registry import resolve_object
@@ -31,15 +33,19 @@ from cs_run.resolve import resolve_params
 from cs_run.runners import _build, _checkpoints, _model_dir
 from cs_run.runners._reporting import Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
+from cs_run.runners._run_record import RunRecord
 from cs_run.runners._step import StepConfig
 from cs_run.runners.hooks import RunnerHooks
 from cs_run.schedule import StepBudget, is_checkpoint_step, is_log_step, step_budget
+from cs_run.utils.streaming import StreamingLoader
 
 __all__ = ["PyTorchBaseRunner"]
 
 logger = logging.getLogger("cs_run.runners")
 
 MODES = ("train", "eval", "train_and_eval", "eval_all")
+TRAINING_MODES = ("train", "train_and_eval")
+"""The modes that write model_dir/params_resolved.yaml (an eval never replaces the training run's)."""
 
 
 def check_sections_for(params: Params, mode: str, data_fns: Optional[dict] = None) -> None:
@@ -95,6 +101,7 @@ class PyTorchBaseRunner(RunnerHooks):
         rc = params.runconfig
         self.model_dir = Path(rc.model_dir)
         self.global_step = 0
+        distributed.set_num_workers_per_csx(rc.num_workers_per_csx)
         if rc.seed is not None:
             manual_seed(rc.seed)
         # Build what can be wrong before anything is written: model and optimizer errors are params errors.
@@ -125,6 +132,11 @@ class PyTorchBaseRunner(RunnerHooks):
         self._epoch_start_rng: Optional[dict] = None
         self._pending_resume: Optional[dict] = None
         self._summaries = Summaries(self.model_dir)
+        self._stop = StopFlag()  # the signal flag while train() runs (docs/architecture.md#interrupts)
+        self._saved: tuple[int, Optional[Path]] = (-1, None)  # (global step, path) of the newest checkpoint
+        self._run_start: Optional[int] = None
+        self.should_stop = False
+        """Set it in a hook to end training after the current step (with a checkpoint of that step)."""
 
     # --------------------------------------------------------------------------------- construction
 
@@ -193,7 +205,7 @@ class PyTorchBaseRunner(RunnerHooks):
             self._check_sections_for(mode)
         except ParamsError as e:
             raise self.params.locate_error(e) from e
-        with self._open_model_dir():
+        with self._open_model_dir(mode):
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
             try:
                 if mode == "train":
@@ -219,16 +231,30 @@ class PyTorchBaseRunner(RunnerHooks):
         check_sections_for(self.params, mode, self._data_fns)
 
     @contextlib.contextmanager
-    def _open_model_dir(self) -> Iterator[None]:
-        """The run's hold on model_dir: its lock (one writer at a time), the resolved params, the run log.
+    def _open_model_dir(self, mode: str) -> Iterator[None]:
+        """The run's hold on model_dir: its lock (one writer at a time), the resolved params (training modes
+        only), the run's record in model_dir/runs/ and the run log, which also gets the ``Error:`` line.
         Ordinal 0 is the one writer of a run of several replicas."""
         if not replicas.is_master():
             yield
             return
         with _model_dir.model_dir_lock(self.model_dir):
-            save_params(self.params, self.model_dir)
-            with run_log(self.model_dir, self.params.runconfig.logging):
-                yield
+            if mode in TRAINING_MODES:
+                save_params(self.params, self.model_dir)
+            record = RunRecord(self.model_dir, self.params, mode, self.device_type)
+            with run_log(self.model_dir, self.params.runconfig.logging) as log:
+                try:
+                    yield
+                except BaseException as e:
+                    text = error_text(e)
+                    if text:  # an interrupt logged its own line
+                        log.write(logging.ERROR, text)
+                    outcome = "interrupted" if isinstance(e, Interrupted) else \
+                        "aborted" if isinstance(e, (Aborted, KeyboardInterrupt)) else "failed"
+                    record.finish(outcome, first_step=self._run_start, last_step=self.global_step,
+                                  message=text.splitlines()[-1] if text else str(e))
+                    raise
+                record.finish("completed", first_step=self._run_start, last_step=self.global_step)
 
     # ------------------------------------------------------------------------------------- training
 
@@ -239,6 +265,7 @@ class PyTorchBaseRunner(RunnerHooks):
         loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
         _check_equal_lengths(loader)
         self._load_initial_state(self._initial_checkpoint())
+        self._restore_data_position(loader)
         budget = step_budget(loader_batches=loader_length(loader), initial_step=self.global_step,
                              num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,
                              steps_per_epoch=rc.steps_per_epoch, grad_accum_steps=self.params.optimizer.grad_accum_steps,
@@ -257,8 +284,8 @@ class PyTorchBaseRunner(RunnerHooks):
         self._rate = RateMeter(window=rc.log_steps or budget.steps)
         self._rate.start()
         self.on_train_start()
-        with self._progress("Train", budget.steps) as bar:
-            while self.global_step < end_step:
+        with stop_on_signal() as self._stop, self._progress("Train", budget.steps) as bar:
+            while self.global_step < end_step and not self.should_stop:
                 self.on_train_epoch_start()
                 start = self.global_step
                 finished_epoch = self._train_epoch(loader, budget, end_step, bar)
@@ -268,7 +295,12 @@ class PyTorchBaseRunner(RunnerHooks):
                 self.on_train_epoch_end(early_exit=not finished_epoch)
                 if finished_epoch:
                     self._epoch, self._epoch_step = self._epoch + 1, 0
-        self.on_train_end(early_exit=False)  # the last step saved its checkpoint in _after_train_step
+        if self._stop.requested:  # the signal came during the last step, which is saved: the run is complete
+            logger.warning("interrupted at the last step (%d), whose checkpoint is saved: training is complete",
+                           self.global_step)
+        self._stop = StopFlag()
+        # The last step saved its checkpoint in _after_train_step, a stop request in _stop_after_step.
+        self.on_train_end(early_exit=self.global_step < end_step)
 
     def _train_epoch(self, loader, budget: StepBudget, end_step: int, bar) -> bool:
         """Run steps until the epoch or the budget ends; True when the epoch ended."""
@@ -282,7 +314,33 @@ class PyTorchBaseRunner(RunnerHooks):
             bar.update(1)
             if self.global_step >= end_step:
                 return self._epoch_step >= budget.steps_per_epoch
+            if self._stop_requested():
+                self._stop_after_step()
+                return self._epoch_step >= budget.steps_per_epoch
         return True
+
+    def _stop_requested(self) -> bool:
+        """A signal or ``should_stop``; with several replicas any replica's, agreed after every step (one
+        tiny host collective), so they all stop after the same step and with the same signal."""
+        if replicas.world_size() == 1:
+            return self._stop.requested or self.should_stop
+        signum, stop = replicas.max_values(self._stop.signum or 0, float(bool(self.should_stop)))
+        if signum and not self._stop.requested:
+            self._stop.signum = int(signum)
+        return bool(signum or stop)
+
+    def _stop_after_step(self) -> None:
+        """A stop request (a signal, ``should_stop``) after a whole step: checkpoint the step, then end the
+        loop; on a signal raise :class:`~cs_run.interrupts.Interrupted` with what was saved."""
+        step, path = self._saved
+        if step != self.global_step:
+            self._raise_on_bad_loss()  # never checkpoint weights a NaN step produced
+            path = self._save_checkpoint()
+        if self._stop.requested:
+            interrupted = Interrupted(self._stop.signum, self.global_step, path)
+            logger.warning("%s", interrupted)
+            raise interrupted
+        logger.info("Training stopped early at step %d (should_stop); checkpoint %s", self.global_step, path)
 
     def _epoch_batches(self, loader, steps_per_epoch: int) -> Iterator[list]:
         """Yield each step's micro-batches; a resumed epoch replays the same order and skips what was done.
@@ -296,10 +354,12 @@ class PyTorchBaseRunner(RunnerHooks):
         if resume is not None:
             restore_rng_state(resume["epoch_start_rng"], generator)
         self._epoch_start_rng = capture_rng_state(generator)
+        if isinstance(loader, StreamingLoader):
+            loader.set_epoch(self._epoch)
         accum = self.params.optimizer.grad_accum_steps
         iterator = iter(loader)
         if resume is not None:
-            for _ in range(self._epoch_step * accum):
+            for _ in range(0 if resume.get("positioned") else self._epoch_step * accum):
                 next(iterator)
             restore_rng_state(resume["rng"], generator)
         while self._epoch_step < steps_per_epoch:
@@ -386,6 +446,10 @@ class PyTorchBaseRunner(RunnerHooks):
             for batch in loader:
                 if total_steps is not None and steps >= total_steps:
                     break
+                if self._stop.requested:  # a signal during a periodic eval: the train loop saves and stops
+                    logger.warning("Eval interrupted after %d batches: no eval results for step %d", steps,
+                                   self.global_step)
+                    return {}
                 batch = self.on_eval_batch_start(self._to_device(batch))
                 loss = self._eval_step(batch)
                 steps += 1
@@ -449,8 +513,33 @@ class PyTorchBaseRunner(RunnerHooks):
         state["rng"] = capture_rng_state(generator)
         if self._epoch_start_rng is not None:
             state["dataloader"] = {"epoch": self._epoch, "epoch_step": self._epoch_step,
-                                   "epoch_start_rng": self._epoch_start_rng}
+                                   "epoch_start_rng": self._epoch_start_rng, **self._data_topology()}
+            loader = self._train_loader
+            if isinstance(loader, StreamingLoader) and loader.is_restartable:
+                state["dataloader"]["workers"] = loader.state_dict()  # a collective with several replicas
         return state
+
+    def _data_topology(self) -> dict[str, int]:
+        return {"num_csx": distributed.get_world_size(), "num_workers_per_csx": distributed.num_workers_per_csx()}
+
+    def _restore_data_position(self, loader: Any) -> None:
+        """Put the train loader where the checkpoint's data position says (see
+        docs/architecture.md#streaming-workers): a restartable loader of input workers loads the saved
+        workers' state (and is not replayed); otherwise the epoch's done batches are replayed, which is exact
+        in the topology that wrote the checkpoint and keeps the step count (not the samples) in another."""
+        resume = self._pending_resume
+        if resume is None:
+            return
+        saved = {k: resume.get(k) for k in self._data_topology()}
+        if resume.get("workers") is not None and isinstance(loader, StreamingLoader) and loader.is_restartable:
+            loader.load_state_dict(resume["workers"])
+            resume["positioned"] = True
+        elif saved != self._data_topology() and all(v is not None for v in saved.values()):
+            logger.warning("The checkpoint's data position was written with num_csx=%s x num_workers_per_csx=%s "
+                           "input streams and this run has %s x %s: it resumes at the same step and epoch, but "
+                           "the rest of this epoch's batches are not the ones the old run would have seen (use a "
+                           "restartable dataloader for an exact position)", saved["num_csx"],
+                           saved["num_workers_per_csx"], *self._data_topology().values())
 
     def _save_checkpoint(self) -> Path:
         path = _checkpoints.checkpoint_path(self.model_dir, self.global_step)
@@ -465,6 +554,7 @@ class PyTorchBaseRunner(RunnerHooks):
                                 f"inf); training stopped, nothing was saved for this step and {kept}. Lower the "
                                 "learning rate, enable gradient clipping (optimizer.max_gradient_norm) or check "
                                 "the data")
+        self._saved = (self.global_step, path)
         if replicas.is_master():  # the replicas' states are equal: ordinal 0 writes it once
             _checkpoints.save_checkpoint(state, path)
             logger.info("Saved checkpoint %s", path)
@@ -505,7 +595,8 @@ class PyTorchBaseRunner(RunnerHooks):
         data = state.get("dataloader")
         if data is not None:
             self._epoch, self._epoch_step = int(data["epoch"]), int(data["epoch_step"])
-            self._pending_resume = {"epoch_start_rng": data["epoch_start_rng"], "rng": state["rng"]}
+            self._pending_resume = {"epoch_start_rng": data["epoch_start_rng"], "rng": state["rng"],
+                                    **{k: data.get(k) for k in ("num_csx", "num_workers_per_csx", "workers")}}
         elif "rng" in state:
             restore_rng_state(state["rng"])
         logger.info("Resuming from checkpoint %s at global step %d", path, self.global_step)

@@ -119,6 +119,9 @@ def test_the_launcher_names_the_replica_that_failed_first(tmp_path):
     error = ChildFailedError("x", {0: _failure(tmp_path, 0, 1, lost, peer_lost=True),
                                    1: _failure(tmp_path, 1, -signal.SIGKILL)})
     assert replicas._failure_line(error, 2) == (f"replica 1 of 2 was killed by signal SIGKILL ({stopped})", 1)
+    # Interrupted replicas (Ctrl-C: exit 130) logged where they stopped themselves: no line, the same code.
+    error = ChildFailedError("x", {0: _failure(tmp_path, 0, 130), 1: _failure(tmp_path, 1, 130)})
+    assert replicas._failure_line(error, 2) == ("", 130)
     error = ChildFailedError("x", {0: _failure(tmp_path, 0, 3)})
     assert replicas._failure_line(error, 4) == (
         f"replica 0 of 4 exited with code 3 (its output is above; {stopped})", 3)
