@@ -31,7 +31,7 @@ from typing import Any, NoReturn, Optional
 
 import torch
 import torch.distributed as dist
-from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from torch.nn.parallel import DistributedDataParallel
@@ -134,7 +134,7 @@ def start(num_replicas: int, device_type: str, timeout_s: int = DEFAULT_COLLECTI
         return
     if num_replicas > 1:
         _check_device(device_type, num_replicas)
-        launch(num_replicas)
+        launch(num_replicas, timeout_s)
 
 
 def _check_device(device_type: str, num_replicas: int) -> None:
@@ -162,8 +162,8 @@ def _join(device_type: str, timeout_s: int) -> None:
     _HOST_GROUP = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
     atexit.register(teardown)
     _record_uncaught_exceptions()
-    if not is_master():  # one console log: ordinal 0's (the others still print warnings and errors)
-        logging.getLogger("cs_run").setLevel(logging.WARNING)
+    if not is_master():  # one console log: ordinal 0's (the replicas run the same code; the others print errors)
+        logging.getLogger("cs_run").setLevel(logging.ERROR)
     logger.info("Replica %d of %d joined (%s, collective timeout %d s)", ordinal(), world_size(),
                 dist.get_backend(), timeout_s)
 
@@ -177,10 +177,11 @@ def teardown() -> None:
 
 # ----------------------------------------------------------------------------------------- launch
 
-def launch(num_replicas: int) -> NoReturn:
+def launch(num_replicas: int, timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT) -> NoReturn:
     """Run this process's command line in ``num_replicas`` local processes with torch's elastic agent
     (a standalone c10d rendezvous, no restarts), wait for them, and exit: 0 when all succeeded, else the
-    failed replica's exit code after one ``Error:`` line naming it.
+    failed replica's exit code after one ``Error:`` line naming it. A signal to the launcher goes to the
+    replicas once; those still running ``timeout_s`` later are killed.
 
     Raises:
         ParamsError: the command cannot be rerun (an interactive session, or inside pytest).
@@ -191,16 +192,13 @@ def launch(num_replicas: int) -> NoReturn:
                           f"{num_replicas} processes, which is not possible from an interactive session or a test; "
                           f"run it as a script or command, or under torchrun --nproc_per_node {num_replicas}")
     os.environ[_LAUNCHER_ENV] = "1"
-    # Ctrl-C reaches every replica from the terminal: each finishes its step and checkpoints (cs_run.interrupts).
-    # The launcher only waits for them; the agent must not turn it into a second signal that aborts them.
-    signal.signal(signal.SIGINT, lambda *_: None)
-    elastic_logger = logging.getLogger("torch.distributed.elastic")
-    elastic_logger.setLevel(logging.CRITICAL)  # the agent's own failure report would repeat ours at length
+    for name in [n for n in logging.root.manager.loggerDict if n.startswith("torch.distributed.elastic")]:
+        logging.getLogger(name).setLevel(logging.CRITICAL)  # the agent's own reports would repeat ours at length
     with tempfile.TemporaryDirectory(prefix="cs_run_replicas_") as logs:
         config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=num_replicas, run_id=str(uuid.uuid4()),
                               rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
                               monitor_interval=_MONITOR_INTERVAL, logs_specs=DefaultLogsSpecs(log_dir=logs),
-                              signals_to_handle="SIGTERM,SIGHUP,SIGQUIT")
+                              shutdown_timeout=timeout_s)
         try:
             elastic_launch(config, sys.executable)(*command)
         except ChildFailedError as e:
@@ -208,9 +206,11 @@ def launch(num_replicas: int) -> NoReturn:
             if line:
                 print(f"Error: {line}", file=sys.stderr, flush=True)
             raise SystemExit(code) from None
-        except KeyboardInterrupt:
-            print("Error: interrupted; all replicas were stopped", file=sys.stderr, flush=True)
-            raise SystemExit(130) from None
+        except SignalException as e:
+            # Ctrl-C / SIGTERM of the launcher: the agent passed it on to every replica once (they run in their
+            # own sessions), and each finished its step and checkpointed (cs_run.interrupts) or was killed
+            # after timeout_s; ordinal 0 logged where it stopped.
+            raise SystemExit(128 + int(e.sigval)) from None
     raise SystemExit(0)
 
 

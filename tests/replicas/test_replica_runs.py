@@ -135,25 +135,37 @@ def _replica_pid(launcher: int, rank: int) -> int | None:
     return None
 
 
-def test_a_killed_replica_ends_the_job_with_one_line_and_a_rerun_resumes(tmp_path):
-    md = tmp_path / "md"
-    args = ["--model_dir", md, "--set", "model.dropout=0.0", "--set", "runconfig.checkpoint_steps=10",
-            "--set", "runconfig.max_checkpoints=2", "--set", "runconfig.log_steps=1000", "--collective_timeout", 30]
+def _train_until_checkpoint(md: Path, args: list, stop) -> tuple[subprocess.Popen, str]:
+    """Start a long 2-replica run, call ``stop(launcher)`` once a new checkpoint is there, return its stderr."""
+    before = set(md.glob("checkpoint_*.mdl"))
     proc = subprocess.Popen(list(map(str, _cs_run("train", "--num_csx", 2, "--max_steps", 1_000_000, *args))),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
                             start_new_session=True)
     try:
         deadline = time.monotonic() + TIMEOUT
-        while not list(md.glob("checkpoint_*.mdl")) and proc.poll() is None and time.monotonic() < deadline:
+        while set(md.glob("checkpoint_*.mdl")) <= before and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        victim = _replica_pid(proc.pid, 1)
-        assert victim is not None, proc.stderr.read() if proc.poll() is not None else "no replica 1"
-        os.kill(victim, signal.SIGKILL)
-        out, err = proc.communicate(timeout=60)  # bounded: the agent stops replica 0 at once
+        assert proc.poll() is None, proc.communicate()[1]
+        stop(proc)
+        _, err = proc.communicate(timeout=60)  # bounded: the agent stops the replicas at once
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
+    return proc, err
+
+
+def _kill_replica_1(launcher: subprocess.Popen) -> None:
+    victim = _replica_pid(launcher.pid, 1)
+    assert victim is not None, "no replica 1"
+    os.kill(victim, signal.SIGKILL)
+
+
+def test_a_killed_replica_ends_the_job_with_one_line_and_a_rerun_resumes(tmp_path):
+    md = tmp_path / "md"
+    args = ["--model_dir", md, "--set", "model.dropout=0.0", "--set", "runconfig.checkpoint_steps=10",
+            "--set", "runconfig.max_checkpoints=2", "--set", "runconfig.log_steps=1000", "--collective_timeout", 30]
+    proc, err = _train_until_checkpoint(md, args, _kill_replica_1)
     assert proc.returncode == 1
     errors = [line for line in err.splitlines() if line.startswith("Error:")]
     assert errors == ["Error: replica 1 of 2 was killed by signal SIGKILL (all replicas were stopped; rerun the "
@@ -161,7 +173,13 @@ def test_a_killed_replica_ends_the_job_with_one_line_and_a_rerun_resumes(tmp_pat
     saved = sorted(int(p.stem.split("_")[1]) for p in md.glob("checkpoint_*.mdl"))
     for step in saved:  # every checkpoint under its final name is whole (CRC-checked on load)
         assert cstorch.load(md / f"checkpoint_{step}.mdl")["global_step"] == step
-    rerun = _run(_cs_run("train", "--num_csx", 2, "--max_steps", saved[-1] + 10, *args))
-    assert rerun.returncode == 0, rerun.stderr
-    assert f"Resuming from checkpoint {md / f'checkpoint_{saved[-1]}.mdl'} at global step {saved[-1]}" in rerun.stderr
-    assert (md / f"checkpoint_{saved[-1] + 10}.mdl").is_file()
+    # The rerun resumes from the newest checkpoint; a Ctrl-C of the launcher (passed on to both replicas) stops
+    # both after the same step, with a checkpoint of it and no Error: line (exit 130, as one process).
+    rerun, err = _train_until_checkpoint(md, args, lambda launcher: os.killpg(launcher.pid, signal.SIGINT))
+    assert f"Resuming from checkpoint {md / f'checkpoint_{saved[-1]}.mdl'} at global step {saved[-1]}" in err
+    assert rerun.returncode == 130 and "Error:" not in err, err
+    stopped = [line for line in err.splitlines() if "interrupted (SIGINT) at step" in line]
+    assert len(stopped) == 1, err
+    step = int(stopped[0].split("at step ")[1].split(";")[0])
+    assert f"checkpoint {md / f'checkpoint_{step}.mdl'}; rerun to resume" in stopped[0]
+    assert cstorch.load(md / f"checkpoint_{step}.mdl")["global_step"] == step > saved[-1]
