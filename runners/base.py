@@ -26,11 +26,12 @@ from cs_run.creation import manual_seed
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.exits import error_text
 from cs_run.interrupts import Aborted, Interrupted, StopFlag, stop_on_signal
-from cs_run.metrics import compute_all_metrics, reset_all_metrics
+from cs_run.metrics import compute_all_metrics, get_all_metrics, reset_all_metrics
 from cs_run.params import Params, save_params
 from cs_run.registry import resolve_object
 from cs_run.resolve import resolve_params
 from cs_run.runners import _build, _checkpoints, _model_dir
+from cs_run.runners._early_stopping import EarlyStopping
 from cs_run.runners._reporting import Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
 from cs_run.runners._run_record import RunRecord
@@ -63,6 +64,32 @@ def check_sections_for(params: Params, mode: str, data_fns: Optional[dict] = Non
     if missing:
         raise ParamsError(f"params: mode {mode} needs section(s) {', '.join(missing)}, which the params lack"
                           f"{params.where()}")
+    rc = params.runconfig
+    if mode in TRAINING_MODES and rc.early_stopping_metric is not None and \
+            not (rc.eval_frequency and present["eval_input"]):
+        raise ParamsError("params: runconfig.early_stopping_metric needs evaluations during training: set "
+                          "runconfig.eval_frequency and an eval_input section" + params.where("runconfig"))
+
+
+def _runner_for_device(cls: Any, expected: type, spec: Any, device: str) -> type:
+    """The user's runner class for ``device``: a subclass of the device's runner as it is, a subclass of
+    PyTorchBaseRunner (hooks only, one class for every device) combined with the device's runner."""
+    name = spec if isinstance(spec, str) else getattr(spec, "__qualname__", spec)
+    if isinstance(cls, type) and issubclass(cls, expected):
+        return cls
+    device_runners = [c for c in PyTorchBaseRunner.__subclasses__() if c.__module__.startswith("cs_run.runners.")]
+    if not (isinstance(cls, type) and issubclass(cls, PyTorchBaseRunner)) or issubclass(cls, tuple(device_runners)):
+        raise ParamsError(f"params: runconfig.runner: {name!r} must be a subclass of cs_run.runners.{expected.__name__} "
+                          f"for --device {device}, or of cs_run.runners.PyTorchBaseRunner alone (one class for "
+                          "every device)")
+    key = (cls, expected)
+    if key not in _COMBINED:
+        _COMBINED[key] = type(cls.__name__, (cls, expected), {"__module__": cls.__module__,
+                                                              "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
+    return _COMBINED[key]
+
+
+_COMBINED: dict[tuple[type, type], type] = {}
 
 
 def check_batch_split(params: Params, num_replicas: int) -> None:
@@ -137,6 +164,7 @@ class PyTorchBaseRunner(RunnerHooks):
         self._run_start: Optional[int] = None
         self.should_stop = False
         """Set it in a hook to end training after the current step (with a checkpoint of that step)."""
+        self._early_stopping = EarlyStopping.from_runconfig(rc)
 
     # --------------------------------------------------------------------------------- construction
 
@@ -177,10 +205,8 @@ class PyTorchBaseRunner(RunnerHooks):
             spec = runner or rc.runner
             cls = expected
             if spec:
-                cls = resolve_object(spec, key="runconfig.runner")
-                if not (isinstance(cls, type) and issubclass(cls, expected)):
-                    raise ParamsError(f"params: runconfig.runner: {spec!r} must be a subclass of "
-                                      f"cs_run.runners.{expected.__name__} for --device {device}")
+                cls = spec if isinstance(spec, type) else resolve_object(spec, key="runconfig.runner")
+                cls = _runner_for_device(cls, expected, spec, device)
             if not (rc.compile_only or rc.validate_only):  # N replicas: launch or join them (never returns in a launcher)
                 check_batch_split(params, rc.num_csx)
                 replicas.start(rc.num_csx, device, rc.collective_timeout)
@@ -262,6 +288,8 @@ class PyTorchBaseRunner(RunnerHooks):
         """Train for the step budget, resuming from the newest checkpoint when there is one."""
         rc = self.params.runconfig
         self._check_sections_for("train")
+        if self._early_stopping is not None:  # before any work: the value must be one the eval reports
+            self._early_stopping.check_metric(["eval/loss", *get_all_metrics()])
         loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
         _check_equal_lengths(loader)
         self._load_initial_state(self._initial_checkpoint())
@@ -282,6 +310,7 @@ class PyTorchBaseRunner(RunnerHooks):
                     end_step, budget.steps_per_epoch)
         self.model.train()
         self._rate = RateMeter(window=rc.log_steps or budget.steps)
+        self._compile_reported = False
         self._rate.start()
         self.on_train_start()
         with stop_on_signal() as self._stop, self._progress("Train", budget.steps) as bar:
@@ -327,6 +356,7 @@ class PyTorchBaseRunner(RunnerHooks):
         signum, stop = replicas.max_values(self._stop.signum or 0, float(bool(self.should_stop)))
         if signum and not self._stop.requested:
             self._stop.signum = int(signum)
+        self.should_stop = bool(stop)  # the outer loop reads it too
         return bool(signum or stop)
 
     def _stop_after_step(self) -> None:
@@ -340,7 +370,7 @@ class PyTorchBaseRunner(RunnerHooks):
             interrupted = Interrupted(self._stop.signum, self.global_step, path)
             logger.warning("%s", interrupted)
             raise interrupted
-        logger.info("Training stopped early at step %d (should_stop); checkpoint %s", self.global_step, path)
+        logger.info("Training stopped early at step %d; checkpoint %s", self.global_step, path)
 
     def _epoch_batches(self, loader, steps_per_epoch: int) -> Iterator[list]:
         """Yield each step's micro-batches; a resumed epoch replays the same order and skips what was done.
@@ -385,15 +415,27 @@ class PyTorchBaseRunner(RunnerHooks):
         if log_step:
             value = replicas.mean_value(self._fetch_loss(loss))  # the global batch's loss
             rate, global_rate = self._rate.rate, self._rate.global_rate
+            self._report_compile_time(step)
             logger.info("| Train Device=%s, Step=%d, Loss=%.5f, Rate=%.2f samples/sec, GlobalRate=%.2f samples/sec",
                         self.device_name, step, value, rate, global_rate)
             self._write_train_summaries(step, value, rate, global_rate)
-        if checkpoint_step:
-            self._save_checkpoint()
         if rc.eval_frequency and step % rc.eval_frequency == 0 and step != end_step and self.params.eval_input:
             with preserved_rng(getattr(self._train_loader, "generator", None)):
-                self.evaluate()
+                results = self.evaluate()
             self.model.train()
+            if results and self._early_stopping is not None and self._early_stopping.update(results, step):
+                self.should_stop = True
+        if checkpoint_step:  # after the eval, so the checkpoint holds the early-stopping state of this step
+            self._save_checkpoint()
+
+    def _report_compile_time(self, step: int) -> None:
+        """Once per run, at the first log step after a compile: the compile time the rates leave out."""
+        seconds = self._rate.compile_time
+        if seconds > 0 and not self._compile_reported:
+            self._compile_reported = True
+            logger.info("Compile time %.2f s (tracing and compiling the step; not counted in Rate and GlobalRate)",
+                        seconds)
+            self._summaries.add_scalars("train", {"compile_seconds": seconds}, step)
 
     def _write_train_summaries(self, step: int, loss: float, rate: float, global_rate: float) -> None:
         """Loss, learning rate(s), loss scale and throughput into model_dir/train."""
@@ -469,6 +511,7 @@ class PyTorchBaseRunner(RunnerHooks):
                     summary)
         self._summaries.add_scalars("eval", {k.removeprefix("eval/"): v for k, v in results.items()},
                                     self.global_step, flush=True)
+        self.on_eval_metrics(dict(results), self.global_step)
         return results
 
     def eval_all(self) -> dict[str, dict[str, float]]:
@@ -509,6 +552,8 @@ class PyTorchBaseRunner(RunnerHooks):
             state["lr_scheduler"] = self.lr_scheduler.state_dict()
         if self.grad_scaler is not None:
             state["grad_scaler"] = self.grad_scaler.state_dict()
+        if self._early_stopping is not None:
+            state["early_stopping"] = self._early_stopping.state_dict()
         generator = getattr(self._train_loader, "generator", None)
         state["rng"] = capture_rng_state(generator)
         if self._epoch_start_rng is not None:
@@ -592,6 +637,8 @@ class PyTorchBaseRunner(RunnerHooks):
                           ("grad_scaler", self.grad_scaler)):
             if part is not None and key in state:
                 part.load_state_dict(state[key])
+        if self._early_stopping is not None and "early_stopping" in state:
+            self._early_stopping.load_state_dict(state["early_stopping"])
         data = state.get("dataloader")
         if data is not None:
             self._epoch, self._epoch_step = int(data["epoch"]), int(data["epoch_step"])
