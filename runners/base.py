@@ -291,7 +291,7 @@ class PyTorchBaseRunner(RunnerHooks):
         if self._early_stopping is not None:  # before any work: the value must be one the eval reports
             self._early_stopping.check_metric(["eval/loss", *get_all_metrics()])
         loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
-        _check_equal_lengths(loader)
+        _check_replica_loader(loader, self.params.train_input)
         self._load_initial_state(self._initial_checkpoint())
         self._restore_data_position(loader)
         budget = step_budget(loader_batches=loader_length(loader), initial_step=self.global_step,
@@ -669,10 +669,17 @@ class PyTorchBaseRunner(RunnerHooks):
         return tqdm(total=total, desc=desc, unit="step", disable=disable, dynamic_ncols=True, leave=False)
 
 
-def _check_equal_lengths(loader) -> None:
+def _check_replica_loader(loader, section) -> None:
     """Replicas step together (each step all-reduces): loaders of different lengths would leave one
-    replica waiting for the others, so they are refused up front."""
+    replica waiting for the others, so they are refused up front. A loader whose batch is the params'
+    whole batch_size did not split it (the global batch would be N times larger): warned."""
     n, length = replicas.world_size(), loader_length(loader)
+    if n > 1 and section is not None and getattr(loader, "batch_size", None) == section.batch_size > 1 \
+            and replicas.is_master():
+        logger.warning("train_input.batch_size=%d is the global batch of %d replicas, but the data function's loader "
+                       "yields %d per replica (a global batch of %d); call cstorch.distributed."
+                       "get_streaming_batch_size(batch_size) in it", section.batch_size, n, section.batch_size,
+                       section.batch_size * n)
     if n == 1 or length is None:
         return
     total, = replicas.sum_values(length)

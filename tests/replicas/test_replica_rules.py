@@ -147,3 +147,21 @@ def test_only_ordinal_zero_writes_checkpoints(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "0")
     cstorch.save({"w": torch.ones(2)}, tmp_path / "by_ordinal_0.mdl")
     assert torch.equal(cstorch.load(tmp_path / "by_ordinal_0.mdl")["w"], torch.ones(2))
+
+
+def test_replica_loaders_must_have_equal_lengths_and_split_batches(monkeypatch, caplog):
+    from cs_run.params import InputParams
+    from cs_run.runners import base
+
+    loader = torch.utils.data.DataLoader(range(64), batch_size=8)
+    monkeypatch.setattr(replicas, "world_size", lambda: 2)
+    monkeypatch.setattr(replicas, "sum_values", lambda *v: tuple(2 * x for x in v))  # the other has as many
+    base._check_replica_loader(loader, InputParams(batch_size=4))
+    assert "did not split" not in caplog.text and not caplog.records
+    base._check_replica_loader(loader, InputParams(batch_size=8))  # the loader ignored the split
+    assert "train_input.batch_size=8 is the global batch of 2 replicas, but the data function's loader yields 8 " \
+           "per replica (a global batch of 16)" in caplog.text
+    monkeypatch.setattr(replicas, "sum_values", lambda *v: tuple(2 * x + 1 for x in v))  # the other has one more
+    with pytest.raises(ParamsError, match="the 2 replicas' train loaders differ in length .this replica's has 8 "
+                                          "batches, all together 17."):
+        base._check_replica_loader(loader, InputParams(batch_size=4))
