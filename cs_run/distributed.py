@@ -53,8 +53,9 @@ class ClusterOptions:
     """Weight servers (appliance only)."""
     max_act_per_csx: int = field(default=1, metadata={"min": 1, "flag": {}, "appliance_only": True})
     """Activation servers per system (appliance only)."""
-    num_workers_per_csx: int = field(default=1, metadata={"min": 1, "flag": {}, "appliance_only": True})
-    """Input streaming workers per system; locally the train loader's own num_workers apply."""
+    num_workers_per_csx: int = field(default=1, metadata={"min": 1, "flag": {}})
+    """Input workers per replica: with more than one, each is a process calling the data function with its
+    own streaming rank (docs/architecture.md#streaming-workers)."""
     transfer_processes: int = field(default=5, metadata={"min": 1, "flag": {}, "appliance_only": True})
     """Processes moving data to and from the appliance (appliance only)."""
     mount_dirs: list[str] = field(default_factory=list, metadata={"flag": {}, "appliance_only": True})

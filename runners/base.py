@@ -38,7 +38,7 @@ from cs_run.runners._run_record import RunRecord
 from cs_run.runners._step import StepConfig
 from cs_run.runners.hooks import RunnerHooks
 from cs_run.schedule import StepBudget, is_checkpoint_step, is_log_step, step_budget
-from cs_run.utils.streaming import StreamingLoader
+from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, load_state, replica_state
 
 __all__ = ["PyTorchBaseRunner"]
 
@@ -162,6 +162,7 @@ class PyTorchBaseRunner(RunnerHooks):
         self._stop = StopFlag()  # the signal flag while train() runs (docs/architecture.md#interrupts)
         self._saved: tuple[int, Optional[Path]] = (-1, None)  # (global step, path) of the newest checkpoint
         self._run_start: Optional[int] = None
+        self._samples_streamed = 0  # the train loader's, this run (a restartable loader's worker state)
         self.should_stop = False
         """Set it in a hook to end training after the current step (with a checkpoint of that step)."""
         self._early_stopping = EarlyStopping.from_runconfig(rc)
@@ -293,18 +294,18 @@ class PyTorchBaseRunner(RunnerHooks):
         loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
         _check_replica_loader(loader, self.params.train_input)
         self._load_initial_state(self._initial_checkpoint())
-        self._restore_data_position(loader)
         budget = step_budget(loader_batches=loader_length(loader), initial_step=self.global_step,
                              num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,
                              steps_per_epoch=rc.steps_per_epoch, grad_accum_steps=self.params.optimizer.grad_accum_steps,
                              prefix="runconfig.", accum_key="optimizer.grad_accum_steps", where="params: ")
+        self._restore_data_position(loader)  # after the budget: an epoch is a fresh loader's pass
         if self._pending_resume is not None and self._epoch_step >= budget.steps_per_epoch:
             # The checkpoint closed an epoch: the next one starts fresh from the checkpoint's RNG.
             restore_rng_state(self._pending_resume["rng"], getattr(loader, "generator", None))
             self._pending_resume, self._epoch, self._epoch_step = None, self._epoch + 1, 0
         if rc.save_initial_checkpoint and self.global_step == 0:
             self._save_checkpoint()
-        self._run_start, self._run_steps = self.global_step, budget.steps
+        self._run_start, self._run_steps, self._samples_streamed = self.global_step, budget.steps, 0
         end_step = self.global_step + budget.steps
         logger.info("Training %d steps (global step %d -> %d), %d per epoch", budget.steps, self.global_step,
                     end_step, budget.steps_per_epoch)
@@ -334,6 +335,7 @@ class PyTorchBaseRunner(RunnerHooks):
     def _train_epoch(self, loader, budget: StepBudget, end_step: int, bar) -> bool:
         """Run steps until the epoch or the budget ends; True when the epoch ended."""
         for micro_batches in self._epoch_batches(loader, budget.steps_per_epoch):
+            self._samples_streamed += sum(batch_size(b) for b in micro_batches)
             micro_batches = self.on_train_batch_start(micro_batches)
             loss = self._train_step(micro_batches)
             self.global_step += 1
@@ -562,6 +564,10 @@ class PyTorchBaseRunner(RunnerHooks):
             loader = self._train_loader
             if isinstance(loader, StreamingLoader) and loader.is_restartable:
                 state["dataloader"]["workers"] = loader.state_dict()  # a collective with several replicas
+            elif isinstance(loader, RestartableDataLoader):  # the replica streams itself (one worker)
+                steps = self.global_step - self._run_start
+                state["dataloader"]["workers"] = replica_state(
+                    loader, steps, steps * self.params.optimizer.grad_accum_steps, self._samples_streamed)
         return state
 
     def _data_topology(self) -> dict[str, int]:
@@ -569,15 +575,19 @@ class PyTorchBaseRunner(RunnerHooks):
 
     def _restore_data_position(self, loader: Any) -> None:
         """Put the train loader where the checkpoint's data position says (see
-        docs/architecture.md#streaming-workers): a restartable loader of input workers loads the saved
-        workers' state (and is not replayed); otherwise the epoch's done batches are replayed, which is exact
-        in the topology that wrote the checkpoint and keeps the step count (not the samples) in another."""
+        docs/architecture.md#streaming-workers): a restartable loader loads the saved workers' state
+        (deaggregated for each worker, whatever the topology; nothing is replayed); otherwise the epoch's
+        done batches are replayed, which is exact in the topology that wrote the checkpoint and keeps the
+        step count (not the samples) in another."""
         resume = self._pending_resume
         if resume is None:
             return
         saved = {k: resume.get(k) for k in self._data_topology()}
         if resume.get("workers") is not None and isinstance(loader, StreamingLoader) and loader.is_restartable:
             loader.load_state_dict(resume["workers"])
+            resume["positioned"] = True
+        elif resume.get("workers") is not None and isinstance(loader, RestartableDataLoader):
+            load_state(loader, resume["workers"])
             resume["positioned"] = True
         elif saved != self._data_topology() and all(v is not None for v in saved.values()):
             logger.warning("The checkpoint's data position was written with num_csx=%s x num_workers_per_csx=%s "

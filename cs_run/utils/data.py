@@ -28,7 +28,7 @@ from cs_run.engine import closures
 from cs_run.errors import ParamsError
 from cs_run.interrupts import Interrupted, StopFlag, stop_on_signal
 from cs_run.schedule import is_checkpoint_step, is_final_step, step_budget
-from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, aggregate_states, load_state, worker_state_dict
+from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, load_state, replica_state
 
 __all__ = ["DataLoader", "DataLoaderCheckpoint", "DataExecutor", "DistributedSampler", "Profiler",
            "RestartableDataLoader", "Schedule", "SyntheticDataset", "compute_num_steps", "current_executor"]
@@ -110,17 +110,10 @@ class DataLoader:
         if isinstance(self.loader, StreamingLoader):
             return self.loader.state_dict()
         self._check_restartable("getting")
-        step = executor.user_iteration if executor is not None else 0
-        samples = executor.profiler.total_samples if executor is not None else 0
-        info = DataLoaderCheckpoint(local_worker_id=0, num_workers_per_csx=1, num_csx=distributed.get_world_size(),
-                                    wse_id=distributed.get_ordinal(), appliance_step=step, worker_step=step,
-                                    samples_streamed=samples)
-        states = [worker_state_dict(self.loader, info)]
-        if distributed.get_world_size() > 1 and distributed._dist_ready():
-            gathered: list[Any] = [None] * distributed.get_world_size()
-            torch.distributed.all_gather_object(gathered, states)
-            states = [s for part in gathered for s in part]
-        return aggregate_states(self.loader, states)
+        if executor is None:
+            return replica_state(self.loader, 0, 0, 0)
+        return replica_state(self.loader, executor.user_iteration, executor.user_iteration,
+                             executor.profiler.total_samples)
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> None:
         """Resume from a saved :meth:`state_dict`: each worker loads ``deaggregate_state_dict(state_dict)``.
@@ -355,8 +348,8 @@ class DistributedSampler(torch.utils.data.Sampler):
     The samples form one stream: epoch ``e`` is a permutation seeded ``seed + e`` (``shuffle``) or the
     natural order, and epochs follow each other; ``start_index`` (or :meth:`set_state`) is a position in
     that stream, the number of samples streamed before. With ``batch_size`` (the global batch) the stream is
-    cut into global batches; global batch ``g`` of a pass goes to input worker ``g % W`` of every replica,
-    and replica ``r`` takes its slice ``[r B/N, (r+1) B/N)``; the sampler yields those per-replica batches
+    cut into global batches; global batch ``g`` (counted from the last :meth:`set_state`) goes to input worker
+    ``g % W`` of every replica, and replica ``r`` takes its slice ``[r B/N, (r+1) B/N)``; the sampler yields those per-replica batches
     (use it as a DataLoader's ``batch_sampler``). One iteration is one pass: up to the last full batch of the
     current epoch, the samples left over starting the next pass (``drop_last``), or a last short batch
     (``drop_last=False``), padded from the epoch's start with ``pad_last``. Without ``batch_size`` it yields
@@ -377,7 +370,6 @@ class DistributedSampler(torch.utils.data.Sampler):
         self.num_samples = len(data_source) if num_samples is None else num_samples
         if not isinstance(self.num_samples, int) or self.num_samples < 1:
             raise ValueError(f"Invalid num_samples {self.num_samples!r}: must be a positive integer")
-        self.start_index = 0
         self.set_state(start_index)
 
     def set_state(self, start_index: int) -> None:
@@ -385,6 +377,7 @@ class DistributedSampler(torch.utils.data.Sampler):
         if not isinstance(start_index, int) or start_index < 0:
             raise ValueError(f"Invalid start_index {start_index!r}: must be an integer >= 0")
         self.start_index = start_index
+        self._first_group = 0  # the worker that takes the pass's first global batch
 
     def set_epoch(self, epoch: int) -> None:
         """Start the next pass at the beginning of ``epoch`` (torch's sampler method)."""
@@ -419,13 +412,14 @@ class DistributedSampler(torch.utils.data.Sampler):
         rank = distributed.get_streaming_rank()
         return distributed.get_world_size(), workers, rank // workers, rank % workers
 
-    def _pass(self) -> tuple[list[Any], int]:
-        """This stream's share of the pass (per-replica batches, or single indices) and where the pass ends."""
+    def _pass(self) -> tuple[list[Any], int, int]:
+        """This stream's share of the pass (per-replica batches, or single indices), where the pass ends and
+        its number of global batches."""
         n, b, start = self.num_samples, self.batch_size, self.start_index
         replicas, workers, replica, worker = self._topology()
         if b is None:
             end = (start // n + 1) * n
-            return self._positions(start, end)[replica * workers + worker::replicas * workers], end
+            return self._positions(start, end)[replica * workers + worker::replicas * workers], end, 0
         if self.drop_last:
             end = ((start + b - 1) // n + 1) * n  # the end of the epoch the pass's first batch ends in
             end = start + (end - start) // b * b
@@ -436,16 +430,22 @@ class DistributedSampler(torch.utils.data.Sampler):
             if self.pad_last and batches and len(batches[-1]) < b:
                 batches[-1] = batches[-1] + self._order(start // n)[:b - len(batches[-1])]
         mine = []
-        for g, batch in enumerate(batches):
+        for g, batch in enumerate(batches, start=self._first_group):
             if g % workers == worker:
                 cuts = [len(batch) * r // replicas for r in range(replicas + 1)]
                 mine.append(batch[cuts[replica]:cuts[replica + 1]])
-        return mine, end
+        return mine, end, len(batches)
 
     def __iter__(self) -> Iterator[Any]:
-        items, end = self._pass()
-        yield from items
-        self.start_index = end  # a whole pass: the next one continues the stream
+        items, end, count = self._pass()
+        workers = self._topology()[1]
+        if not items:
+            self.start_index, self._first_group = end, (self._first_group + count) % workers
+        for i, item in enumerate(items):
+            if i == len(items) - 1:  # the pass is handed out whole (a loop may stop at its last batch without
+                # asking for more): the next pass continues the stream, and the workers' turn
+                self.start_index, self._first_group = end, (self._first_group + count) % workers
+            yield item
 
     def __len__(self) -> int:
         return len(self._pass()[0])
