@@ -11,7 +11,7 @@ SUBCOMMANDS = ["train", "eval", "train-and-eval", "eval-all", "validate-only", "
 # In RunConfig's declaration order (its own fields, then ClusterOptions' in the vendor's order), then the
 # flags that are not one key, --set last. Each command takes the flags that change what it does.
 _CLUSTER = ["--num_csx", "--max_wgt_servers", "--max_act_per_csx", "--num_workers_per_csx", "--transfer_processes",
-            "--mount_dirs", "--python_paths", "--job_labels"]
+            "--mount_dirs", "--python_paths", "--job_labels", "--collective_timeout"]
 FLAGS = {
     "train": ["--model_dir", "--max_steps", "--num_steps", "--num_epochs", "--seed", "--checkpoint_path", "--logging",
               "--runner", "--compile_dir", "--compile_tier", *_CLUSTER, "--resume", "--print-config"],
