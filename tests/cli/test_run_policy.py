@@ -49,6 +49,7 @@ def _flag_cases(tmp_path):
         ("python_paths", "--python_paths", f"[{a}]", b, [str(a)], [str(b)]),
         ("job_labels", "--job_labels", "[x=1]", "y=2", ["x=1"], ["y=2"]),
         ("seed", "--seed", 5, -7, 5, -7),
+        ("collective_timeout", "--collective_timeout", 30, 40, 30, 40),
         ("runner", "--runner", "a:One", "b:Two", "a:One", "b:Two"),
         ("compile_tier", "--compile_tier", "fx", "INDUCTOR", "fx", "inductor"),
     ]
@@ -56,7 +57,7 @@ def _flag_cases(tmp_path):
 
 FLAG_KEYS = ["model_dir", "checkpoint_path", "max_steps", "num_steps", "num_epochs", "eval_steps", "logging",
              "compile_dir", "num_csx", "num_workers_per_csx", "max_wgt_servers", "max_act_per_csx",
-             "transfer_processes", "mount_dirs", "python_paths", "job_labels", "seed", "compile_tier", "runner"]
+             "transfer_processes", "mount_dirs", "python_paths", "job_labels", "seed", "compile_tier", "runner", "collective_timeout"]
 
 
 def test_every_key_with_a_flag_has_a_precedence_case():
