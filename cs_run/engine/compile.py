@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from cs_run.engine import collectives
 from cs_run.engine.cache import CompileCache, graph_key
 from cs_run.engine.progress import compiling
 from cs_run.engine.trace import TracedStep
@@ -74,14 +75,19 @@ def compile_graph(traced: TracedStep, batch: list[torch.Tensor], tier: str, cach
     """Builds the executable for ``traced`` (``tier`` already resolved) and logs what it did."""
     if tier == "auto":
         executables: dict[str, Callable[..., Any]] = {"fx": traced.gm}
+        failed = ""
         try:
             executables["inductor"] = _build(traced, batch, "inductor", cache, recompiles, label)
         except Exception as exc:  # noqa: BLE001  (any lowering failure: fx still runs the step)
-            logger.warning("compile_tier auto: %s runs on tier fx: the inductor build failed (%s: %s)",
-                           label, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+            failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if traced.replicas is not None:  # replicas must run the same tier: one failure -> fx everywhere
+            failed = collectives.first_failure(failed)
+        if failed:
+            logger.warning("compile_tier auto: %s runs on tier fx: the inductor build failed (%s)", label, failed)
             return traced.gm
         device = traced.state.tensors[0].device if traced.state.tensors else None
-        return TierTrial(executables, device=device, label=label)
+        agree = collectives.agree_choice if traced.replicas is not None else None
+        return TierTrial(executables, device=device, label=label, agree=agree)
     return _build(traced, batch, tier, cache, recompiles, label)
 
 
