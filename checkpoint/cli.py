@@ -7,14 +7,19 @@ bad input), whether the group runs on its own or inside ``cs-run``.
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any, Optional
 
 import click
+import numpy as np
+import yaml
 
 from cs_run.checkpoint.convert import convert as run_convert
 from cs_run.checkpoint.h5 import info as run_info
 from cs_run.checkpoint.reader import raise_if_damaged
-from cs_run.examples.gpt2.hf import from_hf, to_hf
+from cs_run.errors import CheckpointError, ParamsError
 from cs_run.exits import ErrorGroup
+from cs_run.registry import apply_model_defaults, hf_converter
 
 __all__ = ["checkpoint"]
 
@@ -25,6 +30,45 @@ def _human(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+def _show(value: object, dtype: str | None) -> str:
+    """A scalar for the info table: strings quoted and cut at 40 characters, a float of a narrower
+    dtype with that dtype's shortest digits (0.01, not 0.009999999776482582)."""
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:37] + "...")
+    if isinstance(value, float) and dtype in ("float32", "float16", "bfloat16"):
+        return str(np.float32(value) if dtype != "float16" else np.float16(value))
+    return repr(value)
+
+
+def _run_model_keys(checkpoint: Path, params_path: Optional[str]) -> dict:
+    """The ``model:`` section of the run that wrote ``checkpoint`` (--params, else params_resolved.yaml beside it),
+    its model named as a run would (a Model Zoo file without model.name by its data_processor)."""
+    path = Path(params_path) if params_path else checkpoint.parent / "params_resolved.yaml"
+    if not path.is_file():
+        raise ParamsError(f"checkpoint convert --to hf: no params for {checkpoint} (no {path.name} beside it); "
+                          "give --params with the run's params file")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ParamsError(f"{path}: not valid YAML ({e})") from None
+    model = (apply_model_defaults(raw) if isinstance(raw, dict) else {}).get("model")
+    if not isinstance(model, dict):
+        raise ParamsError(f"{path}: no model: section (checkpoint convert --to hf needs the run's model keys)")
+    return model
+
+
+def _hf_model_type(hf_dir: Path) -> Any:
+    cfg_path = hf_dir / "config.json"
+    if not cfg_path.is_file():
+        raise CheckpointError(f"--from hf: {cfg_path} not found (expected a Hugging Face model folder with "
+                              "config.json and its weights)")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except ValueError as e:
+        raise CheckpointError(f"{cfg_path}: not valid JSON ({e})") from None
+    return cfg.get("model_type") if isinstance(cfg, dict) else None
 
 
 @click.group(name="checkpoint", cls=ErrorGroup)
@@ -38,9 +82,10 @@ def checkpoint() -> None:
 @click.option("--to", "to", type=click.Choice(["h5", "torch", "safetensors", "vendor", "hf"]), default=None,
               help="Target format (default: from DST's extension: .h5/.mdl, .pt/.pth/.bin, .safetensors); "
                    "vendor: the vendor's format 0.5, read by cerebras.pytorch's cstorch.load; "
-                   "hf: a gpt2 checkpoint as a Hugging Face GPT-2 folder DST (config.json + model.safetensors).")
+                   "hf: a Hugging Face folder DST (config.json + model.safetensors) of a model with a converter (gpt2).")
 @click.option("--from", "from_", type=click.Choice(["hf"]), default=None,
-              help="hf: SRC is a Hugging Face GPT-2 folder; writes the gpt2 checkpoint DST and DST's .yaml params.")
+              help="hf: SRC is a Hugging Face folder (its config.json's model_type names the model, e.g. gpt2); "
+                   "writes the checkpoint DST and DST's .yaml params.")
 @click.option("--params", "params_path", type=click.Path(dir_okay=False, exists=True),
               help="With --to hf: the run's params (default: params_resolved.yaml beside SRC).")
 @click.option("--allow-pickle", is_flag=True, help="Read and write pickled objects (trusted files only).")
@@ -56,10 +101,13 @@ def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: 
     if to == "hf" or from_ == "hf":
         if to == "hf" and from_ == "hf":
             raise click.UsageError("give --to hf or --from hf, not both")
-        if to == "hf":
-            click.echo(f"wrote {to_hf(src, dst, params_path)} (Hugging Face GPT-2)")
+        if to == "hf":  # the model's own converter (cs_run.registry), named by the run's params
+            keys = _run_model_keys(Path(src), params_path)
+            where = f"params: model.name (of {params_path or Path(src).parent / 'params_resolved.yaml'})"
+            click.echo(f"wrote {hf_converter(keys.get('name'), where).to_hf(src, dst, keys)} (Hugging Face)")
         else:
-            checkpoint, params = from_hf(src, dst)
+            where = f"{Path(src) / 'config.json'}: model_type"
+            checkpoint, params = hf_converter(_hf_model_type(Path(src)), where).from_hf(src, dst)
             click.echo(f"wrote {checkpoint} (h5) and its model params {params}")
         return
 
@@ -72,19 +120,32 @@ def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: 
 @click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
 @click.option("--verify", is_flag=True, help="Check every tensor's CRC32; exit 1 naming damaged keys.")
 def info(path: str, as_json: bool, verify: bool) -> None:
-    """List keys, types, dtypes, shapes and sizes of the checkpoint at PATH."""
+    """Show the checkpoint at PATH: its format, global step and parameter count, then every key with
+    its type, dtype and shape (or value) and size."""
 
     desc = run_info(path, verify=verify)
     if as_json:
         click.echo(json.dumps(desc, indent=2))
     else:
+        name = desc["format"] if desc["version"] is None else f"{desc['format']} v{desc['version']}"
+        step = desc["global_step"]
+        scope = "under model." if any(k["key"].startswith("model.") for k in desc["keys"]) else "in the file"
+        click.echo(f"{path}: {name}")
+        click.echo(f"global step: {'-' if step is None else step}")
+        click.echo(f"parameters:  {desc['num_parameters']:,} in {desc['parameter_tensors']} tensors {scope} "
+                   "(buffers included)")
+        click.echo("")
         width = max([len(k["key"]) for k in desc["keys"]] + [3])
         for k in desc["keys"]:
             detail = f"{k.get('dtype', '')}{k.get('shape', '')}"
+            if "value" in k:
+                shown = _show(k["value"], k.get("dtype"))
+                detail = f"{detail} = {shown}" if detail else shown
+            size = _human(k["nbytes"]) if k.get("nbytes") or k["type"] in ("tensor", "ndarray") else ""
             tied = f"  tied to {k['tied_to']}" if "tied_to" in k else ""
-            click.echo(f"{k['key']:<{width}}  {k['type']:<8} {detail:<28} {_human(k.get('nbytes', 0)):>10}{tied}")
+            click.echo(f"{k['key']:<{width}}  {k['type']:<8} {detail:<28} {size:>10}{tied}".rstrip())
         click.echo(
-            f"{desc['format']} v{desc['version']}: {len(desc['keys'])} keys, "
+            f"{name}: {len(desc['keys'])} keys, "
             f"{desc['num_tensors']} tensors, {desc['total_bytes']} bytes ({_human(desc['total_bytes'])})"
         )
         if verify:

@@ -208,6 +208,9 @@ def info_foreign(path: str, kind: str, verify: bool = False) -> dict:
             entry["nbytes"] = 0 if leaf.kind == "tied" else int(leaf.value.nbytes)
         if leaf.kind == "tied":
             entry["tied_to"] = leaves[leaf.tied_to].key
+        elif entry.get("shape") == [] or leaf.kind in ("int", "float", "bool", "str", "none", "complex", "npscalar"):
+            value = leaf.value.item() if hasattr(leaf.value, "item") else leaf.value
+            entry["value"] = str(value) if isinstance(value, complex) else value
         seen[leaf.key] = entry
         keys.append(entry)
     out = {

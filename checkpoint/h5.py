@@ -6,6 +6,7 @@ h5py is imported inside the functions that need it, so ``import cs_run`` stays c
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pickle
 from typing import Any, Union
@@ -284,7 +285,7 @@ def load_into(
         src.close()
 
 
-def _entry(spec: dict, specs: list[dict]) -> dict:
+def _entry(spec: dict, specs: list[dict], src: H5Source) -> dict:
     kind = spec["type"]
     base = specs[spec["tied"]] if "tied" in spec else spec
     entry: dict[str, Any] = {"key": spec["key"], "type": "tensor" if kind.startswith("torch.") else kind}
@@ -297,27 +298,68 @@ def _entry(spec: dict, specs: list[dict]) -> dict:
     entry["nbytes"] = 0 if "tied" in spec else int(base.get("n", 0))
     if "tied" in spec:
         entry["tied_to"] = specs[spec["tied"]]["key"]
+    elif kind in SCALAR_TYPES or (entry.get("shape") == [] and kind in ("ndarray", "npscalar") + TENSOR_TYPES):
+        try:
+            entry["value"] = _scalar_value(src, spec)
+        except CheckpointError as err:  # a damaged leaf: info still describes the rest (--verify names it)
+            logger.debug("info: no value for %s: %s", spec["key"], err)
     return entry
 
 
+TENSOR_TYPES = tuple(f"torch.{name}" for name in fmt.TORCH_DTYPES)
+SCALAR_TYPES = ("int", "float", "bool", "str", "none", "complex")
+
+
+def _scalar_value(src: H5Source, spec: dict) -> Any:
+    """A scalar leaf's value (or a 0-d tensor's / array's), JSON-safe: complex as its str()."""
+    kind = spec["type"]
+    if kind.startswith("torch."):
+        value = src.tensor(spec, lazy=False).item()
+    elif kind in ("ndarray", "npscalar"):
+        value = src.ndarray(spec, lazy=False)[()].item()
+    else:
+        value = spec["v"] if "v" in spec else src.dataset_value(spec)
+    src.wait()
+    return str(value) if isinstance(value, complex) else value
+
+
+def summarize(keys: list[dict]) -> dict:
+    """The header of ``info``: ``global_step`` (the value of the ``global_step`` key, else None),
+    ``num_parameters`` (elements of the tensors under ``model.``, of every tensor when no key is under
+    it; tied copies once, buffers included: a state dict does not tell them apart) and
+    ``parameter_tensors`` (how many tensors that counts)."""
+    step = next((k.get("value") for k in keys if k["key"] == "global_step"), None)
+    tensors = [k for k in keys if k["type"] in ("tensor", "ndarray") and "shape" in k and "tied_to" not in k]
+    model = [k for k in tensors if k["key"].startswith("model.")] or tensors
+    return {
+        "global_step": step if isinstance(step, int) and not isinstance(step, bool) else None,
+        "num_parameters": sum(math.prod(k["shape"]) for k in model),
+        "parameter_tensors": len(model),
+    }
+
+
 def info(path: PathLike, verify: bool = False) -> dict:
-    """Describe a checkpoint without loading its data: keys, types, dtypes, shapes, sizes, version.
+    """Describe a checkpoint without loading its tensors: keys, types, dtypes, shapes, sizes, version,
+    and the values of scalars (and of 0-d tensors).
 
     Returns:
         ``{"path", "format", "version", "keys": [{"key", "type", "dtype", "shape", "nbytes",
-        "tied_to"}], "num_tensors", "total_bytes"}`` plus, with ``verify``, ``"damaged"``: the keys
+        "tied_to", "value"}], "num_tensors", "total_bytes", "global_step", "num_parameters",
+        "parameter_tensors"}`` (see :func:`summarize`; ``version`` is None for torch and safetensors
+        files, whose formats record none) plus, with ``verify``, ``"damaged"``: the keys
         whose bytes fail their CRC32, ``"unverified"``: the keys holding data with no CRC32 to check
         (vendor, torch and safetensors files record none), and ``"verified"``: how many passed.
     """
     path = os.fspath(path)
     kind = check_path(path)
     if kind != "h5":
-        return foreign.info_foreign(path, kind, verify)
+        out = foreign.info_foreign(path, kind, verify)
+        return {**out, **summarize(out["keys"])}
     _, src = _open_source(path, verify=False)
     try:
         legacy = fmt.ATTR_FORMAT not in src.f.attrs
         version = float(attr_value(path, src.f, "__version__", 8, 0.1)) if legacy else fmt.FORMAT_VERSION
-        keys = [_entry(s, src.specs) for s in src.specs]
+        keys = [_entry(s, src.specs, src) for s in src.specs]
         out = {
             "path": path,
             "format": ("cerebras-h5" if version >= 0.5 else "cerebras-legacy-h5") if legacy else fmt.FORMAT_NAME,
@@ -325,6 +367,7 @@ def info(path: PathLike, verify: bool = False) -> dict:
             "keys": keys,
             "num_tensors": sum(1 for k in keys if k["type"] in ("tensor", "ndarray") and "tied_to" not in k),
             "total_bytes": sum(k["nbytes"] for k in keys),
+            **summarize(keys),
         }
         if verify:
             out["damaged"] = src.damaged_keys()

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from tqdm import tqdm
 
@@ -56,8 +57,21 @@ def _flush_deferred() -> None:
         logging.getLogger(name).info("%s", message)
 
 
+class RunLog:
+    """model_dir/run.log while a run holds it: every cs_run log record, plus :meth:`write` for the lines
+    the console shows by other means (the ``Error:`` line an entry point prints after the run)."""
+
+    def __init__(self, path: Path, handler: logging.Handler) -> None:
+        self.path, self._handler = path, handler
+
+    def write(self, level: int, text: str) -> None:
+        """Into run.log only (the console shows ``text`` by itself)."""
+        record = logging.LogRecord("cs_run", level, __file__, 0, "%s", (text,), None)
+        self._handler.handle(record)
+
+
 @contextlib.contextmanager
-def run_log(model_dir: str | Path, level: str = "INFO"):
+def run_log(model_dir: str | Path, level: str = "INFO") -> Iterator[RunLog]:
     """Append every cs_run log record of the block to ``model_dir/run.log``."""
     path = Path(model_dir) / "run.log"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -71,7 +85,7 @@ def run_log(model_dir: str | Path, level: str = "INFO"):
             logger.setLevel(level)
     _flush_deferred()
     try:
-        yield path
+        yield RunLog(path, handler)
     finally:
         for logger in loggers:
             logger.removeHandler(handler)

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import torch
 
-from cs_run.distributed import ClusterConfig
+from cs_run.distributed import ClusterConfig, set_num_workers_per_csx
 from cs_run.engine.compile import TIERS
 from cs_run.engine.step import EngineOptions
 from cs_run.errors import BackendError, ParamsError
@@ -105,6 +105,7 @@ class Backend:
         if isinstance(cluster_config, dict):
             cluster_config = ClusterConfig(**cluster_config)
         self.cluster_config = cluster_config or ClusterConfig()
+        set_num_workers_per_csx(self.cluster_config.num_workers_per_csx)  # the input workers of every DataLoader
         self.compile_tier, self.allow_recompile = compile_tier, allow_recompile
         self.checkpoint_steps = checkpoint_steps
         self.torch_device = _torch_device_for(self.backend_type)

@@ -1,11 +1,12 @@
 """Batches as nested tensors (tuples, lists, dicts, namedtuples) and the loaders that yield them.
 
 One copy of the device move, the sample count and the loader length, for the runners, the cstorch
-data API and the CSX engine.
+data API and the CSX engine; and of the throughput rule: rates leave out compile time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from typing import Any, Iterable, Iterator
@@ -13,7 +14,28 @@ from typing import Any, Iterable, Iterator
 import torch
 import torch.utils._pytree as pytree
 
-__all__ = ["RateMeter", "batch_size", "cycle", "loader_length", "move_to_device"]
+__all__ = ["RateMeter", "batch_size", "compile_seconds", "compile_time", "cycle", "loader_length", "move_to_device"]
+
+_compile = {"seconds": 0.0, "depth": 0}
+
+
+@contextlib.contextmanager
+def compile_time() -> Iterator[None]:
+    """The block is compile time (the CSX engine's trace and compile): every :class:`RateMeter` leaves it
+    out. Nested blocks count once."""
+    t0 = time.perf_counter()
+    _compile["depth"] += 1
+    try:
+        yield
+    finally:
+        _compile["depth"] -= 1
+        if _compile["depth"] == 0:
+            _compile["seconds"] += time.perf_counter() - t0
+
+
+def compile_seconds() -> float:
+    """Seconds this process has spent in :func:`compile_time` blocks (finished ones)."""
+    return _compile["seconds"]
 
 
 def move_to_device(batch: Any, device: torch.device | None) -> Any:
@@ -67,24 +89,37 @@ class RateMeter:
     """Throughput in samples/sec: ``rate`` over the last ``window`` steps, ``global_rate`` since the first.
 
     Host-side timing (no device sync per step): on CUDA the recent rate is the dispatch rate until
-    the queue fills; call :meth:`finish` after a sync for an exact ``total_time``.
+    the queue fills; call :meth:`finish` after a sync for an exact ``total_time``. Its clock stops
+    during :func:`compile_time` blocks: a step that traced and compiled counts only its run time, and
+    ``compile_time`` holds what was left out.
     """
 
     def __init__(self, window: int = 10) -> None:
         self.total_samples = 0
         self.total_time = 0.0
         self._start: float | None = None
+        self._compile_start = compile_seconds()
         self._recent: deque[tuple[float, int]] = deque(maxlen=max(window, 1) + 1)
+
+    @staticmethod
+    def _now() -> float:
+        return time.perf_counter() - compile_seconds()
+
+    @property
+    def compile_time(self) -> float:
+        """Compile seconds left out of the rates since the meter was made (or started)."""
+        return compile_seconds() - self._compile_start
 
     def start(self) -> None:
         """Start the clock now (else it starts at the first :meth:`tick`, which then counts no time)."""
-        self._start = time.perf_counter()
+        self._start = self._now()
+        self._compile_start = compile_seconds()
         self._recent.clear()
         self._recent.append((self._start, self.total_samples))
 
     def tick(self, samples: int) -> None:
         """One step of ``samples`` samples has been issued."""
-        now = time.perf_counter()
+        now = self._now()
         if self._start is None:
             self._start = now
             self._recent.append((now, 0))
@@ -95,7 +130,7 @@ class RateMeter:
     def finish(self) -> None:
         """The run ended (after a device sync): ``total_time`` covers all its work."""
         if self._start is not None:
-            self.total_time = time.perf_counter() - self._start
+            self.total_time = self._now() - self._start
 
     @property
     def rate(self) -> float:

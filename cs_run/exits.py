@@ -9,6 +9,8 @@ CsRunError (bad input, failed run)      ``Error: <message>``                    
 click usage error (unknown flag, ...)   ``Error: <message> (see 'cs-run CMD --help')``, no Usage block  2
 an error raised in the user's code      the traceback's frames in the user's files, then one
                                         ``Error: <Type>: <message> (raised at file:line)`` line         1
+a first Ctrl-C / SIGTERM in training   nothing more (the run logged "interrupted at step N; ...")    130/143
+a second one, or one outside training   ``Error: aborted ...`` / ``Error: interrupted``               130/143
 any other exception (a cs-run bug)      the whole traceback, then the ``Error:`` line                   1
 ======================================  ===========================================================  ====
 """
@@ -26,8 +28,9 @@ from typing import Any, NoReturn, Optional
 import click
 
 from cs_run.errors import CsRunError
+from cs_run.interrupts import Interrupted
 
-__all__ = ["exit_code", "report", "ErrorGroup", "ArgumentParser"]
+__all__ = ["error_text", "exit_code", "report", "ErrorGroup", "ArgumentParser"]
 
 
 def exit_code(exc: BaseException) -> int:
@@ -38,6 +41,8 @@ def exit_code(exc: BaseException) -> int:
         return exc.exit_code
     if isinstance(exc, SystemExit):
         return exc.code if isinstance(exc.code, int) else 1
+    if isinstance(exc, KeyboardInterrupt):
+        return getattr(exc, "exit_code", 130)  # the shell's 128 + signal: 130 SIGINT, 143 SIGTERM
     return 1
 
 
@@ -65,30 +70,37 @@ def _user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
             and not str(Path(f.filename).resolve()).startswith(roots)]
 
 
+def error_text(exc: BaseException) -> str:
+    """What :func:`report` shows for ``exc`` (also what a run writes into model_dir/run.log); empty for an
+    :class:`~cs_run.interrupts.Interrupted` run, which logged its own line."""
+    if isinstance(exc, Interrupted):
+        return ""
+    if isinstance(exc, CsRunError):
+        return f"Error: {_one_line(exc)}"
+    if isinstance(exc, click.UsageError):
+        command = exc.ctx.command_path if exc.ctx is not None else "cs-run"
+        return f"Error: {_one_line(exc.format_message())} (see '{command} --help')"
+    if isinstance(exc, click.ClickException):
+        return f"Error: {_one_line(exc.format_message())}"
+    if isinstance(exc, click.exceptions.Abort):
+        return "Error: aborted"
+    if isinstance(exc, KeyboardInterrupt):  # Aborted (a second signal), or a Ctrl-C outside a training loop
+        return f"Error: {_one_line(exc)}" if str(exc) else "Error: interrupted"
+    summary = f"{type(exc).__name__}: {_one_line(exc)}" if str(exc) else type(exc).__name__
+    frames = _user_frames(exc)
+    if frames:
+        return "\n".join(["Traceback (most recent call last; your code's frames only):",
+                          "".join(traceback.format_list(frames)).rstrip("\n"),
+                          f"Error: {summary} (raised in your code at {frames[-1].filename}:{frames[-1].lineno})"])
+    return "\n".join(["".join(traceback.format_exception(exc)).rstrip("\n"),
+                      f"Error: {summary} (an internal error of cs-run; please report it with the traceback above)"])
+
+
 def report(exc: BaseException, file: Any = None) -> int:
     """Print ``exc`` the one way every entry point does; returns its exit code."""
-    def echo(text: str) -> None:
+    text = error_text(exc)
+    if text:
         click.echo(text, err=file is None, file=file)
-
-    if isinstance(exc, CsRunError):
-        echo(f"Error: {_one_line(exc)}")
-    elif isinstance(exc, click.UsageError):
-        command = exc.ctx.command_path if exc.ctx is not None else "cs-run"
-        echo(f"Error: {_one_line(exc.format_message())} (see '{command} --help')")
-    elif isinstance(exc, click.ClickException):
-        echo(f"Error: {_one_line(exc.format_message())}")
-    elif isinstance(exc, click.exceptions.Abort):
-        echo("Error: aborted")
-    else:
-        summary = f"{type(exc).__name__}: {_one_line(exc)}" if str(exc) else type(exc).__name__
-        frames = _user_frames(exc)
-        if frames:
-            echo("Traceback (most recent call last; your code's frames only):")
-            echo("".join(traceback.format_list(frames)).rstrip("\n"))
-            echo(f"Error: {summary} (raised in your code at {frames[-1].filename}:{frames[-1].lineno})")
-        else:
-            echo("".join(traceback.format_exception(exc)).rstrip("\n"))
-            echo(f"Error: {summary} (an internal error of cs-run; please report it with the traceback above)")
     return exit_code(exc)
 
 
@@ -104,6 +116,8 @@ class ErrorGroup(click.Group):
         except SystemExit:
             raise
         except BaseException as exc:  # noqa: BLE001 - every failure is reported the one way
+            if isinstance(exc, click.exceptions.Abort) and isinstance(exc.__cause__, KeyboardInterrupt):
+                exc = exc.__cause__  # click turns Ctrl-C into Abort; the interrupt knows its step and signal
             sys.exit(report(exc))
         sys.exit(result if isinstance(result, int) else 0)
 

@@ -142,6 +142,17 @@ class RunConfig(ClusterOptions):
     """Eval batches per evaluation; defaults to the whole eval loader."""
     eval_frequency: Optional[int] = field(default=None, metadata={"min": 1, "trainer": "loop"})
     """In train_and_eval, also evaluate every this many steps."""
+    early_stopping_metric: Optional[str] = field(default=None, metadata={"trainer": "loop"})
+    """Stop training when this eval value (eval/loss, or a metric such as eval/accuracy) has not improved
+    for early_stopping_patience evaluations in a row; needs eval_frequency. The run ends with a checkpoint
+    of its last step."""
+    early_stopping_mode: Optional[str] = field(default=None, metadata={"choices": ("min", "max"),
+                                                                       "trainer": "loop"})
+    """min: lower is better, max: higher is better (default: min for a loss, perplexity or error, else max)."""
+    early_stopping_patience: int = field(default=3, metadata={"min": 1, "trainer": "loop"})
+    """Evaluations in a row without improvement before training stops."""
+    early_stopping_min_delta: float = field(default=0.0, metadata={"min": 0, "trainer": "loop"})
+    """The least change of the value that counts as an improvement."""
     checkpoint_steps: int = field(default=0, metadata={"min": 0, "trainer": ("checkpoint", "steps")})
     """Save a checkpoint every this many steps (0: only at the end)."""
     save_initial_checkpoint: bool = field(default=False, metadata={"trainer": "checkpoint"})
@@ -157,7 +168,8 @@ class RunConfig(ClusterOptions):
     """Start from this checkpoint instead of the newest one in model_dir."""
     autoload_checkpoint: bool = field(default=True, metadata={"trainer": ("checkpoint", "autoload")})
     """Resume from the newest checkpoint in model_dir when checkpoint_path is not given."""
-    logging: str = field(default="INFO", metadata={"choices": ("DEBUG", "INFO", "WARNING", "ERROR"), "flag": {}})
+    logging: str = field(default="INFO", metadata={"choices": ("DEBUG", "INFO", "WARNING", "ERROR"), "flag": {},
+                                                   "trainer": ("logging", "log_level")})
     """Log level of the console and of model_dir/run.log."""
     runner: Optional[str] = field(default=None, metadata={"flag": {"metavar": "MODULE:CLASS"}})
     """A custom runner class as ``module:Class`` (a subclass of one of cs-run's runners)."""

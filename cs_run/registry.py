@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterable, Optional
 from cs_run._checks import check_value, unknown_key_error
 from cs_run.errors import ParamsError
 
-__all__ = ["ModelSpec", "register_model", "apply_model_defaults", "get_model_spec", "resolve_object", "registered_models"]
+__all__ = ["ModelSpec", "register_model", "apply_model_defaults", "get_model_spec", "hf_converter", "resolve_object",
+           "registered_models"]
 
 
 @dataclass(frozen=True)
@@ -34,15 +35,32 @@ class ModelSpec:
     one of them is this model's (a Model Zoo run.py is per model, so its files name no model)."""
     defaults_fn: Optional[str] = None
     """``module:function`` filling the model's Model Zoo defaults into the raw ``model`` dict."""
+    hf_converter: Optional[str] = None
+    """Module converting this model's checkpoints to and from a Hugging Face folder (``checkpoint convert
+    --to hf / --from hf``): ``to_hf(checkpoint, out_dir, model_keys) -> out_dir`` and ``from_hf(hf_dir,
+    dst) -> (checkpoint, params)``. A folder's ``config.json`` ``model_type`` names the model to read it."""
 
 
 _MODELS: dict[str, ModelSpec] = {}
 
 
 def register_model(name: str, model_fn: str, data_fn: Optional[str] = None, data_processors: tuple = (),
-                   defaults_fn: Optional[str] = None) -> None:
+                   defaults_fn: Optional[str] = None, hf_converter: Optional[str] = None) -> None:
     """Make ``model.name: <name>`` resolve to ``model_fn`` (and ``data_fn`` for its inputs)."""
-    _MODELS[name] = ModelSpec(name, model_fn, data_fn, tuple(data_processors), defaults_fn)
+    _MODELS[name] = ModelSpec(name, model_fn, data_fn, tuple(data_processors), defaults_fn, hf_converter)
+
+
+def hf_converter(name: Optional[str], where: str) -> Any:
+    """The Hugging Face converter module of model ``name`` (see :attr:`ModelSpec.hf_converter`).
+
+    Raises:
+        ParamsError: the model is unknown or has no converter; ``where`` says where the name came from.
+    """
+    spec = _MODELS.get(name) if isinstance(name, str) else None
+    if spec is None or not spec.hf_converter:
+        have = ", ".join(n for n, s in sorted(_MODELS.items()) if s.hf_converter) or "none"
+        raise ParamsError(f"{where}: {name!r} has no Hugging Face converter (models with one: {have})")
+    return importlib.import_module(spec.hf_converter)
 
 
 def apply_model_defaults(raw: dict, locate=lambda key: "") -> dict:
@@ -140,4 +158,4 @@ register_model("fc_mnist", "cs_run.examples.fc_mnist.model:build_model",
                "cs_run.examples.fc_mnist.data:build_dataloader")
 register_model("gpt2", "cs_run.examples.gpt2.model:build_model", "cs_run.examples.gpt2.data:build_dataloader",
                data_processors=("GptHDF5DataProcessor", "GptHDF5MapDataProcessor"),
-               defaults_fn="cs_run.examples.gpt2.model:model_defaults")
+               defaults_fn="cs_run.examples.gpt2.model:model_defaults", hf_converter="cs_run.examples.gpt2.hf")

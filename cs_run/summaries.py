@@ -3,26 +3,45 @@
 The runners write loss, learning rate, loss scale, throughput and eval metrics here, one writer per
 folder (``model_dir/train``, ``model_dir/eval``). ``cs-run plot`` reads the CSVs back, so a run can
 be looked at without TensorBoard.
+
+CSV columns: ``step, tag, value, wall_time, run``. ``run`` names the process that wrote the row
+(:data:`RUN_ID`, the same in every folder a process writes), so a reader can tell the invocations that
+appended to one file apart: a resume, a restart from an earlier checkpoint, an eval run. Files written
+before the column existed keep their four columns when appended to.
 """
 
 from __future__ import annotations
 
 import csv
 import logging
+import math
 import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from cs_run.errors import CsRunError
 
-__all__ = ["CSV_NAME", "ScalarWriter", "read_scalars"]
+__all__ = ["CSV_NAME", "RUN_ID", "ScalarRow", "ScalarWriter", "read_scalar_rows", "read_scalars"]
 
 logger = logging.getLogger(__name__)
 
 CSV_NAME = "scalars.csv"
-_HEADER = ["step", "tag", "value", "wall_time"]
+_HEADER = ["step", "tag", "value", "wall_time", "run"]
+
+RUN_ID = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+"""This process's run id, the ``run`` column of every row it writes (a start time and the pid)."""
+
+
+class ScalarRow(NamedTuple):
+    """One row of a scalars CSV; ``run`` is "" in files written before the column existed."""
+
+    step: int
+    tag: str
+    value: float
+    wall_time: float
+    run: str
 
 
 def _to_float(tag: str, value: Any) -> float:
@@ -54,6 +73,8 @@ class ScalarWriter:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.csv_path = self.log_dir / CSV_NAME
         is_new = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
+        # An older four-column file keeps its layout: a row wider than its header would misalign readers.
+        self._with_run = is_new or "run" in _header_of(self.csv_path)
         self._file = open(self.csv_path, "a", newline="", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._csv = csv.writer(self._file)
         if is_new:
@@ -84,7 +105,8 @@ class ScalarWriter:
             raise RuntimeError(f"ScalarWriter for {self.log_dir} is closed")
         value = _to_float(tag, value)
         wall_time = time.time() if wall_time is None else wall_time
-        self._csv.writerow([int(step), tag, repr(value), f"{wall_time:.3f}"])
+        row = [int(step), tag, repr(value), f"{wall_time:.3f}"]
+        self._csv.writerow([*row, RUN_ID] if self._with_run else row)
         if self._tb is not None:
             self._tb.add_scalar(tag, value, int(step), walltime=wall_time)
 
@@ -113,27 +135,45 @@ class ScalarWriter:
         self.close()
 
 
-def read_scalars(log_dir: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
-    """``{tag: [(step, value), ...]}`` from ``log_dir/scalars.csv`` (empty when there is none).
+def _header_of(path: Path) -> list[str]:
+    with open(path, "rb") as f:
+        return f.readline().decode("utf-8", errors="replace").strip().split(",")
 
-    Rows of a resumed run that repeat a step replace the earlier value; steps come back sorted.
+
+def read_scalar_rows(log_dir: str | os.PathLike) -> list[ScalarRow]:
+    """Every row of ``log_dir/scalars.csv`` in the order written (empty when there is none).
+
+    Raises:
+        CsRunError: the file is not a CSV (not UTF-8, or broken quoting); malformed rows are skipped
+            with a warning.
     """
     path = Path(log_dir) / CSV_NAME
     if not path.exists():
-        return {}
-    series: dict[str, dict[int, float]] = {}
+        return []
+    rows: list[ScalarRow] = []
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
         try:
             for row in reader:
                 try:
-                    tag, step, value = row["tag"], int(row["step"]), float(row["value"])
+                    wall = row.get("wall_time")
+                    rows.append(ScalarRow(int(row["step"]), row["tag"], float(row["value"]),
+                                          float(wall) if wall else math.nan, row.get("run") or ""))
                 except (KeyError, TypeError, ValueError):
                     logger.warning("%s: skipping malformed row %r", path, row)
-                    continue
-                series.setdefault(tag, {})[step] = value
         except (UnicodeDecodeError, csv.Error) as e:  # a damaged or foreign file, not a traceback
             reason = f"byte 0x{e.object[e.start]:02x} is not UTF-8" if isinstance(e, UnicodeDecodeError) else str(e)
             raise CsRunError(f"{path} is not a scalars CSV written by cs-run ({reason}, after line "
                              f"{reader.line_num}); move it away or delete it") from None
+    return rows
+
+
+def read_scalars(log_dir: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
+    """``{tag: [(step, value), ...]}`` from ``log_dir/scalars.csv`` (empty when there is none).
+
+    Rows of a resumed run that repeat a step replace the earlier value; steps come back sorted.
+    """
+    series: dict[str, dict[int, float]] = {}
+    for row in read_scalar_rows(log_dir):
+        series.setdefault(row.tag, {})[row.step] = row.value
     return {tag: sorted(points.items()) for tag, points in series.items() if points}

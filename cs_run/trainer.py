@@ -22,11 +22,13 @@ from typing import Any, Callable, Optional, Union
 import torch
 
 from cs_run._checks import unknown_key_error
+from cs_run._logging import setup_console_logging
 from cs_run.backend import Backend, resolve_backend
 from cs_run.errors import ParamsError
 from cs_run.options import cluster_keys, trainer_keys
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params, RunConfig, build_section
 from cs_run.runners import PyTorchBaseRunner
+from cs_run.runners._checkpoints import latest_checkpoint
 
 __all__ = ["Trainer", "trainers_from_config"]
 
@@ -55,10 +57,16 @@ class Trainer:
         schedulers: An LR scheduler or a callable ``(optimizer) -> scheduler`` (with an optimizer object).
         precision: Mixed precision and step numerics: mixed_precision, use_bfloat16, loss_scaling_factor,
             max_gradient_norm, ... (the params keys of the same names).
-        loop: num_steps / max_steps / num_epochs / steps_per_epoch / eval_steps / eval_frequency.
+        loop: num_steps / max_steps / num_epochs / steps_per_epoch / eval_steps / eval_frequency, and
+            early stopping: early_stopping_metric (e.g. "eval/loss"), early_stopping_mode,
+            early_stopping_patience, early_stopping_min_delta (the runconfig keys of the same names).
         checkpoint: steps, max_checkpoints, save_initial_checkpoint, autoload.
-        logging: ``{"log_steps": N}`` (or N).
+        logging: ``{"log_steps": N, "log_level": "INFO", "disable_progress_bar": False}`` (or N). The log
+            lines go to model_dir/run.log and to the console, unless the program configured logging
+            itself (a handler on the root or the ``cs_run`` logger): then they go where it says.
         seed: Seeds every RNG before the model is built.
+        runner: A runner class (or "module:Class") with hooks, e.g. ``on_eval_metrics``: a subclass of
+            :class:`~cs_run.runners.PyTorchBaseRunner` serves every device.
 
     Raises:
         ValueError: both ``device`` and ``backend`` are given.
@@ -69,13 +77,15 @@ class Trainer:
                  model_dir: str = "./model_dir", model: Any = None, optimizer: Any = None,
                  schedulers: Any = None, precision: Optional[dict] = None, loop: Optional[dict] = None,
                  checkpoint: Optional[dict] = None, logging: Union[dict, int, None] = None,
-                 seed: Optional[int] = None) -> None:
+                 seed: Optional[int] = None, runner: Union[str, type, None] = None) -> None:
         self.backend = resolve_backend(device=device, backend=backend)
         if model is None:
             raise ParamsError("Trainer: model is required (an nn.Module, a callable returning one, or a model "
                               "params section)")
         self.model_dir = model_dir
         self._runconfig = _runconfig(model_dir, self.backend, loop or {}, checkpoint or {}, logging, seed)
+        _console_logging(self._runconfig.logging)
+        self._runner_class = runner
         precision = dict(precision or {})
         _reject_unknown("precision", precision, _PRECISION_KEYS)
         self._model_section, self._model_fn = _model_parts(model, precision)
@@ -84,8 +94,14 @@ class Trainer:
         self.runner = None
 
     def fit(self, train_dataloader: Any, val_dataloader: Any = None, ckpt_path: Optional[str] = None) -> dict:
-        """Train (resuming from ``ckpt_path`` or the newest checkpoint in model_dir); then validate on
-        ``val_dataloader`` when given. Returns the validation results (empty without one)."""
+        """Train, then validate on ``val_dataloader`` when given. Returns the validation results (empty
+        without one).
+
+        ``ckpt_path``: a checkpoint file to start from; ``"last"``: the newest checkpoint in model_dir
+        (a warning when there is none); None: the newest one when ``checkpoint={"autoload": True}`` (the
+        default), else none. A Ctrl-C ends training after the step in flight with a checkpoint of it
+        (docs/architecture.md#interrupts): ``fit(ckpt_path="last")`` continues from there.
+        """
         if self._optimizer_section is None:
             raise ParamsError("Trainer.fit: an optimizer is required to train")
         runner = self._build_runner(train_dataloader, val_dataloader, ckpt_path)
@@ -94,15 +110,23 @@ class Trainer:
         return runner.run("train_and_eval" if val_dataloader is not None else "train")
 
     def validate(self, val_dataloader: Any, ckpt_path: Optional[str] = None) -> dict:
-        """Evaluate the model (after loading ``ckpt_path`` or model_dir's newest checkpoint, if any)."""
+        """Evaluate the model (after loading ``ckpt_path``, ``"last"`` or by default model_dir's newest
+        checkpoint, if any)."""
         return self._build_runner(None, val_dataloader, ckpt_path).run("eval")
 
     def _build_runner(self, train_dataloader: Any, val_dataloader: Any, ckpt_path: Optional[str]):
-        rc = dataclasses.replace(self._runconfig, checkpoint_path=ckpt_path)
+        if ckpt_path == "last":
+            rc = dataclasses.replace(self._runconfig, checkpoint_path=None, autoload_checkpoint=True)
+            if latest_checkpoint(rc.model_dir) is None:
+                logger.warning('ckpt_path="last": no checkpoint in %s; starting from the initial weights',
+                               rc.model_dir)
+        else:
+            rc = dataclasses.replace(self._runconfig, checkpoint_path=ckpt_path)
         params = Params(model=self._model_section, optimizer=self._optimizer_section, runconfig=rc,
                         train_input=_input_section(train_dataloader), eval_input=_input_section(val_dataloader))
         self.runner = PyTorchBaseRunner.create(
-            params, device=self.backend.backend_type, backend=self.backend, model_fn=self._model_fn,
+            params, device=self.backend.backend_type, backend=self.backend, runner=self._runner_class,
+            model_fn=self._model_fn,
             train_data_fn=_data_fn(train_dataloader), eval_data_fn=_data_fn(val_dataloader),
             optimizer_fn=self._optimizer_fn, lr_scheduler_fn=self._scheduler_fn)
         return self.runner
@@ -125,6 +149,14 @@ def trainers_from_config(config: Union[dict, list]) -> list[tuple[Trainer, dict]
         _reject_unknown(f"trainer[{i}]", section, {"init", "fit", "validate"})
         out.append((Trainer(**section["init"]), {k: v for k, v in section.items() if k != "init"}))
     return out
+
+
+def _console_logging(level: str) -> None:
+    """The Trainer's log lines on the console, as Lightning's and Hugging Face's trainers print theirs,
+    unless the program set up logging (a handler on the root or the cs_run logger decides then)."""
+    if logging.getLogger().handlers or logging.getLogger("cs_run").handlers:
+        return
+    setup_console_logging(level)
 
 
 def _runconfig(model_dir: str, backend: Backend, loop: dict, checkpoint: dict, logging: Any,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import logging
 from typing import Any, Callable, Optional
@@ -15,6 +16,7 @@ from cs_run.amp import resolve_mixed_precision
 from cs_run.errors import ParamsError
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params
 from cs_run.resolve import data_function, model_function
+from cs_run.utils.streaming import StreamingLoader
 
 __all__ = ["build_model", "build_dataloader", "build_optimizer", "build_lr_scheduler",
            "build_grad_scaler", "resolve_autocast_dtype"]
@@ -35,13 +37,21 @@ def build_model(params: Params, model_fn: Optional[Callable[[dict], torch.nn.Mod
 
 
 def build_dataloader(params: Params, split: str,
-                     data_fn: Optional[Callable[[dict], Any]] = None) -> torch.utils.data.DataLoader:
+                     data_fn: Optional[Callable[[dict], Any]] = None) -> torch.utils.data.DataLoader | StreamingLoader:
     """The split's DataLoader: its data function called with the section's keys it accepts, or
-    ``data_fn(params_dict)`` (Model Zoo run())."""
+    ``data_fn(params_dict)`` (Model Zoo run()). With ``runconfig.num_workers_per_csx > 1`` a
+    :class:`~cs_run.utils.streaming.StreamingLoader`: each input worker process calls the data function."""
     name = "train_input" if split == "train" else "eval_input"
     section: Optional[InputParams] = getattr(params, name)
     if section is None:
         raise ParamsError(f"params: missing section {name} (needed to {split})")
+    build = functools.partial(_call_data_function, params, split, name, section, data_fn)
+    workers = params.runconfig.num_workers_per_csx
+    return StreamingLoader(build, workers) if workers > 1 else build()
+
+
+def _call_data_function(params: Params, split: str, name: str, section: InputParams,
+                        data_fn: Optional[Callable[[dict], Any]]) -> torch.utils.data.DataLoader:
     if data_fn is not None:
         return _checked_loader(data_fn(params.to_dict()), name)
     fn = data_function(params, name)

@@ -17,28 +17,36 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from tqdm import tqdm
 
+from cs_run import distributed
 from cs_run._logging import run_log
 from cs_run.backend import Backend
 from cs_run.batches import RateMeter, batch_size, loader_length, move_to_device
 from cs_run.checkpoint.h5 import TargetMismatchError
 from cs_run.creation import manual_seed
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
-from cs_run.metrics import compute_all_metrics, reset_all_metrics
+from cs_run.exits import error_text
+from cs_run.interrupts import Aborted, Interrupted, StopFlag, stop_on_signal
+from cs_run.metrics import compute_all_metrics, get_all_metrics, reset_all_metrics
 from cs_run.params import Params, save_params
 from cs_run.registry import resolve_object
 from cs_run.resolve import resolve_params
 from cs_run.runners import _build, _checkpoints, _model_dir
+from cs_run.runners._early_stopping import EarlyStopping
 from cs_run.runners._reporting import Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
+from cs_run.runners._run_record import RunRecord
 from cs_run.runners._step import StepConfig
 from cs_run.runners.hooks import RunnerHooks
 from cs_run.schedule import StepBudget, is_checkpoint_step, is_log_step, step_budget
+from cs_run.utils.streaming import StreamingLoader
 
 __all__ = ["PyTorchBaseRunner"]
 
 logger = logging.getLogger("cs_run.runners")
 
 MODES = ("train", "eval", "train_and_eval", "eval_all")
+TRAINING_MODES = ("train", "train_and_eval")
+"""The modes that write model_dir/params_resolved.yaml (an eval never replaces the training run's)."""
 
 
 def check_sections_for(params: Params, mode: str, data_fns: Optional[dict] = None) -> None:
@@ -56,6 +64,32 @@ def check_sections_for(params: Params, mode: str, data_fns: Optional[dict] = Non
     if missing:
         raise ParamsError(f"params: mode {mode} needs section(s) {', '.join(missing)}, which the params lack"
                           f"{params.where()}")
+    rc = params.runconfig
+    if mode in TRAINING_MODES and rc.early_stopping_metric is not None and \
+            not (rc.eval_frequency and present["eval_input"]):
+        raise ParamsError("params: runconfig.early_stopping_metric needs evaluations during training: set "
+                          "runconfig.eval_frequency and an eval_input section" + params.where("runconfig"))
+
+
+def _runner_for_device(cls: Any, expected: type, spec: Any, device: str) -> type:
+    """The user's runner class for ``device``: a subclass of the device's runner as it is, a subclass of
+    PyTorchBaseRunner (hooks only, one class for every device) combined with the device's runner."""
+    name = spec if isinstance(spec, str) else getattr(spec, "__qualname__", spec)
+    if isinstance(cls, type) and issubclass(cls, expected):
+        return cls
+    device_runners = [c for c in PyTorchBaseRunner.__subclasses__() if c.__module__.startswith("cs_run.runners.")]
+    if not (isinstance(cls, type) and issubclass(cls, PyTorchBaseRunner)) or issubclass(cls, tuple(device_runners)):
+        raise ParamsError(f"params: runconfig.runner: {name!r} must be a subclass of cs_run.runners.{expected.__name__} "
+                          f"for --device {device}, or of cs_run.runners.PyTorchBaseRunner alone (one class for "
+                          "every device)")
+    key = (cls, expected)
+    if key not in _COMBINED:
+        _COMBINED[key] = type(cls.__name__, (cls, expected), {"__module__": cls.__module__,
+                                                              "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
+    return _COMBINED[key]
+
+
+_COMBINED: dict[tuple[type, type], type] = {}
 
 
 class PyTorchBaseRunner(RunnerHooks):
@@ -83,6 +117,7 @@ class PyTorchBaseRunner(RunnerHooks):
         rc = params.runconfig
         self.model_dir = Path(rc.model_dir)
         self.global_step = 0
+        distributed.set_num_workers_per_csx(rc.num_workers_per_csx)
         if rc.seed is not None:
             manual_seed(rc.seed)
         # Build what can be wrong before anything is written: model and optimizer errors are params errors.
@@ -113,6 +148,12 @@ class PyTorchBaseRunner(RunnerHooks):
         self._epoch_start_rng: Optional[dict] = None
         self._pending_resume: Optional[dict] = None
         self._summaries = Summaries(self.model_dir)
+        self._stop = StopFlag()  # the signal flag while train() runs (docs/architecture.md#interrupts)
+        self._saved: tuple[int, Optional[Path]] = (-1, None)  # (global step, path) of the newest checkpoint
+        self._run_start: Optional[int] = None
+        self.should_stop = False
+        """Set it in a hook to end training after the current step (with a checkpoint of that step)."""
+        self._early_stopping = EarlyStopping.from_runconfig(rc)
 
     # --------------------------------------------------------------------------------- construction
 
@@ -152,10 +193,8 @@ class PyTorchBaseRunner(RunnerHooks):
             spec = runner or rc.runner
             cls = expected
             if spec:
-                cls = resolve_object(spec, key="runconfig.runner")
-                if not (isinstance(cls, type) and issubclass(cls, expected)):
-                    raise ParamsError(f"params: runconfig.runner: {spec!r} must be a subclass of "
-                                      f"cs_run.runners.{expected.__name__} for --device {device}")
+                cls = spec if isinstance(spec, type) else resolve_object(spec, key="runconfig.runner")
+                cls = _runner_for_device(cls, expected, spec, device)
             return cls(params, device=device, backend=backend, **builders)
         except ParamsError as e:  # a value in the params file: name its file:line
             raise params.locate_error(e) from e
@@ -177,7 +216,7 @@ class PyTorchBaseRunner(RunnerHooks):
             self._check_sections_for(mode)
         except ParamsError as e:
             raise self.params.locate_error(e) from e
-        with self._open_model_dir():
+        with self._open_model_dir(mode):
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
             try:
                 if mode == "train":
@@ -203,12 +242,26 @@ class PyTorchBaseRunner(RunnerHooks):
         check_sections_for(self.params, mode, self._data_fns)
 
     @contextlib.contextmanager
-    def _open_model_dir(self) -> Iterator[None]:
-        """The run's hold on model_dir: its lock (one writer at a time), the resolved params, the run log."""
+    def _open_model_dir(self, mode: str) -> Iterator[None]:
+        """The run's hold on model_dir: its lock (one writer at a time), the resolved params (training modes
+        only), the run's record in model_dir/runs/ and the run log, which also gets the ``Error:`` line."""
         with _model_dir.model_dir_lock(self.model_dir):
-            save_params(self.params, self.model_dir)
-            with run_log(self.model_dir, self.params.runconfig.logging):
-                yield
+            if mode in TRAINING_MODES:
+                save_params(self.params, self.model_dir)
+            record = RunRecord(self.model_dir, self.params, mode, self.device_type)
+            with run_log(self.model_dir, self.params.runconfig.logging) as log:
+                try:
+                    yield
+                except BaseException as e:
+                    text = error_text(e)
+                    if text:  # an interrupt logged its own line
+                        log.write(logging.ERROR, text)
+                    outcome = "interrupted" if isinstance(e, Interrupted) else \
+                        "aborted" if isinstance(e, (Aborted, KeyboardInterrupt)) else "failed"
+                    record.finish(outcome, first_step=self._run_start, last_step=self.global_step,
+                                  message=text.splitlines()[-1] if text else str(e))
+                    raise
+                record.finish("completed", first_step=self._run_start, last_step=self.global_step)
 
     # ------------------------------------------------------------------------------------- training
 
@@ -216,8 +269,11 @@ class PyTorchBaseRunner(RunnerHooks):
         """Train for the step budget, resuming from the newest checkpoint when there is one."""
         rc = self.params.runconfig
         self._check_sections_for("train")
+        if self._early_stopping is not None:  # before any work: the value must be one the eval reports
+            self._early_stopping.check_metric(["eval/loss", *get_all_metrics()])
         loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
         self._load_initial_state(self._initial_checkpoint())
+        self._restore_data_position(loader)
         budget = step_budget(loader_batches=loader_length(loader), initial_step=self.global_step,
                              num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,
                              steps_per_epoch=rc.steps_per_epoch, grad_accum_steps=self.params.optimizer.grad_accum_steps,
@@ -234,10 +290,11 @@ class PyTorchBaseRunner(RunnerHooks):
                     end_step, budget.steps_per_epoch)
         self.model.train()
         self._rate = RateMeter(window=rc.log_steps or budget.steps)
+        self._compile_reported = False
         self._rate.start()
         self.on_train_start()
-        with self._progress("Train", budget.steps) as bar:
-            while self.global_step < end_step:
+        with stop_on_signal() as self._stop, self._progress("Train", budget.steps) as bar:
+            while self.global_step < end_step and not self.should_stop:
                 self.on_train_epoch_start()
                 start = self.global_step
                 finished_epoch = self._train_epoch(loader, budget, end_step, bar)
@@ -247,7 +304,12 @@ class PyTorchBaseRunner(RunnerHooks):
                 self.on_train_epoch_end(early_exit=not finished_epoch)
                 if finished_epoch:
                     self._epoch, self._epoch_step = self._epoch + 1, 0
-        self.on_train_end(early_exit=False)  # the last step saved its checkpoint in _after_train_step
+        if self._stop.requested:  # the signal came during the last step, which is saved: the run is complete
+            logger.warning("interrupted at the last step (%d), whose checkpoint is saved: training is complete",
+                           self.global_step)
+        self._stop = StopFlag()
+        # The last step saved its checkpoint in _after_train_step, a stop request in _stop_after_step.
+        self.on_train_end(early_exit=self.global_step < end_step)
 
     def _train_epoch(self, loader, budget: StepBudget, end_step: int, bar) -> bool:
         """Run steps until the epoch or the budget ends; True when the epoch ended."""
@@ -261,7 +323,23 @@ class PyTorchBaseRunner(RunnerHooks):
             bar.update(1)
             if self.global_step >= end_step:
                 return self._epoch_step >= budget.steps_per_epoch
+            if self._stop.requested or self.should_stop:
+                self._stop_after_step()
+                return self._epoch_step >= budget.steps_per_epoch
         return True
+
+    def _stop_after_step(self) -> None:
+        """A stop request (a signal, ``should_stop``) after a whole step: checkpoint the step, then end the
+        loop; on a signal raise :class:`~cs_run.interrupts.Interrupted` with what was saved."""
+        step, path = self._saved
+        if step != self.global_step:
+            self._raise_on_bad_loss()  # never checkpoint weights a NaN step produced
+            path = self._save_checkpoint()
+        if self._stop.requested:
+            interrupted = Interrupted(self._stop.signum, self.global_step, path)
+            logger.warning("%s", interrupted)
+            raise interrupted
+        logger.info("Training stopped early at step %d; checkpoint %s", self.global_step, path)
 
     def _epoch_batches(self, loader, steps_per_epoch: int) -> Iterator[list]:
         """Yield each step's micro-batches; a resumed epoch replays the same order and skips what was done.
@@ -275,10 +353,12 @@ class PyTorchBaseRunner(RunnerHooks):
         if resume is not None:
             restore_rng_state(resume["epoch_start_rng"], generator)
         self._epoch_start_rng = capture_rng_state(generator)
+        if isinstance(loader, StreamingLoader):
+            loader.set_epoch(self._epoch)
         accum = self.params.optimizer.grad_accum_steps
         iterator = iter(loader)
         if resume is not None:
-            for _ in range(self._epoch_step * accum):
+            for _ in range(0 if resume.get("positioned") else self._epoch_step * accum):
                 next(iterator)
             restore_rng_state(resume["rng"], generator)
         while self._epoch_step < steps_per_epoch:
@@ -304,15 +384,27 @@ class PyTorchBaseRunner(RunnerHooks):
         if log_step:
             value = self._fetch_loss(loss)
             rate, global_rate = self._rate.rate, self._rate.global_rate
+            self._report_compile_time(step)
             logger.info("| Train Device=%s, Step=%d, Loss=%.5f, Rate=%.2f samples/sec, GlobalRate=%.2f samples/sec",
                         self.device_name, step, value, rate, global_rate)
             self._write_train_summaries(step, value, rate, global_rate)
-        if checkpoint_step:
-            self._save_checkpoint()
         if rc.eval_frequency and step % rc.eval_frequency == 0 and step != end_step and self.params.eval_input:
             with preserved_rng(getattr(self._train_loader, "generator", None)):
-                self.evaluate()
+                results = self.evaluate()
             self.model.train()
+            if results and self._early_stopping is not None and self._early_stopping.update(results, step):
+                self.should_stop = True
+        if checkpoint_step:  # after the eval, so the checkpoint holds the early-stopping state of this step
+            self._save_checkpoint()
+
+    def _report_compile_time(self, step: int) -> None:
+        """Once per run, at the first log step after a compile: the compile time the rates leave out."""
+        seconds = self._rate.compile_time
+        if seconds > 0 and not self._compile_reported:
+            self._compile_reported = True
+            logger.info("Compile time %.2f s (tracing and compiling the step; not counted in Rate and GlobalRate)",
+                        seconds)
+            self._summaries.add_scalars("train", {"compile_seconds": seconds}, step)
 
     def _write_train_summaries(self, step: int, loss: float, rate: float, global_rate: float) -> None:
         """Loss, learning rate(s), loss scale and throughput into model_dir/train."""
@@ -365,6 +457,10 @@ class PyTorchBaseRunner(RunnerHooks):
             for batch in loader:
                 if total_steps is not None and steps >= total_steps:
                     break
+                if self._stop.requested:  # a signal during a periodic eval: the train loop saves and stops
+                    logger.warning("Eval interrupted after %d batches: no eval results for step %d", steps,
+                                   self.global_step)
+                    return {}
                 batch = self.on_eval_batch_start(self._to_device(batch))
                 loss = self._eval_step(batch)
                 steps += 1
@@ -383,6 +479,7 @@ class PyTorchBaseRunner(RunnerHooks):
                     summary)
         self._summaries.add_scalars("eval", {k.removeprefix("eval/"): v for k, v in results.items()},
                                     self.global_step, flush=True)
+        self.on_eval_metrics(dict(results), self.global_step)
         return results
 
     def eval_all(self) -> dict[str, dict[str, float]]:
@@ -422,12 +519,39 @@ class PyTorchBaseRunner(RunnerHooks):
             state["lr_scheduler"] = self.lr_scheduler.state_dict()
         if self.grad_scaler is not None:
             state["grad_scaler"] = self.grad_scaler.state_dict()
+        if self._early_stopping is not None:
+            state["early_stopping"] = self._early_stopping.state_dict()
         generator = getattr(self._train_loader, "generator", None)
         state["rng"] = capture_rng_state(generator)
         if self._epoch_start_rng is not None:
             state["dataloader"] = {"epoch": self._epoch, "epoch_step": self._epoch_step,
-                                   "epoch_start_rng": self._epoch_start_rng}
+                                   "epoch_start_rng": self._epoch_start_rng, **self._data_topology()}
+            loader = self._train_loader
+            if isinstance(loader, StreamingLoader) and loader.is_restartable:
+                state["dataloader"]["workers"] = loader.state_dict()  # a collective with several replicas
         return state
+
+    def _data_topology(self) -> dict[str, int]:
+        return {"num_csx": distributed.get_world_size(), "num_workers_per_csx": distributed.num_workers_per_csx()}
+
+    def _restore_data_position(self, loader: Any) -> None:
+        """Put the train loader where the checkpoint's data position says (see
+        docs/architecture.md#streaming-workers): a restartable loader of input workers loads the saved
+        workers' state (and is not replayed); otherwise the epoch's done batches are replayed, which is exact
+        in the topology that wrote the checkpoint and keeps the step count (not the samples) in another."""
+        resume = self._pending_resume
+        if resume is None:
+            return
+        saved = {k: resume.get(k) for k in self._data_topology()}
+        if resume.get("workers") is not None and isinstance(loader, StreamingLoader) and loader.is_restartable:
+            loader.load_state_dict(resume["workers"])
+            resume["positioned"] = True
+        elif saved != self._data_topology() and all(v is not None for v in saved.values()):
+            logger.warning("The checkpoint's data position was written with num_csx=%s x num_workers_per_csx=%s "
+                           "input streams and this run has %s x %s: it resumes at the same step and epoch, but "
+                           "the rest of this epoch's batches are not the ones the old run would have seen (use a "
+                           "restartable dataloader for an exact position)", saved["num_csx"],
+                           saved["num_workers_per_csx"], *self._data_topology().values())
 
     def _save_checkpoint(self) -> Path:
         path = _checkpoints.checkpoint_path(self.model_dir, self.global_step)
@@ -443,6 +567,7 @@ class PyTorchBaseRunner(RunnerHooks):
                                 "learning rate, enable gradient clipping (optimizer.max_gradient_norm) or check "
                                 "the data")
         _checkpoints.save_checkpoint(state, path)
+        self._saved = (self.global_step, path)
         logger.info("Saved checkpoint %s", path)
         _checkpoints.prune_checkpoints(self.model_dir, self.params.runconfig.max_checkpoints)
         self.on_checkpoint_saved(str(path), self.global_step)
@@ -478,10 +603,13 @@ class PyTorchBaseRunner(RunnerHooks):
                           ("grad_scaler", self.grad_scaler)):
             if part is not None and key in state:
                 part.load_state_dict(state[key])
+        if self._early_stopping is not None and "early_stopping" in state:
+            self._early_stopping.load_state_dict(state["early_stopping"])
         data = state.get("dataloader")
         if data is not None:
             self._epoch, self._epoch_step = int(data["epoch"]), int(data["epoch_step"])
-            self._pending_resume = {"epoch_start_rng": data["epoch_start_rng"], "rng": state["rng"]}
+            self._pending_resume = {"epoch_start_rng": data["epoch_start_rng"], "rng": state["rng"],
+                                    **{k: data.get(k) for k in ("num_csx", "num_workers_per_csx", "workers")}}
         elif "rng" in state:
             restore_rng_state(state["rng"])
         logger.info("Resuming from checkpoint %s at global step %d", path, self.global_step)

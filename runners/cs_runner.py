@@ -111,7 +111,7 @@ class PyTorchCSRunner(PyTorchBaseRunner):
         if mode not in ("train", "eval"):
             raise ParamsError(f"--mode: {mode!r}: compile-only / validate-only trace the 'train' or 'eval' step")
         what = "compile-only" if self.backend.compile_only else "validate-only"
-        with self._open_model_dir():
+        with self._open_model_dir(f"{what.replace('-', '_')} ({mode})"):
             logger.info("cs-run %s of the %s step, model_dir %s", what, mode, self.model_dir)
             step_fn = self._cs_train_step if mode == "train" else self._cs_eval_step
             if step_fn is None:

@@ -9,11 +9,13 @@ Override them in a subclass of a runner and call ``super()``. The loop that call
             batch = on_train_batch_start(batch)
             <forward, backward, clip, optimizer step, LR step, zero_grad>
             on_train_batch_end(loss, epoch, step)
-            <log, loss check, checkpoint -> on_checkpoint_saved(path, step)>
+            <log, loss check, periodic eval, checkpoint -> on_checkpoint_saved(path, step)>
         on_train_epoch_end(early_exit)
     on_train_end(early_exit)
 
-Evaluation follows the same shape with the ``on_eval_*`` hooks. Every hook runs on the host. On CSX,
+Evaluation follows the same shape with the ``on_eval_*`` hooks, then ``on_eval_metrics(metrics, step)``
+with the computed loss and metrics. A hook that sets ``self.should_stop = True`` ends training after the
+current step, with a checkpoint of it (``runconfig.early_stopping_metric`` does this on an eval value). Every hook runs on the host. On CSX,
 the step between ``on_*_batch_start`` and ``on_*_batch_end`` is the traced graph; the ``loss`` given to
 ``on_*_batch_end`` is then a device tensor of that step whose value must be read in a step closure.
 An ``*_end`` hook runs only when the loop it closes finished without an exception.
@@ -77,6 +79,10 @@ class RunnerHooks:
 
     def on_eval_batch_end(self, loss: torch.Tensor, epoch: Optional[int] = None, step: Optional[int] = None) -> None:
         """Runs after the forward pass (and metric updates) of eval step ``step`` (1-based)."""
+
+    def on_eval_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """Runs after each evaluation with what it computed (``eval/loss`` and every registered metric, as
+        logged), for the weights of global step ``step``; set ``self.should_stop = True`` to end training."""
 
     def on_checkpoint_saved(self, path: str, step: int) -> None:
         """Runs after the checkpoint of global step ``step`` was written completely to ``path``."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from cs_run import distributed
 from cs_run.engine import compile as engine_compile
 
 torch.set_num_threads(1)
@@ -19,6 +20,13 @@ def _csx_default_tier_fx(monkeypatch):
     product default ``auto``, which builds inductor too (seconds per step function); tests of auto and
     inductor name their tier."""
     monkeypatch.setattr(engine_compile, "DEFAULT_TIER", "fx")
+
+
+@pytest.fixture(autouse=True)
+def _one_input_worker(monkeypatch):
+    """A backend or runner with num_workers_per_csx > 1 sets the process's input workers; no test leaks
+    that setting into the next."""
+    monkeypatch.setattr(distributed, "_WORKERS_PER_CSX", 1)
 
 
 class TinyMLP(torch.nn.Module):

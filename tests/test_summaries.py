@@ -7,7 +7,7 @@ import csv
 import pytest
 import torch
 
-from cs_run.summaries import CSV_NAME, ScalarWriter, read_scalars
+from cs_run.summaries import CSV_NAME, RUN_ID, ScalarRow, ScalarWriter, read_scalar_rows, read_scalars
 
 
 def test_csv_rows_and_read_back(tmp_path):
@@ -17,13 +17,14 @@ def test_csv_rows_and_read_back(tmp_path):
         assert not w.writes_tensorboard
     with open(tmp_path / "train" / CSV_NAME) as f:
         rows = list(csv.reader(f))
-    assert rows[0] == ["step", "tag", "value", "wall_time"]
+    assert rows[0] == ["step", "tag", "value", "wall_time", "run"]
     assert [r[:3] for r in rows[1:]] == [
         ["1", "loss", "2.5"],
         ["2", "loss", "1.25"],
         ["2", "lr", "0.5"],
     ]
     assert all(float(r[3]) > 0 for r in rows[1:])
+    assert {r[4] for r in rows[1:]} == {RUN_ID}
     assert read_scalars(tmp_path / "train") == {
         "loss": [(1, 2.5), (2, 1.25)],
         "lr": [(2, 0.5)],
@@ -40,6 +41,31 @@ def test_resumed_run_appends_and_later_value_of_a_step_wins(tmp_path):
     rows = (tmp_path / CSV_NAME).read_text().splitlines()
     assert sum(r.startswith("step,") for r in rows) == 1
     assert read_scalars(tmp_path) == {"loss": [(1, 3.0), (2, 1.5), (3, 1.0)]}
+
+
+def test_rows_in_written_order_with_their_run(tmp_path, monkeypatch):
+    # Two invocations appending to one file (a restart from an earlier step): every row, in order.
+    monkeypatch.setattr("cs_run.summaries.RUN_ID", "first")
+    with ScalarWriter(tmp_path, tensorboard=False) as w:
+        w.add_scalar("loss", 3.0, 1, wall_time=10.0)
+        w.add_scalar("loss", 2.0, 2, wall_time=11.0)
+    monkeypatch.setattr("cs_run.summaries.RUN_ID", "second")
+    with ScalarWriter(tmp_path, tensorboard=False) as w:
+        w.add_scalar("loss", 2.5, 2, wall_time=20.0)
+    assert read_scalar_rows(tmp_path) == [
+        ScalarRow(1, "loss", 3.0, 10.0, "first"),
+        ScalarRow(2, "loss", 2.0, 11.0, "first"),
+        ScalarRow(2, "loss", 2.5, 20.0, "second"),
+    ]
+
+
+def test_four_column_file_of_an_older_version_keeps_its_layout(tmp_path):
+    (tmp_path / CSV_NAME).write_text("step,tag,value,wall_time\n1,loss,3.0,10.000\n")
+    with ScalarWriter(tmp_path, tensorboard=False) as w:
+        w.add_scalar("loss", 2.0, 2, wall_time=11.0)
+    with open(tmp_path / CSV_NAME) as f:
+        assert [len(r) for r in csv.reader(f)] == [4, 4, 4]
+    assert read_scalar_rows(tmp_path) == [ScalarRow(1, "loss", 3.0, 10.0, ""), ScalarRow(2, "loss", 2.0, 11.0, "")]
 
 
 def test_tensorboard_event_files_match_csv(tmp_path):

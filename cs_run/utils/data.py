@@ -1,17 +1,21 @@
 """Data streaming: ``DataLoader(input_fn)``, ``DataExecutor``, ``compute_num_steps``, ``SyntheticDataset``.
 
-Each streaming worker (here: each replica process) calls the ``input_fn`` to build its own torch
-DataLoader, so shard the data in the ``input_fn`` with :func:`cs_run.distributed.get_streaming_rank`.
-Batches are moved to the backend's device with ``non_blocking=True`` (no host sync; pin memory in the
-input_fn for truly asynchronous copies to CUDA).
+Each streaming worker calls the ``input_fn`` to build its own torch DataLoader: the replica process itself
+with ``num_workers_per_csx = 1``, else each of its W input worker processes
+(:class:`cs_run.utils.streaming.StreamingLoader`). Shard the data in the ``input_fn`` with
+:func:`cs_run.distributed.get_streaming_rank` / ``num_streamers`` (or :class:`DistributedSampler`, which
+does it in an order independent of the topology). Batches are moved to the backend's device with
+``non_blocking=True`` (no host sync; pin memory in the input_fn for truly asynchronous copies to CUDA).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
+import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Protocol, runtime_checkable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.utils._pytree as pytree
@@ -19,12 +23,15 @@ import torch.utils._pytree as pytree
 from cs_run import distributed
 from cs_run.backend import current_backend
 from cs_run.batches import RateMeter, batch_size, cycle, loader_length, move_to_device
+from cs_run.distributed import DataLoaderCheckpoint
 from cs_run.engine import closures
 from cs_run.errors import ParamsError
+from cs_run.interrupts import Interrupted, StopFlag, stop_on_signal
 from cs_run.schedule import is_checkpoint_step, is_final_step, step_budget
+from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, aggregate_states, load_state, worker_state_dict
 
-__all__ = ["DataLoader", "DataExecutor", "DistributedSampler", "Profiler", "RestartableDataLoader", "Schedule",
-           "SyntheticDataset", "compute_num_steps", "current_executor"]
+__all__ = ["DataLoader", "DataLoaderCheckpoint", "DataExecutor", "DistributedSampler", "Profiler",
+           "RestartableDataLoader", "Schedule", "SyntheticDataset", "compute_num_steps", "current_executor"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +62,10 @@ def compute_num_steps(dataloader: Any = None, initial_step: int = 0, num_steps: 
 class DataLoader:
     """Wraps an ``input_fn`` that returns a torch DataLoader (or any iterable of batches).
 
+    With ``num_workers_per_csx = W > 1`` (the backend's cluster_config) the batches come from W input worker
+    processes (:class:`~cs_run.utils.streaming.StreamingLoader`). :meth:`state_dict` / :meth:`load_state_dict`
+    save and restore the position of a loader following :class:`RestartableDataLoader` (the vendor's rule).
+
     Args:
         input_fn: Called once per worker as ``input_fn(*args, **kwargs)``.
         num_steps, max_steps, num_epochs, steps_per_epoch: the older form (the vendor's cstorch porting guide): iterating yields
@@ -74,14 +85,69 @@ class DataLoader:
 
     @property
     def loader(self) -> Any:
-        """This worker's dataloader (built on first use)."""
+        """The replica's dataloader (built on first use): the input_fn's, or with W > 1 input workers a
+        :class:`~cs_run.utils.streaming.StreamingLoader` of W of them."""
         if self._loader is None:
-            self._loader = self.input_fn(*self.args, **self.kwargs)
+            build = functools.partial(self.input_fn, *self.args, **self.kwargs)
+            workers = distributed.num_workers_per_csx()
+            self._loader = StreamingLoader(build, workers) if workers > 1 else build()
         return self._loader
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position of all input workers for a checkpoint: the loader's ``aggregate_state_dict`` over the
+        workers' ``state_dict()`` (the vendor's rule). Call it in a checkpoint closure; with several replicas
+        every replica calls it (it gathers their workers' states) and ordinal 0 saves it.
+
+        Raises:
+            RuntimeError: the loader is not a :class:`RestartableDataLoader`, or a running DataExecutor is not
+                on a checkpoint step.
+        """
+        executor = current_executor()
+        if executor is not None and not executor.on_checkpoint_step:
+            raise RuntimeError("DataLoader state can only be requested at a checkpoint step. Please ensure that "
+                               "`state_dict` is called on the `cstorch.utils.data.DataLoader` at a checkpoint step, "
+                               "e.g. inside a method decorated with `cstorch.checkpoint_closure`")
+        if isinstance(self.loader, StreamingLoader):
+            return self.loader.state_dict()
+        self._check_restartable("getting")
+        step = executor.user_iteration if executor is not None else 0
+        samples = executor.profiler.total_samples if executor is not None else 0
+        info = DataLoaderCheckpoint(local_worker_id=0, num_workers_per_csx=1, num_csx=distributed.get_world_size(),
+                                    wse_id=distributed.get_ordinal(), appliance_step=step, worker_step=step,
+                                    samples_streamed=samples)
+        states = [worker_state_dict(self.loader, info)]
+        if distributed.get_world_size() > 1 and distributed._dist_ready():
+            gathered: list[Any] = [None] * distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, states)
+            states = [s for part in gathered for s in part]
+        return aggregate_states(self.loader, states)
+
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> None:
+        """Resume from a saved :meth:`state_dict`: each worker loads ``deaggregate_state_dict(state_dict)``.
+
+        Raises:
+            RuntimeError: the loader is not a :class:`RestartableDataLoader`, or a DataExecutor is iterating.
+        """
+        if current_executor() is not None:
+            raise RuntimeError("DataLoader state can only be loaded before execution; call `load_state_dict()` "
+                               "before iterating the DataExecutor")
+        if isinstance(self.loader, StreamingLoader):
+            self.loader.load_state_dict(state_dict, strict)
+            return
+        self._check_restartable("setting")
+        load_state(self.loader, state_dict, strict)
+
+    def _check_restartable(self, what: str) -> None:
+        if not self.is_restartable:
+            raise RuntimeError(f"DataLoader is not configured for {what} state. Please implement the "
+                               "RestartableDataLoader interface (state_dict, load_state_dict, aggregate_state_dict, "
+                               "deaggregate_state_dict) to enable `state_dict()` and `load_state_dict()`")
 
     @property
     def is_restartable(self) -> bool:
         """True when the input_fn's loader saves and restores its position (:class:`RestartableDataLoader`)."""
+        if isinstance(self.loader, StreamingLoader):
+            return self.loader.is_restartable
         return isinstance(self.loader, RestartableDataLoader)
 
     @property
@@ -161,6 +227,8 @@ class DataExecutor:
         self.profiler_activities = list(profiler_activities or [])  # vendor profiler plug-ins: recorded only
         self.cs_config = cs_config  # the 2.0 cstorch.utils.CSConfig: recorded (the backend holds the cluster)
         self._iteration = -1
+        self._stop = StopFlag()
+        self._checkpointed = -1  # the last iteration told it is a checkpoint step
 
     def __len__(self) -> int:
         return self.num_steps
@@ -177,25 +245,47 @@ class DataExecutor:
 
     @property
     def on_final_iteration(self) -> bool:
-        return is_final_step(self.user_iteration, self.num_steps)
+        """True on the last step (or once a signal asked the loop to stop)."""
+        return self._stop.requested or is_final_step(self.user_iteration, self.num_steps)
 
     @property
     def on_checkpoint_step(self) -> bool:
-        """True when weights may be fetched (see :func:`cs_run.schedule.is_checkpoint_step`)."""
-        return is_checkpoint_step(self.user_iteration, self.num_steps, self.checkpoint_steps)
+        """True when weights may be fetched (see :func:`cs_run.schedule.is_checkpoint_step`), and once a
+        signal asked the loop to stop (docs/architecture.md#interrupts)."""
+        yes = self._stop.requested or is_checkpoint_step(self.user_iteration, self.num_steps, self.checkpoint_steps)
+        if yes:
+            self._checkpointed = self._iteration
+        return yes
 
     def __iter__(self) -> Iterator[Any]:
+        """The batches; on SIGINT / SIGTERM the loop ends after the first whole step whose checkpoint closures
+        were told it is a checkpoint step (that step, or the next one), raising
+        :class:`~cs_run.interrupts.Interrupted`."""
         source = cycle(self.dataloader.loader if isinstance(self.dataloader, DataLoader) else self.dataloader)
         device = _backend_device()
-        with closures.running(self):
+        with closures.running(self), stop_on_signal() as self._stop:
+            last = False
             for i, batch in enumerate(itertools.islice(source, self.num_steps)):
                 self._iteration = i
                 batch = move_to_device(batch, device)
                 self.profiler.tick(batch_size(batch))
                 yield batch
+                if self._stop.requested and i + 1 < self.num_steps:
+                    if self._checkpointed == i or last:
+                        raise self._interrupted()
+                    last = True  # the signal came after this step's checkpoint closures: one more step saves
             if device is not None and device.type == "cuda":
                 torch.cuda.synchronize(device)  # one sync at the end so total_time covers the device work
             self.profiler.finish()
+
+
+    def _interrupted(self) -> Interrupted:
+        step = self.user_iteration
+        saved = f"the checkpoint closures of step {step} ran" if self._checkpointed == self._iteration else \
+            "no checkpoint closure ran (save in a cstorch.checkpoint_closure to keep the work)"
+        interrupted = Interrupted(self._stop.signum, step, None, saved)
+        logger.warning("%s", interrupted)
+        return interrupted
 
 
 class SyntheticDataset(torch.utils.data.Dataset):
@@ -221,16 +311,6 @@ class SyntheticDataset(torch.utils.data.Dataset):
         if not 0 <= index < self.num_samples:
             raise IndexError(index)
         return pytree.tree_map(lambda x: x(index) if callable(x) else x, self.spec)
-@runtime_checkable
-class RestartableDataLoader(Protocol):
-    """A dataloader that can save and restore where it is (the vendor's protocol): ``state_dict()``
-    returns its position, ``load_state_dict(state)`` resumes there."""
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
-
-
 @dataclass
 class Schedule:
     """A set of steps given as intervals (the vendor's ``Schedule``): ``step in schedule``."""
@@ -256,43 +336,103 @@ class Schedule:
 
 
 class DistributedSampler(torch.utils.data.Sampler):
-    """Indices of ``data_source`` for this input stream: shuffled per epoch with ``seed`` (when
-    ``shuffle``), starting at ``start_index``, sharded over the streamers (``shard``), optionally in
-    whole batches (``batch_size``, ``drop_last`` / ``pad_last``). One stream here: every index.
+    """Indices of ``data_source`` for this input stream, in an order independent of the topology (the
+    vendor's sampler).
+
+    The samples form one stream: epoch ``e`` is a permutation seeded ``seed + e`` (``shuffle``) or the
+    natural order, and epochs follow each other; ``start_index`` (or :meth:`set_state`) is a position in
+    that stream, the number of samples streamed before. With ``batch_size`` (the global batch) the stream is
+    cut into global batches; global batch ``g`` of a pass goes to input worker ``g % W`` of every replica,
+    and replica ``r`` takes its slice ``[r B/N, (r+1) B/N)``; the sampler yields those per-replica batches
+    (use it as a DataLoader's ``batch_sampler``). One iteration is one pass: up to the last full batch of the
+    current epoch, the samples left over starting the next pass (``drop_last``), or a last short batch
+    (``drop_last=False``), padded from the epoch's start with ``pad_last``. Without ``batch_size`` it yields
+    single indices, every streamer's ``rank::num_streamers`` share of the epoch.
+
+    So a resume at ``start_index = samples streamed`` (the Model Zoo's restartable loader's rule) continues
+    the same global order with any number of replicas and workers, as long as the global batch is the same.
     """
 
     def __init__(self, data_source: Any, shuffle: bool = True, seed: int | None = None, start_index: int = 0,
                  shard: bool = True, batch_size: int | None = None, drop_last: bool = True,
                  num_samples: int | None = None, pad_last: bool = False) -> None:
-        self.data_source, self.shuffle, self.seed, self.start_index = data_source, shuffle, seed, start_index
+        if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
+                                       or batch_size < 1):
+            raise ValueError(f"Invalid batch_size {batch_size!r}: must be a positive integer (the global batch size)")
+        self.data_source, self.shuffle, self.seed, self.shard = data_source, shuffle, seed, shard
         self.batch_size, self.drop_last, self.pad_last = batch_size, drop_last, pad_last
         self.num_samples = len(data_source) if num_samples is None else num_samples
-        self.num_shards = distributed.num_streamers() if shard else 1
-        self.rank = distributed.get_streaming_rank() if shard else 0
-        self.epoch = 0
+        if not isinstance(self.num_samples, int) or self.num_samples < 1:
+            raise ValueError(f"Invalid num_samples {self.num_samples!r}: must be a positive integer")
+        self.start_index = 0
+        self.set_state(start_index)
+
+    def set_state(self, start_index: int) -> None:
+        """Continue from ``start_index``, the samples streamed so far across all workers of all replicas."""
+        if not isinstance(start_index, int) or start_index < 0:
+            raise ValueError(f"Invalid start_index {start_index!r}: must be an integer >= 0")
+        self.start_index = start_index
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        """Start the next pass at the beginning of ``epoch`` (torch's sampler method)."""
+        self.set_state(epoch * self.num_samples)
 
-    def _order(self) -> list[int]:
+    def _order(self, epoch: int) -> list[int]:
+        size = len(self.data_source)
         if not self.shuffle:
-            return list(range(self.num_samples))
-        g = torch.Generator().manual_seed((self.seed or 0) + self.epoch)
-        return torch.randperm(self.num_samples, generator=g).tolist()
+            return [i % size for i in range(self.num_samples)]
+        g = torch.Generator().manual_seed((self.seed or 0) + epoch)
+        if self.num_samples <= size:
+            return torch.randperm(size, generator=g)[:self.num_samples].tolist()
+        repeats = torch.arange(size).repeat(math.ceil(self.num_samples / size))[:self.num_samples]
+        return repeats[torch.randperm(self.num_samples, generator=g)].tolist()
 
-    def __iter__(self) -> Iterator[int]:
-        order = self._order()[self.start_index:]
-        if self.batch_size:
-            full = len(order) // self.batch_size * self.batch_size
-            if self.pad_last and full < len(order):
-                order = order + order[:self.batch_size - (len(order) - full)]
-            elif self.drop_last:
-                order = order[:full]
-            batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-            order = [i for b in batches[self.rank::self.num_shards] for i in b]
+    def _positions(self, start: int, end: int) -> list[int]:
+        """Sample indices at stream positions ``[start, end)``."""
+        out, epoch, orders = [], None, None
+        for p in range(start, end):
+            if p // self.num_samples != epoch:
+                epoch = p // self.num_samples
+                orders = self._order(epoch)
+            out.append(orders[p % self.num_samples])
+        return out
+
+    def _topology(self) -> tuple[int, int, int, int]:
+        """(replicas, workers per replica, this replica, this worker); the replica itself, when it is not a
+        streamer, sees every global batch whole."""
+        if not self.shard or not distributed.is_streamer():
+            return 1, 1, 0, 0
+        workers = distributed.num_workers_per_csx()
+        rank = distributed.get_streaming_rank()
+        return distributed.get_world_size(), workers, rank // workers, rank % workers
+
+    def _pass(self) -> tuple[list[Any], int]:
+        """This stream's share of the pass (per-replica batches, or single indices) and where the pass ends."""
+        n, b, start = self.num_samples, self.batch_size, self.start_index
+        replicas, workers, replica, worker = self._topology()
+        if b is None:
+            end = (start // n + 1) * n
+            return self._positions(start, end)[replica * workers + worker::replicas * workers], end
+        if self.drop_last:
+            end = ((start + b - 1) // n + 1) * n  # the end of the epoch the pass's first batch ends in
+            end = start + (end - start) // b * b
+            batches = [self._positions(p, p + b) for p in range(start, end, b)]
         else:
-            order = order[self.rank::self.num_shards]
-        return iter(order)
+            end = (start // n + 1) * n
+            batches = [self._positions(p, min(p + b, end)) for p in range(start, end, b)]
+            if self.pad_last and batches and len(batches[-1]) < b:
+                batches[-1] = batches[-1] + self._order(start // n)[:b - len(batches[-1])]
+        mine = []
+        for g, batch in enumerate(batches):
+            if g % workers == worker:
+                cuts = [len(batch) * r // replicas for r in range(replicas + 1)]
+                mine.append(batch[cuts[replica]:cuts[replica + 1]])
+        return mine, end
+
+    def __iter__(self) -> Iterator[Any]:
+        items, end = self._pass()
+        yield from items
+        self.start_index = end  # a whole pass: the next one continues the stream
 
     def __len__(self) -> int:
-        return sum(1 for _ in iter(self))
+        return len(self._pass()[0])

@@ -7,8 +7,8 @@ carries the sizes, epsilon, activation and attention scaling. Features HF's GPT-
 (fixed or no position embeddings, an LM-head bias, an embedding LayerNorm, muP scales, activations
 it lacks) stop the conversion with an error naming the model key.
 
-The cs-run side needs the model keys: ``--params`` or the ``params_resolved.yaml`` that every run
-writes next to its checkpoints. ``--from hf`` writes a cs-run checkpoint and, beside it, a params
+The cs-run side needs the model keys (``checkpoint convert`` reads ``--params`` or the
+``params_resolved.yaml`` that every run writes next to its checkpoints). ``--from hf`` writes a cs-run checkpoint and, beside it, a params
 file whose ``model:`` section describes it.
 """
 
@@ -184,20 +184,6 @@ def from_hf_state_dict(model, tensors: dict[str, torch.Tensor]) -> None:
                                        if "lm_head.weight" in t else e.word_embeddings.weight)
 
 
-def _model_keys(checkpoint: Path, params_path: Optional[Path]) -> dict:
-    path = params_path or checkpoint.parent / "params_resolved.yaml"
-    if not path.is_file():
-        raise ParamsError(f"checkpoint convert --to hf: no params for {checkpoint} (no {path.name} beside it); "
-                          "give --params with the run's params file")
-    try:
-        model = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
-    except yaml.YAMLError as e:
-        raise ParamsError(f"{path}: not valid YAML ({e})") from None
-    if model.get("name", "gpt2") != "gpt2":
-        raise ParamsError(f"params: model.name: {model.get('name')!r}; --to hf converts gpt2 checkpoints ({path})")
-    return model
-
-
 def _build(model_keys: dict):
     fn = resolve_object(get_model_spec("gpt2").model_fn)
     keys = {k: v for k, v in model_keys.items()
@@ -209,13 +195,14 @@ def _build(model_keys: dict):
         raise ParamsError(f"params: model: {e}") from None
 
 
-def to_hf(checkpoint: str | Path, out_dir: str | Path, params_path: Optional[str | Path] = None) -> Path:
-    """Write ``out_dir/config.json`` and ``out_dir/model.safetensors`` from a gpt2 checkpoint."""
+def to_hf(checkpoint: str | Path, out_dir: str | Path, model_keys: dict) -> Path:
+    """Write ``out_dir/config.json`` and ``out_dir/model.safetensors`` from a gpt2 checkpoint whose model is
+    described by ``model_keys`` (the run's ``model:`` section)."""
 
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
     if not checkpoint.is_file():
         raise CheckpointError(f"checkpoint convert --to hf: {checkpoint} not found")
-    model = _build(_model_keys(checkpoint, Path(params_path) if params_path else None))
+    model = _build(model_keys)
     state = load(str(checkpoint))
     weights = state.get("model", state) if isinstance(state, dict) else None
     if not isinstance(weights, dict):

@@ -194,3 +194,27 @@ def test_convert_to_a_read_only_folder_is_one_error_line(tmp_path, dst):
             subprocess.run(["umount", str(ro)], check=True)
         else:
             ro.chmod(0o755)
+
+
+def test_checkpoint_package_does_not_import_the_examples():
+    # The Hugging Face converters belong to their models (cs_run.registry names them); the package stays a leaf.
+    code = ("import sys, cs_run.checkpoint.cli; "
+            "bad = [m for m in sys.modules if m.startswith('cs_run.examples')]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_hf_conversion_of_a_model_without_a_converter_is_one_error_line(tmp_path):
+    save({"model": {"w": torch.ones(2)}}, tmp_path / "c.mdl")
+    (tmp_path / "params_resolved.yaml").write_text("model:\n  name: fc_mnist\n")
+    result = _run("convert", "--to", "hf", tmp_path / "c.mdl", tmp_path / "hf")
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "model.name" in result.output and "'fc_mnist' has no Hugging Face converter (models with one: gpt2)" \
+        in result.output
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text('{"model_type": "llama"}')
+    result = _run("convert", "--from", "hf", tmp_path / "hf", tmp_path / "x.mdl")
+    assert result.exit_code == 2 and "config.json: model_type: 'llama' has no Hugging Face converter" in result.output
+    (tmp_path / "hf" / "config.json").write_text("{not json")
+    result = _run("convert", "--from", "hf", tmp_path / "hf", tmp_path / "x.mdl")
+    assert result.exit_code == 1 and "config.json: not valid JSON" in result.output
+    assert not (tmp_path / "x.mdl").exists()

@@ -65,11 +65,14 @@ def test_run_py_options_are_the_declaration():
 
 def test_trainer_keys_are_the_declaration():
     assert trainer_keys("loop") == {k: k for k in ("max_steps", "num_steps", "num_epochs", "steps_per_epoch",
-                                                   "eval_steps", "eval_frequency")}
+                                                   "eval_steps", "eval_frequency", "early_stopping_metric",
+                                                   "early_stopping_mode", "early_stopping_patience",
+                                                   "early_stopping_min_delta")}
     assert trainer_keys("checkpoint") == {"steps": "checkpoint_steps", "save_initial_checkpoint":
                                           "save_initial_checkpoint", "max_checkpoints": "max_checkpoints",
                                           "autoload": "autoload_checkpoint"}
-    assert trainer_keys("logging") == {"log_steps": "log_steps", "disable_progress_bar": "disable_progress_bar"}
+    assert trainer_keys("logging") == {"log_steps": "log_steps", "log_level": "logging",
+                                       "disable_progress_bar": "disable_progress_bar"}
 
 
 def test_flag_overrides_keep_only_given_flags(tmp_path, monkeypatch):
