@@ -32,7 +32,8 @@ from cs_run.batches import batch_size
 from cs_run.distributed import DataLoaderCheckpoint
 from cs_run.errors import CsRunError
 
-__all__ = ["RestartableDataLoader", "StreamingLoader", "aggregate_states", "load_state", "worker_state_dict"]
+__all__ = ["RestartableDataLoader", "StreamingLoader", "aggregate_states", "gather_states", "load_state",
+           "replica_state", "worker_state_dict"]
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,27 @@ def aggregate_states(loader: Any, states: list[DataLoaderCheckpoint]) -> dict[st
     """The loader's ``aggregate_state_dict`` over the workers' own states, in streaming-rank order."""
     ordered = sorted(states, key=lambda s: s.global_worker_id)
     return copy.deepcopy(loader.aggregate_state_dict([s.user_state_dict for s in ordered]))
+
+
+def gather_states(states: list[DataLoaderCheckpoint]) -> list[DataLoaderCheckpoint]:
+    """Every replica's worker states, given this replica's: a collective when the job has several
+    replicas (every replica calls it at the same step)."""
+    joined = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if joined and distributed.get_world_size() > 1:
+        gathered: list[Any] = [None] * distributed.get_world_size()
+        torch.distributed.all_gather_object(gathered, states)
+        return [s for part in gathered for s in part]
+    return states
+
+
+def replica_state(loader: Any, steps: int, batches: int, samples: int) -> dict[str, Any]:
+    """The aggregated state of a job whose replicas stream themselves (``num_workers_per_csx = 1``): each
+    replica's loader has given ``batches`` batches of ``samples`` samples in ``steps`` steps since it
+    started (or was loaded). A collective with several replicas."""
+    info = DataLoaderCheckpoint(local_worker_id=0, num_workers_per_csx=1, num_csx=distributed.get_world_size(),
+                                wse_id=distributed.get_ordinal(), appliance_step=steps, worker_step=batches,
+                                samples_streamed=samples)
+    return aggregate_states(loader, gather_states([worker_state_dict(loader, info)]))
 
 
 def _as_worker_loader(loader: Any) -> Any:
@@ -304,12 +326,7 @@ class StreamingLoader:
             raise RuntimeError("DataLoader is not configured for getting state. Please implement the "
                                "RestartableDataLoader interface (state_dict, load_state_dict, aggregate_state_dict, "
                                "deaggregate_state_dict) to enable `state_dict()` and `load_state_dict()`")
-        states = self._worker_states()
-        if distributed.get_world_size() > 1 and distributed._dist_ready():
-            gathered: list[Any] = [None] * distributed.get_world_size()
-            torch.distributed.all_gather_object(gathered, states)
-            states = [s for part in gathered for s in part]
-        return aggregate_states(self._fresh_copies()[0], states)
+        return aggregate_states(self._fresh_copies()[0], gather_states(self._worker_states()))
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> None:
         """Start the next pass from ``state_dict`` (an aggregated state): each worker loads its
