@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.utils._pytree as pytree
 
-from cs_run import distributed
+from cs_run import distributed, replicas
 from cs_run.backend import current_backend
 from cs_run.batches import RateMeter, batch_size, cycle, loader_length, move_to_device
 from cs_run.distributed import DataLoaderCheckpoint
@@ -263,7 +263,7 @@ class DataExecutor:
                 batch = move_to_device(batch, device)
                 self.profiler.tick(batch_size(batch))
                 yield batch
-                if self._stop.requested and i + 1 < self.num_steps:
+                if self._stop_agreed(i) and i + 1 < self.num_steps:
                     if self._checkpointed == i or last:
                         raise self._interrupted()
                     last = True  # the signal came after this step's checkpoint closures: one more step saves
@@ -271,6 +271,19 @@ class DataExecutor:
                 torch.cuda.synchronize(device)  # one sync at the end so total_time covers the device work
             self.profiler.finish()
 
+
+    def _stop_agreed(self, i: int) -> bool:
+        """The stop request after step ``i``; with several replicas any replica's, and the step counts as
+        checkpointed only if every replica's closures were told so (one tiny host collective per step), so
+        all replicas save and stop after the same step."""
+        if replicas.world_size() == 1:
+            return self._stop.requested
+        signum, unsaved = replicas.max_values(self._stop.signum or 0, float(self._checkpointed != i))
+        if signum and not self._stop.requested:
+            self._stop.signum = int(signum)
+        if signum and unsaved:
+            self._checkpointed = -1  # one more step, on every replica, saves
+        return bool(signum)
 
     def _interrupted(self) -> Interrupted:
         step = self.user_iteration
