@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from cs_run import distributed
+from cs_run import distributed, replicas
 from cs_run.batches import batch_size
 from cs_run.distributed import DataLoaderCheckpoint
 from cs_run.errors import CsRunError, TrainingError
@@ -98,8 +98,7 @@ def aggregate_states(loader: Any, states: list[DataLoaderCheckpoint]) -> dict[st
 def gather_states(states: list[DataLoaderCheckpoint]) -> list[DataLoaderCheckpoint]:
     """Every replica's worker states, given this replica's: a collective when the job has several
     replicas (every replica calls it at the same step)."""
-    joined = torch.distributed.is_available() and torch.distributed.is_initialized()
-    if joined and distributed.get_world_size() > 1:
+    if replicas.joined() and distributed.get_world_size() > 1:
         gathered: list[Any] = [None] * distributed.get_world_size()
         torch.distributed.all_gather_object(gathered, states)
         return [s for part in gathered for s in part]
