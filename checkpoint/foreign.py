@@ -73,7 +73,7 @@ def _safetensors() -> Any:
     try:
         import safetensors.torch
     except ImportError as err:
-        raise CheckpointError("safetensors is not installed; pip install safetensors") from err
+        raise CheckpointError("safetensors is not installed; pip install 'cs-run[safetensors]'") from err
     return safetensors
 
 

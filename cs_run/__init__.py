@@ -1,82 +1,81 @@
 """cs-run: the Cerebras PyTorch programming model on plain PyTorch.
 
 Use it as ``import cs_run as cstorch``. Public names are re-exported here explicitly; anything not
-re-exported is internal. Heavy optional dependencies (h5py, inductor, tensorboard, matplotlib,
-safetensors) load where they are used. docs/architecture.md describes the layers.
+re-exported is internal. They load on first use (module ``__getattr__``), so ``import cs_run`` and
+``cs-run --help`` do not pay for importing torch; heavy optional dependencies (h5py, inductor,
+tensorboard, matplotlib, safetensors) load where they are used. docs/architecture.md describes the layers.
 """
 
+import importlib
+import importlib.util
+import sys
+import types
+
 from cs_run import _version_check  # first: a clear error on a torch this code was not run with
-from cs_run import amp as amp
-from cs_run import distributed as distributed
-from cs_run import errors as errors
-from cs_run import metrics as metrics
-from cs_run import optim as optim
-from cs_run import runners as runners
-from cs_run import utils as utils
-from cs_run.backend import Backend as Backend
-from cs_run.backend import backend as backend
-from cs_run.backend import configure as configure
-from cs_run.backend import current_backend as current_backend
-from cs_run.backend import current_torch_device as current_torch_device
-from cs_run.backend import use_cs as use_cs
-from cs_run.checkpoint import load as load
-from cs_run.checkpoint import save as save
-from cs_run.creation import from_numpy as from_numpy
-from cs_run.creation import full as full
-from cs_run.creation import full_like as full_like
-from cs_run.creation import manual_seed as manual_seed
-from cs_run.creation import ones as ones
-from cs_run.creation import ones_like as ones_like
-from cs_run.creation import to_numpy as to_numpy
-from cs_run.creation import zeros as zeros
-from cs_run.creation import zeros_like as zeros_like
-from cs_run.modelzoo import run as run
-from cs_run.tracing import checkpoint_closure as checkpoint_closure
-from cs_run.tracing import compile as compile
-from cs_run.tracing import compile_step as compile_step
-from cs_run.tracing import step_closure as step_closure
-from cs_run.tracing import trace as trace
-from cs_run.trainer import Trainer as Trainer
-from cs_run.utils.data import current_executor as current_executor
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Backend",
-    "Trainer",
-    "amp",
-    "backend",
-    "checkpoint_closure",
-    "compile",
-    "compile_step",
-    "configure",
-    "current_backend",
-    "current_executor",
-    "current_torch_device",
-    "distributed",
-    "errors",
-    "experimental",
-    "from_numpy",
-    "full",
-    "full_like",
-    "load",
-    "manual_seed",
-    "metrics",
-    "ones",
-    "ones_like",
-    "optim",
-    "run",
-    "runners",
-    "save",
-    "step_closure",
-    "to_numpy",
-    "trace",
-    "use_cs",
-    "utils",
-    "zeros",
-    "zeros_like",
-]
+_SUBMODULES = ("amp", "distributed", "errors", "experimental", "metrics", "optim", "runners", "utils")
+_NAMES = {
+    "Backend": "cs_run.backend",
+    "backend": "cs_run.backend",
+    "configure": "cs_run.backend",
+    "current_backend": "cs_run.backend",
+    "current_torch_device": "cs_run.backend",
+    "use_cs": "cs_run.backend",
+    "load": "cs_run.checkpoint",
+    "save": "cs_run.checkpoint",
+    "from_numpy": "cs_run.creation",
+    "full": "cs_run.creation",
+    "full_like": "cs_run.creation",
+    "manual_seed": "cs_run.creation",
+    "ones": "cs_run.creation",
+    "ones_like": "cs_run.creation",
+    "to_numpy": "cs_run.creation",
+    "zeros": "cs_run.creation",
+    "zeros_like": "cs_run.creation",
+    "run": "cs_run.modelzoo",
+    "checkpoint_closure": "cs_run.tracing",
+    "compile": "cs_run.tracing",
+    "compile_step": "cs_run.tracing",
+    "step_closure": "cs_run.tracing",
+    "trace": "cs_run.tracing",
+    "Trainer": "cs_run.trainer",
+    "current_executor": "cs_run.utils.data",
+}
+"""Public name -> the module that defines it (imported on first use)."""
 
-from cs_run import experimental as experimental  # noqa: E402  (last: the vendor's alias module re-exports the above)
+__all__ = sorted([*_NAMES, *_SUBMODULES])
+
+
+def __getattr__(name: str):
+    """Load a public name on first use (PEP 562) and keep it, so later lookups are plain attributes."""
+    if name in _NAMES:
+        value = getattr(importlib.import_module(_NAMES[name]), name)
+    elif name in _SUBMODULES or (not name.startswith("__") and importlib.util.find_spec(f"cs_run.{name}")):
+        value = importlib.import_module(f"cs_run.{name}")  # internal ones too (cs_run.replicas), as after an import
+    else:
+        raise AttributeError(f"module 'cs_run' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """cs_run itself. Importing a submodule binds it on its package; where a public function has the
+    submodule's name (``cstorch.backend`` the function, ``cs_run.backend`` its module) the function wins,
+    as it did when this file imported both eagerly."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _NAMES and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
 
 del _version_check

@@ -6,6 +6,7 @@ failure is reported by :mod:`cs_run.exits`.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from importlib import resources
 from pathlib import Path
@@ -13,16 +14,11 @@ from typing import Any, Optional
 
 import click
 
-from cs_run import replicas
+import cs_run
 from cs_run._logging import setup_console_logging
-from cs_run.checkpoint.cli import checkpoint
-from cs_run.compat.cli import exec_command
-from cs_run.examples.gpt2.cli import data
 from cs_run.exits import ErrorGroup
 from cs_run.options import COMMAND_USES, RunOption, command_options, flag_overrides
 from cs_run.params import load_params, params_yaml, parse_override
-from cs_run.plot import plot
-from cs_run.runners import PyTorchBaseRunner
 
 __all__ = ["cli", "main"]
 
@@ -86,7 +82,42 @@ class RunCommand(click.Command):
                                    f"it: {', '.join(takers)}", ctx) from None
 
 
-@click.group(cls=ErrorGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+SUBSYSTEMS = {
+    "checkpoint": ("cs_run.checkpoint.cli:checkpoint", "Inspect and convert checkpoints (H5, torch pickle, safetensors)."),
+    "data": ("cs_run.examples.gpt2.cli:data", "Prepare training data."),
+    "exec": ("cs_run.compat.cli:exec_command", "Run a vendor script with cerebras.pytorch, cerebras_pytorch, "
+             "modelzoo.common.pytorch and cerebras.modelzoo resolved to cs-run (this process only); ARGS go to the "
+             "script."),
+    "plot": ("cs_run.plot:plot", "Render the train/eval scalars of MODEL_DIRS as one PNG (needs the 'plot' extra)."),
+}
+"""Commands owned by other modules, as ``module:attribute`` and the short help ``cs-run --help`` lists
+(tests/cli/test_cli.py checks it against the command's own): imported when used, so ``cs-run --help``
+and the run commands' help do not import torch."""
+
+
+class LazyGroup(ErrorGroup):
+    """The ``cs-run`` group: its own commands, plus :data:`SUBSYSTEMS` loaded on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *SUBSYSTEMS})
+
+    def get_command(self, ctx: click.Context, name: str) -> Optional[click.Command]:
+        if name not in self.commands and name in SUBSYSTEMS:
+            module, _, attribute = SUBSYSTEMS[name][0].partition(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), name)
+        return self.commands.get(name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list, with the subsystems' short help from the table (nothing imported)."""
+        width = formatter.width - 6 - max(len(name) for name in self.list_commands(ctx))
+        rows = [(name, self.commands[name].get_short_help_str(width) if name in self.commands
+                 else click.utils.make_default_short_help(SUBSYSTEMS[name][1], width))
+                for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="cs-run")
 def cli() -> None:
     """cs-run: train and evaluate cstorch / Model Zoo models on CPU, GPU and the CSX engine.
@@ -108,9 +139,9 @@ def _run(mode: str, options: dict[str, Any], extra_flags: Optional[dict] = None)
         click.echo(params_yaml(params), nl=False)
         return
     setup_console_logging(params.runconfig.logging)
-    runner = PyTorchBaseRunner.create(params, device=options["device"], mode=mode)
+    runner = cs_run.runners.PyTorchBaseRunner.create(params, device=options["device"], mode=mode)
     results = runner.run(mode)
-    if not replicas.is_master():  # ordinal 0 reports for all replicas
+    if not cs_run.replicas.is_master():  # ordinal 0 reports for all replicas
         return
     if "summary" in results:  # compile-only / validate-only
         click.echo(results["summary"])
@@ -186,18 +217,6 @@ def init(folder: Path, example: str, force: bool) -> None:
         target.write_bytes((source / target.name).read_bytes())
     click.echo(f"Wrote {', '.join(str(t) for t in targets)}")
     click.echo(f"Next: cs-run train --params {folder / 'params.yaml'}")
-
-
-def _attach_subsystems() -> None:
-    """Commands owned by other modules: ``cs-run checkpoint convert|info``, ``cs-run data preprocess``,
-    ``cs-run plot``, ``cs-run exec``."""
-    cli.add_command(checkpoint)
-    cli.add_command(data)
-    cli.add_command(plot)
-    cli.add_command(exec_command)
-
-
-_attach_subsystems()
 
 
 def main(argv: Optional[list[str]] = None) -> None:

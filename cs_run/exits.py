@@ -30,9 +30,29 @@ from typing import Any, NoReturn, Optional
 
 import click
 
-from cs_run import replicas
 from cs_run.errors import CsRunError
 from cs_run.interrupts import Interrupted
+
+OPTIONAL_PACKAGES = {
+    "sklearn": ("scikit-learn", "examples"),
+    "tokenizers": ("tokenizers", "examples"),
+    "tensorboard": ("tensorboard", "tensorboard"),
+    "safetensors": ("safetensors", "safetensors"),
+    "transformers": ("transformers", "hf"),
+    "matplotlib": ("matplotlib", "plot"),
+    "hdf5plugin": ("hdf5plugin", "vendor"),
+    "zlib_ng": ("zlib-ng", "fast-crc"),
+}
+"""Optional import name -> (pip package, the setup.cfg extra that installs it), for the one-line error
+of a missing one (tests/test_packaging.py checks it against setup.cfg)."""
+
+
+def _replicas() -> Any:
+    """cs_run.replicas when this process loaded it, else None. A replica always has (it joins and reduces
+    through it), and a usage error fails in the launching process before any replica starts, so an error
+    never needs torch.distributed imported just to be reported (``cs-run --help`` stays fast)."""
+    return sys.modules.get("cs_run.replicas")
+
 
 __all__ = ["error_text", "exit_code", "report", "ErrorGroup", "ArgumentParser"]
 
@@ -57,7 +77,7 @@ def _one_line(text: str) -> str:
 def _library_roots() -> tuple[str, ...]:
     """Folders whose frames are not the user's: cs-run's own packages, the stdlib, installed packages."""
     roots = {str(Path(__file__).resolve().parent)}  # the cs_run package
-    for name in ("cs_run.runners", "cs_run.optim", "cs_run.checkpoint"):
+    for name in ("cs_run.runners", "cs_run.optim", "cs_run.checkpoint", "cs_run.examples"):
         module = sys.modules.get(name)
         roots.update(str(Path(p).resolve()) for p in getattr(module, "__path__", []))
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
@@ -79,7 +99,8 @@ def error_text(exc: BaseException) -> str:
     :class:`~cs_run.interrupts.Interrupted` run, which logged its own line."""
     if isinstance(exc, Interrupted):
         return ""
-    if replicas.lost_peer(exc):  # another replica's failure (or silence), not a bug: one line, no traceback
+    replicas = _replicas()
+    if replicas is not None and replicas.lost_peer(exc):  # another replica's failure (or silence), not a bug
         return (f"Error: replica {replicas.ordinal()} of {replicas.world_size()} lost its peers in a collective "
                 f"({_one_line(exc)}); another replica failed or did not answer within runconfig.collective_timeout")
     if isinstance(exc, CsRunError):
@@ -93,6 +114,10 @@ def error_text(exc: BaseException) -> str:
         return "Error: aborted"
     if isinstance(exc, KeyboardInterrupt):  # Aborted (a second signal), or a Ctrl-C outside a training loop
         return f"Error: {_one_line(exc)}" if str(exc) else "Error: interrupted"
+    missing = (exc.name or "").partition(".")[0] if isinstance(exc, ModuleNotFoundError) else ""
+    if missing in OPTIONAL_PACKAGES:
+        package, extra = OPTIONAL_PACKAGES[missing]
+        return f"Error: {package} is not installed; install the '{extra}' extra: pip install 'cs-run[{extra}]'"
     summary = f"{type(exc).__name__}: {_one_line(exc)}" if str(exc) else type(exc).__name__
     frames = _user_frames(exc)
     if frames:
@@ -107,7 +132,8 @@ def report(exc: BaseException, file: Any = None) -> int:
     """Print ``exc`` the one way every entry point does; returns its exit code."""
     text = error_text(exc)
     lines = text.split("\n")
-    if replicas.in_replica_env() and lines[-1].startswith("Error: "):  # the last line is the Error: line
+    replicas = _replicas()
+    if replicas is not None and replicas.in_replica_env() and lines[-1].startswith("Error: "):  # the last line is the Error: line
         replicas.record_failure(lines[-1].removeprefix("Error: "), exit_code(exc), replicas.lost_peer(exc))
         if replicas.reports_to_launcher():  # the launcher prints the job's one line
             text = "\n".join(lines[:-1])

@@ -23,7 +23,7 @@ import yaml
 from cs_run import _yaml, vendor_params
 from cs_run._checks import check_value, unknown_key_message
 from cs_run._logging import defer
-from cs_run.distributed import ClusterOptions
+from cs_run.cluster_options import ClusterOptions
 from cs_run.errors import CsRunError, ParamsError
 from cs_run.registry import apply_model_defaults
 from cs_run.schedule import check_step_options

@@ -47,3 +47,75 @@ def test_declared_versions_match_the_code():
     assert tuple(int(x) for x in torch.__version__.split(".")[:2]) == SUPPORTED_TORCH
     ruff = tomllib.loads((ROOT / "ruff.toml").read_text())
     assert ruff["target-version"] == "py311"
+
+
+def _extras() -> dict[str, list[str]]:
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    return {name: value.split() for name, value in cfg["options.extras_require"].items()}
+
+
+def test_the_license_file_is_the_license_setup_cfg_names():
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    assert cfg["metadata"]["license"] == "Apache-2.0" and cfg["metadata"]["license_files"].strip() == "LICENSE"
+    text = (ROOT / "LICENSE").read_text()
+    assert text.split()[:5] == ["Apache", "License", "Version", "2.0,", "January"] and "END OF TERMS AND CONDITIONS" in text
+
+
+def test_every_optional_package_names_the_extra_that_installs_it():
+    from cs_run.exits import OPTIONAL_PACKAGES
+
+    extras = _extras()
+    for module, (package, extra) in OPTIONAL_PACKAGES.items():
+        assert package in extras[extra], (module, package, extra)
+    ruff = tomllib.loads((ROOT / "ruff.toml").read_text())
+    banned = {name.split(".")[0] for name in ruff["lint"]["flake8-tidy-imports"]["banned-module-level-imports"]}
+    assert banned - {"h5py", "torch", "triton"} <= set(OPTIONAL_PACKAGES)  # every lazily imported extra
+
+
+def _run_without(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """cs-run with ``module`` missing (None in sys.modules makes its import fail as if not installed)."""
+    code = f"import sys; sys.modules[{module!r}] = None\nfrom cs_run.cli import main\nmain()"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.mark.parametrize("module, extra, args", [
+    ("sklearn", "examples", ["train", "--model_dir", "md", "--max_steps", "1"]),  # the bundled digits
+    ("matplotlib", "plot", ["plot", "{md}"]),
+    ("safetensors", "safetensors", ["checkpoint", "convert", "{ckpt}", "w.safetensors"]),
+    ("tokenizers", "text", ["data", "preprocess", "--stdlib", "-o", "shards"]),
+])
+def test_a_missing_optional_package_is_one_error_line_naming_its_extra(module, extra, args, tmp_path):
+    import cs_run
+
+    md = tmp_path / "run"
+    (md / "train").mkdir(parents=True)
+    (md / "train" / "scalars.csv").write_text("step,tag,value\n1,loss,0.5\n2,loss,0.4\n")
+    cs_run.save({"w": torch.ones(2)}, str(tmp_path / "c.mdl"))
+    args = [a.replace("{md}", str(md)).replace("{ckpt}", str(tmp_path / "c.mdl")) for a in args]
+    result = _run_without(module, *args, cwd=tmp_path)
+    lines = [line for line in result.stderr.splitlines() if line.strip() and " INFO: " not in line]
+    assert result.returncode != 0 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: ") and f"pip install 'cs-run[{extra}]'" in lines[0], lines[0]
+
+
+def test_a_missing_optional_package_elsewhere_is_mapped_by_the_exit_handler():
+    from cs_run.exits import error_text
+
+    error = ModuleNotFoundError("No module named 'matplotlib.pyplot'", name="matplotlib.pyplot")
+    assert error_text(error) == ("Error: matplotlib is not installed; install the 'plot' extra: "
+                                 "pip install 'cs-run[plot]'")
+
+
+def test_import_cs_run_and_help_do_not_import_torch():
+    """What keeps `import cs_run` and `cs-run --help` fast (bench/bench_import.py times them)."""
+    code = ("import sys\nimport cs_run\nassert 'torch' not in sys.modules, 'import cs_run'\n"
+            "from cs_run.cli import cli\nfrom click.testing import CliRunner\n"
+            "for args in (['--help'], ['train', '--help'], ['eval', '--num_epochs', '3']):\n"
+            "    CliRunner().invoke(cli, args)\n"
+            "assert 'torch' not in sys.modules, 'help'\n"
+            "cs_run.backend\nassert 'torch' in sys.modules\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr

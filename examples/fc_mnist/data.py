@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, RandomSampler, Sampler, SequentialSampl
 from cs_run import amp
 from cs_run.backend import use_cs
 from cs_run.distributed import get_streaming_batch_size, get_streaming_rank, num_streamers
-from cs_run.errors import ParamsError
+from cs_run.errors import CsRunError, ParamsError
 from cs_run.vendor_params import BUNDLED_DATA
 
 __all__ = ["build_dataloader", "read_idx", "load_mnist_idx", "load_digits_as_mnist", "ShardSampler"]
@@ -90,8 +90,8 @@ def _digits_as_mnist() -> tuple[torch.Tensor, torch.Tensor]:
     try:
         from sklearn.datasets import load_digits
     except ImportError:
-        raise ImportError("fc_mnist needs MNIST IDX files in train_input.data_dir, or scikit-learn for its "
-                          "bundled digits: pip install 'cs-run[examples]'") from None
+        raise CsRunError("fc_mnist needs MNIST IDX files in train_input.data_dir, or scikit-learn for its "
+                         "bundled digits: pip install 'cs-run[examples]'") from None
     digits = load_digits()
     images = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0  # (N, 1, 8, 8) in [0, 1]
     images = F.interpolate(images, size=(20, 20), mode="bilinear", align_corners=False)

@@ -117,3 +117,18 @@ def test_autoloading_an_incompatible_checkpoint_says_how_to_start_fresh(toy_proj
     result = invoke("train", "--params", toy_project, "--model_dir", md, "--max_steps", 4, "--set", "model.hidden=16")
     assert result.exit_code == 1
     assert "model.net.0.weight" in result.output and "autoload_checkpoint=false" in result.output
+
+
+def test_lazily_loaded_commands_are_listed_with_their_own_short_help():
+    """cs-run --help lists the subsystems from cli.SUBSYSTEMS without importing them; that table must say
+    what the commands themselves say."""
+    import click
+
+    from cs_run.cli import SUBSYSTEMS
+
+    for name, (_, summary) in SUBSYSTEMS.items():
+        command = cli.get_command(None, name)
+        assert command is not None and command.name == name
+        assert click.utils.make_default_short_help(summary, 1000) == command.get_short_help_str(1000)
+    listed = invoke("--help").output.split("Commands:")[1]
+    assert all(f"  {name} " in listed for name in SUBSYSTEMS)
