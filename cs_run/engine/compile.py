@@ -52,8 +52,7 @@ COUNTS: collections.Counter[str] = collections.Counter()
 # compile time. Measured on fc_mnist d10 h50 and the nanoGPT-style step (bench/bench_engine.py, README):
 # each about 5 % faster than inductor's defaults. CUDA keeps inductor's defaults (not measured here).
 INDUCTOR_CONFIG: dict[str, dict[str, Any]] = {
-    "cpu": {"cpp_wrapper": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
-            "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False},  # no tables on stdout
+    "cpu": {"cpp_wrapper": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"},
 }
 
 
