@@ -18,13 +18,7 @@ shared and noisy. Torch runs on ONE thread (``torch.set_num_threads(1)``) unless
                 and keep the faster; the row names the tier it kept. Warm-up runs until it has chosen.
                 It shares csx-inductor's compile_dir, so its "1st call" is a warm-cache one; the
                 cold/warm time-to-first-step lines at the end measure both in fresh processes.
-* csx-inductor-stock: (fc_mnist d10 h50 and the nanoGPT step) the inductor tier with inductor's own
-                default settings instead of the engine's (``compile.INDUCTOR_CONFIG``), for comparison
 * floor:        FLOPs of the step / measured matmul throughput
-
-The nanoGPT rows train a nanoGPT-style decoder (2 layers, d=128, 4 heads, T=64, batch 8, vocabulary
-512; SDPA, GELU, LayerNorm) with clip_grad_norm_(1.0) and AdamW (eager/compile: torch.optim.AdamW
-(foreach=True), CSX: cs_run.optim.AdamW, the vendor's rule); its floor counts the matmul FLOPs.
 
 The GPT-2 rows train the bundled example's model (examples/gpt2/params.yaml: its model keys, batch
 size and sequence length, dropout on) with AdamW on a fixed batch of random tokens, and report
@@ -34,7 +28,6 @@ tokens/s (eager and compile use torch.optim.AdamW(foreach=True), CSX cs_run.opti
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -47,7 +40,6 @@ import torch
 import yaml
 
 from cs_run.engine import CompiledStep, EngineOptions
-from cs_run.engine import compile as engine_compile
 from cs_run.examples.gpt2.model import build_model
 from cs_run.optim import SGD, AdamW
 
@@ -89,7 +81,7 @@ def matmul_gflops() -> float:
     return 2 * 512 * 1024 * 1024 / statistics.median(times) / 1e9
 
 
-def make_variants(spec, with_inductor: bool, with_compile: bool, with_stock: bool = False) -> dict:
+def make_variants(spec, with_inductor: bool, with_compile: bool) -> dict:
     d_in, depth, hidden, d_out, batch = spec
     x, y = torch.randn(batch, d_in), torch.randint(0, d_out, (batch,))
     variants = {}
@@ -111,7 +103,7 @@ def make_variants(spec, with_inductor: bool, with_compile: bool, with_stock: boo
     if with_compile:
         torch.manual_seed(0)
         variants["compile"] = eager_like(torch.compile(build_mlp(d_in, depth, hidden, d_out)))
-    tiers = ["fx"] + (["inductor", "auto"] if with_inductor else []) + (["inductor-stock"] if with_stock else [])
+    tiers = ["fx"] + (["inductor", "auto"] if with_inductor else [])
     dirs: dict[str, str] = {}
     for tier in tiers:
         torch.manual_seed(0)
@@ -127,32 +119,14 @@ def make_variants(spec, with_inductor: bool, with_compile: bool, with_stock: boo
             opt.zero_grad()
             return loss
 
-        compiled = CompiledStep(csx_step, EngineOptions(tier=tier.split("-")[0], compile_dir=compile_dir))
-        variants[f"csx-{tier}"] = settled_call(compiled, x, y, config={} if tier.endswith("-stock") else None)
+        compiled = CompiledStep(csx_step, EngineOptions(tier=tier, compile_dir=compile_dir))
+        variants[f"csx-{tier}"] = settled_call(compiled, x, y)
     return variants
 
 
-@contextlib.contextmanager
-def inductor_settings(config: dict | None):
-    """The inductor tier's CPU settings replaced by ``config`` (None: as they are) while the step builds."""
-    if config is None:
-        yield
-        return
-    saved = engine_compile.INDUCTOR_CONFIG.get("cpu")
-    engine_compile.INDUCTOR_CONFIG["cpu"] = config
-    try:
-        yield
-    finally:
-        engine_compile.INDUCTOR_CONFIG["cpu"] = saved
-
-
-def settled_call(compiled, *batch, config: dict | None = None):
-    """A bench variant for a CompiledStep; ``.tier()`` is the tier it runs (auto: once its trial chose).
-    ``config``: the inductor settings its build uses instead of the engine's (the "-stock" rows)."""
+def settled_call(compiled, *batch):
+    """A bench variant for a CompiledStep; ``.tier()`` is the tier it runs (auto: once its trial chose)."""
     def run():
-        if not compiled._executables:
-            with inductor_settings(config):
-                return compiled(*batch)
         return compiled(*batch)
 
     def tier():
@@ -239,13 +213,13 @@ def make_nano_variants(with_inductor: bool, with_compile: bool) -> tuple[dict, i
                                  torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True))
         variants["compile"] = lambda: compiled_model(idx, targets)
     dirs: dict[str, str] = {}
-    for tier in ["fx"] + (["inductor", "auto", "inductor-stock"] if with_inductor else []):
+    for tier in ["fx"] + (["inductor", "auto"] if with_inductor else []):
         torch.manual_seed(0)
         model = NanoGPT(**cfg)
         compile_dir = dirs.setdefault("inductor" if tier == "auto" else tier, tempfile.mkdtemp(prefix="cs_run_bench_"))
         compiled = CompiledStep(step_of(model, model, AdamW(model.parameters(), lr=1e-3)),
-                                EngineOptions(tier=tier.split("-")[0], compile_dir=compile_dir))
-        variants[f"csx-{tier}"] = settled_call(compiled, idx, targets, config={} if tier.endswith("-stock") else None)
+                                EngineOptions(tier=tier, compile_dir=compile_dir))
+        variants[f"csx-{tier}"] = settled_call(compiled, idx, targets)
     return variants, NANO["batch"] * cfg["seq"]
 
 
@@ -427,8 +401,7 @@ def main() -> None:
         print(header)
     for name, spec in MODELS.items() if args.models in ("all", "mlp") else ():
         big = spec[2] >= 1024
-        variants = make_variants(spec, with_inductor=not args.quick, with_compile=not args.quick,
-                                 with_stock=not args.quick and name == "fc_mnist d10 h50")
+        variants = make_variants(spec, with_inductor=not args.quick, with_compile=not args.quick)
         med, first = time_variants(variants, steps=max(3, args.steps // (4 if big else 1)), repeats=args.repeats)
         floor = step_flops(*spec) / (peak * 1e9)
         for v, t in med.items():

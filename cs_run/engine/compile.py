@@ -36,8 +36,7 @@ from cs_run.engine.progress import compiling
 from cs_run.engine.trace import TracedStep
 from cs_run.engine.trial import TierTrial
 
-__all__ = ["COUNTS", "DEFAULT_TIER", "INDUCTOR_CONFIG", "TIERS", "compile_graph", "inductor_cache_dir",
-           "inductor_config", "resolve_tier"]
+__all__ = ["COUNTS", "DEFAULT_TIER", "TIERS", "compile_graph", "inductor_cache_dir", "resolve_tier"]
 
 logger = logging.getLogger(__name__)
 TIERS = ("auto", "fx", "inductor")
@@ -46,14 +45,6 @@ _INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
 # What this process really did, for tests and the bench: "inductor_compile" (a lowering ran),
 # "inductor_load" (a saved artifact was loaded instead). Counted, not parsed from logs.
 COUNTS: collections.Counter[str] = collections.Counter()
-# Inductor settings of the inductor tier, per device type (part of the compile-cache key). On CPU: the
-# C++ wrapper (one C++ call per step instead of a Python line per kernel) and GEMM autotuning between
-# aten's (MKL) matmul and inductor's C++ GEMM template with fused epilogues, per matmul shape, measured at
-# compile time. Measured on fc_mnist d10 h50 and the nanoGPT-style step (bench/bench_engine.py, README):
-# each about 5 % faster than inductor's defaults. CUDA keeps inductor's defaults (not measured here).
-INDUCTOR_CONFIG: dict[str, dict[str, Any]] = {
-    "cpu": {"cpp_wrapper": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"},
-}
 
 
 def resolve_tier(tier: str | None, device: torch.device) -> str:
@@ -106,11 +97,6 @@ def compile_graph(traced: TracedStep, batch: list[torch.Tensor], tier: str, cach
     return graphed(executable) if graphed else executable
 
 
-def inductor_config(device: torch.device) -> dict[str, Any]:
-    """The inductor settings the inductor tier compiles with on ``device`` (``INDUCTOR_CONFIG``)."""
-    return dict(INDUCTOR_CONFIG.get(device.type, {}))
-
-
 def _graph_wrapper(traced: TracedStep, batch: list[torch.Tensor], device: torch.device | None,
                    label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]] | None:
     """``executable -> GraphedStep`` where this step can replay as a CUDA graph; None elsewhere (logged)."""
@@ -126,15 +112,14 @@ def _graph_wrapper(traced: TracedStep, batch: list[torch.Tensor], device: torch.
 
 def _build(traced: TracedStep, batch: list[torch.Tensor], tier: str, cache: CompileCache | None,
            recompiles: int, label: str) -> Callable[..., Any]:
-    config = inductor_config(batch[0].device if batch else torch.device("cpu")) if tier == "inductor" else {}
-    key = graph_key(traced, batch, f"{tier}|{json.dumps(config, sort_keys=True)}" if config else tier)
+    key = graph_key(traced, batch, tier)
     hit = cache is not None and cache.has(key)
     t0 = time.perf_counter()
     how = "compiled"
     if tier == "fx":
         executable: Callable[..., Any] = traced.gm
     else:
-        executable, how = _inductor(traced, batch, cache, key, label, config)
+        executable, how = _inductor(traced, batch, cache, key, label)
     seconds = time.perf_counter() - t0
     if cache is not None:
         cache.store(key, traced, tier, seconds)
@@ -166,7 +151,7 @@ def inductor_cache_dir(path: str | os.PathLike | None) -> Iterator[None]:
 
 
 def _inductor(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache | None, key: str,
-              label: str, config: dict[str, Any]) -> tuple[Callable[..., Any], str]:
+              label: str) -> tuple[Callable[..., Any], str]:
     """Loads the saved artifact for ``key`` or compiles (and saves) one; returns it and what happened."""
     from torch._inductor import CompiledArtifact, standalone_compile  # noqa: PLC0415, TID253  (heavy)
 
@@ -188,8 +173,7 @@ def _inductor(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache
     example = [t.detach() for t in traced.state.tensors] + [t.detach() for t in batch]
     isa = isa_probe_cache(cache.root / "artifacts" / "vec_isa.json") if cache else contextlib.nullcontext()
     with compiling(f"{label} (tier inductor)"), torch.no_grad(), scope(), isa:
-        compiled = standalone_compile(traced.gm, example, dynamic_shapes="from_example_inputs",
-                                      options={"config_patches": dict(config)})
+        compiled = standalone_compile(traced.gm, example, dynamic_shapes="from_example_inputs")
         COUNTS["inductor_compile"] += 1
         if cache is not None and compiled.is_saveable():
             cache.save_artifact(key, compiled)
