@@ -591,10 +591,11 @@ class PyTorchBaseRunner(RunnerHooks):
             resume["positioned"] = True
         elif saved != self._data_topology() and all(v is not None for v in saved.values()):
             logger.warning("The checkpoint's data position was written with num_csx=%s x num_workers_per_csx=%s "
-                           "input streams and this run has %s x %s: it resumes at the same step and epoch, but "
-                           "the rest of this epoch's batches are not the ones the old run would have seen (use a "
-                           "restartable dataloader for an exact position)", saved["num_csx"],
-                           saved["num_workers_per_csx"], *self._data_topology().values())
+                           "input streams and this run has %s x %s: it resumes at the same step by replaying the "
+                           "epoch's done batches with the new streams, which is exact only if the data function's "
+                           "global order does not depend on the number of streams (a restartable dataloader records "
+                           "its position exactly)", saved["num_csx"], saved["num_workers_per_csx"],
+                           *self._data_topology().values())
 
     def _save_checkpoint(self) -> Path:
         path = _checkpoints.checkpoint_path(self.model_dir, self.global_step)

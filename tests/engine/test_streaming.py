@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import torch
 
 import cs_run as cstorch
 from cs_run import distributed
-from cs_run.errors import ParamsError
+from cs_run.errors import ParamsError, TrainingError
 from cs_run.utils.data import DataLoader, DistributedSampler
 from cs_run.utils.streaming import StreamingLoader
 
@@ -265,3 +267,25 @@ def test_two_replicas_gather_their_workers_state_and_resume_on_one(tmp_path):
     resumed = StreamingLoader(lambda: SamplesStreamed(8, num_samples=64), 3)
     resumed.load_state_dict(runs[0]["state"])
     assert [b[0].tolist() for b in itertools.islice(resumed, 2)] == expected[3:]
+
+
+def test_a_dead_worker_ends_the_pass_with_one_error_at_once():
+    def input_fn():
+        if torch.utils.data.get_worker_info() is not None and distributed.get_streaming_rank() == 1:
+            os._exit(3)  # a crash of the process, not a Python error
+        return torch.utils.data.DataLoader(torch.arange(8), batch_size=2)
+
+    with pytest.raises(TrainingError, match=r"an input worker of replica 0 died \(DataLoader worker \(pid"):
+        list(StreamingLoader(input_fn, 2))
+
+
+def test_a_stuck_worker_fails_the_pass_after_the_timeout():
+    def input_fn():
+        if torch.utils.data.get_worker_info() is not None and distributed.get_streaming_rank() == 1:
+            time.sleep(60)
+        return torch.utils.data.DataLoader(torch.arange(8), batch_size=2)
+
+    start = time.monotonic()
+    with pytest.raises(TrainingError, match="gave no batch in 1 s; its data function is stuck"):
+        list(StreamingLoader(input_fn, 2, timeout=1))
+    assert time.monotonic() - start < 30
