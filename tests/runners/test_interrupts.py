@@ -23,7 +23,7 @@ import cs_run.checkpoint.atomic as atomic
 from cs_run import checkpoint
 from cs_run.backend import _reset_for_tests
 from cs_run.cli import cli
-from cs_run.exits import exit_code
+from cs_run.exits import error_text, exit_code
 from cs_run.interrupts import Aborted, Interrupted, stop_on_signal
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
@@ -282,3 +282,23 @@ def test_custom_loop_sigint_ends_at_a_step_its_checkpoint_closure_saved(tmp_path
     custom_loop(device, tmp_path / "whole", stop)  # the same steps, uninterrupted: the same state
     assert_same_checkpoint(tmp_path / "split" / f"checkpoint_{stop}.mdl",
                            tmp_path / "whole" / f"checkpoint_{stop}.mdl")
+
+
+def test_a_ctrl_c_outside_a_training_loop_is_one_line_and_exit_130():
+    assert (error_text(KeyboardInterrupt()), exit_code(KeyboardInterrupt())) == ("Error: interrupted", 130)
+    stopped = Interrupted(signal.SIGTERM, 7, Path("md/checkpoint_7.mdl"))
+    assert (error_text(stopped), exit_code(stopped)) == ("", 143)  # the run logged its own line
+    assert str(stopped) == "interrupted (SIGTERM) at step 7; checkpoint md/checkpoint_7.mdl; rerun to resume"
+
+
+def test_a_model_zoo_run_py_exits_143_on_sigterm_with_the_step_saved(project, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SIGNAL_AT", "4")
+    monkeypatch.setenv("SEND_SIGNAL", "SIGTERM")
+    md = tmp_path / "md"
+    with pytest.raises(SystemExit) as end:
+        cstorch.run(argv=["CPU", "--mode", "train", "--params", str(project), "--model_dir", str(md),
+                          "--runner", "signalling:CpuRunner", "--max_steps", "10"])
+    assert end.value.code == 143
+    assert "Error" not in capsys.readouterr().err
+    assert sorted(p.name for p in md.glob("checkpoint_*")) == ["checkpoint_4.mdl"]
+    assert "interrupted (SIGTERM) at step 4; checkpoint" in (md / "run.log").read_text()
