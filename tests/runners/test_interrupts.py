@@ -122,7 +122,7 @@ def test_sigint_to_cs_run_train_saves_the_step_and_a_rerun_resumes_bit_identical
     assert 5 <= n < steps
     saved = split / f"checkpoint_{n}.mdl"
     assert line.endswith(f"WARNING: interrupted (SIGINT) at step {n}; checkpoint {saved}; rerun to resume")
-    assert "Error" not in err and "Traceback" not in err
+    assert "Error" not in err and "Traceback" not in err and err.endswith(line + "\n")  # the last word
     assert sorted(p.name for p in split.glob("checkpoint_*")) == [saved.name]
     assert line.split(": ", 1)[1] in (split / "run.log").read_text()
     [record] = records(split)
