@@ -27,6 +27,7 @@ from cs_run.exits import error_text, exit_code
 from cs_run.interrupts import Aborted, Interrupted, stop_on_signal
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
+from cs_run.summaries import read_scalar_rows
 
 SIGNALLING = '''
 import os, signal, time
@@ -214,6 +215,7 @@ def test_every_invocation_is_recorded_and_eval_keeps_the_training_params(project
         "eval_input.batch_size": 2, "runconfig.eval_steps": 2, "runconfig.model_dir": str(md)}
     assert first["cs_run"] == second["cs_run"] != "" and first["torch"] == torch.__version__
     assert first["params_file"] == str(project) and first["command"].startswith(Path(sys.argv[0]).name)
+    assert {row.run for row in read_scalar_rows(md / "train")} == {first["run_id"]}
 
 
 def test_signals_are_deferred_only_inside_the_block():
