@@ -1,9 +1,10 @@
 """model_dir/runs/<timestamp>.yaml: what each invocation was and how it ended.
 
 One file per ``run()``: cs-run / torch / Python versions, the command line, the params file and the keys
-set on the command line, the mode and device, the run id of the scalars it writes (``run`` column); at the end the outcome (completed, interrupted, aborted,
-failed, with its message) and the global steps it covered. Written at the start and rewritten at the
-end, each time atomically, so a killed run leaves its start record.
+set on the command line, the mode and device, the run id of the scalars it writes (their ``run``
+column); at the end the outcome (completed, interrupted, aborted, failed, with its message) and the
+global steps it covered. Written at the start and rewritten at the end, each time atomically, so a
+killed run leaves its start record.
 """
 
 from __future__ import annotations
