@@ -323,10 +323,15 @@ class PyTorchBaseRunner(RunnerHooks):
             bar.update(1)
             if self.global_step >= end_step:
                 return self._epoch_step >= budget.steps_per_epoch
-            if self._stop.requested or self.should_stop:
+            if self._stop_requested():
                 self._stop_after_step()
                 return self._epoch_step >= budget.steps_per_epoch
         return True
+
+    def _stop_requested(self) -> bool:
+        """Checked after each step: a signal or ``should_stop`` ends the loop. With several replicas the
+        answer must be the same on all of them (one collective here), or they would stop at different steps."""
+        return self._stop.requested or self.should_stop
 
     def _stop_after_step(self) -> None:
         """A stop request (a signal, ``should_stop``) after a whole step: checkpoint the step, then end the
