@@ -28,6 +28,7 @@ tokens/s (eager and compile use torch.optim.AdamW(foreach=True), CSX cs_run.opti
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -137,6 +138,105 @@ def settled_call(compiled, *batch):
     return run
 
 
+class NanoBlock(torch.nn.Module):
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.d, self.heads = d, heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc, self.out = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = (u.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for u in self.qkv(self.ln1(x)).split(d, dim=-1))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.out(torch.nn.functional.gelu(self.fc(self.ln2(x))))
+
+
+class NanoGPT(torch.nn.Module):
+    """nanoGPT-style decoder: token + position embeddings, pre-LN blocks (SDPA, GELU MLP), LM head."""
+
+    def __init__(self, vocab: int, d: int, heads: int, layers: int, seq: int) -> None:
+        super().__init__()
+        self.wte, self.wpe = torch.nn.Embedding(vocab, d), torch.nn.Embedding(seq, d)
+        self.blocks = torch.nn.ModuleList(NanoBlock(d, heads) for _ in range(layers))
+        self.ln = torch.nn.LayerNorm(d)
+        self.head = torch.nn.Linear(d, vocab, bias=False)
+        self.register_buffer("pos", torch.arange(seq), persistent=False)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        x = self.wte(idx) + self.wpe(self.pos)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln(x))
+        return torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
+NANO = {"vocab": 512, "d": 128, "heads": 4, "layers": 2, "seq": 64, "batch": 8}
+
+
+def nano_flops(vocab: int, d: int, heads: int, layers: int, seq: int, batch: int) -> float:
+    """Matmul FLOPs of one step: per token 12 d^2 per layer (qkv, proj, MLP) + 2 T d (scores, values,
+    causal mask not exploited) + V d (head); backward twice the forward."""
+    return 3 * 2 * batch * seq * (layers * (12 * d * d + 2 * seq * d) + vocab * d)
+
+
+def make_nano_variants(with_inductor: bool, with_compile: bool) -> tuple[dict, int]:
+    """The nanoGPT-style step: forward, backward, clip_grad_norm_(1.0), AdamW, zero_grad; tokens per step."""
+    cfg = {k: v for k, v in NANO.items() if k != "batch"}
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, cfg["vocab"], (NANO["batch"], cfg["seq"]), generator=g)
+    targets = torch.randint(0, cfg["vocab"], (NANO["batch"], cfg["seq"]), generator=g)
+
+    def step_of(model, forward, opt):
+        def step(idx, targets):
+            loss = forward(idx, targets)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+            return loss
+
+        return step
+
+    variants = {}
+    torch.manual_seed(0)
+    model = NanoGPT(**cfg)
+    eager = step_of(model, model, torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True))
+    variants["eager"] = lambda: eager(idx, targets)
+    if with_compile:
+        torch.manual_seed(0)
+        model = NanoGPT(**cfg)
+        compiled_model = step_of(model, torch.compile(model),
+                                 torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True))
+        variants["compile"] = lambda: compiled_model(idx, targets)
+    dirs: dict[str, str] = {}
+    for tier in ["fx"] + (["inductor", "auto"] if with_inductor else []):
+        torch.manual_seed(0)
+        model = NanoGPT(**cfg)
+        compile_dir = dirs.setdefault("inductor" if tier == "auto" else tier, tempfile.mkdtemp(prefix="cs_run_bench_"))
+        compiled = CompiledStep(step_of(model, model, AdamW(model.parameters(), lr=1e-3)),
+                                EngineOptions(tier=tier, compile_dir=compile_dir))
+        variants[f"csx-{tier}"] = settled_call(compiled, idx, targets)
+    return variants, NANO["batch"] * cfg["seq"]
+
+
+def nano_rows(args, peak: float) -> None:
+    variants, tokens = make_nano_variants(with_inductor=not args.quick, with_compile=not args.quick)
+    med, first = time_variants(variants, steps=max(2, args.steps // 4), repeats=args.repeats)
+    name = "nanoGPT L{layers} d{d} T{seq} b{batch}".format(**NANO)
+    floor = nano_flops(**NANO) / (peak * 1e9)
+    for v, t in med.items():
+        vs_c = f"{med['compile'] / t:9.2f}x" if "compile" in med else f"{'-':>10s}"
+        label = f"{v}({variants[v].tier()})" if v == "csx-auto" else v
+        print(f"{name:30s} {label:18s} {t * 1e3:8.3f} {med['eager'] / t:8.2f}x {vs_c} {t / floor:8.2f}x "
+              f"{first[v]:10.2f}")
+    print(f"{name:30s} {'floor':18s} {floor * 1e3:8.3f}   ({nano_flops(**NANO) / 1e6:.0f} MFLOP/step, "
+          f"{tokens} tokens/step)")
+
+
 def gpt2_example() -> tuple[dict, int, int]:
     """The bundled gpt2 example's model keys, batch size and sequence length."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "gpt2", "params.yaml")
@@ -229,11 +329,12 @@ def time_variants(variants: dict, steps: int, repeats: int) -> dict[str, float]:
 
 
 _TTFS_SCRIPT = r"""
-import time, sys
+import json, resource, time, sys
 t0 = time.perf_counter()
 import torch
 torch.set_num_threads(1)
 import cs_run as cstorch
+t1 = time.perf_counter()
 sys.path.insert(0, {bench_dir!r})
 from bench_engine import build_mlp
 from cs_run.optim import SGD
@@ -248,14 +349,19 @@ def step(x, y):
     loss.backward(); opt.step(); opt.zero_grad()
     return loss
 float(step(torch.randn(128, 784), torch.randint(0, 10, (128,))))
-print(dict(engine_compile.COUNTS))
-print(time.perf_counter() - t0)
+t2 = time.perf_counter()
+cpu = sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+          for f in ("ru_utime", "ru_stime"))
+print(json.dumps({{"counts": dict(engine_compile.COUNTS), "wall": t2 - t0, "imports": t1 - t0,
+                  "after_imports": t2 - t1, "cpu": cpu}}))
 """
 
 
-def time_to_first_step(threads: int, tier: str = "inductor") -> tuple[float, float]:
-    """Cold (empty compile_dir) then warm (same compile_dir) time-to-first-step, in fresh processes,
-    from before ``import torch`` to the first step's loss; the warm process must not compile."""
+def time_to_first_step(threads: int, tier: str = "inductor") -> tuple[dict, dict]:
+    """Cold (empty compile_dir) then warm (same compile_dir) time to first step, in fresh processes:
+    wall seconds from before ``import torch`` to the first step's loss, the part after ``import torch,
+    cs_run``, and the process's CPU seconds (children included: a loaded host inflates wall time, not
+    CPU time). The warm process must not compile."""
     compile_dir = tempfile.mkdtemp(prefix="cs_run_ttfs_")
     script = _TTFS_SCRIPT.format(bench_dir=os.path.dirname(os.path.abspath(__file__)), compile_dir=compile_dir,
                                  tier=tier)
@@ -264,10 +370,9 @@ def time_to_first_step(threads: int, tier: str = "inductor") -> tuple[float, flo
     out = []
     for _ in range(2):
         res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
-        lines = res.stdout.strip().splitlines()
-        out.append(float(lines[-1]))
-    if "inductor_compile" in lines[-2]:
-        raise RuntimeError(f"the warm process compiled again: {lines[-2]}")
+        out.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    if "inductor_compile" in out[1]["counts"]:
+        raise RuntimeError(f"the warm process compiled again: {out[1]['counts']}")
     return out[0], out[1]
 
 
@@ -277,8 +382,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="fx tier and eager only, no subprocesses")
-    parser.add_argument("--models", choices=("all", "mlp", "gpt2"), default="all",
-                        help="mlp: the MLP rows and time to first step; gpt2: the GPT-2 example's rows only")
+    parser.add_argument("--models", choices=("all", "mlp", "gpt2", "nano", "ttfs"), default="all",
+                        help="mlp: the MLP rows and time to first step; gpt2: the GPT-2 example's rows; "
+                             "nano: the nanoGPT-style step's rows; ttfs: time to first step only")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     peak = matmul_gflops()
@@ -288,10 +394,12 @@ def main() -> None:
     if args.models in ("all", "gpt2"):
         print(header.replace("vs floor", "tokens/s"))
         gpt2_rows(args)
-    if args.models == "gpt2":
-        return
-    print(header)
-    for name, spec in MODELS.items():
+    if args.models in ("all", "nano"):
+        print(header)
+        nano_rows(args, peak)
+    if args.models in ("all", "mlp"):
+        print(header)
+    for name, spec in MODELS.items() if args.models in ("all", "mlp") else ():
         big = spec[2] >= 1024
         variants = make_variants(spec, with_inductor=not args.quick, with_compile=not args.quick)
         med, first = time_variants(variants, steps=max(3, args.steps // (4 if big else 1)), repeats=args.repeats)
@@ -302,11 +410,16 @@ def main() -> None:
             print(f"{name:30s} {label:18s} {t * 1e3:8.3f} {med['eager'] / t:8.2f}x {vs_c} {t / floor:8.2f}x "
                   f"{first[v]:10.2f}")
         print(f"{name:30s} {'floor':18s} {floor * 1e3:8.3f}   ({step_flops(*spec) / 1e6:.0f} MFLOP/step)")
-    if not args.quick:
+    if not args.quick and args.models in ("all", "mlp", "ttfs"):
         for tier in ("inductor", "auto"):
             cold, warm = time_to_first_step(args.threads, tier)
-            print(f"time to first step, fc_mnist d10 h50, tier {tier}, fresh processes: cold {cold:.2f}s, "
-                  f"warm cache {warm:.2f}s ({warm / cold:.2f} of cold; the warm process loads, compiles nothing)")
+            print(f"time to first step, fc_mnist d10 h50, tier {tier}, fresh processes (the warm one loads, "
+                  f"compiles nothing):")
+            for what, key in (("wall", "wall"), ("wall after import torch+cs_run", "after_imports"),
+                              ("CPU (incl. children)", "cpu")):
+                print(f"    {what:32s} cold {cold[key]:7.2f}s  warm {warm[key]:6.2f}s  "
+                      f"({warm[key] / cold[key]:.2f} of cold)")
+            print(f"    {'import torch+cs_run (wall)':32s} cold {cold['imports']:7.2f}s  warm {warm['imports']:6.2f}s")
     print("(speed-ups >1 mean the variant is faster; 'vs floor' is how many times the FLOP floor it takes)")
 
 

@@ -136,14 +136,18 @@ def _dir_labels(model_dirs: list[Path]) -> list[str]:
 def _segment_label(seg: Segment, many: bool) -> str:
     if not many:
         return ""
+    return f"#{seg.number} ({_span(seg)})"
+
+
+def _span(seg: Segment) -> str:
     first, last = seg.steps()
-    return f"#{seg.number} (steps {first}-{last})"
+    return f"step {first}" if first == last else f"steps {first}-{last}"
 
 
 def make_figure(model_dirs: list[Path], tags: list[str] | None = None, logy: bool = False) -> Any:
     """A matplotlib figure: one panel per tag, one colour per segment of each run, train solid, eval
     dashed with markers, dotted verticals where a run was resumed. Line labels are
-    ``[<run>] [#<segment> (steps <first>-<last>)] <split>``.
+    ``[<run>] [#<segment> (steps <first>-<last>)] <split>`` (``(step <n>)`` for a one-step segment).
 
     Raises:
         CsRunError: a model_dir has no scalars, or matplotlib is not installed.
@@ -266,6 +270,6 @@ def plot(model_dirs: tuple[Path, ...], output: Path | None, tags: str | None, lo
     for d in model_dirs:
         segments = load_segments(d)
         if len(segments) > 1:
-            spans = ", ".join(f"#{s.number} steps {s.steps()[0]}-{s.steps()[1]}" for s in segments)
+            spans = ", ".join(f"#{s.number} {_span(s)}" for s in segments)
             click.echo(f"{d}: {len(segments)} segments (restarted from an earlier step): {spans}")
     click.echo(str(path))

@@ -10,7 +10,7 @@ from torch import Tensor
 from cs_run.creation import zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure
+from .optimizer import Optimizer, ParamsT, _check, _check_betas, _foreach_mul, _run_closure
 
 __all__ = ["Adam", "AdamBase", "AdamW"]
 
@@ -94,31 +94,46 @@ class AdamBase(Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
+        """The rule above, one multi-tensor (``torch._foreach_*``) op per line over a chunk of params.
+
+        Each foreach op computes, tensor by tensor, exactly the per-tensor op it replaces (same ops, same
+        order, same dtypes), so the result is bit-identical to a per-parameter loop; it just makes a
+        dozen calls per chunk instead of a dozen per parameter (docs/architecture.md#optimizers).
+        """
         loss = _run_closure(closure)
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
-            for p, grad in self._params_with_grads(group):
-                state = self.state[p]
+            for params, grads, exp_avgs, exp_avg_sqs in self._foreach_chunks(group, "exp_avg", "exp_avg_sq"):
                 if group["l2_regularization_rate"] > 0.0:
-                    grad = grad.add(p, alpha=group["l2_regularization_rate"])
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                exp_avg.mul_(beta1).add_(grad, alpha=1.0 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-                second = exp_avg_sq
+                    grads = torch._foreach_add(grads, params, alpha=group["l2_regularization_rate"])
+                _foreach_mul(exp_avgs, beta1, inplace=True)
+                torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
+                _foreach_mul(exp_avg_sqs, beta2, inplace=True)
+                torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
+                second = exp_avg_sqs
                 if group["amsgrad"]:
-                    torch.maximum(state["max_exp_avg_sq"], exp_avg_sq, out=state["max_exp_avg_sq"])
-                    second = state["max_exp_avg_sq"]
-                update = exp_avg / second.sqrt().add_(group["eps"])
+                    second = [self.state[p]["max_exp_avg_sq"] for p in params]
+                    torch._foreach_maximum_(second, exp_avg_sqs)
+                denom = torch._foreach_sqrt(second)
+                torch._foreach_add_(denom, group["eps"])
+                updates = torch._foreach_div(exp_avgs, denom)
                 if group["correct_bias"]:
-                    b1p, b2p = state["beta1_power"], state["beta2_power"]
-                    update *= torch.sqrt(1.0 - b2p) / (1.0 - b1p)
-                    b1p *= beta1
-                    b2p *= beta2
+                    b1ps = [self.state[p]["beta1_power"] for p in params]
+                    b2ps = [self.state[p]["beta2_power"] for p in params]
+                    # sqrt(1 - b2p) / (1 - b1p): -x + 1 rounds exactly as 1 - x
+                    numer = torch._foreach_neg(b2ps)
+                    torch._foreach_add_(numer, 1.0)
+                    torch._foreach_sqrt_(numer)
+                    below = torch._foreach_neg(b1ps)
+                    torch._foreach_add_(below, 1.0)
+                    torch._foreach_mul_(updates, torch._foreach_div(numer, below))
+                    torch._foreach_mul_(b1ps, beta1)
+                    torch._foreach_mul_(b2ps, beta2)
                 weight_decay = group["weight_decay"]
                 if isinstance(weight_decay, torch.Tensor) or weight_decay != 0:  # skip adding exact zeros
-                    update.add_(p * weight_decay)
-                update *= group["lr"]
-                p.sub_(update)
+                    torch._foreach_add_(updates, _foreach_mul(params, weight_decay))
+                torch._foreach_mul_(updates, group["lr"])
+                torch._foreach_sub_(params, updates)
         return loss
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ import torch
 from cs_run.creation import zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _decayed, _run_closure
+from .optimizer import Optimizer, ParamsT, _check, _foreach_mul, _run_closure
 
 __all__ = ["SGD"]
 
@@ -72,19 +72,19 @@ class SGD(Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
+        """The rule above with multi-tensor ops, bit-identical to a per-parameter loop (see ``AdamBase.step``)."""
         loss = _run_closure(closure)
         for group in self.param_groups:
-            momentum, lr = group["momentum"], group["lr"]
-            for p, grad in self._params_with_grads(group):
-                grad = _decayed(grad, p, group["weight_decay"])
+            momentum = group["momentum"]
+            for params, grads, *bufs in self._foreach_chunks(group, *(["momentum_buffer"] if momentum != 0 else [])):
+                weight_decay = group["weight_decay"]
+                if isinstance(weight_decay, torch.Tensor) or weight_decay != 0:  # the vendor's L2: g + p * wd
+                    grads = torch._foreach_add(grads, _foreach_mul(params, weight_decay))
                 if momentum != 0:
-                    buf = self.state[p]["momentum_buffer"]
-                    buf.mul_(momentum).add_(grad, alpha=1.0 - group["dampening"])
-                    if group["nesterov"]:
-                        grad = grad.add(buf, alpha=momentum)
-                    else:
-                        grad = buf
-                p.add_(-lr * grad)
+                    _foreach_mul(bufs[0], momentum, inplace=True)
+                    torch._foreach_add_(bufs[0], grads, alpha=1.0 - group["dampening"])
+                    grads = torch._foreach_add(grads, bufs[0], alpha=momentum) if group["nesterov"] else bufs[0]
+                torch._foreach_add_(params, _foreach_mul(grads, -group["lr"], scalar_first=True))  # p += -lr * g
         return loss
 
 

@@ -141,7 +141,7 @@ def test_several_model_dirs_overlaid_with_a_legend(tmp_path, monkeypatch):
     write(tmp_path / "csx" / "train", "c", [(1, {"loss": 3.0})], monkeypatch, t0=5)  # csx restarted
     fig = make_figure([tmp_path / "cpu", tmp_path / "csx"])
     lines = lines_of(fig, "loss")
-    assert set(lines) == {"cpu train", "csx #1 (steps 1-2) train", "csx #2 (steps 1-1) train"}
+    assert set(lines) == {"cpu train", "csx #1 (steps 1-2) train", "csx #2 (step 1) train"}
     assert lines["cpu train"][1] == [1.0, 0.5] and lines["csx #1 (steps 1-2) train"][1] == [2.0, 1.0]
     assert len({line[2] for line in lines.values()}) == 3
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]

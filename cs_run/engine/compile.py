@@ -19,15 +19,19 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import shutil
 import time
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
 
 from cs_run.engine.cache import CompileCache, graph_key
+from cs_run.engine.cudagraph import GraphedStep, capture_blocker
 from cs_run.engine.progress import compiling
 from cs_run.engine.trace import TracedStep
 from cs_run.engine.trial import TierTrial
@@ -70,8 +74,14 @@ def _inductor_missing(device: torch.device) -> str:
 
 
 def compile_graph(traced: TracedStep, batch: list[torch.Tensor], tier: str, cache: CompileCache | None,
-                  recompiles: int = 0, label: str = "step") -> Callable[..., Any]:
-    """Builds the executable for ``traced`` (``tier`` already resolved) and logs what it did."""
+                  recompiles: int = 0, label: str = "step", cuda_graphs: bool = True) -> Callable[..., Any]:
+    """Builds the executable for ``traced`` (``tier`` already resolved) and logs what it did.
+
+    On a CUDA device (and ``cuda_graphs``) each executable replays as one CUDA graph where the graph
+    allows it (``cudagraph.py``; otherwise the reason is logged and it runs without one).
+    """
+    device = traced.state.tensors[0].device if traced.state.tensors else None
+    graphed = _graph_wrapper(traced, batch, device, label) if cuda_graphs else None
     if tier == "auto":
         executables: dict[str, Callable[..., Any]] = {"fx": traced.gm}
         try:
@@ -79,10 +89,25 @@ def compile_graph(traced: TracedStep, batch: list[torch.Tensor], tier: str, cach
         except Exception as exc:  # noqa: BLE001  (any lowering failure: fx still runs the step)
             logger.warning("compile_tier auto: %s runs on tier fx: the inductor build failed (%s: %s)",
                            label, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
-            return traced.gm
-        device = traced.state.tensors[0].device if traced.state.tensors else None
+            return graphed(traced.gm) if graphed else traced.gm
+        if graphed:
+            executables = {k: graphed(v) for k, v in executables.items()}
         return TierTrial(executables, device=device, label=label)
-    return _build(traced, batch, tier, cache, recompiles, label)
+    executable = _build(traced, batch, tier, cache, recompiles, label)
+    return graphed(executable) if graphed else executable
+
+
+def _graph_wrapper(traced: TracedStep, batch: list[torch.Tensor], device: torch.device | None,
+                   label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]] | None:
+    """``executable -> GraphedStep`` where this step can replay as a CUDA graph; None elsewhere (logged)."""
+    if device is None or device.type != "cuda":
+        return None
+    reason = capture_blocker(traced.gm, [*traced.state.tensors, *batch], device)
+    if reason:
+        logger.warning("%s: no CUDA graph, the step runs without one: %s", label, reason)
+        return None
+    n, keep = len(traced.state.tensors), tuple(traced.layout.rebinds)
+    return lambda executable: GraphedStep(executable, n, keep=keep, label=label)
 
 
 def _build(traced: TracedStep, batch: list[torch.Tensor], tier: str, cache: CompileCache | None,
@@ -135,18 +160,72 @@ def _inductor(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache
 
     if cache is not None:
         artifact = cache.artifact_path(key)
+        isa_record = cache.root / "artifacts" / "vec_isa.json"
         if artifact.is_file():
             try:
-                with compiling(f"{label} (loading tier inductor from the compile cache)"), scope():
+                with compiling(f"{label} (loading tier inductor from the compile cache)"), scope(), \
+                        isa_probe_cache(isa_record):
                     loaded = CompiledArtifact.load(path=str(artifact), format="binary")
                 COUNTS["inductor_load"] += 1
                 return loaded, "loaded"
             except Exception as exc:  # noqa: BLE001  (a stale or foreign artifact: compile afresh)
                 logger.warning("compile cache: could not load %s (%s); compiling again", artifact, exc)
     example = [t.detach() for t in traced.state.tensors] + [t.detach() for t in batch]
-    with compiling(f"{label} (tier inductor)"), torch.no_grad(), scope():
+    isa = isa_probe_cache(cache.root / "artifacts" / "vec_isa.json") if cache else contextlib.nullcontext()
+    with compiling(f"{label} (tier inductor)"), torch.no_grad(), scope(), isa:
         compiled = standalone_compile(traced.gm, example, dynamic_shapes="from_example_inputs")
         COUNTS["inductor_compile"] += 1
         if cache is not None and compiled.is_saveable():
             cache.save_artifact(key, compiled)
     return compiled, "compiled"
+
+
+def _isa_host_key() -> str:
+    """What inductor's CPU-ISA probes depend on: torch, the CPU's flags and the C++ compiler binary."""
+    from torch._inductor import cpu_vec_isa  # noqa: PLC0415, TID253  (heavy)
+    from torch._inductor.cpp_builder import get_cpp_compiler  # noqa: PLC0415, TID253  (heavy)
+
+    compiler = os.path.realpath(shutil.which(get_cpp_compiler()) or get_cpp_compiler())
+    stamp = os.stat(compiler).st_mtime_ns if os.path.exists(compiler) else 0
+    flags = sorted(cpu_vec_isa.x86_isa_checker()) if hasattr(cpu_vec_isa, "x86_isa_checker") else []
+    return json.dumps([torch.__version__, os.uname().machine, flags, compiler, stamp])
+
+
+@contextlib.contextmanager
+def isa_probe_cache(path: Path) -> Iterator[None]:
+    """During the block, inductor's CPU-ISA probes (each a dry compile plus a child Python that dlopens
+    the result, about a second each) answer from ``path`` when it holds a verdict from this host (same
+    torch, CPU flags and compiler) for the same ISA, flags and probe code; new verdicts are added to it."""
+    try:
+        from torch._inductor import cpu_vec_isa  # noqa: PLC0415, TID253  (heavy)
+
+        host = _isa_host_key()
+        record = json.loads(path.read_text()) if path.is_file() else {}
+        verdicts: dict[str, bool] = dict(record.get("verdicts", {})) if record.get("host") == host else {}
+        original = cpu_vec_isa.VecISA.check_build
+    except Exception as exc:  # noqa: BLE001  (unreadable record, changed torch internals: probe as usual)
+        logger.debug("compile cache: ISA probe verdicts not used (%s)", exc)
+        yield
+        return
+    added = False
+
+    def check_build(isa: Any, code: str) -> bool:
+        nonlocal added
+        key = f"{isa}|{isa.build_arch_flags()}|{hashlib.sha256(code.encode()).hexdigest()[:16]}"
+        if key not in verdicts:
+            verdicts[key], added = bool(original(isa, code)), True
+        return verdicts[key]
+
+    cpu_vec_isa.VecISA.check_build = check_build
+    try:
+        yield
+    finally:
+        cpu_vec_isa.VecISA.check_build = original
+        if added:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+                tmp.write_text(json.dumps({"host": host, "verdicts": verdicts}, indent=1))
+                os.replace(tmp, path)
+            except OSError as exc:  # an optimisation only: the next process probes again
+                logger.debug("compile cache: ISA probe verdicts not saved (%s)", exc)

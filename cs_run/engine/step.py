@@ -44,6 +44,8 @@ class EngineOptions:
         compile_only: Trace and compile into the cache, no execution.
         allow_recompile: A new input signature retraces (with a warning) instead of raising.
         device: Where batches are moved when they arrive on another device.
+        cuda_graphs: On a CUDA device, replay the step as one CUDA graph where it can be captured
+            (``cudagraph.py``); False runs it without.
     """
 
     tier: str | None = None
@@ -52,6 +54,7 @@ class EngineOptions:
     compile_only: bool = False
     allow_recompile: bool = True
     device: torch.device | None = None
+    cuda_graphs: bool = True
 
 
 class CompiledStep:
@@ -101,7 +104,7 @@ class CompiledStep:
             tier = resolve_tier(self.options.tier, device)
             cache = CompileCache(self.options.compile_dir) if self.options.compile_dir else None
             executable = compile_graph(traced, batch_leaves(traced, args, kwargs), tier, cache, self.recompiles,
-                                       label=_name(self._fn))
+                                       label=_name(self._fn), cuda_graphs=self.options.cuda_graphs)
         if stale:
             self._executables.clear()
         self._executables[sig] = (traced, executable)

@@ -130,11 +130,15 @@ from torch._dynamo.utils import counters
 from cs_run.engine import CompiledStep, EngineOptions
 from cs_run.engine import compile as engine_compile
 from cs_run.engine.cache import CompileCache
+from torch._inductor import cpu_vec_isa
+probes = []
+_probe = cpu_vec_isa.VecISA._probe_load
+cpu_vec_isa.VecISA._probe_load = lambda self, path: probes.append(str(self)) or _probe(self, path)
 model, step = make()
 compiled = CompiledStep(step, EngineOptions(tier="inductor", compile_dir={compile_dir!r}))
 losses = [float(compiled(*batch(i))) for i in range(3)]
 print(json.dumps({{"counts": dict(engine_compile.COUNTS), "inductor": dict(counters["inductor"]),
-                   "aot": dict(counters["aot_autograd"]), "losses": losses}}))
+                   "aot": dict(counters["aot_autograd"]), "losses": losses, "probes": probes}}))
 """
 
 
@@ -167,12 +171,17 @@ def test_auto_trial_then_a_warm_process_loads_without_compiling(tmp_path, monkey
     assert med[trial.choice] == min(med.values())
 
     script = WARM_PROCESS.format(folder=str(tmp_path), compile_dir=str(compile_dir))
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                         env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
-    assert res.returncode == 0, res.stderr
-    warm = json.loads(res.stdout.strip().splitlines()[-1])
-    assert warm["counts"] == {"inductor_load": 1}  # loaded, no lowering
-    assert warm["inductor"].get("fxgraph_cache_miss", 0) == 0 and warm["aot"].get("autograd_cache_miss", 0) == 0
+    runs = []
+    for _ in range(2):  # the second also reuses the CPU-ISA probe verdicts recorded by a first prober
+        res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                             env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+        assert res.returncode == 0, res.stderr
+        runs.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    for warm in runs:
+        assert warm["counts"] == {"inductor_load": 1}  # loaded, no lowering
+        assert warm["inductor"].get("fxgraph_cache_miss", 0) == 0 and warm["aot"].get("autograd_cache_miss", 0) == 0
+        assert warm["losses"] == runs[0]["losses"]
+    assert runs[1]["probes"] == []  # no dry compile + dlopen child for inductor's CPU-ISA checks
     # the cold process's inductor kernels on the same start state and batches: same losses
     _, cold_step = make()
     cold = CompiledStep(cold_step, EngineOptions(tier="inductor", compile_dir=str(compile_dir)))
@@ -199,3 +208,34 @@ def test_artifact_save_is_per_key_and_never_half_written(tmp_path, caplog):
     assert not cache.artifact_path("b").exists()
     assert sorted(p.name for p in (tmp_path / "artifacts").iterdir()) == [cache.artifact_path("a").name]
     assert any("No space left" in r.getMessage() for r in caplog.records)
+
+
+def test_saved_isa_probe_verdicts_are_used_only_on_the_same_host(tmp_path, monkeypatch):
+    """Inductor's CPU-ISA probes (a compile + a child Python each) answer from the record only for the
+    same host (torch, CPU flags, compiler), ISA, flags and probe code; anything else probes and is added."""
+    cpu_vec_isa = pytest.importorskip("torch._inductor.cpu_vec_isa")
+    if engine_compile.resolve_tier("auto", torch.device("cpu")) != "auto":
+        pytest.skip("no C++ compiler: inductor cannot build here")
+    calls = []
+    monkeypatch.setattr(cpu_vec_isa.VecISA, "check_build", lambda self, code: calls.append((str(self), code)) or True)
+    isa = cpu_vec_isa.supported_vec_isa_list[-1]
+    record = tmp_path / "artifacts" / "vec_isa.json"
+    with engine_compile.isa_probe_cache(record):  # nothing recorded yet: probes, records
+        assert isa.check_build("probe A") is True and isa.check_build("probe B") is True
+    assert len(calls) == 2 and len(json.loads(record.read_text())["verdicts"]) == 2
+    saved = json.loads(record.read_text())
+    saved["verdicts"] = {k: False for k in saved["verdicts"]}  # verdicts the patched probe would not give
+    record.write_text(json.dumps(saved))
+    with engine_compile.isa_probe_cache(record):
+        assert isa.check_build("probe A") is False and isa.check_build("probe B") is False  # no probe ran
+        assert isa.check_build("probe C") is True  # a new probe code runs and is added
+    assert len(calls) == 3 and len(json.loads(record.read_text())["verdicts"]) == 3
+    assert cpu_vec_isa.VecISA.check_build is not None and calls[-1][1] == "probe C"
+    for host in ("", json.dumps(["another torch"])):  # another host's record: probe as usual
+        record.write_text(json.dumps(saved | {"host": host}))
+        with engine_compile.isa_probe_cache(record):
+            assert isa.check_build("probe A") is True
+    record.write_text("{not json")
+    with engine_compile.isa_probe_cache(record):
+        assert isa.check_build("probe A") is True
+    assert len(calls) == 6
