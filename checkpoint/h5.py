@@ -14,6 +14,7 @@ from typing import Any, Union
 import numpy as np
 import torch
 
+from cs_run import replicas
 from cs_run.checkpoint import foreign, legacy, vendor_format
 from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint.atomic import atomic_path
@@ -44,7 +45,8 @@ def save(state_dict: Any, ckpt_path: PathLike, *, compression: str | None = None
 
     Used exactly like ``torch.save(obj, path)``. The whole object is validated before any file is
     created; then tensors stream to a temporary file in the same folder, which is fsynced, marked
-    complete and renamed over ``path``. A crash at any moment leaves the previous file intact.
+    complete and renamed over ``path``. A crash at any moment leaves the previous file intact. With
+    several replicas (a script run by each) only ordinal 0 writes: their states are the same.
 
     Args:
         state_dict: the object; tied tensors (same view of the same storage) are stored once.
@@ -61,6 +63,9 @@ def save(state_dict: Any, ckpt_path: PathLike, *, compression: str | None = None
     if compression not in COMPRESSIONS:
         raise ParamsError(f"invalid compression {compression!r}; expected one of {list(COMPRESSIONS)}")
     tree, leaves = flatten(obj, allow_pickle=allow_pickle)  # validates before touching the disk
+    if not replicas.is_master():
+        logger.debug("checkpoint %s is written by ordinal 0", path)
+        return
     if os.path.isdir(path):
         raise CheckpointError(f"cannot save checkpoint to '{path}': it is a directory")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 import torch
 
+from cs_run import replicas
 from cs_run.distributed import ClusterConfig, set_num_workers_per_csx
 from cs_run.engine.compile import TIERS
 from cs_run.engine.step import EngineOptions
@@ -144,8 +145,8 @@ def _torch_device_for(backend_type: str) -> torch.device:
         if not torch.cuda.is_available():
             raise BackendError("backend 'GPU' needs CUDA, which this torch/machine does not have; use 'CPU' or "
                                "'CSX' (the CSX engine runs on the CPU when there is no GPU)")
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        return torch.device("cuda", replicas.cuda_index())
+    return torch.device("cuda", replicas.cuda_index()) if torch.cuda.is_available() else torch.device("cpu")
 
 
 def backend(backend_type: str | None = None, *args: Any, **options: Any) -> Backend | None:

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import click
 
+from cs_run import replicas
 from cs_run._logging import setup_console_logging
 from cs_run.checkpoint.cli import checkpoint
 from cs_run.compat.cli import exec_command
@@ -88,6 +89,8 @@ def _run(mode: str, options: dict[str, Any], extra_flags: Optional[dict] = None)
     setup_console_logging(params.runconfig.logging)
     runner = PyTorchBaseRunner.create(params, device=options["device"], mode=mode)
     results = runner.run(mode)
+    if not replicas.is_master():  # ordinal 0 reports for all replicas
+        return
     if "summary" in results:  # compile-only / validate-only
         click.echo(results["summary"])
         return

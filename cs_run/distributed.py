@@ -1,8 +1,9 @@
 """Cluster configuration and the streaming topology (``cstorch.distributed``).
 
-cs-run runs one process per replica. ``num_csx > 1`` maps onto ``torch.distributed`` (one process
-per replica, launched e.g. with ``torchrun``); the helpers below read the process group when one is
-initialised, else the ``RANK`` / ``WORLD_SIZE`` environment variables, else a single process.
+cs-run runs one process per replica: ``num_csx = N`` is N data-parallel processes on
+``torch.distributed``, launched by cs-run itself or by ``torchrun`` (:mod:`cs_run.replicas`,
+docs/architecture.md#replicas). The helpers below read the process group when one is initialised,
+else the ``RANK`` / ``WORLD_SIZE`` environment variables, else a single process.
 
 ``num_workers_per_csx = W`` is the number of input workers per replica. With ``W = 1`` the replica
 process itself streams (it calls the ``input_fn``); with ``W > 1`` each of W worker processes calls the
@@ -15,11 +16,10 @@ replica's step ``k`` taking its batch from worker ``k % W``.
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterator
 
-import torch
+from cs_run import replicas
 
 __all__ = [
     "ClusterConfig",
@@ -46,14 +46,16 @@ class ClusterOptions:
     them), ``cs-run`` and run.py flags and the Trainer's CSX backend are all generated from these fields
     (see :mod:`cs_run.options`). Field order and defaults are the vendor's ``ClusterConfig``'s."""
 
-    num_csx: int = field(default=1, metadata={"min": 1, "flag": {}, "appliance_only": True})
-    """Cerebras systems (replicas) to use; this machine runs one."""
+    num_csx: int = field(default=1, metadata={"min": 1, "flag": {}})
+    """Data-parallel replicas, one process each (launched here, or joined under torchrun); batch sizes
+    in the params are the global batch, split evenly over them."""
     max_wgt_servers: int = field(default=24, metadata={"min": 1, "flag": {}, "appliance_only": True})
     """Weight servers (appliance only)."""
     max_act_per_csx: int = field(default=1, metadata={"min": 1, "flag": {}, "appliance_only": True})
     """Activation servers per system (appliance only)."""
-    num_workers_per_csx: int = field(default=1, metadata={"min": 1, "flag": {}, "appliance_only": True})
-    """Input streaming workers per system; locally the train loader's own num_workers apply."""
+    num_workers_per_csx: int = field(default=1, metadata={"min": 1, "flag": {}})
+    """Input workers per replica: with more than one, each is a process calling the data function with its
+    own streaming rank (docs/architecture.md#streaming-workers)."""
     transfer_processes: int = field(default=5, metadata={"min": 1, "flag": {}, "appliance_only": True})
     """Processes moving data to and from the appliance (appliance only)."""
     mount_dirs: list[str] = field(default_factory=list, metadata={"flag": {}, "appliance_only": True})
@@ -63,6 +65,9 @@ class ClusterOptions:
     job_labels: list[str] = field(default_factory=list, metadata={"flag": {"metavar": "KEY=VALUE"},
                                                                   "appliance_only": True})
     """key=value labels of the appliance job (appliance only)."""
+    collective_timeout: int = field(default=600, metadata={"min": 1, "flag": {}})
+    """Seconds a replica waits in a collective (the gradient all-reduce) for the others before the job
+    fails: the bound on how long a dead or stuck replica can hold up the rest."""
 
 
 @dataclass
@@ -96,32 +101,24 @@ class ClusterConfig(ClusterOptions):
                 raise ValueError(f"Invalid job label {label!r}: expected 'key=value'")
 
 
-def _dist_ready() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
-
-
 def get_world_size() -> int:
     """Number of replica processes."""
-    if _REPLICA is not None:
+    if _REPLICA is not None:  # an input worker process: the replica it was started for
         return _REPLICA[1]
-    if _dist_ready():
-        return torch.distributed.get_world_size()
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return replicas.world_size()
 
 
 def get_ordinal() -> int:
     """This process's replica index (0-based)."""
     if _REPLICA is not None:
         return _REPLICA[0]
-    if _dist_ready():
-        return torch.distributed.get_rank()
-    return int(os.environ.get("RANK", "0"))
+    return replicas.ordinal()
 
 
 def is_master_ordinal(local: bool = False) -> bool:
     """True on the process that writes checkpoints and logs (ordinal 0). ``local`` is the vendor's
     (XLA-compatible) argument; with one host it means the same."""
-    return get_ordinal() == 0
+    return replicas.is_master()
 
 
 def num_tasks() -> int:
@@ -201,19 +198,14 @@ def get_streaming_rank() -> int:
 
 def get_streaming_batch_size(effective_batch_size: int, global_rank: int | None = None) -> int:
     """The per-replica batch size every streamer yields: ``effective_batch_size / num_csx`` (the vendor's
-    per-box batch size; the W workers of a replica take turns, each yielding whole batches), equal for every
-    rank here, so ``global_rank``, the vendor's argument, does not change it.
+    per-box batch size, :func:`cs_run.replicas.split_batch`; the W workers of a replica take turns, each
+    yielding whole batches), equal for every rank here, so ``global_rank``, the vendor's argument, does
+    not change it.
 
     Raises:
         ValueError: the effective batch size does not split evenly over the replicas.
     """
-    n = get_world_size()
-    if not isinstance(effective_batch_size, int) or isinstance(effective_batch_size, bool) \
-            or effective_batch_size < 1 or effective_batch_size % n:
-        raise ValueError(f"Invalid effective batch size {effective_batch_size!r}: must be a positive multiple of "
-                         f"the number of replicas (num_csx={n})")
-    return effective_batch_size // n
-
+    return replicas.split_batch(effective_batch_size, get_world_size())
 
 @dataclass
 class DataLoaderCheckpoint:

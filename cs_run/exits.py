@@ -13,6 +13,9 @@ a first Ctrl-C / SIGTERM in training   nothing more (the run logged "interrupted
 a second one, or one outside training   ``Error: aborted ...`` / ``Error: interrupted``               130/143
 any other exception (a cs-run bug)      the whole traceback, then the ``Error:`` line                   1
 ======================================  ===========================================================  ====
+
+In a replica of several (:mod:`cs_run.replicas`) the ``Error:`` line is also recorded for the launcher;
+a replica that cs-run launched leaves printing it to the launcher, so the job prints one line.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any, NoReturn, Optional
 
 import click
 
+from cs_run import replicas
 from cs_run.errors import CsRunError
 from cs_run.interrupts import Interrupted
 
@@ -75,6 +79,9 @@ def error_text(exc: BaseException) -> str:
     :class:`~cs_run.interrupts.Interrupted` run, which logged its own line."""
     if isinstance(exc, Interrupted):
         return ""
+    if replicas.lost_peer(exc):  # another replica's failure (or silence), not a bug: one line, no traceback
+        return (f"Error: replica {replicas.ordinal()} of {replicas.world_size()} lost its peers in a collective "
+                f"({_one_line(exc)}); another replica failed or did not answer within runconfig.collective_timeout")
     if isinstance(exc, CsRunError):
         return f"Error: {_one_line(exc)}"
     if isinstance(exc, click.UsageError):
@@ -99,6 +106,11 @@ def error_text(exc: BaseException) -> str:
 def report(exc: BaseException, file: Any = None) -> int:
     """Print ``exc`` the one way every entry point does; returns its exit code."""
     text = error_text(exc)
+    lines = text.split("\n")
+    if replicas.in_replica_env() and lines[-1].startswith("Error: "):  # the last line is the Error: line
+        replicas.record_failure(lines[-1].removeprefix("Error: "), exit_code(exc), replicas.lost_peer(exc))
+        if replicas.reports_to_launcher():  # the launcher prints the job's one line
+            text = "\n".join(lines[:-1])
     if text:
         click.echo(text, err=file is None, file=file)
     return exit_code(exc)

@@ -14,6 +14,7 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
+from cs_run import replicas
 from cs_run.backend import Backend, _normalize_type, current_backend
 from cs_run.backend import backend as _make_backend
 from cs_run.engine import closures
@@ -26,11 +27,16 @@ M = TypeVar("M", bound=torch.nn.Module)
 
 
 def compile(model: M, backend: Backend | str | None = None) -> M:  # noqa: A001 - the vendor's name
-    """Prepares ``model`` for the backend: moves it to the backend's device. Returns the same module.
+    """Prepares ``model`` for the backend: moves it to the backend's device. Returns the same module
+    (a data-parallel wrapper of it with several replicas on CPU/GPU).
 
     Nothing is compiled here: the step is traced and compiled at its first call, when shapes are known.
-    ``backend`` may be a :class:`Backend`, a backend type string (``"CSX"``; the vendor's ``"wse_ws"``
-    means CSX) or None for the current backend (CPU when none exists yet).
+    With the backend's ``cluster_config.num_csx`` > 1 this is where the replicas start (launched, or
+    joined under torchrun: :func:`cs_run.replicas.start`); on CPU/GPU the model is then returned as a
+    :class:`~cs_run.replicas.ReplicatedModule` (torch DDP: gradients averaged over the replicas in
+    backward; ``state_dict`` and attributes are the model's). ``backend`` may be a :class:`Backend`, a
+    backend type string (``"CSX"``; the vendor's ``"wse_ws"`` means CSX) or None for the current backend
+    (CPU when none exists yet).
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"cstorch.compile expects a torch.nn.Module, got {type(model).__name__}")
@@ -42,10 +48,11 @@ def compile(model: M, backend: Backend | str | None = None) -> M:  # noqa: A001 
         current = current_backend(raise_exception=False, raise_warning=False)
         wanted = _normalize_type(backend)
         be = current if current is not None and current.backend_type == wanted else _make_backend(wanted)
+    replicas.start(be.cluster_config.num_csx, be.backend_type, be.cluster_config.collective_timeout)
     model.to(be.torch_device)
     if model not in be.models:
         be.models.append(model)
-    return model
+    return model if be.is_csx else replicas.replicate(model, be.torch_device)
 
 
 class TracedStepFunction:

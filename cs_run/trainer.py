@@ -168,11 +168,11 @@ def _runconfig(model_dir: str, backend: Backend, loop: dict, checkpoint: dict, l
     rc: dict[str, Any] = {"model_dir": model_dir, "seed": seed}
     for given, keys in ((loop, _LOOP_KEYS), (checkpoint, _CHECKPOINT_KEYS), (log, _LOGGING_KEYS)):
         rc.update({keys[k]: v for k, v in given.items() if k in keys})
+    cc = backend.cluster_config  # num_csx replicas on every device
+    rc.update({key: getattr(cc, key) for key in cluster_keys()})
     if backend.is_csx:  # the backend's own options drive the CS runner's backend
-        cc = backend.cluster_config
         rc.update(compile_dir=backend.compile_dir, compile_only=backend.compile_only,
-                  validate_only=backend.validate_only, compile_tier=backend.compile_tier,
-                  **{key: getattr(cc, key) for key in cluster_keys()})
+                  validate_only=backend.validate_only, compile_tier=backend.compile_tier)
     return build_section(RunConfig, "runconfig", rc, lambda key: " (Trainer arguments)")
 
 

@@ -46,8 +46,11 @@ def build_dataloader(params: Params, split: str,
     if section is None:
         raise ParamsError(f"params: missing section {name} (needed to {split})")
     build = functools.partial(_call_data_function, params, split, name, section, data_fn)
-    workers = params.runconfig.num_workers_per_csx
-    return StreamingLoader(build, workers) if workers > 1 else build()
+    rc = params.runconfig
+    if rc.num_workers_per_csx == 1:
+        return build()
+    # a stuck data function fails the run like a silent replica does, instead of hanging it
+    return StreamingLoader(build, rc.num_workers_per_csx, timeout=rc.collective_timeout)
 
 
 def _call_data_function(params: Params, split: str, name: str, section: InputParams,

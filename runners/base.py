@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from tqdm import tqdm
 
-from cs_run import distributed
+from cs_run import distributed, replicas
 from cs_run._logging import run_log
 from cs_run.backend import Backend
 from cs_run.batches import RateMeter, batch_size, loader_length, move_to_device
@@ -38,7 +38,7 @@ from cs_run.runners._run_record import RunRecord
 from cs_run.runners._step import StepConfig
 from cs_run.runners.hooks import RunnerHooks
 from cs_run.schedule import StepBudget, is_checkpoint_step, is_log_step, step_budget
-from cs_run.utils.streaming import StreamingLoader
+from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, load_state, replica_state
 
 __all__ = ["PyTorchBaseRunner"]
 
@@ -90,6 +90,17 @@ def _runner_for_device(cls: Any, expected: type, spec: Any, device: str) -> type
 
 
 _COMBINED: dict[tuple[type, type], type] = {}
+
+
+def check_batch_split(params: Params, num_replicas: int) -> None:
+    """The params' batch sizes are global batches: each must split evenly over the replicas."""
+    for name in ("train_input", "eval_input"):
+        section = getattr(params, name)
+        if num_replicas > 1 and section is not None:
+            try:
+                replicas.split_batch(section.batch_size, num_replicas)
+            except ValueError as e:
+                raise ParamsError(f"params: {name}.batch_size: {e}") from None
 
 
 class PyTorchBaseRunner(RunnerHooks):
@@ -151,6 +162,7 @@ class PyTorchBaseRunner(RunnerHooks):
         self._stop = StopFlag()  # the signal flag while train() runs (docs/architecture.md#interrupts)
         self._saved: tuple[int, Optional[Path]] = (-1, None)  # (global step, path) of the newest checkpoint
         self._run_start: Optional[int] = None
+        self._samples_streamed = 0  # the train loader's, this run (a restartable loader's worker state)
         self.should_stop = False
         """Set it in a hook to end training after the current step (with a checkpoint of that step)."""
         self._early_stopping = EarlyStopping.from_runconfig(rc)
@@ -184,7 +196,8 @@ class PyTorchBaseRunner(RunnerHooks):
                               "(cs-run compile-only / validate-only set it)")
         try:
             _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
-            _model_dir.check_not_locked(rc.model_dir)
+            if replicas.is_master():  # ordinal 0 holds model_dir's lock (docs/architecture.md#replicas)
+                _model_dir.check_not_locked(rc.model_dir)
             if mode is not None and not (rc.compile_only or rc.validate_only):
                 check_sections_for(params, mode, {"train": builders.get("train_data_fn"),
                                                   "eval": builders.get("eval_data_fn")})
@@ -195,6 +208,9 @@ class PyTorchBaseRunner(RunnerHooks):
             if spec:
                 cls = spec if isinstance(spec, type) else resolve_object(spec, key="runconfig.runner")
                 cls = _runner_for_device(cls, expected, spec, device)
+            if not (rc.compile_only or rc.validate_only):  # N replicas: launch or join them (never returns in a launcher)
+                check_batch_split(params, rc.num_csx)
+                replicas.start(rc.num_csx, device, rc.collective_timeout)
             return cls(params, device=device, backend=backend, **builders)
         except ParamsError as e:  # a value in the params file: name its file:line
             raise params.locate_error(e) from e
@@ -244,7 +260,11 @@ class PyTorchBaseRunner(RunnerHooks):
     @contextlib.contextmanager
     def _open_model_dir(self, mode: str) -> Iterator[None]:
         """The run's hold on model_dir: its lock (one writer at a time), the resolved params (training modes
-        only), the run's record in model_dir/runs/ and the run log, which also gets the ``Error:`` line."""
+        only), the run's record in model_dir/runs/ and the run log, which also gets the ``Error:`` line.
+        Ordinal 0 is the one writer of a run of several replicas."""
+        if not replicas.is_master():
+            yield
+            return
         with _model_dir.model_dir_lock(self.model_dir):
             if mode in TRAINING_MODES:
                 save_params(self.params, self.model_dir)
@@ -272,19 +292,20 @@ class PyTorchBaseRunner(RunnerHooks):
         if self._early_stopping is not None:  # before any work: the value must be one the eval reports
             self._early_stopping.check_metric(["eval/loss", *get_all_metrics()])
         loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
+        _check_replica_loader(loader, self.params.train_input)
         self._load_initial_state(self._initial_checkpoint())
-        self._restore_data_position(loader)
         budget = step_budget(loader_batches=loader_length(loader), initial_step=self.global_step,
                              num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,
                              steps_per_epoch=rc.steps_per_epoch, grad_accum_steps=self.params.optimizer.grad_accum_steps,
                              prefix="runconfig.", accum_key="optimizer.grad_accum_steps", where="params: ")
+        self._restore_data_position(loader)  # after the budget: an epoch is a fresh loader's pass
         if self._pending_resume is not None and self._epoch_step >= budget.steps_per_epoch:
             # The checkpoint closed an epoch: the next one starts fresh from the checkpoint's RNG.
             restore_rng_state(self._pending_resume["rng"], getattr(loader, "generator", None))
             self._pending_resume, self._epoch, self._epoch_step = None, self._epoch + 1, 0
         if rc.save_initial_checkpoint and self.global_step == 0:
             self._save_checkpoint()
-        self._run_start, self._run_steps = self.global_step, budget.steps
+        self._run_start, self._run_steps, self._samples_streamed = self.global_step, budget.steps, 0
         end_step = self.global_step + budget.steps
         logger.info("Training %d steps (global step %d -> %d), %d per epoch", budget.steps, self.global_step,
                     end_step, budget.steps_per_epoch)
@@ -314,6 +335,7 @@ class PyTorchBaseRunner(RunnerHooks):
     def _train_epoch(self, loader, budget: StepBudget, end_step: int, bar) -> bool:
         """Run steps until the epoch or the budget ends; True when the epoch ended."""
         for micro_batches in self._epoch_batches(loader, budget.steps_per_epoch):
+            self._samples_streamed += sum(batch_size(b) for b in micro_batches)
             micro_batches = self.on_train_batch_start(micro_batches)
             loss = self._train_step(micro_batches)
             self.global_step += 1
@@ -329,9 +351,15 @@ class PyTorchBaseRunner(RunnerHooks):
         return True
 
     def _stop_requested(self) -> bool:
-        """Checked after each step: a signal or ``should_stop`` ends the loop. With several replicas the
-        answer must be the same on all of them (one collective here), or they would stop at different steps."""
-        return self._stop.requested or self.should_stop
+        """A signal or ``should_stop``; with several replicas any replica's, agreed after every step (one
+        tiny host collective), so they all stop after the same step and with the same signal."""
+        if replicas.world_size() == 1:
+            return self._stop.requested or self.should_stop
+        signum, stop = replicas.max_values(self._stop.signum or 0, float(bool(self.should_stop)))
+        if signum and not self._stop.requested:
+            self._stop.signum = int(signum)
+        self.should_stop = bool(stop)  # the outer loop reads it too
+        return bool(signum or stop)
 
     def _stop_after_step(self) -> None:
         """A stop request (a signal, ``should_stop``) after a whole step: checkpoint the step, then end the
@@ -380,14 +408,14 @@ class PyTorchBaseRunner(RunnerHooks):
         """Host work after a step: loss check, logging, checkpoint, periodic eval."""
         rc = self.params.runconfig
         step, run_step = self.global_step, self.global_step - self._run_start
-        self._rate.tick(sum(batch_size(b) for b in micro_batches))
+        self._rate.tick(sum(batch_size(b) for b in micro_batches) * replicas.world_size())  # all replicas' samples
         log_step = is_log_step(run_step, self._run_steps, rc.log_steps)
         checkpoint_step = is_checkpoint_step(run_step, self._run_steps, rc.checkpoint_steps)
         self._track_loss(loss, step)
         if log_step or checkpoint_step:
             self._raise_on_bad_loss()  # never checkpoint weights a NaN step produced
         if log_step:
-            value = self._fetch_loss(loss)
+            value = replicas.mean_value(self._fetch_loss(loss))  # the global batch's loss
             rate, global_rate = self._rate.rate, self._rate.global_rate
             self._report_compile_time(step)
             logger.info("| Train Device=%s, Step=%d, Loss=%.5f, Rate=%.2f samples/sec, GlobalRate=%.2f samples/sec",
@@ -478,7 +506,8 @@ class PyTorchBaseRunner(RunnerHooks):
         early_exit = available is not None and steps < available
         self.on_eval_epoch_end(early_exit=early_exit)
         self.on_eval_end(early_exit=early_exit)
-        results = {"eval/loss": self._fetch_loss(total_loss) / steps, **compute_all_metrics()}
+        loss_sum, all_steps = replicas.sum_values(self._fetch_loss(total_loss), steps)  # over replicas' shards
+        results = {"eval/loss": loss_sum / all_steps, **compute_all_metrics()}
         summary = ", ".join(f"{k}={v:.5f}" for k, v in results.items())
         logger.info("| Eval Device=%s, GlobalStep=%d, Batches=%d, %s", self.device_name, self.global_step, steps,
                     summary)
@@ -513,7 +542,8 @@ class PyTorchBaseRunner(RunnerHooks):
             if not path.is_file():
                 raise ParamsError(f"params: runconfig.checkpoint_path: no such file {path}")
             return path
-        return _checkpoints.latest_checkpoint(self.model_dir) if rc.autoload_checkpoint else None
+        latest = _checkpoints.latest_checkpoint(self.model_dir) if rc.autoload_checkpoint else None
+        return replicas.broadcast_object(latest)  # every replica resumes from ordinal 0's choice
 
     def _checkpoint_state(self) -> dict[str, Any]:
         """Everything an exact resume needs (weights, optimizer, schedule, scaler, RNG, data position)."""
@@ -534,6 +564,10 @@ class PyTorchBaseRunner(RunnerHooks):
             loader = self._train_loader
             if isinstance(loader, StreamingLoader) and loader.is_restartable:
                 state["dataloader"]["workers"] = loader.state_dict()  # a collective with several replicas
+            elif isinstance(loader, RestartableDataLoader):  # the replica streams itself (one worker)
+                steps = self.global_step - self._run_start
+                state["dataloader"]["workers"] = replica_state(
+                    loader, steps, steps * self.params.optimizer.grad_accum_steps, self._samples_streamed)
         return state
 
     def _data_topology(self) -> dict[str, int]:
@@ -541,9 +575,10 @@ class PyTorchBaseRunner(RunnerHooks):
 
     def _restore_data_position(self, loader: Any) -> None:
         """Put the train loader where the checkpoint's data position says (see
-        docs/architecture.md#streaming-workers): a restartable loader of input workers loads the saved
-        workers' state (and is not replayed); otherwise the epoch's done batches are replayed, which is exact
-        in the topology that wrote the checkpoint and keeps the step count (not the samples) in another."""
+        docs/architecture.md#streaming-workers): a restartable loader loads the saved workers' state
+        (deaggregated for each worker, whatever the topology; nothing is replayed); otherwise the epoch's
+        done batches are replayed, which is exact in the topology that wrote the checkpoint and keeps the
+        step count (not the samples) in another."""
         resume = self._pending_resume
         if resume is None:
             return
@@ -551,12 +586,16 @@ class PyTorchBaseRunner(RunnerHooks):
         if resume.get("workers") is not None and isinstance(loader, StreamingLoader) and loader.is_restartable:
             loader.load_state_dict(resume["workers"])
             resume["positioned"] = True
+        elif resume.get("workers") is not None and isinstance(loader, RestartableDataLoader):
+            load_state(loader, resume["workers"])
+            resume["positioned"] = True
         elif saved != self._data_topology() and all(v is not None for v in saved.values()):
             logger.warning("The checkpoint's data position was written with num_csx=%s x num_workers_per_csx=%s "
-                           "input streams and this run has %s x %s: it resumes at the same step and epoch, but "
-                           "the rest of this epoch's batches are not the ones the old run would have seen (use a "
-                           "restartable dataloader for an exact position)", saved["num_csx"],
-                           saved["num_workers_per_csx"], *self._data_topology().values())
+                           "input streams and this run has %s x %s: it resumes at the same step by replaying the "
+                           "epoch's done batches with the new streams, which is exact only if the data function's "
+                           "global order does not depend on the number of streams (a restartable dataloader records "
+                           "its position exactly)", saved["num_csx"], saved["num_workers_per_csx"],
+                           *self._data_topology().values())
 
     def _save_checkpoint(self) -> Path:
         path = _checkpoints.checkpoint_path(self.model_dir, self.global_step)
@@ -571,11 +610,12 @@ class PyTorchBaseRunner(RunnerHooks):
                                 f"inf); training stopped, nothing was saved for this step and {kept}. Lower the "
                                 "learning rate, enable gradient clipping (optimizer.max_gradient_norm) or check "
                                 "the data")
-        _checkpoints.save_checkpoint(state, path)
         self._saved = (self.global_step, path)
-        logger.info("Saved checkpoint %s", path)
-        _checkpoints.prune_checkpoints(self.model_dir, self.params.runconfig.max_checkpoints)
-        self.on_checkpoint_saved(str(path), self.global_step)
+        if replicas.is_master():  # the replicas' states are equal: ordinal 0 writes it once
+            _checkpoints.save_checkpoint(state, path)
+            logger.info("Saved checkpoint %s", path)
+            _checkpoints.prune_checkpoints(self.model_dir, self.params.runconfig.max_checkpoints)
+            self.on_checkpoint_saved(str(path), self.global_step)
         return path
 
     def _load_initial_state(self, path: Optional[Path]) -> None:
@@ -636,5 +676,25 @@ class PyTorchBaseRunner(RunnerHooks):
         return move_to_device(batch, self.torch_device)
 
     def _progress(self, desc: str, total: int):
-        disable = True if self.params.runconfig.disable_progress_bar else None  # None: only on a TTY
+        disable = True if self.params.runconfig.disable_progress_bar or not replicas.is_master() else None  # None: a TTY
         return tqdm(total=total, desc=desc, unit="step", disable=disable, dynamic_ncols=True, leave=False)
+
+
+def _check_replica_loader(loader, section) -> None:
+    """Replicas step together (each step all-reduces): loaders of different lengths would leave one
+    replica waiting for the others, so they are refused up front. A loader whose batch is the params'
+    whole batch_size did not split it (the global batch would be N times larger): warned."""
+    n, length = replicas.world_size(), loader_length(loader)
+    if n > 1 and section is not None and getattr(loader, "batch_size", None) == section.batch_size > 1 \
+            and replicas.is_master():
+        logger.warning("train_input.batch_size=%d is the global batch of %d replicas, but the data function's loader "
+                       "yields %d per replica (a global batch of %d); call cstorch.distributed."
+                       "get_streaming_batch_size(batch_size) in it", section.batch_size, n, section.batch_size,
+                       section.batch_size * n)
+    if n == 1 or length is None:
+        return
+    total, = replicas.sum_values(length)
+    if total != length * n:
+        raise ParamsError(f"params: train_input: the {n} replicas' train loaders differ in length (this replica's "
+                          f"has {length} batches, all together {int(total)}); shard the data evenly by "
+                          "cstorch.distributed.get_streaming_rank() / num_streamers() and keep drop_last_batch")

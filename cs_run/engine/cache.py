@@ -1,9 +1,10 @@
 """The record of compiled steps under ``compile_dir`` (docs/architecture.md#contracts).
 
 A compiled step is keyed by a hash of the graph's generated code, the values of the small constants
-it embeds, the input signature (shapes, dtypes, devices of state and batch), the tier and the torch
-version. Each entry is a folder holding ``graph.py`` (the fx code, for reading) and ``summary.json``;
-an entry's presence is what the log's "compile cache hit" means: this graph was compiled into this
+it embeds, the input signature (shapes, dtypes, devices of state and batch), the data-parallel replicas
+(world size and backend: the graph's all-reduce depends on them), the tier and the torch version.
+Each entry is a folder holding ``graph.py`` (the fx code, for reading) and ``summary.json``; an entry's
+presence is what the log's "compile cache hit" means: this graph was compiled into this
 compile_dir before. For the inductor tier, ``artifacts/<key>.inductor.bin`` is inductor's saved compiled
 artifact, which a later process loads instead of compiling (the trace still runs: it gives the key).
 Inductor's own caches live in ``compile_dir/inductor``; the fx tier rebuilds in milliseconds.
@@ -22,6 +23,7 @@ from typing import Any
 
 import torch
 
+from cs_run.engine.collectives import cache_key as replicas_key
 from cs_run.engine.trace import TracedStep
 
 __all__ = ["CompileCache", "graph_key"]
@@ -30,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 
 def graph_key(traced: TracedStep, batch: list[torch.Tensor], tier: str) -> str:
-    """Hash of graph code + constants + input signature + tier + torch version."""
+    """Hash of graph code + constants + input signature + replicas + tier + torch version."""
     h = hashlib.sha256()
     h.update(traced.gm.code.encode())
     for name, buf in sorted(traced.gm.named_buffers()) + sorted(
@@ -41,7 +43,7 @@ def graph_key(traced: TracedStep, batch: list[torch.Tensor], tier: str) -> str:
             h.update(buf.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes() if buf.numel() else b"")
     for t in traced.state.tensors + batch:
         h.update(f"{tuple(t.shape)}|{tuple(t.stride())}|{t.dtype}|{t.device.type}|{t.requires_grad};".encode())
-    h.update(f"{tier}|{torch.__version__}".encode())
+    h.update(f"{replicas_key(traced.replicas)}|{tier}|{torch.__version__}".encode())
     return h.hexdigest()[:32]
 
 

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from cs_run.engine import collectives
 from cs_run.engine.cache import CompileCache, graph_key
 from cs_run.engine.cudagraph import GraphedStep, capture_blocker
 from cs_run.engine.progress import compiling
@@ -84,15 +85,20 @@ def compile_graph(traced: TracedStep, batch: list[torch.Tensor], tier: str, cach
     graphed = _graph_wrapper(traced, batch, device, label) if cuda_graphs else None
     if tier == "auto":
         executables: dict[str, Callable[..., Any]] = {"fx": traced.gm}
+        failed = ""
         try:
             executables["inductor"] = _build(traced, batch, "inductor", cache, recompiles, label)
         except Exception as exc:  # noqa: BLE001  (any lowering failure: fx still runs the step)
-            logger.warning("compile_tier auto: %s runs on tier fx: the inductor build failed (%s: %s)",
-                           label, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+            failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if traced.replicas is not None:  # replicas must run the same tier: one failure -> fx everywhere
+            failed = collectives.first_failure(failed)
+        if failed:
+            logger.warning("compile_tier auto: %s runs on tier fx: the inductor build failed (%s)", label, failed)
             return graphed(traced.gm) if graphed else traced.gm
         if graphed:
             executables = {k: graphed(v) for k, v in executables.items()}
-        return TierTrial(executables, device=device, label=label)
+        agree = collectives.agree_choice if traced.replicas is not None else None
+        return TierTrial(executables, device=device, label=label, agree=agree)
     executable = _build(traced, batch, tier, cache, recompiles, label)
     return graphed(executable) if graphed else executable
 

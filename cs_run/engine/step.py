@@ -17,6 +17,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from cs_run.batches import compile_time, move_to_device
+from cs_run.engine import collectives
 from cs_run.engine.cache import CompileCache
 from cs_run.engine.compile import compile_graph, resolve_tier
 from cs_run.engine.replay import batch_leaves, replay
@@ -102,6 +103,10 @@ class CompiledStep:
         else:
             device = traced.state.tensors[0].device if traced.state.tensors else torch.device("cpu")
             tier = resolve_tier(self.options.tier, device)
+            if traced.replicas is not None:  # every replica runs the same tier and ordinal 0's weights
+                tier = collectives.common_tier(tier)
+                if not self.options.compile_only:
+                    collectives.broadcast_model_state(traced.state)
             cache = CompileCache(self.options.compile_dir) if self.options.compile_dir else None
             executable = compile_graph(traced, batch_leaves(traced, args, kwargs), tier, cache, self.recompiles,
                                        label=_name(self._fn), cuda_graphs=self.options.cuda_graphs)

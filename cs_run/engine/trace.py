@@ -9,6 +9,10 @@ real state tensors in place.
 Graph outputs, in order (:class:`OutputLayout`): the user's tensor outputs, new values of rebound
 state slots, gradients the step leaves on parameters, then the (cloned) tensor arguments of step
 closures called in the step. See docs/architecture.md#contracts.
+
+With data-parallel replicas the function mode also hands every torch call to a
+``collectives.TraceSync``, which traces the gradient all-reduce into the graph
+(docs/architecture.md#replicas-on-csx).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicO
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
 from torch.overrides import TorchFunctionMode
 
-from cs_run.engine import closures, dtype_rules
+from cs_run.engine import closures, collectives, dtype_rules
 from cs_run.engine.compliance import compliance_error, is_value_read, library_hint, user_frame_location
 from cs_run.engine.state import Slot, StateSet, optimizer_state_rebinds
 from cs_run.errors import ComplianceError
@@ -112,6 +116,7 @@ class TracedStep:
     layout: OutputLayout
     closure_calls: list[closures.RecordedClosure]
     summary: GraphSummary
+    replicas: collectives.Replicas | None = None  # data-parallel replicas the graph all-reduces over
 
 
 @dataclass
@@ -146,11 +151,13 @@ def _hashable(x: Any) -> Any:
 
 
 class _TraceMode(TorchFunctionMode):
-    """Inside the trace: value reads -> ComplianceError; stray real tensors -> bound fakes or lifted."""
+    """Inside the trace: value reads -> ComplianceError; stray real tensors -> bound fakes or lifted;
+    with replicas, the gradient all-reduce where the gradients are first read (``collectives.TraceSync``)."""
 
-    def __init__(self, mapping: dict[int, torch.Tensor], strays: dict[int, torch.Tensor]) -> None:
+    def __init__(self, mapping: dict[int, torch.Tensor], strays: dict[int, torch.Tensor],
+                 sync: collectives.TraceSync | None = None) -> None:
         super().__init__()
-        self.mapping, self.strays = mapping, strays
+        self.mapping, self.strays, self.sync = mapping, strays, sync
         self.placeholders: dict[int, torch.Tensor] = {}
         self.nodes: dict[int, torch.fx.Node] = {}
 
@@ -162,7 +169,12 @@ class _TraceMode(TorchFunctionMode):
             raise compliance_error(what, user_frame_location(frame), library_hint(frame))
         args, kwargs = pytree.tree_map_only(torch.Tensor, self._substitute, (args, kwargs))
         args, kwargs = dtype_rules.apply(func, args, kwargs)
-        return func(*args, **kwargs)
+        if self.sync is None:
+            return func(*args, **kwargs)
+        self.sync.before(func, args)
+        out = func(*args, **kwargs)
+        self.sync.after(func)
+        return out
 
     def _substitute(self, t: torch.Tensor) -> torch.Tensor:
         if isinstance(t, FakeTensor):
@@ -194,7 +206,8 @@ def trace_step(fn: Callable, state: StateSet, args: tuple, kwargs: dict) -> Trac
     frozen = {i: x for i, x in enumerate(leaves) if not isinstance(x, torch.Tensor)}
     strays: dict[int, torch.Tensor] = {}
     capture = _Capture()
-    runner = _make_runner(fn, state, in_spec, len(leaves), batch_pos, frozen, strays, capture)
+    replicas = collectives.replicas()
+    runner = _make_runner(fn, state, in_spec, len(leaves), batch_pos, frozen, strays, capture, replicas)
     inputs = [_as_input(s) for s in state.slots] + [leaves[i] for i in batch_pos]
     gm = _run_make_fx(runner, inputs)
     _lift_strays(gm, state, strays, capture.stray_nodes)
@@ -204,7 +217,7 @@ def trace_step(fn: Callable, state: StateSet, args: tuple, kwargs: dict) -> Trac
     summary = summarize(gm, state, [leaves[i] for i in batch_pos], time.perf_counter() - t0)
     assert capture.out_spec is not None and capture.layout is not None
     return TracedStep(gm, state, in_spec, frozen, capture.out_spec, capture.out_leaves, capture.layout,
-                      capture.closure_calls, summary)
+                      capture.closure_calls, summary, replicas)
 
 
 def _lift_strays(gm: torch.fx.GraphModule, state: StateSet, strays: dict, nodes: dict) -> None:
@@ -262,7 +275,8 @@ def _is_data_dependent(exc: BaseException) -> bool:
     return isinstance(exc, (DataDependentOutputException, DynamicOutputShapeException)) or type(exc).__name__ in names
 
 
-def _make_runner(fn, state, in_spec, n_leaves, batch_pos, frozen, strays, capture: _Capture) -> Callable:
+def _make_runner(fn, state, in_spec, n_leaves, batch_pos, frozen, strays, capture: _Capture,
+                 replicas: collectives.Replicas | None) -> Callable:
     n_state = len(state.slots)
 
     def runner(*flat: torch.Tensor):
@@ -275,9 +289,12 @@ def _make_runner(fn, state, in_spec, n_leaves, batch_pos, frozen, strays, captur
             for s, f in zip(state.slots, flat[:n_state]):  # lifted tensors: substituted by the mode
                 mapping[id(s.tensor)] = f
             recorder = stack.enter_context(closures.recording())
-            mode = stack.enter_context(_TraceMode(mapping, strays))
+            sync = collectives.TraceSync(replicas, state, flat[:n_state]) if replicas is not None else None
+            mode = stack.enter_context(_TraceMode(mapping, strays, sync))
             capture.stray_nodes = mode.nodes
             out = fn(*args, **kwargs)
+            if sync is not None:
+                sync.finish()
             return _collect_outputs(out, state, mapping, recorder, capture)
 
     return runner

@@ -4,14 +4,22 @@ A metric keeps its running state in registered buffers (it is a ``torch.nn.Modul
 engine discovers the state like a model's buffers, and ``update`` only does in-place tensor ops: an
 update inside a traced step becomes part of the graph and each replay mutates the real state.
 ``compute`` is tensor-only too; it normally runs on the host after the run (``float(metric)``).
+
+With several replicas each keeps the sums of its own shard; a host read (``float(metric)``,
+:func:`compute_all_metrics`) first sums every state over the replicas, so it is a collective: every
+replica reads, as the runners' eval does. A metric whose state is not a sum overrides
+:meth:`Metric.reduce_state`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Any
+from typing import Any, Iterator
 
 import torch
+
+from cs_run import replicas
 
 __all__ = [
     "Metric",
@@ -114,9 +122,30 @@ class Metric(torch.nn.Module):
         self.update(*args, **kwargs)
         return self.compute()
 
+    def reduce_state(self, name: str, value: torch.Tensor) -> torch.Tensor:
+        """``value`` of state ``name`` over all replicas: the sum (every built-in metric keeps sums)."""
+        return replicas.all_reduce_sum(value)
+
+    @contextlib.contextmanager
+    def replicas_reduced(self) -> Iterator[Metric]:
+        """Inside the block the state is that of all replicas together (one collective per state);
+        the replica's own state is back afterwards, so reading twice never counts twice."""
+        if replicas.world_size() == 1 or not replicas.joined():
+            yield self
+            return
+        own = {name: getattr(self, name) for name in self._initial_values}
+        for name, value in own.items():
+            setattr(self, name, self.reduce_state(name, value))
+        try:
+            yield self
+        finally:
+            for name, value in own.items():
+                setattr(self, name, value)
+
     def __float__(self) -> float:
         # Host read: syncs with the device once. Use after the run or inside a step closure.
-        return float(self.compute())
+        with self.replicas_reduced():
+            return float(self.compute())
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}"

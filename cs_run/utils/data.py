@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.utils._pytree as pytree
 
-from cs_run import distributed
+from cs_run import distributed, replicas
 from cs_run.backend import current_backend
 from cs_run.batches import RateMeter, batch_size, cycle, loader_length, move_to_device
 from cs_run.distributed import DataLoaderCheckpoint
@@ -28,7 +28,7 @@ from cs_run.engine import closures
 from cs_run.errors import ParamsError
 from cs_run.interrupts import Interrupted, StopFlag, stop_on_signal
 from cs_run.schedule import is_checkpoint_step, is_final_step, step_budget
-from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, aggregate_states, load_state, worker_state_dict
+from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, load_state, replica_state
 
 __all__ = ["DataLoader", "DataLoaderCheckpoint", "DataExecutor", "DistributedSampler", "Profiler",
            "RestartableDataLoader", "Schedule", "SyntheticDataset", "compute_num_steps", "current_executor"]
@@ -110,17 +110,10 @@ class DataLoader:
         if isinstance(self.loader, StreamingLoader):
             return self.loader.state_dict()
         self._check_restartable("getting")
-        step = executor.user_iteration if executor is not None else 0
-        samples = executor.profiler.total_samples if executor is not None else 0
-        info = DataLoaderCheckpoint(local_worker_id=0, num_workers_per_csx=1, num_csx=distributed.get_world_size(),
-                                    wse_id=distributed.get_ordinal(), appliance_step=step, worker_step=step,
-                                    samples_streamed=samples)
-        states = [worker_state_dict(self.loader, info)]
-        if distributed.get_world_size() > 1 and distributed._dist_ready():
-            gathered: list[Any] = [None] * distributed.get_world_size()
-            torch.distributed.all_gather_object(gathered, states)
-            states = [s for part in gathered for s in part]
-        return aggregate_states(self.loader, states)
+        if executor is None:
+            return replica_state(self.loader, 0, 0, 0)
+        return replica_state(self.loader, executor.user_iteration, executor.user_iteration,
+                             executor.profiler.total_samples)
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> None:
         """Resume from a saved :meth:`state_dict`: each worker loads ``deaggregate_state_dict(state_dict)``.
@@ -270,7 +263,7 @@ class DataExecutor:
                 batch = move_to_device(batch, device)
                 self.profiler.tick(batch_size(batch))
                 yield batch
-                if self._stop.requested and i + 1 < self.num_steps:
+                if self._stop_agreed(i) and i + 1 < self.num_steps:
                     if self._checkpointed == i or last:
                         raise self._interrupted()
                     last = True  # the signal came after this step's checkpoint closures: one more step saves
@@ -278,6 +271,19 @@ class DataExecutor:
                 torch.cuda.synchronize(device)  # one sync at the end so total_time covers the device work
             self.profiler.finish()
 
+
+    def _stop_agreed(self, i: int) -> bool:
+        """The stop request after step ``i``; with several replicas any replica's, and the step counts as
+        checkpointed only if every replica's closures were told so (one tiny host collective per step), so
+        all replicas save and stop after the same step."""
+        if replicas.world_size() == 1:
+            return self._stop.requested
+        signum, unsaved = replicas.max_values(self._stop.signum or 0, float(self._checkpointed != i))
+        if signum and not self._stop.requested:
+            self._stop.signum = int(signum)
+        if signum and unsaved:
+            self._checkpointed = -1  # one more step, on every replica, saves
+        return bool(signum)
 
     def _interrupted(self) -> Interrupted:
         step = self.user_iteration
@@ -342,8 +348,8 @@ class DistributedSampler(torch.utils.data.Sampler):
     The samples form one stream: epoch ``e`` is a permutation seeded ``seed + e`` (``shuffle``) or the
     natural order, and epochs follow each other; ``start_index`` (or :meth:`set_state`) is a position in
     that stream, the number of samples streamed before. With ``batch_size`` (the global batch) the stream is
-    cut into global batches; global batch ``g`` of a pass goes to input worker ``g % W`` of every replica,
-    and replica ``r`` takes its slice ``[r B/N, (r+1) B/N)``; the sampler yields those per-replica batches
+    cut into global batches; global batch ``g`` (counted from the last :meth:`set_state`) goes to input worker
+    ``g % W`` of every replica, and replica ``r`` takes its slice ``[r B/N, (r+1) B/N)``; the sampler yields those per-replica batches
     (use it as a DataLoader's ``batch_sampler``). One iteration is one pass: up to the last full batch of the
     current epoch, the samples left over starting the next pass (``drop_last``), or a last short batch
     (``drop_last=False``), padded from the epoch's start with ``pad_last``. Without ``batch_size`` it yields
@@ -364,7 +370,6 @@ class DistributedSampler(torch.utils.data.Sampler):
         self.num_samples = len(data_source) if num_samples is None else num_samples
         if not isinstance(self.num_samples, int) or self.num_samples < 1:
             raise ValueError(f"Invalid num_samples {self.num_samples!r}: must be a positive integer")
-        self.start_index = 0
         self.set_state(start_index)
 
     def set_state(self, start_index: int) -> None:
@@ -372,6 +377,7 @@ class DistributedSampler(torch.utils.data.Sampler):
         if not isinstance(start_index, int) or start_index < 0:
             raise ValueError(f"Invalid start_index {start_index!r}: must be an integer >= 0")
         self.start_index = start_index
+        self._first_group = 0  # the worker that takes the pass's first global batch
 
     def set_epoch(self, epoch: int) -> None:
         """Start the next pass at the beginning of ``epoch`` (torch's sampler method)."""
@@ -406,13 +412,14 @@ class DistributedSampler(torch.utils.data.Sampler):
         rank = distributed.get_streaming_rank()
         return distributed.get_world_size(), workers, rank // workers, rank % workers
 
-    def _pass(self) -> tuple[list[Any], int]:
-        """This stream's share of the pass (per-replica batches, or single indices) and where the pass ends."""
+    def _pass(self) -> tuple[list[Any], int, int]:
+        """This stream's share of the pass (per-replica batches, or single indices), where the pass ends and
+        its number of global batches."""
         n, b, start = self.num_samples, self.batch_size, self.start_index
         replicas, workers, replica, worker = self._topology()
         if b is None:
             end = (start // n + 1) * n
-            return self._positions(start, end)[replica * workers + worker::replicas * workers], end
+            return self._positions(start, end)[replica * workers + worker::replicas * workers], end, 0
         if self.drop_last:
             end = ((start + b - 1) // n + 1) * n  # the end of the epoch the pass's first batch ends in
             end = start + (end - start) // b * b
@@ -423,16 +430,22 @@ class DistributedSampler(torch.utils.data.Sampler):
             if self.pad_last and batches and len(batches[-1]) < b:
                 batches[-1] = batches[-1] + self._order(start // n)[:b - len(batches[-1])]
         mine = []
-        for g, batch in enumerate(batches):
+        for g, batch in enumerate(batches, start=self._first_group):
             if g % workers == worker:
                 cuts = [len(batch) * r // replicas for r in range(replicas + 1)]
                 mine.append(batch[cuts[replica]:cuts[replica + 1]])
-        return mine, end
+        return mine, end, len(batches)
 
     def __iter__(self) -> Iterator[Any]:
-        items, end = self._pass()
-        yield from items
-        self.start_index = end  # a whole pass: the next one continues the stream
+        items, end, count = self._pass()
+        workers = self._topology()[1]
+        if not items:
+            self.start_index, self._first_group = end, (self._first_group + count) % workers
+        for i, item in enumerate(items):
+            if i == len(items) - 1:  # the pass is handed out whole (a loop may stop at its last batch without
+                # asking for more): the next pass continues the stream, and the workers' turn
+                self.start_index, self._first_group = end, (self._first_group + count) % workers
+            yield item
 
     def __len__(self) -> int:
         return len(self._pass()[0])

@@ -27,12 +27,13 @@ from typing import Any, Callable, Iterator, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from cs_run import distributed
+from cs_run import distributed, replicas
 from cs_run.batches import batch_size
 from cs_run.distributed import DataLoaderCheckpoint
-from cs_run.errors import CsRunError
+from cs_run.errors import CsRunError, TrainingError
 
-__all__ = ["RestartableDataLoader", "StreamingLoader", "aggregate_states", "load_state", "worker_state_dict"]
+__all__ = ["RestartableDataLoader", "StreamingLoader", "aggregate_states", "gather_states", "load_state",
+           "replica_state", "worker_state_dict"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,26 @@ def aggregate_states(loader: Any, states: list[DataLoaderCheckpoint]) -> dict[st
     return copy.deepcopy(loader.aggregate_state_dict([s.user_state_dict for s in ordered]))
 
 
+def gather_states(states: list[DataLoaderCheckpoint]) -> list[DataLoaderCheckpoint]:
+    """Every replica's worker states, given this replica's: a collective when the job has several
+    replicas (every replica calls it at the same step)."""
+    if replicas.joined() and distributed.get_world_size() > 1:
+        gathered: list[Any] = [None] * distributed.get_world_size()
+        torch.distributed.all_gather_object(gathered, states)
+        return [s for part in gathered for s in part]
+    return states
+
+
+def replica_state(loader: Any, steps: int, batches: int, samples: int) -> dict[str, Any]:
+    """The aggregated state of a job whose replicas stream themselves (``num_workers_per_csx = 1``): each
+    replica's loader has given ``batches`` batches of ``samples`` samples in ``steps`` steps since it
+    started (or was loaded). A collective with several replicas."""
+    info = DataLoaderCheckpoint(local_worker_id=0, num_workers_per_csx=1, num_csx=distributed.get_world_size(),
+                                wse_id=distributed.get_ordinal(), appliance_step=steps, worker_step=batches,
+                                samples_streamed=samples)
+    return aggregate_states(loader, gather_states([worker_state_dict(loader, info)]))
+
+
 def _as_worker_loader(loader: Any) -> Any:
     """A torch DataLoader runs in the input worker itself: its own worker processes (a worker process
     cannot start more) and pinned memory (the replica pins, if anything) are turned off, as the vendor's
@@ -126,9 +147,9 @@ class _WorkerSource(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[tuple[int, Any, DataLoaderCheckpoint | None]]:
         info = torch.utils.data.get_worker_info()
         worker = info.id if info is not None else 0
-        if info is not None:  # the replica decides when its workers stop (it may want a batch after a Ctrl-C)
-            for s in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(s, signal.SIG_IGN)
+        if info is not None:  # a Ctrl-C is the replica's to handle (it may want a batch after it); SIGTERM stops
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker (torch terminates stuck workers with it)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         with distributed.streaming_worker(worker, self.workers, self.replica):
             try:
                 loader = _as_worker_loader(self.build())
@@ -198,12 +219,14 @@ class StreamingLoader:
         build: Called with no arguments in each worker process (and, to learn the epoch length and a
             worker's first state, in the replica under that worker's streaming rank; never iterated there).
         workers: W, the input workers of this replica (>= 1; 1 also runs one worker process).
+        timeout: Seconds to wait for a worker's next batch before the pass fails (0: no limit), so a stuck
+            data function cannot hang the replica.
     """
 
-    def __init__(self, build: Callable[[], Any], workers: int) -> None:
+    def __init__(self, build: Callable[[], Any], workers: int, timeout: float = 0) -> None:
         if not callable(build):
             raise TypeError(f"StreamingLoader expects a callable returning a dataloader, got {type(build).__name__}")
-        self.build, self.workers = build, distributed._check_workers(workers)
+        self.build, self.workers, self.timeout = build, distributed._check_workers(workers), timeout
         self.epoch = 0
         self._strict = True
         self._next_start: dict[str, Any] | None = None  # the aggregated state the next pass starts from
@@ -265,7 +288,8 @@ class StreamingLoader:
         pin = torch.cuda.is_available() and bool(getattr(self._fresh_copies()[0], "pin_memory", False))
         with warnings.catch_warnings():  # W is the user's choice, also above the core count
             warnings.filterwarnings("ignore", message=".*worker processes in total.*")
-            loader = torch.utils.data.DataLoader(source, batch_size=None, num_workers=self.workers, pin_memory=pin)
+            loader = torch.utils.data.DataLoader(source, batch_size=None, num_workers=self.workers, pin_memory=pin,
+                                                 timeout=self.timeout)
             batches = iter(loader)
         self.epoch += 1
         return self._take(batches)
@@ -273,7 +297,20 @@ class StreamingLoader:
     def _take(self, batches: Iterator[Any]) -> Iterator[Any]:
         self._running = True
         try:
-            for worker, batch, state in batches:
+            while True:
+                try:
+                    worker, batch, state = next(batches)
+                except StopIteration:
+                    return
+                except RuntimeError as e:
+                    if "exited unexpectedly" in str(e):
+                        raise TrainingError(f"an input worker of replica {distributed.get_ordinal()} died ({e}); its "
+                                            "data function crashed the process (look for a fatal error above, or the "
+                                            "system killed it for memory)") from None
+                    if "timed out" in str(e):
+                        raise TrainingError(f"an input worker of replica {distributed.get_ordinal()} gave no batch in "
+                                            f"{self.timeout:g} s; its data function is stuck") from None
+                    raise
                 if isinstance(batch, _Failure):
                     raise batch.kind(batch.message)
                 self._latest[worker] = state
@@ -304,12 +341,7 @@ class StreamingLoader:
             raise RuntimeError("DataLoader is not configured for getting state. Please implement the "
                                "RestartableDataLoader interface (state_dict, load_state_dict, aggregate_state_dict, "
                                "deaggregate_state_dict) to enable `state_dict()` and `load_state_dict()`")
-        states = self._worker_states()
-        if distributed.get_world_size() > 1 and distributed._dist_ready():
-            gathered: list[Any] = [None] * distributed.get_world_size()
-            torch.distributed.all_gather_object(gathered, states)
-            states = [s for part in gathered for s in part]
-        return aggregate_states(self._fresh_copies()[0], states)
+        return aggregate_states(self._fresh_copies()[0], gather_states(self._worker_states()))
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> None:
         """Start the next pass from ``state_dict`` (an aggregated state): each worker loads its

@@ -1,6 +1,7 @@
 """The custom training loop of the cstorch docs (the vendor's custom training loop guide) on fc_mnist, runnable on CPU, GPU and CSX.
 
     python -m cs_run.examples.fc_mnist.custom_loop --backend CSX --steps 300 --model_dir model_dir/loop
+    python -m cs_run.examples.fc_mnist.custom_loop --num_csx 2     # 2 data-parallel replicas (CPU)
 
 Configure a backend, compile the model, use a compliant optimizer, wrap a DataLoader factory, trace
 the training step, read the loss in a step closure and save weights in a checkpoint closure.
@@ -34,12 +35,14 @@ def main(argv: Optional[list[str]] = None) -> dict:
     parser.add_argument("--checkpoint_steps", type=int, default=100)
     parser.add_argument("--model_dir", default="model_dir/custom_loop")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--num_csx", type=int, default=1, help="data-parallel replicas (one process each)")
     args = parser.parse_args(argv)
 
-    backend = cstorch.backend(args.backend, artifact_dir=args.model_dir)
+    backend = cstorch.backend(args.backend, artifact_dir=args.model_dir,
+                              cluster_config=cstorch.distributed.ClusterConfig(num_csx=args.num_csx))
     cstorch.manual_seed(args.seed)
     model = MNIST(depth=2, hidden_size=128, dropout=0.0, activation_fn="relu")
-    compiled_model = cstorch.compile(model, backend)
+    compiled_model = cstorch.compile(model, backend)  # with num_csx > 1: the replicas start here
     optimizer = cstorch.optim.SGD(compiled_model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = torch.nn.NLLLoss()
     dataloader = cstorch.utils.data.DataLoader(input_fn, batch_size=64)

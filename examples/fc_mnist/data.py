@@ -5,6 +5,12 @@ Nothing is downloaded. MNIST files (``train-images-idx3-ubyte[.gz]`` / ``t10k-..
 With ``data_dir: bundled:digits`` (or no data_dir) the 1,797 real 8x8 digits that ship inside
 scikit-learn's wheel are upsampled to MNIST's geometry (a 20x20 digit centred in a 28x28 frame) and
 split into fixed train / validation sets. A data_dir without MNIST is an error.
+
+With several replicas ``batch_size`` is the global batch (the vendor's rule): each replica's loader
+yields ``cstorch.distributed.get_streaming_batch_size(batch_size)`` samples from its own shard, every
+``num_streamers()``-th sample of the (shuffled) order from ``get_streaming_rank()`` on. All replicas draw
+the same order, so one step's replica batches together are the very samples one process would take
+for its batch of ``batch_size``: N replicas train on the data of a single process.
 """
 
 from __future__ import annotations
@@ -18,14 +24,15 @@ from typing import Optional
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, RandomSampler, Sampler, SequentialSampler, TensorDataset
 
 from cs_run import amp
 from cs_run.backend import use_cs
+from cs_run.distributed import get_streaming_batch_size, get_streaming_rank, num_streamers
 from cs_run.errors import ParamsError
 from cs_run.vendor_params import BUNDLED_DATA
 
-__all__ = ["build_dataloader", "read_idx", "load_mnist_idx", "load_digits_as_mnist"]
+__all__ = ["build_dataloader", "read_idx", "load_mnist_idx", "load_digits_as_mnist", "ShardSampler"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,17 +110,39 @@ def load_digits_as_mnist(split: str) -> tuple[torch.Tensor, torch.Tensor]:
     return images[part], labels[part]
 
 
+class ShardSampler(Sampler[int]):
+    """Every ``num_shards``-th index of ``base``'s order, from ``shard`` on. ``even``: the order is first
+    cut to a multiple of ``num_shards``, so every shard has the same length (replicas that train in step
+    need as many batches each); otherwise every index is in exactly one shard (evaluation)."""
+
+    def __init__(self, base: Sampler[int], num_shards: int, shard: int, even: bool) -> None:
+        self.base, self.num_shards, self.shard, self.even = base, num_shards, shard, even
+
+    def _usable(self, n: int) -> int:
+        return n - n % self.num_shards if self.even else n
+
+    def __iter__(self):
+        order = list(self.base)  # draws the shuffle from the base sampler's generator, as one process would
+        return iter(order[self.shard:self._usable(len(order)):self.num_shards])
+
+    def __len__(self) -> int:
+        usable = self._usable(len(self.base))
+        return max(0, (usable - self.shard + self.num_shards - 1) // self.num_shards)
+
+
 def build_dataloader(split: str, batch_size: int = 128, data_dir: Optional[str] = None, shuffle: bool = True,
                      shuffle_seed: Optional[int] = None, drop_last_batch: bool = True, num_workers: int = 0,
                      prefetch_factor: Optional[int] = None, persistent_workers: bool = False,
                      to_float16: bool = False) -> DataLoader:
     """Data function of fc_mnist: a DataLoader of (image, label) batches for ``split``.
 
-    ``data_dir``: a folder with the MNIST IDX files, or ``bundled:digits`` (or nothing) for the bundled
-    digits. A folder without MNIST is an error, never a silent switch to the digits. ``to_float16``: as the
-    vendor's fc_mnist data, the images are the half type on CSX or a GPU (float32 on the CPU) and the
-    labels int32 on CSX.
+    ``batch_size`` is the global batch, split over the replicas (see the module doc). ``data_dir``: a
+    folder with the MNIST IDX files, or ``bundled:digits`` (or nothing) for the bundled digits. A folder
+    without MNIST is an error, never a silent switch to the digits. ``to_float16``: as the vendor's
+    fc_mnist data, the images are the half type on CSX or a GPU (float32 on the CPU) and the labels int32
+    on CSX.
     """
+    batch_size = get_streaming_batch_size(batch_size)  # raises ValueError (a params error) if it does not split
     if data_dir in (None, BUNDLED_DATA):
         images, labels = load_digits_as_mnist(split)
         logger.info("fc_mnist data: scikit-learn's bundled handwritten digits upsampled to 28x28 (%s split: %d "
@@ -134,5 +163,12 @@ def build_dataloader(split: str, batch_size: int = 128, data_dir: Optional[str] 
         labels = labels.to(torch.int32)
     generator = torch.Generator().manual_seed(shuffle_seed) if shuffle_seed is not None else None
     extra = {"prefetch_factor": prefetch_factor, "persistent_workers": persistent_workers} if num_workers else {}
-    return DataLoader(TensorDataset(images, labels), batch_size=batch_size, shuffle=shuffle and split == "train",
-                      drop_last=drop_last_batch, num_workers=num_workers, generator=generator, **extra)
+    dataset = TensorDataset(images, labels)
+    shuffled = shuffle and split == "train"
+    if num_streamers() > 1:
+        base = RandomSampler(dataset, generator=generator) if shuffled else SequentialSampler(dataset)
+        extra["sampler"] = ShardSampler(base, num_streamers(), get_streaming_rank(), even=split == "train")
+    else:
+        extra["shuffle"] = shuffled
+    return DataLoader(dataset, batch_size=batch_size, drop_last=drop_last_batch, num_workers=num_workers,
+                      generator=generator, **extra)

@@ -12,7 +12,7 @@ SUBCOMMANDS = ["train", "eval", "train-and-eval", "eval-all", "validate-only", "
 MODELZOO_FLAGS = ["--params", "--device", "--model_dir", "--max_steps", "--num_steps", "--num_epochs", "--eval_steps",
                   "--checkpoint_path", "--logging", "--runner", "--compile_dir", "--num_csx", "--max_wgt_servers",
                   "--max_act_per_csx", "--num_workers_per_csx", "--transfer_processes", "--mount_dirs",
-                  "--python_paths", "--job_labels", "--set"]
+                  "--python_paths", "--job_labels", "--collective_timeout", "--set"]
 
 
 def invoke(*args):

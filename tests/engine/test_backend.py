@@ -92,5 +92,5 @@ def test_topology_helpers_single_process(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("RANK", "3")
     assert d.get_streaming_batch_size(64) == 16 and not d.is_master_ordinal()
-    with pytest.raises(ValueError, match="multiple of the number of replicas"):
+    with pytest.raises(ValueError, match="must split evenly over them; use 8 or 12"):
         d.get_streaming_batch_size(10)

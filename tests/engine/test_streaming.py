@@ -5,12 +5,18 @@ Each StreamingLoader pass starts W worker processes (fork), so the passes here a
 
 from __future__ import annotations
 
+import itertools
+import json
+import os
+import time
+from pathlib import Path
+
 import pytest
 import torch
 
 import cs_run as cstorch
 from cs_run import distributed
-from cs_run.errors import ParamsError
+from cs_run.errors import ParamsError, TrainingError
 from cs_run.utils.data import DataLoader, DistributedSampler
 from cs_run.utils.streaming import StreamingLoader
 
@@ -200,3 +206,86 @@ def test_a_params_error_in_a_worker_is_raised_with_its_one_line():
     loader = StreamingLoader(input_fn, 2)
     with pytest.raises(ParamsError, match=r"^params: train_input.data_dir: no such folder$"):
         len(loader)  # the replica's copy raises first, before any worker starts
+
+
+VENDOR = json.loads((Path(__file__).parents[1] / "data" / "vendor_oracle" / "sampler.json").read_text())
+
+
+@pytest.mark.parametrize("case", VENDOR["cases"], ids=lambda c: "{num_csx}x{workers} n={num_samples} B={batch_size} "
+                                                                "start={start_index}".format(**c))
+def test_distributed_sampler_matches_the_vendors_streams(case, monkeypatch):
+    def passes():
+        sampler = DistributedSampler(list(range(case["num_samples"])), shuffle=case["shuffle"], seed=VENDOR["seed"],
+                                     start_index=case["start_index"], batch_size=case["batch_size"])
+        return [[list(b) for b in sampler] for _ in range(3)]
+
+    n, w = case["num_csx"], case["workers"]
+    for rank, expected in enumerate(case["streams"]):
+        with distributed.streaming_worker(rank % w, w, (rank // w, n)):
+            assert passes() == expected, rank
+    distributed.set_num_workers_per_csx(2)  # a replica with input workers does not stream: whole global batches
+    assert not distributed.is_streamer() and passes() == case["user_node"]
+
+
+def test_worker_batch_count_is_the_vendors():
+    # After k replica steps with W workers, worker w has given k // W + (w < k % W) batches (the vendor's
+    # DataLoaderCheckpointer count), which is what get_worker_state().worker_step says in a StreamingLoader.
+    for key, count in VENDOR["worker_iterations"].items():
+        steps, workers, worker = map(int, key.split(","))
+        assert steps // workers + (worker < steps % workers) == count
+    loader = StreamingLoader(lambda: SamplesStreamed(2), 3)
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    assert [s.worker_step for s in loader._worker_states()] == [VENDOR["worker_iterations"][f"5,3,{w}"]
+                                                               for w in range(3)]
+    it.close()
+
+
+def _replica_of_two(rank, folder):
+    """One of two replicas (gloo): 3 steps from 2 input workers, then the gathered state."""
+    torch.distributed.init_process_group("gloo", init_method=f"file://{folder}/store", rank=rank, world_size=2)
+    try:
+        loader = StreamingLoader(lambda: SamplesStreamed(8, num_samples=64), 2)
+        it = iter(loader)
+        batches = [next(it)[0].tolist() for _ in range(3)]
+        state = loader.state_dict()  # a collective: both replicas call it
+        it.close()
+        (Path(folder) / f"replica{rank}.json").write_text(json.dumps({"batches": batches, "state": state}))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_two_replicas_gather_their_workers_state_and_resume_on_one(tmp_path):
+    torch.multiprocessing.start_processes(_replica_of_two, args=(str(tmp_path),), nprocs=2, start_method="fork")
+    runs = [json.loads((tmp_path / f"replica{r}.json").read_text()) for r in range(2)]
+    expected = global_batches(64, 8, 7, 5)
+    # Each replica streams its half of every global batch; together they are the global batches in order.
+    assert [a + b for a, b in zip(runs[0]["batches"], runs[1]["batches"])] == expected[:3]
+    assert runs[0]["state"] == runs[1]["state"] == {"samples_streamed": 24}  # 2 replicas x 2 workers, summed
+    # 2 x 2 streams resumed by 1 replica x 3 workers: the next global batches, whole.
+    resumed = StreamingLoader(lambda: SamplesStreamed(8, num_samples=64), 3)
+    resumed.load_state_dict(runs[0]["state"])
+    assert [b[0].tolist() for b in itertools.islice(resumed, 2)] == expected[3:]
+
+
+def test_a_dead_worker_ends_the_pass_with_one_error_at_once():
+    def input_fn():
+        if torch.utils.data.get_worker_info() is not None and distributed.get_streaming_rank() == 1:
+            os._exit(3)  # a crash of the process, not a Python error
+        return torch.utils.data.DataLoader(torch.arange(8), batch_size=2)
+
+    with pytest.raises(TrainingError, match=r"an input worker of replica 0 died \(DataLoader worker \(pid"):
+        list(StreamingLoader(input_fn, 2))
+
+
+def test_a_stuck_worker_fails_the_pass_after_the_timeout():
+    def input_fn():
+        if torch.utils.data.get_worker_info() is not None and distributed.get_streaming_rank() == 1:
+            time.sleep(60)
+        return torch.utils.data.DataLoader(torch.arange(8), batch_size=2)
+
+    start = time.monotonic()
+    with pytest.raises(TrainingError, match="gave no batch in 1 s; its data function is stuck"):
+        list(StreamingLoader(input_fn, 2, timeout=1))
+    assert time.monotonic() - start < 30

@@ -28,7 +28,7 @@ def test_runconfig_embeds_every_cluster_option_with_the_same_default_and_range()
 def test_every_field_has_its_doc_under_it():
     docs = field_docs(RunConfig)
     assert set(docs) == {f.name for f in dataclasses.fields(RunConfig)}
-    assert docs["num_csx"] == "Cerebras systems (replicas) to use; this machine runs one."
+    assert docs["num_csx"].startswith("Data-parallel replicas, one process each")
     assert set(field_docs(ClusterConfig)) == {f.name for f in dataclasses.fields(ClusterConfig)}
 
 
@@ -90,7 +90,7 @@ def test_csx_backend_gets_every_cluster_option(toy_project, tmp_path):
 
     values = {"num_csx": 3, "max_wgt_servers": 7, "max_act_per_csx": 2, "num_workers_per_csx": 4,
               "transfer_processes": 9, "mount_dirs": [str(tmp_path)], "python_paths": [str(tmp_path)],
-              "job_labels": ["a=b"]}
+              "job_labels": ["a=b"], "collective_timeout": 30}
     assert set(values) == {f.name for f in dataclasses.fields(ClusterOptions)}
     params = load_params(toy_project, {f"runconfig.{k}": v for k, v in values.items()} |
                          {"runconfig.model_dir": str(tmp_path / "md")})

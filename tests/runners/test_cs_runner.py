@@ -124,11 +124,11 @@ def test_validate_only_then_compile_only_then_cache_hit(toy_project, tmp_path):
 def test_appliance_flags_are_recorded_and_logged(toy_project, tmp_path):
     md = tmp_path / "md"
     result = invoke("train", "--device", "CSX", "--params", toy_project, "--model_dir", md, "--max_steps", 2,
-                    "--num_csx", 2, "--mount_dirs", tmp_path, "--job_labels", "team=ml", "--python_paths", tmp_path)
+                    "--max_wgt_servers", 2, "--mount_dirs", tmp_path, "--job_labels", "team=ml", "--python_paths", tmp_path)
     assert result.exit_code == 0, result.output
-    assert "runconfig.num_csx=2 is recorded in the resolved params but has no effect" in result.output
+    assert "runconfig.max_wgt_servers=2 is recorded in the resolved params but has no effect" in result.output
     resolved = (md / "params_resolved.yaml").read_text()
-    assert "num_csx: 2" in resolved and "team=ml" in resolved
+    assert "max_wgt_servers: 2" in resolved and "team=ml" in resolved
     bad = invoke("train", "--device", "CSX", "--params", toy_project, "--model_dir", md, "--job_labels", "nolabel")
     assert bad.exit_code == 2 and "runconfig.job_labels: expected 'key=value'" in bad.output
 

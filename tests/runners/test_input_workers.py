@@ -37,6 +37,13 @@ def sharded(split, batch_size=4, num_samples=64, **_):
                       drop_last=True)
 
 
+def sharded_eval(split, batch_size=8, num_samples=32, **_):
+    x, y = tensors(num_samples)
+    rank, streams = distributed.get_streaming_rank(), distributed.num_streamers()
+    mine = Subset(TensorDataset(x, y), list(range(rank, num_samples, streams)))
+    return DataLoader(mine, batch_size=distributed.get_streaming_batch_size(batch_size))
+
+
 class Restartable(DataLoader):
     def __init__(self, batch_size, num_samples):
         x, y = tensors(num_samples)
@@ -84,10 +91,10 @@ def stream_project(toy_project):
     return toy_project
 
 
-def make_runner(params_path, data_fn, model_dir, **overrides):
-    params = load_params(params_path, {"train_input.data_fn": f"stream_data:{data_fn}", "runconfig.model_dir": str(model_dir),
-                                       "runconfig.num_workers_per_csx": 2, "eval_input.data_fn": "stream_data:sharded",
-                                       **overrides})
+def make_runner(params_path, data_fn, model_dir, workers=2, **overrides):
+    params = load_params(params_path, {"train_input.data_fn": f"stream_data:{data_fn}",
+                                       "runconfig.model_dir": str(model_dir), "runconfig.num_workers_per_csx": workers,
+                                       "eval_input.data_fn": "stream_data:sharded_eval", **overrides})
     runner = PyTorchBaseRunner.create(params, device="CPU")
     return runner, Recorder(runner)
 
@@ -107,32 +114,56 @@ def test_two_workers_train_each_sample_once_per_epoch(stream_project, tmp_path):
     assert seen.ids[:16] != seen.ids[16:]  # the second epoch is reshuffled
 
 
-@pytest.mark.parametrize("data_fn", ["sharded", "restartable"])
-def test_resume_with_two_workers_is_bit_identical(stream_project, tmp_path, data_fn):
-    whole, whole_seen = make_runner(stream_project, data_fn, tmp_path / "whole", **{"runconfig.max_steps": 23})
+@pytest.mark.parametrize("data_fn, workers", [("sharded", 2), ("restartable", 2), ("restartable", 1)])
+def test_resume_is_bit_identical(stream_project, tmp_path, data_fn, workers):
+    whole, whole_seen = make_runner(stream_project, data_fn, tmp_path / "whole", workers, **{"runconfig.max_steps": 23})
     whole.run("train")
     split_seen = []
     for max_steps in (7, 23):  # 7 of 16 steps of the first epoch, then across the epoch boundary
-        split, seen = make_runner(stream_project, data_fn, tmp_path / "split", **{"runconfig.max_steps": max_steps})
+        split, seen = make_runner(stream_project, data_fn, tmp_path / "split", workers,
+                                  **{"runconfig.max_steps": max_steps})
         split.run("train")
         split_seen += seen.ids
     assert split_seen == whole_seen.ids
     for key, value in weights(whole).items():
         torch.testing.assert_close(weights(split)[key], value, rtol=0, atol=0)
     data = checkpoint.load(str(list_checkpoints(tmp_path / "split")[0][1]))["dataloader"]
-    assert (data["num_csx"], data["num_workers_per_csx"], data["epoch_step"]) == (1, 2, 7)
+    assert (data["num_csx"], data["num_workers_per_csx"], data["epoch_step"]) == (1, workers, 7)
     if data_fn == "restartable":  # the workers' aggregated state: 7 steps x 4 samples
         assert data["workers"] == {"samples_streamed": 28}
     else:
         assert "workers" not in data
 
 
-def test_restartable_resume_with_another_worker_count_is_exact(stream_project, tmp_path):
+@pytest.mark.parametrize("legs", [((5, 2), (9, 3), (12, 1)), ((5, 1), (12, 2))])
+def test_restartable_resume_with_another_worker_count_is_exact(stream_project, tmp_path, legs):
     whole, whole_seen = make_runner(stream_project, "restartable", tmp_path / "whole", **{"runconfig.max_steps": 12})
     whole.run("train")
-    first, seen_first = make_runner(stream_project, "restartable", tmp_path / "split", **{"runconfig.max_steps": 5})
-    first.run("train")
-    second, seen_second = make_runner(stream_project, "restartable", tmp_path / "split",
-                                      **{"runconfig.max_steps": 12, "runconfig.num_workers_per_csx": 3})
-    second.run("train")
-    assert seen_first.ids + seen_second.ids == whole_seen.ids
+    seen = []
+    for max_steps, workers in legs:
+        runner, recorder = make_runner(stream_project, "restartable", tmp_path / "split", workers,
+                                       **{"runconfig.max_steps": max_steps})
+        runner.run("train")
+        seen += recorder.ids
+    assert seen == whole_seen.ids
+
+
+def test_a_replayed_resume_in_another_topology_warns(stream_project, tmp_path, caplog):
+    make_runner(stream_project, "sharded", tmp_path / "md", 2, **{"runconfig.max_steps": 3})[0].run("train")
+    resumed, seen = make_runner(stream_project, "sharded", tmp_path / "md", 1, **{"runconfig.max_steps": 6})
+    with caplog.at_level("WARNING", logger="cs_run"):
+        resumed.run("train")
+    assert len(seen.ids) == 3 and "written with num_csx=1 x num_workers_per_csx=2" in caplog.text
+
+
+def test_eval_with_two_workers_covers_the_eval_set_once(stream_project, tmp_path, caplog):
+    # The eval data shards by streaming rank: 2 workers see each of the 32 samples once, so the eval loss
+    # (the mean of equal-sized batch means) is the single-stream one up to the summation order.
+    losses = {}
+    for workers in (1, 2):  # the same seed: the same initial weights
+        runner, _ = make_runner(stream_project, "sharded", tmp_path / f"w{workers}", workers)
+        caplog.clear()
+        with caplog.at_level("INFO", logger="cs_run"):
+            losses[workers] = runner.run("eval")["eval/loss"]
+        assert "Batches=4," in caplog.text  # 32 samples in batches of 8, with one stream or two
+    assert losses[2] == pytest.approx(losses[1], rel=1e-6)

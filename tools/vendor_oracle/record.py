@@ -13,6 +13,9 @@ tests/optim/test_vendor_oracle.py and tests/checkpoint/test_vendor_format.py rep
 Optimizer trajectories feed the vendor's gradients back to cs-run (``grads`` in each file), so the
 comparison isolates the update rule from forward/backward rounding of two torch versions.
 
+``sampler OUT_DIR`` writes only ``sampler.json`` (the vendor's DistributedSampler per streamer of N x W
+and its per-worker batch count; tests/engine/test_streaming.py replays it).
+
 ``check-load PATH`` loads a file with the vendor's ``cstorch.load`` and prints a JSON summary
 (used to check that ``cs-run checkpoint convert --to vendor`` output is readable by the vendor).
 """
@@ -209,6 +212,41 @@ def record_checkpoints(out_dir: str) -> dict:
     return {"kinds_roundtrip": _summary(loaded)}
 
 
+SAMPLER_CASES = [  # (num_csx, workers per csx, samples, global batch, start_index, shuffle); drop_last=True
+    (1, 1, 10, 3, 2, True), (2, 2, 23, 4, 0, True), (2, 2, 23, 4, 6, False), (1, 3, 17, 2, 4, True),
+    (3, 1, 12, 6, 0, True), (2, 3, 40, 6, 13 * 6, True)]
+
+
+def record_sampler(out_dir: str) -> None:
+    """The vendor's DistributedSampler as each streamer of N x W sees it (three passes of one sampler), and
+    on the user node (not a streamer); the vendor's count of a worker's batches after k appliance steps."""
+    import cerebras.pytorch.distributed as dist  # noqa: PLC0415  (the vendor's, this script only)
+    from cerebras.pytorch.distributed.cluster_resolver import ApplianceWorkerClusterResolver  # noqa: PLC0415
+    from cerebras.pytorch.utils.data.streamer.data_pipe import DataLoaderCheckpointer  # noqa: PLC0415
+
+    def passes(num_samples, batch, start, shuffle):
+        sampler = cstorch.utils.data.DistributedSampler(list(range(num_samples)), shuffle=shuffle, seed=5,
+                                                        start_index=start, batch_size=batch)
+        return [[list(b) for b in sampler] for _ in range(3)]
+
+    cases = []
+    for num_csx, workers, num_samples, batch, start, shuffle in SAMPLER_CASES:
+        streams = []
+        for rank in range(num_csx * workers):
+            ApplianceWorkerClusterResolver.configure(rank, num_csx * workers, num_csx, workers)
+            dist._set_streaming_batch_sizes([[batch // num_csx]] * num_csx)
+            streams.append(passes(num_samples, batch, start, shuffle))
+        ApplianceWorkerClusterResolver._CONFIGURED = None  # the user node again
+        cases.append({"num_csx": num_csx, "workers": workers, "num_samples": num_samples, "batch_size": batch,
+                      "start_index": start, "shuffle": shuffle, "streams": streams,
+                      "user_node": passes(num_samples, batch, start, shuffle)})
+    counts = {f"{steps},{workers},{worker}": DataLoaderCheckpointer._compute_worker_iteration_count(steps, workers,
+                                                                                                  worker)
+              for steps in range(0, 12) for workers in (1, 2, 3) for worker in range(workers)}
+    with open(os.path.join(out_dir, "sampler.json"), "w") as f:
+        json.dump({"vendor": cstorch.__version__, "seed": 5, "cases": cases, "worker_iterations": counts}, f)
+
+
 def _summary(obj):
     """A JSON-able description of a loaded state dict: values of small tensors, types of the rest."""
     if isinstance(obj, torch.Tensor):
@@ -254,6 +292,9 @@ def main(argv: list[str]) -> int:
         cstorch.backend("CPU")
         print(json.dumps(_summary(cstorch.load(argv[1])), indent=1))
         return 0
+    if len(argv) == 2 and argv[0] == "sampler":
+        record_sampler(argv[1])
+        return 0
     if len(argv) != 1:
         print(__doc__)
         return 2
@@ -269,6 +310,7 @@ def main(argv: list[str]) -> int:
         "signatures": record_signatures(),
         "checkpoints": record_checkpoints(out_dir),
     }
+    record_sampler(out_dir)
     with open(os.path.join(out_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1, sort_keys=True)
     print(f"wrote {out_dir}")

@@ -1,0 +1,167 @@
+"""The replica rules that need no second process: the batch split, the sharding of fc_mnist's data, the
+launcher's refusals and its one failure line, and that only ordinal 0 writes."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+import torch
+from click.testing import CliRunner
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+from torch.utils.data import RandomSampler
+
+import cs_run as cstorch
+from cs_run import replicas
+from cs_run.backend import _reset_for_tests
+from cs_run.cli import cli
+from cs_run.errors import ParamsError
+from cs_run.examples.fc_mnist.data import ShardSampler
+from cs_run.exits import report
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, list(map(str, args)))
+
+
+@pytest.mark.parametrize("replicas_n", [1, 2, 3, 4, 8])
+def test_split_batch_is_the_vendor_rule_for_every_batch(replicas_n):
+    for batch in range(1, 40):
+        if batch % replicas_n == 0:
+            assert replicas.split_batch(batch, replicas_n) * replicas_n == batch
+            continue
+        with pytest.raises(ValueError) as caught:
+            replicas.split_batch(batch, replicas_n)
+        suggested = [int(v) for v in caught.value.args[0].split("use ")[1].split(" or ")]
+        assert suggested and all(v % replicas_n == 0 and v > 0 for v in suggested)  # each suggestion splits
+        assert all(abs(v - batch) < replicas_n for v in suggested)  # and is a nearest one
+    for bad in (0, -4, 2.0, True, None):
+        with pytest.raises(ValueError):
+            replicas.split_batch(bad, replicas_n)
+
+
+def test_a_batch_that_does_not_split_is_a_params_error_naming_the_key_and_line(tmp_path):
+    result = invoke("train", "--num_csx", 2, "--model_dir", tmp_path / "md", "--set", "train_input.batch_size=63")
+    assert result.exit_code == 2
+    assert "Error: params: train_input.batch_size: 63 is the global batch of 2 replicas" in result.output
+    assert "use 62 or 64" in result.output and "(set on the command line)" in result.output
+    assert not (tmp_path / "md").exists()  # refused before anything was written or launched
+
+
+def test_every_front_door_reaches_the_launcher(tmp_path, monkeypatch):
+    # Inside pytest the launcher refuses to rerun the command; reaching that refusal shows the front door
+    # passed num_csx through. (The real launches are in test_replica_runs.py.)
+    refused = "replicas rerun this process's command in 2 processes"
+    result = invoke("train", "--num_csx", 2, "--model_dir", tmp_path / "cli")
+    assert result.exit_code == 2 and refused in result.output
+    with _reset_for_tests():
+        trainer = cstorch.Trainer(backend={"backend_type": "CPU", "cluster_config": {"num_csx": 2}},
+                                  model_dir=str(tmp_path / "trainer"), model={"name": "fc_mnist"},
+                                  optimizer={"optimizer_type": "SGD", "learning_rate": 0.1}, loop={"num_steps": 2})
+        with pytest.raises(ParamsError, match=refused):
+            trainer.fit({"batch_size": 8})
+    with _reset_for_tests():
+        backend = cstorch.backend("CPU", cluster_config=cstorch.distributed.ClusterConfig(num_csx=2))
+        with pytest.raises(ParamsError, match=refused):
+            cstorch.compile(torch.nn.Linear(2, 2), backend)
+
+
+def test_a_launcher_world_size_other_than_num_csx_is_refused(monkeypatch):
+    for key, value in {"RANK": "0", "WORLD_SIZE": "3", "MASTER_ADDR": "localhost", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ParamsError, match=r"num_csx: 2, but the launcher started 3 processes \(WORLD_SIZE=3\)"):
+        replicas.start(2, "CPU")
+    with pytest.raises(ParamsError, match="set --num_csx 3"):
+        replicas.start(1, "CPU")
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3, 4])
+def test_shards_together_are_the_single_process_batches(shards):
+    # One step's replica batches (batch B / N each) hold exactly the samples of one process's batch B.
+    n, batch = 103, 12
+    orders = []
+    for shard in range(shards):
+        base = RandomSampler(range(n), generator=torch.Generator().manual_seed(5))
+        orders.append(list(ShardSampler(base, shards, shard, even=True)))
+    single = list(RandomSampler(range(n), generator=torch.Generator().manual_seed(5)))
+    assert len({len(o) for o in orders}) == 1 and len(orders[0]) == len(ShardSampler(range(n), shards, 0, even=True))
+    per = batch // shards
+    for step in range(n // batch):
+        together = sorted(i for o in orders for i in o[step * per:(step + 1) * per])
+        assert together == sorted(single[step * batch:(step + 1) * batch])
+    uneven = [list(ShardSampler(range(n), shards, s, even=False)) for s in range(shards)]
+    assert sorted(i for o in uneven for i in o) == list(range(n))  # evaluation: every sample exactly once
+    assert [len(o) for o in uneven] == [len(ShardSampler(range(n), shards, s, even=False)) for s in range(shards)]
+
+
+def _failure(tmp_path, rank, exitcode, recorded=None, peer_lost=False):
+    path = tmp_path / f"error_{rank}_{exitcode}.json"
+    if recorded is not None:
+        line, code, when = recorded
+        path.write_text(json.dumps({"message": line, "timestamp": int(when),
+                                    "cs_run": {"line": line, "exit_code": code, "time": when, "peer_lost": peer_lost}}))
+    return ProcessFailure(local_rank=rank, pid=1000 + rank, exitcode=exitcode, error_file=str(path))
+
+
+def test_the_launcher_names_the_replica_that_failed_first(tmp_path):
+    stopped = "all replicas were stopped; rerun the same command to resume from the newest checkpoint"
+    # Replica 1 raised first; replica 0 then failed in the collective (later, also recorded): replica 1 is named.
+    error = ChildFailedError("x", {0: _failure(tmp_path, 0, 1, ("RuntimeError: Connection closed by peer", 1, 20.5)),
+                                   1: _failure(tmp_path, 1, 2, ("params: train_input.batch_size: bad", 2, 20.1))})
+    assert replicas._failure_line(error, 2) == (
+        f"replica 1 of 2 failed: params: train_input.batch_size: bad ({stopped})", 2)
+    # A replica killed by a signal records nothing: named with its signal, exit code 1.
+    error = ChildFailedError("x", {1: _failure(tmp_path, 1, -signal.SIGKILL)})
+    assert replicas._failure_line(error, 2) == (f"replica 1 of 2 was killed by signal SIGKILL ({stopped})", 1)
+    # Replica 0 noticed the dead peer in the all-reduce before the agent saw the death: the death is named.
+    lost = ("replica 0 of 2 lost its peers in a collective", 1, 10.0)
+    error = ChildFailedError("x", {0: _failure(tmp_path, 0, 1, lost, peer_lost=True),
+                                   1: _failure(tmp_path, 1, -signal.SIGKILL)})
+    assert replicas._failure_line(error, 2) == (f"replica 1 of 2 was killed by signal SIGKILL ({stopped})", 1)
+    # Interrupted replicas (Ctrl-C: exit 130) logged where they stopped themselves: no line, the same code.
+    error = ChildFailedError("x", {0: _failure(tmp_path, 0, 130), 1: _failure(tmp_path, 1, 130)})
+    assert replicas._failure_line(error, 2) == ("", 130)
+    error = ChildFailedError("x", {0: _failure(tmp_path, 0, 3)})
+    assert replicas._failure_line(error, 4) == (
+        f"replica 0 of 4 exited with code 3 (its output is above; {stopped})", 3)
+
+
+def test_a_lost_peer_is_one_line_not_an_internal_error(monkeypatch, capsys):
+    for key, value in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "localhost", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(key, value)
+    gloo = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:53406.")
+    assert replicas.lost_peer(gloo) and replicas.lost_peer(torch.distributed.DistBackendError("x"))
+    assert not replicas.lost_peer(RuntimeError("shape mismatch")) and not replicas.lost_peer(ValueError("timed out"))
+    assert report(gloo) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "Error: replica 0 of 2 lost its peers in a collective ([gloo/transport/tcp/pair.cc:553] Connection closed by "
+        "peer [127.0.0.1]:53406.); another replica failed or did not answer within runconfig.collective_timeout"]
+
+
+def test_only_ordinal_zero_writes_checkpoints(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    cstorch.save({"w": torch.ones(2)}, tmp_path / "by_ordinal_1.mdl")
+    assert not (tmp_path / "by_ordinal_1.mdl").exists()
+    monkeypatch.setenv("RANK", "0")
+    cstorch.save({"w": torch.ones(2)}, tmp_path / "by_ordinal_0.mdl")
+    assert torch.equal(cstorch.load(tmp_path / "by_ordinal_0.mdl")["w"], torch.ones(2))
+
+
+def test_replica_loaders_must_have_equal_lengths_and_split_batches(monkeypatch, caplog):
+    from cs_run.params import InputParams
+    from cs_run.runners import base
+
+    loader = torch.utils.data.DataLoader(range(64), batch_size=8)
+    monkeypatch.setattr(replicas, "world_size", lambda: 2)
+    monkeypatch.setattr(replicas, "sum_values", lambda *v: tuple(2 * x for x in v))  # the other has as many
+    base._check_replica_loader(loader, InputParams(batch_size=4))
+    assert "did not split" not in caplog.text and not caplog.records
+    base._check_replica_loader(loader, InputParams(batch_size=8))  # the loader ignored the split
+    assert "train_input.batch_size=8 is the global batch of 2 replicas, but the data function's loader yields 8 " \
+           "per replica (a global batch of 16)" in caplog.text
+    monkeypatch.setattr(replicas, "sum_values", lambda *v: tuple(2 * x + 1 for x in v))  # the other has one more
+    with pytest.raises(ParamsError, match="the 2 replicas' train loaders differ in length .this replica's has 8 "
+                                          "batches, all together 17."):
+        base._check_replica_loader(loader, InputParams(batch_size=4))
