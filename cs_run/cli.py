@@ -19,8 +19,8 @@ from cs_run.checkpoint.cli import checkpoint
 from cs_run.compat.cli import exec_command
 from cs_run.examples.gpt2.cli import data
 from cs_run.exits import ErrorGroup
-from cs_run.options import RunOption, flag_overrides, run_options
-from cs_run.params import load_params, parse_override
+from cs_run.options import COMMAND_USES, RunOption, command_options, flag_overrides
+from cs_run.params import load_params, params_yaml, parse_override
 from cs_run.plot import plot
 from cs_run.runners import PyTorchBaseRunner
 
@@ -32,9 +32,11 @@ def default_params_path() -> Path:
 
 
 def _click_option(option: RunOption):
-    """A RunConfig flag as a click option (type, range, choices and help from the field)."""
+    """A flag of the declaration as a click option (type, range, choices and help from the field)."""
+    if option.kind == "bool":
+        return click.option(f"--{option.name}", option.dest, is_flag=True, default=None, help=option.help)
     if option.kind == "int":
-        kind: Any = click.IntRange(min=option.minimum)
+        kind: Any = click.IntRange(min=option.minimum, max=option.maximum)
     elif option.kind == "choice":
         kind = click.Choice(option.choices, case_sensitive=False)
     elif option.path == "dir":
@@ -43,30 +45,45 @@ def _click_option(option: RunOption):
         kind = click.Path(dir_okay=False, path_type=Path)
     else:
         kind = str
-    names = [f"--{option.name}"] + ([option.short] if option.short else [])
-    return click.option(*names, type=kind, multiple=option.kind == "list", metavar=option.metavar,
-                        help=option.help + (" (repeatable)" if option.kind == "list" else ""))
+    return click.option(f"--{option.name}", option.dest, type=kind, multiple=option.kind == "list",
+                        metavar=option.metavar, help=option.help + (" (repeatable)" if option.kind == "list" else ""))
 
 
-# The Model Zoo run-script flags: the params file and device, every flag-marked RunConfig field (one
-# declaration, see cs_run.options), and --set for any other key.
-_RUN_OPTIONS = [
-    click.option("--params", "-p", "params_path", type=click.Path(dir_okay=False, path_type=Path),
-                 help="Params YAML (Model Zoo layout). Default: the bundled fc_mnist params."),
-    click.option("--device", type=click.Choice(["CPU", "GPU", "CSX"], case_sensitive=False), default="CPU",
-                 show_default=True, help="Eager CPU or GPU, or CSX: the traced, compiled engine (on CUDA if present)."),
-    *[_click_option(option) for option in run_options() if option.cli],
-    click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                 help="Override any params key, e.g. --set runconfig.log_steps=10; KEY=null removes it (repeatable). "
-                      "Precedence: params file < --set < a flag."),
-]
+def run_command_options(command: str):
+    """The flags of one run command: --params, --device, the declaration's flags that change something
+    this command does (cs_run.options.command_options), and --set for any other key."""
+    options = [
+        click.option("--params", "-p", "params_path", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Params YAML (Model Zoo layout). Default: the bundled fc_mnist params."),
+        click.option("--device", type=click.Choice(["CPU", "GPU", "CSX"], case_sensitive=False), default="CPU",
+                     show_default=True, help="Eager CPU or GPU, or CSX: the traced, compiled engine (on CUDA if present)."),
+        *[_click_option(option) for option in command_options(command)],
+        click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                     help="Override any params key, e.g. --set runconfig.log_steps=10; KEY=null removes it (repeatable). "
+                          "Precedence: params file < --set < a flag."),
+    ]
+
+    def decorate(fn):
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+
+    return decorate
 
 
-def modelzoo_options(fn):
-    """The Model Zoo run-script flags, declared on each subcommand (they come after it)."""
-    for option in reversed(_RUN_OPTIONS):
-        fn = option(fn)
-    return fn
+class RunCommand(click.Command):
+    """A run command whose refusal of another command's flag says which commands take it."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            takers = [name for name in COMMAND_USES if any(f"--{o.name}" == e.option_name
+                                                            for o in command_options(name))]
+            if not takers:
+                raise
+            raise click.UsageError(f"{e.option_name} does not apply to '{ctx.command_path}'; the commands that take "
+                                   f"it: {', '.join(takers)}", ctx) from None
 
 
 @click.group(cls=ErrorGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -77,6 +94,7 @@ def cli() -> None:
     \b
     Quick start (bundled fc_mnist on real handwritten digits):
       cs-run train-and-eval --model_dir model_dir/fc_mnist
+    Your own model: cs-run init my_model (writes a starter project; see its params.yaml)
     """
 
 
@@ -86,6 +104,9 @@ def _run(mode: str, options: dict[str, Any], extra_flags: Optional[dict] = None)
     flags.update(extra_flags or {})
     overrides = dict(parse_override(text) for text in options["overrides"])
     params = load_params(path, {**overrides, **flags})
+    if options.get("print_config"):
+        click.echo(params_yaml(params), nl=False)
+        return
     setup_console_logging(params.runconfig.logging)
     runner = PyTorchBaseRunner.create(params, device=options["device"], mode=mode)
     results = runner.run(mode)
@@ -103,25 +124,25 @@ def _run(mode: str, options: dict[str, Any], extra_flags: Optional[dict] = None)
 
 
 def _mode_command(name: str, mode: str, summary: str):
-    @cli.command(name, help=summary)
-    @modelzoo_options
+    @cli.command(name, cls=RunCommand, help=summary)
+    @run_command_options(name)
     def command(**options: Any) -> None:
         _run(mode, options)
 
     return command
 
 
-train = _mode_command("train", "train", "Train, resuming from the newest checkpoint in model_dir.")
+train = _mode_command("train", "train", "Train, resuming from the newest checkpoint in model_dir (see --resume).")
 evaluate = _mode_command("eval", "eval", "Evaluate the newest (or --checkpoint_path) checkpoint on eval_input.")
 train_and_eval = _mode_command("train-and-eval", "train_and_eval", "Train, then evaluate the final weights.")
 eval_all = _mode_command("eval-all", "eval_all", "Evaluate every checkpoint in model_dir, oldest first.")
 
 
 def _trace_only_command(name: str, key: str, summary: str):
-    @cli.command(name, help=summary)
+    @cli.command(name, cls=RunCommand, help=summary)
     @click.option("--mode", type=click.Choice(["train", "eval"]), default="train", show_default=True,
                   help="Which step to trace.")
-    @modelzoo_options
+    @run_command_options(name)
     def command(mode: str, **options: Any) -> None:
         if options["device"].upper() != "CSX":
             options["device"] = "CSX"  # the CSX engine is what these commands check
@@ -136,6 +157,35 @@ validate_only = _trace_only_command(
 compile_only = _trace_only_command(
     "compile-only", "compile_only",
     "Trace and compile the step into the compile cache, so the next CSX run starts at once. Runs nothing.")
+
+
+STARTERS = {"custom_model": ("params.yaml", "model.py", "data.py"), "fc_mnist": ("params.yaml",),
+            "gpt2": ("params.yaml",)}
+"""What ``cs-run init`` copies out of each bundled example (fc_mnist's and gpt2's models are built in)."""
+
+
+@cli.command("init")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--example", type=click.Choice(sorted(STARTERS)), default="custom_model", show_default=True,
+              help="custom_model: params.yaml, model.py and data.py of a small CNN to make your own; fc_mnist, "
+                   "gpt2: the bundled example's params.yaml.")
+@click.option("--force", is_flag=True, help="Overwrite files of the same names in FOLDER.")
+def init(folder: Path, example: str, force: bool) -> None:
+    """Write a starter project into FOLDER (created if needed): a params file, and for custom_model the
+    model and data functions it names. Then: cs-run train --params FOLDER/params.yaml"""
+    source = resources.files("cs_run.examples") / example
+    targets = [folder / name for name in STARTERS[example]]
+    existing = [str(t) for t in targets if t.exists()]
+    if existing and not force:
+        raise click.UsageError(f"{', '.join(existing)} already exist(s); choose another folder or add --force "
+                               "to overwrite")
+    if folder.exists() and not folder.is_dir():
+        raise click.UsageError(f"{folder} is a file; choose a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    for target in targets:
+        target.write_bytes((source / target.name).read_bytes())
+    click.echo(f"Wrote {', '.join(str(t) for t in targets)}")
+    click.echo(f"Next: cs-run train --params {folder / 'params.yaml'}")
 
 
 def _attach_subsystems() -> None:

@@ -57,16 +57,20 @@ def _parser(extra_args_parser_fn: Optional[Callable]) -> argparse.ArgumentParser
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="Override any params key (repeatable). Precedence: params file < --set < a flag.")
     for option in run_options():  # one declaration: the flag-marked RunConfig fields (cs_run.options)
+        if not option.run_py:
+            continue
         names = [f"--{option.name}"] + ([option.short] if option.short else [])
         if option.kind == "bool":
-            p.add_argument(*names, action="store_true", default=None, help=option.help)
+            p.add_argument(*names, dest=option.dest, action="store_true", default=None, help=option.help)
         elif option.kind == "list":
-            p.add_argument(*names, nargs="+", metavar=option.metavar, help=option.help)
+            p.add_argument(*names, dest=option.dest, nargs="+", metavar=option.metavar, help=option.help)
         elif option.kind == "choice":
-            p.add_argument(*names, type=str.upper, choices=option.choices, help=option.help)
+            spelled = {choice.upper(): choice for choice in option.choices}  # case-insensitive, as cs-run's
+            p.add_argument(*names, dest=option.dest, type=lambda v, s=spelled: s.get(v.upper(), v),
+                           choices=option.choices, help=option.help)
         else:
-            p.add_argument(*names, type=int if option.kind == "int" else str, metavar=option.metavar,
-                           help=option.help)
+            p.add_argument(*names, dest=option.dest, type=int if option.kind == "int" else str,
+                           metavar=option.metavar, help=option.help)
     return p
 
 

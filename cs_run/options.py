@@ -22,27 +22,71 @@ from pathlib import Path
 from typing import Any, Optional
 
 from cs_run.distributed import ClusterOptions
-from cs_run.params import RunConfig
+from cs_run.errors import ParamsError
+from cs_run.params import REMOVE, RunConfig
 
-__all__ = ["RunOption", "run_options", "flag_overrides", "trainer_keys", "cluster_keys", "field_docs"]
+__all__ = ["RunOption", "USES", "COMMAND_USES", "EXTRA_OPTIONS", "run_options", "command_options", "flag_overrides",
+           "resume_overrides", "trainer_keys", "cluster_keys", "field_docs"]
+
+
+USES = ("train", "eval", "eval_all", "trace")
+"""What a run command does; a flag's ``uses`` (field metadata ``flag: {"uses": (...)}``, default all) say
+which of these it changes, and a command takes exactly the flags that change something it does."""
+
+COMMAND_USES = {"train": ("train",), "eval": ("eval",), "train-and-eval": ("train", "eval"),
+                "eval-all": ("eval_all",), "validate-only": ("trace",), "compile-only": ("trace",)}
+"""The ``cs-run`` run commands and what each does (run.py's single ``--mode`` parser takes every flag)."""
 
 
 @dataclass(frozen=True)
 class RunOption:
-    """One runconfig key that is also a flag (``--name``)."""
+    """One flag: a runconfig key (``--name``), or one of the few flags that are not a key (``resume``,
+    ``print-config``, declared in :data:`EXTRA_OPTIONS`)."""
 
     name: str
     kind: str
     """"int", "str", "choice", "bool" (a switch) or "list" (the flag repeated / given several values)."""
     help: str
+    key: Optional[str] = None
+    """The runconfig key it sets (None: a flag that is not a key)."""
     cli: bool = True
     """Also a ``cs-run`` flag (compile_only / validate_only are ``cs-run`` subcommands instead)."""
+    run_py: bool = True
+    """Also a Model Zoo run.py flag."""
     short: Optional[str] = None
+    """The Model Zoo run scripts' short spelling (run.py only: ``cs-run`` spells run flags out, so a short
+    option means one thing across all its commands, e.g. ``-o`` is ``plot --output``)."""
     minimum: Optional[int] = None
+    maximum: Optional[int] = None
     choices: tuple = ()
     path: Optional[str] = None
     """"dir" or "file" for a local path, made absolute against the current folder when given."""
     metavar: Optional[str] = None
+    uses: tuple = USES
+    """The run commands' jobs (:data:`USES`) it changes; ``cs-run`` commands without them refuse it."""
+
+    @property
+    def dest(self) -> str:
+        """The Python name of its value (``print-config`` -> ``print_config``)."""
+        return self.name.replace("-", "_")
+
+
+EXTRA_OPTIONS = (
+    RunOption(name="resume", kind="str", metavar="auto|none|PATH", uses=("train",),
+              help="Where training starts: auto (the newest checkpoint in model_dir, the default), none (fresh "
+                   "weights; model_dir's checkpoints are left alone) or a checkpoint file (runconfig "
+                   "autoload_checkpoint / checkpoint_path)."),
+    RunOption(name="print-config", kind="bool", run_py=False,
+              help="Print the resolved params (file, --set and flags applied, defaults filled in) as YAML and "
+                   "exit without running."),
+)
+"""The flags that are not one runconfig key each."""
+
+
+def command_options(command: str) -> tuple[RunOption, ...]:
+    """The flags of one ``cs-run`` run command (:data:`COMMAND_USES`), in declaration order."""
+    uses = set(COMMAND_USES[command])
+    return tuple(option for option in run_options() if option.cli and uses & set(option.uses))
 
 
 @functools.cache
@@ -70,7 +114,8 @@ def _kind(hint: Any, meta: typing.Mapping) -> str:
 
 @functools.cache
 def run_options() -> tuple[RunOption, ...]:
-    """Every flag-marked RunConfig field, in declaration order (RunConfig's own fields, then the cluster's)."""
+    """Every flag: the flag-marked RunConfig fields in declaration order (its own, then the cluster's),
+    then :data:`EXTRA_OPTIONS`."""
     hints = typing.get_type_hints(RunConfig)
     docs = field_docs(RunConfig)
     own = [f for f in dataclasses.fields(RunConfig) if f.name not in cluster_keys()]
@@ -80,11 +125,11 @@ def run_options() -> tuple[RunOption, ...]:
         flag = f.metadata.get("flag")
         if flag is None:
             continue
-        out.append(RunOption(name=f.name, kind=_kind(hints[f.name], f.metadata), help=docs.get(f.name, ""),
+        out.append(RunOption(name=f.name, key=f.name, kind=_kind(hints[f.name], f.metadata), help=docs.get(f.name, ""),
                              cli=flag.get("cli", True), short=flag.get("short"), minimum=f.metadata.get("min"),
-                             choices=tuple(f.metadata.get("choices", ())), path=flag.get("path"),
-                             metavar=flag.get("metavar")))
-    return tuple(out)
+                             maximum=f.metadata.get("max"), choices=tuple(f.metadata.get("choices", ())),
+                             path=flag.get("path"), metavar=flag.get("metavar"), uses=tuple(flag.get("uses", USES))))
+    return tuple(out) + EXTRA_OPTIONS
 
 
 @functools.cache
@@ -98,18 +143,39 @@ def flag_overrides(values: typing.Mapping[str, Any]) -> dict[str, Any]:
 
     Local paths are made absolute against the current folder, repeated flags become lists. A flag the
     user did not give (None, empty) is left out, so it overrides neither the file nor a ``--set``.
+
+    Raises:
+        ParamsError: ``--resume`` together with ``--checkpoint_path`` (two answers to one question).
     """
     out: dict[str, Any] = {}
     for option in run_options():
-        value = values.get(option.name)
-        if value is None or (option.kind == "list" and not value):
+        value = values.get(option.dest)
+        if option.key is None or value is None or (option.kind == "list" and not value):
             continue
         if option.kind == "list":
             value = [_absolute(v) if option.path else str(v) for v in value]
         elif option.path:
             value = _absolute(value)
-        out[f"runconfig.{option.name}"] = value
+        out[f"runconfig.{option.key}"] = value
+    resume = values.get("resume")
+    if resume is not None:
+        if "runconfig.checkpoint_path" in out:
+            raise ParamsError("--resume and --checkpoint_path: give one of them (--resume PATH starts from PATH)")
+        out.update(resume_overrides(resume))
     return out
+
+
+def resume_overrides(value: str) -> dict[str, Any]:
+    """``--resume auto|none|PATH`` as runconfig overrides: auto resumes from the newest checkpoint in
+    model_dir, none starts fresh, a path starts from that checkpoint (the file's checkpoint_path goes)."""
+    choice = str(value).strip()
+    if choice.lower() == "auto":
+        return {"runconfig.autoload_checkpoint": True, "runconfig.checkpoint_path": REMOVE}
+    if choice.lower() == "none":
+        return {"runconfig.autoload_checkpoint": False, "runconfig.checkpoint_path": REMOVE}
+    if not choice:
+        raise ParamsError("--resume: expected auto, none or a checkpoint file, got ''")
+    return {"runconfig.checkpoint_path": _absolute(choice)}
 
 
 def _absolute(value: Any) -> str:

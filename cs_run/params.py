@@ -37,6 +37,7 @@ __all__ = [
     "load_params",
     "apply_overrides",
     "save_params",
+    "params_yaml",
     "build_section",
     "params_from_dict",
 ]
@@ -119,6 +120,10 @@ class OptimizerParams:
     """Keyword arguments of the optimizer class (momentum, betas, weight_decay, ...)."""
 
 
+_ENGINE_USES = ("train", "eval", "eval_all", "trace")
+"""The commands a CSX engine flag applies to: every run command (a flag's ``uses``, see cs_run.options)."""
+
+
 @dataclass
 class RunConfig(ClusterOptions):
     """``runconfig``: how long to run, where to write, how often to log and checkpoint.
@@ -130,15 +135,17 @@ class RunConfig(ClusterOptions):
 
     model_dir: str = field(default="./model_dir", metadata={"flag": {"short": "-o", "path": "dir"}})
     """Output folder: checkpoints, train/ and eval/ summaries, resolved params, run log."""
-    max_steps: Optional[int] = field(default=None, metadata={"min": 0, "flag": {}, "trainer": "loop"})
+    max_steps: Optional[int] = field(default=None, metadata={"min": 0, "flag": {"uses": ("train",)}, "trainer": "loop"})
     """Total optimizer steps, counted across resumed runs."""
-    num_steps: Optional[int] = field(default=None, metadata={"min": 0, "flag": {}, "trainer": "loop"})
+    num_steps: Optional[int] = field(default=None, metadata={"min": 0, "flag": {"uses": ("train",)}, "trainer": "loop"})
     """Steps to run in this invocation (exclusive with num_epochs)."""
-    num_epochs: Optional[int] = field(default=None, metadata={"min": 0, "flag": {}, "trainer": "loop"})
+    num_epochs: Optional[int] = field(default=None, metadata={"min": 0, "flag": {"uses": ("train",)},
+                                                                  "trainer": "loop"})
     """Epochs to run in this invocation (exclusive with num_steps)."""
     steps_per_epoch: Optional[int] = field(default=None, metadata={"min": 1, "trainer": "loop"})
     """Cap on steps per epoch; defaults to the train loader's length."""
-    eval_steps: Optional[int] = field(default=None, metadata={"min": 1, "flag": {}, "trainer": "loop"})
+    eval_steps: Optional[int] = field(default=None, metadata={"min": 1, "flag": {"uses": ("eval", "eval_all")},
+                                                                  "trainer": "loop"})
     """Eval batches per evaluation; defaults to the whole eval loader."""
     eval_frequency: Optional[int] = field(default=None, metadata={"min": 1, "trainer": "loop"})
     """In train_and_eval, also evaluate every this many steps."""
@@ -161,10 +168,11 @@ class RunConfig(ClusterOptions):
     """Keep only the newest this many checkpoints in model_dir."""
     log_steps: int = field(default=100, metadata={"min": 1, "trainer": "logging"})
     """Log loss and rate every this many steps."""
-    seed: Optional[int] = field(default=None, metadata={"min": -(2**63), "max": 2**64 - 1})
+    seed: Optional[int] = field(default=None, metadata={"min": -(2**63), "max": 2**64 - 1,
+                                                         "flag": {"uses": ("train", "eval", "eval_all")}})
     """Seed of every RNG (torch, numpy, random); two runs with one seed give identical losses. Any
     integer torch.manual_seed accepts: -2**63 to 2**64 - 1."""
-    checkpoint_path: Optional[str] = field(default=None, metadata={"flag": {"path": "file"}})
+    checkpoint_path: Optional[str] = field(default=None, metadata={"flag": {"path": "file", "uses": ("train", "eval")}})
     """Start from this checkpoint instead of the newest one in model_dir."""
     autoload_checkpoint: bool = field(default=True, metadata={"trainer": ("checkpoint", "autoload")})
     """Resume from the newest checkpoint in model_dir when checkpoint_path is not given."""
@@ -176,13 +184,14 @@ class RunConfig(ClusterOptions):
     disable_progress_bar: bool = field(default=False, metadata={"trainer": "logging"})
     """Hide the tqdm progress bars (they are hidden anyway when stderr is not a terminal)."""
     # ---- CSX: the lazy-traced engine (the cluster keys come from ClusterOptions)
-    compile_dir: Optional[str] = field(default=None, metadata={"flag": {"path": "dir"}})
+    compile_dir: Optional[str] = field(default=None, metadata={"flag": {"path": "dir", "uses": _ENGINE_USES}})
     """Compile cache of the CSX engine (default: model_dir/cached_compile)."""
     compile_only: bool = field(default=False, metadata={"flag": {"cli": False}})
     """Trace and compile the step into compile_dir; run nothing (exclusive with validate_only)."""
     validate_only: bool = field(default=False, metadata={"flag": {"cli": False}})
     """Trace the step and report its graph or compliance error; compile and run nothing."""
-    compile_tier: Optional[str] = field(default=None, metadata={"choices": ("fx", "inductor", "auto")})
+    compile_tier: Optional[str] = field(default=None, metadata={"choices": ("fx", "inductor", "auto"),
+                                                              "flag": {"uses": _ENGINE_USES}})
     """CSX compile tier: auto (default: the faster of fx and inductor, measured on the first steps), fx
     (bit-identical to eager, instant), inductor (fused kernels, compiled once and cached)."""
 
@@ -234,6 +243,9 @@ class Params:
             token = token.rstrip(".")
             for prefix in ["", *prefixes]:
                 candidate = f"{prefix}.{token}" if prefix else token
+                if candidate in self.overridden:  # set on the command line, maybe not in the file at all
+                    best = candidate if len(candidate) > len(best) else best
+                    continue
                 while candidate and candidate not in self.lines:  # its nearest key present in the file
                     candidate = candidate[:max(candidate.rfind("."), candidate.rfind("["), 0)]
                 if len(candidate) > len(prefix) and len(candidate) > len(best):  # names a part of the token
@@ -370,12 +382,17 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, REMOVE if parsed is None else parsed
 
 
+def params_yaml(params: Params) -> str:
+    """The resolved params as YAML text, in the file layout (what save_params writes, --print-config shows)."""
+    return yaml.safe_dump(params.to_dict(), sort_keys=False)
+
+
 def save_params(params: Params, model_dir: str | os.PathLike, name: str = "params_resolved.yaml") -> Path:
     """Write the resolved params (defaults filled in, paths absolute) next to the checkpoints."""
     out = Path(model_dir) / name
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".yaml.tmp")
-    text = yaml.safe_dump(params.to_dict(), sort_keys=False)
+    text = params_yaml(params)
     try:
         tmp.write_text(text)
         os.replace(tmp, out)

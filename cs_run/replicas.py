@@ -115,7 +115,7 @@ def start(num_replicas: int, device_type: str, timeout_s: int = DEFAULT_COLLECTI
 
     Raises:
         ParamsError: ``num_replicas`` disagrees with the launcher's WORLD_SIZE, or a launch is not
-            possible here (an interactive session, pytest, the CSX device).
+            possible here (an interactive session, pytest).
     """
     if joined():
         if dist.get_world_size() != num_replicas:
@@ -129,20 +129,10 @@ def start(num_replicas: int, device_type: str, timeout_s: int = DEFAULT_COLLECTI
         if launched != num_replicas:
             raise ParamsError(f"runconfig.num_csx: {num_replicas}, but the launcher started {launched} processes "
                               f"(WORLD_SIZE={launched}); set --num_csx {launched} or launch {num_replicas}")
-        _check_device(device_type, num_replicas)
         _join(device_type, timeout_s)
         return
     if num_replicas > 1:
-        _check_device(device_type, num_replicas)
         launch(num_replicas, timeout_s)
-
-
-def _check_device(device_type: str, num_replicas: int) -> None:
-    # The CSX engine's all-reduce inside the traced step (issue 13, item 3) is not built yet: refuse rather
-    # than train un-averaged replicas.
-    if device_type.upper() == "CSX":
-        raise ParamsError(f"runconfig.num_csx: {num_replicas} replicas on --device CSX are not supported yet (the "
-                          "traced gradient all-reduce is not built); use --device CPU or GPU for data parallel runs")
 
 
 def _uses_cuda(device_type: str) -> bool:

@@ -2,15 +2,23 @@
 
 :func:`cs_run.params.load_params` only reads and validates; this second step, run the same way by
 every entry point (``cs-run``, the Model Zoo ``run()``, the Trainer: all through
-``PyTorchBaseRunner.create``), puts ``runconfig.python_paths`` on ``sys.path``, imports the model and
-data functions, checks the sections' own keys against their signatures and the optimizer section
-against its classes, all before any of the user's functions is called. Errors name file:line.
+``PyTorchBaseRunner.create``), puts ``runconfig.python_paths`` and the params file's folder on
+``sys.path``, imports the model and data functions, checks the data functions' contract and the
+sections' own keys against the signatures and the optimizer section against its classes, all before
+any of the user's functions is called. Errors name file:line.
+
+The data function contract: it is called as ``fn(split=..., **keys)`` with ``split`` ("train" or
+"eval") and, by name, the keys of the ``<split>_input`` section its signature names (the section's
+own keys such as ``batch_size``, ``shuffle``, ``data_dir``, and any other key written there), or all
+of them when it takes ``**kwargs``; it returns a ``torch.utils.data.DataLoader``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import sys
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -20,14 +28,21 @@ from cs_run.errors import ParamsError
 from cs_run.params import InputParams, OptimizerParams, Params
 from cs_run.registry import check_function_keys, get_model_spec, resolve_object
 
-__all__ = ["resolve_params", "apply_python_paths", "model_function", "data_function", "check_optimizer_section"]
+__all__ = ["resolve_params", "apply_python_paths", "model_function", "data_function", "check_data_function",
+           "check_optimizer_section"]
 
 
 def apply_python_paths(params: Params) -> None:
-    """Put runconfig.python_paths on sys.path (first), so model and data functions import from there."""
-    for folder in reversed(params.runconfig.python_paths):
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
+    """Put runconfig.python_paths, then the params file's folder, first on sys.path, so model and data
+    functions import from there (``model.name: model:build`` finds the ``model.py`` beside the file,
+    as ``python run.py`` finds the modules beside the script)."""
+    folders = list(params.runconfig.python_paths)
+    if params.source:
+        folders.append(str(Path(params.source).resolve().parent))
+    for folder in reversed(folders):
+        if folder in sys.path:
+            sys.path.remove(folder)
+        sys.path.insert(0, folder)
 
 
 def model_function(params: Params) -> Callable[..., Any]:
@@ -45,6 +60,54 @@ def data_function(params: Params, name: str) -> Callable[..., Any]:
         raise ParamsError(f"params: {name}.data_fn: model {params.model.name!r} has no default data; set "
                           f"{name}.data_fn to a 'module:function' returning a torch DataLoader")
     return resolve_object(spec.data_fn, key=f"{name}.data_fn")
+
+
+def check_data_function(fn: Any, name: str, section: InputParams, locate: Callable[[str], str] = lambda key: "") -> None:
+    """The data function of input section ``name`` can be called the way it will be: ``fn(split=...,
+    **keys)`` (see the module docstring), else a ParamsError showing the signature it needs.
+
+    Runs before any work: a wrong signature is a params error, not a TypeError after the model was built.
+    """
+    where = f"params: {name}.data_fn"
+    if not callable(fn):
+        raise ParamsError(f"{where}: {type(fn).__name__} is not callable; expected a function "
+                          f"def build(split, batch_size) returning a torch.utils.data.DataLoader{locate(f'{name}.data_fn')}")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        return
+    try:  # annotations as the user wrote them (not strings under `from __future__ import annotations`)
+        sig = inspect.signature(fn, eval_str=True)
+    except Exception:  # noqa: BLE001 - an annotation that does not evaluate: keep the strings
+        pass
+    by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    parameters = list(sig.parameters.values())
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    own = {f.name for f in dataclasses.fields(section)} - {"extra", "data_fn"}  # other keys: check_function_keys
+    given = {"split"} | own | set(section.extra)
+    if section.shuffle_seed is None:
+        given.discard("shuffle_seed")
+    problems = []
+    if "split" not in sig.parameters and not takes_any:
+        problems.append("it does not take split")
+    for p in parameters:
+        if p.kind is p.POSITIONAL_ONLY and (p.default is p.empty or p.name == "split"):
+            problems.append(f"{p.name} is positional-only (every argument is passed by name)")
+        elif p.kind in by_name and p.default is p.empty and p.name in own and p.name not in given:
+            problems.append(f"{p.name} has no default and is not a key of {name}")
+    if not problems:
+        return
+    keep = [p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in parameters
+            if p.kind in (*by_name, p.POSITIONAL_ONLY) and p.name != "split"
+            and (p.name in given or p.default is not p.empty)]
+    keep.sort(key=lambda p: p.default is not p.empty)  # required ones first
+    expected = inspect.Signature([inspect.Parameter("split", inspect.Parameter.POSITIONAL_OR_KEYWORD), *keep,
+                                  *[p for p in parameters if p.kind is p.VAR_KEYWORD]])
+    label = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', type(fn).__name__)}{sig}"
+    raise ParamsError(f"{where}: {label} cannot be called as a data function ({'; '.join(problems)}): it is called "
+                      f"with split (\"train\" or \"eval\") and the keys of {name} it names, all by name, and returns a "
+                      f"torch.utils.data.DataLoader; expected def {getattr(fn, '__name__', 'build')}{expected}"
+                      f"{locate(f'{name}.data_fn')}")
 
 
 def check_optimizer_section(section: OptimizerParams) -> None:
@@ -83,8 +146,9 @@ def resolve_params(params: Params, *, model_fn: Optional[Callable] = None,
             section = getattr(params, name)
             if section is not None and data_fns.get(split) is None:
                 reserved = {"split"} | {f.name for f in dataclasses.fields(section)} - {"extra", "data_fn"}
-                check_function_keys(data_function(params, name), section.extra, name, reserved, params.where,
-                                    _own_keys(section))
+                fn = data_function(params, name)
+                check_data_function(fn, name, section, params.where)
+                check_function_keys(fn, section.extra, name, reserved, params.where, _own_keys(section))
         if params.optimizer is not None and optimizer_fn is None:
             check_optimizer_section(params.optimizer)
     except ParamsError as e:

@@ -23,8 +23,10 @@ def data() -> None:
 
 @data.command()
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--output_dir", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Writes OUTPUT_DIR/train (and val) shards and OUTPUT_DIR/tokenizer.json.")
+@click.option("--output", "--output_dir", "-o", "output_dir", required=True, metavar="OUTPUT_DIR",
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Writes OUTPUT_DIR/train (and val) shards and OUTPUT_DIR/tokenizer.json (-o is --output in "
+                   "every cs-run command).")
 @click.option("--stdlib", is_flag=True,
               help="Also take the running Python's top-level standard library modules as documents.")
 @click.option("--pattern", multiple=True, default=("*.txt",), show_default=True,

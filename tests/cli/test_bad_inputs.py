@@ -50,6 +50,24 @@ MODEL_MODULE = textwrap.dedent('''
         return DataLoader(TensorDataset(x, x[:, :1]), batch_size=batch_size, drop_last=drop_last_batch)
 
 
+    def data_without_split(batch_size=4, num_samples: int = 16):
+        MARKER.write_text("data")
+        return None
+
+
+    def data_split_positional(split, /, batch_size=4):
+        MARKER.write_text("data")
+        return None
+
+
+    def data_needs_seed(split, shuffle_seed, batch_size=4):
+        MARKER.write_text("data")
+        return None
+
+
+    NOT_A_FUNCTION = 3
+
+
     def broken_model(hidden: int = 8):
         return helper(hidden)
 
@@ -311,6 +329,27 @@ def _semantic_cases() -> list[Case]:
              params=lambda t: _set_line(t, "train_input", "num_sample", "8"), key="train_input.num_sample"),
         Case("data-fn-missing", ["train", "--params", "{params}"], 2, "has no attribute 'nope'",
              params=lambda t: _set_line(t, "eval_input", "data_fn", f"{MODULE}:nope"), key="eval_input.data_fn"),
+        Case("data-fn-without-split", ["train", "--params", "{params}"], 2,
+             "(it does not take split): it is called with split (\"train\" or \"eval\") and the keys of train_input it "
+             "names, all by name, and returns a torch.utils.data.DataLoader; expected def data_without_split(split, "
+             "batch_size=4, num_samples: int = 16)",
+             params=lambda t: _set_line(t, "train_input", "data_fn", f"{MODULE}:data_without_split"),
+             key="train_input.data_fn"),
+        Case("eval-data-fn-without-split", ["eval", "--params", "{params}"], 2,
+             "eval_input.data_fn: bad_input_models:data_without_split(batch_size=4, num_samples: int = 16) cannot be",
+             params=lambda t: _set_line(t, "eval_input", "data_fn", f"{MODULE}:data_without_split"),
+             key="eval_input.data_fn"),
+        Case("data-fn-split-positional-only", ["train", "--params", "{params}"], 2,
+             "(split is positional-only (every argument is passed by name))",
+             params=lambda t: _set_line(t, "train_input", "data_fn", f"{MODULE}:data_split_positional"),
+             key="train_input.data_fn"),
+        Case("data-fn-required-unset-key", ["train", "--params", "{params}"], 2,
+             "(shuffle_seed has no default and is not a key of train_input)",
+             params=lambda t: _set_line(t, "train_input", "data_fn", f"{MODULE}:data_needs_seed"),
+             key="train_input.data_fn"),
+        Case("data-fn-not-callable", ["train", "--params", "{params}"], 2, "train_input.data_fn: int is not callable",
+             params=lambda t: _set_line(t, "train_input", "data_fn", f"{MODULE}:NOT_A_FUNCTION"),
+             key="train_input.data_fn"),
         Case("runner-not-a-runner", ["train", "--params", "{params}", "--runner", f"{MODULE}:build_model"], 2,
              "must be a subclass of cs_run.runners.PyTorchRunner"),
         Case("train-without-optimizer", ["train", "--params", "{params}"], 2,

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from cs_run import checkpoint
 from cs_run.cli import cli
+from cs_run.options import COMMAND_USES, command_options, run_options
 from cs_run.runners import PyTorchBaseRunner
 from cs_run.runners._model_dir import LOCK_NAME
 
@@ -47,12 +48,20 @@ def _flag_cases(tmp_path):
         ("mount_dirs", "--mount_dirs", f"[{a}]", b, [str(a)], [str(b)]),
         ("python_paths", "--python_paths", f"[{a}]", b, [str(a)], [str(b)]),
         ("job_labels", "--job_labels", "[x=1]", "y=2", ["x=1"], ["y=2"]),
+        ("seed", "--seed", 5, -7, 5, -7),
+        ("collective_timeout", "--collective_timeout", 30, 40, 30, 40),
+        ("runner", "--runner", "a:One", "b:Two", "a:One", "b:Two"),
+        ("compile_tier", "--compile_tier", "fx", "INDUCTOR", "fx", "inductor"),
     ]
 
 
 FLAG_KEYS = ["model_dir", "checkpoint_path", "max_steps", "num_steps", "num_epochs", "eval_steps", "logging",
              "compile_dir", "num_csx", "num_workers_per_csx", "max_wgt_servers", "max_act_per_csx",
-             "transfer_processes", "mount_dirs", "python_paths", "job_labels"]
+             "transfer_processes", "mount_dirs", "python_paths", "job_labels", "seed", "compile_tier", "runner", "collective_timeout"]
+
+
+def test_every_key_with_a_flag_has_a_precedence_case():
+    assert set(FLAG_KEYS) == {o.key for o in run_options() if o.key is not None and o.cli}
 
 
 @pytest.fixture
@@ -76,7 +85,8 @@ def captured(monkeypatch):
 def test_set_wins_over_file_and_flag_wins_over_set(key, toy_project, tmp_path, captured):
     """params file < --set < explicit flag; a flag the user did not give overrides nothing."""
     _, flag, set_value, flag_value, expect_set, expect_flag = next(c for c in _flag_cases(tmp_path) if c[0] == key)
-    base = ["train", "--params", toy_project, "--set", f"runconfig.{key}={set_value}"]
+    command = next(name for name in COMMAND_USES if any(o.key == key for o in command_options(name)))
+    base = [command, "--params", toy_project, "--set", f"runconfig.{key}={set_value}"]
     if key == "num_epochs":
         base += ["--set", "runconfig.max_steps=null"]
     result = invoke(*base)

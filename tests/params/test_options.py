@@ -12,7 +12,7 @@ import pytest
 from cs_run.cli import cli
 from cs_run.distributed import ClusterConfig, ClusterOptions
 from cs_run.modelzoo import _parser
-from cs_run.options import field_docs, flag_overrides, run_options, trainer_keys
+from cs_run.options import COMMAND_USES, command_options, field_docs, flag_overrides, run_options, trainer_keys
 from cs_run.params import RunConfig
 
 
@@ -36,15 +36,21 @@ def test_every_field_has_its_doc_under_it():
 def test_click_options_are_the_declaration(command):
     params = {p.name: p for p in cli.commands[command].params}
     hints = typing.get_type_hints(RunConfig)
+    taken = command_options(command)
     for option in run_options():
-        if not option.cli:
-            assert option.name not in params
+        if option not in taken:
+            assert option.dest not in params
+            assert not option.cli or not set(option.uses) & set(COMMAND_USES[command])
             continue
-        p = params[option.name]
+        p = params[option.dest]
+        assert p.opts == [f"--{option.name}"]  # cs-run spells run flags out (short options are run.py's)
+        if option.key is None:
+            assert p.help == option.help
+            continue
         assert p.help.startswith(field_docs(RunConfig)[option.name])
         meta = RunConfig.__dataclass_fields__[option.name].metadata
         if "min" in meta:
-            assert isinstance(p.type, click.IntRange) and p.type.min == meta["min"]
+            assert isinstance(p.type, click.IntRange) and p.type.min == meta["min"] and p.type.max == meta.get("max")
         if "choices" in meta:
             assert tuple(p.type.choices) == meta["choices"]
         assert p.multiple == (typing.get_origin(hints[option.name]) is list)
@@ -53,12 +59,17 @@ def test_click_options_are_the_declaration(command):
 def test_run_py_options_are_the_declaration():
     actions = {a.dest: a for a in _parser(None)._actions}
     for option in run_options():
-        action = actions[option.name]
-        assert action.help == field_docs(RunConfig)[option.name]
+        if not option.run_py:
+            assert option.dest not in actions
+            continue
+        action = actions[option.dest]
+        assert action.help == (field_docs(RunConfig)[option.name] if option.key else option.help)
         if option.kind == "list":
             assert action.nargs == "+"
         if option.kind == "bool":
             assert action.const is True and action.default is None
+        if option.kind == "choice":  # any case, stored as declared
+            assert [action.type(c.swapcase()) for c in option.choices] == list(option.choices)
     flagged = {f.name for f in dataclasses.fields(RunConfig) if "flag" in f.metadata}
     assert flagged <= set(actions)
 
