@@ -142,8 +142,18 @@ def report(exc: BaseException, file: Any = None) -> int:
     return exit_code(exc)
 
 
+class _Interrupt(BaseException):
+    """Carries a Ctrl-C past click, which would print an empty line and turn it into ``Abort``."""
+
+
 class ErrorGroup(click.Group):
     """A click group whose every failure goes through :func:`report` (one line for usage errors too)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as e:
+            raise _Interrupt(e) from None
 
     def main(self, args: Optional[list[str]] = None, prog_name: Optional[str] = None,
              complete_var: Optional[str] = None, standalone_mode: bool = True, **extra: Any) -> Any:
@@ -154,8 +164,8 @@ class ErrorGroup(click.Group):
         except SystemExit:
             raise
         except BaseException as exc:  # noqa: BLE001 - every failure is reported the one way
-            if isinstance(exc, click.exceptions.Abort) and isinstance(exc.__cause__, KeyboardInterrupt):
-                exc = exc.__cause__  # click turns Ctrl-C into Abort; the interrupt knows its step and signal
+            if isinstance(exc, _Interrupt):
+                exc = exc.args[0]  # the interrupt knows its step and signal
             sys.exit(report(exc))
         sys.exit(result if isinstance(result, int) else 0)
 

@@ -148,8 +148,8 @@ def main(params: dict, model_fn: Optional[Callable[[dict], Any]] = None, train_d
     """
     try:
         return _main(params, model_fn, train_data_fn, eval_data_fn)
-    except Exception as e:  # noqa: BLE001 - reported the one way every entry point reports
-        raise SystemExit(report(e)) from None
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - reported the one way every entry point reports
+        raise SystemExit(report(e)) from None  # an interrupt: exit 130 / 143, its line already logged
 
 
 def _main(vendor: dict, model_fn, train_data_fn, eval_data_fn) -> dict:

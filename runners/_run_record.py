@@ -1,9 +1,10 @@
 """model_dir/runs/<timestamp>.yaml: what each invocation was and how it ended.
 
 One file per ``run()``: cs-run / torch / Python versions, the command line, the params file and the keys
-set on the command line, the mode and device; at the end the outcome (completed, interrupted, aborted,
-failed, with its message) and the global steps it covered. Written at the start and rewritten at the
-end, each time atomically, so a killed run leaves its start record.
+set on the command line, the mode and device, the run id of the scalars it writes (their ``run``
+column); at the end the outcome (completed, interrupted, aborted, failed, with its message) and the
+global steps it covered. Written at the start and rewritten at the end, each time atomically, so a
+killed run leaves its start record.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 import yaml
 
 from cs_run.params import Params
+from cs_run.summaries import RUN_ID
 
 __all__ = ["RUNS_DIR", "RunRecord"]
 
@@ -65,7 +67,8 @@ class RunRecord:
         self.path = path
         self.data: dict[str, Any] = {
             "cs_run": _version(), "torch": str(torch.__version__), "python": platform.python_version(),
-            "host": platform.node(), "pid": os.getpid(), "started": now.isoformat(timespec="seconds"),
+            "host": platform.node(), "pid": os.getpid(), "run_id": RUN_ID,  # the scalars CSVs' run column
+            "started": now.isoformat(timespec="seconds"),
             "command": _command(), "cwd": os.getcwd(), "mode": mode, "device": device,
             "params_file": params.source,
             "overrides": {key: _lookup(resolved, key) for key in sorted(params.overridden)},

@@ -41,16 +41,20 @@ def train_step(model: torch.nn.Module, micro_batches: Sequence[Any], optimizer: 
 
     Returns the mean loss over the micro-batches (detached). With one micro-batch the gradients are
     those of plain ``loss.backward()``; with k they are of ``loss / k`` summed, i.e. of the mean loss.
+    A data-parallel model (``no_sync``, :class:`cs_run.replicas.ReplicatedModule`) all-reduces the summed
+    gradients once, in the last micro-batch's backward.
     """
     k = len(micro_batches)
     total = None
-    for batch in micro_batches:
-        with _autocast(config):
-            loss = model(batch)
-        scaled = loss / k if k > 1 else loss
-        if grad_scaler is not None:
-            scaled = grad_scaler.scale(scaled)
-        scaled.backward()
+    for i, batch in enumerate(micro_batches):
+        local = model.no_sync() if i < k - 1 and hasattr(model, "no_sync") else contextlib.nullcontext()
+        with local:
+            with _autocast(config):
+                loss = model(batch)
+            scaled = loss / k if k > 1 else loss
+            if grad_scaler is not None:
+                scaled = grad_scaler.scale(scaled)
+            scaled.backward()
         total = loss.detach() if total is None else total + loss.detach()
     apply_gradients(optimizer, grad_scaler, config.max_gradient_norm, config.max_gradient_value)
     if lr_scheduler is not None:

@@ -276,8 +276,8 @@ class PyTorchBaseRunner(RunnerHooks):
                     text = error_text(e)
                     if text:  # an interrupt logged its own line
                         log.write(logging.ERROR, text)
-                    outcome = "interrupted" if isinstance(e, Interrupted) else \
-                        "aborted" if isinstance(e, (Aborted, KeyboardInterrupt)) else "failed"
+                    outcome = "aborted" if isinstance(e, Aborted) else \
+                        "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
                     record.finish(outcome, first_step=self._run_start, last_step=self.global_step,
                                   message=text.splitlines()[-1] if text else str(e))
                     raise

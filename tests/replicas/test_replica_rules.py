@@ -165,3 +165,38 @@ def test_replica_loaders_must_have_equal_lengths_and_split_batches(monkeypatch, 
     with pytest.raises(ParamsError, match="the 2 replicas' train loaders differ in length .this replica's has 8 "
                                           "batches, all together 17."):
         base._check_replica_loader(loader, InputParams(batch_size=4))
+
+
+def test_accumulated_micro_batches_all_reduce_once(batches):
+    # DDP's no_sync around every micro-batch but the last: one gradient all-reduce per step.
+    from cs_run.runners._step import StepConfig, train_step
+
+    class Replica(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 4)
+            self.synced = []
+            self._local = False
+
+        def no_sync(self):
+            outer = self
+
+            class Local:
+                def __enter__(self):
+                    outer._local = True
+
+                def __exit__(self, *exc):
+                    outer._local = False
+            return Local()
+
+        def forward(self, batch):
+            x, y = batch
+            self.synced.append(not self._local)
+            return torch.nn.functional.cross_entropy(self.fc(x), y)
+
+    model = Replica()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    train_step(model, batches[:3], optimizer, None, None, StepConfig())
+    assert model.synced == [False, False, True]
+    train_step(model, batches[:1], optimizer, None, None, StepConfig())
+    assert model.synced[3:] == [True]

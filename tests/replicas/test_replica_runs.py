@@ -27,7 +27,7 @@ from cs_run.cli import cli
 
 TIMEOUT = 240  # seconds for any one multi-process run (a hang fails, it never blocks the suite)
 COMMON = ["--set", "model.dropout=0.0", "--set", "runconfig.log_steps=25", "--set", "runconfig.checkpoint_steps=25",
-          "--collective_timeout", "60"]
+          "--collective_timeout", "180"]
 
 
 def _env() -> dict:
@@ -164,7 +164,7 @@ def _kill_replica_1(launcher: subprocess.Popen) -> None:
 def test_a_killed_replica_ends_the_job_with_one_line_and_a_rerun_resumes(tmp_path):
     md = tmp_path / "md"
     args = ["--model_dir", md, "--set", "model.dropout=0.0", "--set", "runconfig.checkpoint_steps=10",
-            "--set", "runconfig.max_checkpoints=2", "--set", "runconfig.log_steps=1000", "--collective_timeout", 30]
+            "--set", "runconfig.max_checkpoints=2", "--set", "runconfig.log_steps=1000", "--collective_timeout", 120]
     proc, err = _train_until_checkpoint(md, args, _kill_replica_1)
     assert proc.returncode == 1
     errors = [line for line in err.splitlines() if line.startswith("Error:")]

@@ -195,12 +195,21 @@ trainer.fit(torch.utils.data.DataLoader(data, batch_size=4))
 """
 
 
-@pytest.mark.parametrize("setup, level, count", [("", "INFO", 1), ("", "WARNING", 0),
+@pytest.mark.parametrize("setup, level, count", [("", "INFO", 1),
                                                  ("logging.basicConfig(level=logging.INFO)", "INFO", 1)])
 def test_the_trainer_logs_to_the_console_once(tmp_path, setup, level, count):
+    """A fresh process each: where the lines go depends on the process's logging setup."""
     code = textwrap.dedent(SCRIPT.format(setup=setup, level=level))
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "md")], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("| Train Device=cpu, Step=2, Loss=") == count, result.stderr
     assert ("| Train Device=cpu, Step=2, Loss=" in (tmp_path / "md" / "run.log").read_text()) == (level == "INFO")
+
+
+def test_trainer_log_level_is_the_runconfig_logging_key():
+    with _reset_for_tests():
+        trainer = Trainer(device="CPU", model=WithLoss(), logging={"log_steps": 5, "log_level": "WARNING"})
+    assert (trainer._runconfig.logging, trainer._runconfig.log_steps) == ("WARNING", 5)
+    with _reset_for_tests(), pytest.raises(ParamsError, match="runconfig.logging: 'LOUD' is not one of"):
+        Trainer(device="CPU", model=WithLoss(), logging={"log_level": "LOUD"})

@@ -23,10 +23,11 @@ import cs_run.checkpoint.atomic as atomic
 from cs_run import checkpoint
 from cs_run.backend import _reset_for_tests
 from cs_run.cli import cli
-from cs_run.exits import exit_code
+from cs_run.exits import error_text, exit_code
 from cs_run.interrupts import Aborted, Interrupted, stop_on_signal
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
+from cs_run.summaries import read_scalar_rows
 
 SIGNALLING = '''
 import os, signal, time
@@ -122,7 +123,7 @@ def test_sigint_to_cs_run_train_saves_the_step_and_a_rerun_resumes_bit_identical
     assert 5 <= n < steps
     saved = split / f"checkpoint_{n}.mdl"
     assert line.endswith(f"WARNING: interrupted (SIGINT) at step {n}; checkpoint {saved}; rerun to resume")
-    assert "Error" not in err and "Traceback" not in err
+    assert "Error" not in err and "Traceback" not in err and err.endswith(line + "\n")  # the last word
     assert sorted(p.name for p in split.glob("checkpoint_*")) == [saved.name]
     assert line.split(": ", 1)[1] in (split / "run.log").read_text()
     [record] = records(split)
@@ -214,6 +215,7 @@ def test_every_invocation_is_recorded_and_eval_keeps_the_training_params(project
         "eval_input.batch_size": 2, "runconfig.eval_steps": 2, "runconfig.model_dir": str(md)}
     assert first["cs_run"] == second["cs_run"] != "" and first["torch"] == torch.__version__
     assert first["params_file"] == str(project) and first["command"].startswith(Path(sys.argv[0]).name)
+    assert {row.run for row in read_scalar_rows(md / "train")} == {first["run_id"]}
 
 
 def test_signals_are_deferred_only_inside_the_block():
@@ -282,3 +284,23 @@ def test_custom_loop_sigint_ends_at_a_step_its_checkpoint_closure_saved(tmp_path
     custom_loop(device, tmp_path / "whole", stop)  # the same steps, uninterrupted: the same state
     assert_same_checkpoint(tmp_path / "split" / f"checkpoint_{stop}.mdl",
                            tmp_path / "whole" / f"checkpoint_{stop}.mdl")
+
+
+def test_a_ctrl_c_outside_a_training_loop_is_one_line_and_exit_130():
+    assert (error_text(KeyboardInterrupt()), exit_code(KeyboardInterrupt())) == ("Error: interrupted", 130)
+    stopped = Interrupted(signal.SIGTERM, 7, Path("md/checkpoint_7.mdl"))
+    assert (error_text(stopped), exit_code(stopped)) == ("", 143)  # the run logged its own line
+    assert str(stopped) == "interrupted (SIGTERM) at step 7; checkpoint md/checkpoint_7.mdl; rerun to resume"
+
+
+def test_a_model_zoo_run_py_exits_143_on_sigterm_with_the_step_saved(project, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SIGNAL_AT", "4")
+    monkeypatch.setenv("SEND_SIGNAL", "SIGTERM")
+    md = tmp_path / "md"
+    with pytest.raises(SystemExit) as end:
+        cstorch.run(argv=["CPU", "--mode", "train", "--params", str(project), "--model_dir", str(md),
+                          "--runner", "signalling:CpuRunner", "--max_steps", "10"])
+    assert end.value.code == 143
+    assert "Error" not in capsys.readouterr().err
+    assert sorted(p.name for p in md.glob("checkpoint_*")) == ["checkpoint_4.mdl"]
+    assert "interrupted (SIGTERM) at step 4; checkpoint" in (md / "run.log").read_text()

@@ -1,4 +1,5 @@
-"""Throughput leaves out compile time: the RateMeter rule, and the runner's log line and scalars on CSX."""
+"""Throughput leaves out compile time (trace, compile, CUDA-graph capture): the RateMeter rule, and the
+runner's log line and scalars on CSX."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import re
 import time
 
 import pytest
+import torch
 
 import cs_run.engine.step as engine_step
 from cs_run import batches
-from cs_run.batches import RateMeter, compile_time
+from cs_run.batches import RateMeter, compile_seconds, compile_time
+from cs_run.engine.cudagraph import GraphedStep
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
 from cs_run.summaries import read_scalars
@@ -89,3 +92,18 @@ def test_csx_rates_leave_out_a_slow_compile_which_is_reported_once(toy_project, 
     with caplog.at_level(logging.INFO, logger="cs_run"):
         cpu = train(toy_project, tmp_path / "cpu", "CPU")  # eager: nothing compiled, nothing reported
     assert "compile_seconds" not in cpu and not any(r.getMessage().startswith("Compile time") for r in caplog.records)
+
+
+def test_a_cuda_graph_capture_counts_as_compile_time(clock):
+    def capture(fn):  # an injected capture (CPU): 30 s on the rates' clock
+        clock.offset += 30.0
+        outputs = fn()
+        return (lambda: None), outputs
+
+    step = GraphedStep(lambda state, x: [state + x], num_state=1, capture=capture)
+    state, x = torch.ones(2), torch.full((2,), 2.0)
+    assert compile_seconds() == 0
+    step(state, x)  # the first call runs as is
+    assert compile_seconds() == 0
+    step(state, x)  # the second captures
+    assert 30 <= compile_seconds() < 31
