@@ -306,11 +306,27 @@ def gpt2_rows(args) -> None:
               f"{first[v]:10.2f}")
 
 
-def time_variants(variants: dict, steps: int, repeats: int) -> dict[str, float]:
+def time_variants(variants: dict, steps: int, repeats: int, sync=lambda: None,
+                  skip_failed: bool = False) -> tuple[dict[str, float], dict[str, float]]:
+    """Median seconds per step of each variant over interleaved repeats, and each one's first call.
+
+    ``sync`` waits for queued device work (``torch.cuda.synchronize`` on a GPU) around every timing;
+    ``skip_failed``: a variant whose first call raises (a compiler that cannot build its graph) is
+    reported and dropped instead of ending the bench.
+    """
     first = {}
-    for name, fn in variants.items():  # warm-up (includes trace/compile), timed separately
+    for name, fn in list(variants.items()):  # warm-up (includes trace/compile), timed separately
+        sync()
         t0 = time.perf_counter()
-        fn()
+        try:
+            fn()
+        except Exception as e:
+            if not skip_failed:
+                raise
+            print(f"    {name}: FAILED to build: {type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}")
+            del variants[name]
+            continue
+        sync()
         first[name] = time.perf_counter() - t0
         for _ in range(3):
             fn()
@@ -321,9 +337,11 @@ def time_variants(variants: dict, steps: int, repeats: int) -> dict[str, float]:
     samples: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(repeats):
         for name, fn in variants.items():
+            sync()
             t0 = time.perf_counter()
             for _ in range(steps):
                 fn()
+            sync()
             samples[name].append((time.perf_counter() - t0) / steps)
     return {k: statistics.median(v) for k, v in samples.items()}, first
 

@@ -21,12 +21,10 @@ The models are the MLP and nanoGPT-style step of ``bench_engine.py`` (same shape
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 
 import torch
-from bench_engine import MODELS, NANO, NanoGPT, build_mlp, settled_call
+from bench_engine import MODELS, NANO, NanoGPT, build_mlp, settled_call, time_variants
 
 from cs_run.engine import CompiledStep, EngineOptions
 from cs_run.optim import SGD, AdamW
@@ -113,37 +111,6 @@ def variants_for(case, device, clip, names):
     return variants
 
 
-def time_variants(variants: dict, steps: int, repeats: int) -> tuple[dict, dict]:
-    first = {}
-    for name, fn in list(variants.items()):  # warm-up: trace/compile/capture, timed apart
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        try:
-            fn()
-        except Exception as e:  # a compiler that cannot build this graph: reported, not timed
-            print(f"    {name}: FAILED to build: {type(e).__name__}: {str(e).strip().splitlines()[-1][:200]}")
-            del variants[name]
-            continue
-        torch.cuda.synchronize()
-        first[name] = time.perf_counter() - t0
-        for _ in range(5):
-            fn()
-        for _ in range(200):  # auto: the trial's steps are part of the warm-up
-            if getattr(fn, "tier", lambda: "")() is not None:
-                break
-            fn()
-    samples: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(repeats):
-        for name, fn in variants.items():
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                fn()
-            torch.cuda.synchronize()
-            samples[name].append((time.perf_counter() - t0) / steps)
-    return {k: statistics.median(v) for k, v in samples.items()}, first
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=50)
@@ -170,7 +137,8 @@ def main() -> None:
         print(f"{model_name:30s} check: CSX fx with vs without CUDA graph, 8 steps: "
               f"{check_graph_replay(case, device, clip)}")
         variants = variants_for(case, device, clip, names)
-        med, first = time_variants(variants, args.steps, args.repeats)
+        med, first = time_variants(variants, args.steps, args.repeats, sync=torch.cuda.synchronize,
+                                    skip_failed=True)
         for v, t in med.items():
             label = f"{v}({variants[v].tier() or 'no trial'})" if v == "csx-auto" else v
             print(f"{model_name:30s} {label:22s} {t * 1e3:8.3f} {med['eager'] / t:8.2f}x "
