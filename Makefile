@@ -19,7 +19,7 @@ $(STAMP): setup.cfg pyproject.toml
 	touch $(STAMP)
 
 run: setup
-	$(VENV)/bin/cs-run train-and-eval --params examples/fc_mnist/params.yaml --model_dir model_dir/fc_mnist
+	$(VENV)/bin/cs-run train-and-eval --params examples/fc_mnist/params.yaml --model_dir model_dir/quickstart --resume none
 
 # GPT-2 on the Python standard library's own sources: shards are written once, then train, then the
 # validation perplexity of every checkpoint (step 0 = initial weights), oldest first.
