@@ -16,6 +16,7 @@ from cs_run.amp.grad_scaler import (
     DEFAULT_STEPS_PER_INCREASE,
     GradScaler,
 )
+from cs_run.backend import current_backend
 from cs_run.errors import ParamsError
 
 __all__ = ["autocast", "build_grad_scaler", "resolve_mixed_precision"]
@@ -30,11 +31,16 @@ _HALF_TYPES = {
 
 
 def _default_device_type() -> str:
+    """The current backend's device ("cpu" for a CPU backend even where CUDA exists), else CUDA when present."""
+    current = current_backend(raise_exception=False, raise_warning=False)
+    if current is not None:
+        return current.torch_device.type
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 class autocast(torch.autocast):  # lower-case name mirrors torch.autocast
-    """``torch.autocast`` whose device type defaults to the local accelerator (CUDA, else CPU).
+    """``torch.autocast`` whose device type defaults to the current backend's device (no backend yet:
+    CUDA when present, else CPU).
 
     Use bfloat16 on CPU and GPU, float16 on GPU::
 
@@ -44,7 +50,7 @@ class autocast(torch.autocast):  # lower-case name mirrors torch.autocast
     Args:
         dtype: The half type; None takes torch's default for the device (bf16 on CPU, fp16 on CUDA).
             First, as in the vendor's ``autocast(dtype=None)``.
-        device_type: "cpu" or "cuda"; None picks "cuda" when available, else "cpu".
+        device_type: "cpu" or "cuda"; None: the current backend's device, else "cuda" when available.
         enabled: False makes the context a no-op (convenient when precision comes from params).
         cache_enabled: As in ``torch.autocast``.
     """

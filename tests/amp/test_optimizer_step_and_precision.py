@@ -14,8 +14,10 @@ from cs_run.amp import (
     autocast,
     build_grad_scaler,
     optimizer_step,
+    precision,
     resolve_mixed_precision,
 )
+from cs_run.backend import _reset_for_tests
 from cs_run.errors import ParamsError
 
 
@@ -144,3 +146,13 @@ def test_build_grad_scaler_from_params():
         }
     )
     assert dyn.dynamic and dyn.get_scale() == 1024.0 and dyn.steps_per_increase == 10
+
+
+def test_autocast_follows_the_current_backend_not_the_machine(monkeypatch):
+    """On a machine with a GPU, ``cstorch.backend("CPU")`` must autocast the CPU ops it runs."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with _reset_for_tests():
+        assert precision._default_device_type() == "cuda"  # no backend yet: the accelerator
+        cstorch.backend("CPU")
+        assert autocast(dtype=torch.bfloat16).device == "cpu"
+
