@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from cs_run.engine import collectives
+from cs_run.engine import collectives, passes
 from cs_run.engine.cache import CompileCache, graph_key
 from cs_run.engine.cudagraph import GraphedStep, capture_blocker
 from cs_run.engine.progress import compiling
@@ -177,9 +177,11 @@ def _inductor(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache
             except Exception as exc:  # noqa: BLE001  (a stale or foreign artifact: compile afresh)
                 logger.warning("compile cache: could not load %s (%s); compiling again", artifact, exc)
     example = [t.detach() for t in traced.state.tensors] + [t.detach() for t in batch]
+    gm, rewrites = passes.run_passes(traced.gm)  # a rewritten copy; the fx tier keeps traced.gm
+    logger.debug("%s: graph passes before inductor: %s", label, rewrites)
     isa = isa_probe_cache(cache.root / "artifacts" / "vec_isa.json") if cache else contextlib.nullcontext()
     with compiling(f"{label} (tier inductor)"), torch.no_grad(), scope(), isa:
-        compiled = standalone_compile(traced.gm, example, dynamic_shapes="from_example_inputs")
+        compiled = standalone_compile(gm, example, dynamic_shapes="from_example_inputs")
         COUNTS["inductor_compile"] += 1
         if cache is not None and compiled.is_saveable():
             cache.save_artifact(key, compiled)
