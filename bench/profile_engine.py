@@ -93,7 +93,7 @@ def make_steps(compile_dir: str):
 
 
 def interleaved(fns: dict, repeats: int, steps: int) -> dict[str, float]:
-    """Median ms per step (thread CPU time: the host is shared) over interleaved repeats."""
+    """Median ms per call (thread CPU time: the host is shared) over interleaved repeats."""
     samples = {k: [] for k in fns}
     for _ in range(repeats):
         for k, f in fns.items():
@@ -122,9 +122,10 @@ def profiled(fns: dict, rounds: int, steps: int) -> dict[str, dict[str, float]]:
     return {k: {label: statistics.median(v) for label, v in classes.items()} for k, classes in acc.items()}
 
 
-def floors(traced, repeats: int) -> tuple[float, float, float]:
-    """(ms of the step's GEMMs alone, ms of its attention calls alone, the GEMMs' FLOPs)."""
-    calls, flops = [], 0.0
+def floor_calls(traced) -> tuple[dict, float]:
+    """Callables running the step's own GEMMs alone and its attention calls alone (same shapes and strides,
+    GEMMs into preallocated outputs as inside the step), and the GEMMs' FLOPs."""
+    calls, flops = {"GEMMs alone": [], "attention alone": []}, 0.0
     for node in traced.gm.graph.nodes:
         if node.target in (aten.mm.default, aten.addmm.default, aten.bmm.default,
                            aten._scaled_dot_product_flash_attention_for_cpu.default,
@@ -132,26 +133,22 @@ def floors(traced, repeats: int) -> tuple[float, float, float]:
             args = [torch.empty_strided(a.meta["val"].shape, a.meta["val"].stride()).normal_()
                     if isinstance(a, torch.fx.Node) else a for a in node.args]
             kwargs = dict(node.kwargs)
-            gemm = "flash" not in str(node.target)
-            if gemm:  # into a preallocated output, as inside the step (its allocation is not GEMM time)
-                a, b = args[-2], args[-1]
-                flops += 2 * a.shape[-2] * a.shape[-1] * b.shape[-1] * (a.shape[0] if a.dim() == 3 else 1)
-                kwargs["out"] = torch.empty(node.meta["val"].shape)
-                target = {aten.mm.default: aten.mm.out, aten.addmm.default: aten.addmm.out,
-                          aten.bmm.default: aten.bmm.out}[node.target]
-            else:
-                target = node.target
-            calls.append((gemm, target, args, kwargs))
-    totals = {True: [], False: []}
-    for _ in range(repeats):
-        for kind in (True, False):
-            t0 = time.thread_time()
-            for gemm, target, args, kwargs in calls:
-                if gemm == kind:
-                    target(*args, **kwargs)
-            totals[kind].append((time.thread_time() - t0) * 1e3)
-    gemm_ms, attn_ms = statistics.median(totals[True]), statistics.median(totals[False])
-    return gemm_ms, attn_ms, flops
+            if "flash" in str(node.target):
+                calls["attention alone"].append((node.target, args, kwargs))
+                continue
+            a, b = args[-2], args[-1]
+            flops += 2 * a.shape[-2] * a.shape[-1] * b.shape[-1] * (a.shape[0] if a.dim() == 3 else 1)
+            kwargs["out"] = torch.empty(node.meta["val"].shape)
+            out_op = {aten.mm.default: aten.mm.out, aten.addmm.default: aten.addmm.out, aten.bmm.default: aten.bmm.out}
+            calls["GEMMs alone"].append((out_op[node.target], args, kwargs))
+
+    def runner(group):
+        def run():
+            for target, args, kwargs in group:
+                target(*args, **kwargs)
+        return run
+
+    return {name: runner(group) for name, group in calls.items()}, flops
 
 
 def main() -> None:
@@ -172,11 +169,12 @@ def main() -> None:
         for f in fns.values():
             for _ in range(3):
                 f()
-        timed = interleaved(fns, args.repeats, args.steps)
+        alone, gemm_flops = floor_calls(traced)
+        timed = interleaved({**fns, **alone}, args.repeats, args.steps)
         table = profiled(fns, args.rounds, args.steps)
-    gemm_ms, attn_ms, gemm_flops = floors(traced, args.repeats)
-    print(f"unprofiled step (thread CPU ms, median of {args.repeats} interleaved): eager {timed['eager']:.2f}, "
-          f"CSX inductor {timed['csx']:.2f} ({timed['eager'] / timed['csx']:.2f}x eager)")
+    eager, csx, gemm_ms, attn_ms = timed["eager"], timed["csx"], timed["GEMMs alone"], timed["attention alone"]
+    print(f"unprofiled step (thread CPU ms, median of {args.repeats} interleaved): eager {eager:.2f}, "
+          f"CSX inductor {csx:.2f} ({eager / csx:.2f}x eager)")
     print(f"\n{'kernel class (profiled self CPU ms/step)':48s} {'eager':>8s} {'CSX':>8s}")
     labels = sorted(table["eager"], key=lambda c: -(table["eager"][c] + table["csx"].get(c, 0.0)))
     for label in labels:
@@ -186,11 +184,11 @@ def main() -> None:
     print(f"{'total (profiled)':48s} {sum(table['eager'].values()):8.2f} {sum(table['csx'].values()):8.2f}")
     rate = gemm_flops / (gemm_ms / 1e3) / 1e9
     both = gemm_ms + attn_ms
-    print(f"\nfloors: the step's {gemm_flops / 1e6:.0f} MFLOP of GEMMs alone {gemm_ms:.2f} ms ({rate:.1f} GFLOP/s), "
-          f"its attention calls alone {attn_ms:.2f} ms; together {both:.2f} ms = {both / timed['eager']:.2f} of "
-          f"eager: a ceiling of {timed['eager'] / both:.2f}x eager for any tier that keeps ATen's GEMM and "
-          f"flash-attention kernels (all matmul FLOPs incl. attention, {nano_flops(**NANO) / 1e6:.0f} MFLOP, "
-          f"= {nano_flops(**NANO) / (rate * 1e9) * 1e3:.2f} ms at that rate)")
+    print(f"\nfloors (timed in the same interleaved loop): the step's {gemm_flops / 1e6:.0f} MFLOP of GEMMs alone "
+          f"{gemm_ms:.2f} ms ({rate:.1f} GFLOP/s), its attention calls alone {attn_ms:.2f} ms; together "
+          f"{both:.2f} ms = {both / eager:.2f} of eager: a ceiling of {eager / both:.2f}x eager for any tier that "
+          f"keeps ATen's GEMM and flash-attention kernels; all matmul FLOPs incl. attention "
+          f"({nano_flops(**NANO) / 1e6:.0f} MFLOP) take {nano_flops(**NANO) / (rate * 1e9) * 1e3:.2f} ms at that rate")
 
 
 if __name__ == "__main__":
