@@ -10,8 +10,8 @@ Tiers:
   a few loops), so it is the fast tier for overhead-bound steps; a cold build takes seconds to tens of
   seconds, and fusion may change the last bits of results. On CPU the step is built ahead of time into
   one library with a C++ wrapper (``aot.py``: no Python between kernels, and a warm process loads it
-  without importing inductor's compiler); on CUDA and for graphs with collectives it is inductor's
-  standalone compile with its Python wrapper. With a compile cache the build is saved under the
+  without importing inductor's compiler); on CUDA it is inductor's standalone compile with its
+  Python wrapper. With a compile cache the build is saved under the
   graph's key, and a later process loads it instead of compiling (``COUNTS``).
 * ``"auto"`` (the default) — builds both and lets the first real steps decide (``trial.TierTrial``):
   it never keeps a tier that its own trial measured slower. Without a C++ compiler (CPU) or triton
@@ -164,12 +164,12 @@ def _inductor(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache
               label: str) -> tuple[Callable[..., Any], str]:
     """Loads the saved artifact for ``key`` or compiles (and saves) one; returns it and what happened.
 
-    On CPU, a step without collectives is compiled ahead of time into one library (``aot.py``); CUDA
-    steps and steps holding collectives take inductor's Python-wrapper artifact (``standalone_compile``),
-    as does a CPU step whose AOT build fails (logged).
+    On CPU the step is compiled ahead of time into one library (``aot.py``; replicas' all-reduce runs
+    inside it too); CUDA steps take inductor's Python-wrapper artifact (``standalone_compile``, whose
+    kernels the CUDA-graph wrapper captures), as does a CPU step whose AOT build fails (logged).
     """
     device = traced.state.tensors[0].device if traced.state.tensors else torch.device("cpu")
-    if device.type == "cpu" and traced.replicas is None:
+    if device.type == "cpu":
         try:
             return _inductor_aot(traced, batch, cache, key, label)
         except Exception as exc:  # noqa: BLE001  (any AOT lowering failure: the wrapper path may still build)
