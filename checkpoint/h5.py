@@ -33,7 +33,8 @@ from cs_run.checkpoint.tree import flatten, leaf_paths, tree_paths, unflatten
 from cs_run.checkpoint.writer import COMPRESSIONS, write_file
 from cs_run.errors import CheckpointError, ParamsError
 
-__all__ = ["MapLocation", "TargetMismatchError", "info", "is_checkpoint_file", "load", "load_into", "save"]
+__all__ = ["MapLocation", "TargetMismatchError", "check_checkpoint_file", "info", "is_checkpoint_file", "load",
+           "load_into", "save"]
 
 logger = logging.getLogger(__name__)
 
@@ -383,17 +384,30 @@ def info(path: PathLike, verify: bool = False) -> dict:
         src.close()
 
 
-def is_checkpoint_file(path: PathLike) -> bool:
-    """True if ``path`` is a complete, readable checkpoint (cs-run or vendor H5, torch, safetensors).
+def check_checkpoint_file(path: PathLike) -> None:
+    """Raise unless ``path`` is a complete, readable checkpoint (cs-run or vendor H5, torch, safetensors).
 
-    Cheap: reads the header and, for H5, the attributes; never the tensor data. Never raises.
+    Cheap: reads the header and, for H5, the attributes; never the tensor data. A run checks the file it
+    starts from with it before it creates or writes anything.
+
+    Raises:
+        CheckpointError: one line naming the file and what is wrong (missing, a folder, unreadable,
+            empty, not a checkpoint, truncated, incomplete, written by a newer version).
     """
     path = os.fspath(path)
     try:
         if check_path(path) != "h5":
-            return True
+            return
         _, src = _open_source(path, verify=False)
-        src.close()
+    except OSError as err:
+        raise CheckpointError(f"checkpoint '{path}' cannot be read: {one_line(err)}") from err
+    src.close()
+
+
+def is_checkpoint_file(path: PathLike) -> bool:
+    """True if ``path`` is a complete, readable checkpoint (:func:`check_checkpoint_file`). Never raises."""
+    try:
+        check_checkpoint_file(path)
         return True
-    except (CheckpointError, OSError):
+    except CheckpointError:
         return False

@@ -195,6 +195,8 @@ class PyTorchBaseRunner(RunnerHooks):
             raise ParamsError("params: runconfig.compile_only / validate_only need --device CSX "
                               "(cs-run compile-only / validate-only set it)")
         try:
+            if mode != "eval_all" and not (rc.compile_only or rc.validate_only):  # the modes that load it
+                _checkpoints.check_start_checkpoint(params)  # before anything is created or written
             _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
             if replicas.is_master():  # ordinal 0 holds model_dir's lock (docs/architecture.md#replicas)
                 _model_dir.check_not_locked(rc.model_dir)
