@@ -10,5 +10,6 @@ from cs_run.checkpoint.h5 import is_checkpoint_file as is_checkpoint_file
 from cs_run.checkpoint.h5 import load as load
 from cs_run.checkpoint.h5 import load_into as load_into
 from cs_run.checkpoint.h5 import save as save
+from cs_run.checkpoint.reader import NotACheckpointError as NotACheckpointError
 
-__all__ = ["check_checkpoint_file", "info", "is_checkpoint_file", "load", "load_into", "save"]
+__all__ = ["NotACheckpointError", "check_checkpoint_file", "info", "is_checkpoint_file", "load", "load_into", "save"]

@@ -22,6 +22,7 @@ from cs_run.checkpoint.h5_checks import attr_value, root_links
 from cs_run.checkpoint.placement import MapLocation, finish_tensor, stays_on_cpu
 from cs_run.checkpoint.reader import (
     H5Source,
+    NotACheckpointError,
     check_path,
     has_data,
     one_line,
@@ -92,7 +93,7 @@ def _describe(path: str, f: Any, links: dict) -> tuple[Any, list[dict], bool]:
     if legacy.is_legacy(path, f, links):
         tree, specs = legacy.describe(path, f, links)
         return tree, specs, False
-    raise CheckpointError(
+    raise NotACheckpointError(
         f"checkpoint '{path}' is an HDF5 file but not a checkpoint (no {fmt.ATTR_FORMAT} or __spec__ attribute)"
     )
 
@@ -391,8 +392,9 @@ def check_checkpoint_file(path: PathLike) -> None:
     starts from with it before it creates or writes anything.
 
     Raises:
-        CheckpointError: one line naming the file and what is wrong (missing, a folder, unreadable,
-            empty, not a checkpoint, truncated, incomplete, written by a newer version).
+        NotACheckpointError: the path names no checkpoint (missing, a folder, unreadable, another kind of file).
+        CheckpointError: a damaged one (empty, truncated, corrupted, incomplete, written by a newer version).
+        Each is one line naming the file and what is wrong.
     """
     path = os.fspath(path)
     try:
@@ -400,7 +402,7 @@ def check_checkpoint_file(path: PathLike) -> None:
             return
         _, src = _open_source(path, verify=False)
     except OSError as err:
-        raise CheckpointError(f"checkpoint '{path}' cannot be read: {one_line(err)}") from err
+        raise NotACheckpointError(f"checkpoint '{path}' cannot be read: {one_line(err)}") from err
     src.close()
 
 

@@ -215,7 +215,7 @@ class PyTorchBaseRunner(RunnerHooks):
                 replicas.start(rc.num_csx, device, rc.collective_timeout)
             return cls(params, device=device, backend=backend, **builders)
         except ParamsError as e:  # a value in the params file: name its file:line
-            raise params.locate_error(e) from e
+            raise params.locate_error(e) from e.__cause__
 
     @staticmethod
     def _resolve_torch_device(device: str) -> torch.device:
@@ -233,7 +233,7 @@ class PyTorchBaseRunner(RunnerHooks):
         try:
             self._check_sections_for(mode)
         except ParamsError as e:
-            raise self.params.locate_error(e) from e
+            raise self.params.locate_error(e) from e.__cause__
         with self._open_model_dir(mode):
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
             try:
@@ -251,7 +251,7 @@ class PyTorchBaseRunner(RunnerHooks):
                     return self.evaluate()
                 return self.eval_all()
             except ParamsError as e:  # e.g. a data function rejecting its section's values
-                raise self.params.locate_error(e) from e
+                raise self.params.locate_error(e) from e.__cause__
             finally:
                 self._summaries.close()
 

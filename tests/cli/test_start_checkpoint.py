@@ -1,6 +1,7 @@
 """The checkpoint a run starts from (--resume PATH, --checkpoint_path, runconfig.checkpoint_path, the
 Trainer's ckpt_path) is checked before anything is created or written: one ``Error:`` line naming where
-it was given, the path and what is wrong; exit 2; model_dir untouched."""
+it was given, the path and what is wrong; model_dir untouched. A path that names no checkpoint is a
+params error (exit 2); a damaged checkpoint fails the run (exit 1, as when one is read)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from click.testing import CliRunner
 
 import cs_run
 from cs_run.cli import cli
-from cs_run.errors import ParamsError
+from cs_run.errors import CheckpointError, ParamsError
 
 
 def _missing(d: Path) -> Path:
@@ -56,14 +57,14 @@ def _unreadable(d: Path) -> Path:
     return Path("/proc/self/mem")
 
 
-BAD = {
-    "missing": (_missing, "does not exist"),
-    "folder": (_folder, "is a directory, not a checkpoint file"),
-    "empty": (_empty, "is empty (0 bytes)"),
-    "text": (_text, "is not an HDF5 checkpoint, torch pickle or safetensors file"),
-    "hdf5 data": (_hdf5_data, "is an HDF5 file but not a checkpoint"),
-    "truncated": (_truncated, "is truncated"),
-    "unreadable": (_unreadable, "cannot be read"),
+BAD = {  # name: (make it, what the message says, exit code)
+    "missing": (_missing, "does not exist", 2),
+    "folder": (_folder, "is a directory, not a checkpoint file", 2),
+    "text": (_text, "is not an HDF5 checkpoint, torch pickle or safetensors file", 2),
+    "hdf5 data": (_hdf5_data, "is an HDF5 file but not a checkpoint", 2),
+    "unreadable": (_unreadable, "cannot be read", 2),
+    "empty": (_empty, "is empty (0 bytes)", 1),
+    "truncated": (_truncated, "is truncated", 1),
 }
 
 
@@ -79,27 +80,27 @@ def _error_line(result) -> str:
 
 @pytest.fixture(params=list(BAD), ids=list(BAD))
 def bad(request, tmp_path):
-    make, what = BAD[request.param]
+    make, what, code = BAD[request.param]
     src = tmp_path / "src"
     src.mkdir()
     path = make(src)
-    return str(path.resolve()), what  # the CLI makes a flag's path absolute
+    return str(path.resolve()), what, code  # the CLI makes a flag's path absolute
 
 
 def test_resume_from_a_bad_path_is_one_line_before_model_dir_exists(bad, toy_project, tmp_path):
-    path, what = bad
+    path, what, code = bad
     result = invoke("train", "--params", toy_project, "--model_dir", tmp_path / "md", "--resume", path)
-    assert result.exit_code == 2
+    assert result.exit_code == code
     line = _error_line(result)
-    assert line.startswith(f"Error: --resume: checkpoint '{path}' {what}") and line.endswith(
-        "; give a checkpoint file, auto (the newest in model_dir) or none")
+    assert line.startswith(f"Error: --resume: checkpoint '{path}' {what}")
+    assert line.endswith("; give a checkpoint file, auto (the newest in model_dir) or none") == (code == 2)
     assert not (tmp_path / "md").exists()
 
 
 def test_eval_checkpoint_path_flag_is_checked_the_same_way(bad, toy_project, tmp_path):
-    path, what = bad
+    path, what, code = bad
     result = invoke("eval", "--params", toy_project, "--model_dir", tmp_path / "md", "--checkpoint_path", path)
-    assert result.exit_code == 2
+    assert result.exit_code == code
     line = _error_line(result)
     if what.startswith("is a directory"):  # click's path type refuses a folder first, naming the flag too
         assert line.startswith(f"Error: Invalid value for '--checkpoint_path': File '{path}' is a directory.")
@@ -109,12 +110,12 @@ def test_eval_checkpoint_path_flag_is_checked_the_same_way(bad, toy_project, tmp
 
 
 def test_the_params_key_names_its_file_and_line(bad, toy_project, tmp_path):
-    path, what = bad
+    path, what, code = bad
     text = toy_project.read_text()
     toy_project.write_text(text + f"  checkpoint_path: {path}\n")
     line_no = len(text.splitlines()) + 1
     result = invoke("train", "--params", toy_project, "--model_dir", tmp_path / "md")
-    assert result.exit_code == 2
+    assert result.exit_code == code
     line = _error_line(result)
     assert line.startswith(f"Error: params: runconfig.checkpoint_path: checkpoint '{path}' {what}")
     assert line.endswith(f"({toy_project}:{line_no})")
@@ -122,7 +123,7 @@ def test_the_params_key_names_its_file_and_line(bad, toy_project, tmp_path):
 
 
 def test_trainer_ckpt_path_names_the_argument(bad, tmp_path):
-    path, what = bad
+    path, what, code = bad
     model = torch.nn.Linear(2, 1)
     data = torch.utils.data.TensorDataset(torch.randn(8, 2), torch.randn(8, 1))
 
@@ -138,10 +139,11 @@ def test_trainer_ckpt_path_names_the_argument(bad, tmp_path):
     trainer = cs_run.Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=net,
                              optimizer=cs_run.optim.SGD(net.parameters(), lr=0.1), loop={"num_steps": 2})
     loader = torch.utils.data.DataLoader(data, batch_size=4)
-    with pytest.raises(ParamsError, match=r"^Trainer\.fit: ckpt_path: checkpoint '") as info:
+    error = ParamsError if code == 2 else CheckpointError
+    with pytest.raises(error, match=r"^Trainer\.fit: ckpt_path: checkpoint '") as info:
         trainer.fit(loader, ckpt_path=path)
     assert f"'{path}' {what}" in str(info.value)
-    with pytest.raises(ParamsError, match=r"^Trainer\.validate: ckpt_path: checkpoint '"):
+    with pytest.raises(error, match=r"^Trainer\.validate: ckpt_path: checkpoint '"):
         trainer.validate(loader, ckpt_path=path)
     assert not (tmp_path / "md").exists()
 
