@@ -148,10 +148,11 @@ class RunConfig(ClusterOptions):
                                                                   "trainer": "loop"})
     """Eval batches per evaluation; defaults to the whole eval loader."""
     eval_frequency: Optional[int] = field(default=None, metadata={"min": 1, "trainer": "loop"})
-    """In train_and_eval, also evaluate every this many steps."""
+    """In train_and_eval, also evaluate every this many steps, counted from the run's start (the Model Zoo's
+    rule; mode train never evaluates)."""
     early_stopping_metric: Optional[str] = field(default=None, metadata={"trainer": "loop"})
     """Stop training when this eval value (eval/loss, or a metric such as eval/accuracy) has not improved
-    for early_stopping_patience evaluations in a row; needs eval_frequency. The run ends with a checkpoint
+    for early_stopping_patience evaluations in a row; needs train_and_eval and eval_frequency. The run ends with a checkpoint
     of its last step."""
     early_stopping_mode: Optional[str] = field(default=None, metadata={"choices": ("min", "max"),
                                                                        "trainer": "loop"})
