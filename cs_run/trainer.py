@@ -204,7 +204,10 @@ def _optimizer_parts(optimizer: Any, schedulers: Any, precision: dict, grad_accu
         base = {k: section.pop(k) for k in list(section) if k in known}
         if "optimizer_type" not in base:
             raise ParamsError("Trainer: optimizer section needs 'optimizer_type' (e.g. SGD, AdamW)")
-        return OptimizerParams(**{"learning_rate": 0.0, **base, **numerics, "extra": section}), None, None
+        if "learning_rate" not in base:  # required, as in a params file (never a silent 0: nothing would learn)
+            raise ParamsError("Trainer: optimizer section needs 'learning_rate' (a number such as 0.01, or a "
+                              "scheduler dict)")
+        return OptimizerParams(**{**base, **numerics, "extra": section}), None, None
     section = OptimizerParams(optimizer_type=type(optimizer).__name__, **numerics)
     optimizer_fn = optimizer if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer) \
         else (lambda _model: optimizer)
