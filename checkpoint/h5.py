@@ -22,6 +22,7 @@ from cs_run.checkpoint.h5_checks import attr_value, root_links
 from cs_run.checkpoint.placement import MapLocation, finish_tensor, stays_on_cpu
 from cs_run.checkpoint.reader import (
     H5Source,
+    NotACheckpointError,
     check_path,
     has_data,
     one_line,
@@ -33,7 +34,8 @@ from cs_run.checkpoint.tree import flatten, leaf_paths, tree_paths, unflatten
 from cs_run.checkpoint.writer import COMPRESSIONS, write_file
 from cs_run.errors import CheckpointError, ParamsError
 
-__all__ = ["MapLocation", "TargetMismatchError", "info", "is_checkpoint_file", "load", "load_into", "save"]
+__all__ = ["MapLocation", "TargetMismatchError", "check_checkpoint_file", "info", "is_checkpoint_file", "load",
+           "load_into", "save"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +93,7 @@ def _describe(path: str, f: Any, links: dict) -> tuple[Any, list[dict], bool]:
     if legacy.is_legacy(path, f, links):
         tree, specs = legacy.describe(path, f, links)
         return tree, specs, False
-    raise CheckpointError(
+    raise NotACheckpointError(
         f"checkpoint '{path}' is an HDF5 file but not a checkpoint (no {fmt.ATTR_FORMAT} or __spec__ attribute)"
     )
 
@@ -383,17 +385,31 @@ def info(path: PathLike, verify: bool = False) -> dict:
         src.close()
 
 
-def is_checkpoint_file(path: PathLike) -> bool:
-    """True if ``path`` is a complete, readable checkpoint (cs-run or vendor H5, torch, safetensors).
+def check_checkpoint_file(path: PathLike) -> None:
+    """Raise unless ``path`` is a complete, readable checkpoint (cs-run or vendor H5, torch, safetensors).
 
-    Cheap: reads the header and, for H5, the attributes; never the tensor data. Never raises.
+    Cheap: reads the header and, for H5, the attributes; never the tensor data. A run checks the file it
+    starts from with it before it creates or writes anything.
+
+    Raises:
+        NotACheckpointError: the path names no checkpoint (missing, a folder, unreadable, another kind of file).
+        CheckpointError: a damaged one (empty, truncated, corrupted, incomplete, written by a newer version).
+        Each is one line naming the file and what is wrong.
     """
     path = os.fspath(path)
     try:
         if check_path(path) != "h5":
-            return True
+            return
         _, src = _open_source(path, verify=False)
-        src.close()
+    except OSError as err:
+        raise NotACheckpointError(f"checkpoint '{path}' cannot be read: {one_line(err)}") from err
+    src.close()
+
+
+def is_checkpoint_file(path: PathLike) -> bool:
+    """True if ``path`` is a complete, readable checkpoint (:func:`check_checkpoint_file`). Never raises."""
+    try:
+        check_checkpoint_file(path)
         return True
-    except (CheckpointError, OSError):
+    except CheckpointError:
         return False

@@ -34,7 +34,8 @@ from cs_run.checkpoint.crc import crc32, crc32_combine
 from cs_run.checkpoint.spec import check_spec
 from cs_run.errors import CheckpointError
 
-__all__ = ["H5Source", "check_path", "has_data", "one_line", "open_h5", "raise_if_damaged", "read_spec", "storage_dtype"]
+__all__ = ["H5Source", "NotACheckpointError", "check_path",
+           "has_data", "one_line", "open_h5", "raise_if_damaged", "read_spec", "storage_dtype"]
 
 
 def one_line(err: BaseException) -> str:
@@ -43,17 +44,22 @@ def one_line(err: BaseException) -> str:
     return text[0] if text else type(err).__name__
 
 
+class NotACheckpointError(CheckpointError):
+    """The path names no checkpoint at all: missing, a folder, unreadable, or another kind of file. Unlike
+    damage (truncated, corrupted, incomplete), the path itself is what is wrong."""
+
+
 def check_path(path: str) -> str:
     """Refuse a missing path, a folder or an empty file; return the sniffed format."""
     if not os.path.exists(path):
-        raise CheckpointError(f"checkpoint '{path}' does not exist")
+        raise NotACheckpointError(f"checkpoint '{path}' does not exist")
     if os.path.isdir(path):
-        raise CheckpointError(f"checkpoint '{path}' is a directory, not a checkpoint file")
+        raise NotACheckpointError(f"checkpoint '{path}' is a directory, not a checkpoint file")
     try:
         with open(path, "rb") as fh:
             head = fh.read(16)
     except OSError as err:
-        raise CheckpointError(f"checkpoint '{path}' cannot be read: {one_line(err)}") from err
+        raise NotACheckpointError(f"checkpoint '{path}' cannot be read: {one_line(err)}") from err
     if not head:
         raise CheckpointError(f"checkpoint '{path}' is empty (0 bytes); it was never written completely")
     kind = fmt.sniff(head)
@@ -62,7 +68,7 @@ def check_path(path: str) -> str:
 
         if h5py.is_hdf5(path):  # an HDF5 file with a user block
             return "h5"
-        raise CheckpointError(
+        raise NotACheckpointError(
             f"checkpoint '{path}' is not an HDF5 checkpoint, torch pickle or safetensors file "
             f"(it starts with {head[:8]!r})"
         )

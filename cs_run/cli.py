@@ -17,7 +17,7 @@ import click
 import cs_run
 from cs_run._logging import setup_console_logging
 from cs_run.exits import ErrorGroup
-from cs_run.options import COMMAND_USES, RunOption, command_options, flag_overrides
+from cs_run.options import COMMAND_USES, RunOption, command_options, flag_names, flag_overrides
 from cs_run.params import load_params, params_yaml, parse_override
 
 __all__ = ["cli", "main"]
@@ -134,7 +134,7 @@ def _run(mode: str, options: dict[str, Any], extra_flags: Optional[dict] = None)
     flags = flag_overrides(options)
     flags.update(extra_flags or {})
     overrides = dict(parse_override(text) for text in options["overrides"])
-    params = load_params(path, {**overrides, **flags})
+    params = load_params(path, {**overrides, **flags}, given_by=flag_names(options))
     if options.get("print_config"):
         click.echo(params_yaml(params), nl=False)
         return

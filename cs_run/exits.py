@@ -11,8 +11,12 @@ an error raised in the user's code      the traceback's frames in the user's fil
                                         ``Error: <Type>: <message> (raised at file:line)`` line         1
 a first Ctrl-C / SIGTERM in training   nothing more (the run logged "interrupted at step N; ...")    130/143
 a second one, or one outside training   ``Error: aborted ...`` / ``Error: interrupted``               130/143
+a SyntaxError in the user's files        the same, the offending line shown as Python shows it           1
 any other exception (a cs-run bug)      the whole traceback, then the ``Error:`` line                   1
 ======================================  ===========================================================  ====
+
+With ``CS_RUN_DEBUG=1`` in the environment every error shows Python's whole traceback (chained causes
+included) before its ``Error:`` line: what a user module that failed to import raised, for instance.
 
 In a replica of several (:mod:`cs_run.replicas`) the ``Error:`` line is also recorded for the launcher;
 a replica that cs-run launched leaves printing it to the launcher, so the job prints one line.
@@ -23,13 +27,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import sysconfig
 import traceback
-from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 import click
 
+from cs_run._frames import is_user_file, user_frames
 from cs_run.errors import CsRunError
 from cs_run.interrupts import Interrupted
 
@@ -47,6 +50,10 @@ OPTIONAL_PACKAGES = {
 of a missing one (tests/test_packaging.py checks it against setup.cfg)."""
 
 
+DEBUG_ENV = "CS_RUN_DEBUG"
+"""Set (non-empty) in the environment: every error shows Python's whole traceback before its ``Error:`` line."""
+
+
 def _replicas() -> Any:
     """cs_run.replicas when this process loaded it, else None. A replica always has (it joins and reduces
     through it), and a usage error fails in the launching process before any replica starts, so an error
@@ -54,7 +61,7 @@ def _replicas() -> Any:
     return sys.modules.get("cs_run.replicas")
 
 
-__all__ = ["error_text", "exit_code", "report", "ErrorGroup", "ArgumentParser"]
+__all__ = ["DEBUG_ENV", "error_text", "exit_code", "report", "ErrorGroup", "ArgumentParser"]
 
 
 def exit_code(exc: BaseException) -> int:
@@ -72,26 +79,6 @@ def exit_code(exc: BaseException) -> int:
 
 def _one_line(text: str) -> str:
     return "; ".join(part.strip() for part in str(text).strip().splitlines() if part.strip())
-
-
-def _library_roots() -> tuple[str, ...]:
-    """Folders whose frames are not the user's: cs-run's own packages, the stdlib, installed packages."""
-    roots = {str(Path(__file__).resolve().parent)}  # the cs_run package
-    for name in ("cs_run.runners", "cs_run.optim", "cs_run.checkpoint", "cs_run.examples"):
-        module = sys.modules.get(name)
-        roots.update(str(Path(p).resolve()) for p in getattr(module, "__path__", []))
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        path = sysconfig.get_paths().get(key)
-        if path:
-            roots.add(str(Path(path).resolve()))
-    return tuple(root + os.sep for root in roots)
-
-
-def _user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
-    roots = _library_roots()
-    frames = traceback.extract_tb(exc.__traceback__)
-    return [f for f in frames if not f.filename.startswith("<")
-            and not str(Path(f.filename).resolve()).startswith(roots)]
 
 
 def error_text(exc: BaseException) -> str:
@@ -119,7 +106,12 @@ def error_text(exc: BaseException) -> str:
         package, extra = OPTIONAL_PACKAGES[missing]
         return f"Error: {package} is not installed; install the '{extra}' extra: pip install 'cs-run[{extra}]'"
     summary = f"{type(exc).__name__}: {_one_line(exc)}" if str(exc) else type(exc).__name__
-    frames = _user_frames(exc)
+    frames = user_frames(exc)
+    if isinstance(exc, SyntaxError) and exc.filename and is_user_file(exc.filename):  # raised by the compiler
+        return "\n".join(["Traceback (most recent call last; your code's frames only):",
+                          ("".join(traceback.format_list(frames)) + "".join(traceback.format_exception_only(exc)))
+                          .rstrip("\n"),
+                          f"Error: {type(exc).__name__}: {exc.msg} (in your code at {exc.filename}:{exc.lineno})"])
     if frames:
         return "\n".join(["Traceback (most recent call last; your code's frames only):",
                           "".join(traceback.format_list(frames)).rstrip("\n"),
@@ -131,6 +123,8 @@ def error_text(exc: BaseException) -> str:
 def report(exc: BaseException, file: Any = None) -> int:
     """Print ``exc`` the one way every entry point does; returns its exit code."""
     text = error_text(exc)
+    if text and os.environ.get(DEBUG_ENV) and not text.startswith("Traceback (most recent call last):"):
+        text = "\n".join(["".join(traceback.format_exception(exc)).rstrip("\n"), text.split("\n")[-1]])
     lines = text.split("\n")
     replicas = _replicas()
     if replicas is not None and replicas.in_replica_env() and lines[-1].startswith("Error: "):  # the last line is the Error: line

@@ -26,7 +26,7 @@ from cs_run.errors import ParamsError
 from cs_run.params import REMOVE, RunConfig
 
 __all__ = ["RunOption", "USES", "COMMAND_USES", "EXTRA_OPTIONS", "run_options", "command_options", "flag_overrides",
-           "resume_overrides", "trainer_keys", "cluster_keys", "field_docs"]
+           "flag_names", "resume_overrides", "trainer_keys", "cluster_keys", "field_docs"]
 
 
 USES = ("train", "eval", "eval_all", "trace")
@@ -163,6 +163,17 @@ def flag_overrides(values: typing.Mapping[str, Any]) -> dict[str, Any]:
             raise ParamsError("--resume and --checkpoint_path: give one of them (--resume PATH starts from PATH)")
         out.update(resume_overrides(resume))
     return out
+
+
+def flag_names(values: typing.Mapping[str, Any]) -> dict[str, str]:
+    """``{runconfig key path: "--flag"}`` of the flags the user gave (what :func:`flag_overrides` set from
+    them), so a message about a value can name the flag it came from (``--resume`` for checkpoint_path)."""
+    names = {f"runconfig.{option.key}": f"--{option.name}" for option in run_options()
+             if option.key is not None and values.get(option.dest) not in (None, (), [])}
+    resume = values.get("resume")
+    if resume is not None:
+        names.update({key: "--resume" for key, value in resume_overrides(resume).items() if value is not REMOVE})
+    return names
 
 
 def resume_overrides(value: str) -> dict[str, Any]:

@@ -148,10 +148,11 @@ class RunConfig(ClusterOptions):
                                                                   "trainer": "loop"})
     """Eval batches per evaluation; defaults to the whole eval loader."""
     eval_frequency: Optional[int] = field(default=None, metadata={"min": 1, "trainer": "loop"})
-    """In train_and_eval, also evaluate every this many steps."""
+    """In train_and_eval, also evaluate every this many steps, counted from the run's start (the Model Zoo's
+    rule; mode train never evaluates)."""
     early_stopping_metric: Optional[str] = field(default=None, metadata={"trainer": "loop"})
     """Stop training when this eval value (eval/loss, or a metric such as eval/accuracy) has not improved
-    for early_stopping_patience evaluations in a row; needs eval_frequency. The run ends with a checkpoint
+    for early_stopping_patience evaluations in a row; needs train_and_eval and eval_frequency. The run ends with a checkpoint
     of its last step."""
     early_stopping_mode: Optional[str] = field(default=None, metadata={"choices": ("min", "max"),
                                                                        "trainer": "loop"})
@@ -211,6 +212,9 @@ class Params:
     """1-based line in ``source`` of each key path (``optimizer.learning_rate[0].scheduler``)."""
     overridden: frozenset = frozenset()
     """Key paths set on the command line (``--set`` or a flag)."""
+    given_by: dict = field(default_factory=dict, repr=False)
+    """The flag or API argument that set a key path, where one did (``runconfig.checkpoint_path``:
+    ``--resume``), for the messages about that value."""
 
     def where(self, key_path: str = "") -> str:
         """`` (file:line)`` of a key path (or of its nearest enclosing key), for an error message."""
@@ -284,7 +288,8 @@ _PATH_LIST_KEYS = {("runconfig", "mount_dirs"), ("runconfig", "python_paths")}
 
 # ----------------------------------------------------------------------------------------- loading
 
-def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None, *, defaults_fn=None) -> Params:
+def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None, *, defaults_fn=None,
+                given_by: dict[str, str] | None = None) -> Params:
     """Parse and validate a params file with its overrides: the pure step, run by every entry point.
 
     It reads the file and nothing else: no module is imported and ``sys.path`` is not changed (that is
@@ -296,6 +301,7 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
             them resolve against the current folder, not the file's. Validated like the file.
         defaults_fn: called with the raw dict after reading, returns it with defaults filled in
             (the Model Zoo's ``default_params_fn``).
+        given_by: the flag that set each of the overrides it names (:attr:`Params.given_by`).
 
     Raises:
         ParamsError: with the key path, the file and line (or "set on the command line"), and the fix.
@@ -325,6 +331,7 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     vendor_params.normalize(raw, located, _RUNCONFIG_KEYS)
     params = validate_params(raw, locate=located)
     params.source, params.lines, params.overridden = str(path), lines, overridden
+    params.given_by = dict(given_by or {})
     # The default ./model_dir, not given in the file, is relative to the current folder.
     params.runconfig.model_dir = str(Path(params.runconfig.model_dir).expanduser().resolve())
     return params

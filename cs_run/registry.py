@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import traceback
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from cs_run._checks import check_value, unknown_key_error
-from cs_run.errors import ParamsError
+from cs_run._frames import is_user_file, own_roots
+from cs_run.errors import CsRunError, ParamsError
 
 __all__ = ["ModelSpec", "register_model", "apply_model_defaults", "get_model_spec", "hf_converter", "resolve_object",
            "registered_models"]
@@ -112,16 +115,49 @@ def resolve_object(spec: str, *, key: str = "") -> Any:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ParamsError(f"params: {where}expected 'module:attribute', got {spec!r}")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ParamsError(f"params: {where}cannot import module {module_name!r} ({e}); is it on "
-                          "PYTHONPATH (or --python_paths)?") from None
+    obj: Any = _import_module(module_name, where)
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ParamsError(f"params: {where}module {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     return obj
+
+
+def _import_module(name: str, where: str) -> Any:
+    """Import module ``name`` for a params key. Not found: a ParamsError asking for the path. Found, but its
+    code failed (a SyntaxError, an import inside it, a NameError at module level, ...): a ParamsError
+    naming the error and the file:line it is at, unless that line is cs-run's own (then it propagates)."""
+    try:
+        return importlib.import_module(name)
+    except Exception as e:  # noqa: BLE001 - the module's own code failed while it was imported
+        if isinstance(e, CsRunError):
+            raise  # already one line about the user's input
+        if isinstance(e, ModuleNotFoundError) and e.name and (name == e.name or name.startswith(e.name + ".")):
+            raise ParamsError(f"params: {where}cannot import module {name!r} ({e}); is it on PYTHONPATH (or "
+                              "--python_paths)?") from None
+        failed = _import_failure(name, e, where)
+        if failed is None:
+            raise
+        raise failed from e
+
+
+def _import_failure(name: str, e: BaseException, where: str) -> Optional[ParamsError]:
+    """The ParamsError of module ``name`` failing at import, at the line it failed in: a SyntaxError's own
+    line, else the deepest line of the user's files, else the deepest line outside the import machinery.
+    None when that line is in cs-run's own packages (cs-run's error, reported as such)."""
+    if isinstance(e, SyntaxError) and e.filename:
+        filename, line, message = e.filename, e.lineno, e.msg
+    else:
+        frames = [f for f in traceback.extract_tb(e.__traceback__)
+                  if not f.filename.startswith("<") and Path(f.filename).parent.name != "importlib"]
+        site = ([f for f in frames if is_user_file(f.filename)] or frames[1:] or [None])[-1]  # [0]: this module
+        if site is None:
+            return None
+        filename, line, message = site.filename, site.lineno, str(e)
+    if str(Path(filename).resolve()).startswith(own_roots()):
+        return None
+    text = f"{type(e).__name__}: {message}" if message else type(e).__name__
+    return ParamsError(f"params: {where}importing {name!r} failed at {filename}:{line}: {text}")
 
 
 def check_function_keys(fn: Callable, values: dict, section: str, reserved: set[str], locate,

@@ -152,7 +152,7 @@ def resolve_params(params: Params, *, model_fn: Optional[Callable] = None,
         if params.optimizer is not None and optimizer_fn is None:
             check_optimizer_section(params.optimizer)
     except ParamsError as e:
-        raise params.locate_error(e) from None
+        raise params.locate_error(e) from e.__cause__  # the user code error behind it, for CS_RUN_DEBUG
 
 
 def _own_keys(section: Any) -> list[str]:

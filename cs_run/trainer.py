@@ -104,7 +104,7 @@ class Trainer:
         """
         if self._optimizer_section is None:
             raise ParamsError("Trainer.fit: an optimizer is required to train")
-        runner = self._build_runner(train_dataloader, val_dataloader, ckpt_path)
+        runner = self._build_runner(train_dataloader, val_dataloader, ckpt_path, "fit")
         if self.backend.compile_only or self.backend.validate_only:
             return runner.run("train")  # the compiler traces the train step and runs nothing
         return runner.run("train_and_eval" if val_dataloader is not None else "train")
@@ -112,9 +112,9 @@ class Trainer:
     def validate(self, val_dataloader: Any, ckpt_path: Optional[str] = None) -> dict:
         """Evaluate the model (after loading ``ckpt_path``, ``"last"`` or by default model_dir's newest
         checkpoint, if any)."""
-        return self._build_runner(None, val_dataloader, ckpt_path).run("eval")
+        return self._build_runner(None, val_dataloader, ckpt_path, "validate").run("eval")
 
-    def _build_runner(self, train_dataloader: Any, val_dataloader: Any, ckpt_path: Optional[str]):
+    def _build_runner(self, train_dataloader: Any, val_dataloader: Any, ckpt_path: Optional[str], verb: str):
         if ckpt_path == "last":
             rc = dataclasses.replace(self._runconfig, checkpoint_path=None, autoload_checkpoint=True)
             if latest_checkpoint(rc.model_dir) is None:
@@ -123,7 +123,8 @@ class Trainer:
         else:
             rc = dataclasses.replace(self._runconfig, checkpoint_path=ckpt_path)
         params = Params(model=self._model_section, optimizer=self._optimizer_section, runconfig=rc,
-                        train_input=_input_section(train_dataloader), eval_input=_input_section(val_dataloader))
+                        train_input=_input_section(train_dataloader), eval_input=_input_section(val_dataloader),
+                        given_by={"runconfig.checkpoint_path": f"Trainer.{verb}: ckpt_path"})
         self.runner = PyTorchBaseRunner.create(
             params, device=self.backend.backend_type, backend=self.backend, runner=self._runner_class,
             model_fn=self._model_fn,
@@ -203,7 +204,10 @@ def _optimizer_parts(optimizer: Any, schedulers: Any, precision: dict, grad_accu
         base = {k: section.pop(k) for k in list(section) if k in known}
         if "optimizer_type" not in base:
             raise ParamsError("Trainer: optimizer section needs 'optimizer_type' (e.g. SGD, AdamW)")
-        return OptimizerParams(**{"learning_rate": 0.0, **base, **numerics, "extra": section}), None, None
+        if "learning_rate" not in base:  # required, as in a params file (never a silent 0: nothing would learn)
+            raise ParamsError("Trainer: optimizer section needs 'learning_rate' (a number such as 0.01, or a "
+                              "scheduler dict)")
+        return OptimizerParams(**{**base, **numerics, "extra": section}), None, None
     section = OptimizerParams(optimizer_type=type(optimizer).__name__, **numerics)
     optimizer_fn = optimizer if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer) \
         else (lambda _model: optimizer)

@@ -10,13 +10,40 @@ from typing import Any, Iterator, Optional
 import torch
 
 from cs_run import checkpoint
-from cs_run.errors import CsRunError
+from cs_run.errors import CheckpointError, CsRunError, ParamsError
+from cs_run.params import Params
 
-__all__ = ["checkpoint_path", "list_checkpoints", "latest_checkpoint", "save_checkpoint", "load_checkpoint",
+__all__ = ["check_start_checkpoint", "checkpoint_path", "list_checkpoints", "latest_checkpoint", "save_checkpoint", "load_checkpoint",
            "prune_checkpoints", "nonfinite_keys", "newest_finite_checkpoint"]
 
 logger = logging.getLogger(__name__)
 _NAME = re.compile(r"^checkpoint_(\d+)\.mdl$")
+
+
+def check_start_checkpoint(params: Params) -> None:
+    """The checkpoint a run starts from (runconfig.checkpoint_path), when one is named, is a readable
+    checkpoint file. Called before anything is created or written, so a wrong path costs nothing.
+
+    Each error is one line naming where the path was given (``--resume``, ``--checkpoint_path``, the
+    Trainer's ``ckpt_path``, else the params key), the path and what is wrong with it.
+
+    Raises:
+        ParamsError: the path names no checkpoint (missing, a folder, unreadable, another kind of file).
+        CheckpointError: the checkpoint is damaged (a failed run's exit code, as when it is read).
+    """
+    path = params.runconfig.checkpoint_path
+    if not path:
+        return
+    given = params.given_by.get("runconfig.checkpoint_path")
+    try:
+        checkpoint.check_checkpoint_file(path)
+    except checkpoint.NotACheckpointError as e:
+        fix = "give a checkpoint file, auto (the newest in model_dir) or none" if given == "--resume" else \
+            "give a checkpoint file (a model_dir's checkpoint_<step>.mdl)"
+        raise ParamsError(f"{given or 'params: runconfig.checkpoint_path'}: {e}; {fix}") from None
+    except CheckpointError as e:
+        where = "" if given else params.where("runconfig.checkpoint_path")
+        raise CheckpointError(f"{given or 'params: runconfig.checkpoint_path'}: {e}{where}") from None
 
 
 def checkpoint_path(model_dir: str | Path, step: int) -> Path:

@@ -66,9 +66,10 @@ def check_sections_for(params: Params, mode: str, data_fns: Optional[dict] = Non
                           f"{params.where()}")
     rc = params.runconfig
     if mode in TRAINING_MODES and rc.early_stopping_metric is not None and \
-            not (rc.eval_frequency and present["eval_input"]):
-        raise ParamsError("params: runconfig.early_stopping_metric needs evaluations during training: set "
-                          "runconfig.eval_frequency and an eval_input section" + params.where("runconfig"))
+            not (mode == "train_and_eval" and rc.eval_frequency):
+        raise ParamsError("params: runconfig.early_stopping_metric needs evaluations during training, which only "
+                          "train_and_eval runs (cs-run train-and-eval, a Trainer.fit with a val_dataloader), every "
+                          "runconfig.eval_frequency steps: use that mode and set the key" + params.where("runconfig"))
 
 
 def _runner_for_device(cls: Any, expected: type, spec: Any, device: str) -> type:
@@ -165,6 +166,8 @@ class PyTorchBaseRunner(RunnerHooks):
         self._samples_streamed = 0  # the train loader's, this run (a restartable loader's worker state)
         self.should_stop = False
         """Set it in a hook to end training after the current step (with a checkpoint of that step)."""
+        self._eval_during_training = False  # train_and_eval: every runconfig.eval_frequency steps
+        self._last_eval: tuple[int, dict] = (-1, {})  # (global step, results) of the newest periodic eval
         self._early_stopping = EarlyStopping.from_runconfig(rc)
 
     # --------------------------------------------------------------------------------- construction
@@ -195,6 +198,8 @@ class PyTorchBaseRunner(RunnerHooks):
             raise ParamsError("params: runconfig.compile_only / validate_only need --device CSX "
                               "(cs-run compile-only / validate-only set it)")
         try:
+            if mode != "eval_all" and not (rc.compile_only or rc.validate_only):  # the modes that load it
+                _checkpoints.check_start_checkpoint(params)  # before anything is created or written
             _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
             if replicas.is_master():  # ordinal 0 holds model_dir's lock (docs/architecture.md#replicas)
                 _model_dir.check_not_locked(rc.model_dir)
@@ -213,7 +218,7 @@ class PyTorchBaseRunner(RunnerHooks):
                 replicas.start(rc.num_csx, device, rc.collective_timeout)
             return cls(params, device=device, backend=backend, **builders)
         except ParamsError as e:  # a value in the params file: name its file:line
-            raise params.locate_error(e) from e
+            raise params.locate_error(e) from e.__cause__
 
     @staticmethod
     def _resolve_torch_device(device: str) -> torch.device:
@@ -231,7 +236,7 @@ class PyTorchBaseRunner(RunnerHooks):
         try:
             self._check_sections_for(mode)
         except ParamsError as e:
-            raise self.params.locate_error(e) from e
+            raise self.params.locate_error(e) from e.__cause__
         with self._open_model_dir(mode):
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
             try:
@@ -244,12 +249,14 @@ class PyTorchBaseRunner(RunnerHooks):
                         logger.warning("No checkpoint in %s and no checkpoint_path: evaluating randomly "
                                        "initialized weights", self.model_dir)
                     return self.evaluate(checkpoint=checkpoint)
-                if mode == "train_and_eval":
+                if mode == "train_and_eval":  # the Model Zoo's: evaluations during training only in this mode
+                    self._eval_during_training = True
                     self.train()
-                    return self.evaluate()
+                    step, results = self._last_eval
+                    return results if step == self.global_step and results else self.evaluate()
                 return self.eval_all()
             except ParamsError as e:  # e.g. a data function rejecting its section's values
-                raise self.params.locate_error(e) from e
+                raise self.params.locate_error(e) from e.__cause__
             finally:
                 self._summaries.close()
 
@@ -288,7 +295,12 @@ class PyTorchBaseRunner(RunnerHooks):
     def train(self) -> None:
         """Train for the step budget, resuming from the newest checkpoint when there is one."""
         rc = self.params.runconfig
-        self._check_sections_for("train")
+        self._check_sections_for("train_and_eval" if self._eval_during_training else "train")
+        if rc.eval_frequency and not self._eval_during_training:
+            logger.warning("runconfig.eval_frequency=%d: this run only trains, so nothing is evaluated during "
+                           "training (the Model Zoo's rule); train_and_eval (cs-run train-and-eval, a Trainer.fit "
+                           "with a val_dataloader) evaluates every %d steps and at the end", rc.eval_frequency,
+                           rc.eval_frequency)
         if self._early_stopping is not None:  # before any work: the value must be one the eval reports
             self._early_stopping.check_metric(["eval/loss", *get_all_metrics()])
         loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
@@ -421,9 +433,10 @@ class PyTorchBaseRunner(RunnerHooks):
             logger.info("| Train Device=%s, Step=%d, Loss=%.5f, Rate=%.2f samples/sec, GlobalRate=%.2f samples/sec",
                         self.device_name, step, value, rate, global_rate)
             self._write_train_summaries(step, value, rate, global_rate)
-        if rc.eval_frequency and step % rc.eval_frequency == 0 and step != end_step and self.params.eval_input:
-            with preserved_rng(getattr(self._train_loader, "generator", None)):
+        if self._eval_during_training and rc.eval_frequency and run_step % rc.eval_frequency == 0 and step != end_step:
+            with preserved_rng(getattr(self._train_loader, "generator", None)):  # the last step's: run()'s final eval
                 results = self.evaluate()
+            self._last_eval = (step, results)
             self.model.train()
             if results and self._early_stopping is not None and self._early_stopping.update(results, step):
                 self.should_stop = True

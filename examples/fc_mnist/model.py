@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -61,19 +63,33 @@ class FcMnistModel(nn.Module):
         return loss
 
 
-def build_model(depth: int = 10, hidden_size: int | list = 50, dropout: float = 0.0,
-                activation_fn: str = "relu", compute_eval_metrics: bool = True, to_float16: bool = False) -> FcMnistModel:
+def build_model(depth: Optional[int] = None, hidden_size: Optional[int | list] = None,
+                hidden_sizes: Optional[list[int]] = None, dropout: float = 0.0, activation_fn: str = "relu",
+                compute_eval_metrics: bool = True, to_float16: bool = False) -> FcMnistModel:
     """Model function for ``model.name: fc_mnist``; its parameters are the valid ``model`` keys.
 
+    The layer sizes have no defaults, as in the Model Zoo (its fc_mnist config raises "hidden_size and
+    depth, or hidden_sizes must be provided"): ``hidden_sizes`` (one size per hidden layer; it takes
+    precedence), or ``depth`` and ``hidden_size`` (also a list, then depth is its length).
     ``to_float16``: as the vendor's fc_mnist, the weights are stored in the half type
     (``cstorch.amp.get_half_dtype()``)."""
     if activation_fn not in _ACTIVATIONS:
         raise ValueError(f"activation_fn: unknown {activation_fn!r}; expected one of {', '.join(_ACTIVATIONS)}")
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout: must be in [0, 1), got {dropout}")
-    if isinstance(hidden_size, int) and (depth < 0 or hidden_size < 1):
-        raise ValueError(f"depth must be >= 0 and hidden_size >= 1, got depth={depth}, hidden_size={hidden_size}")
-    model = FcMnistModel(depth, hidden_size, dropout, activation_fn, compute_eval_metrics)
+    if hidden_sizes is None and not isinstance(hidden_size, list):
+        missing = [f"model.{key}" for key, value in (("depth", depth), ("hidden_size", hidden_size)) if value is None]
+        if missing:
+            raise ValueError(f"fc_mnist needs its layer sizes: model.depth and model.hidden_size, or model.hidden_sizes "
+                             f"(a list, one size per hidden layer); missing {' and '.join(missing)} (the Model Zoo "
+                             "fc_mnist params: depth: 10, hidden_size: 50; the bundled ones: depth: 2, hidden_size: 128)")
+        if depth < 0 or hidden_size < 1:
+            raise ValueError(f"depth must be >= 0 and hidden_size >= 1, got depth={depth}, hidden_size={hidden_size}")
+    sizes = hidden_sizes if hidden_sizes is not None else hidden_size
+    if isinstance(sizes, list) and not all(isinstance(n, int) and n >= 1 for n in sizes):
+        raise ValueError(f"hidden_sizes: every size must be an integer >= 1, got {sizes}")
+    model = FcMnistModel(len(sizes) if isinstance(sizes, list) else depth, sizes, dropout, activation_fn,
+                         compute_eval_metrics)
     if to_float16:
         model.model.to(amp.get_half_dtype())
     return model

@@ -126,8 +126,9 @@ def test_bad_resume_is_one_error_line(args, message, toy_project, tmp_path):
 def test_resume_from_a_missing_file_names_the_flag(toy_project, tmp_path):
     result = invoke("train", "--params", toy_project, "--model_dir", tmp_path / "md", "--resume", tmp_path / "no.mdl")
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
-    assert result.exit_code == 2 and errors == [f"Error: params: runconfig.checkpoint_path: no such file "
-                                                f"{tmp_path / 'no.mdl'} (set on the command line)"]
+    assert result.exit_code == 2 and errors == [f"Error: --resume: checkpoint '{tmp_path / 'no.mdl'}' does not exist; "
+                                                "give a checkpoint file, auto (the newest in model_dir) or none"]
+    assert not (tmp_path / "md").exists()
 
 
 def test_seed_flag_decides_the_run(toy_project, tmp_path):

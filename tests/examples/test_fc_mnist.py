@@ -75,3 +75,52 @@ def test_bundled_params_train_to_90_percent(tmp_path):
                                                  "runconfig.disable_progress_bar": True})
     results = PyTorchBaseRunner.create(params).run("train_and_eval")
     assert results["eval/accuracy"] >= 0.90
+
+
+@pytest.mark.parametrize("keys, missing", [({}, "model.depth and model.hidden_size"), ({"depth": 2}, "model.hidden_size"),
+                                           ({"hidden_size": 16}, "model.depth")])
+def test_the_layer_sizes_are_required_as_in_the_model_zoo(keys, missing):
+    # The Model Zoo's MNISTConfig.post_init: "hidden_size and depth, or hidden_sizes must be provided".
+    with pytest.raises(ValueError, match=rf"fc_mnist needs its layer sizes: .* missing {missing} "):
+        model.build_model(**keys)
+
+
+def test_hidden_sizes_takes_precedence_as_in_the_model_zoo():
+    m = model.build_model(hidden_sizes=[32, 16], depth=5, hidden_size=7)
+    shapes = [tuple(layer.weight.shape) for layer in [*m.model.fc_layers, m.model.last_layer]]
+    assert shapes == [(32, 784), (16, 32), (10, 16)]  # the vendor's layers: 784 -> each size -> 10
+    with pytest.raises(ValueError, match=r"hidden_sizes: every size must be an integer >= 1, got \[32, 0\]"):
+        model.build_model(hidden_sizes=[32, 0])
+
+
+def test_a_trainer_or_params_file_without_the_sizes_is_one_error_before_any_work(tmp_path):
+    from click.testing import CliRunner
+
+    import cs_run
+    from cs_run.cli import cli
+    from cs_run.errors import ParamsError
+
+    trainer = cs_run.Trainer(device="CPU", model_dir=str(tmp_path / "md"), model={"name": "fc_mnist"},
+                             optimizer={"optimizer_type": "SGD", "learning_rate": 0.05}, loop={"num_steps": 2})
+    with pytest.raises(ParamsError, match="missing model.depth and model.hidden_size"):
+        trainer.fit({"batch_size": 8, "data_dir": "bundled:digits"})
+    assert not (tmp_path / "md").exists()
+    params = tmp_path / "params.yaml"
+    params.write_text("train_input:\n  data_dir: bundled:digits\n  batch_size: 8\nmodel:\n  name: fc_mnist\n"
+                      "  dropout: 0.0\noptimizer:\n  optimizer_type: SGD\n  learning_rate: 0.05\n")
+    result = CliRunner().invoke(cli, ["train", "--params", str(params), "--model_dir", str(tmp_path / "md")])
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("Error: params: model: fc_mnist needs its layer sizes") and lines[0].endswith(
+        f"({params}:4)")
+    assert not (tmp_path / "md").exists()
+
+
+def test_a_trainer_optimizer_section_without_learning_rate_is_an_error(tmp_path):
+    import cs_run
+    from cs_run.errors import ParamsError
+
+    with pytest.raises(ParamsError, match="Trainer: optimizer section needs 'learning_rate'"):
+        cs_run.Trainer(device="CPU", model_dir=str(tmp_path / "md"), model={"name": "fc_mnist", "depth": 1,
+                                                                            "hidden_size": 8},
+                       optimizer={"optimizer_type": "SGD", "momentum": 0.9})

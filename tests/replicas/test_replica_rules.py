@@ -57,7 +57,8 @@ def test_every_front_door_reaches_the_launcher(tmp_path, monkeypatch):
     assert result.exit_code == 2 and refused in result.output
     with _reset_for_tests():
         trainer = cstorch.Trainer(backend={"backend_type": "CPU", "cluster_config": {"num_csx": 2}},
-                                  model_dir=str(tmp_path / "trainer"), model={"name": "fc_mnist"},
+                                  model_dir=str(tmp_path / "trainer"),
+                                  model={"name": "fc_mnist", "depth": 1, "hidden_size": 8},
                                   optimizer={"optimizer_type": "SGD", "learning_rate": 0.1}, loop={"num_steps": 2})
         with pytest.raises(ParamsError, match=refused):
             trainer.fit({"batch_size": 8})

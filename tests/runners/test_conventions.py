@@ -94,29 +94,33 @@ def test_early_stopping_ends_with_a_checkpoint_and_resumes_its_count(toy_project
     keys = {"runconfig.max_steps": 20, "runconfig.eval_frequency": 2, "runconfig.checkpoint_steps": 4,
             "runconfig.early_stopping_metric": "eval/loss", "runconfig.early_stopping_min_delta": 100,
             "runconfig.early_stopping_patience": 2}
-    make(toy_project, tmp_path, device, "my_hooks:HooksOnly", **keys).run("train")
+    results = make(toy_project, tmp_path, device, "my_hooks:HooksOnly", **keys).run("train_and_eval")
     md = tmp_path / device
     assert sorted(p.name for p in md.glob("checkpoint_*")) == ["checkpoint_4.mdl", "checkpoint_6.mdl"]
-    assert [x[1] for x in hooks.SEEN if x[0] == "on_eval_metrics"] == [2, 4, 6]
+    assert [x[1] for x in hooks.SEEN if x[0] == "on_eval_metrics"] == [2, 4, 6]  # step 6's is the final one
+    assert results == [x[2] for x in hooks.SEEN if x[0] == "on_eval_metrics"][-1]
     assert hooks.SEEN[-1] == ("on_train_end", True)
     state = cs_run.load(str(md / "checkpoint_6.mdl"))
     assert (state["global_step"], state["early_stopping"]["wait"], state["early_stopping"]["best_step"]) == (6, 2, 2)
     assert "Early stopping at step 6: eval/loss=" in (md / "run.log").read_text()
     # A rerun resumes the count: the next evaluation (step 8) does not improve either, so it stops there.
-    make(toy_project, tmp_path, device, **keys).run("train")
+    make(toy_project, tmp_path, device, **keys).run("train_and_eval")
     assert cs_run.load(str(md / "checkpoint_8.mdl"))["early_stopping"]["wait"] == 3
     assert not (md / "checkpoint_20.mdl").exists()
 
 
 def test_early_stopping_is_checked_before_any_work(toy_project, tmp_path):
-    with pytest.raises(ParamsError, match="early_stopping_metric needs evaluations during training: set "
-                                          "runconfig.eval_frequency"):
-        make(toy_project, tmp_path, "CPU", **{"runconfig.early_stopping_metric": "eval/loss"}).run("train")
+    needs = r"early_stopping_metric needs evaluations during training, which only train_and_eval runs"
+    with pytest.raises(ParamsError, match=needs):
+        make(toy_project, tmp_path, "CPU", **{"runconfig.early_stopping_metric": "eval/loss"}).run("train_and_eval")
+    with pytest.raises(ParamsError, match=needs):  # mode train never evaluates (the Model Zoo's rule)
+        make(toy_project, tmp_path, "CPU", **{"runconfig.early_stopping_metric": "eval/loss",
+                                              "runconfig.eval_frequency": 2}).run("train")
     runner = make(toy_project, tmp_path, "CPU", **{"runconfig.early_stopping_metric": "eval/los",
                                                    "runconfig.eval_frequency": 2})
     with pytest.raises(ParamsError, match="'eval/los' is not a value the evaluation reports; did you mean "
                                           "'eval/loss'"):
-        runner.run("train")
+        runner.run("train_and_eval")
     assert not list((tmp_path / "CPU").glob("checkpoint_*"))
     assert runner.global_step == 0
 

@@ -1,0 +1,67 @@
+"""runconfig.eval_frequency follows the Model Zoo: only train_and_eval evaluates during training (the
+2.10 runner sets ``trainer.loop.eval_frequency = None`` for mode train; 1.8-2.1's run.py used the key
+only in train_and_eval), every eval_frequency steps counted from the run's start and once at its end."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from click.testing import CliRunner
+
+from cs_run.cli import cli
+from cs_run.params import load_params
+from cs_run.runners import PyTorchBaseRunner
+from cs_run.summaries import read_scalars
+
+
+def vendor_eval_steps(start: int, total: int, eval_frequency: int) -> list[int]:
+    """The global steps the Model Zoo 2.10 Trainer validates at in a fit of ``total`` steps from ``start``
+    (run_schedule._build_train_schedule: stages of min(eval_frequency, total) steps, a validation after
+    each, the last stage shorter), written out by hand."""
+    stage = min(eval_frequency, total)
+    stages = -(-total // stage)
+    return [start + min((i + 1) * stage, total) for i in range(stages)]
+
+
+def _run(toy_project, model_dir, mode, **keys):
+    params = load_params(toy_project, {"runconfig.model_dir": str(model_dir), "runconfig.checkpoint_steps": 0,
+                                       **{f"runconfig.{k}": v for k, v in keys.items()}})
+    return PyTorchBaseRunner.create(params, device="CPU", mode=mode).run(mode)
+
+
+def _eval_steps(model_dir):
+    return [step for step, _ in read_scalars(model_dir / "eval").get("loss", [])]
+
+
+def test_train_never_evaluates_and_says_so(toy_project, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="cs_run.runners"):
+        results = _run(toy_project, tmp_path / "md", "train", max_steps=6, eval_frequency=2)
+    assert results == {}
+    assert _eval_steps(tmp_path / "md") == []
+    assert "runconfig.eval_frequency=2: this run only trains, so nothing is evaluated during training" in caplog.text
+
+
+@pytest.mark.parametrize("start, max_steps, eval_frequency", [(0, 6, 2), (0, 7, 3), (0, 4, 10), (3, 9, 2), (3, 10, 4)])
+def test_train_and_eval_evaluates_where_the_vendor_does(toy_project, tmp_path, start, max_steps, eval_frequency):
+    md = tmp_path / "md"
+    if start:
+        _run(toy_project, md, "train", max_steps=start)
+    results = _run(toy_project, md, "train_and_eval", max_steps=max_steps, eval_frequency=eval_frequency)
+    steps = _eval_steps(md)
+    assert steps == vendor_eval_steps(start, max_steps - start, eval_frequency)  # each step once
+    final = read_scalars(md / "eval")["loss"][-1]
+    assert final == (max_steps, pytest.approx(results["eval/loss"]))
+
+
+def test_the_cli_train_with_eval_frequency_writes_no_eval_results(toy_project, tmp_path):
+    md = tmp_path / "md"
+    result = CliRunner().invoke(cli, ["train", "--params", str(toy_project), "--model_dir", str(md), "--max_steps", "4",
+                                      "--set", "runconfig.eval_frequency=2"])
+    assert result.exit_code == 0, result.output
+    assert "| Eval" not in result.output and _eval_steps(md) == []
+    result = CliRunner().invoke(cli, ["train-and-eval", "--params", str(toy_project), "--model_dir", str(md),
+                                      "--max_steps", "8", "--set", "runconfig.eval_frequency=2"])
+    assert result.exit_code == 0, result.output
+    assert _eval_steps(md) == [6, 8]
+    assert result.output.count("| Eval") == 2
