@@ -207,7 +207,8 @@ def _optimizer_parts(optimizer: Any, schedulers: Any, precision: dict, grad_accu
         if "learning_rate" not in base:  # required, as in a params file (never a silent 0: nothing would learn)
             raise ParamsError("Trainer: optimizer section needs 'learning_rate' (a number such as 0.01, or a "
                               "scheduler dict)")
-        return OptimizerParams(**{**base, **numerics, "extra": section}), None, None
+        values = {**base, **numerics, **section}  # checked as a params file's section is (types, ranges)
+        return build_section(OptimizerParams, "optimizer", values, lambda key: " (Trainer arguments)"), None, None
     section = OptimizerParams(optimizer_type=type(optimizer).__name__, **numerics)
     optimizer_fn = optimizer if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer) \
         else (lambda _model: optimizer)

@@ -296,11 +296,10 @@ class PyTorchBaseRunner(RunnerHooks):
         """Train for the step budget, resuming from the newest checkpoint when there is one."""
         rc = self.params.runconfig
         self._check_sections_for("train_and_eval" if self._eval_during_training else "train")
-        if rc.eval_frequency and not self._eval_during_training:
-            logger.warning("runconfig.eval_frequency=%d: this run only trains, so nothing is evaluated during "
-                           "training (the Model Zoo's rule); train_and_eval (cs-run train-and-eval, a Trainer.fit "
-                           "with a val_dataloader) evaluates every %d steps and at the end", rc.eval_frequency,
-                           rc.eval_frequency)
+        if rc.eval_frequency and not self._eval_during_training:  # the Model Zoo's own files set it for train too
+            logger.info("runconfig.eval_frequency=%d has no effect here: only train_and_eval (cs-run train-and-eval, "
+                        "a Trainer.fit with a val_dataloader) evaluates during training, as in the Model Zoo",
+                        rc.eval_frequency)
         if self._early_stopping is not None:  # before any work: the value must be one the eval reports
             self._early_stopping.check_metric(["eval/loss", *get_all_metrics()])
         loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])

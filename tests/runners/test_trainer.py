@@ -89,6 +89,21 @@ def test_unknown_trainer_keys_are_named():
         Trainer(device="CPU", model=WithLoss(), loop={"num_stpes": 3})
 
 
+@pytest.mark.parametrize("section, message", [
+    ({"optimizer_type": "SGD", "momentum": 0.9}, r"Trainer: optimizer section needs 'learning_rate'"),
+    ({"learning_rate": 0.1}, r"Trainer: optimizer section needs 'optimizer_type'"),
+    ({"optimizer_type": "SGD", "learning_rate": -0.1}, r"optimizer.learning_rate: must be >= 0, got -0.1 \(Trainer arguments\)"),
+    ({"optimizer_type": "SGD", "learning_rate": "fast"}, r"optimizer.learning_rate: expected .*, got str 'fast' \(Trainer arguments\)"),
+    ({"optimizer_type": "SGD", "learning_rate": 0.1, "grad_accum_steps": 0}, r"optimizer.grad_accum_steps: must be >= 1"),
+])
+def test_an_optimizer_section_is_checked_as_a_params_files_is(section, message, tmp_path):
+    # A params file's optimizer section refuses the same values (tests/params); the Trainer's never trains
+    # silently with a learning rate of 0 or a negative one.
+    with pytest.raises(ValueError, match=message):
+        Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=WithLoss(), optimizer=section)
+    assert not (tmp_path / "md").exists()
+
+
 CONFIG = """
 trainer:
   init:
