@@ -46,7 +46,7 @@ logger = logging.getLogger("cs_run.runners")
 
 MODES = ("train", "eval", "train_and_eval", "eval_all")
 TRAINING_MODES = ("train", "train_and_eval")
-"""The modes that write model_dir/params_resolved.yaml (an eval never replaces the training run's)."""
+"""The modes that write model_dir/params_resolved.yaml when training starts (an eval never replaces it)."""
 
 
 def check_sections_for(params: Params, mode: str, data_fns: Optional[dict] = None) -> None:
@@ -266,15 +266,13 @@ class PyTorchBaseRunner(RunnerHooks):
 
     @contextlib.contextmanager
     def _open_model_dir(self, mode: str) -> Iterator[None]:
-        """The run's hold on model_dir: its lock (one writer at a time), the resolved params (training modes
-        only), the run's record in model_dir/runs/ and the run log, which also gets the ``Error:`` line.
-        Ordinal 0 is the one writer of a run of several replicas."""
+        """The run's hold on model_dir: its lock (one writer at a time), the run's record in model_dir/runs/
+        and the run log, which also gets the ``Error:`` line. Ordinal 0 is the one writer of a run of several
+        replicas. (The resolved params are written when training starts: :meth:`train`.)"""
         if not replicas.is_master():
             yield
             return
         with _model_dir.model_dir_lock(self.model_dir):
-            if mode in TRAINING_MODES:
-                save_params(self.params, self.model_dir)
             record = RunRecord(self.model_dir, self.params, mode, self.device_type)
             with run_log(self.model_dir, self.params.runconfig.logging) as log:
                 try:
@@ -320,6 +318,8 @@ class PyTorchBaseRunner(RunnerHooks):
         end_step = self.global_step + budget.steps
         logger.info("Training %d steps (global step %d -> %d), %d per epoch", budget.steps, self.global_step,
                     end_step, budget.steps_per_epoch)
+        if replicas.is_master():  # now, not earlier: a run refused before its first step keeps the previous run's
+            save_params(self.params, self.model_dir)
         self.model.train()
         self._rate = RateMeter(window=rc.log_steps or budget.steps)
         self._compile_reported = False

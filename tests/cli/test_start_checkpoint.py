@@ -167,3 +167,20 @@ def test_a_good_checkpoint_passes_the_check(toy_project, tmp_path):
                     "--resume", md / "checkpoint_2.mdl")
     assert result.exit_code == 0, result.output
     assert "(global step 2 -> 3)" in result.output
+
+
+@pytest.mark.parametrize("refusal, args", [
+    ("already reaches", ["--max_steps", 2]),  # the budget: nothing left to train
+    ("yields no batches", ["--max_steps", 4, "--set", "train_input.batch_size=1000"]),  # the data function's loader
+])
+def test_a_run_refused_before_its_first_step_keeps_the_resolved_params(refusal, args, toy_project, tmp_path):
+    md = tmp_path / "md"
+    assert invoke("train", "--params", toy_project, "--model_dir", md, "--max_steps", 2).exit_code == 0
+    resolved = (md / "params_resolved.yaml").read_bytes()
+    result = invoke("train", "--params", toy_project, "--model_dir", md, "--set", "optimizer.learning_rate=0.5", *args)
+    assert result.exit_code == 2 and refusal in result.output, result.output
+    assert (md / "params_resolved.yaml").read_bytes() == resolved  # still the params that trained checkpoint_2
+    again = invoke("train", "--params", toy_project, "--model_dir", md, "--set", "optimizer.learning_rate=0.5",
+                   "--max_steps", 3)
+    assert again.exit_code == 0, again.output
+    assert b"learning_rate: 0.5" in (md / "params_resolved.yaml").read_bytes()  # a run that trains writes them
