@@ -237,6 +237,9 @@ class PyTorchBaseRunner(RunnerHooks):
             self._check_sections_for(mode)
         except ParamsError as e:
             raise self.params.locate_error(e) from e.__cause__
+        if mode == "eval_all" and not _checkpoints.list_checkpoints(self.model_dir):  # a typo'd model_dir stays unmade
+            raise ParamsError(f"eval_all: no checkpoint_<step>.mdl files in {self.model_dir}; give the --model_dir "
+                              "of a run that saved checkpoints")
         with self._open_model_dir(mode):
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
             try:

@@ -184,3 +184,11 @@ def test_a_run_refused_before_its_first_step_keeps_the_resolved_params(refusal, 
                    "--max_steps", 3)
     assert again.exit_code == 0, again.output
     assert b"learning_rate: 0.5" in (md / "params_resolved.yaml").read_bytes()  # a run that trains writes them
+
+
+def test_eval_all_of_a_model_dir_without_checkpoints_is_refused_before_it_is_made(toy_project, tmp_path):
+    result = invoke("eval-all", "--params", toy_project, "--model_dir", tmp_path / "typo")
+    assert result.exit_code == 2
+    assert _error_line(result) == (f"Error: eval_all: no checkpoint_<step>.mdl files in {tmp_path / 'typo'}; give the "
+                                   "--model_dir of a run that saved checkpoints")
+    assert not (tmp_path / "typo").exists()
