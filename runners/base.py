@@ -37,7 +37,7 @@ from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_st
 from cs_run.runners._run_record import RunRecord
 from cs_run.runners._step import StepConfig
 from cs_run.runners.hooks import RunnerHooks
-from cs_run.schedule import StepBudget, is_checkpoint_step, is_log_step, step_budget
+from cs_run.schedule import StepBudget, check_step_options, is_checkpoint_step, is_log_step, step_budget
 from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, load_state, replica_state
 
 __all__ = ["PyTorchBaseRunner"]
@@ -65,6 +65,10 @@ def check_sections_for(params: Params, mode: str, data_fns: Optional[dict] = Non
         raise ParamsError(f"params: mode {mode} needs section(s) {', '.join(missing)}, which the params lack"
                           f"{params.where()}")
     rc = params.runconfig
+    if mode in TRAINING_MODES:  # how long to train: known before any work, not after model_dir is opened
+        check_step_options(num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,
+                           steps_per_epoch=rc.steps_per_epoch, grad_accum_steps=params.optimizer.grad_accum_steps,
+                           prefix="runconfig.", accum_key="optimizer.grad_accum_steps", where="params: ", training=True)
     if mode in TRAINING_MODES and rc.early_stopping_metric is not None and \
             not (mode == "train_and_eval" and rc.eval_frequency):
         raise ParamsError("params: runconfig.early_stopping_metric needs evaluations during training, which only "

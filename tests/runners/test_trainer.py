@@ -104,6 +104,23 @@ def test_an_optimizer_section_is_checked_as_a_params_files_is(section, message, 
     assert not (tmp_path / "md").exists()
 
 
+def test_loader_and_optimizer_arguments_of_the_wrong_kind_name_the_argument(tmp_path):
+    model = WithLoss()
+    with pytest.raises(ValueError, match=r"Trainer: optimizer must be a torch.optim.Optimizer, a callable .* got str 'SGD'"):
+        Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model, optimizer="SGD")
+    trainer = Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model, loop={"num_steps": 2},
+                      optimizer=cs_run.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(ValueError, match=r"^Trainer.fit: train_dataloader: expected a torch.utils.data.DataLoader, .* got list"):
+        trainer.fit([1, 2, 3])
+    with pytest.raises(ValueError, match=r"^Trainer.fit: train_dataloader: expected .* got NoneType"):
+        trainer.fit(None)
+    with pytest.raises(ValueError, match=r"^Trainer.fit: val_dataloader: expected .* got str"):
+        trainer.fit(loader(), "val.h5")
+    with pytest.raises(ValueError, match=r"^Trainer.validate: val_dataloader: expected .* got NoneType"):
+        trainer.validate(None)
+    assert not (tmp_path / "md").exists()
+
+
 CONFIG = """
 trainer:
   init:

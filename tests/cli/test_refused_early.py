@@ -1,4 +1,6 @@
-"""The checkpoint a run starts from (--resume PATH, --checkpoint_path, runconfig.checkpoint_path, the
+"""Bad input a run can see before it starts is refused before anything is created or written.
+
+The checkpoint a run starts from (--resume PATH, --checkpoint_path, runconfig.checkpoint_path, the
 Trainer's ckpt_path) is checked before anything is created or written: one ``Error:`` line naming where
 it was given, the path and what is wrong; model_dir untouched. A path that names no checkpoint is a
 params error (exit 2); a damaged checkpoint fails the run (exit 1, as when one is read)."""
@@ -192,3 +194,13 @@ def test_eval_all_of_a_model_dir_without_checkpoints_is_refused_before_it_is_mad
     assert _error_line(result) == (f"Error: eval_all: no checkpoint_<step>.mdl files in {tmp_path / 'typo'}; give the "
                                    "--model_dir of a run that saved checkpoints")
     assert not (tmp_path / "typo").exists()
+
+
+def test_a_training_run_without_a_length_is_refused_before_model_dir_is_made(toy_project, tmp_path):
+    toy_project.write_text(toy_project.read_text().replace("  max_steps: 20\n", ""))
+    result = invoke("train", "--params", toy_project, "--model_dir", tmp_path / "md")
+    assert result.exit_code == 2
+    assert _error_line(result).startswith("Error: params: set one of runconfig.num_steps, runconfig.num_epochs or "
+                                          "runconfig.max_steps to say how long to run")
+    assert not (tmp_path / "md").exists()
+    assert invoke("eval", "--params", toy_project, "--model_dir", tmp_path / "md").exit_code == 0  # eval needs none
