@@ -653,6 +653,10 @@ class PyTorchBaseRunner(RunnerHooks):
                 path = candidate
                 break
             except TargetMismatchError as e:
+                if self.params.runconfig.checkpoint_path:  # named by the user: model_dir has nothing to do with it
+                    given = self.params.given_by.get("runconfig.checkpoint_path", "runconfig.checkpoint_path")
+                    raise CheckpointError(f"{e} (the checkpoint {given} names is not one of this model's: give one "
+                                          "this model saved, or start fresh with --resume none)") from None
                 raise CheckpointError(f"{e} (resuming from {candidate}; use another --model_dir or --set "
                                       "runconfig.autoload_checkpoint=false to start fresh)") from None
             except CheckpointError as e:
