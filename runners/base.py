@@ -244,6 +244,12 @@ class PyTorchBaseRunner(RunnerHooks):
         if mode == "eval_all" and not _checkpoints.list_checkpoints(self.model_dir):  # a typo'd model_dir stays unmade
             raise ParamsError(f"eval_all: no checkpoint_<step>.mdl files in {self.model_dir}; give the --model_dir "
                               "of a run that saved checkpoints")
+        self._train_loader = None
+        if mode in TRAINING_MODES:  # the data function's refusal (a missing data_dir) comes before model_dir is made
+            try:
+                self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
+            except ParamsError as e:
+                raise self.params.locate_error(e) from e.__cause__
         with self._open_model_dir(mode):
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
             try:
@@ -307,7 +313,9 @@ class PyTorchBaseRunner(RunnerHooks):
                         rc.eval_frequency)
         if self._early_stopping is not None:  # before any work: the value must be one the eval reports
             self._early_stopping.check_metric(["eval/loss", *get_all_metrics()])
-        loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
+        loader = self._train_loader  # built by run() before model_dir was opened
+        if loader is None:
+            loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
         _check_replica_loader(loader, self.params.train_input)
         self._load_initial_state(self._initial_checkpoint())
         budget = step_budget(loader_batches=loader_length(loader), initial_step=self.global_step,

@@ -216,3 +216,14 @@ def test_resume_from_another_models_checkpoint_names_the_flag_not_model_dir(toy_
     assert line.endswith("(the checkpoint --resume names is not one of this model's: give one this model saved, or "
                          "start fresh with --resume none)")
     assert not list((tmp_path / "b").glob("checkpoint_*")) and not (tmp_path / "b" / "params_resolved.yaml").exists()
+
+
+def test_a_data_function_that_refuses_its_section_does_so_before_model_dir_is_made(tmp_path):
+    # The bundled fc_mnist params with a data_dir that holds no MNIST: the data function's one line, and no
+    # model_dir (the loader is built before model_dir is opened).
+    result = invoke("train", "--model_dir", tmp_path / "md", "--max_steps", 2, "--set",
+                    f"train_input.data_dir={tmp_path / 'no_mnist'}")
+    assert result.exit_code == 2
+    assert _error_line(result).startswith(f"Error: params: train_input.data_dir: no MNIST train data in "
+                                          f"{tmp_path / 'no_mnist'}")
+    assert not (tmp_path / "md").exists()
