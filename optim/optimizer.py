@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import functools
 import logging
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Self
 
@@ -27,6 +28,26 @@ logger = logging.getLogger(__name__)
 
 ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]]
 FOREACH_CHUNK_BYTES = 1 << 20  # parameters per multi-tensor chunk (see Optimizer._foreach_chunks)
+
+
+def _undecorated(method: Callable[..., Any]) -> Callable[..., Any]:
+    """torch's Optimizer method without its ``torch._disable_dynamo`` wrapper while dynamo is not loaded.
+
+    That wrapper's first call imports ``torch._dynamo`` (and with it ``torch._inductor``: seconds on a
+    slow host) only to mark the method as not traceable by dynamo. While dynamo is not loaded nothing
+    can be tracing, so the plain method is the same call; once it is loaded, torch's wrapper is used.
+    """
+    plain = getattr(method, "__wrapped__", method)
+
+    @functools.wraps(plain)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return (method if "torch._dynamo" in sys.modules else plain)(*args, **kwargs)
+
+    return call
+
+
+_TORCH = {name: _undecorated(getattr(torch.optim.Optimizer, name))
+          for name in ("add_param_group", "zero_grad", "state_dict", "load_state_dict")}
 
 
 def _lr_tensor(value: Any, params: list[Tensor]) -> Tensor:
@@ -146,7 +167,7 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """torch's add_param_group, plus a tensor lr and, after construction, the group's state."""
-        super().add_param_group(param_group)
+        _TORCH["add_param_group"](self, param_group)
         group = self.param_groups[-1]
         group["lr"] = _lr_tensor(group["lr"], group["params"])
         tags = group.get("tags")
@@ -235,7 +256,15 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
         step.add_(1)
         return step
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """torch's zero_grad (see ``_undecorated``)."""
+        _TORCH["zero_grad"](self, set_to_none)
+
     # -- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """torch's state_dict (see ``_undecorated``)."""
+        return _TORCH["state_dict"](self)
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """torch's load_state_dict, then copy every value into the existing tensors in place.
 
@@ -245,7 +274,7 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
         """
         old_state = {p: dict(s) for p, s in self.state.items()}
         old_groups = [dict(g) for g in self.param_groups]
-        super().load_state_dict(state_dict)
+        _TORCH["load_state_dict"](self, state_dict)
         for group, old_group in zip(self.param_groups, old_groups):  # e.g. a torch.optim checkpoint
             for key, value in old_group.items():
                 group.setdefault(key, value)

@@ -5,17 +5,20 @@ it embeds, the input signature (shapes, dtypes, devices of state and batch), the
 (world size and backend: the graph's all-reduce depends on them), the tier and the torch version.
 Each entry is a folder holding ``graph.py`` (the fx code, for reading) and ``summary.json``; an entry's
 presence is what the log's "compile cache hit" means: this graph was compiled into this
-compile_dir before. For the inductor tier, ``artifacts/<key>.inductor.bin`` is inductor's saved compiled
-artifact, which a later process loads instead of compiling (the trace still runs: it gives the key).
+compile_dir before. For the inductor tier, ``artifacts/`` holds the saved build a later process loads
+instead of compiling (the trace still runs: it gives the key): on CPU the step's library
+``<key>.<sha256>.aoti.so`` (``aot.py``), elsewhere inductor's artifact ``<key>.inductor.bin``.
 Inductor's own caches live in ``compile_dir/inductor``; the fx tier rebuilds in milliseconds.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
+import platform
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -44,7 +47,21 @@ def graph_key(traced: TracedStep, batch: list[torch.Tensor], tier: str) -> str:
     for t in traced.state.tensors + batch:
         h.update(f"{tuple(t.shape)}|{tuple(t.stride())}|{t.dtype}|{t.device.type}|{t.requires_grad};".encode())
     h.update(f"{replicas_key(traced.replicas)}|{tier}|{torch.__version__}".encode())
+    if tier != "fx":  # inductor's kernels use the instructions of the CPU they were built on
+        h.update(_host_cpu().encode())
     return h.hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=1)
+def _host_cpu() -> str:
+    """The machine and its CPU feature flags (Linux's /proc/cpuinfo; the machine alone elsewhere)."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].strip() for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        pass
+    return f"{platform.machine()}|{' '.join(sorted(flags.split()))}"
 
 
 class CompileCache:
@@ -58,8 +75,12 @@ class CompileCache:
     def inductor_dir(self) -> Path:
         return self.root / "inductor"
 
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.root / "artifacts"
+
     def artifact_path(self, key: str) -> Path:
-        return self.root / "artifacts" / f"{key}.inductor.bin"
+        return self.artifacts_dir / f"{key}.inductor.bin"
 
     def save_artifact(self, key: str, artifact: Any) -> None:
         """Saves an inductor ``CompiledArtifact`` for ``key`` (temp file + rename: never half-written)."""

@@ -4,12 +4,15 @@ Tiers:
 
 * ``"fx"`` — the fx GraphModule's own generated Python: one aten call per op, no autograd, no module
   or optimizer Python. Builds in milliseconds; bit-identical to eager PyTorch.
-* ``"inductor"`` — inductor's standalone compile of the aten graph. It functionalizes the graph itself
+* ``"inductor"`` — inductor's compile of the aten graph. It functionalizes the graph itself
   (AOTAutograd) and writes the in-place updates of the state back into the input tensors, so the
   mutating graph can be handed over as is. Fuses elementwise work (the whole optimizer update becomes
   a few loops), so it is the fast tier for overhead-bound steps; a cold build takes seconds to tens of
-  seconds, and fusion may change the last bits of results. With a compile cache the compiled artifact
-  is saved under the graph's key, and a later process loads it instead of compiling (``COUNTS``).
+  seconds, and fusion may change the last bits of results. On CPU the step is built ahead of time into
+  one library with a C++ wrapper (``aot.py``: no Python between kernels, and a warm process loads it
+  without importing inductor's compiler); on CUDA it is inductor's standalone compile with its
+  Python wrapper. With a compile cache the build is saved under the
+  graph's key, and a later process loads it instead of compiling (``COUNTS``).
 * ``"auto"`` (the default) — builds both and lets the first real steps decide (``trial.TierTrial``):
   it never keeps a tier that its own trial measured slower. Without a C++ compiler (CPU) or triton
   (CUDA) it is fx, and says why.
@@ -24,13 +27,14 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
 
-from cs_run.engine import collectives
+from cs_run.engine import aot, collectives
 from cs_run.engine.cache import CompileCache, graph_key
 from cs_run.engine.cudagraph import GraphedStep, capture_blocker
 from cs_run.engine.progress import compiling
@@ -158,7 +162,49 @@ def inductor_cache_dir(path: str | os.PathLike | None) -> Iterator[None]:
 
 def _inductor(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache | None, key: str,
               label: str) -> tuple[Callable[..., Any], str]:
-    """Loads the saved artifact for ``key`` or compiles (and saves) one; returns it and what happened."""
+    """Loads the saved artifact for ``key`` or compiles (and saves) one; returns it and what happened.
+
+    On CPU the step is compiled ahead of time into one library (``aot.py``; replicas' all-reduce runs
+    inside it too); CUDA steps take inductor's Python-wrapper artifact (``standalone_compile``, whose
+    kernels the CUDA-graph wrapper captures), as does a CPU step whose AOT build fails (logged).
+    """
+    device = traced.state.tensors[0].device if traced.state.tensors else torch.device("cpu")
+    if device.type == "cpu":
+        try:
+            return _inductor_aot(traced, batch, cache, key, label)
+        except Exception as exc:  # noqa: BLE001  (any AOT lowering failure: the wrapper path may still build)
+            logger.warning("%s: the ahead-of-time build failed (%s: %s); building inductor's Python-wrapper "
+                           "form instead", label, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+    return _inductor_wrapper(traced, batch, cache, key, label)
+
+
+def _inductor_aot(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache | None, key: str,
+                  label: str) -> tuple[Callable[..., Any], str]:
+    num_state = len(traced.state.tensors)
+    if cache is not None:
+        found = aot.find_artifact(cache.artifacts_dir, key)
+        if found is not None:
+            try:
+                loaded = aot.load(found, num_state, batch)
+                COUNTS["inductor_load"] += 1
+                return loaded, "loaded"
+            except Exception as exc:  # noqa: BLE001  (a foreign or stale library: compile afresh)
+                logger.warning("compile cache: could not load %s (%s); compiling again", found, exc)
+    where = cache.artifacts_dir if cache is not None else Path(tempfile.mkdtemp(prefix="cs_run_aot_"))
+    isa = isa_probe_cache(cache.artifacts_dir / "vec_isa.json") if cache else contextlib.nullcontext()
+    try:
+        with compiling(f"{label} (tier inductor, ahead of time)"), torch.no_grad(), \
+                inductor_cache_dir(cache.inductor_dir if cache is not None else None), isa:
+            path = aot.build(traced.gm, [*traced.state.tensors, *batch], where, key)
+        COUNTS["inductor_compile"] += 1
+        return aot.load(path, num_state, batch), "compiled"
+    finally:
+        if cache is None:  # the loaded library stays mapped; the file is not needed any more
+            shutil.rmtree(where, ignore_errors=True)
+
+
+def _inductor_wrapper(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache | None, key: str,
+                      label: str) -> tuple[Callable[..., Any], str]:
     from torch._inductor import CompiledArtifact, standalone_compile  # noqa: PLC0415, TID253  (heavy)
 
     def scope() -> contextlib.AbstractContextManager:  # inductor's kernels and caches into compile_dir
@@ -166,7 +212,7 @@ def _inductor(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache
 
     if cache is not None:
         artifact = cache.artifact_path(key)
-        isa_record = cache.root / "artifacts" / "vec_isa.json"
+        isa_record = cache.artifacts_dir / "vec_isa.json"
         if artifact.is_file():
             try:
                 with compiling(f"{label} (loading tier inductor from the compile cache)"), scope(), \
@@ -177,7 +223,7 @@ def _inductor(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache
             except Exception as exc:  # noqa: BLE001  (a stale or foreign artifact: compile afresh)
                 logger.warning("compile cache: could not load %s (%s); compiling again", artifact, exc)
     example = [t.detach() for t in traced.state.tensors] + [t.detach() for t in batch]
-    isa = isa_probe_cache(cache.root / "artifacts" / "vec_isa.json") if cache else contextlib.nullcontext()
+    isa = isa_probe_cache(cache.artifacts_dir / "vec_isa.json") if cache else contextlib.nullcontext()
     with compiling(f"{label} (tier inductor)"), torch.no_grad(), scope(), isa:
         compiled = standalone_compile(traced.gm, example, dynamic_shapes="from_example_inputs")
         COUNTS["inductor_compile"] += 1

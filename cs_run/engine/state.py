@@ -85,6 +85,7 @@ class StateSet:
     modules: list[torch.nn.Module] = field(default_factory=list)
     opt_state_index: dict[tuple[int, Any], int] = field(default_factory=dict)  # (id(param), name) -> slot
     _index: dict[int, int] = field(default_factory=dict)
+    _bindings: tuple[int, list[tuple[Any, Any, torch.Tensor]]] = (0, [])  # (len(slots), still_bound's triples)
 
     def add(self, name: str, container: Any, key: Any, tensor: torch.Tensor, kind: str) -> None:
         slot = Slot(name, container, key, tensor, kind)
@@ -102,8 +103,15 @@ class StateSet:
         return [s.tensor for s in self.slots]
 
     def still_bound(self) -> bool:
-        """True when every container still holds its tensor (cheap identity check before a replay)."""
-        return all(s.get() is s.tensor for s in self.slots if s.kind != "lifted")
+        """True when every container still holds its tensor (an identity check before every replay, so
+        it loops over prepared (container, key, tensor) triples rather than calling ``Slot.get``)."""
+        if self._bindings[0] != len(self.slots):  # slots are only added (lifted) during the trace
+            self._bindings = (len(self.slots), [(s.container, s.key, s.tensor) for s in self.slots
+                                                if s.kind != "lifted"])
+        for container, key, tensor in self._bindings[1]:
+            if (container[key] if isinstance(container, (dict, list)) else getattr(container, key)) is not tensor:
+                return False
+        return True
 
     @contextlib.contextmanager
     def bind(self, fakes: list[torch.Tensor]) -> Iterator[dict[int, torch.Tensor]]:

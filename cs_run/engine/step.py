@@ -22,7 +22,7 @@ from cs_run.engine.cache import CompileCache
 from cs_run.engine.compile import compile_graph, resolve_tier
 from cs_run.engine.replay import batch_leaves, replay
 from cs_run.engine.state import discover_state
-from cs_run.engine.trace import GraphSummary, OutputRef, TracedStep, input_signature, trace_step
+from cs_run.engine.trace import GraphSummary, OutputRef, TracedStep, flat_signature, trace_step
 from cs_run.errors import ComplianceError
 
 __all__ = ["CompiledStep", "EngineOptions", "RecompileError"]
@@ -70,15 +70,19 @@ class CompiledStep:
         self.last_summary: GraphSummary | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        args, kwargs = self._to_device(args, kwargs)
-        sig = input_signature(args, kwargs)
+        leaves, spec = pytree.tree_flatten((args, kwargs))  # once per call: this is the replay's hot path
+        device = self.options.device
+        if device is not None and any(isinstance(x, torch.Tensor) and x.device != device for x in leaves):
+            leaves = pytree.tree_leaves(move_to_device(leaves, device))
+        sig = flat_signature(leaves, spec)
         entry = self._executables.get(sig)
         if entry is None or not entry[0].state.still_bound():
+            args, kwargs = pytree.tree_unflatten(leaves, spec)
             entry = self._build(sig, args, kwargs, stale=entry is not None)
         traced, executable = entry
         if self.options.validate_only or self.options.compile_only:
             return _meta_outputs(traced)  # nothing runs; closures do not run either
-        return replay(executable, traced, batch_leaves(traced, args, kwargs))
+        return replay(executable, traced, [x for x in leaves if isinstance(x, torch.Tensor)])
 
     def _build(self, sig: Any, args: tuple, kwargs: dict, stale: bool) -> tuple[TracedStep, Callable]:
         with compile_time():  # left out of every throughput (cs_run.batches.RateMeter)
@@ -114,9 +118,6 @@ class CompiledStep:
             self._executables.clear()
         self._executables[sig] = (traced, executable)
         return traced, executable
-
-    def _to_device(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        return move_to_device((args, kwargs), self.options.device)
 
 
 def _meta_outputs(traced: TracedStep) -> Any:

@@ -36,7 +36,8 @@ from cs_run.engine.compliance import compliance_error, is_value_read, library_hi
 from cs_run.engine.state import Slot, StateSet, optimizer_state_rebinds
 from cs_run.errors import ComplianceError
 
-__all__ = ["GraphSummary", "OutputLayout", "OutputRef", "TracedStep", "input_signature", "trace_step"]
+__all__ = ["GraphSummary", "OutputLayout", "OutputRef", "TracedStep", "flat_signature", "input_signature",
+           "trace_step"]
 
 logger = logging.getLogger(__name__)
 
@@ -132,14 +133,13 @@ class _Capture:
 
 def input_signature(args: tuple, kwargs: dict) -> tuple:
     """Hashable structure + shapes/dtypes/devices of a step's inputs; non-tensor leaves by value."""
-    leaves, spec = pytree.tree_flatten((args, kwargs))
-    sig = []
-    for x in leaves:
-        if isinstance(x, torch.Tensor):
-            sig.append((tuple(x.shape), x.dtype, x.device, x.requires_grad))
-        else:
-            sig.append(("py", _hashable(x)))
-    return spec, tuple(sig)
+    return flat_signature(*pytree.tree_flatten((args, kwargs)))
+
+
+def flat_signature(leaves: list[Any], spec: pytree.TreeSpec) -> tuple:
+    """``input_signature`` of inputs already flattened (replay flattens each batch once)."""
+    return spec, tuple((x.shape, x.dtype, x.device, x.requires_grad) if isinstance(x, torch.Tensor)
+                       else ("py", _hashable(x)) for x in leaves)
 
 
 def _hashable(x: Any) -> Any:

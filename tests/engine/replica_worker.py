@@ -97,9 +97,10 @@ def scenario_train(rank: int, world: int, tier: str, steps: int, batch_norm: boo
     init = state_of(build(seed=0, batch_norm=batch_norm, lean=lean)[0])  # ordinal 0's initial weights
     compiled, csx_losses = train(model, opt, scaler, mine_x, mine_y,
                                  lambda fn: CompiledStep(fn, EngineOptions(tier=tier)))
-    traced = next(iter(compiled._executables.values()))[0]
+    traced, executable = next(iter(compiled._executables.values()))
     ops = [str(n.target) for n in traced.gm.graph.nodes if n.op == "call_function"]
     out = {"init": init, "csx": state_of(model), "csx_losses": csx_losses, "replicas": traced.replicas,
+           "executable": type(executable).__name__,
            "all_reduce": sum("all_reduce" in o for o in ops), "broadcast": sum("broadcast" in o for o in ops)}
 
     ddp_model, ddp_opt, ddp_scaler = build(seed=rank, batch_norm=batch_norm, lean=lean)

@@ -115,6 +115,7 @@ def test_replicas_agree_on_build_failures_tiers_and_the_trial_choice(results):
 def test_inductor_tier_all_reduce(tmp_path):
     r0, r1 = spawn(tmp_path, ["inductor"])["inductor"]
     assert r0["all_reduce"] == 1
+    assert r0["executable"] == r1["executable"] == "AOTStep"  # the all-reduce runs inside the CPU library
     assert_equal(r0["csx"], r1["csx"])
     assert_close(r0["csx"], r0["single"])
     assert_close(r0["csx"], r0["ddp"])

@@ -1,0 +1,159 @@
+"""The CPU inductor tier as one ahead-of-time library (cs_run/engine/aot.py): results against eager
+PyTorch, batches with other strides, damaged saved libraries, and the fallback when the build fails."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+import pytest
+import torch
+
+from cs_run.engine import CompiledStep, EngineOptions, aot
+from cs_run.engine import compile as engine_compile
+from cs_run.engine.state import discover_state
+from cs_run.engine.trace import trace_step
+from tests.engine.helpers import TraceSafeSGD
+
+KEY = "0123456789abcdef0123456789abcdef"
+
+
+def _library(folder, data: bytes):
+    path = folder / f"{KEY}.{hashlib.sha256(data).hexdigest()[:24]}.aoti.so"
+    path.write_bytes(data)
+    return path
+
+
+DAMAGES = {
+    "truncated": lambda b: b[: len(b) // 2],
+    "emptied": lambda b: b"",
+    "one byte flipped": lambda b: b[:100] + bytes([b[100] ^ 1]) + b[101:],
+    "one byte appended": lambda b: b + b"\0",
+    "replaced": lambda b: b"\x7fELF" + bytes(len(b) - 4),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_library_is_removed_never_returned(tmp_path, caplog, damage):
+    data = bytes(range(256)) * 64
+    path = _library(tmp_path, data)
+    assert aot.find_artifact(tmp_path, KEY) == path
+    path.write_bytes(DAMAGES[damage](data))
+    with caplog.at_level(logging.WARNING, logger="cs_run"):
+        assert aot.find_artifact(tmp_path, KEY) is None
+    assert not path.exists()
+    assert any("damaged" in r.getMessage() and path.name in r.getMessage() for r in caplog.records)
+
+
+def test_only_the_keys_own_intact_library_is_found(tmp_path):
+    other = tmp_path / f"{'f' * 32}.{hashlib.sha256(b'x').hexdigest()[:24]}.aoti.so"
+    other.write_bytes(b"x")
+    assert aot.find_artifact(tmp_path, KEY) is None  # another key's library
+    (tmp_path / f"{KEY}.aoti.so").write_bytes(b"no digest")  # not a name build() writes
+    bad = _library(tmp_path, b"old")
+    bad.write_bytes(b"new")
+    good = _library(tmp_path, b"intact")
+    assert aot.find_artifact(tmp_path, KEY) == good
+    assert other.exists() and good.exists()
+
+
+class _RecordingRunner:
+    """Stands in for torch's C++ runner: records what it is given, returns the inputs' sum."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[torch.Tensor]] = []
+
+    def run(self, inputs):
+        self.calls.append(list(inputs))
+        return [sum(t.sum() for t in inputs)]
+
+
+def test_a_batch_with_other_strides_is_copied_into_the_built_strides():
+    state = torch.randn(3)
+    built = torch.randn(4, 6)  # contiguous: strides (6, 1)
+    runner = _RecordingRunner()
+    step = aot.AOTStep(runner, num_state=1, batch=[built], path=None)
+    transposed = torch.randn(6, 4).t()  # same shape, strides (1, 4)
+    step(state, transposed)
+    step(state, built)
+    (s0, b0), (s1, b1) = runner.calls
+    assert s0 is state and b0.stride() == (6, 1) and torch.equal(b0, transposed)
+    assert b1 is built  # already in the built strides: no copy
+
+
+@pytest.mark.slow
+def test_cpu_inductor_step_is_one_library_that_matches_eager_and_survives_damage(tmp_path, caplog):
+    """Built once, saved under its digest, loaded by a second CompiledStep; after the file is damaged
+    the next CompiledStep rebuilds it. Inductor fuses and reorders float math: ~1e-6, not bit for bit."""
+    pytest.importorskip("torch._inductor")
+    if engine_compile.resolve_tier("auto", torch.device("cpu")) != "auto":
+        pytest.skip("no C++ compiler: inductor cannot build here")
+
+    def make():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        opt = TraceSafeSGD(model.parameters(), lr=0.1, momentum=0.9)
+
+        def step(x):
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+
+        return model, step
+
+    def batches():
+        for i in range(4):
+            x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
+            yield x if i % 2 else torch.randn(4, 3).t().copy_(x)  # every other batch transposed in memory
+
+    ref_model, ref_step = make()
+    expected = [ref_step(x.contiguous()) for x in batches()]
+    for attempt in ("built", "loaded", "rebuilt"):
+        before = dict(engine_compile.COUNTS)
+        model, step = make()
+        compiled = CompiledStep(step, EngineOptions(tier="inductor", compile_dir=str(tmp_path)))
+        with caplog.at_level(logging.WARNING, logger="cs_run"):
+            losses = [compiled(x) for x in batches()]
+        assert isinstance(next(iter(compiled._executables.values()))[1], aot.AOTStep)
+        torch.testing.assert_close(losses, expected, rtol=1e-5, atol=1e-6)
+        for p, q in zip(model.parameters(), ref_model.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+        what = "inductor_load" if attempt == "loaded" else "inductor_compile"
+        assert engine_compile.COUNTS[what] == before.get(what, 0) + 1, attempt
+        libraries = list((tmp_path / "artifacts").glob("*.aoti.so"))
+        assert len(libraries) == 1
+        if attempt == "loaded":  # damage it (a new file: the loaded one stays mapped): it must not load
+            damaged = tmp_path / "damaged"
+            damaged.write_bytes(libraries[0].read_bytes()[:-1000])
+            damaged.replace(libraries[0])
+    assert any("damaged" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failed_ahead_of_time_build_falls_back_to_the_wrapper_form(monkeypatch, caplog):
+    model = torch.nn.Linear(3, 1)
+    opt = TraceSafeSGD(model.parameters(), lr=0.1)
+
+    def step(x):
+        loss = model(x).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    x = torch.randn(2, 3)
+    traced = trace_step(step, discover_state(step), (x,), {})
+
+    def failing_build(*args, **kwargs):
+        raise RuntimeError("C++ compile failed: no space left on device\nmore detail")
+
+    wrapper_calls = []
+    monkeypatch.setattr(aot, "build", failing_build)
+    monkeypatch.setattr(engine_compile, "_inductor_wrapper",
+                        lambda *args: wrapper_calls.append(args) or ("wrapper executable", "compiled"))
+    with caplog.at_level(logging.WARNING, logger="cs_run"):
+        executable, how = engine_compile._inductor(traced, [x], None, KEY, "step")
+    assert (executable, how) == ("wrapper executable", "compiled") and len(wrapper_calls) == 1
+    [message] = [r.getMessage() for r in caplog.records if "ahead-of-time" in r.getMessage()]
+    assert "RuntimeError: C++ compile failed: no space left on device" in message and "more detail" not in message
