@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from cs_run.engine import aot, collectives
+from cs_run.engine import aot, collectives, passes
 from cs_run.engine.cache import CompileCache, graph_key
 from cs_run.engine.cudagraph import GraphedStep, capture_blocker
 from cs_run.engine.progress import compiling
@@ -195,12 +195,19 @@ def _inductor_aot(traced: TracedStep, batch: list[torch.Tensor], cache: CompileC
     try:
         with compiling(f"{label} (tier inductor, ahead of time)"), torch.no_grad(), \
                 inductor_cache_dir(cache.inductor_dir if cache is not None else None), isa:
-            path = aot.build(traced.gm, [*traced.state.tensors, *batch], where, key)
+            path = aot.build(_rewritten(traced, label), [*traced.state.tensors, *batch], where, key)
         COUNTS["inductor_compile"] += 1
         return aot.load(path, num_state, batch), "compiled"
     finally:
         if cache is None:  # the loaded library stays mapped; the file is not needed any more
             shutil.rmtree(where, ignore_errors=True)
+
+
+def _rewritten(traced: TracedStep, label: str) -> torch.fx.GraphModule:
+    """The graph inductor compiles: a copy rewritten by ``passes.py`` (the fx tier keeps ``traced.gm``)."""
+    gm, rewrites = passes.run_passes(traced.gm)
+    logger.debug("%s: graph passes before inductor: %s", label, rewrites)
+    return gm
 
 
 def _inductor_wrapper(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache | None, key: str,
@@ -225,7 +232,7 @@ def _inductor_wrapper(traced: TracedStep, batch: list[torch.Tensor], cache: Comp
     example = [t.detach() for t in traced.state.tensors] + [t.detach() for t in batch]
     isa = isa_probe_cache(cache.artifacts_dir / "vec_isa.json") if cache else contextlib.nullcontext()
     with compiling(f"{label} (tier inductor)"), torch.no_grad(), scope(), isa:
-        compiled = standalone_compile(traced.gm, example, dynamic_shapes="from_example_inputs")
+        compiled = standalone_compile(_rewritten(traced, label), example, dynamic_shapes="from_example_inputs")
         COUNTS["inductor_compile"] += 1
         if cache is not None and compiled.is_saveable():
             cache.save_artifact(key, compiled)
