@@ -194,6 +194,13 @@ STARTERS = {"custom_model": ("params.yaml", "model.py", "data.py"), "fc_mnist": 
             "gpt2": ("params.yaml",)}
 """What ``cs-run init`` copies out of each bundled example (fc_mnist's and gpt2's models are built in)."""
 
+STARTER_DATA = {"gpt2": ("../../model_dir/gpt2_data/", "gpt2_data",
+                         "cs-run data preprocess --stdlib -o {data} --max_seq_length 128 --vocab_size 4096 "
+                         "--eval_fraction 0.05")}
+"""Examples whose data is prepared first: (the bundled params' data_dir prefix, where ``make run-gpt2``
+writes the shards in a clone; the starter's data folder, relative to its own folder; the command that
+writes the shards there). The prefix is checked, so a change of the bundled file cannot go unnoticed."""
+
 
 @cli.command("init")
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
@@ -212,11 +219,23 @@ def init(folder: Path, example: str, force: bool) -> None:
                                "to overwrite")
     if folder.exists() and not folder.is_dir():
         raise click.UsageError(f"{folder} is a file; choose a folder")
+    contents = {target: (source / target.name).read_bytes() for target in targets}
+    data = STARTER_DATA.get(example)
+    if data is not None:  # point data_dir into the new folder, where the printed command writes the shards
+        params = folder / "params.yaml"
+        bundled, starter, _ = data
+        if f'"{bundled}'.encode() not in contents[params]:
+            raise click.ClickException(f"cs-run's bundled {example} params no longer hold {bundled}; please report it")
+        contents[params] = contents[params].replace(f'"{bundled}'.encode(), f'"{starter}/'.encode())
     folder.mkdir(parents=True, exist_ok=True)
-    for target in targets:
-        target.write_bytes((source / target.name).read_bytes())
+    for target, content in contents.items():
+        target.write_bytes(content)
     click.echo(f"Wrote {', '.join(str(t) for t in targets)}")
-    click.echo(f"Next: cs-run train --params {folder / 'params.yaml'}")
+    if data is not None:
+        click.echo(f"Next: {data[2].format(data=folder / data[1])}")
+        click.echo(f"Then: cs-run train --params {folder / 'params.yaml'}")
+    else:
+        click.echo(f"Next: cs-run train --params {folder / 'params.yaml'}")
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -14,6 +14,7 @@ __all__ = [
     "CheckpointError",
     "BackendError",
     "TrainingError",
+    "ModelError",
 ]
 
 
@@ -49,5 +50,12 @@ class BackendError(CsRunError, RuntimeError):
 
 class TrainingError(CsRunError, RuntimeError):
     """A run stopped because training went wrong (e.g. a NaN or infinite loss)."""
+
+    exit_code = 1
+
+
+class ModelError(CsRunError, TypeError):
+    """The user's model broke the runners' contract: ``forward(batch)`` must return the loss, a scalar
+    floating-point tensor (that depends on the parameters, when training)."""
 
     exit_code = 1

@@ -94,7 +94,7 @@ class OptimizerParams:
 
     optimizer_type: str = field(default="", metadata={"required": True})
     """Optimizer class name, case-insensitive (SGD, AdamW, ... or a user subclass)."""
-    learning_rate: Union[float, dict, list] = field(default=0.0, metadata={"required": True})
+    learning_rate: Union[float, dict, list] = field(default=0.0, metadata={"required": True, "min": 0})
     """A number, a scheduler dict or a list of them (see cs_run.optim.configure_lr_scheduler)."""
     grad_accum_steps: int = field(default=1, metadata={"min": 1})
     """Micro-batches whose gradients are summed before each optimizer step."""

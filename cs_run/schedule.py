@@ -60,12 +60,13 @@ def _keys(prefix: str, accum_key: str) -> dict[str, str]:
 
 def check_step_options(*, num_steps: int | None = None, max_steps: int | None = None, num_epochs: int | None = None,
                        steps_per_epoch: int | None = None, grad_accum_steps: int = 1, prefix: str = "",
-                       accum_key: str = "grad_accum_steps", where: str = "") -> None:
-    """The checks that need no loader (params run them at load time, naming the file and line).
+                       accum_key: str = "grad_accum_steps", where: str = "", training: bool = False) -> None:
+    """The checks that need no loader (params run them at load time, naming the file and line; a run
+    that trains runs them again with ``training`` before any work).
 
     Raises:
         ParamsError: a value is not a positive integer, num_steps and num_epochs are both set, or
-            steps_per_epoch is set without anything that says how long to run.
+            nothing says how long to run while steps_per_epoch is set (or the run trains).
     """
     key = _keys(prefix, accum_key)
     for name, value in (("num_steps", num_steps), ("max_steps", max_steps), ("num_epochs", num_epochs),
@@ -74,7 +75,7 @@ def check_step_options(*, num_steps: int | None = None, max_steps: int | None = 
     if num_steps is not None and num_epochs is not None:
         raise ParamsError(f"{where}{key['num_steps']} and {key['num_epochs']} are mutually exclusive; set one of them "
                           f"({key['max_steps']} may be combined with either)")
-    if steps_per_epoch is not None and num_steps is None and num_epochs is None and max_steps is None:
+    if (training or steps_per_epoch is not None) and num_steps is None and num_epochs is None and max_steps is None:
         raise ParamsError(_no_length(key, where))
 
 

@@ -104,6 +104,8 @@ class Trainer:
         """
         if self._optimizer_section is None:
             raise ParamsError("Trainer.fit: an optimizer is required to train")
+        _check_loader("Trainer.fit: train_dataloader", train_dataloader, required=True)
+        _check_loader("Trainer.fit: val_dataloader", val_dataloader)
         runner = self._build_runner(train_dataloader, val_dataloader, ckpt_path, "fit")
         if self.backend.compile_only or self.backend.validate_only:
             return runner.run("train")  # the compiler traces the train step and runs nothing
@@ -112,6 +114,7 @@ class Trainer:
     def validate(self, val_dataloader: Any, ckpt_path: Optional[str] = None) -> dict:
         """Evaluate the model (after loading ``ckpt_path``, ``"last"`` or by default model_dir's newest
         checkpoint, if any)."""
+        _check_loader("Trainer.validate: val_dataloader", val_dataloader, required=True)
         return self._build_runner(None, val_dataloader, ckpt_path, "validate").run("eval")
 
     def _build_runner(self, train_dataloader: Any, val_dataloader: Any, ckpt_path: Optional[str], verb: str):
@@ -207,7 +210,12 @@ def _optimizer_parts(optimizer: Any, schedulers: Any, precision: dict, grad_accu
         if "learning_rate" not in base:  # required, as in a params file (never a silent 0: nothing would learn)
             raise ParamsError("Trainer: optimizer section needs 'learning_rate' (a number such as 0.01, or a "
                               "scheduler dict)")
-        return OptimizerParams(**{**base, **numerics, "extra": section}), None, None
+        values = {**base, **numerics, **section}  # checked as a params file's section is (types, ranges)
+        return build_section(OptimizerParams, "optimizer", values, lambda key: " (Trainer arguments)"), None, None
+    if not (isinstance(optimizer, torch.optim.Optimizer) or callable(optimizer)):
+        raise ParamsError(f"Trainer: optimizer must be a torch.optim.Optimizer, a callable (model) -> optimizer or "
+                          f"an optimizer params section ({{'optimizer_type': 'SGD', 'learning_rate': 0.01}}), got "
+                          f"{type(optimizer).__name__} {optimizer!r:.40}")
     section = OptimizerParams(optimizer_type=type(optimizer).__name__, **numerics)
     optimizer_fn = optimizer if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer) \
         else (lambda _model: optimizer)
@@ -227,6 +235,18 @@ def _input_section(loader: Any) -> Optional[InputParams]:
     known = {f.name for f in fields(InputParams)} - {"extra"}
     return InputParams(**{k: v for k, v in loader.items() if k in known},
                        extra={k: v for k, v in loader.items() if k not in known})
+
+
+def _check_loader(what: str, loader: Any, required: bool = False) -> None:
+    """A loader argument is a torch DataLoader, a cstorch DataLoader (which builds one) or an input section
+    dict for the model's data function; None only where it is optional."""
+    if loader is None and not required:
+        return
+    if isinstance(loader, dict) or isinstance(getattr(loader, "loader", loader), torch.utils.data.DataLoader):
+        return
+    raise ParamsError(f"{what}: expected a torch.utils.data.DataLoader, a cstorch.utils.data.DataLoader or an input "
+                      f"section dict ({{'batch_size': 64, ...}} for the model's data function), got "
+                      f"{type(loader).__name__}")
 
 
 def _data_fn(loader: Any) -> Optional[Callable]:

@@ -7,6 +7,7 @@ a graph, which is why they use only torch ops on tensors (no ``.item()``, no bra
 from __future__ import annotations
 
 import contextlib
+import inspect
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -14,6 +15,7 @@ import torch
 
 from cs_run.amp.optimizer_step import apply_gradients
 from cs_run.amp.precision import autocast
+from cs_run.errors import ModelError
 
 __all__ = ["StepConfig", "train_step", "eval_step"]
 
@@ -34,6 +36,39 @@ def _autocast(config: StepConfig):
     return autocast(device_type=config.device_type, dtype=config.autocast_dtype)
 
 
+def _loss(model: torch.nn.Module, batch: Any, training: bool) -> torch.Tensor:
+    """``model(batch)``, checked to be the loss (Python-level facts only, so a traced step checks it once,
+    at its trace): the usual slip, a forward that returns its logits or a (loss, outputs) tuple, is one
+    line naming the forward instead of a torch error from inside the step."""
+    loss = model(batch)
+    problem = None
+    if not isinstance(loss, torch.Tensor):
+        problem = f"returned {type(loss).__name__} instead of the loss" + (
+            " (return the loss alone: `return loss`, not `return loss, logits`)" if isinstance(loss, (tuple, list, dict))
+            else "")
+    elif loss.ndim > 0 and any(size != 1 for size in loss.shape):
+        problem = (f"returned a tensor of shape {list(loss.shape)} instead of the loss (reduce it, e.g. with "
+                   "torch.nn.functional.cross_entropy(logits, labels))")
+    elif not loss.is_floating_point():
+        problem = f"returned a {loss.dtype} tensor instead of the loss"
+    elif training and not loss.requires_grad:
+        problem = "returned a loss that does not depend on the model's parameters (it has no grad_fn)"
+    if problem is not None:
+        raise ModelError(f"the model's forward(batch) {problem}: it must return the loss, a scalar floating-point "
+                         f"tensor ({_where(model)})")
+    return loss
+
+
+def _where(model: torch.nn.Module) -> str:
+    """Where the model's forward is defined, for the message."""
+    module = getattr(model, "module", model)  # a data-parallel wrapper's model
+    forward = type(module).forward
+    try:
+        return f"{type(module).__qualname__}.forward at {inspect.getsourcefile(forward)}:{inspect.getsourcelines(forward)[1]}"
+    except (OSError, TypeError):
+        return f"{type(module).__qualname__}.forward"
+
+
 def train_step(model: torch.nn.Module, micro_batches: Sequence[Any], optimizer: torch.optim.Optimizer,
                lr_scheduler: Any, grad_scaler: Any, config: StepConfig) -> torch.Tensor:
     """Forward and backward over the micro-batches, the gradient step (:func:`~cs_run.amp.optimizer_step.apply_gradients`),
@@ -50,7 +85,7 @@ def train_step(model: torch.nn.Module, micro_batches: Sequence[Any], optimizer: 
         local = model.no_sync() if i < k - 1 and hasattr(model, "no_sync") else contextlib.nullcontext()
         with local:
             with _autocast(config):
-                loss = model(batch)
+                loss = _loss(model, batch, training=True)
             scaled = loss / k if k > 1 else loss
             if grad_scaler is not None:
                 scaled = grad_scaler.scale(scaled)
@@ -65,4 +100,4 @@ def train_step(model: torch.nn.Module, micro_batches: Sequence[Any], optimizer: 
 def eval_step(model: torch.nn.Module, batch: Any, config: StepConfig) -> torch.Tensor:
     """Forward only; the model updates its metrics itself."""
     with torch.no_grad(), _autocast(config):
-        return model(batch).detach()
+        return _loss(model, batch, training=False).detach()

@@ -37,7 +37,7 @@ from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_st
 from cs_run.runners._run_record import RunRecord
 from cs_run.runners._step import StepConfig
 from cs_run.runners.hooks import RunnerHooks
-from cs_run.schedule import StepBudget, is_checkpoint_step, is_log_step, step_budget
+from cs_run.schedule import StepBudget, check_step_options, is_checkpoint_step, is_log_step, step_budget
 from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, load_state, replica_state
 
 __all__ = ["PyTorchBaseRunner"]
@@ -46,7 +46,7 @@ logger = logging.getLogger("cs_run.runners")
 
 MODES = ("train", "eval", "train_and_eval", "eval_all")
 TRAINING_MODES = ("train", "train_and_eval")
-"""The modes that write model_dir/params_resolved.yaml (an eval never replaces the training run's)."""
+"""The modes that write model_dir/params_resolved.yaml when training starts (an eval never replaces it)."""
 
 
 def check_sections_for(params: Params, mode: str, data_fns: Optional[dict] = None) -> None:
@@ -65,6 +65,10 @@ def check_sections_for(params: Params, mode: str, data_fns: Optional[dict] = Non
         raise ParamsError(f"params: mode {mode} needs section(s) {', '.join(missing)}, which the params lack"
                           f"{params.where()}")
     rc = params.runconfig
+    if mode in TRAINING_MODES:  # how long to train: known before any work, not after model_dir is opened
+        check_step_options(num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,
+                           steps_per_epoch=rc.steps_per_epoch, grad_accum_steps=params.optimizer.grad_accum_steps,
+                           prefix="runconfig.", accum_key="optimizer.grad_accum_steps", where="params: ", training=True)
     if mode in TRAINING_MODES and rc.early_stopping_metric is not None and \
             not (mode == "train_and_eval" and rc.eval_frequency):
         raise ParamsError("params: runconfig.early_stopping_metric needs evaluations during training, which only "
@@ -237,6 +241,15 @@ class PyTorchBaseRunner(RunnerHooks):
             self._check_sections_for(mode)
         except ParamsError as e:
             raise self.params.locate_error(e) from e.__cause__
+        if mode == "eval_all" and not _checkpoints.list_checkpoints(self.model_dir):  # a typo'd model_dir stays unmade
+            raise ParamsError(f"eval_all: no checkpoint_<step>.mdl files in {self.model_dir}; give the --model_dir "
+                              "of a run that saved checkpoints")
+        self._train_loader = None
+        if mode in TRAINING_MODES:  # the data function's refusal (a missing data_dir) comes before model_dir is made
+            try:
+                self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
+            except ParamsError as e:
+                raise self.params.locate_error(e) from e.__cause__
         with self._open_model_dir(mode):
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
             try:
@@ -266,15 +279,13 @@ class PyTorchBaseRunner(RunnerHooks):
 
     @contextlib.contextmanager
     def _open_model_dir(self, mode: str) -> Iterator[None]:
-        """The run's hold on model_dir: its lock (one writer at a time), the resolved params (training modes
-        only), the run's record in model_dir/runs/ and the run log, which also gets the ``Error:`` line.
-        Ordinal 0 is the one writer of a run of several replicas."""
+        """The run's hold on model_dir: its lock (one writer at a time), the run's record in model_dir/runs/
+        and the run log, which also gets the ``Error:`` line. Ordinal 0 is the one writer of a run of several
+        replicas. (The resolved params are written when training starts: :meth:`train`.)"""
         if not replicas.is_master():
             yield
             return
         with _model_dir.model_dir_lock(self.model_dir):
-            if mode in TRAINING_MODES:
-                save_params(self.params, self.model_dir)
             record = RunRecord(self.model_dir, self.params, mode, self.device_type)
             with run_log(self.model_dir, self.params.runconfig.logging) as log:
                 try:
@@ -296,14 +307,15 @@ class PyTorchBaseRunner(RunnerHooks):
         """Train for the step budget, resuming from the newest checkpoint when there is one."""
         rc = self.params.runconfig
         self._check_sections_for("train_and_eval" if self._eval_during_training else "train")
-        if rc.eval_frequency and not self._eval_during_training:
-            logger.warning("runconfig.eval_frequency=%d: this run only trains, so nothing is evaluated during "
-                           "training (the Model Zoo's rule); train_and_eval (cs-run train-and-eval, a Trainer.fit "
-                           "with a val_dataloader) evaluates every %d steps and at the end", rc.eval_frequency,
-                           rc.eval_frequency)
+        if rc.eval_frequency and not self._eval_during_training:  # the Model Zoo's own files set it for train too
+            logger.info("runconfig.eval_frequency=%d has no effect here: only train_and_eval (cs-run train-and-eval, "
+                        "a Trainer.fit with a val_dataloader) evaluates during training, as in the Model Zoo",
+                        rc.eval_frequency)
         if self._early_stopping is not None:  # before any work: the value must be one the eval reports
             self._early_stopping.check_metric(["eval/loss", *get_all_metrics()])
-        loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
+        loader = self._train_loader  # built by run() before model_dir was opened
+        if loader is None:
+            loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
         _check_replica_loader(loader, self.params.train_input)
         self._load_initial_state(self._initial_checkpoint())
         budget = step_budget(loader_batches=loader_length(loader), initial_step=self.global_step,
@@ -321,6 +333,8 @@ class PyTorchBaseRunner(RunnerHooks):
         end_step = self.global_step + budget.steps
         logger.info("Training %d steps (global step %d -> %d), %d per epoch", budget.steps, self.global_step,
                     end_step, budget.steps_per_epoch)
+        if replicas.is_master():  # now, not earlier: a run refused before its first step keeps the previous run's
+            save_params(self.params, self.model_dir)
         self.model.train()
         self._rate = RateMeter(window=rc.log_steps or budget.steps)
         self._compile_reported = False
@@ -647,6 +661,10 @@ class PyTorchBaseRunner(RunnerHooks):
                 path = candidate
                 break
             except TargetMismatchError as e:
+                if self.params.runconfig.checkpoint_path:  # named by the user: model_dir has nothing to do with it
+                    given = self.params.given_by.get("runconfig.checkpoint_path", "runconfig.checkpoint_path")
+                    raise CheckpointError(f"{e} (the checkpoint {given} names is not one of this model's: give one "
+                                          "this model saved, or start fresh with --resume none)") from None
                 raise CheckpointError(f"{e} (resuming from {candidate}; use another --model_dir or --set "
                                       "runconfig.autoload_checkpoint=false to start fresh)") from None
             except CheckpointError as e:

@@ -30,7 +30,8 @@ import sys
 import types
 from typing import Optional, Sequence
 
-from cs_run.errors import CsRunError, ParamsError
+from cs_run.errors import ParamsError
+from cs_run.exits import report
 
 __all__ = ["PROVIDED", "VendorFinder", "install", "uninstall", "run_script", "main"]
 
@@ -168,6 +169,5 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         raise SystemExit(0 if argv else 2)
     try:
         run_script(argv[0], argv[1:])
-    except CsRunError as e:
-        print(f"Error: {e}", file=sys.stderr)
-        raise SystemExit(e.exit_code) from None
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - reported the one way every entry point reports
+        raise SystemExit(report(e)) from None  # a SyntaxError in the script: the user's line, not cs-run's

@@ -5,6 +5,8 @@ the import failed and the error; exit 2; no model_dir; no traceback unless CS_RU
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
 import sys
 
 import pytest
@@ -154,3 +156,19 @@ def test_a_syntax_error_in_a_script_cs_run_exec_runs_is_the_users(tmp_path, monk
     assert lines[0] == "Traceback (most recent call last; your code's frames only):"
     assert lines[-1] == f"Error: SyntaxError: invalid syntax (in your code at {tmp_path / 'user_helper_b.py'}:1)"
     assert "internal error" not in result.output and "cs_run" not in result.output  # none of cs-run's frames
+
+
+def test_python_m_cs_run_compat_reports_a_script_syntax_error_as_the_users(tmp_path):
+    (tmp_path / "script.py").write_text("x = (\n")
+    result = subprocess.run([sys.executable, "-m", "cs_run.compat", "script.py"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 1
+    assert result.stderr.rstrip("\n").splitlines()[-1] == "Error: SyntaxError: '(' was never closed (in your code at script.py:1)"
+    assert "cs_run" not in result.stderr
+
+
+def test_cs_run_exec_help_is_the_commands_own():
+    result = _invoke("exec", "--help")
+    assert result.exit_code == 0
+    assert result.output.startswith("Usage: cli exec [OPTIONS] SCRIPT [ARGS]...")
+    assert "ARGS after SCRIPT, --help included, are the script's own" in result.output

@@ -10,8 +10,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from cs_run import checkpoint
+from cs_run import _logging, checkpoint
 from cs_run.cli import STARTERS, cli
+from cs_run.params import load_params
 
 
 def invoke(*args):
@@ -37,8 +38,29 @@ def test_init_copies_the_bundled_files(example, tmp_path):
     written = sorted(p.name for p in (tmp_path / "proj").iterdir())
     assert written == sorted(STARTERS[example])
     for name in written:
-        assert (tmp_path / "proj" / name).read_bytes() == (source / name).read_bytes()
+        expected = (source / name).read_text()
+        if example == "gpt2" and name == "params.yaml":  # its shards go into the new folder (next test)
+            expected = expected.replace('"../../model_dir/gpt2_data/', '"gpt2_data/')
+        assert (tmp_path / "proj" / name).read_text() == expected
     assert f"cs-run train --params {tmp_path / 'proj' / 'params.yaml'}" in result.output
+
+
+def test_init_gpt2_points_its_data_into_the_new_folder_and_says_how_to_fill_it(tmp_path, monkeypatch):
+    proj = tmp_path / "proj"
+    result = invoke("init", proj, "--example", "gpt2")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1:] == [
+        f"Next: cs-run data preprocess --stdlib -o {proj / 'gpt2_data'} --max_seq_length 128 --vocab_size 4096 "
+        "--eval_fraction 0.05", f"Then: cs-run train --params {proj / 'params.yaml'}"]
+    for split in ("train", "val"):  # what the preprocess command writes
+        (proj / "gpt2_data" / split).mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    monkeypatch.setattr(_logging, "_DEFERRED", [])  # the load's notes stay out of later runs' logs
+    params = load_params(proj / "params.yaml")
+    assert params.train_input.data_dir == str(proj / "gpt2_data" / "train")
+    assert params.eval_input.data_dir == str(proj / "gpt2_data" / "val")
+    assert params.model.extra["max_position_embeddings"] == 128 and params.model.extra["vocab_size"] == 4096
 
 
 def test_init_keeps_existing_files_unless_forced(tmp_path):

@@ -107,7 +107,7 @@ def test_a_trainer_or_params_file_without_the_sizes_is_one_error_before_any_work
     assert not (tmp_path / "md").exists()
     params = tmp_path / "params.yaml"
     params.write_text("train_input:\n  data_dir: bundled:digits\n  batch_size: 8\nmodel:\n  name: fc_mnist\n"
-                      "  dropout: 0.0\noptimizer:\n  optimizer_type: SGD\n  learning_rate: 0.05\n")
+                      "  dropout: 0.0\noptimizer:\n  optimizer_type: SGD\n  learning_rate: 0.05\nrunconfig:\n  max_steps: 2\n")
     result = CliRunner().invoke(cli, ["train", "--params", str(params), "--model_dir", str(tmp_path / "md")])
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2 and len(lines) == 1, result.output

@@ -68,6 +68,7 @@ def test_unknown_section(tmp_path):
     ("train_input.shuffle", "yes", r"train_input.shuffle: expected a boolean"),
     ("train_input.batch_size", -4, r"train_input.batch_size: must be >= 1, got -4"),
     ("optimizer.max_gradient_norm", 0, r"optimizer.max_gradient_norm: must be > 0, got 0"),
+    ("optimizer.learning_rate", -0.5, r"optimizer.learning_rate: must be >= 0, got -0.5"),  # the vendor's optimizers refuse it
     ("runconfig.logging", "LOUD", r"runconfig.logging: 'LOUD' is not one of DEBUG, INFO"),
     ("model.depth", "two", r"model.depth: expected an integer, got str 'two'"),
 ])

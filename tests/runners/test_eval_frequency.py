@@ -35,11 +35,11 @@ def _eval_steps(model_dir):
 
 
 def test_train_never_evaluates_and_says_so(toy_project, tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="cs_run.runners"):
+    with caplog.at_level(logging.INFO, logger="cs_run.runners"):
         results = _run(toy_project, tmp_path / "md", "train", max_steps=6, eval_frequency=2)
     assert results == {}
     assert _eval_steps(tmp_path / "md") == []
-    assert "runconfig.eval_frequency=2: this run only trains, so nothing is evaluated during training" in caplog.text
+    assert "runconfig.eval_frequency=2 has no effect here: only train_and_eval" in caplog.text
 
 
 @pytest.mark.parametrize("start, max_steps, eval_frequency", [(0, 6, 2), (0, 7, 3), (0, 4, 10), (3, 9, 2), (3, 10, 4)])

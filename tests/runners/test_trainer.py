@@ -89,6 +89,38 @@ def test_unknown_trainer_keys_are_named():
         Trainer(device="CPU", model=WithLoss(), loop={"num_stpes": 3})
 
 
+@pytest.mark.parametrize("section, message", [
+    ({"optimizer_type": "SGD", "momentum": 0.9}, r"Trainer: optimizer section needs 'learning_rate'"),
+    ({"learning_rate": 0.1}, r"Trainer: optimizer section needs 'optimizer_type'"),
+    ({"optimizer_type": "SGD", "learning_rate": -0.1}, r"optimizer.learning_rate: must be >= 0, got -0.1 \(Trainer arguments\)"),
+    ({"optimizer_type": "SGD", "learning_rate": "fast"}, r"optimizer.learning_rate: expected .*, got str 'fast' \(Trainer arguments\)"),
+    ({"optimizer_type": "SGD", "learning_rate": 0.1, "grad_accum_steps": 0}, r"optimizer.grad_accum_steps: must be >= 1"),
+])
+def test_an_optimizer_section_is_checked_as_a_params_files_is(section, message, tmp_path):
+    # A params file's optimizer section refuses the same values (tests/params); the Trainer's never trains
+    # silently with a learning rate of 0 or a negative one.
+    with pytest.raises(ValueError, match=message):
+        Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=WithLoss(), optimizer=section)
+    assert not (tmp_path / "md").exists()
+
+
+def test_loader_and_optimizer_arguments_of_the_wrong_kind_name_the_argument(tmp_path):
+    model = WithLoss()
+    with pytest.raises(ValueError, match=r"Trainer: optimizer must be a torch.optim.Optimizer, a callable .* got str 'SGD'"):
+        Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model, optimizer="SGD")
+    trainer = Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model, loop={"num_steps": 2},
+                      optimizer=cs_run.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(ValueError, match=r"^Trainer.fit: train_dataloader: expected a torch.utils.data.DataLoader, .* got list"):
+        trainer.fit([1, 2, 3])
+    with pytest.raises(ValueError, match=r"^Trainer.fit: train_dataloader: expected .* got NoneType"):
+        trainer.fit(None)
+    with pytest.raises(ValueError, match=r"^Trainer.fit: val_dataloader: expected .* got str"):
+        trainer.fit(loader(), "val.h5")
+    with pytest.raises(ValueError, match=r"^Trainer.validate: val_dataloader: expected .* got NoneType"):
+        trainer.validate(None)
+    assert not (tmp_path / "md").exists()
+
+
 CONFIG = """
 trainer:
   init:

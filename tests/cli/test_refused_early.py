@@ -1,4 +1,6 @@
-"""The checkpoint a run starts from (--resume PATH, --checkpoint_path, runconfig.checkpoint_path, the
+"""Bad input a run can see before it starts is refused before anything is created or written.
+
+The checkpoint a run starts from (--resume PATH, --checkpoint_path, runconfig.checkpoint_path, the
 Trainer's ckpt_path) is checked before anything is created or written: one ``Error:`` line naming where
 it was given, the path and what is wrong; model_dir untouched. A path that names no checkpoint is a
 params error (exit 2); a damaged checkpoint fails the run (exit 1, as when one is read)."""
@@ -167,3 +169,61 @@ def test_a_good_checkpoint_passes_the_check(toy_project, tmp_path):
                     "--resume", md / "checkpoint_2.mdl")
     assert result.exit_code == 0, result.output
     assert "(global step 2 -> 3)" in result.output
+
+
+@pytest.mark.parametrize("refusal, args", [
+    ("already reaches", ["--max_steps", 2]),  # the budget: nothing left to train
+    ("yields no batches", ["--max_steps", 4, "--set", "train_input.batch_size=1000"]),  # the data function's loader
+])
+def test_a_run_refused_before_its_first_step_keeps_the_resolved_params(refusal, args, toy_project, tmp_path):
+    md = tmp_path / "md"
+    assert invoke("train", "--params", toy_project, "--model_dir", md, "--max_steps", 2).exit_code == 0
+    resolved = (md / "params_resolved.yaml").read_bytes()
+    result = invoke("train", "--params", toy_project, "--model_dir", md, "--set", "optimizer.learning_rate=0.5", *args)
+    assert result.exit_code == 2 and refusal in result.output, result.output
+    assert (md / "params_resolved.yaml").read_bytes() == resolved  # still the params that trained checkpoint_2
+    again = invoke("train", "--params", toy_project, "--model_dir", md, "--set", "optimizer.learning_rate=0.5",
+                   "--max_steps", 3)
+    assert again.exit_code == 0, again.output
+    assert b"learning_rate: 0.5" in (md / "params_resolved.yaml").read_bytes()  # a run that trains writes them
+
+
+def test_eval_all_of_a_model_dir_without_checkpoints_is_refused_before_it_is_made(toy_project, tmp_path):
+    result = invoke("eval-all", "--params", toy_project, "--model_dir", tmp_path / "typo")
+    assert result.exit_code == 2
+    assert _error_line(result) == (f"Error: eval_all: no checkpoint_<step>.mdl files in {tmp_path / 'typo'}; give the "
+                                   "--model_dir of a run that saved checkpoints")
+    assert not (tmp_path / "typo").exists()
+
+
+def test_a_training_run_without_a_length_is_refused_before_model_dir_is_made(toy_project, tmp_path):
+    toy_project.write_text(toy_project.read_text().replace("  max_steps: 20\n", ""))
+    result = invoke("train", "--params", toy_project, "--model_dir", tmp_path / "md")
+    assert result.exit_code == 2
+    assert _error_line(result).startswith("Error: params: set one of runconfig.num_steps, runconfig.num_epochs or "
+                                          "runconfig.max_steps to say how long to run")
+    assert not (tmp_path / "md").exists()
+    assert invoke("eval", "--params", toy_project, "--model_dir", tmp_path / "md").exit_code == 0  # eval needs none
+
+
+def test_resume_from_another_models_checkpoint_names_the_flag_not_model_dir(toy_project, tmp_path):
+    assert invoke("train", "--params", toy_project, "--model_dir", tmp_path / "a", "--max_steps", 2).exit_code == 0
+    result = invoke("train", "--params", toy_project, "--model_dir", tmp_path / "b", "--max_steps", 4,
+                    "--set", "model.hidden=16", "--resume", tmp_path / "a" / "checkpoint_2.mdl")
+    assert result.exit_code == 1
+    line = [line for line in result.output.splitlines() if line.startswith("Error:")][-1]
+    assert line.startswith(f"Error: checkpoint '{tmp_path / 'a' / 'checkpoint_2.mdl'}'")
+    assert line.endswith("(the checkpoint --resume names is not one of this model's: give one this model saved, or "
+                         "start fresh with --resume none)")
+    assert not list((tmp_path / "b").glob("checkpoint_*")) and not (tmp_path / "b" / "params_resolved.yaml").exists()
+
+
+def test_a_data_function_that_refuses_its_section_does_so_before_model_dir_is_made(tmp_path):
+    # The bundled fc_mnist params with a data_dir that holds no MNIST: the data function's one line, and no
+    # model_dir (the loader is built before model_dir is opened).
+    result = invoke("train", "--model_dir", tmp_path / "md", "--max_steps", 2, "--set",
+                    f"train_input.data_dir={tmp_path / 'no_mnist'}")
+    assert result.exit_code == 2
+    assert _error_line(result).startswith(f"Error: params: train_input.data_dir: no MNIST train data in "
+                                          f"{tmp_path / 'no_mnist'}")
+    assert not (tmp_path / "md").exists()
