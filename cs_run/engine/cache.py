@@ -2,7 +2,8 @@
 
 A compiled step is keyed by a hash of the graph's generated code, the values of the small constants
 it embeds, the input signature (shapes, dtypes, devices of state and batch), the data-parallel replicas
-(world size and backend: the graph's all-reduce depends on them), the tier and the torch version.
+(world size and backend: the graph's all-reduce depends on them), the tier and the torch version;
+for inductor also the host's CPU flags and the source of the graph passes it compiles through.
 Each entry is a folder holding ``graph.py`` (the fx code, for reading) and ``summary.json``; an entry's
 presence is what the log's "compile cache hit" means: this graph was compiled into this
 compile_dir before. For the inductor tier, ``artifacts/`` holds the saved build a later process loads
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from cs_run.engine import passes
 from cs_run.engine.collectives import cache_key as replicas_key
 from cs_run.engine.trace import TracedStep
 
@@ -47,9 +49,15 @@ def graph_key(traced: TracedStep, batch: list[torch.Tensor], tier: str) -> str:
     for t in traced.state.tensors + batch:
         h.update(f"{tuple(t.shape)}|{tuple(t.stride())}|{t.dtype}|{t.device.type}|{t.requires_grad};".encode())
     h.update(f"{replicas_key(traced.replicas)}|{tier}|{torch.__version__}".encode())
-    if tier != "fx":  # inductor's kernels use the instructions of the CPU they were built on
-        h.update(_host_cpu().encode())
+    if tier != "fx":  # inductor's kernels use the CPU they were built on; it compiles the rewritten graph
+        h.update(f"{_host_cpu()}|{_passes_digest()}".encode())
     return h.hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=1)
+def _passes_digest() -> str:
+    """The graph passes' source: inductor compiles the traced graph as they rewrite it (``passes.py``)."""
+    return hashlib.sha256(Path(passes.__file__).read_bytes()).hexdigest()[:16]
 
 
 @functools.lru_cache(maxsize=1)

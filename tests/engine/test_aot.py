@@ -9,7 +9,7 @@ import logging
 import pytest
 import torch
 
-from cs_run.engine import CompiledStep, EngineOptions, aot
+from cs_run.engine import CompiledStep, EngineOptions, aot, cache
 from cs_run.engine import compile as engine_compile
 from cs_run.engine.state import discover_state
 from cs_run.engine.trace import trace_step
@@ -132,18 +132,7 @@ def test_cpu_inductor_step_is_one_library_that_matches_eager_and_survives_damage
 
 
 def test_a_failed_ahead_of_time_build_falls_back_to_the_wrapper_form(monkeypatch, caplog):
-    model = torch.nn.Linear(3, 1)
-    opt = TraceSafeSGD(model.parameters(), lr=0.1)
-
-    def step(x):
-        loss = model(x).sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
-
-    x = torch.randn(2, 3)
-    traced = trace_step(step, discover_state(step), (x,), {})
+    traced, x = _traced_linear_step()
 
     def failing_build(*args, **kwargs):
         raise RuntimeError("C++ compile failed: no space left on device\nmore detail")
@@ -157,3 +146,31 @@ def test_a_failed_ahead_of_time_build_falls_back_to_the_wrapper_form(monkeypatch
     assert (executable, how) == ("wrapper executable", "compiled") and len(wrapper_calls) == 1
     [message] = [r.getMessage() for r in caplog.records if "ahead-of-time" in r.getMessage()]
     assert "RuntimeError: C++ compile failed: no space left on device" in message and "more detail" not in message
+
+
+def test_an_inductor_build_is_keyed_on_the_cpu_and_the_graph_passes(monkeypatch):
+    """A saved library runs that CPU's instructions and was compiled from the graph as passes.py
+    rewrote it: another CPU or another version of the passes must not load it. fx depends on neither."""
+    traced, x = _traced_linear_step()
+    keys = {tier: cache.graph_key(traced, [x], tier) for tier in ("fx", "inductor")}
+    for name in ("_host_cpu", "_passes_digest"):
+        with monkeypatch.context() as m:
+            m.setattr(cache, name, lambda: "something else")
+            assert cache.graph_key(traced, [x], "inductor") != keys["inductor"], name
+            assert cache.graph_key(traced, [x], "fx") == keys["fx"], name
+
+
+def _traced_linear_step():
+    """A traced SGD step of one Linear layer and its batch (no compile)."""
+    model = torch.nn.Linear(3, 1)
+    opt = TraceSafeSGD(model.parameters(), lr=0.1)
+
+    def step(x):
+        loss = model(x).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    x = torch.randn(2, 3)
+    return trace_step(step, discover_state(step), (x,), {}), x
