@@ -29,6 +29,7 @@ from cs_run.options import cluster_keys, trainer_keys
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params, RunConfig, build_section
 from cs_run.runners import PyTorchBaseRunner
 from cs_run.runners._checkpoints import latest_checkpoint
+from cs_run.utils.data import DataLoader as CsDataLoader
 
 __all__ = ["Trainer", "trainers_from_config"]
 
@@ -242,7 +243,7 @@ def _check_loader(what: str, loader: Any, required: bool = False) -> None:
     dict for the model's data function; None only where it is optional."""
     if loader is None and not required:
         return
-    if isinstance(loader, dict) or isinstance(getattr(loader, "loader", loader), torch.utils.data.DataLoader):
+    if isinstance(loader, (dict, torch.utils.data.DataLoader, CsDataLoader)):  # CsDataLoader builds its loader later
         return
     raise ParamsError(f"{what}: expected a torch.utils.data.DataLoader, a cstorch.utils.data.DataLoader or an input "
                       f"section dict ({{'batch_size': 64, ...}} for the model's data function), got "

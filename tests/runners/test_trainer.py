@@ -121,6 +121,20 @@ def test_loader_and_optimizer_arguments_of_the_wrong_kind_name_the_argument(tmp_
     assert not (tmp_path / "md").exists()
 
 
+def test_fit_takes_a_cstorch_dataloader_and_builds_it_once(tmp_path):
+    calls = []
+
+    def input_fn():
+        calls.append(1)
+        return loader()
+
+    model = WithLoss()
+    trainer = Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model, loop={"num_steps": 2},
+                      optimizer=cs_run.optim.SGD(model.parameters(), lr=0.1))
+    trainer.fit(cs_run.utils.data.DataLoader(input_fn))
+    assert len(calls) == 1 and trainer.runner.global_step == 2
+
+
 CONFIG = """
 trainer:
   init:
