@@ -44,6 +44,14 @@ _PRECISION_KEYS = {"mixed_precision", "use_bfloat16", "fp16_type", "loss_scaling
                    "max_gradient_norm", "max_gradient_value"}
 
 
+_ARGUMENT_FORMS = {"loop": "a dict such as {'num_steps': 100, 'eval_frequency': 10}",
+                   "checkpoint": "a dict such as {'steps': 50, 'max_checkpoints': 3}",
+                   "precision": "a dict such as {'mixed_precision': True, 'max_gradient_norm': 1.0}",
+                   "logging": "a dict such as {'log_steps': 10, 'log_level': 'INFO'} or an int (log_steps)",
+                   "runner": "a runner class or 'module:Class'"}
+"""What each dict-like Trainer argument takes, for the message when it gets something else."""
+
+
 class Trainer:
     """Train and validate a model on CPU, GPU or CSX with the runners' loop, checkpoints and logs.
 
@@ -83,6 +91,14 @@ class Trainer:
         if model is None:
             raise ParamsError("Trainer: model is required (an nn.Module, a callable returning one, or a model "
                               "params section)")
+        for what, value, forms in (("loop", loop, dict), ("checkpoint", checkpoint, dict), ("precision", precision, dict),
+                                   ("logging", logging, (dict, int)), ("runner", runner, (str, type))):
+            if value is not None and (not isinstance(value, forms) or isinstance(value, bool)):
+                raise ParamsError(f"Trainer: {what} must be {_ARGUMENT_FORMS[what]}, got {type(value).__name__} "
+                                  f"{value!r:.40}")
+        if schedulers is not None and not (callable(schedulers) or hasattr(schedulers, "step")):
+            raise ParamsError(f"Trainer: schedulers must be an LR scheduler or a callable (optimizer) -> scheduler, got "
+                              f"{type(schedulers).__name__} {schedulers!r:.40}")
         self.model_dir = model_dir
         self._runconfig = _runconfig(model_dir, self.backend, loop or {}, checkpoint or {}, logging, seed)
         _console_logging(self._runconfig.logging)

@@ -121,6 +121,21 @@ def test_loader_and_optimizer_arguments_of_the_wrong_kind_name_the_argument(tmp_
     assert not (tmp_path / "md").exists()
 
 
+@pytest.mark.parametrize("argument, value, message", [
+    ("loop", 5, r"Trainer: loop must be a dict such as \{'num_steps': 100, 'eval_frequency': 10\}, got int 5"),
+    ("checkpoint", True, r"Trainer: checkpoint must be a dict .*, got bool True"),
+    ("precision", "bf16", r"Trainer: precision must be a dict .*, got str 'bf16'"),
+    ("logging", "DEBUG", r"Trainer: logging must be a dict .* or an int \(log_steps\), got str 'DEBUG'"),
+    ("runner", 3, r"Trainer: runner must be a runner class or 'module:Class', got int 3"),
+    ("schedulers", 5, r"Trainer: schedulers must be an LR scheduler or a callable \(optimizer\) -> scheduler, got int 5"),
+])
+def test_an_argument_of_the_wrong_kind_is_named(argument, value, message, tmp_path):
+    model = WithLoss()
+    with pytest.raises(ValueError, match=message):
+        Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model,
+                optimizer=cs_run.optim.SGD(model.parameters(), lr=0.1), **{argument: value})
+
+
 def test_fit_takes_a_cstorch_dataloader_and_builds_it_once(tmp_path):
     calls = []
 
