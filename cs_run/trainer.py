@@ -15,6 +15,7 @@ builds Trainers from the ``trainer: {init: ..., fit: ...}`` YAML form.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 from dataclasses import fields
 from typing import Any, Callable, Optional, Union
@@ -168,6 +169,12 @@ def trainers_from_config(config: Union[dict, list]) -> list[tuple[Trainer, dict]
         if not isinstance(section, dict) or "init" not in section:
             raise ParamsError(f"trainer[{i}]: expected a mapping 'trainer: {{init: ..., fit: ...}}'")
         _reject_unknown(f"trainer[{i}]", section, {"init", "fit", "validate"})
+        for key, value in section.items():
+            if not isinstance(value, dict):
+                raise ParamsError(f"trainer[{i}].{key}: expected a mapping of "
+                                  f"{'Trainer arguments' if key == 'init' else 'dataloader sections'}, got "
+                                  f"{type(value).__name__}")
+        _reject_unknown(f"trainer[{i}].init", section["init"], set(inspect.signature(Trainer).parameters))
         out.append((Trainer(**section["init"]), {k: v for k, v in section.items() if k != "init"}))
     return out
 

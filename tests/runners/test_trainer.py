@@ -173,6 +173,17 @@ def test_yaml_form_trains_a_registered_model(tmp_path):
     assert results["eval/accuracy"] > 0.8
 
 
+@pytest.mark.parametrize("section, message", [
+    ({"init": {"devic": "CPU", "model": {"name": "fc_mnist"}}}, r"trainer\[0\].init.devic; did you mean 'device'"),
+    ({"init": "CPU"}, r"trainer\[0\].init: expected a mapping of Trainer arguments, got str"),
+    ({"init": {"device": "CPU", "model": {"name": "fc_mnist"}}, "fit": 3},
+     r"trainer\[0\].fit: expected a mapping of dataloader sections, got int"),
+])
+def test_yaml_form_of_the_wrong_shape_names_the_key(section, message):
+    with pytest.raises(ValueError, match=message):
+        trainers_from_config({"trainer": section})
+
+
 def test_yaml_form_rejects_mixed_device_types(tmp_path):
     invalid = [{"trainer": {"init": {"device": "CSX", "model": {"name": "fc_mnist"}}}},
                {"trainer": {"init": {"device": "CPU", "model": {"name": "fc_mnist"}}}}]
