@@ -8,9 +8,10 @@ compile; one torch thread). Prints
   side (the CSX step is compiled with inductor's ``cpp.enable_kernel_profile`` so its fused kernels are
   named; profiled rounds alternate between the two and the medians are shown; the profiler adds some
   overhead per recorded op, so these sum to more than the unprofiled times);
-* the floors: the step's own GEMMs and attention calls timed alone at their shapes and strides (what any
-  tier that keeps ATen's GEMM and flash-attention kernels needs at least), and the FLOP count at the
-  rate of those GEMMs.
+* what CSX's GEMM and attention calls take of its profiled step, and the step's own GEMMs and attention
+  calls timed alone at their shapes and strides (each on its own inputs: colder caches than inside the
+  step), i.e. what any tier that keeps ATen's GEMM and flash-attention kernels needs; the FLOP count at
+  the rate of those GEMMs.
 
 The step is bench_engine.py's (make_nano_variants): 2 layers, d=128, 4 heads, T=64, B=8, vocab 512,
 clip_grad_norm_(1.0) + AdamW.
@@ -181,10 +182,15 @@ def main() -> None:
         e, c = table["eager"].get(label, 0.0), table["csx"].get(label, 0.0)
         if e >= 0.005 or c >= 0.005:
             print(f"{label:48s} {e:8.2f} {c:8.2f}")
-    print(f"{'total (profiled)':48s} {sum(table['eager'].values()):8.2f} {sum(table['csx'].values()):8.2f}")
+    total_e, total_c = sum(table["eager"].values()), sum(table["csx"].values())
+    print(f"{'total (profiled)':48s} {total_e:8.2f} {total_c:8.2f}")
+    kept = sum(v for k, v in table["csx"].items() if k.startswith(("GEMM", "attention")))
+    print(f"CSX's GEMM and attention calls take {kept:.2f} of its {total_c:.2f} profiled ms: were everything else "
+          f"free, the step would run at {total_e / kept:.2f}x eager (profiled totals)")
     rate = gemm_flops / (gemm_ms / 1e3) / 1e9
     both = gemm_ms + attn_ms
-    print(f"\nfloors (timed in the same interleaved loop): the step's {gemm_flops / 1e6:.0f} MFLOP of GEMMs alone "
+    print(f"\nfloors (unprofiled, timed in the same interleaved loop; each call on its own inputs, so colder caches "
+          f"than inside the step): the step's {gemm_flops / 1e6:.0f} MFLOP of GEMMs alone "
           f"{gemm_ms:.2f} ms ({rate:.1f} GFLOP/s), its attention calls alone {attn_ms:.2f} ms; together "
           f"{both:.2f} ms = {both / eager:.2f} of eager: a ceiling of {eager / both:.2f}x eager for any tier that "
           f"keeps ATen's GEMM and flash-attention kernels; all matmul FLOPs incl. attention "

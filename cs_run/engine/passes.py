@@ -107,6 +107,13 @@ def _exact_gelu(node: Node) -> bool:
         or (node.target is aten.gelu_backward.default and len(node.args) == 2))
 
 
+def _dense_strides(val: torch.Tensor) -> list[int]:
+    """The strides an elementwise op's output of ``val`` gets: ``val``'s own when it is dense, else
+    contiguous ones in its stride order (``empty_like``'s rule)."""
+    probe = torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device="meta")
+    return list(torch.empty_like(probe).stride())
+
+
 def share_gelu_erf(gm: GraphModule) -> int:
     """Rewrites each exact ``gelu(x)`` that has a ``gelu_backward(g, x)`` of the same ``x`` into the
     decomposition with one shared, materialized ``erf(x / sqrt(2))``; returns how many it rewrote."""
@@ -126,7 +133,7 @@ def share_gelu_erf(gm: GraphModule) -> int:
             continue
         with graph.inserting_before(node):  # gelu(x) = x * 0.5 * (1 + erf(x * sqrt(1/2)))
             erf = _call(graph, aten.erf.default, (_call(graph, aten.mul.Tensor, (x, _SQRT1_2), x),), x)
-            erf = _call(graph, materialize, (erf, list(val.stride())), x)
+            erf = _call(graph, materialize, (erf, _dense_strides(val)), x)
             half_x = _call(graph, aten.mul.Tensor, (x, 0.5), x)
             gelu = _call(graph, aten.mul.Tensor, (half_x, _call(graph, aten.add.Tensor, (erf, 1), x)), node)
         node.replace_all_uses_with(gelu)

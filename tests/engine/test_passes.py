@@ -211,3 +211,19 @@ def test_inductor_lowers_the_rewritten_step_within_the_tiers_tolerance(tmp_path,
         torch.testing.assert_close(loss, eager_step(x, y).detach(), rtol=1e-5, atol=1e-6)
     for p, q in zip(model.parameters(), eager_model.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "slice"])
+def test_share_gelu_erf_on_any_input_layout_matches_gelu(layout):
+    """The materialized erf gets the layout an elementwise result of x has (x itself may be a strided view)."""
+    def fn(base, g):
+        x = {"contiguous": base[:, :8], "transposed": base[:, :8].t(), "slice": base[:, 2:6]}[layout]
+        x = x if layout != "contiguous" else x.contiguous()
+        return aten.gelu(x), aten.gelu_backward(g[: x.shape[0], : x.shape[1]], x)
+
+    base, g = torch.randn(8, 16), torch.randn(16, 16)
+    gm = make_fx(fn, tracing_mode="fake")(base, g)
+    rewritten, counts = passes.run_passes(gm, {"share_gelu_erf": passes.share_gelu_erf})
+    assert counts == {"share_gelu_erf": 1}
+    for got, want in zip(rewritten(base, g), gm(base, g)):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
