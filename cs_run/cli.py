@@ -6,6 +6,7 @@ failure is reported by :mod:`cs_run.exits`.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 from importlib import resources
@@ -16,6 +17,7 @@ import click
 
 import cs_run
 from cs_run._logging import setup_console_logging
+from cs_run.errors import CsRunError, ParamsError
 from cs_run.exits import ErrorGroup
 from cs_run.options import COMMAND_USES, RunOption, command_options, flag_names, flag_overrides
 from cs_run.params import load_params, params_yaml, parse_override
@@ -227,9 +229,14 @@ def init(folder: Path, example: str, force: bool) -> None:
         if f'"{bundled}'.encode() not in contents[params]:
             raise click.ClickException(f"cs-run's bundled {example} params no longer hold {bundled}; please report it")
         contents[params] = contents[params].replace(f'"{bundled}'.encode(), f'"{starter}/'.encode())
-    folder.mkdir(parents=True, exist_ok=True)
-    for target, content in contents.items():
-        target.write_bytes(content)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for target, content in contents.items():
+            target.write_bytes(content)
+    except OSError as e:  # a file on the way or no permission (the folder given is wrong: exit 2), a full disk
+        wrong = e.errno in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS)
+        raise (ParamsError if wrong else CsRunError)(f"init: cannot write the starter into {folder}: "
+                                                     f"{e.strerror or e} ({e.filename}); choose another folder") from None
     click.echo(f"Wrote {', '.join(str(t) for t in targets)}")
     if data is not None:
         click.echo(f"Next: {data[2].format(data=folder / data[1])}")

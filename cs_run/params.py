@@ -147,9 +147,10 @@ class RunConfig(ClusterOptions):
     eval_steps: Optional[int] = field(default=None, metadata={"min": 1, "flag": {"uses": ("eval", "eval_all")},
                                                                   "trainer": "loop"})
     """Eval batches per evaluation; defaults to the whole eval loader."""
-    eval_frequency: Optional[int] = field(default=None, metadata={"min": 1, "trainer": "loop"})
-    """In train_and_eval, also evaluate every this many steps, counted from the run's start (the Model Zoo's
-    rule; mode train never evaluates)."""
+    eval_frequency: Optional[Union[int, float]] = field(default=None, metadata={"min_exclusive": 0, "trainer": "loop"})
+    """In train_and_eval, also evaluate every this many steps (an integer), or after every this fraction
+    of the run's steps (a float in (0, 1]: 0.5 evaluates halfway and at the end), counted from the run's
+    start (the Model Zoo's rule; mode train never evaluates)."""
     early_stopping_metric: Optional[str] = field(default=None, metadata={"trainer": "loop"})
     """Stop training when this eval value (eval/loss, or a metric such as eval/accuracy) has not improved
     for early_stopping_patience evaluations in a row; needs train_and_eval and eval_frequency. The run ends with a checkpoint
@@ -468,6 +469,10 @@ def _check_cross_keys(s: dict, locate) -> None:
                            steps_per_epoch=rc.steps_per_epoch, prefix="runconfig.", where="params: ")
     except ParamsError as e:
         raise ParamsError(f"{e}{locate('runconfig')}") from None
+    if isinstance(rc.eval_frequency, float) and rc.eval_frequency > 1:
+        raise ParamsError(f"params: runconfig.eval_frequency: a float is the fraction of the run's steps between "
+                          f"evaluations, in (0, 1]; got {rc.eval_frequency} (an integer counts steps)"
+                          f"{locate('runconfig.eval_frequency')}")
     if rc.compile_only and rc.validate_only:
         raise ParamsError("params: runconfig.compile_only and runconfig.validate_only are mutually exclusive; "
                           f"set at most one{locate('runconfig')}")

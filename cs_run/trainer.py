@@ -15,6 +15,7 @@ builds Trainers from the ``trainer: {init: ..., fit: ...}`` YAML form.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 from dataclasses import fields
 from typing import Any, Callable, Optional, Union
@@ -29,6 +30,7 @@ from cs_run.options import cluster_keys, trainer_keys
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params, RunConfig, build_section
 from cs_run.runners import PyTorchBaseRunner
 from cs_run.runners._checkpoints import latest_checkpoint
+from cs_run.utils.data import DataLoader as CsDataLoader
 
 __all__ = ["Trainer", "trainers_from_config"]
 
@@ -41,6 +43,14 @@ _LOGGING_KEYS = trainer_keys("logging")
 _PRECISION_KEYS = {"mixed_precision", "use_bfloat16", "fp16_type", "loss_scaling_factor", "initial_loss_scale",
                    "steps_per_increase", "min_loss_scale", "max_loss_scale", "overflow_tolerance",
                    "max_gradient_norm", "max_gradient_value"}
+
+
+_ARGUMENT_FORMS = {"loop": "a dict such as {'num_steps': 100, 'eval_frequency': 10}",
+                   "checkpoint": "a dict such as {'steps': 50, 'max_checkpoints': 3}",
+                   "precision": "a dict such as {'mixed_precision': True, 'max_gradient_norm': 1.0}",
+                   "logging": "a dict such as {'log_steps': 10, 'log_level': 'INFO'} or an int (log_steps)",
+                   "runner": "a runner class or 'module:Class'"}
+"""What each dict-like Trainer argument takes, for the message when it gets something else."""
 
 
 class Trainer:
@@ -82,6 +92,14 @@ class Trainer:
         if model is None:
             raise ParamsError("Trainer: model is required (an nn.Module, a callable returning one, or a model "
                               "params section)")
+        for what, value, forms in (("loop", loop, dict), ("checkpoint", checkpoint, dict), ("precision", precision, dict),
+                                   ("logging", logging, (dict, int)), ("runner", runner, (str, type))):
+            if value is not None and (not isinstance(value, forms) or isinstance(value, bool)):
+                raise ParamsError(f"Trainer: {what} must be {_ARGUMENT_FORMS[what]}, got {type(value).__name__} "
+                                  f"{value!r:.40}")
+        if schedulers is not None and not (callable(schedulers) or hasattr(schedulers, "step")):
+            raise ParamsError(f"Trainer: schedulers must be an LR scheduler or a callable (optimizer) -> scheduler, got "
+                              f"{type(schedulers).__name__} {schedulers!r:.40}")
         self.model_dir = model_dir
         self._runconfig = _runconfig(model_dir, self.backend, loop or {}, checkpoint or {}, logging, seed)
         _console_logging(self._runconfig.logging)
@@ -151,6 +169,12 @@ def trainers_from_config(config: Union[dict, list]) -> list[tuple[Trainer, dict]
         if not isinstance(section, dict) or "init" not in section:
             raise ParamsError(f"trainer[{i}]: expected a mapping 'trainer: {{init: ..., fit: ...}}'")
         _reject_unknown(f"trainer[{i}]", section, {"init", "fit", "validate"})
+        for key, value in section.items():
+            if not isinstance(value, dict):
+                raise ParamsError(f"trainer[{i}].{key}: expected a mapping of "
+                                  f"{'Trainer arguments' if key == 'init' else 'dataloader sections'}, got "
+                                  f"{type(value).__name__}")
+        _reject_unknown(f"trainer[{i}].init", section["init"], set(inspect.signature(Trainer).parameters))
         out.append((Trainer(**section["init"]), {k: v for k, v in section.items() if k != "init"}))
     return out
 
@@ -242,7 +266,7 @@ def _check_loader(what: str, loader: Any, required: bool = False) -> None:
     dict for the model's data function; None only where it is optional."""
     if loader is None and not required:
         return
-    if isinstance(loader, dict) or isinstance(getattr(loader, "loader", loader), torch.utils.data.DataLoader):
+    if isinstance(loader, (dict, torch.utils.data.DataLoader, CsDataLoader)):  # CsDataLoader builds its loader later
         return
     raise ParamsError(f"{what}: expected a torch.utils.data.DataLoader, a cstorch.utils.data.DataLoader or an input "
                       f"section dict ({{'batch_size': 64, ...}} for the model's data function), got "

@@ -171,6 +171,7 @@ class PyTorchBaseRunner(RunnerHooks):
         self.should_stop = False
         """Set it in a hook to end training after the current step (with a checkpoint of that step)."""
         self._eval_during_training = False  # train_and_eval: every runconfig.eval_frequency steps
+        self._eval_every: Optional[int] = None  # those steps in this run (train() resolves a fraction)
         self._last_eval: tuple[int, dict] = (-1, {})  # (global step, results) of the newest periodic eval
         self._early_stopping = EarlyStopping.from_runconfig(rc)
 
@@ -308,7 +309,7 @@ class PyTorchBaseRunner(RunnerHooks):
         rc = self.params.runconfig
         self._check_sections_for("train_and_eval" if self._eval_during_training else "train")
         if rc.eval_frequency and not self._eval_during_training:  # the Model Zoo's own files set it for train too
-            logger.info("runconfig.eval_frequency=%d has no effect here: only train_and_eval (cs-run train-and-eval, "
+            logger.info("runconfig.eval_frequency=%s has no effect here: only train_and_eval (cs-run train-and-eval, "
                         "a Trainer.fit with a val_dataloader) evaluates during training, as in the Model Zoo",
                         rc.eval_frequency)
         if self._early_stopping is not None:  # before any work: the value must be one the eval reports
@@ -330,6 +331,8 @@ class PyTorchBaseRunner(RunnerHooks):
         if rc.save_initial_checkpoint and self.global_step == 0:
             self._save_checkpoint()
         self._run_start, self._run_steps, self._samples_streamed = self.global_step, budget.steps, 0
+        ef = rc.eval_frequency  # steps between periodic evals: a count, or a fraction of this run (the vendor's)
+        self._eval_every = math.ceil(ef * budget.steps) if isinstance(ef, float) else ef
         end_step = self.global_step + budget.steps
         logger.info("Training %d steps (global step %d -> %d), %d per epoch", budget.steps, self.global_step,
                     end_step, budget.steps_per_epoch)
@@ -447,7 +450,7 @@ class PyTorchBaseRunner(RunnerHooks):
             logger.info("| Train Device=%s, Step=%d, Loss=%.5f, Rate=%.2f samples/sec, GlobalRate=%.2f samples/sec",
                         self.device_name, step, value, rate, global_rate)
             self._write_train_summaries(step, value, rate, global_rate)
-        if self._eval_during_training and rc.eval_frequency and run_step % rc.eval_frequency == 0 and step != end_step:
+        if self._eval_during_training and self._eval_every and run_step % self._eval_every == 0 and step != end_step:
             with preserved_rng(getattr(self._train_loader, "generator", None)):  # the last step's: run()'s final eval
                 results = self.evaluate()
             self._last_eval = (step, results)

@@ -74,6 +74,10 @@ def test_init_keeps_existing_files_unless_forced(tmp_path):
     assert (proj / "model.py").read_text() != "# mine"
     (tmp_path / "afile").write_text("x")
     assert invoke("init", tmp_path / "afile").exit_code == 2
+    result = invoke("init", tmp_path / "afile" / "sub")  # a file on the way: one line, not a traceback
+    assert result.exit_code == 2 and result.output.strip() == (
+        f"Error: init: cannot write the starter into {tmp_path / 'afile' / 'sub'}: Not a directory "
+        f"({tmp_path / 'afile' / 'sub'}); choose another folder")
 
 
 def _losses(output):

@@ -1,10 +1,12 @@
 """runconfig.eval_frequency follows the Model Zoo: only train_and_eval evaluates during training (the
 2.10 runner sets ``trainer.loop.eval_frequency = None`` for mode train; 1.8-2.1's run.py used the key
-only in train_and_eval), every eval_frequency steps counted from the run's start and once at its end."""
+only in train_and_eval), every eval_frequency steps (or, a float, that fraction of the run's steps)
+counted from the run's start, and once at its end."""
 
 from __future__ import annotations
 
 import logging
+import math
 
 import pytest
 from click.testing import CliRunner
@@ -19,7 +21,7 @@ def vendor_eval_steps(start: int, total: int, eval_frequency: int) -> list[int]:
     """The global steps the Model Zoo 2.10 Trainer validates at in a fit of ``total`` steps from ``start``
     (run_schedule._build_train_schedule: stages of min(eval_frequency, total) steps, a validation after
     each, the last stage shorter), written out by hand."""
-    stage = min(eval_frequency, total)
+    stage = math.ceil(eval_frequency * total) if isinstance(eval_frequency, float) else min(eval_frequency, total)
     stages = -(-total // stage)
     return [start + min((i + 1) * stage, total) for i in range(stages)]
 
@@ -42,7 +44,8 @@ def test_train_never_evaluates_and_says_so(toy_project, tmp_path, caplog):
     assert "runconfig.eval_frequency=2 has no effect here: only train_and_eval" in caplog.text
 
 
-@pytest.mark.parametrize("start, max_steps, eval_frequency", [(0, 6, 2), (0, 7, 3), (0, 4, 10), (3, 9, 2), (3, 10, 4)])
+@pytest.mark.parametrize("start, max_steps, eval_frequency", [(0, 6, 2), (0, 7, 3), (0, 4, 10), (3, 9, 2), (3, 10, 4),
+                                                             (0, 6, 0.5), (0, 7, 0.3), (2, 7, 1.0), (3, 10, 0.25)])
 def test_train_and_eval_evaluates_where_the_vendor_does(toy_project, tmp_path, start, max_steps, eval_frequency):
     md = tmp_path / "md"
     if start:
@@ -65,3 +68,16 @@ def test_the_cli_train_with_eval_frequency_writes_no_eval_results(toy_project, t
     assert result.exit_code == 0, result.output
     assert _eval_steps(md) == [6, 8]
     assert result.output.count("| Eval") == 2
+
+
+@pytest.mark.parametrize("value, message", [
+    (1.5, r"runconfig.eval_frequency: a float is the fraction of the run's steps between evaluations, in \(0, 1\]; "
+          r"got 1.5"),
+    (0, r"runconfig.eval_frequency: must be > 0, got 0"),
+    (-0.5, r"runconfig.eval_frequency: must be > 0, got -0.5"),
+])
+def test_an_eval_frequency_out_of_the_vendors_range_is_a_params_error(toy_project, value, message):
+    from cs_run.errors import ParamsError
+
+    with pytest.raises(ParamsError, match=message):
+        load_params(toy_project, {"runconfig.eval_frequency": value})

@@ -121,6 +121,35 @@ def test_loader_and_optimizer_arguments_of_the_wrong_kind_name_the_argument(tmp_
     assert not (tmp_path / "md").exists()
 
 
+@pytest.mark.parametrize("argument, value, message", [
+    ("loop", 5, r"Trainer: loop must be a dict such as \{'num_steps': 100, 'eval_frequency': 10\}, got int 5"),
+    ("checkpoint", True, r"Trainer: checkpoint must be a dict .*, got bool True"),
+    ("precision", "bf16", r"Trainer: precision must be a dict .*, got str 'bf16'"),
+    ("logging", "DEBUG", r"Trainer: logging must be a dict .* or an int \(log_steps\), got str 'DEBUG'"),
+    ("runner", 3, r"Trainer: runner must be a runner class or 'module:Class', got int 3"),
+    ("schedulers", 5, r"Trainer: schedulers must be an LR scheduler or a callable \(optimizer\) -> scheduler, got int 5"),
+])
+def test_an_argument_of_the_wrong_kind_is_named(argument, value, message, tmp_path):
+    model = WithLoss()
+    with pytest.raises(ValueError, match=message):
+        Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model,
+                optimizer=cs_run.optim.SGD(model.parameters(), lr=0.1), **{argument: value})
+
+
+def test_fit_takes_a_cstorch_dataloader_and_builds_it_once(tmp_path):
+    calls = []
+
+    def input_fn():
+        calls.append(1)
+        return loader()
+
+    model = WithLoss()
+    trainer = Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model, loop={"num_steps": 2},
+                      optimizer=cs_run.optim.SGD(model.parameters(), lr=0.1))
+    trainer.fit(cs_run.utils.data.DataLoader(input_fn))
+    assert len(calls) == 1 and trainer.runner.global_step == 2
+
+
 CONFIG = """
 trainer:
   init:
@@ -142,6 +171,17 @@ def test_yaml_form_trains_a_registered_model(tmp_path):
     [(trainer, sections)] = trainers_from_config(config)
     results = trainer.fit(**sections["fit"])
     assert results["eval/accuracy"] > 0.8
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"init": {"devic": "CPU", "model": {"name": "fc_mnist"}}}, r"trainer\[0\].init.devic; did you mean 'device'"),
+    ({"init": "CPU"}, r"trainer\[0\].init: expected a mapping of Trainer arguments, got str"),
+    ({"init": {"device": "CPU", "model": {"name": "fc_mnist"}}, "fit": 3},
+     r"trainer\[0\].fit: expected a mapping of dataloader sections, got int"),
+])
+def test_yaml_form_of_the_wrong_shape_names_the_key(section, message):
+    with pytest.raises(ValueError, match=message):
+        trainers_from_config({"trainer": section})
 
 
 def test_yaml_form_rejects_mixed_device_types(tmp_path):
