@@ -91,13 +91,20 @@ def checkpoint() -> None:
 @click.option("--allow-pickle", is_flag=True, help="Read and write pickled objects (trusted files only).")
 @click.option("--no-verify", is_flag=True,
               help="Skip the CRC32 check of every tensor of SRC (on by default: a damaged tensor is an error).")
+@click.option("--overwrite", is_flag=True, help="Replace DST when it exists (without it, an existing DST is refused).")
 def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: str | None, allow_pickle: bool,
-            no_verify: bool) -> None:
+            no_verify: bool, overwrite: bool) -> None:
     """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors; --to vendor: the vendor's format 0.5;
     gpt2 <-> Hugging Face with --to hf / --from hf).
 
     A .pt written here loads with torch.load(weights_only=True); numpy values in it are tagged dicts
     that cs-run turns back into numpy values."""
+    outputs = [Path(dst)] + ([Path(dst).with_suffix(".yaml")] if from_ == "hf" else [])
+    existing = [str(p) for p in outputs if p.exists() or p.is_symlink()]
+    # a checkpoint is the product of a run: never replaced by a typo (SRC itself: reported below)
+    if existing and not overwrite and Path(dst).resolve() != Path(src).resolve():
+        raise click.UsageError(f"{' and '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; "
+                               "choose another DST, or pass --overwrite to replace it")
     if to == "hf" or from_ == "hf":
         if to == "hf" and from_ == "hf":
             raise click.UsageError("give --to hf or --from hf, not both")

@@ -218,3 +218,31 @@ def test_hf_conversion_of_a_model_without_a_converter_is_one_error_line(tmp_path
     result = _run("convert", "--from", "hf", tmp_path / "hf", tmp_path / "x.mdl")
     assert result.exit_code == 1 and "config.json: not valid JSON" in result.output
     assert not (tmp_path / "x.mdl").exists()
+
+
+@pytest.mark.parametrize("existing", ["file", "empty file", "folder", "dangling link", "params of --from hf"])
+def test_convert_never_replaces_an_existing_destination_without_overwrite(tmp_path, existing):
+    obj = _obj()
+    save(obj, tmp_path / "a.h5")
+    dst = tmp_path / "b.mdl"
+    if existing == "file":
+        save({"kept": torch.ones(1)}, dst)
+    elif existing == "empty file":
+        dst.write_bytes(b"")
+    elif existing == "folder":
+        dst.mkdir()
+    elif existing == "dangling link":
+        dst.symlink_to(tmp_path / "nowhere")
+    before = dst.read_bytes() if dst.is_file() else None
+    args = ["convert", tmp_path / "a.h5", dst]
+    if existing == "params of --from hf":
+        (tmp_path / "b.yaml").write_text("model: {}\n")
+        args = ["convert", "--from", "hf", tmp_path / "hf", dst]
+    refused = _run(*args)
+    assert refused.exit_code == 2 and "already exist" in refused.output and "--overwrite" in refused.output
+    assert refused.output.count("\n") == 1  # one line
+    if before is not None:
+        assert dst.read_bytes() == before
+    if existing == "file":
+        assert _run(*args, "--overwrite").exit_code == 0
+        assert_same(obj, load(dst))
