@@ -183,24 +183,32 @@ def nano_flops(vocab: int, d: int, heads: int, layers: int, seq: int, batch: int
     return 3 * 2 * batch * seq * (layers * (12 * d * d + 2 * seq * d) + vocab * d)
 
 
-def make_nano_variants(with_inductor: bool, with_compile: bool) -> tuple[dict, int]:
-    """The nanoGPT-style step: forward, backward, clip_grad_norm_(1.0), AdamW, zero_grad; tokens per step."""
+def nano_batch() -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """The nanoGPT-style model's keyword arguments and one fixed batch (tokens, targets)."""
     cfg = {k: v for k, v in NANO.items() if k != "batch"}
     g = torch.Generator().manual_seed(0)
     idx = torch.randint(0, cfg["vocab"], (NANO["batch"], cfg["seq"]), generator=g)
     targets = torch.randint(0, cfg["vocab"], (NANO["batch"], cfg["seq"]), generator=g)
+    return cfg, idx, targets
 
-    def step_of(model, forward, opt):
-        def step(idx, targets):
-            loss = forward(idx, targets)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad()
-            return loss
 
-        return step
+def nano_step(model, forward, opt):
+    """The nanoGPT-style training step: forward, backward, clip_grad_norm_(1.0), the optimizer, zero_grad."""
+    def step(idx, targets):
+        loss = forward(idx, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+        return loss
 
+    return step
+
+
+def make_nano_variants(with_inductor: bool, with_compile: bool) -> tuple[dict, int]:
+    """The nanoGPT-style step per variant; tokens per step."""
+    cfg, idx, targets = nano_batch()
+    step_of = nano_step
     variants = {}
     torch.manual_seed(0)
     model = NanoGPT(**cfg)

@@ -27,7 +27,7 @@ import tempfile
 import time
 
 import torch
-from bench_engine import NANO, NanoGPT, nano_flops
+from bench_engine import NANO, NanoGPT, nano_batch, nano_flops, nano_step
 from torch.profiler import ProfilerActivity, profile
 
 from cs_run.engine import CompiledStep, EngineOptions
@@ -64,20 +64,10 @@ def classify(name: str) -> str:
 
 
 def make_steps(compile_dir: str):
-    cfg = {k: v for k, v in NANO.items() if k != "batch"}
-    g = torch.Generator().manual_seed(0)
-    idx = torch.randint(0, cfg["vocab"], (NANO["batch"], cfg["seq"]), generator=g)
-    targets = torch.randint(0, cfg["vocab"], (NANO["batch"], cfg["seq"]), generator=g)
+    cfg, idx, targets = nano_batch()
 
     def step_of(model, opt):
-        def step(idx, targets):
-            loss = model(idx, targets)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad()
-            return loss
-        return step
+        return nano_step(model, model, opt)
 
     torch.manual_seed(0)
     model = NanoGPT(**cfg)
