@@ -3,7 +3,7 @@
 A compiled step is keyed by a hash of the graph's generated code, the values of the small constants
 it embeds, the input signature (shapes, dtypes, devices of state and batch), the data-parallel replicas
 (world size and backend: the graph's all-reduce depends on them), the tier and the torch version;
-for inductor also the host's CPU flags and the source of the graph passes it compiles through.
+for inductor also the host's CPU flags, torch's thread count and the source of the graph passes.
 Each entry is a folder holding ``graph.py`` (the fx code, for reading) and ``summary.json``; an entry's
 presence is what the log's "compile cache hit" means: this graph was compiled into this
 compile_dir before. For the inductor tier, ``artifacts/`` holds the saved build a later process loads
@@ -49,8 +49,9 @@ def graph_key(traced: TracedStep, batch: list[torch.Tensor], tier: str) -> str:
     for t in traced.state.tensors + batch:
         h.update(f"{tuple(t.shape)}|{tuple(t.stride())}|{t.dtype}|{t.device.type}|{t.requires_grad};".encode())
     h.update(f"{replicas_key(traced.replicas)}|{tier}|{torch.__version__}".encode())
-    if tier != "fx":  # inductor's kernels use the CPU they were built on; it compiles the rewritten graph
-        h.update(f"{_host_cpu()}|{_passes_digest()}".encode())
+    if tier != "fx":  # inductor's kernels use the CPU they were built on (and parallelise for the thread
+        # count of the building process: built with one thread they are serial); it compiles the rewritten graph
+        h.update(f"{_host_cpu()}|{torch.get_num_threads()}|{_passes_digest()}".encode())
     return h.hexdigest()[:32]
 
 
