@@ -26,7 +26,7 @@ from cs_run.creation import manual_seed
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.exits import error_text
 from cs_run.interrupts import Aborted, Interrupted, StopFlag, stop_on_signal
-from cs_run.metrics import compute_all_metrics, get_all_metrics, reset_all_metrics
+from cs_run.metrics import MetricSet
 from cs_run.params import Params, save_params
 from cs_run.registry import resolve_object
 from cs_run.resolve import resolve_params
@@ -137,7 +137,10 @@ class PyTorchBaseRunner(RunnerHooks):
         if rc.seed is not None:
             manual_seed(rc.seed)
         # Build what can be wrong before anything is written: model and optimizer errors are params errors.
-        self.model = _build.build_model(params, model_fn).to(self.torch_device)
+        self._metrics = MetricSet()  # what evaluate() reports: this run's metrics only (docs/architecture.md)
+        with self._metrics.collecting():
+            self.model = _build.build_model(params, model_fn).to(self.torch_device)
+        self._metrics.add_module(self.model)
         self.optimizer = None
         self.lr_scheduler = None
         self.grad_scaler = None
@@ -192,6 +195,15 @@ class PyTorchBaseRunner(RunnerHooks):
         model and data functions' keys are checked.
         """
         device = device.upper()
+        collected = MetricSet()  # the run's metrics include those its user modules register when imported
+        with collected.collecting():
+            built = PyTorchBaseRunner._create(params, device, runner, mode, backend, builders)
+        built._metrics.update(collected)
+        return built
+
+    @staticmethod
+    def _create(params: Params, device: str, runner: Optional[str], mode: Optional[str],
+                backend: Optional[Backend], builders: dict[str, Optional[Callable]]) -> "PyTorchBaseRunner":
         rc = params.runconfig
         # The device's runner among the package's own subclasses (cs_run.runners imports them all).
         found = [c for c in PyTorchBaseRunner.__subclasses__() if device in c.devices
@@ -251,7 +263,7 @@ class PyTorchBaseRunner(RunnerHooks):
                 self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
             except ParamsError as e:
                 raise self.params.locate_error(e) from e.__cause__
-        with self._open_model_dir(mode):
+        with self._open_model_dir(mode), self._metrics.collecting():  # a metric the first step creates is the run's
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
             try:
                 if mode == "train":
@@ -313,7 +325,7 @@ class PyTorchBaseRunner(RunnerHooks):
                         "a Trainer.fit with a val_dataloader) evaluates during training, as in the Model Zoo",
                         rc.eval_frequency)
         if self._early_stopping is not None:  # before any work: the value must be one the eval reports
-            self._early_stopping.check_metric(["eval/loss", *get_all_metrics()])
+            self._early_stopping.check_metric(["eval/loss", *self._metrics.metrics()])
         loader = self._train_loader  # built by run() before model_dir was opened
         if loader is None:
             loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
@@ -512,7 +524,7 @@ class PyTorchBaseRunner(RunnerHooks):
                            limit, available, available)
         total_steps = min(x for x in (limit, available) if x is not None) if (limit or available) else None
         self.model.eval()
-        reset_all_metrics()
+        self._metrics.reset()
         self.on_eval_start()
         self.on_eval_epoch_start()
         total_loss, steps = None, 0
@@ -537,7 +549,7 @@ class PyTorchBaseRunner(RunnerHooks):
         self.on_eval_epoch_end(early_exit=early_exit)
         self.on_eval_end(early_exit=early_exit)
         loss_sum, all_steps = replicas.sum_values(self._fetch_loss(total_loss), steps)  # over replicas' shards
-        results = {"eval/loss": loss_sum / all_steps, **compute_all_metrics()}
+        results = {"eval/loss": loss_sum / all_steps, **self._metrics.compute()}
         summary = ", ".join(f"{k}={v:.5f}" for k, v in results.items())
         logger.info("| Eval Device=%s, GlobalStep=%d, Batches=%d, %s", self.device_name, self.global_step, steps,
                     summary)

@@ -81,8 +81,9 @@ class RunnerHooks:
         """Runs after the forward pass (and metric updates) of eval step ``step`` (1-based)."""
 
     def on_eval_metrics(self, metrics: dict[str, float], step: int) -> None:
-        """Runs after each evaluation with what it computed (``eval/loss`` and every registered metric, as
-        logged), for the weights of global step ``step``; set ``self.should_stop = True`` to end training."""
+        """Runs after each evaluation with what it computed (``eval/loss`` and every metric of this run, as
+        logged: docs/architecture.md, "A run's metrics"), for the weights of global step ``step``; set
+        ``self.should_stop = True`` to end training."""
 
     def on_checkpoint_saved(self, path: str, step: int) -> None:
         """Runs after the checkpoint of global step ``step`` was written completely to ``path``."""

@@ -17,6 +17,7 @@ from cs_run.metrics.confusion import MeanIOUMetric as MeanIOUMetric
 from cs_run.metrics.mean import MeanMetric as MeanMetric
 from cs_run.metrics.mean import PerplexityMetric as PerplexityMetric
 from cs_run.metrics.metric import Metric as Metric
+from cs_run.metrics.metric import MetricSet as MetricSet
 from cs_run.metrics.metric import compute_all_metrics as compute_all_metrics
 from cs_run.metrics.metric import get_all_metrics as get_all_metrics
 from cs_run.metrics.metric import register_metric as register_metric
@@ -32,6 +33,7 @@ __all__ = [
     "MeanMetric",
     "MeanPerClassAccuracyMetric",
     "Metric",
+    "MetricSet",
     "PerplexityMetric",
     "PrecisionAtKMetric",
     "RecallAtKMetric",

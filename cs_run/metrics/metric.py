@@ -1,4 +1,4 @@
-"""Base class of on-system metrics and the global registry of metrics by name.
+"""Base class of on-system metrics, the global registry of metrics by name, and a run's own metrics.
 
 A metric keeps its running state in registered buffers (it is a ``torch.nn.Module``), so the CSX
 engine discovers the state like a model's buffers, and ``update`` only does in-place tensor ops: an
@@ -9,6 +9,10 @@ With several replicas each keeps the sums of its own shard; a host read (``float
 :func:`compute_all_metrics`) first sums every state over the replicas, so it is a collective: every
 replica reads, as the runners' eval does. A metric whose state is not a sum overrides
 :meth:`Metric.reduce_state`.
+
+The registry lives as long as the process (the vendor's does too), so a runner reports a
+:class:`MetricSet` instead: the metrics of its own run, never those an earlier run or the program's
+other code registered (docs/architecture.md, "A run's metrics").
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from cs_run import replicas
 
 __all__ = [
     "Metric",
+    "MetricSet",
     "compute_all_metrics",
     "get_all_metrics",
     "register_metric",
@@ -33,6 +38,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _METRICS: dict[str, Metric] = {}
+_COLLECTING: list[MetricSet] = []  # the sets whose collecting() block is running
 
 # Running sums are kept in float64: float32 stops counting exactly past 2**24 tokens, which a long
 # LLM eval reaches. (The vendor keeps float32; results differ only in the last bits.)
@@ -159,6 +165,8 @@ def register_metric(metric: Metric) -> None:
             "Metric %r re-registered; the new metric replaces the old one", metric.name
         )
     _METRICS[metric.name] = metric
+    for collected in _COLLECTING:
+        collected.add(metric)
 
 
 def unregister_metric(name: str) -> None:
@@ -173,10 +181,66 @@ def get_all_metrics() -> dict[str, Metric]:
 
 def compute_all_metrics() -> dict[str, float]:
     """The value of every registered metric as a Python float (one host read per metric)."""
-    return {name: float(metric) for name, metric in _METRICS.items()}
+    return _compute(_METRICS)
 
 
 def reset_all_metrics() -> None:
     """Resets every registered metric's state in place, e.g. before an eval pass."""
-    for metric in _METRICS.values():
+    _reset(_METRICS)
+
+
+def _compute(metrics: dict[str, Metric]) -> dict[str, float]:
+    return {name: float(metric) for name, metric in metrics.items()}
+
+
+def _reset(metrics: dict[str, Metric]) -> None:
+    for metric in metrics.values():
         metric.reset()
+
+
+class MetricSet:
+    """The metrics of one run, by name: those registered while :meth:`collecting` runs (the run
+    imports the user's modules, builds the model, runs its steps; the Model Zoo's R_1.x rule, whose
+    global registry served one run per process) and those :meth:`add_module` finds in the model
+    (the Model Zoo 2.x rule: metrics attached to the model). As in the registry, a later metric of
+    the same name replaces an earlier one."""
+
+    def __init__(self) -> None:
+        self._metrics: dict[str, Metric] = {}
+
+    @contextlib.contextmanager
+    def collecting(self) -> Iterator[MetricSet]:
+        """Inside the block every newly registered metric joins this set (blocks may nest)."""
+        _COLLECTING.append(self)
+        try:
+            yield self
+        finally:
+            _COLLECTING.remove(self)
+
+    def add(self, metric: Metric) -> None:
+        if self._metrics.get(metric.name) is not metric:
+            self._metrics.pop(metric.name, None)  # a replacement is a new registration: it reports last
+            self._metrics[metric.name] = metric
+
+    def add_module(self, module: torch.nn.Module) -> None:
+        """Adds every metric among ``module.modules()``, in module order."""
+        for sub in module.modules():
+            if isinstance(sub, Metric):
+                self.add(sub)
+
+    def update(self, other: MetricSet) -> None:
+        """Adds ``other``'s metrics (those of the same name replace this set's)."""
+        for metric in other._metrics.values():
+            self.add(metric)
+
+    def metrics(self) -> dict[str, Metric]:
+        """The set's metrics by name, in the order they joined."""
+        return dict(self._metrics)
+
+    def compute(self) -> dict[str, float]:
+        """Every metric's value as a Python float (a host read each; a collective with replicas)."""
+        return _compute(self._metrics)
+
+    def reset(self) -> None:
+        """Resets the set's metrics in place (only these: other runs' and the program's stay as they are)."""
+        _reset(self._metrics)
