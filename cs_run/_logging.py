@@ -1,4 +1,8 @@
-"""Console and run-log handlers: log lines print above tqdm bars, and model_dir/run.log keeps them."""
+"""Console and run-log handlers: log lines print above tqdm bars, and model_dir/run.log keeps them.
+
+A params load's notes (:func:`defer`) belong to that load: they are kept with its Params and logged by
+each run that uses those params, when its log opens; another load's run never sees them.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import contextlib
 import logging
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from tqdm import tqdm
 
@@ -43,18 +47,30 @@ def setup_console_logging(level: str = "INFO") -> None:
             logger.addHandler(handler)
 
 
-_DEFERRED: list[tuple[str, str]] = []
+Note = tuple[str, str]
+"""(logger name, message): an INFO line a run logs when its log opens."""
+
+_LOADS: list[list[Note]] = []  # the notes of the params loads in progress, innermost last
+
+
+@contextlib.contextmanager
+def collecting_notes() -> Iterator[list[Note]]:
+    """A params load: inside the block :func:`defer` adds to the yielded list (the load's own notes)."""
+    notes: list[Note] = []
+    _LOADS.append(notes)
+    try:
+        yield notes
+    finally:
+        _LOADS.remove(notes)
 
 
 def defer(logger_name: str, message: str) -> None:
-    """An INFO line from before logging is set up (params loading): logged when the run's log opens."""
-    _DEFERRED.append((logger_name, message))
-
-
-def _flush_deferred() -> None:
-    while _DEFERRED:
-        name, message = _DEFERRED.pop(0)
-        logging.getLogger(name).info("%s", message)
+    """An INFO line from a params load, before logging is set up: a note of the load in progress, which
+    the runs of its params log when their log opens (once per load); outside a load it is logged now."""
+    if not _LOADS:
+        logging.getLogger(logger_name).info("%s", message)
+    elif (logger_name, message) not in _LOADS[-1]:
+        _LOADS[-1].append((logger_name, message))
 
 
 class RunLog:
@@ -71,8 +87,9 @@ class RunLog:
 
 
 @contextlib.contextmanager
-def run_log(model_dir: str | Path, level: str = "INFO") -> Iterator[RunLog]:
-    """Append every cs_run log record of the block to ``model_dir/run.log``."""
+def run_log(model_dir: str | Path, level: str = "INFO", notes: Iterable[Note] = ()) -> Iterator[RunLog]:
+    """Append every cs_run log record of the block to ``model_dir/run.log``, first the run's ``notes``
+    (its params load's: ``Params.notes``)."""
     path = Path(model_dir) / "run.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path)
@@ -83,7 +100,8 @@ def run_log(model_dir: str | Path, level: str = "INFO") -> Iterator[RunLog]:
         logger.addHandler(handler)
         if logger.level == logging.NOTSET or logger.level > logging.getLevelName(level):
             logger.setLevel(level)
-    _flush_deferred()
+    for name, message in notes:
+        logging.getLogger(name).info("%s", message)
     try:
         yield RunLog(path, handler)
     finally:

@@ -22,7 +22,7 @@ import yaml
 
 from cs_run import _yaml, vendor_params
 from cs_run._checks import check_value, unknown_key_message
-from cs_run._logging import defer
+from cs_run._logging import Note, collecting_notes, defer
 from cs_run.cluster_options import ClusterOptions
 from cs_run.errors import CsRunError, ParamsError
 from cs_run.registry import apply_model_defaults
@@ -216,6 +216,9 @@ class Params:
     given_by: dict = field(default_factory=dict, repr=False)
     """The flag or API argument that set a key path, where one did (``runconfig.checkpoint_path``:
     ``--resume``), for the messages about that value."""
+    notes: list[Note] = field(default_factory=list, repr=False)
+    """What the load that made these params noted (a data_dir found next to the params file, a vendor
+    key with no effect): each run of these params logs them when its log opens."""
 
     def where(self, key_path: str = "") -> str:
         """`` (file:line)`` of a key path (or of its nearest enclosing key), for an error message."""
@@ -321,17 +324,18 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
     for key in overridden:
         _yaml.check_finite(overrides[key], key, " (set on the command line)")
     located = Params.locator(str(path), lines, overridden)
-    raw = vendor_params.from_trainer_form(raw, located)
-    if defaults_fn is not None:
-        raw = defaults_fn(raw)
+    with collecting_notes() as notes:
+        raw = vendor_params.from_trainer_form(raw, located)
+        if defaults_fn is not None:
+            raw = defaults_fn(raw)
 
-    raw = apply_model_defaults(raw, located)
-    _resolve_relative_paths(raw, path.parent)
-    if overrides:
-        apply_overrides(raw, overrides)
-    vendor_params.normalize(raw, located, _RUNCONFIG_KEYS)
-    params = validate_params(raw, locate=located)
-    params.source, params.lines, params.overridden = str(path), lines, overridden
+        raw = apply_model_defaults(raw, located)
+        _resolve_relative_paths(raw, path.parent)
+        if overrides:
+            apply_overrides(raw, overrides)
+        vendor_params.normalize(raw, located, _RUNCONFIG_KEYS)
+        params = validate_params(raw, locate=located)
+    params.source, params.lines, params.overridden, params.notes = str(path), lines, overridden, notes
     params.given_by = dict(given_by or {})
     # The default ./model_dir, not given in the file, is relative to the current folder.
     params.runconfig.model_dir = str(Path(params.runconfig.model_dir).expanduser().resolve())
@@ -346,12 +350,13 @@ def params_from_dict(raw: dict, *, base_dir: str | os.PathLike | None = None, so
     Raises:
         ParamsError: with the key path and the fix.
     """
-    raw = vendor_params.from_trainer_form(raw)
-    _resolve_relative_paths(raw, Path(base_dir) if base_dir is not None else Path.cwd())
     where = f" ({source})" if source else ""
-    vendor_params.normalize(raw, lambda key: where, _RUNCONFIG_KEYS)
-    params = validate_params(raw, locate=lambda key: where)
-    params.source = source
+    with collecting_notes() as notes:
+        raw = vendor_params.from_trainer_form(raw)
+        _resolve_relative_paths(raw, Path(base_dir) if base_dir is not None else Path.cwd())
+        vendor_params.normalize(raw, lambda key: where, _RUNCONFIG_KEYS)
+        params = validate_params(raw, locate=lambda key: where)
+    params.source, params.notes = source, notes
     params.runconfig.model_dir = str(Path(params.runconfig.model_dir).expanduser().resolve())
     return params
 

@@ -7,8 +7,8 @@ the 2.5+ ``trainer: {init, fit}`` form) is brought into cs-run's five sections b
 * ``mapped``: renamed to the cs-run key with the same meaning (``autoload_last_checkpoint`` ->
   ``autoload_checkpoint``, ``num_wgt_servers`` -> ``max_wgt_servers``, ...);
 * ``recorded``: the key configures only the vendor's appliance (or a vendor feature with no counterpart
-  here); its value is type-checked against the vendor's schema, kept in :data:`RECORDED`, logged once,
-  and has no effect.
+  here); its value is type-checked against the vendor's schema, kept in :data:`RECORDED`, noted in the
+  log of each run of the params that set it, and has no effect.
 
 Any other key stays an error with the did-you-mean. The tables below were written from the vendor's
 runconfig schemas (``common/pytorch/schema/runconfig_schema.yaml``, Release_1.8 ... 2.10), the
@@ -223,10 +223,8 @@ def _check_type(path: str, value: Any, types: tuple[str, ...], locate) -> None:
 
 
 def _record(path: str, value: Any, reason: str) -> None:
-    first = path not in RECORDED
     RECORDED[path] = value
-    if first:
-        defer(__name__, f"params: {path} = {value!r} is a Model Zoo key recorded with no effect here ({reason})")
+    defer(__name__, f"params: {path} = {value!r} is a Model Zoo key recorded with no effect here ({reason})")
 
 
 def _apply_table(raw: dict, section: str, table: dict, locate, target_section: str | None = None) -> None:

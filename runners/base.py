@@ -300,7 +300,7 @@ class PyTorchBaseRunner(RunnerHooks):
             return
         with _model_dir.model_dir_lock(self.model_dir):
             record = RunRecord(self.model_dir, self.params, mode, self.device_type)
-            with run_log(self.model_dir, self.params.runconfig.logging) as log:
+            with run_log(self.model_dir, self.params.runconfig.logging, self.params.notes) as log:
                 try:
                     yield
                 except BaseException as e:

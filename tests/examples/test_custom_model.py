@@ -10,7 +10,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from cs_run import _logging, checkpoint
+from cs_run import checkpoint
 from cs_run.cli import STARTERS, cli
 from cs_run.params import load_params
 
@@ -56,7 +56,6 @@ def test_init_gpt2_points_its_data_into_the_new_folder_and_says_how_to_fill_it(t
         (proj / "gpt2_data" / split).mkdir(parents=True)
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
-    monkeypatch.setattr(_logging, "_DEFERRED", [])  # the load's notes stay out of later runs' logs
     params = load_params(proj / "params.yaml")
     assert params.train_input.data_dir == str(proj / "gpt2_data" / "train")
     assert params.eval_input.data_dir == str(proj / "gpt2_data" / "val")

@@ -161,14 +161,11 @@ def test_folders_of_the_csx_flags_must_exist(tmp_path, key):
 
 
 def test_data_dir_falls_back_to_the_params_folder_and_says_so(tmp_path, monkeypatch):
-    from cs_run import _logging
-
     (tmp_path / "configs" / "data" / "train").mkdir(parents=True)
     (tmp_path / "run").mkdir()
     monkeypatch.chdir(tmp_path / "run")  # data/train exists only next to the params file
-    _logging._DEFERRED.clear()
     params = load(write(tmp_path / "configs", GOOD))
     assert params.train_input.data_dir == str((tmp_path / "configs" / "data" / "train").resolve())
-    assert any("relative to the params file" in m for _, m in _logging._DEFERRED)  # logged when the run starts
+    assert any("relative to the params file" in m for _, m in params.notes)  # logged when its run starts
     (tmp_path / "run" / "data" / "train").mkdir(parents=True)  # once both exist, the working directory wins
     assert load(write(tmp_path / "configs", GOOD)).train_input.data_dir == str(tmp_path / "run" / "data" / "train")
