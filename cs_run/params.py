@@ -26,7 +26,7 @@ from cs_run._logging import Note, collecting_notes, defer
 from cs_run.cluster_options import ClusterOptions
 from cs_run.errors import CsRunError, ParamsError
 from cs_run.registry import apply_model_defaults
-from cs_run.schedule import check_step_options
+from cs_run.schedule import MIN_STEPS, check_step_options
 
 __all__ = [
     "Params",
@@ -96,7 +96,7 @@ class OptimizerParams:
     """Optimizer class name, case-insensitive (SGD, AdamW, ... or a user subclass)."""
     learning_rate: Union[float, dict, list] = field(default=0.0, metadata={"required": True, "min": 0})
     """A number, a scheduler dict or a list of them (see cs_run.optim.configure_lr_scheduler)."""
-    grad_accum_steps: int = field(default=1, metadata={"min": 1})
+    grad_accum_steps: int = field(default=1, metadata={"min": MIN_STEPS})
     """Micro-batches whose gradients are summed before each optimizer step."""
     max_gradient_norm: Optional[float] = field(default=None, metadata={"min_exclusive": 0})
     """Clip gradients to this global L2 norm."""
@@ -135,14 +135,16 @@ class RunConfig(ClusterOptions):
 
     model_dir: str = field(default="./model_dir", metadata={"flag": {"short": "-o", "path": "dir"}})
     """Output folder: checkpoints, train/ and eval/ summaries, resolved params, run log."""
-    max_steps: Optional[int] = field(default=None, metadata={"min": 0, "flag": {"uses": ("train",)}, "trainer": "loop"})
+    max_steps: Optional[int] = field(default=None, metadata={"min": MIN_STEPS, "flag": {"uses": ("train",)},
+                                                             "trainer": "loop"})
     """Total optimizer steps, counted across resumed runs."""
-    num_steps: Optional[int] = field(default=None, metadata={"min": 0, "flag": {"uses": ("train",)}, "trainer": "loop"})
+    num_steps: Optional[int] = field(default=None, metadata={"min": MIN_STEPS, "flag": {"uses": ("train",)},
+                                                             "trainer": "loop"})
     """Steps to run in this invocation (exclusive with num_epochs)."""
-    num_epochs: Optional[int] = field(default=None, metadata={"min": 0, "flag": {"uses": ("train",)},
-                                                                  "trainer": "loop"})
+    num_epochs: Optional[int] = field(default=None, metadata={"min": MIN_STEPS, "flag": {"uses": ("train",)},
+                                                              "trainer": "loop"})
     """Epochs to run in this invocation (exclusive with num_steps)."""
-    steps_per_epoch: Optional[int] = field(default=None, metadata={"min": 1, "trainer": "loop"})
+    steps_per_epoch: Optional[int] = field(default=None, metadata={"min": MIN_STEPS, "trainer": "loop"})
     """Cap on steps per epoch; defaults to the train loader's length."""
     eval_steps: Optional[int] = field(default=None, metadata={"min": 1, "flag": {"uses": ("eval", "eval_all")},
                                                                   "trainer": "loop"})

@@ -26,7 +26,12 @@ from dataclasses import dataclass
 
 from cs_run.errors import ParamsError
 
-__all__ = ["MaxStepsReached", "StepBudget", "check_step_options", "step_budget", "is_final_step", "is_log_step", "is_checkpoint_step"]
+__all__ = ["MIN_STEPS", "MaxStepsReached", "StepBudget", "check_step_options", "step_budget", "is_final_step",
+           "is_log_step", "is_checkpoint_step"]
+
+MIN_STEPS = 1
+"""The least num_steps, max_steps, num_epochs, steps_per_epoch and grad_accum_steps: the params fields
+declare it as their ``min``, so the params, the Trainer and the CLI flags' ranges refuse what this does."""
 
 UNBOUNDED_EPOCH = 2**62
 """Steps per epoch of a loader without a length and no ``steps_per_epoch``: the epoch never ends."""
@@ -47,7 +52,7 @@ class StepBudget:
 def _check(name: str, value: object, where: str, *, zero_ok: bool = False) -> None:
     if value is None:
         return
-    low = 0 if zero_ok else 1
+    low = 0 if zero_ok else MIN_STEPS
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise ParamsError(f"{where}Invalid {name}: {value!r} (must be an integer >= {low})")
 
