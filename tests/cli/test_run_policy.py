@@ -100,7 +100,7 @@ def test_set_wins_over_file_and_flag_wins_over_set(key, toy_project, tmp_path, c
 def test_set_of_a_flag_key_is_validated_like_the_file(toy_project):
     result = invoke("train", "--params", toy_project, "--set", "runconfig.max_steps=-1")
     assert result.exit_code == 2
-    assert "Error: params: runconfig.max_steps: must be >= 0, got -1 (set on the command line)" in result.output
+    assert "Error: params: runconfig.max_steps: must be >= 1, got -1 (set on the command line)" in result.output
 
 
 def test_set_max_steps_trains_that_many_steps_into_set_model_dir(toy_project, tmp_path):

@@ -59,6 +59,17 @@ def test_a_flag_below_the_range_is_a_usage_error_before_anything_is_made(toy_pro
     assert result.output.count("Error:") == 1 and not md.exists()
 
 
+@pytest.mark.parametrize("key", FLAGS)
+def test_set_0_names_the_command_line_not_the_params_file(toy_project, tmp_path, key):
+    # before, the schedule's refusal was located at the params file's runconfig line
+    md = tmp_path / "md"
+    result = CliRunner().invoke(cli, ["train", "--params", str(toy_project), "--model_dir", str(md),
+                                      "--set", f"runconfig.{key}=0"])
+    assert result.exit_code == 2
+    assert f"Error: params: runconfig.{key}: must be >= 1, got 0 (set on the command line)" in result.output
+    assert result.output.count("Error:") == 1 and not md.exists()
+
+
 @pytest.mark.parametrize("flag", FLAGS)
 def test_the_least_value_in_the_range_runs(toy_project, tmp_path, flag):
     args = ["train", "--params", str(toy_project), "--model_dir", str(tmp_path / "md"), f"--{flag}", "1"]
