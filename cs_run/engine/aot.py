@@ -6,8 +6,9 @@ and the extern kernels (matmuls, attention), compiled into one ``.so``. Two thin
 
 * a replay is one call into C++ (``AOTIModelContainerRunnerCpu.run``) instead of a Python wrapper
   making one call per kernel, which is most of what an overhead-bound step spends outside its math;
-* a later process loads the library with ``dlopen`` and never imports ``torch._inductor`` (seconds of
-  imports on a slow host), so a warm start costs the trace and a file read.
+* a later process loads the library with ``dlopen`` and never imports inductor's compiler
+  (``torch._inductor.compile_fx`` and its lowering: seconds of imports on a slow host), so a warm start
+  costs the trace and a file read.
 
 The library mutates the state tensors it is given in place, like the graph does. It was built for the
 strides the first batch had; a batch with other strides is copied into those strides first.
@@ -37,7 +38,7 @@ logger = logging.getLogger(__name__)
 class AOTStep:
     """A loaded step library: ``step(*state, *batch)`` -> the graph's outputs (a list of tensors)."""
 
-    def __init__(self, runner: Any, num_state: int, batch: list[torch.Tensor], path: Path) -> None:
+    def __init__(self, runner: Any, num_state: int, batch: list[torch.Tensor], path: Path | None) -> None:
         self._runner = runner
         self._num_state = num_state
         self._strides = tuple(t.stride() for t in batch)
