@@ -191,16 +191,25 @@ def _inductor_aot(traced: TracedStep, batch: list[torch.Tensor], cache: CompileC
             except Exception as exc:  # noqa: BLE001  (a foreign or stale library: compile afresh)
                 logger.warning("compile cache: could not load %s (%s); compiling again", found, exc)
     where = cache.artifacts_dir if cache is not None else Path(tempfile.mkdtemp(prefix="cs_run_aot_"))
-    isa = isa_probe_cache(cache.artifacts_dir / "vec_isa.json") if cache else contextlib.nullcontext()
     try:
-        with compiling(f"{label} (tier inductor, ahead of time)"), torch.no_grad(), \
-                inductor_cache_dir(cache.inductor_dir if cache is not None else None), isa:
+        with compiling(f"{label} (tier inductor, ahead of time)"), torch.no_grad(), _inductor_scope(cache):
             path = aot.build(_rewritten(traced, label), [*traced.state.tensors, *batch], where, key)
         COUNTS["inductor_compile"] += 1
         return aot.load(path, num_state, batch), "compiled"
     finally:
         if cache is None:  # the loaded library stays mapped; the file is not needed any more
             shutil.rmtree(where, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _inductor_scope(cache: CompileCache | None) -> Iterator[None]:
+    """Around an inductor build or load: its kernels and caches in ``compile_dir/inductor`` and its
+    CPU-ISA probes answered from ``compile_dir/artifacts/vec_isa.json`` (nothing changed without a cache)."""
+    if cache is None:
+        yield
+        return
+    with inductor_cache_dir(cache.inductor_dir), isa_probe_cache(cache.artifacts_dir / "vec_isa.json"):
+        yield
 
 
 def _rewritten(traced: TracedStep, label: str) -> torch.fx.GraphModule:
@@ -214,24 +223,18 @@ def _inductor_wrapper(traced: TracedStep, batch: list[torch.Tensor], cache: Comp
                       label: str) -> tuple[Callable[..., Any], str]:
     from torch._inductor import CompiledArtifact, standalone_compile  # noqa: PLC0415, TID253  (heavy)
 
-    def scope() -> contextlib.AbstractContextManager:  # inductor's kernels and caches into compile_dir
-        return inductor_cache_dir(cache.inductor_dir if cache is not None else None)
-
     if cache is not None:
         artifact = cache.artifact_path(key)
-        isa_record = cache.artifacts_dir / "vec_isa.json"
         if artifact.is_file():
             try:
-                with compiling(f"{label} (loading tier inductor from the compile cache)"), scope(), \
-                        isa_probe_cache(isa_record):
+                with compiling(f"{label} (loading tier inductor from the compile cache)"), _inductor_scope(cache):
                     loaded = CompiledArtifact.load(path=str(artifact), format="binary")
                 COUNTS["inductor_load"] += 1
                 return loaded, "loaded"
             except Exception as exc:  # noqa: BLE001  (a stale or foreign artifact: compile afresh)
                 logger.warning("compile cache: could not load %s (%s); compiling again", artifact, exc)
     example = [t.detach() for t in traced.state.tensors] + [t.detach() for t in batch]
-    isa = isa_probe_cache(cache.artifacts_dir / "vec_isa.json") if cache else contextlib.nullcontext()
-    with compiling(f"{label} (tier inductor)"), torch.no_grad(), scope(), isa:
+    with compiling(f"{label} (tier inductor)"), torch.no_grad(), _inductor_scope(cache):
         compiled = standalone_compile(_rewritten(traced, label), example, dynamic_shapes="from_example_inputs")
         COUNTS["inductor_compile"] += 1
         if cache is not None and compiled.is_saveable():

@@ -17,13 +17,7 @@ import torch.utils._pytree as pytree
 
 from cs_run.engine.trace import OutputRef, TracedStep
 
-__all__ = ["replay", "batch_leaves"]
-
-
-def batch_leaves(traced: TracedStep, args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    """The tensor leaves of a batch, in the order the graph takes them."""
-    leaves = pytree.tree_leaves((args, kwargs))
-    return [x for x in leaves if isinstance(x, torch.Tensor)]
+__all__ = ["replay"]
 
 
 def replay(executable: Callable[..., Any], traced: TracedStep, batch: list[torch.Tensor]) -> Any:

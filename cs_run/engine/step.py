@@ -20,7 +20,7 @@ from cs_run.batches import compile_time, move_to_device
 from cs_run.engine import collectives
 from cs_run.engine.cache import CompileCache
 from cs_run.engine.compile import compile_graph, resolve_tier
-from cs_run.engine.replay import batch_leaves, replay
+from cs_run.engine.replay import replay
 from cs_run.engine.state import discover_state
 from cs_run.engine.trace import GraphSummary, OutputRef, TracedStep, flat_signature, trace_step
 from cs_run.errors import ComplianceError
@@ -75,20 +75,22 @@ class CompiledStep:
         if device is not None and any(isinstance(x, torch.Tensor) and x.device != device for x in leaves):
             leaves = pytree.tree_leaves(move_to_device(leaves, device))
         sig = flat_signature(leaves, spec)
+        batch = [x for x in leaves if isinstance(x, torch.Tensor)]  # the graph's batch inputs, in pytree order
         entry = self._executables.get(sig)
         if entry is None or not entry[0].state.still_bound():
             args, kwargs = pytree.tree_unflatten(leaves, spec)
-            entry = self._build(sig, args, kwargs, stale=entry is not None)
+            entry = self._build(sig, args, kwargs, batch, stale=entry is not None)
         traced, executable = entry
         if self.options.validate_only or self.options.compile_only:
             return _meta_outputs(traced)  # nothing runs; closures do not run either
-        return replay(executable, traced, [x for x in leaves if isinstance(x, torch.Tensor)])
+        return replay(executable, traced, batch)
 
-    def _build(self, sig: Any, args: tuple, kwargs: dict, stale: bool) -> tuple[TracedStep, Callable]:
+    def _build(self, sig: Any, args: tuple, kwargs: dict, batch: list[torch.Tensor],
+               stale: bool) -> tuple[TracedStep, Callable]:
         with compile_time():  # left out of every throughput (cs_run.batches.RateMeter)
-            return self._trace_and_compile(sig, args, kwargs, stale)
+            return self._trace_and_compile(sig, args, kwargs, batch, stale)
 
-    def _trace_and_compile(self, sig: Any, args: tuple, kwargs: dict,
+    def _trace_and_compile(self, sig: Any, args: tuple, kwargs: dict, batch: list[torch.Tensor],
                            stale: bool) -> tuple[TracedStep, Callable]:
         if self._executables:
             why = "the model/optimizer state was replaced" if stale else "the input signature changed"
@@ -112,7 +114,7 @@ class CompiledStep:
                 if not self.options.compile_only:
                     collectives.broadcast_model_state(traced.state)
             cache = CompileCache(self.options.compile_dir) if self.options.compile_dir else None
-            executable = compile_graph(traced, batch_leaves(traced, args, kwargs), tier, cache, self.recompiles,
+            executable = compile_graph(traced, batch, tier, cache, self.recompiles,
                                        label=_name(self._fn), cuda_graphs=self.options.cuda_graphs)
         if stale:
             self._executables.clear()
