@@ -5,6 +5,7 @@ h5py (it is imported by the functions that read or write files).
 """
 
 from cs_run.checkpoint.h5 import check_checkpoint_file as check_checkpoint_file
+from cs_run.checkpoint.h5 import check_target as check_target
 from cs_run.checkpoint.h5 import info as info
 from cs_run.checkpoint.h5 import is_checkpoint_file as is_checkpoint_file
 from cs_run.checkpoint.h5 import load as load
@@ -12,4 +13,4 @@ from cs_run.checkpoint.h5 import load_into as load_into
 from cs_run.checkpoint.h5 import save as save
 from cs_run.checkpoint.reader import NotACheckpointError as NotACheckpointError
 
-__all__ = ["NotACheckpointError", "check_checkpoint_file", "info", "is_checkpoint_file", "load", "load_into", "save"]
+__all__ = ["NotACheckpointError", "check_checkpoint_file", "check_target", "info", "is_checkpoint_file", "load", "load_into", "save"]

@@ -34,8 +34,8 @@ from cs_run.checkpoint.tree import flatten, leaf_paths, tree_paths, unflatten
 from cs_run.checkpoint.writer import COMPRESSIONS, write_file
 from cs_run.errors import CheckpointError, ParamsError
 
-__all__ = ["MapLocation", "TargetMismatchError", "check_checkpoint_file", "info", "is_checkpoint_file", "load",
-           "load_into", "save"]
+__all__ = ["MapLocation", "TargetMismatchError", "check_checkpoint_file", "check_target", "info", "is_checkpoint_file",
+           "load", "load_into", "save"]
 
 logger = logging.getLogger(__name__)
 
@@ -210,14 +210,52 @@ def _check_target(path: str, src: H5Source, paths: dict, want: dict) -> dict[tup
         spec = src.specs[spec["tied"]] if "tied" in spec else spec
         if not spec["type"].startswith("torch."):
             raise TargetMismatchError(f"checkpoint '{path}': key '{_key(p)}' holds a {spec['type']}, the target a tensor")
-        stored = (spec["type"][len("torch.") :], tuple(spec["shape"]))
-        if stored != (fmt.torch_dtype_name(t.dtype), tuple(t.shape)):
-            raise TargetMismatchError(
-                f"checkpoint '{path}': key '{_key(p)}' is {stored[0]}{list(stored[1])} in the file but "
-                f"{fmt.torch_dtype_name(t.dtype)}{list(t.shape)} in the target"
-            )
+        _check_same_kind(path, p, spec["type"][len("torch.") :], spec["shape"], t)
         matched[p] = spec
     return matched
+
+
+def _check_same_kind(path: str, p: tuple, dtype_name: str, shape: Any, t: torch.Tensor) -> None:
+    """A stored tensor restores a target tensor of its own dtype and shape only (never cast or broadcast)."""
+    if (dtype_name, tuple(shape)) != (fmt.torch_dtype_name(t.dtype), tuple(t.shape)):
+        raise TargetMismatchError(
+            f"checkpoint '{path}': key '{_key(p)}' is {dtype_name}{list(shape)} in the file but "
+            f"{fmt.torch_dtype_name(t.dtype)}{list(t.shape)} in the target"
+        )
+
+
+def _check_loaded_target(path: str, have: dict, want: dict) -> None:
+    """A torch / safetensors file, loaded: the rule of :func:`_check_target` on its tensors."""
+    for p, t in want.items():
+        if p not in have or not isinstance(have[p], torch.Tensor):
+            raise TargetMismatchError(f"checkpoint '{path}' has no tensor '{_key(p)}' (the target has one there)")
+        _check_same_kind(path, p, fmt.torch_dtype_name(have[p].dtype), have[p].shape, t)
+
+
+def _target_tensors(target: Any) -> dict[tuple, torch.Tensor]:
+    return {p: t for p, t in leaf_paths(target).items() if isinstance(t, torch.Tensor)}
+
+
+def check_target(path: PathLike, target: Any) -> None:
+    """Raise unless :func:`load_into` can restore ``path`` into ``target`` (its rule: every target
+    tensor has a stored tensor under its key path, in an H5 file of the same dtype and shape). Reads no
+    tensor data of an H5 file (a torch or safetensors file is loaded memory-mapped). A run checks the
+    checkpoint it starts from with it before it writes anything.
+
+    Raises:
+        TargetMismatchError: naming the first key that does not fit.
+        CheckpointError: the file cannot be read (as :func:`load` raises).
+    """
+    path = os.fspath(path)
+    want = _target_tensors(target)
+    if check_path(path) != "h5":
+        _check_loaded_target(path, leaf_paths(load(path, map_location="cpu")), want)
+        return
+    tree, src = _open_source(path, verify=False)
+    try:
+        _check_target(path, src, tree_paths(tree), want)
+    finally:
+        src.close()
 
 
 def _read_into_tensor(src: H5Source, spec: dict, t: torch.Tensor) -> None:
@@ -264,14 +302,13 @@ def load_into(
             differs (names the key); or any :func:`load` error.
     """
     path = os.fspath(path)
-    want = {p: t for p, t in leaf_paths(target).items() if isinstance(t, torch.Tensor)}
+    want = _target_tensors(target)
     if check_path(path) != "h5":  # torch / safetensors: load, then copy in
         obj = load(path, map_location, verify=verify, allow_pickle=allow_pickle)
         have = leaf_paths(obj)
-        for p, t in want.items():
-            if p not in have or not isinstance(have[p], torch.Tensor):
-                raise TargetMismatchError(f"checkpoint '{path}' has no tensor '{_key(p)}' (the target has one there)")
-            with torch.no_grad():
+        _check_loaded_target(path, have, want)
+        with torch.no_grad():
+            for p, t in want.items():
                 t.copy_(have[p])
         return obj
     tree, src = _open_source(path, verify)

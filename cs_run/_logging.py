@@ -86,22 +86,57 @@ class RunLog:
         self._handler.handle(record)
 
 
+_LOGGERS = ("cs_run", "py.warnings")  # what run.log keeps
+
+
+def _attach(handler: logging.Handler, level: str) -> list[logging.Logger]:
+    """``handler`` on the loggers run.log keeps, each passing at least ``level``."""
+    loggers = [logging.getLogger(name) for name in _LOGGERS]
+    for logger in loggers:
+        logger.addHandler(handler)
+        if logger.level == logging.NOTSET or logger.level > logging.getLevelName(level):
+            logger.setLevel(level)
+    return loggers
+
+
+class _Hold(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 @contextlib.contextmanager
-def run_log(model_dir: str | Path, level: str = "INFO", notes: Iterable[Note] = ()) -> Iterator[RunLog]:
+def held_records(level: str = "INFO") -> Iterator[list[logging.LogRecord]]:
+    """The log records of a run's checks before its model_dir is opened (a data function's lines), kept
+    for :func:`run_log` to begin run.log with; the console shows them as they come."""
+    hold = _Hold()
+    hold.setLevel(level)
+    loggers = _attach(hold, level)
+    try:
+        yield hold.records
+    finally:
+        for logger in loggers:
+            logger.removeHandler(hold)
+
+
+@contextlib.contextmanager
+def run_log(model_dir: str | Path, level: str = "INFO", notes: Iterable[Note] = (),
+            earlier: Iterable[logging.LogRecord] = ()) -> Iterator[RunLog]:
     """Append every cs_run log record of the block to ``model_dir/run.log``, first the run's ``notes``
-    (its params load's: ``Params.notes``)."""
+    (its params load's: ``Params.notes``), then the ``earlier`` records (:func:`held_records`)."""
     path = Path(model_dir) / "run.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path)
     handler.setLevel(level)
     handler.setFormatter(logging.Formatter(_FORMAT, _DATEFMT))
-    loggers = [logging.getLogger("cs_run"), logging.getLogger("py.warnings")]
-    for logger in loggers:
-        logger.addHandler(handler)
-        if logger.level == logging.NOTSET or logger.level > logging.getLevelName(level):
-            logger.setLevel(level)
+    loggers = _attach(handler, level)
     for name, message in notes:
         logging.getLogger(name).info("%s", message)
+    for record in earlier:  # the console showed them when they came
+        handler.handle(record)
     try:
         yield RunLog(path, handler)
     finally:

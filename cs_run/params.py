@@ -247,10 +247,13 @@ class Params:
         if ((self.source and f"({self.source}" in message) or "(set on the command line)" in message
                 or message.startswith("--") or not self.source):
             return err
+        tokens = [token.rstrip(".") for token in re.findall(r"[A-Za-z_][\w.\[\]]*", message)]
+        if not section:  # the first full key path the message names decides the section of the others
+            section = next((t.split(".")[0] for t in tokens
+                            if "." in t and (t in self.lines or t in self.overridden)), "")
         prefixes = [section] if section else list(SECTIONS)
         best = ""
-        for token in re.findall(r"[A-Za-z_][\w.\[\]]*", message):
-            token = token.rstrip(".")
+        for token in tokens:
             for prefix in ["", *prefixes]:
                 candidate = f"{prefix}.{token}" if prefix else token
                 if candidate in self.overridden:  # set on the command line, maybe not in the file at all

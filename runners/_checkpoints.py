@@ -13,8 +13,9 @@ from cs_run import checkpoint
 from cs_run.errors import CheckpointError, CsRunError, ParamsError
 from cs_run.params import Params
 
-__all__ = ["check_start_checkpoint", "checkpoint_path", "list_checkpoints", "latest_checkpoint", "save_checkpoint", "load_checkpoint",
-           "prune_checkpoints", "nonfinite_keys", "newest_finite_checkpoint"]
+__all__ = ["check_start_checkpoint", "check_fits", "not_this_models", "stored_step", "checkpoint_path",
+           "list_checkpoints", "latest_checkpoint", "save_checkpoint", "load_checkpoint", "prune_checkpoints",
+           "nonfinite_keys", "newest_finite_checkpoint"]
 
 logger = logging.getLogger(__name__)
 _NAME = re.compile(r"^checkpoint_(\d+)\.mdl$")
@@ -44,6 +45,37 @@ def check_start_checkpoint(params: Params) -> None:
     except CheckpointError as e:
         where = "" if given else params.where("runconfig.checkpoint_path")
         raise CheckpointError(f"{given or 'params: runconfig.checkpoint_path'}: {e}{where}") from None
+
+
+def check_fits(path: Path, target: dict[str, Any]) -> None:
+    """Raise TargetMismatchError unless ``path`` loads into ``target`` (no tensor data read)."""
+    checkpoint.check_target(str(path), target)
+
+
+def not_this_models(params: Params, err: CheckpointError, autoloaded: bool, training: bool = True) -> ParamsError:
+    """The one line for a start checkpoint that does not fit the model (``err`` names the file and the
+    first key): a wrong ``--resume`` / ``--checkpoint_path`` / ``ckpt_path`` / params key, or a model_dir
+    of another model (autoload). A config error: nothing was loaded."""
+    if autoloaded:
+        given = params.given_by.get("runconfig.model_dir")
+        head = given or ("params: runconfig.model_dir" if params.source else "model_dir")
+        where = "" if given else params.where("runconfig.model_dir")
+        trainer = str(params.given_by.get("runconfig.checkpoint_path", "")).startswith("Trainer.")
+        fresh = "checkpoint={'autoload': False}" if trainer else "--resume none (runconfig.autoload_checkpoint: false)"
+        fix = f", or start fresh in a new model_dir or with {fresh}" if training else \
+            " or a checkpoint of this model (--checkpoint_path)"
+        return ParamsError(f"{head} {params.runconfig.model_dir}: its newest checkpoint is not one of this model's: "
+                           f"{err}; give the model_dir of a run of this model{fix}{where}")
+    given = params.given_by.get("runconfig.checkpoint_path")
+    fix = "give a checkpoint this model saved" + (", or start fresh with --resume none" if given == "--resume" else "")
+    where = "" if given else params.where("runconfig.checkpoint_path")
+    return ParamsError(f"{given or 'params: runconfig.checkpoint_path'}: {err}: not a checkpoint of this model; "
+                       f"{fix}{where}")
+
+
+def stored_step(path: Path) -> int:
+    """The global step a checkpoint was saved at (0 when it records none, as a load reads it)."""
+    return checkpoint.info(str(path))["global_step"] or 0
 
 
 def checkpoint_path(model_dir: str | Path, step: int) -> Path:

@@ -42,6 +42,8 @@ class EarlyStopping:
             hint = f"; did you mean {close[0]!r}" if close else ""
             raise ParamsError(f"params: runconfig.early_stopping_metric: {self.metric!r} is not a value the "
                               f"evaluation reports{hint} (it reports {', '.join(names)})")
+
+    def log_start(self) -> None:
         logger.info("Early stopping on %s (%s, patience %d evaluations, min_delta %g)", self.metric, self.mode,
                     self.patience, self.min_delta)
 

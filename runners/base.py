@@ -12,13 +12,13 @@ import itertools
 import logging
 import math
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
 from tqdm import tqdm
 
 from cs_run import distributed, replicas
-from cs_run._logging import run_log
+from cs_run._logging import held_records, run_log
 from cs_run.backend import Backend
 from cs_run.batches import RateMeter, batch_size, loader_length, move_to_device
 from cs_run.checkpoint.h5 import TargetMismatchError
@@ -162,6 +162,7 @@ class PyTorchBaseRunner(RunnerHooks):
         if self.step_config.autocast_dtype is not None:
             logger.info("Mixed precision: %s autocast on %s", self.step_config.autocast_dtype, self.torch_device.type)
         self._train_loader = None
+        self._eval_loader = None  # the first evaluation's, built by run() before model_dir is opened
         self._epoch = 0
         self._epoch_step = 0
         self._epoch_start_rng: Optional[dict] = None
@@ -257,13 +258,9 @@ class PyTorchBaseRunner(RunnerHooks):
         if mode == "eval_all" and not _checkpoints.list_checkpoints(self.model_dir):  # a typo'd model_dir stays unmade
             raise ParamsError(f"eval_all: no checkpoint_<step>.mdl files in {self.model_dir}; give the --model_dir "
                               "of a run that saved checkpoints")
-        self._train_loader = None
-        if mode in TRAINING_MODES:  # the data function's refusal (a missing data_dir) comes before model_dir is made
-            try:
-                self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
-            except ParamsError as e:
-                raise self.params.locate_error(e) from e.__cause__
-        with self._open_model_dir(mode), self._metrics.collecting():  # a metric the first step creates is the run's
+        with held_records(self.params.runconfig.logging) as early:  # run.log begins with their lines
+            self._check_before_writing(mode)
+        with self._open_model_dir(mode, early), self._metrics.collecting():  # a metric the first step creates is the run's
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
             try:
                 if mode == "train":
@@ -290,8 +287,31 @@ class PyTorchBaseRunner(RunnerHooks):
         """Fail before any work when a mode lacks its params (not after an hour of training)."""
         check_sections_for(self.params, mode, self._data_fns)
 
+    def _check_before_writing(self, mode: str) -> None:
+        """What the run can refuse before it starts, refused before model_dir is made or written
+        (docs/architecture.md#a-runs-files-and-its-end): the checkpoint it starts from must fit the
+        model, its loaders are built (a data function's refusal, such as a missing data_dir; an empty
+        eval loader), the early-stopping metric must be one the eval reports, and a training run's step
+        budget must hold from the checkpoint's global step. The loaders built here are the run's."""
+        training = mode in TRAINING_MODES
+        self._train_loader = self._eval_loader = None
+        try:
+            start = None if mode == "eval_all" else self._check_start_fits(training)
+            if training:
+                self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
+                _check_replica_loader(self._train_loader, self.params.train_input)
+                if self._early_stopping is not None:
+                    self._early_stopping.check_metric(["eval/loss", *self._metrics.metrics()])
+                self._step_budget(self._train_loader, _checkpoints.stored_step(start) if start else 0)
+            if mode != "train":  # built before training, so it leaves training's random streams as they were
+                with preserved_rng(getattr(self._train_loader, "generator", None)) if training else \
+                        contextlib.nullcontext():
+                    self._eval_loader = self._build_eval_loader()
+        except ParamsError as e:
+            raise self.params.locate_error(e) from e.__cause__
+
     @contextlib.contextmanager
-    def _open_model_dir(self, mode: str) -> Iterator[None]:
+    def _open_model_dir(self, mode: str, earlier: Iterable[logging.LogRecord] = ()) -> Iterator[None]:
         """The run's hold on model_dir: its lock (one writer at a time), the run's record in model_dir/runs/
         and the run log, which also gets the ``Error:`` line. Ordinal 0 is the one writer of a run of several
         replicas. (The resolved params are written when training starts: :meth:`train`.)"""
@@ -300,7 +320,7 @@ class PyTorchBaseRunner(RunnerHooks):
             return
         with _model_dir.model_dir_lock(self.model_dir):
             record = RunRecord(self.model_dir, self.params, mode, self.device_type)
-            with run_log(self.model_dir, self.params.runconfig.logging, self.params.notes) as log:
+            with run_log(self.model_dir, self.params.runconfig.logging, self.params.notes, earlier) as log:
                 try:
                     yield
                 except BaseException as e:
@@ -324,17 +344,11 @@ class PyTorchBaseRunner(RunnerHooks):
             logger.info("runconfig.eval_frequency=%s has no effect here: only train_and_eval (cs-run train-and-eval, "
                         "a Trainer.fit with a val_dataloader) evaluates during training, as in the Model Zoo",
                         rc.eval_frequency)
-        if self._early_stopping is not None:  # before any work: the value must be one the eval reports
-            self._early_stopping.check_metric(["eval/loss", *self._metrics.metrics()])
-        loader = self._train_loader  # built by run() before model_dir was opened
-        if loader is None:
-            loader = self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
-        _check_replica_loader(loader, self.params.train_input)
+        if self._early_stopping is not None:
+            self._early_stopping.log_start()
+        loader = self._train_loader  # built and checked by run() before model_dir was opened
         self._load_initial_state(self._initial_checkpoint())
-        budget = step_budget(loader_batches=loader_length(loader), initial_step=self.global_step,
-                             num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,
-                             steps_per_epoch=rc.steps_per_epoch, grad_accum_steps=self.params.optimizer.grad_accum_steps,
-                             prefix="runconfig.", accum_key="optimizer.grad_accum_steps", where="params: ")
+        budget = self._step_budget(loader, self.global_step)  # checked by run() already, unless a fallback
         self._restore_data_position(loader)  # after the budget: an epoch is a fresh loader's pass
         if self._pending_resume is not None and self._epoch_step >= budget.steps_per_epoch:
             # The checkpoint closed an epoch: the next one starts fresh from the checkpoint's RNG.
@@ -372,6 +386,13 @@ class PyTorchBaseRunner(RunnerHooks):
         self._stop = StopFlag()
         # The last step saved its checkpoint in _after_train_step, a stop request in _stop_after_step.
         self.on_train_end(early_exit=self.global_step < end_step)
+
+    def _step_budget(self, loader, initial_step: int) -> StepBudget:
+        rc = self.params.runconfig
+        return step_budget(loader_batches=loader_length(loader), initial_step=initial_step, num_steps=rc.num_steps,
+                           max_steps=rc.max_steps, num_epochs=rc.num_epochs, steps_per_epoch=rc.steps_per_epoch,
+                           grad_accum_steps=self.params.optimizer.grad_accum_steps, prefix="runconfig.",
+                           accum_key="optimizer.grad_accum_steps", where="params: ")
 
     def _train_epoch(self, loader, budget: StepBudget, end_step: int, bar) -> bool:
         """Run steps until the epoch or the budget ends; True when the epoch ended."""
@@ -517,7 +538,9 @@ class PyTorchBaseRunner(RunnerHooks):
         """Evaluate on eval_input (after loading ``checkpoint`` if given); returns loss and metrics."""
         if checkpoint is not None:
             self._load_weights(checkpoint)
-        loader = _build.build_dataloader(self.params, "eval", self._data_fns["eval"])
+        loader, self._eval_loader = self._eval_loader, None  # run() built the first evaluation's
+        if loader is None:
+            loader = self._build_eval_loader()
         available, limit = loader_length(loader), self.params.runconfig.eval_steps
         if limit and available is not None and limit > available:
             logger.warning("runconfig.eval_steps=%d but the eval loader has %d batches: evaluating %d",
@@ -543,8 +566,7 @@ class PyTorchBaseRunner(RunnerHooks):
                 total_loss = loss.float() if total_loss is None else total_loss + loss.float()
                 bar.update(1)
         if steps == 0:
-            raise ParamsError("params: eval_input: the eval loader yielded no batch; check eval_input.batch_size "
-                              "and drop_last_batch")
+            raise ParamsError(_NO_EVAL_BATCH)
         early_exit = available is not None and steps < available
         self.on_eval_epoch_end(early_exit=early_exit)
         self.on_eval_end(early_exit=early_exit)
@@ -557,6 +579,12 @@ class PyTorchBaseRunner(RunnerHooks):
                                     self.global_step, flush=True)
         self.on_eval_metrics(dict(results), self.global_step)
         return results
+
+    def _build_eval_loader(self) -> Any:
+        loader = _build.build_dataloader(self.params, "eval", self._data_fns["eval"])
+        if loader_length(loader) == 0:
+            raise ParamsError(_NO_EVAL_BATCH)
+        return loader
 
     def eval_all(self) -> dict[str, dict[str, float]]:
         """Evaluate every checkpoint in model_dir, oldest first; results keyed by step."""
@@ -586,6 +614,40 @@ class PyTorchBaseRunner(RunnerHooks):
             return path
         latest = _checkpoints.latest_checkpoint(self.model_dir) if rc.autoload_checkpoint else None
         return replicas.broadcast_object(latest)  # every replica resumes from ordinal 0's choice
+
+    def _start_target(self, training: bool) -> dict[str, Any]:
+        """What a start checkpoint is loaded into: the model's tensors, and the optimizer's to train."""
+        target = {"model": self.model.state_dict()}
+        if training and self.optimizer is not None:
+            target["optimizer"] = self.optimizer.state_dict()  # state tensors are read in place
+        return target
+
+    def _start_candidates(self, path: Path, training: bool) -> list[Path]:
+        """The checkpoints a start from ``path`` tries, in order: autoload (training) falls back past
+        damaged or truncated checkpoints, newest first; an explicit one, or an eval's, is final."""
+        if self.params.runconfig.checkpoint_path or not training:
+            return [path]
+        return [path, *(p for _, p in reversed(_checkpoints.list_checkpoints(self.model_dir)) if p != path)]
+
+    def _check_start_fits(self, training: bool) -> Optional[Path]:
+        """The checkpoint the run starts from, checked against the model (keys, dtypes, shapes; no tensor
+        data read) before model_dir is written; None when it starts fresh. A damaged autoload candidate
+        is left to the load, which skips it with a warning."""
+        path = self._initial_checkpoint()
+        if path is None:
+            return None
+        target = self._start_target(training)
+        explicit = bool(self.params.runconfig.checkpoint_path)
+        for candidate in self._start_candidates(path, training):
+            try:
+                _checkpoints.check_fits(candidate, target)
+                return candidate
+            except TargetMismatchError as e:
+                raise _checkpoints.not_this_models(self.params, e, autoloaded=not explicit, training=training) from None
+            except CheckpointError:
+                if explicit or not training:
+                    raise
+        return None
 
     def _checkpoint_state(self) -> dict[str, Any]:
         """Everything an exact resume needs (weights, optimizer, schedule, scaler, RNG, data position)."""
@@ -664,24 +726,15 @@ class PyTorchBaseRunner(RunnerHooks):
         """Resume training from ``path``: weights, optimizer, schedule, scaler, step, RNG and data position."""
         if path is None:
             return
-        target = {"model": self.model.state_dict()}
-        if self.optimizer is not None:
-            target["optimizer"] = self.optimizer.state_dict()  # state tensors are read in place
-        # Autoload falls back past damaged or truncated checkpoints, newest first; an explicit one is final.
-        older = [] if self.params.runconfig.checkpoint_path else \
-            [p for _, p in reversed(_checkpoints.list_checkpoints(self.model_dir)) if p != path]
-        for candidate in [path, *older]:
+        target = self._start_target(training=True)
+        for candidate in self._start_candidates(path, training=True):
             try:
                 state = _checkpoints.load_checkpoint(candidate, target)
                 path = candidate
                 break
-            except TargetMismatchError as e:
-                if self.params.runconfig.checkpoint_path:  # named by the user: model_dir has nothing to do with it
-                    given = self.params.given_by.get("runconfig.checkpoint_path", "runconfig.checkpoint_path")
-                    raise CheckpointError(f"{e} (the checkpoint {given} names is not one of this model's: give one "
-                                          "this model saved, or start fresh with --resume none)") from None
-                raise CheckpointError(f"{e} (resuming from {candidate}; use another --model_dir or --set "
-                                      "runconfig.autoload_checkpoint=false to start fresh)") from None
+            except TargetMismatchError as e:  # an older fallback of another model (run() checked the newest)
+                raise _checkpoints.not_this_models(self.params, e,
+                                                   autoloaded=not self.params.runconfig.checkpoint_path) from None
             except CheckpointError as e:
                 if self.params.runconfig.checkpoint_path:
                     raise
@@ -706,7 +759,7 @@ class PyTorchBaseRunner(RunnerHooks):
         logger.info("Resuming from checkpoint %s at global step %d", path, self.global_step)
 
     def _load_weights(self, path: Path) -> None:
-        state = _checkpoints.load_checkpoint(path, {"model": self.model.state_dict()})
+        state = _checkpoints.load_checkpoint(path, self._start_target(training=False))
         self.global_step = int(state.get("global_step", 0))
         logger.info("Loaded weights of %s (global step %d)", path, self.global_step)
 
@@ -724,6 +777,10 @@ class PyTorchBaseRunner(RunnerHooks):
     def _progress(self, desc: str, total: int):
         disable = True if self.params.runconfig.disable_progress_bar or not replicas.is_master() else None  # None: a TTY
         return tqdm(total=total, desc=desc, unit="step", disable=disable, dynamic_ncols=True, leave=False)
+
+
+_NO_EVAL_BATCH = ("params: eval_input: the eval loader yields no batch; check eval_input.batch_size and "
+                  "drop_last_batch")
 
 
 def _check_replica_loader(loader, section) -> None:

@@ -111,16 +111,21 @@ class PyTorchCSRunner(PyTorchBaseRunner):
         if mode not in ("train", "eval"):
             raise ParamsError(f"--mode: {mode!r}: compile-only / validate-only trace the 'train' or 'eval' step")
         what = "compile-only" if self.backend.compile_only else "validate-only"
-        with self._open_model_dir(f"{what.replace('-', '_')} ({mode})"):
-            logger.info("cs-run %s of the %s step, model_dir %s", what, mode, self.model_dir)
-            step_fn = self._cs_train_step if mode == "train" else self._cs_eval_step
+        step_fn = self._cs_train_step if mode == "train" else self._cs_eval_step
+        try:  # the params and the data function's batches, before model_dir is made or written
             if step_fn is None:
                 raise ParamsError("params: missing section optimizer (needed to trace the train step)")
             loader = _build.build_dataloader(self.params, mode, self._data_fns[mode])
             accum = self.params.optimizer.grad_accum_steps if mode == "train" else 1
             batches = self._next_batches(iter(loader), accum)
             if len(batches) < accum:
-                raise ParamsError(f"params: {mode}_input: the loader yielded no full step to trace")
+                accum_key = " and optimizer.grad_accum_steps" if mode == "train" else ""
+                raise ParamsError(f"params: {mode}_input: the loader yielded no full step to trace; check "
+                                  f"{mode}_input.batch_size, drop_last_batch{accum_key}")
+        except ParamsError as e:
+            raise self.params.locate_error(e) from e.__cause__
+        with self._open_model_dir(f"{what.replace('-', '_')} ({mode})"):
+            logger.info("cs-run %s of the %s step, model_dir %s", what, mode, self.model_dir)
             self.model.train(mode == "train")
             step_fn(batches if mode == "train" else batches[0])
             summary = step_fn.last_summary

@@ -9,7 +9,8 @@ import torch
 from ckpt_helpers import assert_same
 from conftest import TinyMLP, make_batches
 
-from cs_run.checkpoint import load, load_into, save
+from cs_run.checkpoint import check_target, load, load_into, save
+from cs_run.checkpoint.h5 import TargetMismatchError
 from cs_run.errors import CheckpointError
 
 
@@ -182,3 +183,45 @@ def test_materialized_load_with_threaded_reads(tmp_path):
         assert torch.equal(got["a"], state["a"]) and torch.equal(got["b"], state["b"])
         assert got["raw"] == state["raw"] and got["scalar"] == state["scalar"]
         np.testing.assert_array_equal(got["arr"], state["arr"])
+
+
+@pytest.mark.parametrize("name", ["c.h5", "c.pt"])
+def test_check_target_refuses_exactly_what_load_into_refuses(tmp_path, name):
+    # check_target is load_into's fit rule without the read (a run checks its start checkpoint with it
+    # before it writes anything): for every target, both accept or both raise the same message.
+    obj = {"model": {"w": torch.ones(2, 3), "i": torch.ones(2, dtype=torch.int32)}, "step": 1}
+    save(obj, tmp_path / "c.h5")
+    torch.save(obj, tmp_path / "c.pt")
+    targets = [
+        {"model": {"w": torch.zeros(2, 3)}},  # fits
+        {"model": {"w": torch.zeros(2, 3), "i": torch.zeros(2, dtype=torch.int32)}},  # fits
+        {"model": {"w": torch.zeros(2, 3), "extra": torch.zeros(1)}},  # a key the file lacks
+        {"model": {"w": torch.zeros(3, 2)}},  # another shape
+        {"model": {"i": torch.zeros(2, dtype=torch.int64)}},  # another dtype
+        {"step": torch.zeros(())},  # a scalar where the target has a tensor
+        {"model": {"w": torch.zeros(2, 3)}, "optimizer": {"state": {"0": {"momentum": torch.zeros(2, 3)}}}},
+    ]
+    outcomes = []
+    for target in targets:
+        probe = copy.deepcopy(target)
+        try:
+            check_target(tmp_path / name, probe)
+            checked = None
+        except TargetMismatchError as e:
+            checked = str(e)
+        assert all(torch.equal(a, b) for a, b in zip(leaf_tensors(probe), leaf_tensors(target)))  # nothing read
+        try:
+            load_into(tmp_path / name, target)
+            loaded = None
+        except TargetMismatchError as e:
+            loaded = str(e)
+        assert checked == loaded
+        outcomes.append(checked is None)
+    assert outcomes[:3] == [True, True, False] and not outcomes[-1]
+    assert outcomes[3:6] == [False] * 3
+
+
+def leaf_tensors(tree):
+    if isinstance(tree, dict):
+        return [t for v in tree.values() for t in leaf_tensors(v)]
+    return [tree]

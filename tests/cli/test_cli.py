@@ -115,8 +115,8 @@ def test_autoloading_an_incompatible_checkpoint_says_how_to_start_fresh(toy_proj
     md = tmp_path / "md"
     assert invoke("train", "--params", toy_project, "--model_dir", md, "--max_steps", 2).exit_code == 0
     result = invoke("train", "--params", toy_project, "--model_dir", md, "--max_steps", 4, "--set", "model.hidden=16")
-    assert result.exit_code == 1
-    assert "model.net.0.weight" in result.output and "autoload_checkpoint=false" in result.output
+    assert result.exit_code == 2
+    assert "model.net.0.weight" in result.output and "--resume none" in result.output
 
 
 def test_lazily_loaded_commands_are_listed_with_their_own_short_help():

@@ -206,18 +206,6 @@ def test_a_training_run_without_a_length_is_refused_before_model_dir_is_made(toy
     assert invoke("eval", "--params", toy_project, "--model_dir", tmp_path / "md").exit_code == 0  # eval needs none
 
 
-def test_resume_from_another_models_checkpoint_names_the_flag_not_model_dir(toy_project, tmp_path):
-    assert invoke("train", "--params", toy_project, "--model_dir", tmp_path / "a", "--max_steps", 2).exit_code == 0
-    result = invoke("train", "--params", toy_project, "--model_dir", tmp_path / "b", "--max_steps", 4,
-                    "--set", "model.hidden=16", "--resume", tmp_path / "a" / "checkpoint_2.mdl")
-    assert result.exit_code == 1
-    line = [line for line in result.output.splitlines() if line.startswith("Error:")][-1]
-    assert line.startswith(f"Error: checkpoint '{tmp_path / 'a' / 'checkpoint_2.mdl'}'")
-    assert line.endswith("(the checkpoint --resume names is not one of this model's: give one this model saved, or "
-                         "start fresh with --resume none)")
-    assert not list((tmp_path / "b").glob("checkpoint_*")) and not (tmp_path / "b" / "params_resolved.yaml").exists()
-
-
 def test_a_data_function_that_refuses_its_section_does_so_before_model_dir_is_made(tmp_path):
     # The bundled fc_mnist params with a data_dir that holds no MNIST: the data function's one line, and no
     # model_dir (the loader is built before model_dir is opened).
