@@ -258,7 +258,8 @@ class PyTorchBaseRunner(RunnerHooks):
         if mode == "eval_all" and not _checkpoints.list_checkpoints(self.model_dir):  # a typo'd model_dir stays unmade
             raise ParamsError(f"eval_all: no checkpoint_<step>.mdl files in {self.model_dir}; give the --model_dir "
                               "of a run that saved checkpoints")
-        with held_records(self.params.runconfig.logging) as early:  # run.log begins with their lines
+        with held_records(self.params.runconfig.logging) if replicas.is_master() else \
+                contextlib.nullcontext([]) as early:  # ordinal 0's run.log begins with their lines
             self._check_before_writing(mode)
         with self._open_model_dir(mode, early), self._metrics.collecting():  # a metric the first step creates is the run's
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
