@@ -44,7 +44,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
     model = MNIST(depth=2, hidden_size=128, dropout=0.0, activation_fn="relu")
     compiled_model = cstorch.compile(model, backend)  # with num_csx > 1: the replicas start here
     optimizer = cstorch.optim.SGD(compiled_model.parameters(), lr=0.05, momentum=0.9)
-    loss_fn = torch.nn.NLLLoss()
+    loss_fn = torch.nn.CrossEntropyLoss()  # MNIST returns logits: NLL of their log-softmax
     dataloader = cstorch.utils.data.DataLoader(input_fn, batch_size=64)
 
     @cstorch.trace

@@ -56,14 +56,82 @@ def test_digits_fallback_is_a_fixed_disjoint_split():
     assert torch.equal(eval_x, again_x)
 
 
-def test_model_returns_nll_of_log_softmax():
+def _reference_loss(m, x, y, *, relu: bool, softmax: bool = True) -> torch.Tensor:
+    """The Model Zoo 2.10 fc_mnist forward by hand (its model.py: MNIST.forward, MNISTModel.forward): each
+    hidden Linear, then the activation if one is set, then dropout (0 here); the last Linear; NLL of
+    log-softmax unless disable_softmax."""
+    h = x.flatten(1)
+    for layer in m.model.fc_layers:
+        h = torch.nn.functional.linear(h, layer.weight, layer.bias)
+        h = torch.relu(h) if relu else h
+    logits = torch.nn.functional.linear(h, m.model.last_layer.weight, m.model.last_layer.bias)
+    return torch.nn.functional.nll_loss(torch.log_softmax(logits, 1) if softmax else logits, y)
+
+
+# What a params file that leaves a key unset gets: Model Zoo 2.10 MNISTConfig / MNISTModelConfig
+# (src/cerebras/modelzoo/models/vision/fc_mnist/model.py): use_bias True, activation_fn None, dropout 0,
+# disable_softmax False, compute_eval_metrics False, to_float16 False.
+def test_unset_keys_build_the_model_zoo_2_10_model():
     torch.manual_seed(0)
-    m = model.build_model(depth=2, hidden_size=16, dropout=0.0, compute_eval_metrics=False)
+    m = model.build_model(depth=2, hidden_size=16)
     x, y = torch.randn(4, 1, 28, 28), torch.tensor([0, 1, 2, 3])
-    logits = m.model.last_layer(torch.relu(m.model.fc_layers[1](torch.relu(m.model.fc_layers[0](x.flatten(1))))))
-    torch.testing.assert_close(m((x, y)), torch.nn.functional.cross_entropy(logits, y))
-    with pytest.raises(ValueError, match="activation_fn: unknown 'swish'"):
-        model.build_model(activation_fn="swish")
+    assert m.model.nonlin is None and m.model.dropout.p == 0.0  # no activation: a linear model
+    assert all(layer.bias is not None for layer in [*m.model.fc_layers, m.model.last_layer])
+    torch.testing.assert_close(m((x, y)), _reference_loss(m, x, y, relu=False))
+    assert not _has_metric(m)  # no eval metrics: an eval reports eval/loss only
+    assert m.model.last_layer.weight.dtype == torch.float32
+
+
+def _has_metric(m) -> bool:
+    from cs_run.metrics import Metric
+
+    return any(isinstance(x, Metric) for x in vars(m).values()) or m.accuracy is not None
+
+
+@pytest.mark.parametrize("keys", [{"activation_fn": "relu"}, {"use_bias": False}, {"disable_softmax": True},
+                                  {"activation_fn": "relu", "compute_eval_metrics": True},
+                                  {"compute_eval_metrics": ["accuracy"]}, {"compute_eval_metrics": []}])
+def test_the_model_zoo_keys_set(keys):
+    torch.manual_seed(0)
+    m = model.build_model(depth=2, hidden_size=16, **keys)
+    x, y = torch.randn(4, 1, 28, 28), torch.tensor([0, 1, 2, 3])
+    assert all((layer.bias is not None) == keys.get("use_bias", True) for layer in [*m.model.fc_layers,
+                                                                                    m.model.last_layer])
+    m.eval()
+    torch.testing.assert_close(m((x, y)), _reference_loss(m, x, y, relu="activation_fn" in keys,
+                                                          softmax=not keys.get("disable_softmax")))
+    assert (m.accuracy is not None) == bool(keys.get("compute_eval_metrics"))
+    if m.accuracy is not None:
+        logits = m.model(x)
+        assert m.accuracy.compute() == pytest.approx((logits.argmax(-1) == y).float().mean().item())
+
+
+def test_an_activation_other_than_the_known_ones_is_an_error():
+    with pytest.raises(ValueError, match="activation_fn: unknown 'swish'; expected one of relu, .* or null"):
+        model.build_model(depth=1, hidden_size=4, activation_fn="swish")
+    with pytest.raises(ValueError, match=r"compute_eval_metrics: fc_mnist computes accuracy only, got \['f1'\]"):
+        model.build_model(depth=1, hidden_size=4, compute_eval_metrics=["f1"])
+
+
+def test_the_model_zoo_params_file_trains_its_model(tmp_path):
+    # Model Zoo 2.10 configs/params.yaml's model section sets activation_fn: relu and leaves
+    # compute_eval_metrics unset: a ReLU network whose eval reports no accuracy. The bundled params set both.
+    from cs_run.cli import default_params_path
+    from cs_run.params import load_params
+    from cs_run.resolve import resolve_params
+    from cs_run.runners._build import build_model
+
+    (tmp_path / "params.yaml").write_text(
+        "model:\n  name: fc_mnist\n  mixed_precision: true\n  depth: 10\n  hidden_size: 50\n  dropout: 0.0\n"
+        "  activation_fn: relu\n  to_float16: false\n")
+    params = load_params(tmp_path / "params.yaml")
+    resolve_params(params)
+    m = build_model(params)
+    assert isinstance(m.model.nonlin, torch.nn.ReLU) and m.accuracy is None and len(m.model.fc_layers) == 10
+    bundled_params = load_params(default_params_path())
+    resolve_params(bundled_params)
+    bundled = build_model(bundled_params)
+    assert isinstance(bundled.model.nonlin, torch.nn.ReLU) and bundled.accuracy is not None
 
 
 def test_bundled_params_train_to_90_percent(tmp_path):

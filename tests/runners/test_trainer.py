@@ -156,7 +156,7 @@ trainer:
     device: "CPU"
     model_dir: "{model_dir}"
     seed: 1
-    model: {{name: fc_mnist, depth: 1, hidden_size: 32}}
+    model: {{name: fc_mnist, depth: 1, hidden_size: 32, activation_fn: relu, compute_eval_metrics: true}}
     optimizer: {{optimizer_type: SGD, learning_rate: 0.05, momentum: 0.9}}
     loop: {{num_steps: 60}}
     logging: {{log_steps: 30}}
