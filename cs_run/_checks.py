@@ -16,22 +16,24 @@ from cs_run.errors import ParamsError
 __all__ = ["check_value", "unknown_key_error", "unknown_key_message"]
 
 
-def check_value(key_path: str, value: Any, hint: Any, meta: typing.Mapping = {}, *, where: str = "") -> None:
-    """Raise ParamsError unless ``value`` fits the type ``hint`` and the range in ``meta``."""
+def check_value(key_path: str, value: Any, hint: Any, meta: typing.Mapping = {}, *, where: str = "",
+                head: str = "params: ") -> None:
+    """Raise ParamsError unless ``value`` fits the type ``hint`` and the range in ``meta``; the message is
+    ``head`` (what was given: the params, a Trainer argument), the key path, what is wrong and ``where``."""
     if not _fits(value, hint):
-        raise ParamsError(f"params: {key_path}: expected {_type_name(hint)}, got {_describe(value)}{where}")
+        raise ParamsError(f"{head}{key_path}: expected {_type_name(hint)}, got {_describe(value)}{where}")
     if "choices" in meta and value not in meta["choices"]:
         choices = ", ".join(map(str, meta["choices"]))
-        raise ParamsError(f"params: {key_path}: {value!r} is not one of {choices}{where}")
+        raise ParamsError(f"{head}{key_path}: {value!r} is not one of {choices}{where}")
     if isinstance(value, float) and not math.isfinite(value):
-        raise ParamsError(f"params: {key_path}: expected a finite number, got {value}{where}")
+        raise ParamsError(f"{head}{key_path}: expected a finite number, got {value}{where}")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if "max" in meta and value > meta["max"]:
-            raise ParamsError(f"params: {key_path}: must be <= {meta['max']}, got {value}{where}")
+            raise ParamsError(f"{head}{key_path}: must be <= {meta['max']}, got {value}{where}")
         if "min" in meta and value < meta["min"]:
-            raise ParamsError(f"params: {key_path}: must be >= {meta['min']}, got {value}{where}")
+            raise ParamsError(f"{head}{key_path}: must be >= {meta['min']}, got {value}{where}")
         if "min_exclusive" in meta and value <= meta["min_exclusive"]:
-            raise ParamsError(f"params: {key_path}: must be > {meta['min_exclusive']}, got {value}{where}")
+            raise ParamsError(f"{head}{key_path}: must be > {meta['min_exclusive']}, got {value}{where}")
 
 
 def _fits(value: Any, hint: Any) -> bool:

@@ -39,6 +39,7 @@ __all__ = [
     "save_params",
     "params_yaml",
     "build_section",
+    "check_runconfig",
     "params_from_dict",
 ]
 
@@ -221,6 +222,15 @@ class Params:
     notes: list[Note] = field(default_factory=list, repr=False)
     """What the load that made these params noted (a data_dir found next to the params file, a vendor
     key with no effect): each run of these params logs them when its log opens."""
+    names: dict = field(default_factory=dict, repr=False)
+    """What the user calls a key path where it is not the params file's (the Trainer's arguments:
+    ``runconfig.num_steps`` is ``loop.num_steps``), for messages: :meth:`name`."""
+    head: str = "params: "
+    """The head of a message about these params' values: what the user gave (``Trainer: ``)."""
+
+    def name(self, key_path: str) -> str:
+        """``key_path`` as the user set it: a Trainer argument's key, else the params key path."""
+        return self.names.get(key_path, key_path)
 
     def where(self, key_path: str = "") -> str:
         """`` (file:line)`` of a key path (or of its nearest enclosing key), for an error message."""
@@ -444,8 +454,11 @@ def validate_params(raw: dict, *, locate=lambda key: "") -> Params:
     return Params(**sections)
 
 
-def build_section(cls, section: str, values: dict, locate=lambda key: ""):
-    """One section dataclass from a dict: unknown keys, types and ranges checked (the Trainer uses it too)."""
+def build_section(cls, section: str, values: dict, locate=lambda key: "", names: Optional[dict] = None,
+                  head: str = "params: "):
+    """One section dataclass from a dict: unknown keys, types and ranges checked (the Trainer uses it too,
+    with its ``names`` for the key paths and its ``head``, as in :attr:`Params.names`)."""
+    names = names or {}
     hints = typing.get_type_hints(cls)
     known = [f for f in dataclasses.fields(cls) if f.name != "extra"]
     has_extra = "extra" in hints
@@ -461,7 +474,7 @@ def build_section(cls, section: str, values: dict, locate=lambda key: ""):
             raise ParamsError(unknown_key_message(key_path, key, [k.name for k in known], where=locate(key_path)))
         if value is None and not f.metadata.get("required"):
             continue
-        check_value(key_path, value, hints[key], f.metadata, where=locate(key_path))
+        check_value(names.get(key_path, key_path), value, hints[key], f.metadata, where=locate(key_path), head=head)
         kwargs[key] = float(value) if hints[key] is float and isinstance(value, int) else value
     for f in known:
         if f.metadata.get("required") and f.name not in kwargs:
@@ -474,13 +487,36 @@ def build_section(cls, section: str, values: dict, locate=lambda key: ""):
 
 def _check_cross_keys(s: dict, locate) -> None:
     rc: RunConfig = s["runconfig"]
+    check_runconfig(rc, locate)
+    opt: OptimizerParams | None = s["optimizer"]
+    if opt is not None:
+        if opt.max_gradient_norm is not None and opt.max_gradient_value is not None:
+            raise ParamsError("params: optimizer.max_gradient_norm and optimizer.max_gradient_value are "
+                              f"mutually exclusive; clip by norm or by value{locate('optimizer')}")
+        lsf = opt.loss_scaling_factor
+        if isinstance(lsf, str) and lsf != "dynamic":
+            raise ParamsError(f"params: optimizer.loss_scaling_factor: expected a number or 'dynamic', got "
+                              f"{lsf!r}{locate('optimizer.loss_scaling_factor')}")
+        if not isinstance(lsf, str) and lsf <= 0:
+            raise ParamsError(f"params: optimizer.loss_scaling_factor: must be > 0, got {lsf}"
+                              f"{locate('optimizer.loss_scaling_factor')}")
+
+
+def check_runconfig(rc: RunConfig, locate=lambda key: "", names: Optional[dict] = None, head: str = "params: ") -> None:
+    """The runconfig's rules across keys (a params file's, the Trainer's with its ``names`` and ``head``)."""
+    names = names or {}
+
+    def name(key: str) -> str:
+        return names.get(f"runconfig.{key}", f"runconfig.{key}")
+
     try:  # the schedule's own checks (cs_run.schedule), here with the file and line
         check_step_options(num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,
-                           steps_per_epoch=rc.steps_per_epoch, prefix="runconfig.", where="params: ")
+                           steps_per_epoch=rc.steps_per_epoch, where=head,
+                           names={k: name(k) for k in ("num_steps", "max_steps", "num_epochs", "steps_per_epoch")})
     except ParamsError as e:
         raise ParamsError(f"{e}{locate('runconfig')}") from None
     if isinstance(rc.eval_frequency, float) and rc.eval_frequency > 1:
-        raise ParamsError(f"params: runconfig.eval_frequency: a float is the fraction of the run's steps between "
+        raise ParamsError(f"{head}{name('eval_frequency')}: a float is the fraction of the run's steps between "
                           f"evaluations, in (0, 1]; got {rc.eval_frequency} (an integer counts steps)"
                           f"{locate('runconfig.eval_frequency')}")
     if rc.compile_only and rc.validate_only:
@@ -495,18 +531,6 @@ def _check_cross_keys(s: dict, locate) -> None:
             if not isinstance(folder, str) or not Path(folder).is_dir():
                 raise ParamsError(f"params: runconfig.{key}: {folder!r} is not an existing folder"
                                   f"{locate(f'runconfig.{key}')}")
-    opt: OptimizerParams | None = s["optimizer"]
-    if opt is not None:
-        if opt.max_gradient_norm is not None and opt.max_gradient_value is not None:
-            raise ParamsError("params: optimizer.max_gradient_norm and optimizer.max_gradient_value are "
-                              f"mutually exclusive; clip by norm or by value{locate('optimizer')}")
-        lsf = opt.loss_scaling_factor
-        if isinstance(lsf, str) and lsf != "dynamic":
-            raise ParamsError(f"params: optimizer.loss_scaling_factor: expected a number or 'dynamic', got "
-                              f"{lsf!r}{locate('optimizer.loss_scaling_factor')}")
-        if not isinstance(lsf, str) and lsf <= 0:
-            raise ParamsError(f"params: optimizer.loss_scaling_factor: must be > 0, got {lsf}"
-                              f"{locate('optimizer.loss_scaling_factor')}")
 
 
 def resolve_data_dir(value: str, params_dir: Path, key: str = "data_dir") -> str:

@@ -27,7 +27,7 @@ from cs_run._logging import setup_console_logging
 from cs_run.backend import Backend, resolve_backend
 from cs_run.errors import ParamsError
 from cs_run.options import cluster_keys, trainer_keys
-from cs_run.params import InputParams, ModelParams, OptimizerParams, Params, RunConfig, build_section
+from cs_run.params import InputParams, ModelParams, OptimizerParams, Params, RunConfig, build_section, check_runconfig
 from cs_run.runners import PyTorchBaseRunner
 from cs_run.runners._checkpoints import latest_checkpoint
 from cs_run.utils.data import DataLoader as CsDataLoader
@@ -40,6 +40,12 @@ logger = logging.getLogger(__name__)
 _LOOP_KEYS = trainer_keys("loop")
 _CHECKPOINT_KEYS = trainer_keys("checkpoint")
 _LOGGING_KEYS = trainer_keys("logging")
+_NAMES = {f"runconfig.{key}": f"{argument}.{name}" for argument, keys in
+          (("loop", _LOOP_KEYS), ("checkpoint", _CHECKPOINT_KEYS), ("logging", _LOGGING_KEYS))
+          for name, key in keys.items()} | {"optimizer.grad_accum_steps": "loop.grad_accum_steps"}
+"""The runconfig keys the Trainer's arguments set, as the user wrote them (``loop.num_steps``): messages
+about their values name these (:attr:`cs_run.params.Params.names`)."""
+_HEAD = "Trainer: "
 _PRECISION_KEYS = {"mixed_precision", "use_bfloat16", "fp16_type", "loss_scaling_factor", "initial_loss_scale",
                    "steps_per_increase", "min_loss_scale", "max_loss_scale", "overflow_tolerance",
                    "max_gradient_norm", "max_gradient_value"}
@@ -145,7 +151,7 @@ class Trainer:
             rc = dataclasses.replace(self._runconfig, checkpoint_path=ckpt_path)
         params = Params(model=self._model_section, optimizer=self._optimizer_section, runconfig=rc,
                         train_input=_input_section(train_dataloader), eval_input=_input_section(val_dataloader),
-                        given_by={"runconfig.checkpoint_path": f"Trainer.{verb}: ckpt_path"})
+                        given_by={"runconfig.checkpoint_path": f"Trainer.{verb}: ckpt_path"}, names=_NAMES, head=_HEAD)
         self.runner = PyTorchBaseRunner.create(
             params, device=self.backend.backend_type, backend=self.backend, runner=self._runner_class,
             model_fn=self._model_fn,
@@ -201,7 +207,10 @@ def _runconfig(model_dir: str, backend: Backend, loop: dict, checkpoint: dict, l
     if backend.is_csx:  # the backend's own options drive the CS runner's backend
         rc.update(compile_dir=backend.compile_dir, compile_only=backend.compile_only,
                   validate_only=backend.validate_only, compile_tier=backend.compile_tier)
-    return build_section(RunConfig, "runconfig", rc, lambda key: " (Trainer arguments)")
+    built = build_section(RunConfig, "runconfig", rc, lambda key: "" if key in _NAMES else " (Trainer arguments)",
+                          names=_NAMES, head=_HEAD)
+    check_runconfig(built, names=_NAMES, head=_HEAD)
+    return built
 
 
 def _model_parts(model: Any, precision: dict) -> tuple[ModelParams, Optional[Callable]]:

@@ -34,13 +34,15 @@ class EarlyStopping:
         return cls(rc.early_stopping_metric, rc.early_stopping_mode, rc.early_stopping_patience,
                    rc.early_stopping_min_delta)
 
-    def check_metric(self, names: Iterable[str]) -> None:
-        """Before the first step: the metric is one the evaluation reports (its loss or a registered metric)."""
+    def check_metric(self, names: Iterable[str], head: str = "params: ",
+                     key: str = "runconfig.early_stopping_metric") -> None:
+        """Before the first step: the metric is one the evaluation reports (its loss or a registered metric);
+        the message names ``key`` (what the user set) after ``head``."""
         names = list(names)
         if self.metric not in names:
             close = difflib.get_close_matches(self.metric, names, n=1)
             hint = f"; did you mean {close[0]!r}" if close else ""
-            raise ParamsError(f"params: runconfig.early_stopping_metric: {self.metric!r} is not a value the "
+            raise ParamsError(f"{head}{key}: {self.metric!r} is not a value the "
                               f"evaluation reports{hint} (it reports {', '.join(names)})")
 
     def log_start(self) -> None:

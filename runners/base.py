@@ -68,12 +68,19 @@ def check_sections_for(params: Params, mode: str, data_fns: Optional[dict] = Non
     if mode in TRAINING_MODES:  # how long to train: known before any work, not after model_dir is opened
         check_step_options(num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,
                            steps_per_epoch=rc.steps_per_epoch, grad_accum_steps=params.optimizer.grad_accum_steps,
-                           prefix="runconfig.", accum_key="optimizer.grad_accum_steps", where="params: ", training=True)
+                           where=params.head, training=True, names=_schedule_names(params))
     if mode in TRAINING_MODES and rc.early_stopping_metric is not None and \
             not (mode == "train_and_eval" and rc.eval_frequency):
-        raise ParamsError("params: runconfig.early_stopping_metric needs evaluations during training, which only "
-                          "train_and_eval runs (cs-run train-and-eval, a Trainer.fit with a val_dataloader), every "
-                          "runconfig.eval_frequency steps: use that mode and set the key" + params.where("runconfig"))
+        raise ParamsError(f"{params.head}{params.name('runconfig.early_stopping_metric')} needs evaluations during "
+                          "training, which only train_and_eval runs (cs-run train-and-eval, a Trainer.fit with a "
+                          f"val_dataloader), every {params.name('runconfig.eval_frequency')} steps: use that mode and "
+                          "set the key" + params.where("runconfig"))
+
+
+def _schedule_names(params: Params) -> dict[str, str]:
+    """The step options as the user named them (params keys, the Trainer's loop.*), for the schedule's messages."""
+    names = {k: params.name(f"runconfig.{k}") for k in ("num_steps", "max_steps", "num_epochs", "steps_per_epoch")}
+    return {**names, "grad_accum_steps": params.name("optimizer.grad_accum_steps")}
 
 
 def _runner_for_device(cls: Any, expected: type, spec: Any, device: str) -> type:
@@ -302,7 +309,8 @@ class PyTorchBaseRunner(RunnerHooks):
                 self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
                 _check_replica_loader(self._train_loader, self.params.train_input)
                 if self._early_stopping is not None:
-                    self._early_stopping.check_metric(["eval/loss", *self._metrics.metrics()])
+                    self._early_stopping.check_metric(["eval/loss", *self._metrics.metrics()], self.params.head,
+                                                      self.params.name("runconfig.early_stopping_metric"))
                 self._step_budget(self._train_loader, _checkpoints.stored_step(start) if start else 0)
             if mode != "train":  # built before training, so it leaves training's random streams as they were
                 with preserved_rng(getattr(self._train_loader, "generator", None)) if training else \
@@ -342,9 +350,9 @@ class PyTorchBaseRunner(RunnerHooks):
         rc = self.params.runconfig
         self._check_sections_for("train_and_eval" if self._eval_during_training else "train")
         if rc.eval_frequency and not self._eval_during_training:  # the Model Zoo's own files set it for train too
-            logger.info("runconfig.eval_frequency=%s has no effect here: only train_and_eval (cs-run train-and-eval, "
-                        "a Trainer.fit with a val_dataloader) evaluates during training, as in the Model Zoo",
-                        rc.eval_frequency)
+            logger.info("%s=%s has no effect here: only train_and_eval (cs-run train-and-eval, a Trainer.fit with "
+                        "a val_dataloader) evaluates during training, as in the Model Zoo",
+                        self.params.name("runconfig.eval_frequency"), rc.eval_frequency)
         if self._early_stopping is not None:
             self._early_stopping.log_start()
         loader = self._train_loader  # built and checked by run() before model_dir was opened
@@ -392,8 +400,8 @@ class PyTorchBaseRunner(RunnerHooks):
         rc = self.params.runconfig
         return step_budget(loader_batches=loader_length(loader), initial_step=initial_step, num_steps=rc.num_steps,
                            max_steps=rc.max_steps, num_epochs=rc.num_epochs, steps_per_epoch=rc.steps_per_epoch,
-                           grad_accum_steps=self.params.optimizer.grad_accum_steps, prefix="runconfig.",
-                           accum_key="optimizer.grad_accum_steps", where="params: ")
+                           grad_accum_steps=self.params.optimizer.grad_accum_steps, where=self.params.head,
+                           names=_schedule_names(self.params))
 
     def _train_epoch(self, loader, budget: StepBudget, end_step: int, bar) -> bool:
         """Run steps until the epoch or the budget ends; True when the epoch ended."""
@@ -544,8 +552,8 @@ class PyTorchBaseRunner(RunnerHooks):
             loader = self._build_eval_loader()
         available, limit = loader_length(loader), self.params.runconfig.eval_steps
         if limit and available is not None and limit > available:
-            logger.warning("runconfig.eval_steps=%d but the eval loader has %d batches: evaluating %d",
-                           limit, available, available)
+            logger.warning("%s=%d but the eval loader has %d batches: evaluating %d",
+                           self.params.name("runconfig.eval_steps"), limit, available, available)
         total_steps = min(x for x in (limit, available) if x is not None) if (limit or available) else None
         self.model.eval()
         self._metrics.reset()

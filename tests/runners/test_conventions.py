@@ -215,5 +215,5 @@ def test_trainer_log_level_is_the_runconfig_logging_key():
     with _reset_for_tests():
         trainer = Trainer(device="CPU", model=WithLoss(), logging={"log_steps": 5, "log_level": "WARNING"})
     assert (trainer._runconfig.logging, trainer._runconfig.log_steps) == ("WARNING", 5)
-    with _reset_for_tests(), pytest.raises(ParamsError, match="runconfig.logging: 'LOUD' is not one of"):
+    with _reset_for_tests(), pytest.raises(ParamsError, match="^Trainer: logging.log_level: 'LOUD' is not one of"):
         Trainer(device="CPU", model=WithLoss(), logging={"log_level": "LOUD"})

@@ -201,3 +201,69 @@ def test_validate_only_backend_traces_without_training(tmp_path):
     assert results["graph"].num_parameters == sum(p.numel() for p in model.parameters())
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     assert not list((tmp_path / "md").glob("checkpoint_*"))
+
+
+# The Trainer's loop, checkpoint and logging arguments are named as the user wrote them (loop.num_steps),
+# never as the runconfig keys they become: (Trainer arguments, fit with a val loader, the message).
+TRAINER_REFUSALS = [
+    ({"loop": {"num_steps": 2, "num_epochs": 1}}, False,
+     "Trainer: loop.num_steps and loop.num_epochs are mutually exclusive; set one of them (loop.max_steps may be "
+     "combined with either)"),
+    ({"loop": {}}, False, "Trainer: set one of loop.num_steps, loop.num_epochs or loop.max_steps to say how long to run "
+                          "(loop.steps_per_epoch only sets the length of an epoch)"),
+    ({"loop": {"num_steps": 2, "steps_per_epoch": 9}}, False,
+     "Trainer: loop.steps_per_epoch=9 exceeds the 8 batches one pass over the dataloader gives; set it to at most 8"),
+    ({"loop": {"num_steps": 2, "grad_accum_steps": 9}}, False,
+     "Trainer: loop.grad_accum_steps=9 is greater than the 8 batches per epoch, so no optimizer step is taken; "
+     "lower it or enlarge the epoch"),
+    ({"loop": {"num_steps": 0}}, False, "Trainer: loop.num_steps: must be >= 1, got 0"),
+    ({"loop": {"num_steps": 2, "eval_steps": 0}}, True, "Trainer: loop.eval_steps: must be >= 1, got 0"),
+    ({"loop": {"num_steps": 2, "eval_frequency": 1.5}}, True,
+     "Trainer: loop.eval_frequency: a float is the fraction of the run's steps between evaluations, in (0, 1]; "
+     "got 1.5 (an integer counts steps)"),
+    ({"loop": {"num_steps": 2}, "checkpoint": {"steps": -1}}, False, "Trainer: checkpoint.steps: must be >= 0, got -1"),
+    ({"loop": {"num_steps": 2}, "logging": {"log_steps": 0}}, False, "Trainer: logging.log_steps: must be >= 1, got 0"),
+    ({"loop": {"num_steps": 2, "early_stopping_metric": "eval/loss"}}, False,
+     "Trainer: loop.early_stopping_metric needs evaluations during training, which only train_and_eval runs (cs-run "
+     "train-and-eval, a Trainer.fit with a val_dataloader), every loop.eval_frequency steps: use that mode and set "
+     "the key"),
+    ({"loop": {"num_steps": 2, "eval_frequency": 1, "early_stopping_metric": "eval/acc"}}, True,
+     "Trainer: loop.early_stopping_metric: 'eval/acc' is not a value the evaluation reports (it reports eval/loss)"),
+]
+
+
+@pytest.mark.parametrize("arguments, val, message", TRAINER_REFUSALS)
+def test_trainer_loop_messages_name_the_trainers_arguments(arguments, val, message, tmp_path):
+    with pytest.raises(cs_run.errors.ParamsError) as info:
+        model = WithLoss()
+        trainer = Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model,
+                          optimizer=cs_run.optim.SGD(model.parameters(), lr=0.1), **arguments)
+        trainer.fit(loader(), loader(1) if val else None)
+    assert str(info.value) == message
+    assert not (tmp_path / "md").exists()
+
+
+def test_a_trainer_run_past_its_max_steps_names_loop_max_steps(tmp_path):
+    model = WithLoss()
+    trainer = Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model,
+                      optimizer=cs_run.optim.SGD(model.parameters(), lr=0.1), loop={"max_steps": 2})
+    trainer.fit(loader())
+    with pytest.raises(cs_run.errors.ParamsError) as info:
+        trainer.fit(loader())
+    assert str(info.value) == ("Trainer: the run starts at global step 2, which already reaches loop.max_steps=2; "
+                               "raise loop.max_steps to train further, or start from step 0 (another model_dir, or "
+                               "no checkpoint)")
+
+
+def test_trainer_loop_log_lines_name_the_trainers_arguments(tmp_path, caplog):
+    model = WithLoss()
+    trainer = Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model,
+                      optimizer=cs_run.optim.SGD(model.parameters(), lr=0.1),
+                      loop={"num_steps": 2, "eval_frequency": 1, "eval_steps": 50})
+    with caplog.at_level("INFO", logger="cs_run"):
+        trainer.fit(loader())  # no val loader: eval_frequency has no effect
+        trainer.validate(loader(1))  # 8 batches, eval_steps 50
+    text = caplog.text
+    assert "loop.eval_frequency=1 has no effect here" in text
+    assert "loop.eval_steps=50 but the eval loader has 8 batches: evaluating 8" in text
+    assert "runconfig." not in text
