@@ -215,9 +215,14 @@ def _failure_line(error: ChildFailedError, num_replicas: int) -> tuple[str, int]
     def first(item: tuple[int, Any]) -> tuple[int, float, int]:
         rank, failure = item
         own = failure.error_file_data.get("cs_run") if isinstance(failure.error_file_data, dict) else None
-        # A cause before a consequence: a recorded error, then a death (signal, exit without a record), then
-        # a replica that only lost its peers; among equals the earliest, then the lowest ordinal.
-        kind = 2 if own and own.get("peer_lost") else 0 if own else 1
+        # A cause before a consequence: a recorded error, then a death (a signal, an exit without a record),
+        # then a replica stopped by SIGTERM / SIGINT - what the agent sends the rest once one has failed, so
+        # most likely its doing - and last a replica that only lost its peers. Among equals the earliest,
+        # then the lowest ordinal (an unrecorded failure's time is the agent's, in whole seconds).
+        if own:
+            kind = 3 if own.get("peer_lost") else 0
+        else:
+            kind = 2 if _stopped_by_interrupt(failure.exitcode) else 1
         return (kind, own["time"] if own else failure.timestamp, rank)
 
     rank, failure = min(error.failures.items(), key=first)
@@ -229,6 +234,12 @@ def _failure_line(error: ChildFailedError, num_replicas: int) -> tuple[str, int]
         return (f"replica {rank} of {num_replicas} was killed by signal {failure.signal_name()} ({rerun})", 1)
     return (f"replica {rank} of {num_replicas} exited with code {failure.exitcode} (its output is above; {rerun})",
             failure.exitcode or 1)
+
+
+def _stopped_by_interrupt(exitcode: int) -> bool:
+    """True for a process that SIGINT / SIGTERM ended: killed by it (-N) or exiting with the shell's 128+N
+    after stopping itself (cs_run.interrupts)."""
+    return exitcode in _INTERRUPT_CODES or -exitcode in (signal.SIGINT, signal.SIGTERM)
 
 
 def lost_peer(exc: BaseException) -> bool:

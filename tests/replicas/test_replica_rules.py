@@ -120,6 +120,16 @@ def test_the_launcher_names_the_replica_that_failed_first(tmp_path):
     error = ChildFailedError("x", {0: _failure(tmp_path, 0, 1, lost, peer_lost=True),
                                    1: _failure(tmp_path, 1, -signal.SIGKILL)})
     assert replicas._failure_line(error, 2) == (f"replica 1 of 2 was killed by signal SIGKILL ({stopped})", 1)
+    # The agent stopped replica 0 with SIGTERM after replica 1's death (the same whole-second time on both):
+    # killed by it or exiting 143 after checkpointing, it is a consequence and replica 1 is named.
+    for stopped_code in (-signal.SIGTERM, -signal.SIGINT, 143, 130):
+        error = ChildFailedError("x", {0: _failure(tmp_path, 0, stopped_code), 1: _failure(tmp_path, 1, -signal.SIGKILL)})
+        error.failures[0].timestamp = error.failures[1].timestamp = 1_000
+        assert replicas._failure_line(error, 2) == (f"replica 1 of 2 was killed by signal SIGKILL ({stopped})", 1)
+    # ...but a replica stopped by SIGTERM is still named before one that only lost its peers.
+    error = ChildFailedError("x", {0: _failure(tmp_path, 0, 1, lost, peer_lost=True),
+                                   1: _failure(tmp_path, 1, -signal.SIGTERM)})
+    assert replicas._failure_line(error, 2) == (f"replica 1 of 2 was killed by signal SIGTERM ({stopped})", 1)
     # Interrupted replicas (Ctrl-C: exit 130) logged where they stopped themselves: no line, the same code.
     error = ChildFailedError("x", {0: _failure(tmp_path, 0, 130), 1: _failure(tmp_path, 1, 130)})
     assert replicas._failure_line(error, 2) == ("", 130)
