@@ -29,7 +29,7 @@ from cs_run.interrupts import Aborted, Interrupted, StopFlag, stop_on_signal
 from cs_run.metrics import MetricSet
 from cs_run.params import Params, save_params
 from cs_run.registry import resolve_object
-from cs_run.resolve import resolve_params
+from cs_run.resolve import data_function, model_function, resolve_params
 from cs_run.runners import _build, _checkpoints, _model_dir
 from cs_run.runners._early_stopping import EarlyStopping
 from cs_run.runners._reporting import Summaries
@@ -207,7 +207,20 @@ class PyTorchBaseRunner(RunnerHooks):
         with collected.collecting():
             built = PyTorchBaseRunner._create(params, device, runner, mode, backend, builders)
         built._metrics.update(collected)
+        built._metrics.add_imported(built._code_modules(builders))  # also when imported by an earlier run
         return built
+
+    def _code_modules(self, builders: dict[str, Optional[Callable]]) -> set[str]:
+        """The modules of the run's own code: its model's and its runner's classes, the functions that
+        build its model and data (whose module-level metrics are the run's: docs/architecture.md)."""
+        fns = [fn for fn in builders.values() if fn is not None]
+        if builders.get("model_fn") is None:
+            fns.append(model_function(self.params))
+        for split, name in (("train", "train_input"), ("eval", "eval_input")):
+            if getattr(self.params, name) is not None and builders.get(f"{split}_data_fn") is None:
+                fns.append(data_function(self.params, name))
+        names = {type(m).__module__ for m in self.model.modules()} | {c.__module__ for c in type(self).__mro__}
+        return names | {fn.__module__ for fn in fns if isinstance(getattr(fn, "__module__", None), str)}
 
     @staticmethod
     def _create(params: Params, device: str, runner: Optional[str], mode: Optional[str],

@@ -12,14 +12,21 @@ replica reads, as the runners' eval does. A metric whose state is not a sum over
 
 The registry lives as long as the process (the vendor's does too), so a runner reports a
 :class:`MetricSet` instead: the metrics of its own run, never those an earlier run or the program's
-other code registered (docs/architecture.md, "A run's metrics").
+other code registered, and of those only the ones the run updated (docs/architecture.md, "A run's
+metrics").
+
+Every metric counts its updates in a tensor (``num_updates``, the vendor's property): an update
+inside a compiled step is replayed without Python, so a Python counter would stop at the trace.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
-from typing import Any, Iterator
+import sys
+import types
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -39,6 +46,7 @@ logger = logging.getLogger(__name__)
 
 _METRICS: dict[str, Metric] = {}
 _COLLECTING: list[MetricSet] = []  # the sets whose collecting() block is running
+_IMPORTED: list[Metric] = []  # metrics made while a module was being imported: module-level metrics
 
 # Running sums are kept in float64: float32 stops counting exactly past 2**24 tokens, which a long
 # LLM eval reaches. (The vendor keeps float32; results differ only in the last bits.)
@@ -69,7 +77,24 @@ class Metric(torch.nn.Module):
         self.name = name
         self.compute_on_system = compute_on_system
         self._initial_values: dict[str, torch.Tensor] = {}
+        self._in_update = False
+        # Updates since the last reset, counted on the device (a compiled step replays the increment).
+        self.register_buffer("_updates", torch.zeros((), dtype=torch.int64), persistent=False)
+        self.imported_by = _modules_being_imported()
+        """The modules whose import made this metric, innermost first (empty: not made at import)."""
+        if self.imported_by:
+            _IMPORTED.append(self)
         register_metric(self)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "update" in cls.__dict__:  # every class's own update counts (once per outermost call)
+            cls.update = _counting(cls.__dict__["update"])
+
+    @property
+    def num_updates(self) -> int:
+        """Updates since the last reset (on this replica; a host read)."""
+        return int(self._updates)
 
     # -- state -----------------------------------------------------------------------------------
     def register_state(self, name: str, value: torch.Tensor) -> None:
@@ -91,6 +116,7 @@ class Metric(torch.nn.Module):
         with torch.no_grad():
             for name, initial in self._initial_values.items():
                 getattr(self, name).copy_(initial)
+            self._updates.zero_()
 
     def _apply(self, fn: Any, recurse: bool = True) -> Metric:
         """``.to()``/``.half()`` on a model move its metrics but keep their accumulator dtypes:
@@ -139,9 +165,9 @@ class Metric(torch.nn.Module):
         if replicas.world_size() == 1 or not replicas.joined():
             yield self
             return
-        own = {name: getattr(self, name) for name in self._initial_values}
+        own = {name: getattr(self, name) for name in [*self._initial_values, "_updates"]}
         for name, value in own.items():
-            setattr(self, name, self.reduce_state(name, value))
+            setattr(self, name, replicas.all_reduce_sum(value) if name == "_updates" else self.reduce_state(name, value))
         try:
             yield self
         finally:
@@ -155,6 +181,53 @@ class Metric(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}"
+
+
+def _counting(update: Callable) -> Callable:
+    """``update`` that adds one to the metric's update count (a subclass's update that calls its base's
+    counts once); the count is a tensor op, so it is part of a traced step."""
+
+    @functools.wraps(update)
+    def counted(self: Metric, *args: Any, **kwargs: Any) -> Any:
+        if self._in_update:
+            return update(self, *args, **kwargs)
+        self._in_update = True
+        try:
+            result = update(self, *args, **kwargs)
+        finally:
+            self._in_update = False
+        with torch.no_grad():
+            self._updates.add_(1)  # on the state's device: update moved it there
+        return result
+
+    return counted
+
+
+def _modules_being_imported() -> tuple[str, ...]:
+    """The names of the modules whose import is running on this thread's stack, innermost first."""
+    names = []
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>":
+            spec = frame.f_globals.get("__spec__")
+            if getattr(spec, "_initializing", False):  # importlib's mark of a module being executed
+                names.append(frame.f_globals.get("__name__"))
+        frame = frame.f_back
+    return tuple(names)
+
+
+def imported_metrics(modules: Iterable[str]) -> list[Metric]:
+    """The registered metrics made while one of ``modules``, or a module one of them names (imports)
+    at module level, was being imported: the module-level metrics of a run's code, whoever imported it
+    first (docs/architecture.md, "A run's metrics")."""
+    names = set(modules)
+    for name in list(names):
+        module = sys.modules.get(name)
+        for value in vars(module).values() if module is not None else ():
+            owner = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+            if isinstance(owner, str):
+                names.add(owner)
+    return [m for m in _IMPORTED if _METRICS.get(m.name) is m and names.intersection(m.imported_by)]
 
 
 def register_metric(metric: Metric) -> None:
@@ -237,9 +310,25 @@ class MetricSet:
         """The set's metrics by name, in the order they joined."""
         return dict(self._metrics)
 
+    def add_imported(self, modules: Iterable[str]) -> None:
+        """Adds the module-level metrics of ``modules`` (:func:`imported_metrics`): a run's, also when an
+        earlier run or the program imported them first."""
+        for metric in imported_metrics(modules):
+            self.add(metric)
+
     def compute(self) -> dict[str, float]:
-        """Every metric's value as a Python float (a host read each; a collective with replicas)."""
-        return _compute(self._metrics)
+        """The value of every metric updated since its reset, as a Python float (a host read each; a
+        collective with replicas). A metric nobody updated is left out with a warning, as the Model Zoo
+        2.x trainer skips an unused metric: its value would be a division by zero, not a result."""
+        values = {}
+        for name, metric in self._metrics.items():
+            with metric.replicas_reduced():
+                if int(metric._updates) == 0:
+                    logger.warning("Metric %s was not updated in this evaluation: not reported (update it in the "
+                                   "eval step, or remove it)", name)
+                    continue
+                values[name] = float(metric.compute())
+        return values
 
     def reset(self) -> None:
         """Resets the set's metrics in place (only these: other runs' and the program's stay as they are)."""

@@ -83,6 +83,7 @@ def test_reset_all_is_in_place():
 def test_state_is_discoverable_as_buffers():
     acc = AccuracyMetric("acc")
     assert sorted(n for n, _ in acc.named_buffers()) == [
+        "_updates",  # the update count: a compiled step replays its increment too
         "total_correct_predictions",
         "total_num_tokens",
     ]
@@ -133,3 +134,23 @@ def test_accuracy_traces_in_fake_mode_and_replays_like_eager(trace_and_replay):
         traced.total_correct_predictions, eager.total_correct_predictions
     )
     assert torch.equal(traced.total_num_tokens, eager.total_num_tokens)
+
+
+def test_num_updates_counts_each_update_once_and_reset_clears_it():
+    # The vendor's Metric.num_updates (cerebras/pytorch/metrics/metric.py: +1 per update() call, 0 after
+    # reset()); here a tensor, so a compiled step's replays count as the eager calls do.
+    class Nested(AccuracyMetric):  # an update that calls its base's counts once
+        def update(self, labels, predictions, weights=None, dtype=None):
+            super().update(labels, predictions, weights, dtype)
+
+    for metric in (AccuracyMetric("count/plain"), Nested("count/nested")):
+        labels, preds, _ = _batch(1)
+        assert metric.num_updates == 0
+        metric.update(labels, preds)
+        metric(labels=labels, predictions=preds)  # forward = update + compute
+        assert metric.num_updates == 2
+        metric.compute()
+        float(metric)
+        assert metric.num_updates == 2  # reading is not updating
+        metric.reset()
+        assert metric.num_updates == 0

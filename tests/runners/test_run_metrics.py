@@ -1,7 +1,10 @@
 """A run reports its own metrics only (docs/architecture.md, "A run's metrics"): those attached to its model,
-those registered while it is created (its user modules imported, its model built) or runs; never a metric that
-an earlier run or the program's other code left in the process-wide registry (before, a vendor test's
-``AccuracyMetric("accuracy")`` made every later run in the process report ``accuracy: nan``)."""
+those registered while it is created (its user modules imported, its model built) or runs, and the module-level
+metrics of its code's modules, also when an earlier run imported them (the vendor's registry is process-wide);
+never a metric that an earlier run or the program's other code left in the process-wide registry (before, a
+vendor test's ``AccuracyMetric("accuracy")`` made every later run in the process report ``accuracy: nan``), and
+never a metric that was not updated in the evaluation (the Model Zoo 2.x trainer skips it with a warning; before,
+cs-run reported nan)."""
 
 from __future__ import annotations
 
@@ -45,6 +48,16 @@ class Net(torch.nn.Module):
 
 def build_model(prefix="eval", hidden=8, dropout=0.0):  # toy_project's params set hidden and dropout
     return Net(prefix)
+
+
+class WithUnused(Net):
+    def __init__(self, prefix):
+        super().__init__(prefix)
+        self.unused = AccuracyMetric(prefix + "/unused")  # attached to the model, never updated
+
+
+def build_with_unused(prefix="eval", hidden=8, dropout=0.0):
+    return WithUnused(prefix)
 '''
 
 
@@ -84,13 +97,14 @@ def test_a_run_reports_its_own_metrics_and_none_left_by_earlier_runs_or_the_prog
 
     _, first = run("first", "md1")
     assert set(first) == {"eval/loss", "first/accuracy", "first/held_accuracy", "import/accuracy"}
-    runner, second = run("second", "md2")  # metric_models is cached now: import/accuracy is the first run's
-    assert set(second) == {"eval/loss", "second/accuracy", "second/held_accuracy"}
+    runner, second = run("second", "md2")  # metric_models is cached now: its module-level metric is still the run's
+    assert set(second) == {"eval/loss", "second/accuracy", "second/held_accuracy", "import/accuracy"}
     assert {"accuracy", "program/accuracy", "first/accuracy"} <= set(get_all_metrics())  # still registered
     loader = DataLoader(TensorDataset(*sys.modules["toy_models"].make_tensors("eval", 32, -1)), batch_size=8)
     want = _hand_accuracy(runner.model, loader)
     assert second["second/accuracy"] == pytest.approx(want, abs=1e-12)
     assert second["second/held_accuracy"] == pytest.approx(want, abs=1e-12)
+    assert second["import/accuracy"] == pytest.approx(want, abs=1e-12)  # reset by the second run's eval, then updated
     assert float(program) == 0.5  # the run neither reported nor reset the program's metric
     assert float(stale) != float(stale)  # nan: untouched
 
@@ -131,3 +145,45 @@ def test_a_metric_set_collects_while_its_block_runs_and_resets_only_its_own():
     assert outer.compute()["set/b"] == 1.0
     outer.reset()
     assert float(b) != float(b) and float(before) == 0.5  # b reset (no samples: nan); before untouched
+
+
+@pytest.mark.parametrize("device", ["CPU", "CSX"])
+def test_a_metric_not_updated_in_an_evaluation_is_not_reported(metric_project, tmp_path, device, caplog):
+    # Model Zoo 2.10 trainer/callbacks/metrics.py (ModelEvalMetrics.on_validate_end): a metric with
+    # num_updates == 0 is skipped with a warning instead of logged. Two evaluations (step 2, periodic, and
+    # step 4, the final one): on CSX the second replays the compiled eval step, whose update count is a
+    # tensor the replay increments, so the used metrics are reported both times.
+    params = load_params(metric_project, {"model.name": "metric_models:build_with_unused", "model.prefix": "m",
+                                          "runconfig.model_dir": str(tmp_path / "md"), "runconfig.max_steps": 4,
+                                          "runconfig.eval_frequency": 2, "runconfig.checkpoint_steps": 0})
+    runner = PyTorchBaseRunner.create(params, device=device, mode="train_and_eval")
+    with caplog.at_level("WARNING", logger="cs_run"):
+        results = runner.run("train_and_eval")
+    assert set(results) == {"eval/loss", "m/accuracy", "m/held_accuracy", "import/accuracy"}
+    assert all(value == value for value in results.values())  # no nan
+    assert caplog.text.count("Metric m/unused was not updated in this evaluation: not reported") == 2
+    rows = (tmp_path / "md" / "eval" / "scalars.csv").read_text().splitlines()[1:]
+    tags = sorted((int(step), tag) for step, tag, *_ in (row.split(",") for row in rows))
+    assert tags == sorted((step, tag) for step in (2, 4) for tag in ("loss", "m/accuracy", "m/held_accuracy",
+                                                                      "import/accuracy"))
+
+
+def test_trainer_runs_in_one_process_report_the_module_level_metric_of_the_model_module(metric_project, tmp_path):
+    # Two Trainer runs in one process of a model whose module defines a metric at module level and updates it
+    # in forward: the vendor's registry (cerebras/pytorch/metrics/metric.py: Metric.registry, a class-level
+    # dict of lists by name) keeps it for the process, so each run reports it, with its own evaluation's value.
+    import importlib
+
+    module = importlib.import_module("metric_models")  # imported by the program, before any run
+    results = []
+    for prefix in ("one", "two"):
+        model = module.build_model(prefix)
+        g = torch.Generator().manual_seed(0)
+        data = TensorDataset(torch.randn(32, 6, generator=g), torch.randint(0, 3, (32,), generator=g))
+        trainer = Trainer(device="CPU", model_dir=str(tmp_path / prefix), model=model,
+                          optimizer=cs_run.optim.SGD(model.parameters(), lr=0.1 if prefix == "one" else 0.5),
+                          loop={"num_steps": 4})
+        out = trainer.fit(DataLoader(data, batch_size=4, drop_last=True), DataLoader(data, batch_size=8))
+        assert set(out) == {"eval/loss", f"{prefix}/accuracy", "import/accuracy"}
+        assert out["import/accuracy"] == pytest.approx(_hand_accuracy(model, DataLoader(data, batch_size=8)))
+        results.append(out)
