@@ -42,7 +42,8 @@ _CHECKPOINT_KEYS = trainer_keys("checkpoint")
 _LOGGING_KEYS = trainer_keys("logging")
 _NAMES = {f"runconfig.{key}": f"{argument}.{name}" for argument, keys in
           (("loop", _LOOP_KEYS), ("checkpoint", _CHECKPOINT_KEYS), ("logging", _LOGGING_KEYS))
-          for name, key in keys.items()} | {"optimizer.grad_accum_steps": "loop.grad_accum_steps"}
+          for name, key in keys.items()} | {"optimizer.grad_accum_steps": "loop.grad_accum_steps",
+                                            "train_input": "train_dataloader", "eval_input": "val_dataloader"}
 """The runconfig keys the Trainer's arguments set, as the user wrote them (``loop.num_steps``): messages
 about their values name these (:attr:`cs_run.params.Params.names`)."""
 _HEAD = "Trainer: "

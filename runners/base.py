@@ -588,7 +588,7 @@ class PyTorchBaseRunner(RunnerHooks):
                 total_loss = loss.float() if total_loss is None else total_loss + loss.float()
                 bar.update(1)
         if steps == 0:
-            raise ParamsError(_NO_EVAL_BATCH)
+            raise _no_eval_batch(self.params)
         early_exit = available is not None and steps < available
         self.on_eval_epoch_end(early_exit=early_exit)
         self.on_eval_end(early_exit=early_exit)
@@ -605,7 +605,7 @@ class PyTorchBaseRunner(RunnerHooks):
     def _build_eval_loader(self) -> Any:
         loader = _build.build_dataloader(self.params, "eval", self._data_fns["eval"])
         if loader_length(loader) == 0:
-            raise ParamsError(_NO_EVAL_BATCH)
+            raise _no_eval_batch(self.params)
         return loader
 
     def eval_all(self) -> dict[str, dict[str, float]]:
@@ -801,8 +801,11 @@ class PyTorchBaseRunner(RunnerHooks):
         return tqdm(total=total, desc=desc, unit="step", disable=disable, dynamic_ncols=True, leave=False)
 
 
-_NO_EVAL_BATCH = ("params: eval_input: the eval loader yields no batch; check eval_input.batch_size and "
-                  "drop_last_batch")
+def _no_eval_batch(params: Params) -> ParamsError:
+    """An eval loader without a batch, named as the user gave it (eval_input, the Trainer's val_dataloader)."""
+    section = params.name("eval_input")
+    fix = "eval_input.batch_size and drop_last_batch" if section == "eval_input" else "its batch_size and drop_last"
+    return ParamsError(f"{params.head}{section}: the eval loader yields no batch; check {fix}")
 
 
 def _check_replica_loader(loader, section) -> None:

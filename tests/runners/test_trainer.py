@@ -267,3 +267,16 @@ def test_trainer_loop_log_lines_name_the_trainers_arguments(tmp_path, caplog):
     assert "loop.eval_frequency=1 has no effect here" in text
     assert "loop.eval_steps=50 but the eval loader has 8 batches: evaluating 8" in text
     assert "runconfig." not in text
+
+
+def test_an_empty_val_dataloader_is_named_as_the_trainers_argument(tmp_path):
+    model = WithLoss()
+    trainer = Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model,
+                      optimizer=cs_run.optim.SGD(model.parameters(), lr=0.1), loop={"num_steps": 2})
+    empty = DataLoader(TensorDataset(torch.randn(3, 6), torch.randint(0, 3, (3,))), batch_size=4, drop_last=True)
+    for call in (lambda: trainer.validate(empty), lambda: trainer.fit(loader(), empty)):
+        with pytest.raises(cs_run.errors.ParamsError) as info:
+            call()
+        assert str(info.value) == ("Trainer: val_dataloader: the eval loader yields no batch; check its batch_size "
+                                   "and drop_last")
+        assert not (tmp_path / "md").exists()
