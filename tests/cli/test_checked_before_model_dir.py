@@ -66,12 +66,13 @@ EVAL_REFUSALS = {  # eval_input's value -> its replacement
 }
 
 
-@pytest.mark.parametrize("command", ["eval", "train-and-eval", "eval-all"])
+# eval-all of a model_dir without checkpoints has its own refusal (test_refused_early): "existing" only.
+@pytest.mark.parametrize(("command", "model_dir"), [("eval", "new"), ("eval", "existing"), ("train-and-eval", "new"),
+                                                    ("train-and-eval", "existing"), ("eval-all", "existing")],
+                         indirect=["model_dir"])
 @pytest.mark.parametrize("refusal", list(EVAL_REFUSALS))
 def test_eval_data_that_yields_no_batch_is_refused_before_model_dir_is_written(command, refusal, model_dir,
                                                                                toy_project):
-    if command == "eval-all" and not model_dir.exists():
-        pytest.skip("eval-all of a model_dir without checkpoints has its own refusal (test_refused_early)")
     old, new = EVAL_REFUSALS[refusal]
     text = toy_project.read_text()
     eval_at = text.index("eval_input:")
