@@ -1,5 +1,10 @@
 """Base class of on-system metrics, the global registry of metrics by name, and a run's own metrics.
 
+The registry keeps every metric under its name, several under one name as the vendor's does (names
+need not be unique): :func:`get_all_metrics` reports a repeated name as ``name.0``, ``name.1``, ... in
+registration order and a name held once as itself; a run's :class:`MetricSet` names its metrics the same
+way (docs/architecture.md, "A run's metrics").
+
 A metric keeps its running state in registered buffers (it is a ``torch.nn.Module``), so the CSX
 engine discovers the state like a model's buffers, and ``update`` only does in-place tensor ops: an
 update inside a traced step becomes part of the graph and each replay mutates the real state.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import sys
 import types
@@ -44,8 +50,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_METRICS: dict[str, Metric] = {}
+_METRICS: dict[str, list[Metric]] = {}  # by name, in registration order (the vendor's Metric.registry)
 _COLLECTING: list[MetricSet] = []  # the sets whose collecting() block is running
+_SERIALS = itertools.count()
 _IMPORTED: list[Metric] = []  # metrics made while a module was being imported: module-level metrics
 
 # Running sums are kept in float64: float32 stops counting exactly past 2**24 tokens, which a long
@@ -63,7 +70,8 @@ class Metric(torch.nn.Module):
     Args:
         name: Name under which the metric is registered and reported (required, as in the vendor's
             ``Metric(name)``; None: the class name).
-            Registering a second metric with the same name replaces the first in the registry.
+            Names need not be unique: a second metric of the same name is registered beside the
+            first, and the two are reported as ``name.0`` and ``name.1``.
         compute_on_system: Accepted for compatibility with the vendor API; cs-run always keeps the
             state on the device and computes from it, so the flag has no effect.
     """
@@ -78,9 +86,11 @@ class Metric(torch.nn.Module):
         self.compute_on_system = compute_on_system
         self._initial_values: dict[str, torch.Tensor] = {}
         self._in_update = False
+        self._serial = next(_SERIALS)  # the registration order, across names
         # Updates since the last reset, counted on the device (a compiled step replays the increment).
         self.register_buffer("_updates", torch.zeros((), dtype=torch.int64), persistent=False)
-        self.imported_by = _modules_being_imported()
+        self._imported_from = _modules_being_imported()  # (name, spec): the spec tells one import from the next
+        self.imported_by = tuple(name for name, _ in self._imported_from)
         """The modules whose import made this metric, innermost first (empty: not made at import)."""
         if self.imported_by:
             _IMPORTED.append(self)
@@ -203,15 +213,15 @@ def _counting(update: Callable) -> Callable:
     return counted
 
 
-def _modules_being_imported() -> tuple[str, ...]:
-    """The names of the modules whose import is running on this thread's stack, innermost first."""
+def _modules_being_imported() -> tuple[tuple[str, Any], ...]:
+    """The modules whose import is running on this thread's stack, innermost first: (name, its spec)."""
     names = []
     frame = sys._getframe(2)
     while frame is not None:
         if frame.f_code.co_name == "<module>":
             spec = frame.f_globals.get("__spec__")
             if getattr(spec, "_initializing", False):  # importlib's mark of a module being executed
-                names.append(frame.f_globals.get("__name__"))
+                names.append((frame.f_globals.get("__name__"), spec))
         frame = frame.f_back
     return tuple(names)
 
@@ -227,59 +237,78 @@ def imported_metrics(modules: Iterable[str]) -> list[Metric]:
             owner = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
             if isinstance(owner, str):
                 names.add(owner)
-    return [m for m in _IMPORTED if _METRICS.get(m.name) is m and names.intersection(m.imported_by)]
+    return [m for m in _IMPORTED if _registered(m) and any(
+        name in names and getattr(sys.modules.get(name), "__spec__", None) is spec for name, spec in m._imported_from)]
+
+
+def _registered(metric: Metric) -> bool:
+    return any(m is metric for m in _METRICS.get(metric.name, ()))
 
 
 def register_metric(metric: Metric) -> None:
-    """Adds ``metric`` to the global registry; a metric already registered under its name is replaced."""
-    old = _METRICS.get(metric.name)
-    if old is not None and old is not metric:
-        logger.debug(
-            "Metric %r re-registered; the new metric replaces the old one", metric.name
-        )
-    _METRICS[metric.name] = metric
+    """Adds ``metric`` to the global registry, after the metrics already registered under its name
+    (a metric already registered is left where it is)."""
+    if not _registered(metric):
+        _METRICS.setdefault(metric.name, []).append(metric)
     for collected in _COLLECTING:
         collected.add(metric)
 
 
-def unregister_metric(name: str) -> None:
-    """Removes the metric registered under ``name`` (no error when there is none)."""
-    _METRICS.pop(name, None)
+def unregister_metric(name_or_metric: str | Metric) -> None:
+    """Removes a metric from the registry: a name removes every metric registered under it, a metric
+    only itself (no error when there is none)."""
+    if isinstance(name_or_metric, Metric):
+        held = _METRICS.get(name_or_metric.name, [])
+        held[:] = [m for m in held if m is not name_or_metric]
+        if not held:
+            _METRICS.pop(name_or_metric.name, None)
+    else:
+        _METRICS.pop(name_or_metric, None)
 
 
-def get_all_metrics() -> dict[str, Metric]:
-    """Every registered metric by name, in registration order."""
-    return dict(_METRICS)
+def reported_names(metrics: Iterable[Metric]) -> Iterator[tuple[str, Metric]]:
+    """``(name, metric)`` grouped by name (at the name's first place), a name held by several metrics
+    numbered ``name.0``, ``name.1``, ... in their order, a name held once as itself: the vendor's
+    ``get_all_metrics`` rule."""
+    by_name: dict[str, list[Metric]] = {}
+    for metric in metrics:
+        by_name.setdefault(metric.name, []).append(metric)
+    for name, held in by_name.items():
+        for i, metric in enumerate(held):
+            yield (f"{name}.{i}" if len(held) > 1 else name), metric
+
+
+def get_all_metrics() -> Iterator[tuple[str, Metric]]:
+    """Every registered metric as ``(name, metric)`` pairs, as the vendor's generator yields them:
+    grouped by name in registration order, a repeated name as ``name.0``, ``name.1``, ...
+    (``dict(get_all_metrics())`` is a mapping)."""
+    return reported_names([m for held in _METRICS.values() for m in held])
 
 
 def compute_all_metrics() -> dict[str, float]:
-    """The value of every registered metric as a Python float (one host read per metric)."""
-    return _compute(_METRICS)
+    """The value of every registered metric as a Python float, by its :func:`get_all_metrics` name
+    (one host read per metric)."""
+    return {name: float(metric) for name, metric in get_all_metrics()}
 
 
 def reset_all_metrics() -> None:
     """Resets every registered metric's state in place, e.g. before an eval pass."""
-    _reset(_METRICS)
-
-
-def _compute(metrics: dict[str, Metric]) -> dict[str, float]:
-    return {name: float(metric) for name, metric in metrics.items()}
-
-
-def _reset(metrics: dict[str, Metric]) -> None:
-    for metric in metrics.values():
-        metric.reset()
+    for held in _METRICS.values():
+        for metric in held:
+            metric.reset()
 
 
 class MetricSet:
-    """The metrics of one run, by name: those registered while :meth:`collecting` runs (the run
-    imports the user's modules, builds the model, runs its steps; the Model Zoo's R_1.x rule, whose
-    global registry served one run per process) and those :meth:`add_module` finds in the model
-    (the Model Zoo 2.x rule: metrics attached to the model). As in the registry, a later metric of
-    the same name replaces an earlier one."""
+    """The metrics of one run: those registered while :meth:`collecting` runs (the run imports the
+    user's modules, builds the model, runs its steps; the Model Zoo's R_1.x rule, whose global
+    registry served one run per process) and those :meth:`add_module` finds in the model (the Model
+    Zoo 2.x rule: metrics attached to the model). They are named as :func:`get_all_metrics` names the
+    registry, counting the set's own metrics only: in registration order, two of one name as
+    ``name.0`` and ``name.1`` (none is dropped, as the Model Zoo 2.3 runner reported every
+    ``get_all_metrics`` entry; docs/architecture.md, "A run's metrics")."""
 
     def __init__(self) -> None:
-        self._metrics: dict[str, Metric] = {}
+        self._members: list[Metric] = []
 
     @contextlib.contextmanager
     def collecting(self) -> Iterator[MetricSet]:
@@ -291,9 +320,9 @@ class MetricSet:
             _COLLECTING.remove(self)
 
     def add(self, metric: Metric) -> None:
-        if self._metrics.get(metric.name) is not metric:
-            self._metrics.pop(metric.name, None)  # a replacement is a new registration: it reports last
-            self._metrics[metric.name] = metric
+        if not any(m is metric for m in self._members):
+            self._members.append(metric)
+            self._members.sort(key=lambda m: m._serial)  # registration order, as the registry's
 
     def add_module(self, module: torch.nn.Module) -> None:
         """Adds every metric among ``module.modules()``, in module order."""
@@ -302,13 +331,13 @@ class MetricSet:
                 self.add(sub)
 
     def update(self, other: MetricSet) -> None:
-        """Adds ``other``'s metrics (those of the same name replace this set's)."""
-        for metric in other._metrics.values():
+        """Adds ``other``'s metrics."""
+        for metric in other._members:
             self.add(metric)
 
     def metrics(self) -> dict[str, Metric]:
-        """The set's metrics by name, in the order they joined."""
-        return dict(self._metrics)
+        """The set's metrics by the names it reports them under (``name.i`` for a repeated name)."""
+        return dict(reported_names(self._members))
 
     def add_imported(self, modules: Iterable[str]) -> None:
         """Adds the module-level metrics of ``modules`` (:func:`imported_metrics`): a run's, also when an
@@ -321,7 +350,7 @@ class MetricSet:
         collective with replicas). A metric nobody updated is left out with a warning, as the Model Zoo
         2.x trainer skips an unused metric: its value would be a division by zero, not a result."""
         values = {}
-        for name, metric in self._metrics.items():
+        for name, metric in reported_names(self._members):
             with metric.replicas_reduced():
                 if int(metric._updates) == 0:
                     logger.warning("Metric %s was not updated in this evaluation: not reported (update it in the "
@@ -332,4 +361,5 @@ class MetricSet:
 
     def reset(self) -> None:
         """Resets the set's metrics in place (only these: other runs' and the program's stay as they are)."""
-        _reset(self._metrics)
+        for metric in self._members:
+            metric.reset()

@@ -11,7 +11,7 @@ from cs_run.metrics import metric as metric_module
 
 @pytest.fixture(autouse=True)
 def _clean_registry():
-    saved = dict(metric_module._METRICS)
+    saved = {name: list(held) for name, held in metric_module._METRICS.items()}
     metric_module._METRICS.clear()
     yield
     metric_module._METRICS.clear()

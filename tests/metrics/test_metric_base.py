@@ -23,13 +23,30 @@ def _batch(seed: int, n: int = 50, classes: int = 5):
     return labels, preds, mask
 
 
-def test_registry_replaces_and_lists():
+def test_registry_keeps_repeated_names_as_the_vendor_reports_them():
+    # The vendor's registry (cerebras/pytorch/metrics/metric.py: Metric.registry, a defaultdict(list) that
+    # every Metric appends itself to) and get_all_metrics(), a generator of (name, metric) pairs grouped by
+    # name, "name.i" when a name holds several metrics, the bare name when it holds one. Checked with the
+    # vendor's wheel: x, y, x registered -> [("x.0", x1), ("x.1", x2), ("y", y)].
     a = AccuracyMetric("eval/accuracy")
     b = AccuracyMetric("other")
-    assert get_all_metrics() == {"eval/accuracy": a, "other": b}
+    assert list(get_all_metrics()) == [("eval/accuracy", a), ("other", b)]
     a2 = AccuracyMetric("eval/accuracy")
-    assert get_all_metrics()["eval/accuracy"] is a2
-    assert list(get_all_metrics()) == ["eval/accuracy", "other"]
+    pairs = list(get_all_metrics())
+    assert [name for name, _ in pairs] == ["eval/accuracy.0", "eval/accuracy.1", "other"]
+    assert [m for _, m in pairs] == [a, a2, b] and pairs[0][1] is a and pairs[1][1] is a2
+    for metric, correct in ((a, [1, 1]), (a2, [1, 0]), (b, [0, 0])):
+        metric(labels=torch.tensor([1, 1]), predictions=torch.tensor(correct))
+    assert compute_all_metrics() == {"eval/accuracy.0": 1.0, "eval/accuracy.1": 0.5, "other": 0.0}
+    reset_all_metrics()
+    assert all(m.num_updates == 0 for m in (a, a2, b))
+    cstorch.metrics.unregister_metric(a)  # one metric: its name is held once again
+    assert list(get_all_metrics()) == [("eval/accuracy", a2), ("other", b)]
+    cstorch.metrics.register_metric(a2)  # already registered: stays where it is
+    assert list(get_all_metrics()) == [("eval/accuracy", a2), ("other", b)]
+    AccuracyMetric("other")
+    cstorch.metrics.unregister_metric("other")  # a name: every metric registered under it
+    assert list(get_all_metrics()) == [("eval/accuracy", a2)]
     assert cstorch.metrics.AccuracyMetric is AccuracyMetric
 
 

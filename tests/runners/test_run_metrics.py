@@ -58,6 +58,23 @@ class WithUnused(Net):
 
 def build_with_unused(prefix="eval", hidden=8, dropout=0.0):
     return WithUnused(prefix)
+
+
+class WithTwin(Net):
+    def __init__(self, prefix):
+        super().__init__(prefix)
+        self.twin = AccuracyMetric(prefix + "/accuracy")  # the same name as self.attached, another value
+
+    def forward(self, batch):
+        loss = super().forward(batch)
+        if not self.training:
+            x, y = batch
+            self.twin(labels=y.int(), predictions=torch.zeros_like(y).int())  # the share of label 0
+        return loss
+
+
+def build_with_twin(prefix="eval", hidden=8, dropout=0.0):
+    return WithTwin(prefix)
 '''
 
 
@@ -99,7 +116,7 @@ def test_a_run_reports_its_own_metrics_and_none_left_by_earlier_runs_or_the_prog
     assert set(first) == {"eval/loss", "first/accuracy", "first/held_accuracy", "import/accuracy"}
     runner, second = run("second", "md2")  # metric_models is cached now: its module-level metric is still the run's
     assert set(second) == {"eval/loss", "second/accuracy", "second/held_accuracy", "import/accuracy"}
-    assert {"accuracy", "program/accuracy", "first/accuracy"} <= set(get_all_metrics())  # still registered
+    assert {"accuracy", "program/accuracy", "first/accuracy"} <= {m.name for _, m in get_all_metrics()}  # kept
     loader = DataLoader(TensorDataset(*sys.modules["toy_models"].make_tensors("eval", 32, -1)), batch_size=8)
     want = _hand_accuracy(runner.model, loader)
     assert second["second/accuracy"] == pytest.approx(want, abs=1e-12)
@@ -133,14 +150,15 @@ def test_a_metric_set_collects_while_its_block_runs_and_resets_only_its_own():
         a = AccuracyMetric("set/a")
         with inner.collecting():
             b = AccuracyMetric("set/b")
-        a2 = AccuracyMetric("set/a")  # same name: replaces a, as in the registry
+        a2 = AccuracyMetric("set/a")  # same name: beside a, as in the registry
     after = AccuracyMetric("set/after")
-    assert outer.metrics() == {"set/b": b, "set/a": a2} and a not in outer.metrics().values()
+    assert outer.metrics() == {"set/a.0": a, "set/a.1": a2, "set/b": b}
     assert inner.metrics() == {"set/b": b}
     module = torch.nn.Module()
-    module.m = after
+    module.m, module.again = after, b
     outer.add_module(module)
-    assert list(outer.metrics()) == ["set/b", "set/a", "set/after"]
+    assert list(outer.metrics()) == ["set/a.0", "set/a.1", "set/b", "set/after"]
+    assert list(dict(get_all_metrics())).count("set/a.1") == 1  # the registry numbers the same way
     b(labels=torch.tensor([1, 1]), predictions=torch.tensor([1, 1]))
     assert outer.compute()["set/b"] == 1.0
     outer.reset()
@@ -187,3 +205,26 @@ def test_trainer_runs_in_one_process_report_the_module_level_metric_of_the_model
         assert set(out) == {"eval/loss", f"{prefix}/accuracy", "import/accuracy"}
         assert out["import/accuracy"] == pytest.approx(_hand_accuracy(model, DataLoader(data, batch_size=8)))
         results.append(out)
+
+
+@pytest.mark.parametrize("device", ["CPU", "CSX"])
+def test_two_metrics_of_one_name_in_a_run_are_both_reported_numbered(metric_project, tmp_path, device):
+    # The run's metrics are named as the vendor's get_all_metrics() names the registry
+    # (cerebras/pytorch/metrics/metric.py: "name.i" when a name holds several metrics), counting the run's own
+    # metrics: Model Zoo 2.3's runner (common/run_cstorch_flow.py:1285) logged every get_all_metrics() entry.
+    # (Model Zoo 2.10's trainer, trainer/callbacks/metrics.py:38, keys a dict by metric.name, so the later
+    # metric's value replaces the earlier's: cs-run reports both instead of dropping one.)
+    params = load_params(metric_project, {"model.name": "metric_models:build_with_twin", "model.prefix": "m",
+                                          "runconfig.model_dir": str(tmp_path / "md"), "runconfig.max_steps": 4,
+                                          "runconfig.eval_frequency": 2, "runconfig.checkpoint_steps": 0})
+    runner = PyTorchBaseRunner.create(params, device=device, mode="train_and_eval")
+    results = runner.run("train_and_eval")
+    assert list(results) == ["eval/loss", "import/accuracy", "m/accuracy.0", "m/accuracy.1", "m/held_accuracy"]
+    labels = sys.modules["toy_models"].make_tensors("eval", 32, -1)[1]
+    loader = DataLoader(TensorDataset(*sys.modules["toy_models"].make_tensors("eval", 32, -1)), batch_size=8)
+    assert results["m/accuracy.0"] == pytest.approx(_hand_accuracy(runner.model, loader), abs=1e-12)
+    assert results["m/accuracy.1"] == pytest.approx(float((labels == 0).float().mean()), abs=1e-12)
+    rows = (tmp_path / "md" / "eval" / "scalars.csv").read_text().splitlines()[1:]
+    tags = sorted((int(step), tag) for step, tag, *_ in (row.split(",") for row in rows))
+    assert tags == sorted((step, tag) for step in (2, 4) for tag in ("loss", "m/accuracy.0", "m/accuracy.1",
+                                                                      "m/held_accuracy", "import/accuracy"))
