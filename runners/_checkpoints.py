@@ -52,14 +52,20 @@ def check_fits(path: Path, target: dict[str, Any]) -> None:
     checkpoint.check_target(str(path), target)
 
 
-def not_this_models(params: Params, err: CheckpointError, autoloaded: bool, training: bool = True) -> ParamsError:
+def not_this_models(params: Params, err: CheckpointError, autoloaded: bool, training: bool = True,
+                    every: Optional[Path] = None) -> ParamsError:
     """The one line for a start checkpoint that does not fit the model (``err`` names the file and the
     first key): a wrong ``--resume`` / ``--checkpoint_path`` / ``ckpt_path`` / params key, or a model_dir
-    of another model (autoload). A config error: nothing was loaded."""
+    of another model (autoload; ``every``: the checkpoint of eval_all's model_dir that does not fit). A
+    config error: nothing was loaded."""
     if autoloaded:
         given = params.given_by.get("runconfig.model_dir")
         head = given or ("params: runconfig.model_dir" if params.source else "model_dir")
         where = "" if given else params.where("runconfig.model_dir")
+        if every is not None:
+            return ParamsError(f"{head} {params.runconfig.model_dir}: eval_all evaluates every checkpoint in it and "
+                               f"{every.name} is not one of this model's: {err}; give the model_dir of a run of this "
+                               f"model, or move {every.name} out of it{where}")
         trainer = str(params.given_by.get("runconfig.checkpoint_path", "")).startswith("Trainer.")
         fresh = "checkpoint={'autoload': False}" if trainer else "--resume none (runconfig.autoload_checkpoint: false)"
         fix = f", or start fresh in a new model_dir or with {fresh}" if training else \

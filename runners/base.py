@@ -313,11 +313,14 @@ class PyTorchBaseRunner(RunnerHooks):
         (docs/architecture.md#a-runs-files-and-its-end): the checkpoint it starts from must fit the
         model, its loaders are built (a data function's refusal, such as a missing data_dir; an empty
         eval loader), the early-stopping metric must be one the eval reports, and a training run's step
-        budget must hold from the checkpoint's global step. The loaders built here are the run's."""
+        budget must hold from the checkpoint's global step. eval_all's checkpoints must all fit the model
+        (a damaged one is not refused here: the evaluation skips it). The loaders built here are the run's."""
         training = mode in TRAINING_MODES
         self._train_loader = self._eval_loader = None
         try:
             start = None if mode == "eval_all" else self._check_start_fits(training)
+            if mode == "eval_all":
+                self._check_all_fit()
             if training:
                 self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
                 _check_replica_loader(self._train_loader, self.params.train_input)
@@ -670,6 +673,18 @@ class PyTorchBaseRunner(RunnerHooks):
                 if explicit or not training:
                     raise
         return None
+
+    def _check_all_fit(self) -> None:
+        """eval_all: every checkpoint in model_dir fits the model (keys, dtypes, shapes; no tensor data
+        read), oldest first; a damaged one is left to the evaluation, which logs and skips it."""
+        target = self._start_target(training=False)
+        for _, path in _checkpoints.list_checkpoints(self.model_dir):
+            try:
+                _checkpoints.check_fits(path, target)
+            except TargetMismatchError as e:
+                raise _checkpoints.not_this_models(self.params, e, autoloaded=True, every=path) from None
+            except CheckpointError:
+                continue
 
     def _checkpoint_state(self) -> dict[str, Any]:
         """Everything an exact resume needs (weights, optimizer, schedule, scaler, RNG, data position)."""

@@ -2,8 +2,9 @@
 
 The class: missing or empty eval data (eval, train-and-eval, eval-all, the Trainer's validate), a start
 checkpoint of another model (``--resume``, ``--checkpoint_path``, the params key, the Trainer's
-``ckpt_path``, a model_dir whose newest checkpoint is another model's), an early-stopping metric the
-eval does not report, a start at or past max_steps and compile-only's data. Each is one ``Error:`` line
+``ckpt_path``, a model_dir whose newest checkpoint is another model's, eval-all's model_dir holding one
+of another model), an early-stopping metric the eval does not report, a start at or past max_steps and
+compile-only's data. Each is one ``Error:`` line
 (what, where, how to fix), exit 2, and model_dir's contents are byte for byte what they were, also
 when it did not exist (no run record, no run.log line, no lock file).
 """
@@ -250,3 +251,37 @@ def test_the_data_functions_log_lines_of_the_checks_open_run_log(toy_project, tm
     assert result.exit_code == 0, result.output
     log = (md / "run.log").read_text()
     assert log.index("building the train data") < log.index("building the eval data") < log.index("cs-run train_and_eval")
+
+
+@pytest.mark.parametrize("holds", ["only another model's", "this model's and another's", "also a damaged one"])
+def test_eval_all_of_a_model_dir_with_another_models_checkpoint_is_refused_before_it_is_written(holds, toy_project,
+                                                                                               tmp_path):
+    # eval_all evaluates every checkpoint of model_dir: one of another model (keys, dtypes or shapes that do not
+    # fit: checkpoint.check_target) is refused up front, like a start checkpoint of another model; a damaged one
+    # is not (the evaluation logs and skips it: test_hostile_inputs.test_eval_all_evaluates_every_readable_checkpoint).
+    other = _toy_checkpoint(toy_project, tmp_path, hidden=16)
+    if holds == "only another model's":
+        md, name = other.parent, "checkpoint_2.mdl"
+    else:
+        md = _toy_checkpoint(toy_project, tmp_path, hidden=8).parent  # this model's checkpoint_2
+        name = "checkpoint_7.mdl"
+        (md / name).write_bytes(other.read_bytes())  # newer than this model's
+        if holds == "also a damaged one":
+            good = (md / "checkpoint_2.mdl").read_bytes()
+            (md / "checkpoint_1.mdl").write_bytes(good[: len(good) // 2])  # the oldest, checked first
+    before = _contents(md)
+    result = invoke("eval-all", "--params", toy_project, "--model_dir", md)
+    assert result.exit_code == 2, result.output
+    assert _error_line(result) == (f"Error: --model_dir {md}: eval_all evaluates every checkpoint in it and {name} is "
+                                   f"not one of this model's: checkpoint '{md / name}{MISMATCH}; give the model_dir "
+                                   f"of a run of this model, or move {name} out of it")
+    assert _contents(md) == before
+    if holds != "only another model's":
+        (md / name).unlink()  # without it, eval-all runs: this model's is evaluated, a damaged one skipped
+        result = invoke("eval-all", "--params", toy_project, "--model_dir", md)
+        damaged = holds == "also a damaged one"
+        assert result.exit_code == (1 if damaged else 0), result.output
+        if damaged:
+            assert _error_line(result).startswith("Error: eval_all: evaluated 1 of 2 checkpoints; 1 could not be "
+                                                  "read: checkpoint_1.mdl")
+        assert "GlobalStep=2," in (md / "run.log").read_text()
