@@ -232,6 +232,25 @@ class Params:
         """``key_path`` as the user set it: a Trainer argument's key, else the params key path."""
         return self.names.get(key_path, key_path)
 
+    def named(self, message: str) -> str:
+        """``message`` in the words the user wrote where these params are not a file's (the Trainer's):
+        a ``params: `` head as :attr:`head`, every key path as :meth:`name` names it, also one a data
+        function wrote itself (``train_input.data_dir`` of the Trainer's dict input is
+        ``train_dataloader.data_dir``)."""
+        if not self.names:
+            return message
+        if message.startswith("params: "):
+            message = self.head + message.removeprefix("params: ")
+
+        def rename(match: re.Match) -> str:
+            path = match.group()
+            for cut in [len(path), *(i for i in range(len(path) - 1, 0, -1) if path[i] == ".")]:
+                if path[:cut] in self.names:
+                    return self.names[path[:cut]] + path[cut:]
+            return path
+
+        return _KEY_PATH.sub(rename, message)
+
     def where(self, key_path: str = "") -> str:
         """`` (file:line)`` of a key path (or of its nearest enclosing key), for an error message."""
         return Params.locator(self.source, self.lines, self.overridden)(key_path)
@@ -252,8 +271,16 @@ class Params:
 
     def locate_error(self, err: ParamsError, section: str = "") -> ParamsError:
         """``err`` with the file:line of the most specific key it names (``section``'s keys first);
-        unchanged when it has a location already or is about a command-line flag."""
+        unchanged when it has a location already or is about a command-line flag. Params without a
+        file but with :attr:`names` (the Trainer's) get the message in those names (:meth:`named`)."""
         message = str(err)
+        if self.names and not self.source:
+            named = self.named(message)
+            if named == message:
+                return err
+            renamed = ParamsError(named)
+            renamed.__cause__ = err.__cause__
+            return renamed
         if ((self.source and f"({self.source}" in message) or "(set on the command line)" in message
                 or message.startswith("--") or not self.source):
             return err
@@ -292,6 +319,7 @@ class Params:
 
 
 _RUNCONFIG_KEYS = [f.name for f in dataclasses.fields(RunConfig)]
+_KEY_PATH = re.compile(r"(?<![\w./\\-])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")  # a dotted key path, not a file path's part
 
 _SECTION_TYPES = {
     "train_input": InputParams,

@@ -44,8 +44,9 @@ _NAMES = {f"runconfig.{key}": f"{argument}.{name}" for argument, keys in
           (("loop", _LOOP_KEYS), ("checkpoint", _CHECKPOINT_KEYS), ("logging", _LOGGING_KEYS))
           for name, key in keys.items()} | {"optimizer.grad_accum_steps": "loop.grad_accum_steps",
                                             "train_input": "train_dataloader", "eval_input": "val_dataloader"}
-"""The runconfig keys the Trainer's arguments set, as the user wrote them (``loop.num_steps``): messages
-about their values name these (:attr:`cs_run.params.Params.names`)."""
+"""The key paths the Trainer's arguments set, as the user wrote them (``loop.num_steps``, ``train_dataloader``
+for a dict input's section): messages about their values name these, also a data function's refusal of a
+dict input (:attr:`cs_run.params.Params.names`, :meth:`cs_run.params.Params.named`)."""
 _HEAD = "Trainer: "
 _PRECISION_KEYS = {"mixed_precision", "use_bfloat16", "fp16_type", "loss_scaling_factor", "initial_loss_scale",
                    "steps_per_increase", "min_loss_scale", "max_loss_scale", "overflow_tolerance",

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from cs_run.errors import ParamsError
-from cs_run.params import load_params, parse_override, save_params
+from cs_run.params import ModelParams, Params, RunConfig, load_params, parse_override, save_params
 from cs_run.resolve import resolve_params
 
 GOOD = {
@@ -169,3 +169,19 @@ def test_data_dir_falls_back_to_the_params_folder_and_says_so(tmp_path, monkeypa
     assert any("relative to the params file" in m for _, m in params.notes)  # logged when its run starts
     (tmp_path / "run" / "data" / "train").mkdir(parents=True)  # once both exist, the working directory wins
     assert load(write(tmp_path / "configs", GOOD)).train_input.data_dir == str(tmp_path / "run" / "data" / "train")
+
+
+def test_params_with_names_reword_a_message_as_the_user_wrote_it():
+    # The Trainer's params: no file; what it calls each key path (Params.names) and its head replace the params
+    # file's words, in cs-run's messages and in a data function's own; a file path is left as it is.
+    params = Params(model=ModelParams(name="m"), optimizer=None, runconfig=RunConfig(),
+                    names={"train_input": "train_dataloader", "runconfig.num_steps": "loop.num_steps"},
+                    head="Trainer: ")
+    message = ("params: train_input.data_dir: nothing in /data/train_input.x/train_input (train_input, "
+               "runconfig.num_steps, runconfig.num_stepsx, eval_input.data_dir)")
+    assert params.named(message) == ("Trainer: train_dataloader.data_dir: nothing in /data/train_input.x/train_input "
+                                     "(train_dataloader, loop.num_steps, runconfig.num_stepsx, eval_input.data_dir)")
+    err = params.locate_error(ParamsError(message))
+    assert isinstance(err, ParamsError) and str(err) == params.named(message)
+    unnamed = Params(model=ModelParams(name="m"), optimizer=None, runconfig=RunConfig())
+    assert unnamed.named(message) == message and str(unnamed.locate_error(ParamsError(message))) == message

@@ -280,3 +280,45 @@ def test_an_empty_val_dataloader_is_named_as_the_trainers_argument(tmp_path):
         assert str(info.value) == ("Trainer: val_dataloader: the eval loader yields no batch; check its batch_size "
                                    "and drop_last")
         assert not (tmp_path / "md").exists()
+
+
+MISSING = "/no/mnist/here"
+NO_MNIST = ("no MNIST {split} data in " + MISSING + " (looked for {prefix}-images-idx3-ubyte[.gz] and "
+            "{prefix}-labels-idx1-ubyte[.gz] there and in MNIST/raw); point data_dir at the MNIST folder, or set it "
+            "to 'bundled:digits' to train on the bundled digits")
+GOOD = {"batch_size": 8, "data_dir": "bundled:digits"}
+# The Trainer's dataloader dicts are input sections for the model's data function; what the data function (or its
+# signature check) refuses is named as the user wrote it, train_dataloader / val_dataloader, never as the params
+# file's train_input / eval_input (cs-run's own text and the fc_mnist data function's alike).
+DICT_INPUT_REFUSALS = [
+    ("fit", {"batch_size": 8, "data_dir": MISSING}, None,
+     "Trainer: train_dataloader.data_dir: " + NO_MNIST.format(split="train", prefix="train")),
+    ("fit", GOOD, {"batch_size": 8, "data_dir": MISSING},
+     "Trainer: val_dataloader.data_dir: " + NO_MNIST.format(split="eval", prefix="t10k")),
+    ("validate", None, {"batch_size": 8, "data_dir": MISSING},
+     "Trainer: val_dataloader.data_dir: " + NO_MNIST.format(split="eval", prefix="t10k")),
+    ("fit", {**GOOD, "bogus_key": 1}, None,
+     "Trainer: unknown key train_dataloader.bogus_key; valid keys: batch_size, data_dir, data_fn, drop_last_batch, "
+     "num_workers, persistent_workers, prefetch_factor, shuffle, shuffle_seed, to_float16"),
+    ("fit", GOOD, {"batch_sze": 8, "data_dir": "bundled:digits"},
+     "Trainer: unknown key val_dataloader.batch_sze; did you mean 'batch_size'?"),
+    ("fit", {**GOOD, "data_fn": "os:nothing_here"}, None,
+     "Trainer: train_dataloader.data_fn: module 'os' has no attribute 'nothing_here'"),
+    ("fit", {**GOOD, "data_fn": "os.path:join"}, None,
+     'Trainer: train_dataloader.data_fn: posixpath:join(a, *p) cannot be called as a data function (it does not '
+     'take split): it is called with split ("train" or "eval") and the keys of train_dataloader it names, all by '
+     'name, and returns a torch.utils.data.DataLoader; expected def join(split)'),
+    ("fit", {**GOOD, "batch_size": 0}, None, "Trainer: train_dataloader: 0 is not a positive integer"),
+]
+
+
+@pytest.mark.parametrize("verb, train, val, message", DICT_INPUT_REFUSALS)
+def test_a_data_function_refusing_a_trainer_dict_input_names_the_trainers_argument(verb, train, val, message,
+                                                                                   tmp_path):
+    trainer = Trainer(device="CPU", model_dir=str(tmp_path / "md"), model={"name": "fc_mnist", "depth": 1,
+                                                                           "hidden_size": 8},
+                      optimizer={"optimizer_type": "SGD", "learning_rate": 0.05}, loop={"num_steps": 2})
+    with pytest.raises(cs_run.errors.ParamsError) as info:
+        trainer.validate(val) if verb == "validate" else trainer.fit(train, val)
+    assert str(info.value) == message
+    assert not (tmp_path / "md").exists()
