@@ -185,6 +185,7 @@ class PyTorchBaseRunner(RunnerHooks):
         self._eval_every: Optional[int] = None  # those steps in this run (train() resolves a fraction)
         self._last_eval: tuple[int, dict] = (-1, {})  # (global step, results) of the newest periodic eval
         self._early_stopping = EarlyStopping.from_runconfig(rc)
+        self._created_records: list[logging.LogRecord] = []  # create()'s log lines, for the first run's run.log
 
     # --------------------------------------------------------------------------------- construction
 
@@ -204,8 +205,10 @@ class PyTorchBaseRunner(RunnerHooks):
         """
         device = device.upper()
         collected = MetricSet()  # the run's metrics include those its user modules register when imported
-        with collected.collecting():
+        with held_records(params.runconfig.logging) if replicas.is_master() else contextlib.nullcontext([]) \
+                as created, collected.collecting():  # ordinal 0's run.log begins with the creation's lines
             built = PyTorchBaseRunner._create(params, device, runner, mode, backend, builders)
+        built._created_records = created
         built._metrics.update(collected)
         built._metrics.add_imported(built._code_modules(builders))  # also when imported by an earlier run
         return built
@@ -281,6 +284,7 @@ class PyTorchBaseRunner(RunnerHooks):
         with held_records(self.params.runconfig.logging) if replicas.is_master() else \
                 contextlib.nullcontext([]) as early:  # ordinal 0's run.log begins with their lines
             self._check_before_writing(mode)
+        early, self._created_records = [*self._created_records, *early], []  # the creation's lines go first, once
         with self._open_model_dir(mode, early), self._metrics.collecting():  # a metric the first step creates is the run's
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
             try:

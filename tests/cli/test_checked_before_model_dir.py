@@ -253,6 +253,30 @@ def test_the_data_functions_log_lines_of_the_checks_open_run_log(toy_project, tm
     assert log.index("building the train data") < log.index("building the eval data") < log.index("cs-run train_and_eval")
 
 
+CREATION_LINES = {  # device -> (the flags, a line the runner's creation logs)
+    "CPU": (["--set", "model.mixed_precision=true"],
+            "model.mixed_precision with the float16 half type: no effect on the CPU device"),
+    "CSX": (["--max_wgt_servers", 3], "runconfig.max_wgt_servers=3 is recorded in the resolved params but has no "
+                                      "effect on this machine"),
+}
+
+
+@pytest.mark.parametrize("device", list(CREATION_LINES))
+def test_the_runner_creations_log_lines_open_run_log_once(device, toy_project, tmp_path):
+    # The runner is created (model, precision, backend) before model_dir is opened; its log lines are still the
+    # run's: in run.log once, before the run's first line, and on the console once.
+    flags, says = CREATION_LINES[device]
+    md = tmp_path / "md"
+    result = invoke("train", "--params", toy_project, "--model_dir", md, "--max_steps", 2, "--device", device, *flags)
+    assert result.exit_code == 0, result.output
+    assert result.output.count(says) == 1, result.output
+    log = (md / "run.log").read_text()
+    assert log.count(says) == 1 and log.index(says) < log.index(f"cs-run train on {device}"), log
+    again = flags if device == "CPU" else []  # the second run logs the line again on CPU only
+    assert invoke("eval", "--params", toy_project, "--model_dir", md, "--device", device, *again).exit_code == 0
+    assert (md / "run.log").read_text().count(says) == (2 if device == "CPU" else 1)  # the second run's own line
+
+
 @pytest.mark.parametrize("holds", ["only another model's", "this model's and another's", "also a damaged one"])
 def test_eval_all_of_a_model_dir_with_another_models_checkpoint_is_refused_before_it_is_written(holds, toy_project,
                                                                                                tmp_path):

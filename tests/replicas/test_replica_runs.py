@@ -25,6 +25,7 @@ from click.testing import CliRunner
 import cs_run as cstorch
 from cs_run.cli import cli
 
+NO_HALF = "model.mixed_precision with the float16 half type: no effect on the CPU device"
 TIMEOUT = 240  # seconds for any one multi-process run (a hang fails, it never blocks the suite)
 COMMON = ["--set", "model.dropout=0.0", "--set", "runconfig.log_steps=25", "--set", "runconfig.checkpoint_steps=25",
           "--collective_timeout", "180"]
@@ -76,9 +77,11 @@ def _assert_close(a: Path, b: Path, exact: bool = False) -> None:
 
 @pytest.fixture(scope="module")
 def two_replicas(tmp_path_factory):
-    """``cs-run train-and-eval --num_csx 2`` on fc_mnist, self-launched: 100 steps, checkpoints every 25."""
+    """``cs-run train-and-eval --num_csx 2`` on fc_mnist, self-launched: 100 steps, checkpoints every 25
+    (model.mixed_precision with float16: the CPU runs float32 and the creation logs a line, NO_HALF)."""
     md = tmp_path_factory.mktemp("two") / "md"
-    result = _run(_cs_run("train-and-eval", "--num_csx", 2, "--model_dir", md, "--max_steps", 100, *COMMON))
+    result = _run(_cs_run("train-and-eval", "--num_csx", 2, "--model_dir", md, "--max_steps", 100, *COMMON,
+                          "--set", "model.mixed_precision=true"))
     assert result.returncode == 0, result.stderr
     return md, result
 
@@ -88,6 +91,8 @@ def test_two_replicas_train_fc_mnist_like_one_process(two_replicas, tmp_path):
     # Ordinal 0 alone logs, reports and writes: each checkpoint and eval line once.
     assert sorted(p.name for p in md.glob("checkpoint_*.mdl")) == [f"checkpoint_{s}.mdl" for s in (100, 25, 50, 75)]
     assert result.stderr.count("Saved checkpoint") == 4 and result.stderr.count("| Eval ") == 1
+    # The runner creation's line (before model_dir is opened) also once, on the console and in run.log.
+    assert result.stderr.count(NO_HALF) == 1 and (md / "run.log").read_text().count(NO_HALF) == 1
     accuracy = float(result.stdout.split("eval/accuracy = ")[1].split()[0])
     assert accuracy >= 0.90
     # 1 process x batch 64 for 50 steps = 2 replicas x batch 32 (within the reduction-order tolerance).
