@@ -152,7 +152,8 @@ class Trainer:
         else:
             rc = dataclasses.replace(self._runconfig, checkpoint_path=ckpt_path)
         params = Params(model=self._model_section, optimizer=self._optimizer_section, runconfig=rc,
-                        train_input=_input_section(train_dataloader), eval_input=_input_section(val_dataloader),
+                        train_input=_input_section("train_input", train_dataloader),
+                        eval_input=_input_section("eval_input", val_dataloader),
                         given_by={"runconfig.checkpoint_path": f"Trainer.{verb}: ckpt_path"}, names=_NAMES, head=_HEAD)
         self.runner = PyTorchBaseRunner.create(
             params, device=self.backend.backend_type, backend=self.backend, runner=self._runner_class,
@@ -261,15 +262,15 @@ def _optimizer_parts(optimizer: Any, schedulers: Any, precision: dict, grad_accu
     return section, optimizer_fn, scheduler_fn
 
 
-def _input_section(loader: Any) -> Optional[InputParams]:
-    """A dict is an input params section for the model's data function; a loader object needs none."""
+def _input_section(section: str, loader: Any) -> Optional[InputParams]:
+    """A dict is an input params section for the model's data function, checked as a params file's is
+    (types, ranges; its keys named as the Trainer's argument); a loader object needs none."""
     if loader is None:
         return None
     if not isinstance(loader, dict):
         return InputParams()
-    known = {f.name for f in fields(InputParams)} - {"extra"}
-    return InputParams(**{k: v for k, v in loader.items() if k in known},
-                       extra={k: v for k, v in loader.items() if k not in known})
+    names = {f"{section}.{key}": f"{_NAMES[section]}.{key}" for key in loader}
+    return build_section(InputParams, section, loader, names=names, head=_HEAD)
 
 
 def _check_loader(what: str, loader: Any, required: bool = False) -> None:

@@ -308,7 +308,8 @@ DICT_INPUT_REFUSALS = [
      'Trainer: train_dataloader.data_fn: posixpath:join(a, *p) cannot be called as a data function (it does not '
      'take split): it is called with split ("train" or "eval") and the keys of train_dataloader it names, all by '
      'name, and returns a torch.utils.data.DataLoader; expected def join(split)'),
-    ("fit", {**GOOD, "batch_size": 0}, None, "Trainer: train_dataloader: 0 is not a positive integer"),
+    ("fit", {**GOOD, "batch_size": 0}, None, "Trainer: train_dataloader.batch_size: must be >= 1, got 0"),
+    ("fit", GOOD, {**GOOD, "shuffle": "yes"}, "Trainer: val_dataloader.shuffle: expected a boolean (true/false), got str 'yes'"),
 ]
 
 
