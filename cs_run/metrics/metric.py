@@ -53,7 +53,6 @@ logger = logging.getLogger(__name__)
 _METRICS: dict[str, list[Metric]] = {}  # by name, in registration order (the vendor's Metric.registry)
 _COLLECTING: list[MetricSet] = []  # the sets whose collecting() block is running
 _SERIALS = itertools.count()
-_IMPORTED: list[Metric] = []  # metrics made while a module was being imported: module-level metrics
 
 # Running sums are kept in float64: float32 stops counting exactly past 2**24 tokens, which a long
 # LLM eval reaches. (The vendor keeps float32; results differ only in the last bits.)
@@ -89,11 +88,9 @@ class Metric(torch.nn.Module):
         self._serial = next(_SERIALS)  # the registration order, across names
         # Updates since the last reset, counted on the device (a compiled step replays the increment).
         self.register_buffer("_updates", torch.zeros((), dtype=torch.int64), persistent=False)
-        self._imported_from = _modules_being_imported()  # (name, spec): the spec tells one import from the next
-        self.imported_by = tuple(name for name, _ in self._imported_from)
-        """The modules whose import made this metric, innermost first (empty: not made at import)."""
-        if self.imported_by:
-            _IMPORTED.append(self)
+        # The modules whose import made this metric, innermost first, with their specs (which tell one
+        # import of a module from the next); empty when not made at import (not a module-level metric).
+        self._imported_from = _modules_being_imported()
         register_metric(self)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -237,7 +234,7 @@ def imported_metrics(modules: Iterable[str]) -> list[Metric]:
             owner = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
             if isinstance(owner, str):
                 names.add(owner)
-    return [m for m in _IMPORTED if _registered(m) and any(
+    return [m for held in _METRICS.values() for m in held if any(
         name in names and getattr(sys.modules.get(name), "__spec__", None) is spec for name, spec in m._imported_from)]
 
 
@@ -352,7 +349,7 @@ class MetricSet:
         values = {}
         for name, metric in reported_names(self._members):
             with metric.replicas_reduced():
-                if int(metric._updates) == 0:
+                if metric.num_updates == 0:
                     logger.warning("Metric %s was not updated in this evaluation: not reported (update it in the "
                                    "eval step, or remove it)", name)
                     continue
