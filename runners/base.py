@@ -205,8 +205,7 @@ class PyTorchBaseRunner(RunnerHooks):
         """
         device = device.upper()
         collected = MetricSet()  # the run's metrics include those its user modules register when imported
-        with held_records(params.runconfig.logging) if replicas.is_master() else contextlib.nullcontext([]) \
-                as created, collected.collecting():  # ordinal 0's run.log begins with the creation's lines
+        with _held_for_run_log(params) as created, collected.collecting():  # run.log begins with the creation's lines
             built = PyTorchBaseRunner._create(params, device, runner, mode, backend, builders)
         built._created_records = created
         built._metrics.update(collected)
@@ -281,8 +280,7 @@ class PyTorchBaseRunner(RunnerHooks):
         if mode == "eval_all" and not _checkpoints.list_checkpoints(self.model_dir):  # a typo'd model_dir stays unmade
             raise ParamsError(f"eval_all: no checkpoint_<step>.mdl files in {self.model_dir}; give the --model_dir "
                               "of a run that saved checkpoints")
-        with held_records(self.params.runconfig.logging) if replicas.is_master() else \
-                contextlib.nullcontext([]) as early:  # ordinal 0's run.log begins with their lines
+        with _held_for_run_log(self.params) as early:  # run.log begins with their lines
             self._check_before_writing(mode)
         early, self._created_records = [*self._created_records, *early], []  # the creation's lines go first, once
         with self._open_model_dir(mode, early), self._metrics.collecting():  # a metric the first step creates is the run's
@@ -818,6 +816,11 @@ class PyTorchBaseRunner(RunnerHooks):
     def _progress(self, desc: str, total: int):
         disable = True if self.params.runconfig.disable_progress_bar or not replicas.is_master() else None  # None: a TTY
         return tqdm(total=total, desc=desc, unit="step", disable=disable, dynamic_ncols=True, leave=False)
+
+
+def _held_for_run_log(params: Params) -> contextlib.AbstractContextManager[list[logging.LogRecord]]:
+    """The log records of the block, kept for run.log on ordinal 0 (its one writer); none elsewhere."""
+    return held_records(params.runconfig.logging) if replicas.is_master() else contextlib.nullcontext([])
 
 
 def _no_eval_batch(params: Params) -> ParamsError:
