@@ -13,7 +13,7 @@ from cs_run import checkpoint
 from cs_run.errors import CheckpointError, CsRunError, ParamsError
 from cs_run.params import Params
 
-__all__ = ["check_start_checkpoint", "check_fits", "not_this_models", "stored_step", "checkpoint_path",
+__all__ = ["check_start_checkpoint", "not_this_models", "stored_step", "checkpoint_path",
            "list_checkpoints", "latest_checkpoint", "save_checkpoint", "load_checkpoint", "prune_checkpoints",
            "nonfinite_keys", "newest_finite_checkpoint"]
 
@@ -35,21 +35,22 @@ def check_start_checkpoint(params: Params) -> None:
     path = params.runconfig.checkpoint_path
     if not path:
         return
-    given = params.given_by.get("runconfig.checkpoint_path")
+    head, where = _given(params, "runconfig.checkpoint_path")
     try:
         checkpoint.check_checkpoint_file(path)
     except checkpoint.NotACheckpointError as e:
-        fix = "give a checkpoint file, auto (the newest in model_dir) or none" if given == "--resume" else \
+        fix = "give a checkpoint file, auto (the newest in model_dir) or none" if head == "--resume" else \
             "give a checkpoint file (a model_dir's checkpoint_<step>.mdl)"
-        raise ParamsError(f"{given or 'params: runconfig.checkpoint_path'}: {e}; {fix}") from None
+        raise ParamsError(f"{head}: {e}; {fix}") from None
     except CheckpointError as e:
-        where = "" if given else params.where("runconfig.checkpoint_path")
-        raise CheckpointError(f"{given or 'params: runconfig.checkpoint_path'}: {e}{where}") from None
+        raise CheckpointError(f"{head}: {e}{where}") from None
 
 
-def check_fits(path: Path, target: dict[str, Any]) -> None:
-    """Raise TargetMismatchError unless ``path`` loads into ``target`` (no tensor data read)."""
-    checkpoint.check_target(str(path), target)
+def _given(params: Params, key: str) -> tuple[str, str]:
+    """Where the user gave ``key``, for a message's head and tail: a flag or argument (``--resume``, the
+    Trainer's ``ckpt_path``; no file line), else the params key and its `` (file:line)``."""
+    given = params.given_by.get(key)
+    return (given, "") if given else (f"params: {key}", params.where(key))
 
 
 def not_this_models(params: Params, err: CheckpointError, autoloaded: bool, training: bool = True,
@@ -72,11 +73,9 @@ def not_this_models(params: Params, err: CheckpointError, autoloaded: bool, trai
             " or a checkpoint of this model (--checkpoint_path)"
         return ParamsError(f"{head} {params.runconfig.model_dir}: its newest checkpoint is not one of this model's: "
                            f"{err}; give the model_dir of a run of this model{fix}{where}")
-    given = params.given_by.get("runconfig.checkpoint_path")
-    fix = "give a checkpoint this model saved" + (", or start fresh with --resume none" if given == "--resume" else "")
-    where = "" if given else params.where("runconfig.checkpoint_path")
-    return ParamsError(f"{given or 'params: runconfig.checkpoint_path'}: {err}: not a checkpoint of this model; "
-                       f"{fix}{where}")
+    head, where = _given(params, "runconfig.checkpoint_path")
+    fix = "give a checkpoint this model saved" + (", or start fresh with --resume none" if head == "--resume" else "")
+    return ParamsError(f"{head}: {err}: not a checkpoint of this model; {fix}{where}")
 
 
 def stored_step(path: Path) -> int:

@@ -21,7 +21,7 @@ from cs_run import distributed, replicas
 from cs_run._logging import held_records, run_log
 from cs_run.backend import Backend
 from cs_run.batches import RateMeter, batch_size, loader_length, move_to_device
-from cs_run.checkpoint.h5 import TargetMismatchError
+from cs_run.checkpoint.h5 import TargetMismatchError, check_target
 from cs_run.creation import manual_seed
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.exits import error_text
@@ -667,7 +667,7 @@ class PyTorchBaseRunner(RunnerHooks):
         explicit = bool(self.params.runconfig.checkpoint_path)
         for candidate in self._start_candidates(path, training):
             try:
-                _checkpoints.check_fits(candidate, target)
+                check_target(candidate, target)
                 return candidate
             except TargetMismatchError as e:
                 raise _checkpoints.not_this_models(self.params, e, autoloaded=not explicit, training=training) from None
@@ -682,7 +682,7 @@ class PyTorchBaseRunner(RunnerHooks):
         target = self._start_target(training=False)
         for _, path in _checkpoints.list_checkpoints(self.model_dir):
             try:
-                _checkpoints.check_fits(path, target)
+                check_target(path, target)
             except TargetMismatchError as e:
                 raise _checkpoints.not_this_models(self.params, e, autoloaded=True, every=path) from None
             except CheckpointError:
