@@ -230,7 +230,7 @@ class Params:
 
     def name(self, key_path: str) -> str:
         """``key_path`` as the user set it: a Trainer argument's key, else the params key path."""
-        return self.names.get(key_path, key_path)
+        return user_name(self.names, key_path)
 
     def named(self, message: str) -> str:
         """``message`` in the words the user wrote where these params are not a file's (the Trainer's):
@@ -242,14 +242,7 @@ class Params:
         if message.startswith("params: "):
             message = self.head + message.removeprefix("params: ")
 
-        def rename(match: re.Match) -> str:
-            path = match.group()
-            for cut in [len(path), *(i for i in range(len(path) - 1, 0, -1) if path[i] == ".")]:
-                if path[:cut] in self.names:
-                    return self.names[path[:cut]] + path[cut:]
-            return path
-
-        return _KEY_PATH.sub(rename, message)
+        return _KEY_PATH.sub(lambda match: self.name(match.group()), message)
 
     def where(self, key_path: str = "") -> str:
         """`` (file:line)`` of a key path (or of its nearest enclosing key), for an error message."""
@@ -319,6 +312,15 @@ class Params:
 
 
 _RUNCONFIG_KEYS = [f.name for f in dataclasses.fields(RunConfig)]
+def user_name(names: dict[str, str], key_path: str) -> str:
+    """``key_path`` in ``names``' words (:attr:`Params.names`): the longest named prefix of it renamed
+    (``train_input.data_dir`` is ``train_dataloader.data_dir`` where ``train_input`` is named), else as is."""
+    for cut in [len(key_path), *(i for i in range(len(key_path) - 1, 0, -1) if key_path[i] == ".")]:
+        if key_path[:cut] in names:
+            return names[key_path[:cut]] + key_path[cut:]
+    return key_path
+
+
 _KEY_PATH = re.compile(r"(?<![\w./\\-])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")  # a dotted key path, not a file path's part
 
 _SECTION_TYPES = {
@@ -502,7 +504,7 @@ def build_section(cls, section: str, values: dict, locate=lambda key: "", names:
             raise ParamsError(unknown_key_message(key_path, key, [k.name for k in known], where=locate(key_path)))
         if value is None and not f.metadata.get("required"):
             continue
-        check_value(names.get(key_path, key_path), value, hints[key], f.metadata, where=locate(key_path), head=head)
+        check_value(user_name(names, key_path), value, hints[key], f.metadata, where=locate(key_path), head=head)
         kwargs[key] = float(value) if hints[key] is float and isinstance(value, int) else value
     for f in known:
         if f.metadata.get("required") and f.name not in kwargs:
@@ -535,7 +537,7 @@ def check_runconfig(rc: RunConfig, locate=lambda key: "", names: Optional[dict] 
     names = names or {}
 
     def name(key: str) -> str:
-        return names.get(f"runconfig.{key}", f"runconfig.{key}")
+        return user_name(names, f"runconfig.{key}")
 
     try:  # the schedule's own checks (cs_run.schedule), here with the file and line
         check_step_options(num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,

@@ -269,8 +269,7 @@ def _input_section(section: str, loader: Any) -> Optional[InputParams]:
         return None
     if not isinstance(loader, dict):
         return InputParams()
-    names = {f"{section}.{key}": f"{_NAMES[section]}.{key}" for key in loader}
-    return build_section(InputParams, section, loader, names=names, head=_HEAD)
+    return build_section(InputParams, section, loader, names=_NAMES, head=_HEAD)
 
 
 def _check_loader(what: str, loader: Any, required: bool = False) -> None:
