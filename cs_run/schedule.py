@@ -57,16 +57,14 @@ def _check(name: str, value: object, where: str, *, zero_ok: bool = False) -> No
         raise ParamsError(f"{where}Invalid {name}: {value!r} (must be an integer >= {low})")
 
 
-def _keys(prefix: str, accum_key: str, names: dict[str, str] | None = None) -> dict[str, str]:
-    key = {k: f"{prefix}{k}" for k in ("num_steps", "max_steps", "num_epochs", "steps_per_epoch")}
-    key["grad_accum_steps"] = accum_key
+def _keys(names: dict[str, str] | None) -> dict[str, str]:
+    key = {k: k for k in ("num_steps", "max_steps", "num_epochs", "steps_per_epoch", "grad_accum_steps")}
     return {**key, **(names or {})}
 
 
 def check_step_options(*, num_steps: int | None = None, max_steps: int | None = None, num_epochs: int | None = None,
-                       steps_per_epoch: int | None = None, grad_accum_steps: int = 1, prefix: str = "",
-                       accum_key: str = "grad_accum_steps", where: str = "", training: bool = False,
-                       names: dict[str, str] | None = None) -> None:
+                       steps_per_epoch: int | None = None, grad_accum_steps: int = 1, where: str = "",
+                       training: bool = False, names: dict[str, str] | None = None) -> None:
     """The checks that need no loader (params run them at load time, naming the file and line; a run
     that trains runs them again with ``training`` before any work).
 
@@ -74,7 +72,7 @@ def check_step_options(*, num_steps: int | None = None, max_steps: int | None = 
         ParamsError: a value is not a positive integer, num_steps and num_epochs are both set, or
             nothing says how long to run while steps_per_epoch is set (or the run trains).
     """
-    key = _keys(prefix, accum_key, names)
+    key = _keys(names)
     for name, value in (("num_steps", num_steps), ("max_steps", max_steps), ("num_epochs", num_epochs),
                         ("steps_per_epoch", steps_per_epoch), ("grad_accum_steps", grad_accum_steps)):
         _check(key[name], value, where)
@@ -92,17 +90,15 @@ def _no_length(key: dict[str, str], where: str) -> str:
 
 def step_budget(*, loader_batches: int | None, initial_step: int = 0, num_steps: int | None = None,
                 max_steps: int | None = None, num_epochs: int | None = None, steps_per_epoch: int | None = None,
-                grad_accum_steps: int = 1, prefix: str = "", accum_key: str = "grad_accum_steps",
-                where: str = "", names: dict[str, str] | None = None) -> StepBudget:
+                grad_accum_steps: int = 1, where: str = "", names: dict[str, str] | None = None) -> StepBudget:
     """The steps of one run (see the module docstring for the rules).
 
     Args:
         loader_batches: ``len(loader)``, or None for a loader without a length.
         initial_step: the global step the run starts at (from a loaded checkpoint).
-        prefix: how the caller's options are named in messages (``"runconfig."`` for the runner).
-        accum_key: the full name of the gradient accumulation option in messages.
         where: the head of every message (``"params: "`` for the runner).
-        names: the options' names where they are not ``prefix`` + option (the Trainer's ``loop.num_steps``).
+        names: how the caller names each option in messages, where not by its bare name (the runner's
+            ``runconfig.num_steps``, ``optimizer.grad_accum_steps``; the Trainer's ``loop.num_steps``).
 
     Raises:
         ParamsError: an invalid value or combination; the message names the option and the fix.
@@ -110,10 +106,9 @@ def step_budget(*, loader_batches: int | None, initial_step: int = 0, num_steps:
     def fail(message: str) -> ParamsError:
         return ParamsError(f"{where}{message}")
 
-    key = _keys(prefix, accum_key, names)
+    key = _keys(names)
     check_step_options(num_steps=num_steps, max_steps=max_steps, num_epochs=num_epochs,
-                       steps_per_epoch=steps_per_epoch, grad_accum_steps=grad_accum_steps, prefix=prefix,
-                       accum_key=accum_key, where=where, names=names)
+                       steps_per_epoch=steps_per_epoch, grad_accum_steps=grad_accum_steps, where=where, names=names)
     _check("initial step", initial_step, where, zero_ok=True)
     if loader_batches is not None:
         if loader_batches < 1:

@@ -95,8 +95,9 @@ def test_every_step_option_rejects_non_positive_integers(name, bad):
     with pytest.raises(ParamsError, match=f"Invalid {name}"):
         compute_num_steps(loader(), **options)
     with pytest.raises(ParamsError, match=f"params: Invalid (runconfig|optimizer).{name}"):
-        step_budget(loader_batches=10, **options, prefix="runconfig.", accum_key="optimizer.grad_accum_steps",
-                    where="params: ")
+        step_budget(loader_batches=10, **options, where="params: ",
+                    names={**{k: f"runconfig.{k}" for k in ("num_steps", "max_steps", "num_epochs", "steps_per_epoch")},
+                           "grad_accum_steps": "optimizer.grad_accum_steps"})
 
 
 def test_loader_without_length():
