@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # torch's OpenMP threads spin and fight on a 2-core shared host; tests and runs pin them.
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup run run-gpt2 test bench lint clean
+.PHONY: setup run run-gpt2 test bench bench-gpu lint clean
 
 setup: $(STAMP)
 
@@ -50,3 +50,7 @@ lint: setup
 
 clean:
 	rm -rf $(VENV) model_dir build *.egg-info
+
+# The language-model step on a CUDA GPU (GPT-2 small, bf16): tokens/s and MFU per row.
+bench-gpu: setup
+	$(PY) bench/bench_lm.py
