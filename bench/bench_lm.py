@@ -227,6 +227,7 @@ def run_rows(names, keys, data, device, dtype, steps, repeats, tokens, fpt, peak
         if device.type == "cuda":
             mem[name] = torch.cuda.max_memory_allocated(device) - row.mem_before
         rows[name] = row
+        print(f"  built {name}: first step after {first[name]:.1f} s", flush=True)
     samples: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(repeats):
         for name, row in rows.items():

@@ -204,12 +204,29 @@ def _inductor_aot(traced: TracedStep, batch: list[torch.Tensor], cache: CompileC
 @contextlib.contextmanager
 def _inductor_scope(cache: CompileCache | None) -> Iterator[None]:
     """Around an inductor build or load: its kernels and caches in ``compile_dir/inductor`` and its
-    CPU-ISA probes answered from ``compile_dir/artifacts/vec_isa.json`` (nothing changed without a cache)."""
-    if cache is None:
-        yield
-        return
-    with inductor_cache_dir(cache.inductor_dir), isa_probe_cache(cache.artifacts_dir / "vec_isa.json"):
-        yield
+    CPU-ISA probes answered from ``compile_dir/artifacts/vec_isa.json`` (nothing changed without a cache),
+    with the version workarounds of :func:`_inductor_fixes`."""
+    with _inductor_fixes():
+        if cache is None:
+            yield
+            return
+        with inductor_cache_dir(cache.inductor_dir), isa_probe_cache(cache.artifacts_dir / "vec_isa.json"):
+            yield
+
+
+def _inductor_fixes() -> contextlib.AbstractContextManager:
+    """Inductor settings that work around a known bug of the running torch.
+
+    Before torch 2.13, the scheduler's loop reordering after fusion asserts on a fused node
+    (``FusedSchedulerNode.reorder_loops_by_dep_pair``: ``assert isinstance(snode, SchedulerNode)``; 2.13
+    returns False there instead): a whole training step of a transformer (GPT-2 on CUDA, torch 2.11) does
+    not compile at all. Those versions build without that reordering.
+    """
+    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13):
+        return contextlib.nullcontext()
+    import torch._inductor.config as inductor_config  # noqa: PLC0415, TID253  (heavy)
+
+    return inductor_config.patch(loop_ordering_after_fusion=False)
 
 
 def _rewritten(traced: TracedStep, label: str) -> torch.fx.GraphModule:
