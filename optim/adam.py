@@ -68,7 +68,7 @@ class AdamBase(_CoreOptimizer):
         maximize: bool = False,
     ) -> None:
         super().__init__(params, _checked_defaults(
-            lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, l2_regularization_rate=l2_regularization_rate,
+            lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, l2_regularization_rate=l2_regularization_rate,
             correct_bias=correct_bias, amsgrad=amsgrad, maximize=maximize))
 
     def preinitialize(self) -> None:

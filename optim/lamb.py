@@ -44,7 +44,7 @@ class Lamb(_CoreOptimizer):
 
     def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False, maximize: bool = False) -> None:
-        super().__init__(params, _checked_defaults(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+        super().__init__(params, _checked_defaults(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                                                    adam=adam, maximize=maximize))
 
     def preinitialize(self) -> None:

@@ -35,7 +35,7 @@ class Lion(_CoreOptimizer):
 
     def __init__(self, params: ParamsT, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99),
                  weight_decay: float = 0.0, maximize: bool = False) -> None:
-        super().__init__(params, _checked_defaults(lr=lr, betas=tuple(betas), weight_decay=weight_decay,
+        super().__init__(params, _checked_defaults(lr=lr, betas=betas, weight_decay=weight_decay,
                                                    maximize=maximize))
 
     def preinitialize(self) -> None:

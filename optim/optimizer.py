@@ -87,11 +87,13 @@ _MESSAGE_NAMES = {"lr": "learning rate", "eps": "epsilon value", "initial_accumu
 
 
 def _checked_defaults(**defaults: Any) -> dict[str, Any]:
-    """``defaults`` after checking, in their order, ``betas``, ``rho`` and each ``_NON_NEGATIVE`` one."""
+    """``defaults`` after checking, in their order, ``betas`` (kept as a tuple), ``rho`` and each
+    ``_NON_NEGATIVE`` one."""
     for key, value in defaults.items():
         name = _MESSAGE_NAMES.get(key, f"{key} value")
         if key == "betas":
             _check_betas(value)
+            defaults[key] = tuple(value)
         elif key == "rho":
             _check(name, value, 0.0, 1.0, high_open=False)
         elif key in _NON_NEGATIVE:

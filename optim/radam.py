@@ -46,7 +46,7 @@ class RAdam(_CoreOptimizer):
     def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.0, decoupled_weight_decay: bool = False,
                  maximize: bool = False) -> None:
-        defaults = _checked_defaults(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+        defaults = _checked_defaults(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
                                      decoupled_weight_decay=decoupled_weight_decay, maximize=maximize)
         super().__init__(params, defaults, enable_global_step=True)
 
