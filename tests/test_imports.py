@@ -283,3 +283,10 @@ def test_no_private_module_is_imported_from_outside_its_package(modules):
     found = private_imports(import_graph(modules), packages)
     assert found - KNOWN_PRIVATE_IMPORTS == set(), "private modules imported from outside their package"
     assert KNOWN_PRIVATE_IMPORTS - found == set(), "fixed: remove these from KNOWN_PRIVATE_IMPORTS"
+
+
+def test_the_docs_show_the_same_layers_in_the_same_order():
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ")]
+    assert rows[1:] == [name for name, _ in LAYERS]  # rows[0] is the header
