@@ -94,8 +94,8 @@ class AdamBase(_CoreOptimizer):
         order, same dtypes), so the result is bit-identical to a per-parameter loop; it just makes a
         dozen calls per chunk instead of a dozen per parameter (docs/architecture.md#optimizers).
         """
-        names = ["exp_avg", "exp_avg_sq"] + ["max_exp_avg_sq"] * group["amsgrad"]
-        names += ["beta1_power", "beta2_power"] * group["correct_bias"]
+        names = ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if group["amsgrad"] else [])
+        names += ["beta1_power", "beta2_power"] if group["correct_bias"] else []
         for params, grads, *lists in self._foreach_chunks(group, *names):
             state = dict(zip(names, lists))
             adam(params, grads, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq"),

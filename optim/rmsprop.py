@@ -59,11 +59,13 @@ class RMSprop(_CoreOptimizer):
         return ["square_avg", "momentum_buffer", "grad_avg"]
 
     def _step_group(self, group: dict[str, Any]) -> None:
-        names = ["square_avg"] + ["momentum_buffer"] * (group["momentum"] > 0) + ["grad_avg"] * group["centered"]
-        params, grads, square_avgs, *more = self._tensors(group, *names)
-        bufs = more.pop(0) if group["momentum"] > 0 else None
-        rmsprop(params, grads, square_avgs, bufs, more[0] if more else None, lr=group["lr"], alpha=group["alpha"],
-                eps=group["eps"], weight_decay=group["weight_decay"], momentum=group["momentum"])
+        names = ["square_avg"] + (["momentum_buffer"] if group["momentum"] > 0 else [])
+        names += ["grad_avg"] if group["centered"] else []
+        params, grads, *lists = self._tensors(group, *names)
+        state = dict(zip(names, lists))
+        rmsprop(params, grads, state["square_avg"], state.get("momentum_buffer"), state.get("grad_avg"),
+                lr=group["lr"], alpha=group["alpha"], eps=group["eps"], weight_decay=group["weight_decay"],
+                momentum=group["momentum"])
 
 
 RMSprop.__doc__ = _docs.fill(RMSprop.__doc__)
