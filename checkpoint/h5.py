@@ -14,7 +14,6 @@ from typing import Any, Union
 import numpy as np
 import torch
 
-from cs_run import replicas
 from cs_run.checkpoint import foreign, legacy, vendor_format
 from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint.atomic import atomic_path
@@ -42,13 +41,13 @@ logger = logging.getLogger(__name__)
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def save(state_dict: Any, ckpt_path: PathLike, *, compression: str | None = None, allow_pickle: bool = False) -> None:
+def save(state_dict: Any, ckpt_path: PathLike, *, compression: str | None = None, allow_pickle: bool = False,
+         write: bool = True) -> None:
     """Save ``obj`` (nested dict/list/tuple of tensors, arrays, scalars, str, None) atomically.
 
     Used exactly like ``torch.save(obj, path)``. The whole object is validated before any file is
     created; then tensors stream to a temporary file in the same folder, which is fsynced, marked
-    complete and renamed over ``path``. A crash at any moment leaves the previous file intact. With
-    several replicas (a script run by each) only ordinal 0 writes: their states are the same.
+    complete and renamed over ``path``. A crash at any moment leaves the previous file intact.
 
     Args:
         state_dict: the object; tied tensors (same view of the same storage) are stored once.
@@ -56,6 +55,8 @@ def save(state_dict: Any, ckpt_path: PathLike, *, compression: str | None = None
         compression: None (contiguous, memory-mappable; the default), "gzip" or "lzf".
         allow_pickle: also store other Python objects with pickle. Loading them then needs
             ``load(..., allow_pickle=True)`` too. Off by default: a pickle runs code when loaded.
+        write: False validates only: another process writes the file (the caller decides who writes;
+            ``cstorch.save`` passes ``replicas.is_master()``, so of several replicas ordinal 0 writes).
 
     Raises:
         CheckpointError: a value cannot be stored (names the key, the type and the fix), or the
@@ -65,8 +66,8 @@ def save(state_dict: Any, ckpt_path: PathLike, *, compression: str | None = None
     if compression not in COMPRESSIONS:
         raise ParamsError(f"invalid compression {compression!r}; expected one of {list(COMPRESSIONS)}")
     tree, leaves = flatten(obj, allow_pickle=allow_pickle)  # validates before touching the disk
-    if not replicas.is_master():
-        logger.debug("checkpoint %s is written by ordinal 0", path)
+    if not write:
+        logger.debug("checkpoint %s is written by another process", path)
         return
     if os.path.isdir(path):
         raise CheckpointError(f"cannot save checkpoint to '{path}': it is a directory")

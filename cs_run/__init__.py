@@ -24,7 +24,7 @@ _NAMES = {
     "current_torch_device": "cs_run.backend",
     "use_cs": "cs_run.backend",
     "load": "cs_run.checkpoint",
-    "save": "cs_run.checkpoint",
+    "save": "cs_run.saving",
     "from_numpy": "cs_run.creation",
     "full": "cs_run.creation",
     "full_like": "cs_run.creation",

@@ -85,7 +85,7 @@ class RunCommand(click.Command):
 
 
 SUBSYSTEMS = {
-    "checkpoint": ("cs_run.checkpoint.cli:checkpoint", "Inspect and convert checkpoints (H5, torch pickle, safetensors)."),
+    "checkpoint": ("cs_run.checkpoint_cli:checkpoint", "Inspect and convert checkpoints (H5, torch pickle, safetensors)."),
     "data": ("cs_run.examples.gpt2.cli:data", "Prepare training data."),
     "exec": ("cs_run.compat.cli:exec_command", "Run a vendor script with cerebras.pytorch, cerebras_pytorch, "
              "modelzoo.common.pytorch and cerebras.modelzoo resolved to cs-run (this process only); ARGS go to the "

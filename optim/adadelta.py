@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
+from torch import Tensor
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _decayed, _run_closure
+from ._functional import decayed, ema_square_
+from .optimizer import ParamsT, _checked_defaults, _CoreOptimizer
 
-__all__ = ["Adadelta"]
+__all__ = ["Adadelta", "adadelta"]
 
 
-class Adadelta(Optimizer):
+class Adadelta(_CoreOptimizer):
     """Adadelta (Zeiler, 2012).
 
     .. code-block:: text
@@ -35,12 +36,8 @@ class Adadelta(Optimizer):
 
     def __init__(self, params: ParamsT, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
                  weight_decay: float = 0.0, maximize: bool = False) -> None:
-        _check("learning rate", lr)
-        _check("rho value", rho, 0.0, 1.0, high_open=False)
-        _check("epsilon value", eps)
-        _check("weight_decay value", weight_decay)
-        defaults = {"lr": lr, "rho": rho, "eps": eps, "weight_decay": weight_decay, "maximize": maximize}
-        super().__init__(params, defaults)
+        super().__init__(params, _checked_defaults(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay,
+                                                   maximize=maximize))
 
     def preinitialize(self) -> None:
         self._zeros_like_params("square_avg", "acc_delta")
@@ -48,20 +45,21 @@ class Adadelta(Optimizer):
     def state_names_to_sparsify(self) -> list[str]:
         return ["square_avg", "acc_delta"]
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            rho, eps = group["rho"], group["eps"]
-            for p, grad in self._params_with_grads(group):
-                square_avg, acc_delta = self.state[p]["square_avg"], self.state[p]["acc_delta"]
-                grad = _decayed(grad, p, group["weight_decay"])
-                square_avg.mul_(rho).addcmul_(grad, grad, value=1 - rho)
-                std = square_avg.add(eps).sqrt_()
-                delta = acc_delta.add(eps).sqrt_().div_(std).mul_(grad)
-                acc_delta.mul_(rho).addcmul_(delta, delta, value=1 - rho)
-                p.add_(-group["lr"] * delta)
-        return loss
+    def _step_group(self, group: dict[str, Any]) -> None:
+        adadelta(*self._tensors(group, "square_avg", "acc_delta"), lr=group["lr"], rho=group["rho"],
+                 eps=group["eps"], weight_decay=group["weight_decay"])
 
 
 Adadelta.__doc__ = _docs.fill(Adadelta.__doc__)
+
+
+def adadelta(params: list[Tensor], grads: list[Tensor], square_avgs: list[Tensor], acc_deltas: list[Tensor], *,
+             lr: Tensor, rho: float, eps: float, weight_decay: Any) -> None:
+    """Functional Adadelta; see :class:`Adadelta`. Mutates params and state in place."""
+    for p, grad, square_avg, acc_delta in zip(params, grads, square_avgs, acc_deltas):
+        grad = decayed(grad, p, weight_decay)
+        ema_square_(square_avg, grad, rho)
+        std = square_avg.add(eps).sqrt_()
+        delta = acc_delta.add(eps).sqrt_().div_(std).mul_(grad)
+        ema_square_(acc_delta, delta, rho)
+        p.add_(-lr * delta)

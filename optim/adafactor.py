@@ -10,12 +10,12 @@ from torch import Tensor
 from cs_run.creation import zeros, zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _run_closure
+from .optimizer import ParamsT, _check, _CoreOptimizer
 
 __all__ = ["Adafactor", "adafactor"]
 
 
-class Adafactor(Optimizer):
+class Adafactor(_CoreOptimizer):
     """Adafactor (Shazeer & Stern, 2018), the Model Zoo / Hugging Face parameterization.
 
     .. code-block:: text
@@ -88,20 +88,14 @@ class Adafactor(Optimizer):
     def state_names_to_sparsify(self) -> list[str]:
         return ["exp_avg", "exp_avg_sq"]
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            for p in [p for p in group["params"] if p.grad is not None]:
-                state = self.state[p]
-                second = ((state["exp_avg_sq_row"], state["exp_avg_sq_col"]) if p.dim() >= 2
-                          else (state["exp_avg_sq"],))
-                adafactor(p, p.grad, second, state.get("exp_avg"), state["step"], lr=group["lr"],
-                          eps=group["eps"], clip_threshold=group["clip_threshold"],
-                          decay_rate=group["decay_rate"], beta1=group["beta1"],
-                          weight_decay=group["weight_decay"], scale_parameter=group["scale_parameter"],
-                          relative_step=group["relative_step"], warmup_init=group["warmup_init"])
-        return loss
+    def _step_group(self, group: dict[str, Any]) -> None:
+        for p, grad, step in zip(*self._group_tensors(group, "step")):
+            state = self.state[p]
+            second = (state["exp_avg_sq_row"], state["exp_avg_sq_col"]) if p.dim() >= 2 else (state["exp_avg_sq"],)
+            adafactor(p, grad, second, state.get("exp_avg"), step, lr=group["lr"], eps=group["eps"],
+                      clip_threshold=group["clip_threshold"], decay_rate=group["decay_rate"], beta1=group["beta1"],
+                      weight_decay=group["weight_decay"], scale_parameter=group["scale_parameter"],
+                      relative_step=group["relative_step"], warmup_init=group["warmup_init"])
 
 
 Adafactor.__doc__ = _docs.fill(Adafactor.__doc__)

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
+from torch import Tensor
 
 from cs_run.creation import full_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _decayed, _run_closure
+from ._functional import decayed
+from .optimizer import ParamsT, _checked_defaults, _CoreOptimizer
 
-__all__ = ["Adagrad"]
+__all__ = ["Adagrad", "adagrad"]
 
 
-class Adagrad(Optimizer):
+class Adagrad(_CoreOptimizer):
     """Adagrad (Duchi et al., 2011).
 
     .. code-block:: text
@@ -37,13 +38,8 @@ class Adagrad(Optimizer):
 
     def __init__(self, params: ParamsT, lr: float = 1e-2, lr_decay: float = 0.0, weight_decay: float = 0.0,
                  initial_accumulator_value: float = 0.0, eps: float = 1e-6, maximize: bool = False) -> None:
-        _check("learning rate", lr)
-        _check("lr_decay value", lr_decay)
-        _check("weight_decay value", weight_decay)
-        _check("initial_accumulator_value", initial_accumulator_value)
-        _check("epsilon value", eps)
-        defaults = {"lr": lr, "lr_decay": lr_decay, "eps": eps, "weight_decay": weight_decay,
-                    "initial_accumulator_value": initial_accumulator_value, "maximize": maximize}
+        defaults = _checked_defaults(lr=lr, lr_decay=lr_decay, eps=eps, weight_decay=weight_decay,
+                                     initial_accumulator_value=initial_accumulator_value, maximize=maximize)
         super().__init__(params, defaults, enable_global_step=True)
 
     def preinitialize(self) -> None:
@@ -54,19 +50,21 @@ class Adagrad(Optimizer):
     def state_names_to_sparsify(self) -> list[str]:
         return ["sum"]
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            for p, grad in self._params_with_grads(group):
-                state_sum = self.state[p]["sum"]
-                step = self.increment_global_step(p)
-                grad = _decayed(grad, p, group["weight_decay"])
-                state_sum.addcmul_(grad, grad, value=1.0)
-                std = state_sum.sqrt().add_(group["eps"])
-                grad = grad.div(1.0 + (step - 1.0) * group["lr_decay"])
-                p.addcdiv_(-group["lr"] * grad, std)
-        return loss
+    def _step_group(self, group: dict[str, Any]) -> None:
+        adagrad(*self._tensors(group, "sum", "step"), lr=group["lr"], lr_decay=group["lr_decay"], eps=group["eps"],
+                weight_decay=group["weight_decay"])
 
 
 Adagrad.__doc__ = _docs.fill(Adagrad.__doc__)
+
+
+def adagrad(params: list[Tensor], grads: list[Tensor], state_sums: list[Tensor], steps: list[Tensor], *,
+            lr: Tensor, lr_decay: float, eps: float, weight_decay: Any) -> None:
+    """Functional Adagrad; see :class:`Adagrad`. Mutates params and state (``steps`` included) in place."""
+    for p, grad, state_sum, step in zip(params, grads, state_sums, steps):
+        step.add_(1)
+        grad = decayed(grad, p, weight_decay)
+        state_sum.addcmul_(grad, grad, value=1.0)
+        std = state_sum.sqrt().add_(eps)
+        grad = grad.div(1.0 + (step - 1.0) * lr_decay)
+        p.addcdiv_(-lr * grad, std)

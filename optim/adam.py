@@ -10,9 +10,10 @@ from torch import Tensor
 from cs_run.creation import zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _foreach_mul, _run_closure
+from ._functional import foreach_mul
+from .optimizer import ParamsT, _checked_defaults, _CoreOptimizer
 
-__all__ = ["Adam", "AdamBase", "AdamW"]
+__all__ = ["Adam", "AdamBase", "AdamW", "adam"]
 
 
 def _power(value: float, device: torch.device) -> Tensor:
@@ -20,7 +21,7 @@ def _power(value: float, device: torch.device) -> Tensor:
     return torch.tensor(value, dtype=torch.get_default_dtype(), device=device)
 
 
-class AdamBase(Optimizer):
+class AdamBase(_CoreOptimizer):
     """Adam (Kingma & Ba, 2014) as the vendor computes it; :class:`Adam` and :class:`AdamW` set the decay.
 
     .. code-block:: text
@@ -66,15 +67,9 @@ class AdamBase(Optimizer):
         amsgrad: bool = False,
         maximize: bool = False,
     ) -> None:
-        _check("learning rate", lr)
-        _check_betas(betas)
-        _check("epsilon value", eps)
-        _check("weight_decay value", weight_decay)
-        _check("l2_regularization_rate value", l2_regularization_rate)
-        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
-                    "l2_regularization_rate": l2_regularization_rate, "correct_bias": correct_bias,
-                    "amsgrad": amsgrad, "maximize": maximize}
-        super().__init__(params, defaults)
+        super().__init__(params, _checked_defaults(
+            lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, l2_regularization_rate=l2_regularization_rate,
+            correct_bias=correct_bias, amsgrad=amsgrad, maximize=maximize))
 
     def preinitialize(self) -> None:
         for group in self.param_groups:
@@ -92,49 +87,21 @@ class AdamBase(Optimizer):
     def state_names_to_sparsify(self) -> list[str]:
         return ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"]
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
+    def _step_group(self, group: dict[str, Any]) -> None:
         """The rule above, one multi-tensor (``torch._foreach_*``) op per line over a chunk of params.
 
         Each foreach op computes, tensor by tensor, exactly the per-tensor op it replaces (same ops, same
         order, same dtypes), so the result is bit-identical to a per-parameter loop; it just makes a
         dozen calls per chunk instead of a dozen per parameter (docs/architecture.md#optimizers).
         """
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for params, grads, exp_avgs, exp_avg_sqs in self._foreach_chunks(group, "exp_avg", "exp_avg_sq"):
-                if group["l2_regularization_rate"] > 0.0:
-                    grads = torch._foreach_add(grads, params, alpha=group["l2_regularization_rate"])
-                _foreach_mul(exp_avgs, beta1, inplace=True)
-                torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
-                _foreach_mul(exp_avg_sqs, beta2, inplace=True)
-                torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
-                second = exp_avg_sqs
-                if group["amsgrad"]:
-                    second = [self.state[p]["max_exp_avg_sq"] for p in params]
-                    torch._foreach_maximum_(second, exp_avg_sqs)
-                denom = torch._foreach_sqrt(second)
-                torch._foreach_add_(denom, group["eps"])
-                updates = torch._foreach_div(exp_avgs, denom)
-                if group["correct_bias"]:
-                    b1ps = [self.state[p]["beta1_power"] for p in params]
-                    b2ps = [self.state[p]["beta2_power"] for p in params]
-                    # sqrt(1 - b2p) / (1 - b1p): -x + 1 rounds exactly as 1 - x
-                    numer = torch._foreach_neg(b2ps)
-                    torch._foreach_add_(numer, 1.0)
-                    torch._foreach_sqrt_(numer)
-                    below = torch._foreach_neg(b1ps)
-                    torch._foreach_add_(below, 1.0)
-                    torch._foreach_mul_(updates, torch._foreach_div(numer, below))
-                    torch._foreach_mul_(b1ps, beta1)
-                    torch._foreach_mul_(b2ps, beta2)
-                weight_decay = group["weight_decay"]
-                if isinstance(weight_decay, torch.Tensor) or weight_decay != 0:  # skip adding exact zeros
-                    torch._foreach_add_(updates, _foreach_mul(params, weight_decay))
-                torch._foreach_mul_(updates, group["lr"])
-                torch._foreach_sub_(params, updates)
-        return loss
+        names = ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if group["amsgrad"] else [])
+        names += ["beta1_power", "beta2_power"] if group["correct_bias"] else []
+        for params, grads, *lists in self._foreach_chunks(group, *names):
+            state = dict(zip(names, lists))
+            adam(params, grads, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq"),
+                 state.get("beta1_power"), state.get("beta2_power"), lr=group["lr"], betas=group["betas"],
+                 eps=group["eps"], weight_decay=group["weight_decay"],
+                 l2_regularization_rate=group["l2_regularization_rate"])
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Also loads a torch.optim/HuggingFace Adam(W) state: ``step`` becomes ``beta^step``."""
@@ -219,3 +186,41 @@ class Adam(AdamBase):
 
 
 AdamBase.__doc__ = _docs.fill(AdamBase.__doc__)
+
+
+def adam(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
+         max_exp_avg_sqs: list[Tensor] | None, beta1_powers: list[Tensor] | None, beta2_powers: list[Tensor] | None,
+         *, lr: Tensor, betas: tuple[float, float], eps: float, weight_decay: Any, l2_regularization_rate: float) -> None:
+    """Functional Adam / AdamW over one chunk of params (multi-tensor ops); see :class:`AdamBase`.
+
+    ``max_exp_avg_sqs`` is None without amsgrad, ``beta*_powers`` None without ``correct_bias``. Mutates
+    params and state in place.
+    """
+    beta1, beta2 = betas
+    if l2_regularization_rate > 0.0:
+        grads = torch._foreach_add(grads, params, alpha=l2_regularization_rate)
+    foreach_mul(exp_avgs, beta1, inplace=True)
+    torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
+    foreach_mul(exp_avg_sqs, beta2, inplace=True)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
+    second = exp_avg_sqs
+    if max_exp_avg_sqs is not None:
+        second = max_exp_avg_sqs
+        torch._foreach_maximum_(second, exp_avg_sqs)
+    denom = torch._foreach_sqrt(second)
+    torch._foreach_add_(denom, eps)
+    updates = torch._foreach_div(exp_avgs, denom)
+    if beta1_powers is not None and beta2_powers is not None:
+        # sqrt(1 - b2p) / (1 - b1p): -x + 1 rounds exactly as 1 - x
+        numer = torch._foreach_neg(beta2_powers)
+        torch._foreach_add_(numer, 1.0)
+        torch._foreach_sqrt_(numer)
+        below = torch._foreach_neg(beta1_powers)
+        torch._foreach_add_(below, 1.0)
+        torch._foreach_mul_(updates, torch._foreach_div(numer, below))
+        torch._foreach_mul_(beta1_powers, beta1)
+        torch._foreach_mul_(beta2_powers, beta2)
+    if isinstance(weight_decay, Tensor) or weight_decay != 0:  # skip adding exact zeros
+        torch._foreach_add_(updates, foreach_mul(params, weight_decay))
+    torch._foreach_mul_(updates, lr)
+    torch._foreach_sub_(params, updates)

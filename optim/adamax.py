@@ -5,16 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from cs_run.creation import zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _decayed, _run_closure
+from ._functional import decayed, ema_
+from .optimizer import ParamsT, _checked_defaults, _CoreOptimizer
 
-__all__ = ["Adamax"]
+__all__ = ["Adamax", "adamax"]
 
 
-class Adamax(Optimizer):
+class Adamax(_CoreOptimizer):
     """Adamax (Kingma & Ba, 2014, section 7.1), as the vendor computes it.
 
     .. code-block:: text
@@ -40,12 +42,8 @@ class Adamax(Optimizer):
 
     def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.0, maximize: bool = False) -> None:
-        _check("learning rate", lr)
-        _check_betas(betas)
-        _check("epsilon value", eps)
-        _check("weight_decay value", weight_decay)
-        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay, "maximize": maximize}
-        super().__init__(params, defaults)
+        super().__init__(params, _checked_defaults(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                                   maximize=maximize))
 
     def preinitialize(self) -> None:
         for group in self.param_groups:
@@ -58,23 +56,25 @@ class Adamax(Optimizer):
     def state_names_to_sparsify(self) -> list[str]:
         return ["exp_avg", "exp_inf"]
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p, grad in self._params_with_grads(group):
-                grad = _decayed(grad, p, group["weight_decay"])
-                state = self.state[p]
-                exp_avg, exp_inf = state["exp_avg"], state["exp_inf"]
-                exp_avg.mul_(beta1).add_(grad, alpha=1.0 - beta1)
-                torch.maximum(exp_inf.mul(beta2), grad.abs().add_(group["eps"]), out=exp_inf)
-                update = exp_avg / exp_inf
-                update.div_(1.0 - state["beta1_power"])
-                state["beta1_power"] *= beta1
-                update *= group["lr"]
-                p.sub_(update)
-        return loss
+    def _step_group(self, group: dict[str, Any]) -> None:
+        adamax(*self._tensors(group, "exp_avg", "exp_inf", "beta1_power"), lr=group["lr"], betas=group["betas"],
+               eps=group["eps"], weight_decay=group["weight_decay"])
 
 
 Adamax.__doc__ = _docs.fill(Adamax.__doc__)
+
+
+def adamax(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_infs: list[Tensor],
+           beta1_powers: list[Tensor], *, lr: Tensor, betas: tuple[float, float], eps: float,
+           weight_decay: Any) -> None:
+    """Functional Adamax; see :class:`Adamax`. Mutates params and state in place."""
+    beta1, beta2 = betas
+    for p, grad, exp_avg, exp_inf, beta1_power in zip(params, grads, exp_avgs, exp_infs, beta1_powers):
+        grad = decayed(grad, p, weight_decay)
+        ema_(exp_avg, grad, beta1)
+        torch.maximum(exp_inf.mul(beta2), grad.abs().add_(eps), out=exp_inf)
+        update = exp_avg / exp_inf
+        update.div_(1.0 - beta1_power)
+        beta1_power *= beta1
+        update *= lr
+        p.sub_(update)

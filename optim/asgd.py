@@ -5,16 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from cs_run.creation import ones, zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _decayed, _run_closure
+from ._functional import decayed
+from .optimizer import ParamsT, _checked_defaults, _CoreOptimizer
 
-__all__ = ["ASGD"]
+__all__ = ["ASGD", "asgd"]
 
 
-class ASGD(Optimizer):
+class ASGD(_CoreOptimizer):
     """Averaged stochastic gradient descent (Polyak & Juditsky, 1992).
 
     .. code-block:: text
@@ -42,12 +44,8 @@ class ASGD(Optimizer):
 
     def __init__(self, params: ParamsT, lr: float = 1e-2, lambd: float = 1e-4, alpha: float = 0.75,
                  t0: float = 1e6, weight_decay: float = 0.0, maximize: bool = False) -> None:
-        _check("learning rate", lr)
-        _check("lambd value", lambd)
-        _check("alpha value", alpha)
-        _check("weight_decay value", weight_decay)
-        defaults = {"lr": lr, "lambd": lambd, "alpha": alpha, "t0": t0, "weight_decay": weight_decay,
-                    "maximize": maximize}
+        defaults = _checked_defaults(lr=lr, lambd=lambd, alpha=alpha, t0=t0, weight_decay=weight_decay,
+                                     maximize=maximize)
         super().__init__(params, defaults, enable_global_step=True)
 
     def preinitialize(self) -> None:
@@ -61,24 +59,24 @@ class ASGD(Optimizer):
     def state_names_to_sparsify(self) -> list[str]:
         return ["ax"]
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            lambd, lr = group["lambd"], group["lr"]
-            for p, grad in self._params_with_grads(group):
-                state = self.state[p]
-                mu, ax, eta = state["mu"], state["ax"], state["eta"]
-                step = self.increment_global_step(p)
-                grad = _decayed(grad, p, group["weight_decay"])
-                p.mul_(1 - lambd * eta)
-                p.add_(grad * eta.neg())
-                ax.copy_(torch.where(mu == 1, p, ax.add(p.sub(ax).mul(mu))))
-                # lambd * lr in double, then float32, as the vendor's Python-float product is rounded
-                decay = (lr.to(torch.float64) * lambd).to(step.dtype)
-                eta.copy_(lr / torch.pow(1 + decay * step, torch.full_like(step, group["alpha"])))
-                mu.copy_(1 / torch.clamp(step - group["t0"], min=1.0))
-        return loss
+    def _step_group(self, group: dict[str, Any]) -> None:
+        asgd(*self._tensors(group, "ax", "eta", "mu", "step"), lr=group["lr"], lambd=group["lambd"],
+             alpha=group["alpha"], t0=group["t0"], weight_decay=group["weight_decay"])
 
 
 ASGD.__doc__ = _docs.fill(ASGD.__doc__)
+
+
+def asgd(params: list[Tensor], grads: list[Tensor], axs: list[Tensor], etas: list[Tensor], mus: list[Tensor],
+         steps: list[Tensor], *, lr: Tensor, lambd: float, alpha: float, t0: float, weight_decay: Any) -> None:
+    """Functional ASGD; see :class:`ASGD`. Mutates params and state (``steps`` included) in place."""
+    for p, grad, ax, eta, mu, step in zip(params, grads, axs, etas, mus, steps):
+        step.add_(1)
+        grad = decayed(grad, p, weight_decay)
+        p.mul_(1 - lambd * eta)
+        p.add_(grad * eta.neg())
+        ax.copy_(torch.where(mu == 1, p, ax.add(p.sub(ax).mul(mu))))
+        # lambd * lr in double, then float32, as the vendor's Python-float product is rounded
+        decay = (lr.to(torch.float64) * lambd).to(step.dtype)
+        eta.copy_(lr / torch.pow(1 + decay * step, torch.full_like(step, alpha)))
+        mu.copy_(1 / torch.clamp(step - t0, min=1.0))

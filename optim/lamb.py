@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _decayed, _run_closure
+from ._functional import decayed, ema_, ema_square_
+from .optimizer import ParamsT, _checked_defaults, _CoreOptimizer
 
-__all__ = ["Lamb"]
+__all__ = ["Lamb", "lamb"]
 
 
-class Lamb(Optimizer):
+class Lamb(_CoreOptimizer):
     """LAMB (You et al., 2020, "Large Batch Optimization for Deep Learning").
 
     .. code-block:: text
@@ -42,13 +44,8 @@ class Lamb(Optimizer):
 
     def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False, maximize: bool = False) -> None:
-        _check("learning rate", lr)
-        _check_betas(betas)
-        _check("epsilon value", eps)
-        _check("weight_decay value", weight_decay)
-        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay, "adam": adam,
-                    "maximize": maximize}
-        super().__init__(params, defaults)
+        super().__init__(params, _checked_defaults(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                                   adam=adam, maximize=maximize))
 
     def preinitialize(self) -> None:
         self._zeros_like_params("exp_avg", "exp_avg_sq")
@@ -56,28 +53,30 @@ class Lamb(Optimizer):
     def state_names_to_sparsify(self) -> list[str]:
         return ["exp_avg", "exp_avg_sq"]
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p, grad in self._params_with_grads(group):
-                exp_avg, exp_avg_sq = self.state[p]["exp_avg"], self.state[p]["exp_avg_sq"]
-                exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                adam_step = exp_avg / exp_avg_sq.sqrt().add(group["eps"])
-                adam_step = _decayed(adam_step, p, group["weight_decay"])
-                if group["adam"]:
-                    update = adam_step
-                else:
-                    weight_norm = p.pow(2).sum().sqrt().clamp(0, 10).to(torch.float)
-                    adam_norm = adam_step.pow(2).sum().sqrt().to(torch.float)
-                    # 1. both norms positive: ||p|| / ||r||; 2. otherwise 1 (fresh zero params, zero update)
-                    ok = (weight_norm > 0) & (adam_norm > 0)
-                    trust = torch.where(ok, weight_norm / adam_norm, torch.ones_like(weight_norm))
-                    update = adam_step.mul(trust)
-                p.sub_(update * group["lr"])
-        return loss
+    def _step_group(self, group: dict[str, Any]) -> None:
+        lamb(*self._tensors(group, "exp_avg", "exp_avg_sq"), lr=group["lr"], betas=group["betas"], eps=group["eps"],
+             weight_decay=group["weight_decay"], adam=group["adam"])
 
 
 Lamb.__doc__ = _docs.fill(Lamb.__doc__)
+
+
+def lamb(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor], *,
+         lr: Tensor, betas: tuple[float, float], eps: float, weight_decay: Any, adam: bool) -> None:
+    """Functional LAMB; see :class:`Lamb`. Mutates params and state in place."""
+    beta1, beta2 = betas
+    for p, grad, exp_avg, exp_avg_sq in zip(params, grads, exp_avgs, exp_avg_sqs):
+        ema_(exp_avg, grad, beta1)
+        ema_square_(exp_avg_sq, grad, beta2)
+        adam_step = exp_avg / exp_avg_sq.sqrt().add(eps)
+        adam_step = decayed(adam_step, p, weight_decay)
+        if adam:
+            update = adam_step
+        else:
+            weight_norm = p.pow(2).sum().sqrt().clamp(0, 10).to(torch.float)
+            adam_norm = adam_step.pow(2).sum().sqrt().to(torch.float)
+            # 1. both norms positive: ||p|| / ||r||; 2. otherwise 1 (fresh zero params, zero update)
+            ok = (weight_norm > 0) & (adam_norm > 0)
+            trust = torch.where(ok, weight_norm / adam_norm, torch.ones_like(weight_norm))
+            update = adam_step.mul(trust)
+        p.sub_(update * lr)

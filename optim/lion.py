@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
+from torch import Tensor
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _run_closure
+from ._functional import ema_
+from .optimizer import ParamsT, _checked_defaults, _CoreOptimizer
 
-__all__ = ["Lion"]
+__all__ = ["Lion", "lion"]
 
 
-class Lion(Optimizer):
+class Lion(_CoreOptimizer):
     """Lion (Chen et al., 2023, "Symbolic Discovery of Optimization Algorithms", Algorithm 2).
 
     .. code-block:: text
@@ -34,11 +35,8 @@ class Lion(Optimizer):
 
     def __init__(self, params: ParamsT, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99),
                  weight_decay: float = 0.0, maximize: bool = False) -> None:
-        _check("learning rate", lr)
-        _check_betas(betas)
-        _check("weight_decay value", weight_decay)
-        defaults = {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay, "maximize": maximize}
-        super().__init__(params, defaults)
+        super().__init__(params, _checked_defaults(lr=lr, betas=betas, weight_decay=weight_decay,
+                                                   maximize=maximize))
 
     def preinitialize(self) -> None:
         self._zeros_like_params("exp_avg")
@@ -46,19 +44,19 @@ class Lion(Optimizer):
     def state_names_to_sparsify(self) -> list[str]:
         return ["exp_avg"]
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            lr = group["lr"]
-            beta1, beta2 = group["betas"]
-            for p, grad in self._params_with_grads(group):
-                exp_avg = self.state[p]["exp_avg"]
-                p.mul_(1 - lr * group["weight_decay"])
-                update = exp_avg.clone().mul_(beta1).add(grad, alpha=1 - beta1).sign_()
-                p.add_(-lr * update)
-                exp_avg.mul_(beta2).add_(grad, alpha=1 - beta2)
-        return loss
+    def _step_group(self, group: dict[str, Any]) -> None:
+        lion(*self._tensors(group, "exp_avg"), lr=group["lr"], betas=group["betas"], weight_decay=group["weight_decay"])
 
 
 Lion.__doc__ = _docs.fill(Lion.__doc__)
+
+
+def lion(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], *, lr: Tensor,
+         betas: tuple[float, float], weight_decay: Any) -> None:
+    """Functional Lion; see :class:`Lion`. Mutates params and state in place."""
+    beta1, beta2 = betas
+    for p, grad, exp_avg in zip(params, grads, exp_avgs):
+        p.mul_(1 - lr * weight_decay)
+        update = exp_avg.clone().mul_(beta1).add(grad, alpha=1 - beta1).sign_()
+        p.add_(-lr * update)
+        ema_(exp_avg, grad, beta2)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from cs_run.creation import zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _run_closure
+from ._functional import ema_
+from .optimizer import ParamsT, _check, _CoreOptimizer
 
-__all__ = ["Muon"]
+__all__ = ["Muon", "muon", "zeropower_via_newtonschulz5"]
 
 _NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # the quintic of Keller Jordan's Muon
 
@@ -31,7 +31,7 @@ def zeropower_via_newtonschulz5(grad: Tensor, steps: int = 5) -> Tensor:
     return x.mT if transpose else x
 
 
-class Muon(Optimizer):
+class Muon(_CoreOptimizer):
     """Muon (Jordan et al., 2024): SGD momentum whose update is orthogonalized by Newton-Schulz.
 
     .. code-block:: text
@@ -82,25 +82,28 @@ class Muon(Optimizer):
     def state_names_to_sparsify(self) -> list[str]:
         return ["momentum_buffer"]
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            momentum = group["momentum"]
-            for p, grad in self._params_with_grads(group):
-                update = grad
-                if momentum != 0:
-                    buf = self.state[p]["momentum_buffer"]
-                    buf.mul_(momentum).add_(grad, alpha=1 - momentum)
-                    update = grad + buf * momentum if group["nesterov"] else buf
-                if update.dim() == 4:
-                    update = update.reshape(len(update), -1)
-                update = zeropower_via_newtonschulz5(update, group["ns_steps"]).reshape(p.shape)
-                rows, cols = p.shape[:2]
-                lr = group["lr"] * (0.2 * max(rows, cols) ** 0.5)
-                p.mul_(1 - lr * group["weight_decay"])
-                p.add_(-lr * update.to(p.dtype))
-        return loss
+    def _step_group(self, group: dict[str, Any]) -> None:
+        momentum = group["momentum"]
+        params, grads, *bufs = self._tensors(group, *(["momentum_buffer"] if momentum != 0 else []))
+        muon(params, grads, bufs[0] if bufs else None, lr=group["lr"], weight_decay=group["weight_decay"],
+             momentum=momentum, nesterov=group["nesterov"], ns_steps=group["ns_steps"])
 
 
 Muon.__doc__ = _docs.fill(Muon.__doc__)
+
+
+def muon(params: list[Tensor], grads: list[Tensor], bufs: list[Tensor] | None, *, lr: Tensor, weight_decay: float,
+         momentum: float, nesterov: bool, ns_steps: int) -> None:
+    """Functional Muon; see :class:`Muon`. ``bufs`` is None without momentum. Mutates params and bufs in place."""
+    for index, (p, grad) in enumerate(zip(params, grads)):
+        update = grad
+        if momentum != 0:
+            buf = ema_(bufs[index], grad, momentum)
+            update = grad + buf * momentum if nesterov else buf
+        if update.dim() == 4:
+            update = update.reshape(len(update), -1)
+        update = zeropower_via_newtonschulz5(update, ns_steps).reshape(p.shape)
+        rows, cols = p.shape[:2]
+        scaled_lr = lr * (0.2 * max(rows, cols) ** 0.5)
+        p.mul_(1 - scaled_lr * weight_decay)
+        p.add_(-scaled_lr * update.to(p.dtype))

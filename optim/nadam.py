@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from cs_run.creation import ones, zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _decayed, _run_closure
+from ._functional import ema_, ema_square_, weight_decay_
+from .optimizer import ParamsT, _checked_defaults, _CoreOptimizer
 
-__all__ = ["NAdam"]
+__all__ = ["NAdam", "nadam"]
 
 
 def _f32(value: float) -> float:
@@ -19,7 +21,7 @@ def _f32(value: float) -> float:
     return float(torch.tensor(value, dtype=torch.float32))
 
 
-class NAdam(Optimizer):
+class NAdam(_CoreOptimizer):
     """NAdam (Dozat, 2016): Adam with Nesterov momentum and a momentum-decay schedule.
 
     .. code-block:: text
@@ -53,14 +55,9 @@ class NAdam(Optimizer):
     def __init__(self, params: ParamsT, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, momentum_decay: float = 4e-3,
                  decoupled_weight_decay: bool = False, maximize: bool = False) -> None:
-        _check("learning rate", lr)
-        _check_betas(betas)
-        _check("epsilon value", eps)
-        _check("weight_decay value", weight_decay)
-        _check("momentum_decay value", momentum_decay)
-        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
-                    "momentum_decay": momentum_decay, "decoupled_weight_decay": decoupled_weight_decay,
-                    "maximize": maximize}
+        defaults = _checked_defaults(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                     momentum_decay=momentum_decay, decoupled_weight_decay=decoupled_weight_decay,
+                                     maximize=maximize)
         super().__init__(params, defaults, enable_global_step=True)
 
     def preinitialize(self) -> None:
@@ -73,34 +70,34 @@ class NAdam(Optimizer):
     def state_names_to_sparsify(self) -> list[str]:
         return ["exp_avg", "exp_avg_sq"]
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            beta2 = _f32(beta2)
-            decay, eps, lr = group["momentum_decay"], group["eps"], group["lr"]
-            for p, grad in self._params_with_grads(group):
-                state = self.state[p]
-                exp_avg, exp_avg_sq, mu_product = state["exp_avg"], state["exp_avg_sq"], state["mu_product"]
-                step = self.increment_global_step(p)
-                bias_correction2 = 1 - torch.pow(torch.full_like(step, beta2), step)
-                if group["decoupled_weight_decay"]:
-                    p.mul_(1 - lr * group["weight_decay"])
-                else:
-                    grad = _decayed(grad, p, group["weight_decay"])
-                point_nine_six = torch.full_like(step, 0.96)
-                mu = beta1 * (1.0 - 0.5 * torch.pow(point_nine_six, step * decay))
-                mu_next = beta1 * (1.0 - 0.5 * torch.pow(point_nine_six, (step + 1) * decay))
-                mu_product *= mu
-                mu_product_next = mu_product * mu * mu_next
-                exp_avg.mul_(beta1).add_(grad, alpha=1.0 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-                denom = exp_avg_sq.div(bias_correction2).sqrt().add_(eps)
-                update = (mu_next * exp_avg) / (1.0 - mu_product_next) + (grad * (1.0 - mu)) / (1.0 - mu_product)
-                update *= -lr
-                p.addcdiv_(update, denom)
-        return loss
+    def _step_group(self, group: dict[str, Any]) -> None:
+        nadam(*self._tensors(group, "exp_avg", "exp_avg_sq", "mu_product", "step"), lr=group["lr"],
+              betas=group["betas"], eps=group["eps"], weight_decay=group["weight_decay"],
+              momentum_decay=group["momentum_decay"], decoupled_weight_decay=group["decoupled_weight_decay"])
 
 
 NAdam.__doc__ = _docs.fill(NAdam.__doc__)
+
+
+def nadam(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
+          mu_products: list[Tensor], steps: list[Tensor], *, lr: Tensor, betas: tuple[float, float], eps: float,
+          weight_decay: Any, momentum_decay: float, decoupled_weight_decay: bool) -> None:
+    """Functional NAdam; see :class:`NAdam`. Mutates params and state (``steps`` included) in place."""
+    beta1, beta2 = betas
+    beta2 = _f32(beta2)
+    for p, grad, exp_avg, exp_avg_sq, mu_product, step in zip(params, grads, exp_avgs, exp_avg_sqs, mu_products,
+                                                             steps):
+        step.add_(1)
+        bias_correction2 = 1 - torch.pow(torch.full_like(step, beta2), step)
+        grad = weight_decay_(p, grad, lr=lr, weight_decay=weight_decay, decoupled=decoupled_weight_decay)
+        point_nine_six = torch.full_like(step, 0.96)
+        mu = beta1 * (1.0 - 0.5 * torch.pow(point_nine_six, step * momentum_decay))
+        mu_next = beta1 * (1.0 - 0.5 * torch.pow(point_nine_six, (step + 1) * momentum_decay))
+        mu_product *= mu
+        mu_product_next = mu_product * mu * mu_next
+        ema_(exp_avg, grad, beta1)
+        ema_square_(exp_avg_sq, grad, beta2)
+        denom = exp_avg_sq.div(bias_correction2).sqrt().add_(eps)
+        update = (mu_next * exp_avg) / (1.0 - mu_product_next) + (grad * (1.0 - mu)) / (1.0 - mu_product)
+        update *= -lr
+        p.addcdiv_(update, denom)

@@ -80,6 +80,27 @@ def _check_betas(betas: Any, count: int = 2) -> None:
         _check(f"beta at index {index}", beta, 0.0, 1.0)
 
 
+# hyper-parameters that must be >= 0 (rho: in [0, 1]); each named "<key> value" in messages unless named here
+_NON_NEGATIVE = ("lr", "eps", "weight_decay", "l2_regularization_rate", "momentum", "dampening", "alpha", "lambd",
+                 "lr_decay", "initial_accumulator_value", "momentum_decay")
+_MESSAGE_NAMES = {"lr": "learning rate", "eps": "epsilon value", "initial_accumulator_value": "initial_accumulator_value"}
+
+
+def _checked_defaults(**defaults: Any) -> dict[str, Any]:
+    """``defaults`` after checking, in their order, ``betas`` (kept as a tuple), ``rho`` and each
+    ``_NON_NEGATIVE`` one."""
+    for key, value in defaults.items():
+        name = _MESSAGE_NAMES.get(key, f"{key} value")
+        if key == "betas":
+            _check_betas(value)
+            defaults[key] = tuple(value)
+        elif key == "rho":
+            _check(name, value, 0.0, 1.0, high_open=False)
+        elif key in _NON_NEGATIVE:
+            _check(name, value)
+    return defaults
+
+
 def _state_size(state: dict) -> tuple[int, int]:
     """Cheap fingerprint of the state's layout: (#params with state, #state entries)."""
     return len(state), sum(len(s) for s in state.values())
@@ -212,15 +233,12 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
                 for name in names:
                     self.state[p][name] = zeros_like(p)
 
-    def _params_with_grads(self, group: dict[str, Any]) -> Iterator[tuple[Tensor, Tensor]]:
-        """(param, grad) for the params of ``group`` that have a grad; the grad negated when ``maximize``.
-
-        Params without a grad are skipped, like torch.optim; on CSX that choice is frozen at trace time.
-        """
-        maximize = group.get("maximize", False)
-        for p in group["params"]:
-            if p.grad is not None:
-                yield p, (-p.grad if maximize else p.grad)
+    def _tensors(self, group: dict[str, Any], *names: str) -> tuple[list[Tensor], ...]:
+        """``_group_tensors`` for per-tensor steps: the grads negated when ``maximize``."""
+        params, grads, *lists = self._group_tensors(group, *names)
+        if group.get("maximize", False):
+            grads = [-g for g in grads]
+        return (params, grads, *lists)
 
     def _group_tensors(self, group: dict[str, Any], *names: str) -> tuple[list[Tensor], ...]:
         """(params, grads, *state lists) of the params of ``group`` that have a grad.
@@ -295,41 +313,23 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
             group["lr"] = _copy_into(old_group["lr"], group["lr"], "param_groups[].lr")
 
 
-def _decayed(grad: Tensor, param: Tensor, weight_decay: Any) -> Tensor:
-    """The vendor's L2 step ``grad + param * weight_decay``, skipped for a Python zero (it would add
-    exact zeros in two extra passes). A scheduled weight decay is a tensor and always applied."""
-    if not isinstance(weight_decay, Tensor) and weight_decay == 0:
-        return grad
-    return grad + param * weight_decay
+class _CoreOptimizer(Optimizer):
+    """Base of the built-in optimizers: ``step()`` is one loop, written once, that hands each param group
+    to ``_step_group``, which gathers the group's tensors (``_tensors``, ``_foreach_chunks``) and calls
+    the optimizer's module-level functional core with the group's hyper-parameters (torch.optim's shape:
+    the class holds the settings, a function does the math)."""
 
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Re-evaluate the loss with ``closure`` (if given), then apply the rule to every param group."""
+        loss = _run_closure(closure)
+        for group in self.param_groups:
+            self._step_group(group)
+        return loss
 
-def _foreach_mul(tensors: list[Tensor], scalar: Any, inplace: bool = False, scalar_first: bool = False) -> list[Tensor]:
-    """``t * scalar`` (``t.mul_(scalar)``; ``scalar * t`` with ``scalar_first``) for every ``t``, rounded
-    exactly as that per-tensor op rounds it.
-
-    Two per-tensor ops round a float16/bfloat16 tensor's product differently from torch's multi-tensor
-    multiply: by a Python number (foreach rounds the number to the tensor's dtype first, the per-tensor
-    op keeps it in float32) and by a 0-d tensor written first (there the per-tensor op rounds the 0-d
-    tensor). Those tensors take the per-tensor op; everything else is one foreach call.
-    """
-    narrow = (not isinstance(scalar, Tensor)) or scalar_first
-    if not narrow or all(t.dtype in _WIDE for t in tensors):
-        if inplace:
-            torch._foreach_mul_(tensors, scalar)
-            return tensors
-        return list(torch._foreach_mul(tensors, scalar))
-    wide = [t for t in tensors if t.dtype in _WIDE]
-    done = iter(_foreach_mul(wide, scalar, inplace) if wide else [])
-
-    def one(t: Tensor) -> Tensor:
-        if inplace:
-            return t.mul_(scalar)
-        return scalar * t if scalar_first else t * scalar
-
-    return [next(done) if t.dtype in _WIDE else one(t) for t in tensors]
-
-
-_WIDE = (torch.float32, torch.float64)
+    @abc.abstractmethod
+    def _step_group(self, group: dict[str, Any]) -> None:
+        """Update the params of ``group`` that have a grad, and their state, in place."""
 
 
 def _run_closure(closure: Callable[[], Any] | None) -> Any:

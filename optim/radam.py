@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _check_betas, _decayed, _run_closure
+from ._functional import ema_, ema_square_, weight_decay_
+from .optimizer import ParamsT, _checked_defaults, _CoreOptimizer
 
-__all__ = ["RAdam"]
+__all__ = ["RAdam", "radam"]
 
 
-class RAdam(Optimizer):
+class RAdam(_CoreOptimizer):
     """RAdam (Liu et al., 2020, "On the Variance of the Adaptive Learning Rate and Beyond").
 
     .. code-block:: text
@@ -44,12 +46,8 @@ class RAdam(Optimizer):
     def __init__(self, params: ParamsT, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.0, decoupled_weight_decay: bool = False,
                  maximize: bool = False) -> None:
-        _check("learning rate", lr)
-        _check_betas(betas)
-        _check("epsilon value", eps)
-        _check("weight_decay value", weight_decay)
-        defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay,
-                    "decoupled_weight_decay": decoupled_weight_decay, "maximize": maximize}
+        defaults = _checked_defaults(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                     decoupled_weight_decay=decoupled_weight_decay, maximize=maximize)
         super().__init__(params, defaults, enable_global_step=True)
 
     def preinitialize(self) -> None:
@@ -58,38 +56,38 @@ class RAdam(Optimizer):
     def state_names_to_sparsify(self) -> list[str]:
         return ["exp_avg", "exp_avg_sq"]
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            for p, grad in self._params_with_grads(group):
-                exp_avg, exp_avg_sq = self.state[p]["exp_avg"], self.state[p]["exp_avg_sq"]
-                step = self.increment_global_step(p)
-                beta1_f, beta2_f = (float(torch.tensor(b, dtype=torch.float32)) for b in group["betas"])
-                beta1, beta2 = torch.full_like(step, beta1_f), torch.full_like(step, beta2_f)
-                if group["decoupled_weight_decay"]:
-                    p.mul_(1 - group["lr"] * group["weight_decay"])
-                else:
-                    grad = _decayed(grad, p, group["weight_decay"])
-                beta2t = torch.pow(beta2, step)
-                bias_correction1 = 1 - torch.pow(beta1, step)
-                bias_correction2 = 1 - beta2t
-                exp_avg.mul_(beta1_f).add_(grad, alpha=1.0 - beta1_f)  # exact: 1 - float32(beta)
-                exp_avg_sq.mul_(beta2_f).addcmul_(grad, grad, value=1.0 - beta2_f)
-                update = exp_avg / bias_correction1
-                rho_inf = 2 / (1 - beta2) - 1
-                rho_t = rho_inf - 2 * step * beta2t / bias_correction2
-                one = torch.ones_like(step)
-                rectified = rho_t > 5
-                rect = torch.where(rectified, torch.sqrt(
-                    (rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)), one)
-                adaptive_lr = torch.where(rectified, torch.sqrt(bias_correction2) / exp_avg_sq.sqrt().add_(group["eps"]),
-                                          one)
-                update *= rect
-                update *= adaptive_lr
-                update *= group["lr"]
-                p.sub_(update)
-        return loss
+    def _step_group(self, group: dict[str, Any]) -> None:
+        radam(*self._tensors(group, "exp_avg", "exp_avg_sq", "step"), lr=group["lr"], betas=group["betas"],
+              eps=group["eps"], weight_decay=group["weight_decay"],
+              decoupled_weight_decay=group["decoupled_weight_decay"])
 
 
 RAdam.__doc__ = _docs.fill(RAdam.__doc__)
+
+
+def radam(params: list[Tensor], grads: list[Tensor], exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor],
+          steps: list[Tensor], *, lr: Tensor, betas: tuple[float, float], eps: float, weight_decay: Any,
+          decoupled_weight_decay: bool) -> None:
+    """Functional RAdam; see :class:`RAdam`. Mutates params and state (``steps`` included) in place."""
+    beta1_f, beta2_f = (float(torch.tensor(b, dtype=torch.float32)) for b in betas)
+    for p, grad, exp_avg, exp_avg_sq, step in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
+        step.add_(1)
+        beta1, beta2 = torch.full_like(step, beta1_f), torch.full_like(step, beta2_f)
+        grad = weight_decay_(p, grad, lr=lr, weight_decay=weight_decay, decoupled=decoupled_weight_decay)
+        beta2t = torch.pow(beta2, step)
+        bias_correction1 = 1 - torch.pow(beta1, step)
+        bias_correction2 = 1 - beta2t
+        ema_(exp_avg, grad, beta1_f)  # exact: 1 - float32(beta)
+        ema_square_(exp_avg_sq, grad, beta2_f)
+        update = exp_avg / bias_correction1
+        rho_inf = 2 / (1 - beta2) - 1
+        rho_t = rho_inf - 2 * step * beta2t / bias_correction2
+        one = torch.ones_like(step)
+        rectified = rho_t > 5
+        rect = torch.where(rectified, torch.sqrt(
+            (rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t)), one)
+        adaptive_lr = torch.where(rectified, torch.sqrt(bias_correction2) / exp_avg_sq.sqrt().add_(eps), one)
+        update *= rect
+        update *= adaptive_lr
+        update *= lr
+        p.sub_(update)

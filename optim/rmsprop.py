@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
+from torch import Tensor
 
 from cs_run.creation import zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _decayed, _run_closure
+from ._functional import decayed, ema_, ema_square_
+from .optimizer import ParamsT, _checked_defaults, _CoreOptimizer
 
-__all__ = ["RMSprop"]
+__all__ = ["RMSprop", "rmsprop"]
 
 
-class RMSprop(Optimizer):
+class RMSprop(_CoreOptimizer):
     """RMSprop (Hinton's lecture 6e), optionally centered and with momentum.
 
     .. code-block:: text
@@ -42,14 +43,8 @@ class RMSprop(Optimizer):
     def __init__(self, params: ParamsT, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
                  weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False,
                  maximize: bool = False) -> None:
-        _check("learning rate", lr)
-        _check("alpha value", alpha)
-        _check("epsilon value", eps)
-        _check("weight_decay value", weight_decay)
-        _check("momentum value", momentum)
-        defaults = {"lr": lr, "momentum": momentum, "alpha": alpha, "eps": eps, "centered": centered,
-                    "weight_decay": weight_decay, "maximize": maximize}
-        super().__init__(params, defaults)
+        super().__init__(params, _checked_defaults(lr=lr, momentum=momentum, alpha=alpha, eps=eps, centered=centered,
+                                                   weight_decay=weight_decay, maximize=maximize))
 
     def preinitialize(self) -> None:
         for group in self.param_groups:
@@ -63,29 +58,35 @@ class RMSprop(Optimizer):
     def state_names_to_sparsify(self) -> list[str]:
         return ["square_avg", "momentum_buffer", "grad_avg"]
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            alpha, eps, lr = group["alpha"], group["eps"], group["lr"]
-            for p, grad in self._params_with_grads(group):
-                state = self.state[p]
-                grad = _decayed(grad, p, group["weight_decay"])
-                square_avg = state["square_avg"]
-                square_avg.mul_(alpha).addcmul_(grad, grad, value=1.0 - alpha)
-                if group["centered"]:
-                    grad_avg = state["grad_avg"]
-                    grad_avg.mul_(alpha).add_(grad, alpha=1 - alpha)
-                    avg = square_avg.addcmul(grad_avg, grad_avg, value=-1.0).sqrt_().add_(eps)
-                else:
-                    avg = square_avg.sqrt().add_(eps)
-                if group["momentum"] > 0.0:
-                    buf = state["momentum_buffer"]
-                    buf.mul_(group["momentum"]).addcdiv_(grad, avg)
-                    p.add_(-lr * buf)
-                else:
-                    p.addcdiv_(-lr * grad, avg)
-        return loss
+    def _step_group(self, group: dict[str, Any]) -> None:
+        names = ["square_avg"] + (["momentum_buffer"] if group["momentum"] > 0 else [])
+        names += ["grad_avg"] if group["centered"] else []
+        params, grads, *lists = self._tensors(group, *names)
+        state = dict(zip(names, lists))
+        rmsprop(params, grads, state["square_avg"], state.get("momentum_buffer"), state.get("grad_avg"),
+                lr=group["lr"], alpha=group["alpha"], eps=group["eps"], weight_decay=group["weight_decay"],
+                momentum=group["momentum"])
 
 
 RMSprop.__doc__ = _docs.fill(RMSprop.__doc__)
+
+
+def rmsprop(params: list[Tensor], grads: list[Tensor], square_avgs: list[Tensor], bufs: list[Tensor] | None,
+            grad_avgs: list[Tensor] | None, *, lr: Tensor, alpha: float, eps: float, weight_decay: Any,
+            momentum: float) -> None:
+    """Functional RMSprop; see :class:`RMSprop`. ``bufs`` is None without momentum, ``grad_avgs`` None
+    unless centered. Mutates params and state in place."""
+    for index, (p, grad, square_avg) in enumerate(zip(params, grads, square_avgs)):
+        grad = decayed(grad, p, weight_decay)
+        ema_square_(square_avg, grad, alpha)
+        if grad_avgs is not None:
+            grad_avg = ema_(grad_avgs[index], grad, alpha)
+            avg = square_avg.addcmul(grad_avg, grad_avg, value=-1.0).sqrt_().add_(eps)
+        else:
+            avg = square_avg.sqrt().add_(eps)
+        if bufs is not None:
+            buf = bufs[index]
+            buf.mul_(momentum).addcdiv_(grad, avg)
+            p.add_(-lr * buf)
+        else:
+            p.addcdiv_(-lr * grad, avg)

@@ -5,16 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from cs_run.creation import zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _run_closure
+from .optimizer import ParamsT, _check, _CoreOptimizer
 
-__all__ = ["Rprop"]
+__all__ = ["Rprop", "rprop"]
 
 
-class Rprop(Optimizer):
+class Rprop(_CoreOptimizer):
     """Resilient backpropagation (Riedmiller & Braun, 1993).
 
     .. code-block:: text
@@ -55,25 +56,27 @@ class Rprop(Optimizer):
     def state_names_to_sparsify(self) -> list[str]:
         return ["prev", "step_size"]
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            etaminus, etaplus = group["etas"]
-            step_min, step_max = group["step_sizes"]
-            for p, grad in self._params_with_grads(group):
-                prev, step_size = self.state[p]["prev"], self.state[p]["step_size"]
-                grad = grad.clone()
-                # the etas as the vendor holds them: float32 tensors (also for float64 params)
-                minus = torch.full((), etaminus, dtype=torch.float32, device=p.device)
-                plus = torch.full((), etaplus, dtype=torch.float32, device=p.device)
-                product = grad.mul(prev)
-                factor = torch.where(product > 0, plus, torch.where(product < 0, minus, 1.0)).to(p.dtype)
-                step_size.mul_(factor).clamp_(min=step_min, max=step_max)
-                grad.mul_((factor != minus).to(p.dtype))
-                p.sub_(torch.sign(grad).mul_(step_size))
-                prev.copy_(grad)
-        return loss
+    def _step_group(self, group: dict[str, Any]) -> None:
+        (etaminus, etaplus), (step_size_min, step_size_max) = group["etas"], group["step_sizes"]
+        rprop(*self._tensors(group, "prev", "step_size"), etaminus=etaminus, etaplus=etaplus,
+              step_size_min=step_size_min, step_size_max=step_size_max)
 
 
 Rprop.__doc__ = _docs.fill(Rprop.__doc__)
+
+
+def rprop(params: list[Tensor], grads: list[Tensor], prevs: list[Tensor], step_sizes: list[Tensor], *,
+          etaminus: float, etaplus: float, step_size_min: float, step_size_max: float) -> None:
+    """Functional Rprop (torch.optim's signature, less its ``state_steps``); see :class:`Rprop`. Mutates
+    params and state in place."""
+    for p, grad, prev, step_size in zip(params, grads, prevs, step_sizes):
+        grad = grad.clone()
+        # the etas as the vendor holds them: float32 tensors (also for float64 params)
+        minus = torch.full((), etaminus, dtype=torch.float32, device=p.device)
+        plus = torch.full((), etaplus, dtype=torch.float32, device=p.device)
+        product = grad.mul(prev)
+        factor = torch.where(product > 0, plus, torch.where(product < 0, minus, 1.0)).to(p.dtype)
+        step_size.mul_(factor).clamp_(min=step_size_min, max=step_size_max)
+        grad.mul_((factor != minus).to(p.dtype))
+        p.sub_(torch.sign(grad).mul_(step_size))
+        prev.copy_(grad)

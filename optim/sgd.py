@@ -5,16 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from cs_run.creation import zeros_like
 
 from . import _docs
-from .optimizer import Optimizer, ParamsT, _check, _foreach_mul, _run_closure
+from ._functional import foreach_mul
+from .optimizer import ParamsT, _checked_defaults, _CoreOptimizer
 
-__all__ = ["SGD"]
+__all__ = ["SGD", "sgd"]
 
 
-class SGD(Optimizer):
+class SGD(_CoreOptimizer):
     """Stochastic gradient descent (optionally with momentum), as the vendor computes it.
 
     .. code-block:: text
@@ -51,14 +53,10 @@ class SGD(Optimizer):
         nesterov: bool = False,
         maximize: bool = False,
     ) -> None:
-        _check("learning rate", lr)
-        _check("momentum value", momentum)
-        _check("dampening value", dampening)
-        _check("weight_decay value", weight_decay)
+        defaults = _checked_defaults(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                                     nesterov=nesterov, maximize=maximize)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Invalid nesterov: True (requires momentum > 0 and dampening == 0)")
-        defaults = {"lr": lr, "momentum": momentum, "dampening": dampening, "weight_decay": weight_decay,
-                    "nesterov": nesterov, "maximize": maximize}
         super().__init__(params, defaults)
 
     def preinitialize(self) -> None:
@@ -70,22 +68,25 @@ class SGD(Optimizer):
     def state_names_to_sparsify(self) -> list[str]:
         return ["momentum_buffer"]
 
-    @torch.no_grad()
-    def step(self, closure: Any = None) -> Any:
-        """The rule above with multi-tensor ops, bit-identical to a per-parameter loop (see ``AdamBase.step``)."""
-        loss = _run_closure(closure)
-        for group in self.param_groups:
-            momentum = group["momentum"]
-            for params, grads, *bufs in self._foreach_chunks(group, *(["momentum_buffer"] if momentum != 0 else [])):
-                weight_decay = group["weight_decay"]
-                if isinstance(weight_decay, torch.Tensor) or weight_decay != 0:  # the vendor's L2: g + p * wd
-                    grads = torch._foreach_add(grads, _foreach_mul(params, weight_decay))
-                if momentum != 0:
-                    _foreach_mul(bufs[0], momentum, inplace=True)
-                    torch._foreach_add_(bufs[0], grads, alpha=1.0 - group["dampening"])
-                    grads = torch._foreach_add(grads, bufs[0], alpha=momentum) if group["nesterov"] else bufs[0]
-                torch._foreach_add_(params, _foreach_mul(grads, -group["lr"], scalar_first=True))  # p += -lr * g
-        return loss
+    def _step_group(self, group: dict[str, Any]) -> None:
+        """The rule above with multi-tensor ops, bit-identical to a per-parameter loop (see ``AdamBase._step_group``)."""
+        momentum = group["momentum"]
+        for params, grads, *bufs in self._foreach_chunks(group, *(["momentum_buffer"] if momentum != 0 else [])):
+            sgd(params, grads, bufs[0] if bufs else None, lr=group["lr"], momentum=momentum,
+                dampening=group["dampening"], weight_decay=group["weight_decay"], nesterov=group["nesterov"])
 
 
 SGD.__doc__ = _docs.fill(SGD.__doc__)
+
+
+def sgd(params: list[Tensor], grads: list[Tensor], bufs: list[Tensor] | None, *, lr: Tensor, momentum: float,
+        dampening: float, weight_decay: Any, nesterov: bool) -> None:
+    """Functional SGD over one chunk of params (multi-tensor ops); see :class:`SGD`. ``bufs`` is None
+    without momentum. Mutates params and bufs in place."""
+    if isinstance(weight_decay, Tensor) or weight_decay != 0:  # the vendor's L2: g + p * wd
+        grads = torch._foreach_add(grads, foreach_mul(params, weight_decay))
+    if momentum != 0:
+        foreach_mul(bufs, momentum, inplace=True)
+        torch._foreach_add_(bufs, grads, alpha=1.0 - dampening)
+        grads = torch._foreach_add(grads, bufs, alpha=momentum) if nesterov else bufs
+    torch._foreach_add_(params, foreach_mul(grads, -lr, scalar_first=True))  # p += -lr * g

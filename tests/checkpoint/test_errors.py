@@ -10,8 +10,8 @@ import torch
 from click.testing import CliRunner
 
 from cs_run.checkpoint import info, is_checkpoint_file, load, save
-from cs_run.checkpoint.cli import checkpoint as cli
 from cs_run.checkpoint.format import ATTR_COMPLETE, ATTR_VERSION
+from cs_run.checkpoint_cli import checkpoint as cli
 from cs_run.errors import CheckpointError
 
 

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from cs_run.checkpoint import info, load, save
 from cs_run.checkpoint import vendor_format as vf
-from cs_run.checkpoint.cli import checkpoint as cli
+from cs_run.checkpoint_cli import checkpoint as cli
 from cs_run.errors import CheckpointError
 from tests.checkpoint import vendor_roundtrip
 from tests.optim import vendor_golden
