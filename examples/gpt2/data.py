@@ -46,6 +46,10 @@ _H5_ERRORS = (OSError, KeyError, RuntimeError, ValueError, TypeError)
 DATA_PROCESSORS = ("GptHDF5DataProcessor", "GptHDF5MapDataProcessor")
 
 
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
 def _shard_files(data_dir: Union[str, list]) -> list[Path]:
     dirs = data_dir if isinstance(data_dir, list) else [data_dir]
     files: list[Path] = []
@@ -183,10 +187,6 @@ class GptHDF5Dataset(Dataset):
         state = dict(self.__dict__)
         state["_handles"] = {}
         return state
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
 
 
 def build_dataloader(split: str, data_dir: Union[str, list], batch_size: int = 128,

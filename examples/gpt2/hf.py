@@ -325,8 +325,8 @@ def from_hf(hf_dir: str | Path, dst: str | Path, params_out: Optional[str | Path
     except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
         raise CheckpointError(f"{weights_path}: not a readable safetensors file ({e})") from None
     if not_float:
-        raise CheckpointError(f"{weights_path}: {', '.join(not_float[:3])} hold integers, not weights; give the "
-                              "GPT-2 weights this config.json goes with")
+        raise CheckpointError(f"{weights_path}: {', '.join(not_float[:3])}: not floating-point weights; give "
+                              "the GPT-2 weights this config.json goes with")
     _check_weights(found, keys, str(weights_path))
     model = _build(keys)
     try:
