@@ -12,6 +12,7 @@ __all__ = [
     "ParamsError",
     "ComplianceError",
     "CheckpointError",
+    "DataError",
     "BackendError",
     "TrainingError",
     "ModelError",
@@ -38,6 +39,13 @@ class ComplianceError(CsRunError, RuntimeError):
 
 class CheckpointError(CsRunError, RuntimeError):
     """A checkpoint cannot be written or read (truncated, corrupted, incomplete, newer version)."""
+
+    exit_code = 1
+
+
+class DataError(CsRunError, RuntimeError):
+    """A data file cannot be read or written: a damaged shard, a token id the model cannot embed, a
+    write of shards that failed (the output written before is kept)."""
 
     exit_code = 1
 

@@ -81,6 +81,19 @@ def _one_line(text: str) -> str:
     return "; ".join(part.strip() for part in str(text).strip().splitlines() if part.strip())
 
 
+def _own_message(exc: CsRunError) -> str:
+    """The message of a CsRunError; one raised in a torch DataLoader worker comes back as the same type
+    whose message is "Caught X in DataLoader worker process N." plus the worker's traceback: its last
+    line is the original message."""
+    text = str(exc)
+    caught = f"Caught {type(exc).__name__} in "
+    if not (text.startswith(caught) and "\nOriginal Traceback" in text):
+        return text
+    where = text.split(".\n", 1)[0].removeprefix(caught)
+    last = text.rstrip().splitlines()[-1]
+    return f"{last.removeprefix(f'{type(exc).__module__}.{type(exc).__qualname__}: ')} (in {where})"
+
+
 def error_text(exc: BaseException) -> str:
     """What :func:`report` shows for ``exc`` (also what a run writes into model_dir/run.log); empty for an
     :class:`~cs_run.interrupts.Interrupted` run, which logged its own line."""
@@ -91,7 +104,7 @@ def error_text(exc: BaseException) -> str:
         return (f"Error: replica {replicas.ordinal()} of {replicas.world_size()} lost its peers in a collective "
                 f"({_one_line(exc)}); another replica failed or did not answer within runconfig.collective_timeout")
     if isinstance(exc, CsRunError):
-        return f"Error: {_one_line(exc)}"
+        return f"Error: {_one_line(_own_message(exc))}"
     if isinstance(exc, click.UsageError):
         command = exc.ctx.command_path if exc.ctx is not None else "cs-run"
         return f"Error: {_one_line(exc.format_message())} (see '{command} --help')"

@@ -42,15 +42,20 @@ class ModelSpec:
     """Module converting this model's checkpoints to and from a Hugging Face folder (``checkpoint convert
     --to hf / --from hf``): ``to_hf(checkpoint, out_dir, model_keys) -> out_dir`` and ``from_hf(hf_dir,
     dst) -> (checkpoint, params)``. A folder's ``config.json`` ``model_type`` names the model to read it."""
+    input_keys: tuple = ()
+    """``model`` keys its ``data_fn`` also takes, copied into each input section that reads through it (as the
+    Model Zoo's ``set_defaults`` passes model.vocab_size to the data loader): gpt2's data checks token ids."""
 
 
 _MODELS: dict[str, ModelSpec] = {}
 
 
 def register_model(name: str, model_fn: str, data_fn: Optional[str] = None, data_processors: tuple = (),
-                   defaults_fn: Optional[str] = None, hf_converter: Optional[str] = None) -> None:
+                   defaults_fn: Optional[str] = None, hf_converter: Optional[str] = None,
+                   input_keys: tuple = ()) -> None:
     """Make ``model.name: <name>`` resolve to ``model_fn`` (and ``data_fn`` for its inputs)."""
-    _MODELS[name] = ModelSpec(name, model_fn, data_fn, tuple(data_processors), defaults_fn, hf_converter)
+    _MODELS[name] = ModelSpec(name, model_fn, data_fn, tuple(data_processors), defaults_fn, hf_converter,
+                              tuple(input_keys))
 
 
 def hf_converter(name: Optional[str], where: str) -> Any:
@@ -68,8 +73,8 @@ def hf_converter(name: Optional[str], where: str) -> Any:
 
 def apply_model_defaults(raw: dict, locate=lambda key: "") -> dict:
     """Before validation: name the model of a Model Zoo file by its data_processor when model.name is
-    absent, check that an input's data_processor is one the model's data reads, then fill that
-    registered model's own defaults (its ``defaults_fn``)."""
+    absent, check that an input's data_processor is one the model's data reads, pass it the model keys
+    its data takes (``input_keys``), then fill that registered model's own defaults (its ``defaults_fn``)."""
     model = raw.get("model")
     if not isinstance(model, dict):
         return raw
@@ -89,6 +94,12 @@ def apply_model_defaults(raw: dict, locate=lambda key: "") -> dict:
             raise ParamsError(f"params: {name}.data_processor: {processor!r} is not one {spec.name}'s data reads; "
                               f"expected one of {', '.join(spec.data_processors)} (or set {name}.data_fn)"
                               f"{locate(f'{name}.data_processor')}")
+        for key in spec.input_keys:
+            if key not in model:
+                continue
+            if section.setdefault(key, model[key]) != model[key]:
+                raise ParamsError(f"params: {name}.{key}: {section[key]!r} but model.{key} is {model[key]!r}; they must "
+                                  f"agree (remove {name}.{key}: the model's is passed to the data){locate(f'{name}.{key}')}")
     if spec is not None and spec.defaults_fn:
         resolve_object(spec.defaults_fn, key="model.name")(model)
     return raw
@@ -194,4 +205,5 @@ register_model("fc_mnist", "cs_run.examples.fc_mnist.model:build_model",
                "cs_run.examples.fc_mnist.data:build_dataloader")
 register_model("gpt2", "cs_run.examples.gpt2.model:build_model", "cs_run.examples.gpt2.data:build_dataloader",
                data_processors=("GptHDF5DataProcessor", "GptHDF5MapDataProcessor"),
-               defaults_fn="cs_run.examples.gpt2.model:model_defaults", hf_converter="cs_run.examples.gpt2.hf")
+               defaults_fn="cs_run.examples.gpt2.model:model_defaults", hf_converter="cs_run.examples.gpt2.hf",
+               input_keys=("vocab_size",))

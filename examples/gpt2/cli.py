@@ -41,7 +41,9 @@ def data() -> None:
 @click.option("--files_per_record", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Samples per .h5 shard.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the train/val document split.")
-@click.option("--overwrite", is_flag=True, help="Replace shards already in the output folders.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace the shards and tokenizer.json already in OUTPUT_DIR (the new ones are swapped in at the "
+                   "end: a failure keeps the old).")
 def preprocess(inputs: tuple[Path, ...], output_dir: Path, stdlib: bool, pattern: tuple[str, ...],
                max_seq_length: int, tokenizer_path: Optional[Path], vocab_size: int, eval_fraction: float,
                files_per_record: int, seed: int, overwrite: bool) -> None:

@@ -10,6 +10,13 @@ As in the Model Zoo, ``batch_size`` is the effective batch over all streamers an
 sharded over streaming ranks (file ``i`` goes to rank ``i % num_streamers``). Unlike its buffered
 shuffle, samples are drawn as a full permutation from the loader's generator, so the runner's RNG
 checkpoint replays the exact order on resume.
+
+A token id the model cannot embed would fail deep inside a step (an IndexError on the CPU, a device
+assert on CUDA) without naming the data. Every sample is checked on the host as it is read, against
+``vocab_size`` (model.vocab_size, passed by the registry as the Model Zoo's ``set_defaults`` does):
+a min and a max over ``2 * max_sequence_length`` ints per sample, next to the HDF5 decompression,
+and no device sync. Shards written by ``cs-run data preprocess`` also record their largest id
+(``max_token_id``), so such a mismatch is refused when the shards are opened, before the first step.
 """
 
 from __future__ import annotations
@@ -26,13 +33,21 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from cs_run.distributed import get_streaming_batch_size, get_streaming_rank, num_streamers
+from cs_run.errors import DataError
 
 __all__ = ["GptHDF5Dataset", "build_dataloader", "DATA_PROCESSORS", "FEATURES"]
 
 logger = logging.getLogger(__name__)
 
 FEATURES = ("input_ids", "attention_mask", "labels")
+_IGNORE_INDEX = -100  # a label cross_entropy skips (its default ignore_index)
+# what h5py raises for a damaged file, by the HDF5 error class (found by overwriting every 32 bytes of a shard)
+_H5_ERRORS = (OSError, KeyError, RuntimeError, ValueError, TypeError)
 DATA_PROCESSORS = ("GptHDF5DataProcessor", "GptHDF5MapDataProcessor")
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 def _shard_files(data_dir: Union[str, list]) -> list[Path]:
@@ -71,7 +86,8 @@ class GptHDF5Dataset(Dataset):
     """
 
     def __init__(self, data_dir: Union[str, list], rank: int = 0, num_ranks: int = 1,
-                 features: Optional[list] = None, max_sequence_length: Optional[int] = None) -> None:
+                 features: Optional[list] = None, max_sequence_length: Optional[int] = None,
+                 vocab_size: Optional[int] = None) -> None:
         all_files = _shard_files(data_dir)
         if len(all_files) < num_ranks:
             raise ValueError(f"data_dir: {len(all_files)} shard file(s) for {num_ranks} streamers; every streamer "
@@ -82,9 +98,10 @@ class GptHDF5Dataset(Dataset):
         missing = [f for f in FEATURES if f not in self.feature_rows]
         if missing:
             raise ValueError(f"features: the shards' rows {names} lack {', '.join(missing)}")
+        self.vocab_size = vocab_size
         counts, msl = [], None
         for path in self.files:
-            n, file_msl = self._check_file(path, len(names))
+            n, file_msl = self._check_file(path, len(names), vocab_size)
             if msl is not None and file_msl != msl:
                 raise ValueError(f"data_dir: {path.name} has max_sequence_length {file_msl}, other shards {msl}")
             msl = file_msl
@@ -98,7 +115,7 @@ class GptHDF5Dataset(Dataset):
         self._pid = os.getpid()
 
     @staticmethod
-    def _check_file(path: Path, rows: int) -> tuple[int, int]:
+    def _check_file(path: Path, rows: int, vocab_size: Optional[int]) -> tuple[int, int]:
         try:
             with h5py.File(path, "r") as f:
                 if "data" not in f:
@@ -110,9 +127,17 @@ class GptHDF5Dataset(Dataset):
                 n = int(f.attrs.get("n_examples", d.shape[0]))
                 if not 0 <= n <= d.shape[0]:
                     raise ValueError(f"data_dir: {path} attribute n_examples={n} but 'data' holds {d.shape[0]} rows")
+                top = f.attrs.get("max_token_id")
+                if vocab_size is not None and top is not None and int(top) >= vocab_size:
+                    raise ValueError(f"data_dir: {path} holds token ids up to {int(top)} (its max_token_id), but "
+                                     f"model.vocab_size is {vocab_size}; set model.vocab_size to at least "
+                                     f"{int(top) + 1} (the tokenizer's size) or write the shards with a smaller "
+                                     "--vocab_size")
                 return n, int(d.shape[2])
-        except OSError as e:
-            raise ValueError(f"data_dir: {path} is not a readable HDF5 file ({e})") from None
+        except _H5_ERRORS as e:
+            if isinstance(e, ValueError) and str(e).startswith("data_dir: "):
+                raise  # one of the checks above
+            raise ValueError(f"data_dir: {path} is not a readable HDF5 file ({_one_line(e)})") from None
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
@@ -128,8 +153,35 @@ class GptHDF5Dataset(Dataset):
         if not 0 <= index < len(self):
             raise IndexError(index)
         i = int(np.searchsorted(self.offsets, index, side="right")) - 1
-        row = np.asarray(self._file(i)["data"][index - self.offsets[i]], dtype=np.int32)
+        local = int(index - self.offsets[i])
+        try:
+            row = np.asarray(self._file(i)["data"][local], dtype=np.int32)
+        except _H5_ERRORS as e:
+            raise DataError(f"data_dir: {self.files[i]}: sample {local} cannot be read ({_one_line(e)}); the shard "
+                            "is damaged: write it again (cs-run data preprocess) or remove it from data_dir") from None
+        ids, labels = row[self.feature_rows["input_ids"]], row[self.feature_rows["labels"]]
+        high = self.vocab_size if self.vocab_size is not None else np.iinfo(np.int32).max
+        negative_label = labels.min() < 0 and ((labels < 0) & (labels != _IGNORE_INDEX)).any()
+        if ids.min() < 0 or max(ids.max(), labels.max()) >= high or negative_label:
+            self._bad_token(self.files[i], local, row)
         return {name: torch.from_numpy(row[self.feature_rows[name]].copy()) for name in FEATURES}
+
+    def _bad_token(self, path: Path, local: int, row: np.ndarray) -> None:
+        """The error for the first token id of the sample that the model cannot embed (or score)."""
+        vocab = self.vocab_size
+        for name in ("input_ids", "labels"):
+            values = row[self.feature_rows[name]]
+            bad = (values < 0) | (values >= vocab if vocab is not None else False)
+            if name == "labels":
+                bad &= values != _IGNORE_INDEX
+            where = np.flatnonzero(bad)
+            if where.size:
+                token, at = int(values[where[0]]), int(where[0])
+                break
+        fix = (f"ids must be in [0, model.vocab_size={vocab}): set model.vocab_size to at least {token + 1} or write "
+               "the shards with this vocabulary" if token >= 0 else "token ids are never negative: the shard is "
+               "damaged; write it again")
+        raise DataError(f"data_dir: {path}: sample {local} holds token id {token} in {name} (position {at}); {fix}")
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -142,8 +194,12 @@ def build_dataloader(split: str, data_dir: Union[str, list], batch_size: int = 1
                      shuffle_seed: Optional[int] = None, drop_last_batch: bool = True, drop_last: Optional[bool] = None,
                      num_workers: int = 0, prefetch_factor: Optional[int] = None,
                      persistent_workers: bool = False, shuffle_buffer: Optional[int] = None,
-                     max_sequence_length: Optional[int] = None, features: Optional[list] = None) -> DataLoader:
+                     max_sequence_length: Optional[int] = None, features: Optional[list] = None,
+                     vocab_size: Optional[int] = None) -> DataLoader:
     """Data function of ``model.name: gpt2``: the split's DataLoader over Model Zoo GPT HDF5 shards.
+
+    ``vocab_size`` is model.vocab_size (the registry copies it here): every token id read is checked
+    against it on the host, so an id the model cannot embed is an error naming the shard and sample.
 
     ``drop_last`` is the Model Zoo's name for ``drop_last_batch``. ``shuffle_buffer`` is accepted for
     Model Zoo files and has no effect (samples are shuffled as a full permutation).
@@ -155,7 +211,8 @@ def build_dataloader(split: str, data_dir: Union[str, list], batch_size: int = 1
     if shuffle_buffer is not None:
         logger.debug("%s: shuffle_buffer=%s has no effect (samples are drawn as a full permutation)", split,
                      shuffle_buffer)
-    dataset = GptHDF5Dataset(data_dir, get_streaming_rank(), num_streamers(), features, max_sequence_length)
+    dataset = GptHDF5Dataset(data_dir, get_streaming_rank(), num_streamers(), features, max_sequence_length,
+                             vocab_size)
     per_stream = get_streaming_batch_size(batch_size)
     drop = drop_last_batch if drop_last is None else drop_last
     if drop and len(dataset) < per_stream:

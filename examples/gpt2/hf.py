@@ -10,11 +10,18 @@ it lacks) stop the conversion with an error naming the model key.
 The cs-run side needs the model keys (``checkpoint convert`` reads ``--params`` or the
 ``params_resolved.yaml`` that every run writes next to its checkpoints). ``--from hf`` writes a cs-run checkpoint and, beside it, a params
 file whose ``model:`` section describes it.
+
+``--from hf`` checks ``config.json`` against the weights both ways before it builds anything: every
+tensor the config calls for is present with the config's shape, and every tensor of the file is one
+the config calls for (weights for more layers than ``n_layer`` would otherwise be dropped silently).
+The shapes come from the safetensors header, so a config whose sizes the file does not hold is
+refused without allocating the model it describes.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Optional
 
@@ -25,12 +32,16 @@ from cs_run.checkpoint import load, save
 from cs_run.errors import CheckpointError, ParamsError
 from cs_run.registry import check_function_keys, get_model_spec, resolve_object
 
-__all__ = ["to_hf", "from_hf", "hf_config", "to_hf_state_dict", "from_hf_state_dict", "model_keys_from_hf_config"]
+__all__ = ["to_hf", "from_hf", "hf_config", "to_hf_state_dict", "from_hf_state_dict", "model_keys_from_hf_config",
+           "hf_shapes"]
 
 # Our nonlinearity names that HF's ACT2FN knows under the same name and formula.
 _HF_ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "quick_gelu", "relu", "silu", "swish", "tanh", "mish", "linear",
                    "leaky_relu")
 _WEIGHTS = "model.safetensors"
+_IGNORED = (".attn.bias", ".attn.masked_bias")  # HF's causal-mask buffers, not weights
+_FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # safetensors' names
+_SIZES = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")  # config.json keys that must be >= 1
 
 
 def _safetensors():
@@ -70,12 +81,25 @@ def hf_config(config: dict) -> dict:
 
 
 def model_keys_from_hf_config(cfg: dict) -> dict:
-    """The ``model:`` section (Model Zoo keys) of an HF GPT-2 config."""
+    """The ``model:`` section (Model Zoo keys) of an HF GPT-2 config.
+
+    Raises:
+        CheckpointError: naming the config.json key that is not GPT-2's or not a usable size.
+    """
     if cfg.get("model_type") != "gpt2":
         raise CheckpointError(f"config.json: model_type {cfg.get('model_type')!r} is not 'gpt2'")
     for key in ("scale_attn_by_inverse_layer_idx", "add_cross_attention"):
         if cfg.get(key):
             raise CheckpointError(f"config.json: {key}=true has no cs-run gpt2 equivalent")
+    for key in _SIZES + ("n_inner",):
+        value = cfg.get(key)
+        if key not in cfg or key == "n_inner" and value is None:  # absent: HF's default; n_inner null: 4 * n_embd
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise CheckpointError(f"config.json: {key}: expected a positive integer, got {value!r}")
+    if cfg.get("n_embd", 768) % cfg.get("n_head", 12):
+        raise CheckpointError(f"config.json: n_embd {cfg.get('n_embd', 768)} is not a multiple of n_head "
+                              f"{cfg.get('n_head', 12)}")
     act = cfg.get("activation_function", "gelu_new")
     if act not in _HF_ACTIVATIONS:
         raise CheckpointError(f"config.json: activation_function {act!r} has no cs-run gpt2 equivalent "
@@ -91,6 +115,54 @@ def model_keys_from_hf_config(cfg: dict) -> dict:
         "dropout_rate": cfg.get("resid_pdrop", 0.1), "embedding_dropout_rate": cfg.get("embd_pdrop", 0.1),
         "attention_dropout_rate": cfg.get("attn_pdrop", 0.1), "use_bias_in_output": False,
     }
+
+
+def hf_shapes(keys: dict, layers: int) -> dict[str, tuple]:
+    """The HF GPT-2 tensors (bare names) and their shapes that model ``keys`` call for, for ``layers`` layers
+    (given apart, so that a config's absurd layer count is compared before it is used to build anything)."""
+    v, h, inner, pos = keys["vocab_size"], keys["hidden_size"], keys["filter_size"], keys["max_position_embeddings"]
+    shapes = {"wte.weight": (v, h), "wpe.weight": (pos, h), "ln_f.weight": (h,), "ln_f.bias": (h,)}
+    per_layer = {"ln_1.weight": (h,), "ln_1.bias": (h,), "attn.c_attn.weight": (h, 3 * h),
+                 "attn.c_attn.bias": (3 * h,), "attn.c_proj.weight": (h, h), "attn.c_proj.bias": (h,),
+                 "ln_2.weight": (h,), "ln_2.bias": (h,), "mlp.c_fc.weight": (h, inner), "mlp.c_fc.bias": (inner,),
+                 "mlp.c_proj.weight": (inner, h), "mlp.c_proj.bias": (h,)}
+    for i in range(layers):
+        shapes.update({f"h.{i}.{name}": shape for name, shape in per_layer.items()})
+    if not keys["share_embedding_weights"]:
+        shapes["lm_head.weight"] = (v, h)
+    return shapes
+
+
+def _check_weights(found: dict[str, tuple], keys: dict, where: str) -> None:
+    """``found`` (bare name -> shape) holds exactly the tensors ``keys`` call for, with their shapes.
+
+    Raises:
+        CheckpointError: one line listing the missing, unexpected and misshaped tensors, and what to fix.
+    """
+    in_file = sorted({int(m.group(1)) for name in found if (m := re.match(r"h\.(\d+)\.", name))})
+    layers = keys["num_hidden_layers"]
+    problems = []
+    if len(in_file) != layers or in_file and in_file[-1] != layers - 1:
+        span = f"{len(in_file)} layer(s) (h.{in_file[0]} .. h.{in_file[-1]})" if in_file else "no layer"
+        problems.append(f"config.json says n_layer={layers} but the weights hold {span}")
+    expected = hf_shapes(keys, min(layers, len(found)))  # never more entries than the file has tensors
+    optional = {} if "lm_head.weight" in expected else {"lm_head.weight": (keys["vocab_size"], keys["hidden_size"])}
+    missing = [k for k in expected if k not in found]
+    unexpected = [k for k in found if k not in expected and k not in optional]
+    misshaped = [f"{k} is {list(found[k])}, the config says {list(shape)}"
+                 for k, shape in {**expected, **optional}.items() if k in found and tuple(found[k]) != tuple(shape)]
+    for label, names in (("missing", missing), ("not used by the config", unexpected), ("misshaped", misshaped)):
+        if names:
+            more = f", ... ({len(names)} in all)" if len(names) > 3 else ""
+            problems.append(f"{label}: {', '.join(names[:3])}{more}")
+    if problems:
+        raise CheckpointError(f"{where}: the weights do not match config.json: {'; '.join(problems)}; fix "
+                              "config.json (n_layer, n_embd, n_inner, n_positions, vocab_size, tie_word_embeddings) "
+                              "or give the weights written with it")
+
+
+def _bare(name: str) -> str:
+    return name.removeprefix("transformer.")
 
 
 def _zeros_if_none(t: Optional[torch.Tensor], size: int) -> torch.Tensor:
@@ -134,9 +206,13 @@ def from_hf_state_dict(model, tensors: dict[str, torch.Tensor]) -> None:
     Raises:
         CheckpointError: a tensor is missing, has another shape, or a nonzero bias has nowhere to go.
     """
-    t = {k.removeprefix("transformer."): v for k, v in tensors.items()
-         if not k.endswith((".attn.bias", ".attn.masked_bias"))}
+    t = {_bare(k): v for k, v in tensors.items() if not k.endswith(_IGNORED)}
     hidden = model.config["hidden_size"]
+    _check_weights({k: tuple(v.shape) for k, v in t.items()}, model.config, "Hugging Face weights")
+    if model.share_embedding_weights and "lm_head.weight" in t and not torch.equal(t["lm_head.weight"],
+                                                                                   t["wte.weight"]):
+        raise CheckpointError("Hugging Face weights: lm_head.weight differs from wte.weight, but config.json says "
+                              "tie_word_embeddings=true (one tensor for both); set tie_word_embeddings to false")
 
     def take(key: str, shape: tuple) -> torch.Tensor:
         if key not in t:
@@ -180,8 +256,7 @@ def from_hf_state_dict(model, tensors: dict[str, torch.Tensor]) -> None:
             proj.weight.copy_(take(p + "mlp.c_proj.weight", (fc.out_features, hidden)).t())
             put(proj.bias, take(p + "mlp.c_proj.bias", (hidden,)), p + "mlp.c_proj.bias")
         if not model.share_embedding_weights:
-            model.lm_head.weight.copy_(take("lm_head.weight", model.lm_head.weight.shape)
-                                       if "lm_head.weight" in t else e.word_embeddings.weight)
+            model.lm_head.weight.copy_(take("lm_head.weight", model.lm_head.weight.shape))
 
 
 def _build(model_keys: dict):
@@ -237,10 +312,25 @@ def from_hf(hf_dir: str | Path, dst: str | Path, params_out: Optional[str | Path
         cfg: dict[str, Any] = json.loads(cfg_path.read_text())
     except ValueError as e:
         raise CheckpointError(f"{cfg_path}: not valid JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{cfg_path}: expected a JSON object of GPT-2 settings, got {type(cfg).__name__}")
     keys = model_keys_from_hf_config(cfg)
+    st = _safetensors()
+    try:  # the header alone: shapes are compared before anything is allocated
+        with st.safe_open(str(weights_path), "pt") as f:
+            header = {k: f.get_slice(k) for k in f.keys() if not k.endswith(_IGNORED)}
+            found = {_bare(k): tuple(part.get_shape()) for k, part in header.items()}
+            not_float = [f"{k} ({part.get_dtype()})" for k, part in header.items()
+                         if part.get_dtype() not in _FLOAT_DTYPES]
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise CheckpointError(f"{weights_path}: not a readable safetensors file ({e})") from None
+    if not_float:
+        raise CheckpointError(f"{weights_path}: {', '.join(not_float[:3])}: not floating-point weights; give "
+                              "the GPT-2 weights this config.json goes with")
+    _check_weights(found, keys, str(weights_path))
     model = _build(keys)
     try:
-        tensors = _safetensors().load_file(str(weights_path))
+        tensors = st.load_file(str(weights_path))
     except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
         raise CheckpointError(f"{weights_path}: not a readable safetensors file ({e})") from None
     from_hf_state_dict(model.model, tensors)

@@ -9,14 +9,24 @@ padded with ``pad_id`` and a zero loss mask. Shards are ``examples_<n>.h5`` hold
 
 Nothing is downloaded: the tokenizer is trained on the training documents with the ``tokenizers``
 package (``pip install 'cs-run[text]'``) or read from a ``tokenizer.json`` given by path.
+
+Every input is checked to be UTF-8 text before anything is written. Output is written into a hidden
+staging folder inside the output folder and swapped in at the end (each split folder and the
+tokenizer by one rename), so a failure, ``--overwrite`` or not, leaves the old output as it was. Each
+shard records the largest token id it holds (``max_token_id``) and a Fletcher-32 checksum per chunk,
+so a reader refuses ids the model cannot embed before the first step, and damaged bytes by name.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import os
 import random
+import shutil
 import sysconfig
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
@@ -25,16 +35,17 @@ import h5py  # noqa: TID253 - this data module reads and writes HDF5 files; load
 import numpy as np
 from tqdm import tqdm
 
-from cs_run.errors import ParamsError
+from cs_run.errors import DataError, ParamsError
 
-__all__ = ["PreprocessResult", "collect_documents", "stdlib_documents", "load_or_train_tokenizer", "pack_samples",
-           "ShardWriter", "preprocess"]
+__all__ = ["PreprocessResult", "collect_documents", "stdlib_documents", "check_documents", "load_or_train_tokenizer",
+           "pack_samples", "ShardWriter", "preprocess"]
 
 logger = logging.getLogger(__name__)
 
 EOS_TOKEN = "<|endoftext|>"
 FEATURES = ["input_ids", "attention_mask", "labels"]
 _ENCODE_CHUNK = 64  # documents per encode_batch call
+_OURS = ("*.h5", "data_params.json")  # what a split folder of ours holds (replaced as a whole)
 
 
 def stdlib_documents() -> list[Path]:
@@ -57,6 +68,8 @@ def collect_documents(inputs: Iterable[str | Path], patterns: tuple[str, ...] = 
                 raise ParamsError(f"data preprocess: no files matching {', '.join(patterns)} in {path} "
                                   "(set --pattern)")
             found.extend(matches)
+        elif path.exists():  # a FIFO or a device such as /dev/zero: no end to read to
+            raise ParamsError(f"data preprocess: input {path} is not a regular file or a folder")
         else:
             raise ParamsError(f"data preprocess: input {path} does not exist")
     return found
@@ -86,10 +99,14 @@ def load_or_train_tokenizer(tokenizer_path: Optional[Path], train_files: list[Pa
         raise ParamsError(f"data preprocess: --vocab_size {vocab_size} is too small for a byte-level BPE (>= 257)")
     bpe = tokenizers.ByteLevelBPETokenizer()
     logger.info("training a byte-level BPE tokenizer (vocab %d) on %d files", vocab_size, len(train_files))
+    # the trainer reads the files itself: check_documents has made sure that they are UTF-8 text
     bpe.train([str(p) for p in train_files], vocab_size=vocab_size, min_frequency=2, special_tokens=[EOS_TOKEN],
               show_progress=False)
     save_to.parent.mkdir(parents=True, exist_ok=True)
-    bpe.save(str(save_to))
+    try:
+        bpe.save(str(save_to))
+    except Exception as e:  # noqa: BLE001 - the Rust side raises plain Exceptions for I/O errors
+        raise OSError(f"{save_to}: {e}") from None
     return tokenizers.Tokenizer.from_file(str(save_to))
 
 
@@ -137,10 +154,16 @@ class ShardWriter:
         if not self.buffer:
             return
         path = self.folder / f"{self.name}_{len(self.files)}.h5"
-        with h5py.File(path, "w") as f:
+        data = np.stack(self.buffer)
+        image = io.BytesIO()  # built in memory, then written by Python: libhdf5 crashes on a full disk
+        with h5py.File(image, "w") as f:
             f.attrs["n_examples"] = len(self.buffer)
-            f.create_dataset("data", data=np.stack(self.buffer), dtype="i4", chunks=(1, 3, self.msl),
-                             compression="gzip")
+            # read by GptHDF5Dataset: a model.vocab_size <= this is refused before the first step
+            f.attrs["max_token_id"] = int(data[:, [0, 2]].max())
+            # fletcher32: a damaged chunk is a read error naming the shard, not wrong tokens
+            f.create_dataset("data", data=data, dtype="i4", chunks=(1, 3, self.msl), compression="gzip",
+                             fletcher32=True)
+        path.write_bytes(image.getbuffer())
         self.files.append(path)
         self.n_examples += len(self.buffer)
         self.buffer = []
@@ -154,7 +177,37 @@ class PreprocessResult:
 
 
 def _read(path: Path) -> str:
-    return path.read_text(encoding="utf-8", errors="replace")
+    """The text of ``path``; a file that is not UTF-8 text (binary, latin-1, UTF-16, ...) is an error naming it."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ParamsError(f"data preprocess: cannot read input {path} ({e.strerror or e})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise ParamsError(f"data preprocess: input {path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset "
+                          f"{e.start}, line {line}); convert it (e.g. iconv -f latin1 -t utf-8) or leave it out"
+                          ) from None
+    nul = raw.find(b"\0")
+    if nul >= 0:  # valid UTF-8 but binary (no text file holds NUL)
+        raise ParamsError(f"data preprocess: input {path} is binary, not text (a NUL byte at offset {nul}); "
+                          "leave it out (--pattern, or give the text files only)")
+    return text
+
+
+def check_documents(documents: list[Path]) -> list[Path]:
+    """``documents`` without the empty ones, after checking that every one is readable UTF-8 text.
+
+    Raises:
+        ParamsError: naming the first document that is unreadable, binary or not UTF-8, or when all are empty.
+    """
+    kept = [p for p in documents if _read(p)]
+    if len(kept) < len(documents):
+        logger.info("data preprocess: %d empty document(s) left out", len(documents) - len(kept))
+    if not kept:
+        raise ParamsError(f"data preprocess: the {len(documents)} input document(s) are all empty")
+    return kept
 
 
 def _write_split(name: str, docs: list[Path], folder: Path, tok, msl: int, eos_id: int, per_file: int,
@@ -182,6 +235,61 @@ def _write_split(name: str, docs: list[Path], folder: Path, tok, msl: int, eos_i
     return writer.n_examples, len(writer.files)
 
 
+def _check_output(output_dir: Path, splits: list[str], trains_tokenizer: bool, overwrite: bool) -> None:
+    """Refuse what would replace earlier output unasked, or lose a file that is not ours."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ParamsError(f"data preprocess: --output_dir {output_dir} is a file; give a folder")
+    for split in splits:
+        folder = output_dir / split
+        if not folder.exists():
+            continue
+        if not folder.is_dir():
+            raise ParamsError(f"data preprocess: {folder} is a file, where the {split} shards go; move it away")
+        foreign = sorted(p.name for p in folder.iterdir() if not any(p.match(g) and p.is_file() for g in _OURS))
+        if foreign:
+            raise ParamsError(f"data preprocess: {folder} holds {', '.join(foreign[:3])}, which is not a shard of "
+                              "this command (the folder is replaced as a whole); move it away or use another "
+                              "--output_dir")
+        if any(folder.glob("*.h5")) and not overwrite:
+            raise ParamsError(f"data preprocess: {folder} already holds *.h5 shards; use another --output_dir "
+                              "or --overwrite")
+    saved = output_dir / "tokenizer.json"
+    if trains_tokenizer and saved.exists() and not overwrite:
+        raise ParamsError(f"data preprocess: {saved} already exists; use another --output_dir, --overwrite, "
+                          f"or --tokenizer {saved} to keep it")
+
+
+def _staging(output_dir: Path) -> Path:
+    """A fresh hidden folder inside ``output_dir`` (same filesystem: its contents move in by rename)."""
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=".preprocess-", dir=output_dir))
+    except OSError as e:
+        raise ParamsError(f"data preprocess: cannot write to --output_dir {output_dir} ({e.strerror or e}); "
+                          "choose a writable folder") from None
+
+
+def _swap_in(staging: Path, output_dir: Path, names: list[str]) -> None:
+    """Move ``staging/<name>`` to ``output_dir/<name>`` for every name, each by one rename; what was there
+    moves into ``staging/.old`` first. A failure moves everything back, so the old output stays whole."""
+    old = staging / ".old"
+    old.mkdir()
+    done: list[str] = []
+    try:
+        for name in names:
+            if (output_dir / name).exists():
+                os.rename(output_dir / name, old / name)
+            done.append(name)
+            os.rename(staging / name, output_dir / name)
+    except OSError:
+        for name in reversed(done):
+            if not (staging / name).exists() and (output_dir / name).exists():
+                os.rename(output_dir / name, staging / name)
+            if (old / name).exists():
+                os.rename(old / name, output_dir / name)
+        raise
+
+
 def preprocess(documents: list[Path], output_dir: Path, max_seq_length: int, *, vocab_size: int = 8192,
                tokenizer_path: Optional[Path] = None, eval_fraction: float = 0.0, files_per_record: int = 4096,
                seed: int = 0, overwrite: bool = False, progress: bool = True) -> PreprocessResult:
@@ -191,8 +299,10 @@ def preprocess(documents: list[Path], output_dir: Path, max_seq_length: int, *, 
     A trained tokenizer is saved as ``output_dir/tokenizer.json``.
 
     Raises:
-        ParamsError: bad arguments, no documents, or shards already in an output folder (without
-            ``overwrite``: nothing written before is replaced unasked).
+        ParamsError: bad arguments, no documents, a document that is not UTF-8 text, an output folder
+            that cannot be written, or shards already in an output folder (without ``overwrite``:
+            nothing written before is replaced unasked).
+        DataError: writing the output failed (a full disk); the old output is unchanged.
     """
     if max_seq_length < 2:
         raise ParamsError(f"data preprocess: --max_seq_length must be >= 2, got {max_seq_length}")
@@ -202,7 +312,7 @@ def preprocess(documents: list[Path], output_dir: Path, max_seq_length: int, *, 
         raise ParamsError(f"data preprocess: --eval_fraction must be in [0, 1), got {eval_fraction}")
     if not documents:
         raise ParamsError("data preprocess: no input documents (give files or folders, or --stdlib)")
-    docs = list(documents)
+    docs = check_documents(list(documents))
     random.Random(seed).shuffle(docs)
     n_val = max(1, round(len(docs) * eval_fraction)) if eval_fraction > 0 else 0
     if n_val >= len(docs):
@@ -211,22 +321,28 @@ def preprocess(documents: list[Path], output_dir: Path, max_seq_length: int, *, 
     split_docs = {"train": docs[n_val:]}
     if n_val:
         split_docs["val"] = docs[:n_val]
-    for split in split_docs:
-        folder = output_dir / split
-        if folder.is_dir() and any(folder.glob("*.h5")):
-            if not overwrite:
-                raise ParamsError(f"data preprocess: {folder} already holds *.h5 shards; use another --output_dir "
-                                  "or --overwrite")
-            for old in folder.glob("*.h5"):
-                old.unlink()
-    saved = output_dir / "tokenizer.json"
-    tok = load_or_train_tokenizer(tokenizer_path, split_docs["train"], vocab_size, saved)
-    eos_id = tok.token_to_id(EOS_TOKEN)
-    if eos_id is None:
-        raise ParamsError(f"data preprocess: the tokenizer has no {EOS_TOKEN} token (needed to separate documents)")
-    splits = {}
-    for split, part in split_docs.items():
-        n, files = _write_split(split, part, output_dir / split, tok, max_seq_length, eos_id, files_per_record,
-                                progress)
-        splits[split] = (n, files, len(part))
-    return PreprocessResult(tokenizer_path or saved, tok.get_vocab_size(), splits)
+    _check_output(output_dir, list(split_docs), tokenizer_path is None, overwrite)
+    created = not output_dir.exists()
+    staging = _staging(output_dir)
+    try:
+        names = list(split_docs) + ([] if tokenizer_path else ["tokenizer.json"])
+        try:
+            tok = load_or_train_tokenizer(tokenizer_path, split_docs["train"], vocab_size, staging / "tokenizer.json")
+            eos_id = tok.token_to_id(EOS_TOKEN)
+            if eos_id is None:
+                raise ParamsError(f"data preprocess: the tokenizer has no {EOS_TOKEN} token (needed to separate "
+                                  "documents)")
+            splits = {}
+            for split, part in split_docs.items():
+                n, files = _write_split(split, part, staging / split, tok, max_seq_length, eos_id, files_per_record,
+                                        progress)
+                splits[split] = (n, files, len(part))
+            _swap_in(staging, output_dir, names)
+        except OSError as e:
+            raise DataError(f"data preprocess: writing the output into {output_dir} failed ({e}); nothing in it was "
+                            "changed (free space or choose another --output_dir)") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created and output_dir.is_dir() and not any(output_dir.iterdir()):
+            output_dir.rmdir()
+    return PreprocessResult(tokenizer_path or output_dir / "tokenizer.json", tok.get_vocab_size(), splits)
