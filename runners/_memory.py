@@ -235,7 +235,8 @@ def check_model_fits(params: Params, device: torch.device, *, training: bool,
     if size is None:
         return
     on_host = size.weights if device.type == "cuda" else size.total  # a CUDA model is built on the host first
-    for copies, needed, available in ((n, on_host, host), (1, size.total, gpu)):
+    process = _resident_bytes() if n > 1 else 0  # each replica is a new process like this one, plus its model
+    for copies, needed, available in ((n, on_host + process, host), (1, size.total, gpu)):
         if available is not None and copies * needed > available[0]:
             _refuse(params, size, copies, needed, available)
 
@@ -243,9 +244,10 @@ def check_model_fits(params: Params, device: torch.device, *, training: bool,
 def _refuse(params: Params, size: ModelSize, copies: int, needed: int, available: tuple[int, str]) -> NoReturn:
     if copies > 1 and needed <= available[0]:  # one fits: the number of replicas is the problem
         key = "runconfig.num_csx"
-        raise ParamsError(f"{params.head}{params.name(key)}: {copies} replicas of a model of {format_bytes(needed)} "
-                          f"each ({size.describe()}) need {format_bytes(copies * needed)} of memory, but there is "
-                          f"{format_bytes(available[0])} ({available[1]}); run "
+        raise ParamsError(f"{params.head}{params.name(key)}: {copies} replicas need {format_bytes(copies * needed)} of "
+                          f"memory, {format_bytes(needed)} each (a process the size of this one, "
+                          f"{format_bytes(needed - size.total)}, and a model of {format_bytes(size.total)}: "
+                          f"{size.describe()}), but there is {format_bytes(available[0])} ({available[1]}); run "
                           f"fewer replicas, at most {available[0] // needed}{params.where(key)}")
     keys = _size_keys(params)[:3]
     key = keys[0][0] if keys else "model"
@@ -317,6 +319,13 @@ def available_memory(device: torch.device) -> Optional[tuple[int, str]]:
         with contextlib.suppress(ValueError, OSError):
             found.append((os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "the host's free pages"))
     return min(found) if found else None
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory (Linux's /proc/self/statm; 0 elsewhere): what a replica process,
+    which imports the same modules, takes before its model."""
+    fields = _read("/proc/self/statm").split()
+    return int(fields[1]) * os.sysconf("SC_PAGE_SIZE") if len(fields) > 1 else 0
 
 
 def _read(path: str) -> str:

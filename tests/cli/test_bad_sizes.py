@@ -72,7 +72,7 @@ CASES = [
     Case("gpt2-hidden_size-float", "gpt2", "model.hidden_size", "128.5", "model.hidden_size: expected an integer"),
     Case("gpt2-vocab_size-float-1e9", "gpt2", "model.vocab_size", "1.0e+9", "model.vocab_size: expected an integer"),
     # replicas: a model that fits once, not 64 times; the flag is named where it was given
-    Case("fc_mnist-64-replicas", "fc_mnist", "runconfig.num_csx", "64", "64 replicas of a model of",
+    Case("fc_mnist-64-replicas", "fc_mnist", "runconfig.num_csx", "64", "64 replicas need",
          more={"model.hidden_size": "500", "model.depth": "20"}, args=("--num_csx", "64"),
          on_command_line=True),
 ]
@@ -271,19 +271,24 @@ def test_more_replicas_than_cores_is_a_warning_before_the_launch(monkeypatch, ca
 
 
 def test_replicas_that_fit_together_pass_the_check(tmp_path, monkeypatch):
+    """Each replica is a process (stated here: 1 MiB, the launcher's resident size in a run) plus its model
+    (the hand count): 4 of them fit in 4 x that, 5 do not."""
     (tmp_path / "sized_models.py").write_text(MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     params = tmp_path / "params.yaml"
     params.write_text(SIZED_PARAMS.format(optimizer="SGD", momentum=""))
-    needed = _hand_count(1000, states=0)
-    monkeypatch.setattr(_memory, "available_memory", lambda device: (4 * needed, "a stated amount"))
+    each = (1 << 20) + _hand_count(1000, states=0)
+    monkeypatch.setattr(_memory, "_resident_bytes", lambda: 1 << 20)
+    monkeypatch.setattr(_memory, "available_memory", lambda device: (4 * each, "a stated amount"))
     ok = CliRunner().invoke(cli, ["train", "--params", str(params), "--model_dir", str(tmp_path / "a"),
                                   "--num_csx", "4"])
-    assert "replicas of a model" not in ok.output and "not possible from" in ok.output  # the launch's own refusal
+    assert "replicas need" not in ok.output and "not possible from" in ok.output  # the launch's own refusal
     refused = CliRunner().invoke(cli, ["train", "--params", str(params), "--model_dir", str(tmp_path / "b"),
                                        "--num_csx", "5"])
     assert refused.exit_code == 2
-    assert "5 replicas of a model of" in refused.output and "run fewer replicas, at most 4" in refused.output
+    line = refused.output.strip().splitlines()[-1]
+    assert line.startswith(f"Error: params: runconfig.num_csx: 5 replicas need {_memory.format_bytes(5 * each)} of "
+                           f"memory, {_memory.format_bytes(each)} each (a process the size of this one, 1.0 MiB, "
+                           "and a model of "), line
+    assert line.endswith("(a stated amount); run fewer replicas, at most 4 (set on the command line)"), line
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
-
-
