@@ -292,3 +292,19 @@ def test_replicas_that_fit_together_pass_the_check(tmp_path, monkeypatch):
                            "and a model of "), line
     assert line.endswith("(a stated amount); run fewer replicas, at most 4 (set on the command line)"), line
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_negative_size_in_a_model_without_checks_is_named(tmp_path, monkeypatch):
+    """A model function that passes a size key on unchecked: torch's "negative dimension" from the meta
+    build becomes one line naming the negative key at its line, before the real model is built."""
+    (tmp_path / "sized_models.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    params = tmp_path / "params.yaml"
+    params.write_text(SIZED_PARAMS.format(optimizer="SGD", momentum="").replace("hidden: 1000", "hidden: -5"))
+    result = CliRunner().invoke(cli, ["train", "--params", str(params), "--model_dir", str(tmp_path / "md")])
+    assert result.exit_code == 2, result.output
+    line = result.output.strip().splitlines()[-1]
+    assert line.startswith("Error: params: model.hidden: a size is negative (Trying to create tensor with negative "
+                           "dimension -5"), line
+    assert line.endswith(f"sizes are positive integers ({params}:6)") and not (tmp_path / "md").exists()
+    assert "Traceback" not in result.output
