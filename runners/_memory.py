@@ -115,7 +115,7 @@ class _Counter:
 
     def __init__(self, training: bool, limit: Optional[int], slow_at: float) -> None:
         self.training, self.limit, self.slow_at = training, limit, slow_at
-        self.weights = self.gradients = self.modules = 0
+        self.weights = self.gradients = self.registrations = 0
         self._seen: dict[int, int] = {}
 
     @contextlib.contextmanager
@@ -141,12 +141,16 @@ class _Counter:
             self._add(buffer, 1, False)
 
     def _module(self, *_: Any) -> None:
-        self.modules += 1
-        if self.modules % 1000 == 0 and time.monotonic() > self.slow_at:
+        self._tick()
+
+    def _tick(self) -> None:
+        """Says once, after ``SLOW_S``, why nothing else happens yet (checked every 1000 registrations)."""
+        self.registrations += 1
+        if self.registrations % 1000 == 0 and time.monotonic() > self.slow_at:
             self.slow_at = float("inf")
             with _logging_enabled():
                 logger.info("checking the model's size against memory before building it (a build on the meta device: "
-                            "%d modules so far, %s)", self.modules, format_bytes(self.weights))
+                            "%d tensors so far, %s)", len(self._seen), format_bytes(self.weights))
 
     def _add(self, tensor: torch.Tensor, sign: int, trainable: bool) -> None:
         if (id(tensor) in self._seen) == (sign > 0):
@@ -160,6 +164,7 @@ class _Counter:
         self.gradients += size if trainable and self.training else 0
         if self.limit is not None and self.weights + self.gradients > self.limit:
             raise _Stop
+        self._tick()
 
 
 @contextlib.contextmanager
