@@ -176,6 +176,11 @@ def launch(num_replicas: int, timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT) -> No
     Raises:
         ParamsError: the command cannot be rerun (an interactive session, or inside pytest).
     """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if num_replicas > cores:
+        logger.warning("runconfig.num_csx: %d replicas on %d CPU cores: each replica's step waits for a core "
+                       "(slower than fewer replicas) and each holds its own copy of the model in memory; use at "
+                       "most %d", num_replicas, cores, cores)
     command = list(sys.orig_argv[1:])
     if not command or hasattr(sys, "ps1") or sys.flags.interactive or {"ipykernel", "_pytest"} & set(sys.modules):
         raise ParamsError(f"runconfig.num_csx: {num_replicas} replicas rerun this process's command in "

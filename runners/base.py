@@ -30,7 +30,7 @@ from cs_run.metrics import MetricSet
 from cs_run.params import Params, save_params
 from cs_run.registry import resolve_object
 from cs_run.resolve import data_function, model_function, resolve_params
-from cs_run.runners import _build, _checkpoints, _model_dir
+from cs_run.runners import _build, _checkpoints, _memory, _model_dir
 from cs_run.runners._early_stopping import EarlyStopping
 from cs_run.runners._reporting import Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
@@ -253,6 +253,11 @@ class PyTorchBaseRunner(RunnerHooks):
             if spec:
                 cls = spec if isinstance(spec, type) else resolve_object(spec, key="runconfig.runner")
                 cls = _runner_for_device(cls, expected, spec, device)
+            target = backend.torch_device if backend is not None else torch.device(
+                "cuda" if device in ("GPU", "CSX") and torch.cuda.is_available() else "cpu")
+            _memory.check_model_fits(params, target, training=mode in TRAINING_MODES or (
+                mode is None and params.optimizer is not None), model_fn=builders.get("model_fn"),
+                optimizer_fn=builders.get("optimizer_fn"))  # before a byte of the model is allocated
             if not (rc.compile_only or rc.validate_only):  # N replicas: launch or join them (never returns in a launcher)
                 check_batch_split(params, rc.num_csx)
                 replicas.start(rc.num_csx, device, rc.collective_timeout)

@@ -12,8 +12,9 @@ and the extern kernels (matmuls, attention), compiled into one ``.so``. Two thin
 
 The library mutates the state tensors it is given in place, like the graph does. It was built for the
 strides the first batch had; a batch with other strides is copied into those strides first.
-The saved file's name carries the SHA-256 of its bytes: a damaged or truncated file is rebuilt, never
-loaded (a ``dlopen`` of a damaged library can crash the process).
+The saved file's name carries the SHA-256 of its key and its bytes: a damaged or truncated file, or
+another graph's library put under this graph's key, is rebuilt, never loaded (a ``dlopen`` of a
+damaged library can crash the process; another graph's fails on the first step's shapes).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def build(gm: torch.fx.GraphModule, inputs: list[torch.Tensor], final_dir: Path,
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
             built = Path(str(aot_compile(gm, tuple(inputs),
                                          options={"aot_inductor.output_path": str(work / "step.so")})))
-        final = final_dir / f"{key}.{_digest(built)}{_SUFFIX}"
+        final = final_dir / f"{key}.{_digest(built, key)}{_SUFFIX}"
         os.replace(built, final)
         return final
     finally:
@@ -77,18 +78,18 @@ def build(gm: torch.fx.GraphModule, inputs: list[torch.Tensor], final_dir: Path,
 
 
 def find_artifact(final_dir: Path, key: str) -> Path | None:
-    """The saved library for ``key`` whose bytes match the digest in its name; None if there is none.
+    """The saved library for ``key`` whose key and bytes match the digest in its name; None if there is none.
 
-    A file whose bytes do not match (damaged, truncated, overwritten) is never loaded: it is removed with
-    a warning (it is a cache entry; the step is compiled again).
+    A file that does not match (damaged, truncated, overwritten, or another graph's library renamed to
+    this key) is never loaded: it is removed with a warning (it is a cache entry; the step is compiled again).
     """
     for path in sorted(final_dir.glob(f"{key}.*{_SUFFIX}")):
         digest = path.name[len(key) + 1:-len(_SUFFIX)]
         try:
-            if _digest(path) == digest:
+            if _digest(path, key) == digest:
                 return path
-            logger.warning("compile cache: %s is damaged (its bytes do not match its digest); removed, "
-                           "the step is compiled again", path)
+            logger.warning("compile cache: %s is damaged or another graph's library (its key and bytes do not "
+                           "match its digest); removed, the step is compiled again", path)
             path.unlink()
         except OSError as exc:
             logger.warning("compile cache: cannot read %s (%s); compiling instead", path, exc)
@@ -101,8 +102,8 @@ def load(path: Path, num_state: int, batch: list[torch.Tensor]) -> AOTStep:
     return AOTStep(runner, num_state, batch, path)
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
+def _digest(path: Path, key: str) -> str:
+    h = hashlib.sha256(key.encode())
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)

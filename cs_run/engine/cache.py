@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -31,7 +32,7 @@ from cs_run.engine import passes
 from cs_run.engine.collectives import cache_key as replicas_key
 from cs_run.engine.trace import TracedStep
 
-__all__ = ["CompileCache", "graph_key"]
+__all__ = ["CompileCache", "graph_key", "open_cache"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,24 @@ def _host_cpu() -> str:
     return f"{platform.machine()}|{' '.join(sorted(flags.split()))}"
 
 
+_WARNED: set[tuple[str, str]] = set()
+
+
+def open_cache(compile_dir: str | os.PathLike) -> CompileCache | None:
+    """The cache in ``compile_dir``, or None where it cannot be used: one of its folders is a file, or
+    cannot be made or written (a read-only compile_dir). A cache is an optimisation, so that costs a
+    compile without it (warned once per folder and reason), never the run."""
+    cache = CompileCache(compile_dir)
+    problem = cache.problem()
+    if not problem:
+        return cache
+    if (str(cache.root), problem) not in _WARNED:
+        _WARNED.add((str(cache.root), problem))
+        logger.warning("compile cache: %s; compiling without the cache in %s (nothing is reused or saved); "
+                       "give --compile_dir a writable folder", problem, cache.root)
+    return None
+
+
 class CompileCache:
     """Entries under ``<compile_dir>/cs_run_cache/<key>/``; writes are atomic (temp dir + rename)."""
 
@@ -103,6 +122,19 @@ class CompileCache:
             logger.warning("compile cache: could not save %s (%s)", final, exc)
             tmp.unlink(missing_ok=True)
 
+    def problem(self) -> str:
+        """Why the cache cannot be used here ("" when it can): each of its folders must be a folder, or
+        be creatable, in a writable place."""
+        for path in (self.root, self.entries, self.artifacts_dir, self.inductor_dir):
+            existing = path
+            while not existing.exists() and existing.parent != existing:  # the nearest part that exists
+                existing = existing.parent
+            if not existing.is_dir():
+                return f"{existing} is not a folder"
+            if not os.access(existing, os.W_OK | os.X_OK):
+                return f"{existing} is not writable"
+        return ""
+
     def has(self, key: str) -> bool:
         return (self.entries / key / "summary.json").is_file()
 
@@ -110,16 +142,18 @@ class CompileCache:
         final = self.entries / key
         if final.exists():
             return final
-        self.entries.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.entries))
-        (tmp / "graph.py").write_text(traced.gm.code)
-        record = asdict(traced.summary) | {"tier": tier, "compile_seconds": compile_seconds,
-                                           "torch": torch.__version__}
-        (tmp / "summary.json").write_text(json.dumps(record, indent=1, default=str))
         try:
+            self.entries.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.entries))
+        except OSError as exc:  # the disk filled or turned read-only since open_cache: the next run compiles
+            logger.warning("compile cache: could not record %s (%s)", final, exc)
+            return final
+        try:
+            (tmp / "graph.py").write_text(traced.gm.code)
+            record = asdict(traced.summary) | {"tier": tier, "compile_seconds": compile_seconds,
+                                               "torch": torch.__version__}
+            (tmp / "summary.json").write_text(json.dumps(record, indent=1, default=str))
             os.rename(tmp, final)
-        except OSError:  # another process stored it first
-            for f in tmp.iterdir():
-                f.unlink()
-            tmp.rmdir()
+        except OSError:  # another process stored it first, or the disk is full
+            shutil.rmtree(tmp, ignore_errors=True)
         return final

@@ -18,7 +18,7 @@ import torch.utils._pytree as pytree
 
 from cs_run.batches import compile_time, move_to_device
 from cs_run.engine import collectives
-from cs_run.engine.cache import CompileCache
+from cs_run.engine.cache import open_cache
 from cs_run.engine.compile import compile_graph, resolve_tier
 from cs_run.engine.replay import replay
 from cs_run.engine.state import discover_state
@@ -113,7 +113,7 @@ class CompiledStep:
                 tier = collectives.common_tier(tier)
                 if not self.options.compile_only:
                     collectives.broadcast_model_state(traced.state)
-            cache = CompileCache(self.options.compile_dir) if self.options.compile_dir else None
+            cache = open_cache(self.options.compile_dir) if self.options.compile_dir else None
             executable = compile_graph(traced, batch, tier, cache, self.recompiles,
                                        label=_name(self._fn), cuda_graphs=self.options.cuda_graphs)
         if stale:

@@ -42,6 +42,7 @@ __all__ = [
     "Metric",
     "MetricSet",
     "compute_all_metrics",
+    "discarded_registrations",
     "get_all_metrics",
     "register_metric",
     "reset_all_metrics",
@@ -261,6 +262,22 @@ def unregister_metric(name_or_metric: str | Metric) -> None:
             _METRICS.pop(name_or_metric.name, None)
     else:
         _METRICS.pop(name_or_metric, None)
+
+
+@contextlib.contextmanager
+def discarded_registrations() -> Iterator[None]:
+    """Metrics registered inside the block leave no trace: out of the registry afterwards and never added
+    to a running :meth:`MetricSet.collecting` set (a trial build of a model, e.g. on the meta device,
+    that the run does not keep)."""
+    before = {id(m) for held in _METRICS.values() for m in held}
+    collecting = _COLLECTING[:]
+    _COLLECTING.clear()
+    try:
+        yield
+    finally:
+        _COLLECTING[:] = collecting
+        for metric in [m for held in _METRICS.values() for m in held if id(m) not in before]:
+            unregister_metric(metric)
 
 
 def reported_names(metrics: Iterable[Metric]) -> Iterator[tuple[str, Metric]]:

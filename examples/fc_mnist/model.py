@@ -95,8 +95,10 @@ def build_model(depth: Optional[int] = None, hidden_size: Optional[int | list] =
             raise ValueError(f"fc_mnist needs its layer sizes: model.depth and model.hidden_size, or model.hidden_sizes "
                              f"(a list, one size per hidden layer); missing {' and '.join(missing)} (the Model Zoo "
                              "fc_mnist params: depth: 10, hidden_size: 50; the bundled ones: depth: 2, hidden_size: 128)")
-        if depth < 0 or hidden_size < 1:
-            raise ValueError(f"depth must be >= 0 and hidden_size >= 1, got depth={depth}, hidden_size={hidden_size}")
+        if depth < 0:  # one key per message: the error names that key's line
+            raise ValueError(f"depth: must be >= 0, got {depth}")
+        if hidden_size < 1:
+            raise ValueError(f"hidden_size: must be >= 1, got {hidden_size}")
     sizes = hidden_sizes if hidden_sizes is not None else hidden_size
     if isinstance(sizes, list) and not all(isinstance(n, int) and n >= 1 for n in sizes):
         raise ValueError(f"hidden_sizes: every size must be an integer >= 1, got {sizes}")

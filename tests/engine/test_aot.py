@@ -18,8 +18,9 @@ from tests.engine.helpers import TraceSafeSGD
 KEY = "0123456789abcdef0123456789abcdef"
 
 
-def _library(folder, data: bytes):
-    path = folder / f"{KEY}.{hashlib.sha256(data).hexdigest()[:24]}.aoti.so"
+def _library(folder, data: bytes, key: str = KEY):
+    """A saved library as build() names it: the SHA-256 of its key and bytes (hashlib, not aot's code)."""
+    path = folder / f"{key}.{hashlib.sha256(key.encode() + data).hexdigest()[:24]}.aoti.so"
     path.write_bytes(data)
     return path
 
@@ -45,9 +46,21 @@ def test_a_damaged_library_is_removed_never_returned(tmp_path, caplog, damage):
     assert any("damaged" in r.getMessage() and path.name in r.getMessage() for r in caplog.records)
 
 
+def test_another_graphs_library_under_this_key_is_removed_never_returned(tmp_path, caplog):
+    """A library intact in itself but built for another key (copied or renamed into this key's name,
+    its own digest kept) would load and fail on the first step's shapes: it is rebuilt instead."""
+    data = bytes(range(256)) * 64
+    theirs = _library(tmp_path, data, key="f" * 32)
+    mine = theirs.with_name(KEY + theirs.name[32:])
+    theirs.rename(mine)
+    with caplog.at_level(logging.WARNING, logger="cs_run"):
+        assert aot.find_artifact(tmp_path, KEY) is None
+    assert not mine.exists()
+    assert any("another graph's library" in r.getMessage() for r in caplog.records)
+
+
 def test_only_the_keys_own_intact_library_is_found(tmp_path):
-    other = tmp_path / f"{'f' * 32}.{hashlib.sha256(b'x').hexdigest()[:24]}.aoti.so"
-    other.write_bytes(b"x")
+    other = _library(tmp_path, b"x", key="f" * 32)
     assert aot.find_artifact(tmp_path, KEY) is None  # another key's library
     (tmp_path / f"{KEY}.aoti.so").write_bytes(b"no digest")  # not a name build() writes
     bad = _library(tmp_path, b"old")

@@ -1,0 +1,128 @@
+"""A compile_dir the cache cannot use costs a compile without the cache, never the run (cache.open_cache).
+
+A table by class: each of the cache's folders (compile_dir itself, cs_run_cache, artifacts, inductor)
+as a file, under a file, or not writable, and garbage where the cache keeps files. For every case the
+step runs and gives eager PyTorch's values bit for bit (tier fx: the traced graph's own code), with one
+warning naming the folder where the cache is turned off and none where it is usable; a slow case runs
+tier inductor with its artifacts folder a file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+import torch
+
+from cs_run.engine import CompiledStep, EngineOptions, cache
+from cs_run.engine import compile as engine_compile
+from tests.engine.helpers import TraceSafeSGD
+
+PARTS = ("", "cs_run_cache", "artifacts", "inductor")  # "" is compile_dir itself
+
+
+def _file(root, part):
+    (root / part).parent.mkdir(parents=True, exist_ok=True)
+    (root / part if part else root).write_text("not a folder")
+    return root / part if part else root
+
+
+def _under_file(root, part):  # compile_dir is root/part, and root is a file
+    root.write_text("a file")
+    return root
+
+
+def _read_only(root, part):
+    (root / part).mkdir(parents=True, exist_ok=True)
+    (root / part).chmod(0o555)
+    return root / part
+
+
+def _garbage(root, part):
+    root.mkdir(parents=True)
+    (root / "cs_run_cache" / ("0" * 32)).mkdir(parents=True)  # an entry without summary.json
+    (root / "cs_run_cache" / ("1" * 32)).write_text("an entry that is a file")
+    (root / "artifacts").mkdir()
+    (root / "artifacts" / "vec_isa.json").write_text("{not json")
+    (root / "artifacts" / f"{'2' * 32}.{'3' * 24}.aoti.so").write_bytes(b"\x7fELF garbage")
+    (root / "inductor").mkdir()
+    (root / "inductor" / "junk").write_bytes(os.urandom(64))
+    return None
+
+
+CASES = [(f"{part or 'compile_dir'}-is-a-file", part, _file, "is not a folder") for part in PARTS]
+CASES += [("compile_dir-under-a-file", "cached_compile", _under_file, "is not a folder"),
+          ("garbage-inside", "", _garbage, None)]
+if os.geteuid() != 0:  # root writes into read-only folders
+    CASES += [(f"{part or 'compile_dir'}-read-only", part, _read_only, "is not writable") for part in PARTS]
+
+
+def _make():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    opt = TraceSafeSGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(x):
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return model, step
+
+
+def _batches():
+    return [torch.randn(3, 4, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+
+
+def _run(compile_dir, tier, caplog):
+    ref_model, ref_step = _make()
+    expected = [ref_step(x) for x in _batches()]
+    model, step = _make()
+    compiled = CompiledStep(step, EngineOptions(tier=tier, compile_dir=str(compile_dir)))
+    with caplog.at_level(logging.WARNING, logger="cs_run"):
+        losses = [compiled(x) for x in _batches()]
+    return losses, expected, list(model.parameters()), list(ref_model.parameters())
+
+
+@pytest.mark.parametrize("name, part, make, problem", CASES, ids=[c[0] for c in CASES])
+def test_an_unusable_compile_dir_costs_the_cache_not_the_run(name, part, make, problem, tmp_path, caplog):
+    root = tmp_path / "cc"
+    blocker = make(root, part)
+    if make is _under_file:
+        root = root / part
+    losses, expected, params, ref_params = _run(root, "fx", caplog)
+    assert all(torch.equal(a, b) for a, b in zip(losses, expected))  # fx: the traced graph's own code, bit for bit
+    assert all(torch.equal(p, q) for p, q in zip(params, ref_params))
+    warnings = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compile cache:")]
+    if problem is None:
+        assert warnings == [] and (root / "cs_run_cache").is_dir()
+        assert len([p for p in (root / "cs_run_cache").iterdir() if (p / "summary.json").is_file()]) == 1
+    else:
+        assert warnings == [f"compile cache: {blocker} {problem}; compiling without the cache in {root} (nothing is "
+                            "reused or saved); give --compile_dir a writable folder"]
+
+
+def test_the_warning_comes_once_per_folder_and_reason(tmp_path, caplog):
+    root = _file(tmp_path / "cc", "artifacts").parent
+    for _ in range(3):
+        with caplog.at_level(logging.WARNING, logger="cs_run"):
+            assert cache.open_cache(root) is None
+    assert len([r for r in caplog.records if "compiling without the cache" in r.getMessage()]) == 1
+
+
+@pytest.mark.slow
+def test_inductor_with_its_artifacts_folder_a_file_compiles_without_the_cache(tmp_path, caplog):
+    """The tier that writes most into compile_dir: its library, inductor's own caches, the ISA record.
+    Inductor fuses and reorders float math: ~1e-6, not bit for bit."""
+    if engine_compile.resolve_tier("auto", torch.device("cpu")) != "auto":
+        pytest.skip("no C++ compiler: inductor cannot build here")
+    root = tmp_path / "cc"
+    _file(root, "artifacts")
+    losses, expected, params, ref_params = _run(root, "inductor", caplog)
+    torch.testing.assert_close(losses, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(params, ref_params, rtol=1e-5, atol=1e-6)
+    assert (root / "artifacts").read_text() == "not a folder"
+    assert any(f"{root / 'artifacts'} is not a folder" in r.getMessage() for r in caplog.records)
