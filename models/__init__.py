@@ -7,4 +7,11 @@ The registry imports it the first time a model name is looked up. Order matters 
 file without ``model.name`` is given the first registered model whose data processor it names (gpt2).
 """
 
-from cs_run.models import bloom, btlm, fc_mnist, gemma2, gpt2, gpt3, jais, llama, mistral, mixtral, santacoder, starcoder  # noqa: F401  (gpt2 first: see above)  # noqa: F401
+import importlib
+
+FAMILIES = ("gpt2", "gpt3", "llama", "mistral", "mixtral", "gemma2", "starcoder", "santacoder", "jais", "btlm", "bloom",
+            "gptj", "gpt_neox", "falcon", "fc_mnist")
+"""Imported in this order (gpt2 first: see above)."""
+
+for _family in FAMILIES:
+    importlib.import_module(f"{__name__}.{_family}")

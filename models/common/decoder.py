@@ -4,7 +4,9 @@ Falcon uses under its own name).
 
 A layer is pre-norm: ``x + dropout1(attn(norm1(x)))`` then ``x + ffn(norm3(x))``; with
 ``norm_first_sandwich`` (Gemma 2) the sub-block outputs are normed again (``norm1_post``,
-``norm3_post``) before the residual add. Module names are the Model Zoo's, so its checkpoints load
+``norm3_post``) before the residual add. A parallel layer (GPT-J, GPT-NeoX, Falcon:
+GPTJDecoderLayer) is ``x + attn(norm1(x)) + ffn(norm3(x))``, with no ``norm3`` (the FFN reads
+``norm1(x)`` too) when the norm is tied. Module names are the Model Zoo's, so its checkpoints load
 key for key (``model.transformer_decoder.layers.0.self_attn.proj_q_dense_layer.weight``, ...).
 """
 
@@ -25,12 +27,14 @@ __all__ = ["TransformerDecoderLayer", "TransformerDecoder", "DecoderLM"]
 
 class TransformerDecoderLayer(nn.Module):
     def __init__(self, hidden_size: int, norm: Callable[[int], nn.Module], attention: MultiheadAttention,
-                 ffn: nn.Module, dropout: float, sandwich: bool = False) -> None:
+                 ffn: nn.Module, dropout: float, sandwich: bool = False, parallel: bool = False,
+                 ffn_norm: bool = True) -> None:
         super().__init__()
+        self.parallel = parallel
         self.self_attn = attention
         self.norm1 = norm(hidden_size)
         self.dropout1 = nn.Dropout(dropout)
-        self.norm3 = norm(hidden_size)
+        self.norm3 = norm(hidden_size) if ffn_norm else None  # parallel blocks with a tied norm: none
         self.norm1_post = norm(hidden_size) if sandwich else None
         self.norm3_post = norm(hidden_size) if sandwich else None
         self.ffn = ffn
@@ -40,7 +44,10 @@ class TransformerDecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, rotary=None, position_bias=None,
                 layer_idx: int = 0) -> tuple[torch.Tensor, Optional[tuple]]:
-        attn = self.dropout1(self.self_attn(self.norm1(x), mask, rotary, position_bias, layer_idx))
+        normed = self.norm1(x)
+        attn = self.dropout1(self.self_attn(normed, mask, rotary, position_bias, layer_idx))
+        if self.parallel:  # GPTJDecoderLayer: x + attn(norm1(x)) + ffn(norm3(x) or norm1(x))
+            return x + self.ffn(self.norm3(x) if self.norm3 is not None else normed) + attn, None
         if self.norm1_post is not None:
             attn = self.norm1_post(attn)
         x = x + attn

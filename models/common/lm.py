@@ -12,6 +12,7 @@ inference (``start_token``, ``temperature``, ...) are accepted; the hardware one
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any, Literal, Optional, Union
 
@@ -33,7 +34,7 @@ from cs_run.models.common.rotary import check_scaling
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DecoderLMModel", "build_model", "model_defaults", "HARDWARE_KEYS"]
+__all__ = ["DecoderLMModel", "assemble", "build_model", "model_defaults", "HARDWARE_KEYS"]
 
 Initializer = Optional[Union[str, dict]]
 NormType = Literal["layernorm", "rmsnorm", "biasless-layernorm", "nonparametric-layernorm"]
@@ -47,6 +48,7 @@ HARDWARE_KEYS = {
     "boundary_casting": "a Cerebras precision-boundary option; no effect here",
 }
 _logged: set = set()
+_FAMILY_ARGS = ("parallel_attention", "untied_layer_norm", "initializer_rules")
 
 
 class DecoderLMModel(nn.Module):
@@ -95,6 +97,44 @@ class DecoderLMModel(nn.Module):
         return loss
 
 
+def _gpt2_initializers(specs: dict, default: dict, layers: int, width: Optional[float],
+                       filter_mult: Optional[float]) -> tuple[dict, dict, dict, dict, dict]:
+    """(embedding, attention, attention output, ffn, ffn output) specs by gpt2_model.py's rules: defaults
+    are truncated normal(initializer_range), output projections 1/sqrt(2 * layers) of it; muP scales
+    attention and ffn by width^-0.5, the outputs by width (filter) ^-0.5 and depth."""
+    depth = (2 * layers) ** -0.5 if layers else 1.0
+    attn = specs["initializer"] or default
+    ffn = specs["ffn_initializer"] or attn
+    out, ffn_out = specs["output_layer_initializer"], specs["ffn_output_layer_initializer"]
+    if width:
+        attn = scale_spec(attn, width ** -0.5, key="initializer")
+        ffn = scale_spec(ffn, width ** -0.5, key="ffn_initializer")
+        out = scale_spec(out or default, width ** -0.5, depth, key="output_layer_initializer")
+    if filter_mult:
+        ffn_out = scale_spec(ffn_out or default, filter_mult ** -0.5, depth, key="ffn_output_layer_initializer")
+    if out is None and specs["initializer"] is None:
+        out = scale_spec(default, depth_scale=depth)
+    return specs["embedding_initializer"] or default, attn, out, ffn, ffn_out or out or ffn
+
+
+def _gptj_initializers(specs: dict, default: dict, layers: int, width: Optional[float],
+                       filter_mult: Optional[float]) -> tuple[dict, dict, dict, dict, dict]:
+    """The same by gptj_model.py's rules: every default is truncated normal(initializer_range), no depth
+    scaling outside muP; ffn and ffn output default to the output initializer. muP scales only the
+    defaults: the Model Zoo scales its default dicts in place and drops the scaled copies of
+    initializers the params give (their values are used as written)."""
+    depth = (2 * layers) ** -0.5 if layers else 1.0
+
+    w = width ** -0.5 if width else 1.0
+    out_given = specs["output_layer_initializer"]
+    attn = specs["initializer"] or scale_spec(default, w)
+    out = out_given or scale_spec(default, w, depth if width else 1.0)
+    ffn = specs["ffn_initializer"] or out_given or scale_spec(default, w)
+    ffn_out = specs["ffn_output_layer_initializer"] or out_given or \
+        scale_spec(default, filter_mult ** -0.5 if filter_mult else 1.0, depth if filter_mult else 1.0)
+    return specs["embedding_initializer"] or default, attn, out, ffn, ffn_out
+
+
 def _refuse(key: str, value: Any, ok: bool, why: str) -> None:
     if not ok:
         raise ValueError(f"{key}: {value!r} is not supported by cs-run ({why})")
@@ -112,7 +152,7 @@ def _rate(**values: Optional[float]) -> None:
             raise ValueError(f"{key}: must be in [0, 1), got {value}")
 
 
-def build_model(
+def assemble(
     # embeddings
     vocab_size: int = 50257, num_extra_input_vocab_tokens: int = 0, max_position_embeddings: int = 1024,
     embedding_dropout_rate: Optional[float] = None,
@@ -168,9 +208,14 @@ def build_model(
     compute_eval_metrics: bool = True,
     # Release 1.x
     use_position_embedding: bool = True,
+    *, parallel_attention: bool = False, untied_layer_norm: bool = True, initializer_rules: str = "gpt2",
 ) -> DecoderLMModel:
-    """The Model Zoo decoder LM of these keys (see the module docstring). Raises ValueError naming the key."""
-    config = {k: v for k, v in locals().items()}
+    """The decoder LM of these keys; :func:`build_model` is this without the last three, which a family
+    with its own schema sets: ``parallel_attention`` (GPT-J/NeoX/Falcon blocks: attention and FFN read
+    the same input and add to one residual), ``untied_layer_norm`` (for parallel blocks: a second norm
+    for the FFN input) and ``initializer_rules`` ("gpt2" or "gptj", whose default initializers differ).
+    Raises ValueError naming the key."""
+    config = {k: v for k, v in locals().items() if k not in _FAMILY_ARGS}
     if not use_position_embedding:  # Release 1.x's way to say position_embedding_type: null
         position_embedding_type = config["position_embedding_type"] = None
     for key in HARDWARE_KEYS:
@@ -279,36 +324,23 @@ def build_model(
                          "use output_logits_alpha")
     if scale_qk_dot_by_d is None:
         scale_qk_dot_by_d = mup
-    # --- initializers (gpt2_model.py's rules) ---
-    default = truncated_normal(initializer_range)
     specs = {k: initializer_spec(v, k) if v is not None else None for k, v in (
         ("initializer", initializer), ("embedding_initializer", embedding_initializer),
         ("output_layer_initializer", output_layer_initializer), ("ffn_initializer", ffn_initializer),
         ("ffn_output_layer_initializer", ffn_output_layer_initializer))}
-    attn_init = specs["initializer"] or default
-    ffn_init = specs["ffn_initializer"] or attn_init
-    emb_init = specs["embedding_initializer"] or default
-    out_init, ffn_out_init = specs["output_layer_initializer"], specs["ffn_output_layer_initializer"]
-    depth = (2 * num_hidden_layers) ** -0.5 if num_hidden_layers else 1.0
-    logits_scale = output_logits_scale
-    groups = default_lr_adjustment_groups()
-    if mup_base_hidden_size:
-        width = hidden_size / mup_base_hidden_size
-        attn_init = scale_spec(attn_init, width ** -0.5, key="initializer")
-        ffn_init = scale_spec(ffn_init, width ** -0.5, key="ffn_initializer")
-        out_init = scale_spec(out_init or default, width ** -0.5, depth, key="output_layer_initializer")
+    rules = _gptj_initializers if initializer_rules == "gptj" else _gpt2_initializers
+    width = hidden_size / mup_base_hidden_size if mup_base_hidden_size else None
+    filter_mult = filter_size / mup_base_filter_size if mup_base_filter_size else None
+    emb_init, attn_init, out_init, ffn_init, ffn_out_init = rules(specs, truncated_normal(initializer_range),
+                                                                  num_hidden_layers, width, filter_mult)
+    logits_scale, groups = output_logits_scale, default_lr_adjustment_groups()
+    if width:
         alpha = output_logits_alpha or 1.0
         logits_scale = alpha / width if scale_output_logits_by_d else alpha / width ** 0.5
         for name in ("decoder_attention", "decoder_input_ffn"):
             groups[name] = (groups[name][0], 1 / width)
-    if mup_base_filter_size:
-        filter_mult = filter_size / mup_base_filter_size
-        ffn_out_init = scale_spec(ffn_out_init or default, filter_mult ** -0.5, depth,
-                                  key="ffn_output_layer_initializer")
+    if filter_mult:
         groups["decoder_output_ffn"] = (groups["decoder_output_ffn"][0], 1 / filter_mult)
-    if out_init is None and specs["initializer"] is None:
-        out_init = scale_spec(default, depth_scale=depth)
-    ffn_out_init = ffn_out_init or out_init or ffn_init
     # --- build ---
     norm_class = get_norm(norm_type)
 
@@ -328,7 +360,8 @@ def build_model(
             output_initializer=out_init)
         ffn = FeedForwardNetwork(hidden_size, filter_size, nonlinearity, dropout_rate, use_ffn_bias, ffn_init,
                                  ffn_out_init)
-        layers.append(TransformerDecoderLayer(hidden_size, norm, attention, ffn, dropout_rate, norm_first_sandwich))
+        layers.append(TransformerDecoderLayer(hidden_size, norm, attention, ffn, dropout_rate, norm_first_sandwich,
+                                              parallel=parallel_attention, ffn_norm=untied_layer_norm))
     embedding = EmbeddingLayer(
         vocab_size + num_extra_input_vocab_tokens, hidden_size, max_position_embeddings, position_embedding_type,
         emb_init, position_embedding_offset, num_heads, rotary_dim, rope_theta, alibi_trainable_slopes, attn_init,
@@ -357,3 +390,15 @@ def model_defaults(model: dict) -> None:
     """The Model Zoo decoders' params defaults (gpt2/utils.py set_defaults): mixed precision is bfloat16."""
     if model.get("mixed_precision"):
         model.setdefault("use_bfloat16", True)
+
+
+def build_model(**keys: Any) -> DecoderLMModel:
+    """Model function of the decoder families (``model.name: gpt2``, ``llama``, ...): :func:`assemble`
+    without its family-only arguments, so its parameters, the schema of the ``model:`` keys, are the
+    Model Zoo's GPT-2 config keys."""
+    return assemble(**keys)
+
+
+build_model.__signature__ = inspect.signature(assemble).replace(parameters=[
+    p for p in inspect.signature(assemble).parameters.values() if p.name not in _FAMILY_ARGS])
+build_model.__annotations__ = {k: v for k, v in assemble.__annotations__.items() if k not in _FAMILY_ARGS}
