@@ -103,6 +103,14 @@ class DecoderLM(nn.Module):
             if self.lm_head.bias is not None:
                 self.lm_head.bias.zero_()
         self.tie_weights()
+        self._register_load_state_dict_pre_hook(self._older_keys)
+
+    @staticmethod
+    def _older_keys(state_dict, prefix, *args) -> None:
+        """Older Model Zoo checkpoints keep ALiBi slopes on the LM (``relative_pe_helper.slopes``)."""
+        old, new = prefix + "relative_pe_helper.slopes", prefix + "embedding_layer.position_embed_helper.slopes"
+        if old in state_dict and new not in state_dict:
+            state_dict[new] = state_dict.pop(old)
 
     def tie_weights(self) -> None:
         if self.share_embedding_weights:

@@ -14,7 +14,7 @@ from torch import nn
 
 from cs_run.errors import CheckpointError
 
-__all__ = ["interleave_rotary", "deinterleave_rotary", "assign", "Taker"]
+__all__ = ["interleave_rotary", "deinterleave_rotary", "split_qkv_per_head", "fuse_qkv_per_head", "assign", "Taker"]
 
 
 def interleave_rotary(w: torch.Tensor, heads: int, rotary_dim: int) -> torch.Tensor:
@@ -33,6 +33,18 @@ def deinterleave_rotary(w: torch.Tensor, heads: int, rotary_dim: int) -> torch.T
     t = w.reshape(heads, -1, *shape[1:])
     rot = t[:, :rotary_dim].reshape(heads, rotary_dim // 2, 2, *shape[1:]).transpose(1, 2)
     return torch.cat([rot.reshape(heads, rotary_dim, *shape[1:]), t[:, rotary_dim:]], dim=1).reshape(shape)
+
+
+def split_qkv_per_head(qkv: torch.Tensor, heads: int) -> list[torch.Tensor]:
+    """q, k, v of a fused projection whose rows are grouped per head as [q, k, v] (GPT-NeoX, BLOOM)."""
+    parts = qkv.reshape(heads, 3, -1, *qkv.shape[1:])
+    return [parts[:, j].reshape(-1, *qkv.shape[1:]) for j in range(3)]
+
+
+def fuse_qkv_per_head(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int) -> torch.Tensor:
+    """The inverse of :func:`split_qkv_per_head`."""
+    shaped = [p.reshape(heads, -1, *p.shape[1:]) for p in (q, k, v)]
+    return torch.stack(shaped, 1).reshape(-1, *q.shape[1:])
 
 
 class Taker:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
-from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, interleave_rotary
+from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, fuse_qkv_per_head, interleave_rotary, split_qkv_per_head
 
 __all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict"]
 
@@ -40,14 +40,13 @@ def model_keys_from_hf_config(cfg: dict) -> dict:
     }
 
 
-def _dims(lm) -> tuple[int, int, int]:
-    c = lm.config
-    return c["num_heads"], c["hidden_size"] // c["num_heads"], c["rotary_dim"]
+def _dims(lm) -> tuple[int, int]:
+    return lm.config["num_heads"], lm.config["rotary_dim"]
 
 
 def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
     t = Taker(tensors, ignore=(".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq"))
-    heads, head_dim, rot = _dims(lm)
+    heads, rot = _dims(lm)
     out = {"model.embedding_layer.word_embeddings.weight": t("gpt_neox.embed_in.weight"),
            "model.ln_f.weight": t("gpt_neox.final_layer_norm.weight"),
            "model.ln_f.bias": t("gpt_neox.final_layer_norm.bias")}
@@ -64,17 +63,15 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
         for kind in ("weight", "bias"):
             if f"{h}attention.query_key_value.{kind}" not in t:
                 continue
-            qkv = t(f"{h}attention.query_key_value.{kind}")
-            parts = qkv.reshape(heads, 3, head_dim, *qkv.shape[1:])
+            parts = split_qkv_per_head(t(f"{h}attention.query_key_value.{kind}"), heads)
             for j, name in enumerate(("proj_q_dense_layer", "proj_k_dense_layer", "proj_v_dense_layer")):
-                part = parts[:, j].reshape(heads * head_dim, *qkv.shape[1:])
-                out[f"{c}self_attn.{name}.{kind}"] = interleave_rotary(part, heads, rot) if j < 2 else part
+                out[f"{c}self_attn.{name}.{kind}"] = interleave_rotary(parts[j], heads, rot) if j < 2 else parts[j]
     t.check_all_used()
     assign(lm, out)
 
 
 def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
-    heads, head_dim, rot = _dims(lm)
+    heads, rot = _dims(lm)
     sd = lm.state_dict()
     out = {"gpt_neox.embed_in.weight": sd["model.embedding_layer.word_embeddings.weight"],
            "gpt_neox.final_layer_norm.weight": sd["model.ln_f.weight"],
@@ -95,7 +92,5 @@ def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
             if names[0] not in sd:
                 continue
             parts = [deinterleave_rotary(sd[n], heads, rot) if j < 2 else sd[n] for j, n in enumerate(names)]
-            shaped = [p.reshape(heads, head_dim, *p.shape[1:]) for p in parts]
-            out[f"{h}attention.query_key_value.{kind}"] = torch.stack(shaped, 1).reshape(3 * heads * head_dim,
-                                                                                          *parts[0].shape[1:])
+            out[f"{h}attention.query_key_value.{kind}"] = fuse_qkv_per_head(*parts, heads)
     return {k: v.detach().cpu().contiguous().clone() for k, v in out.items()}
