@@ -15,7 +15,7 @@ import torch
 from cs_run.errors import CheckpointError
 from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, interleave_rotary
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "LLAMA_NORMS"]
 
 
 def _rope_keys(cfg: dict) -> dict:
@@ -76,20 +76,26 @@ def _shape(lm) -> tuple[int, int, int]:
     return c["num_heads"], c["num_kv_groups"] or c["num_heads"], c["rotary_dim"]
 
 
-def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
-    """Copy HF Llama tensors into ``lm`` (a DecoderLMModel built from :func:`model_keys_from_hf_config`)."""
+LLAMA_NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm3"))
+
+
+def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor], norms: tuple = LLAMA_NORMS,
+                       norm_offset: float = 0.0) -> None:
+    """Copy HF Llama tensors into ``lm`` (a DecoderLMModel built from :func:`model_keys_from_hf_config`).
+    ``norms`` maps the layer norms' names; ``norm_offset`` is added to every RMSNorm weight (Gemma's
+    norms scale by 1 + weight)."""
     t = Taker(tensors, ignore=(".rotary_emb.inv_freq",))
     heads, kv, rot = _shape(lm)
     out = {"model.embedding_layer.word_embeddings.weight": t("model.embed_tokens.weight"),
-           "model.ln_f.weight": t("model.norm.weight")}
+           "model.ln_f.weight": t("model.norm.weight") + norm_offset}
     if not lm.config["share_embedding_weights"]:
         out["model.lm_head.weight"] = t("lm_head.weight")
     elif "lm_head.weight" in t:
         t("lm_head.weight")  # the tied copy save_pretrained may write
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"model.layers.{i}.", f"model.transformer_decoder.layers.{i}."
-        out[c + "norm1.weight"] = t(h + "input_layernorm.weight")
-        out[c + "norm3.weight"] = t(h + "post_attention_layernorm.weight")
+        for hf, ours in norms:
+            out[c + ours + ".weight"] = t(h + hf + ".weight") + norm_offset
         for hf, ours, n in (("q_proj", "proj_q_dense_layer", heads), ("k_proj", "proj_k_dense_layer", kv),
                             ("v_proj", "proj_v_dense_layer", None), ("o_proj", "proj_output_dense_layer", None)):
             for kind in ("weight", "bias"):
@@ -106,18 +112,18 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
     assign(lm, out)
 
 
-def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
+def to_hf_state_dict(lm, norms: tuple = LLAMA_NORMS, norm_offset: float = 0.0) -> dict[str, torch.Tensor]:
     """HF Llama tensors of a llama DecoderLMModel (the inverse of :func:`from_hf_state_dict`)."""
     heads, kv, rot = _shape(lm)
     sd = {k.removeprefix("model."): v.detach().cpu() for k, v in lm.state_dict().items()}
     out = {"model.embed_tokens.weight": sd["embedding_layer.word_embeddings.weight"],
-           "model.norm.weight": sd["ln_f.weight"]}
+           "model.norm.weight": sd["ln_f.weight"] - norm_offset}
     if not lm.config["share_embedding_weights"]:
         out["lm_head.weight"] = sd["lm_head.weight"]
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"model.layers.{i}.", f"transformer_decoder.layers.{i}."
-        out[h + "input_layernorm.weight"] = sd[c + "norm1.weight"]
-        out[h + "post_attention_layernorm.weight"] = sd[c + "norm3.weight"]
+        for hf, ours in norms:
+            out[h + hf + ".weight"] = sd[c + ours + ".weight"] - norm_offset
         for hf, ours, n in (("q_proj", "proj_q_dense_layer", heads), ("k_proj", "proj_k_dense_layer", kv),
                             ("v_proj", "proj_v_dense_layer", None), ("o_proj", "proj_output_dense_layer", None)):
             for kind in ("weight", "bias"):
