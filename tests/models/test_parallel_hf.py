@@ -1,4 +1,4 @@
-"""gptj and gpt-neox (parallel attention + FFN blocks) against transformers' GPT-J and GPT-NeoX: HF
+"""gptj, gpt-neox and falcon (parallel attention + FFN blocks) against transformers' GPT-J and GPT-NeoX: HF
 weights through the family's hf.py adapter give transformers' logits and loss (float32, hf_helpers.TOL);
 the way back to HF names is exact."""
 
@@ -8,6 +8,7 @@ import pytest
 import torch
 from hf_helpers import assert_same, build, tiny_hf
 
+from cs_run.models.falcon import hf as falcon_hf
 from cs_run.models.gpt_neox import hf as neox_hf
 from cs_run.models.gptj import hf as gptj_hf
 
@@ -51,3 +52,18 @@ def test_gpt_neox_gives_transformers_logits_and_loss(extra):
     neox_hf.from_hf_state_dict(model, hf.state_dict())
     assert_same(hf, model, 97, seq=40)
     _round_trip(neox_hf, model, hf)
+
+
+@pytest.mark.parametrize("extra", [
+    pytest.param({"multi_query": True, "new_decoder_architecture": False}, id="7b-multi-query-tied-norm"),
+    pytest.param({"new_decoder_architecture": True, "num_kv_heads": 2}, id="40b-grouped-untied-norms"),
+])
+def test_falcon_gives_transformers_logits_and_loss(extra):
+    config = dict(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0, **extra)
+    hf = tiny_hf("FalconConfig", "FalconForCausalLM", **config)
+    keys = falcon_hf.model_keys_from_hf_config(hf.config.to_dict())
+    model = build(keys)
+    falcon_hf.from_hf_state_dict(model, hf.state_dict())
+    assert_same(hf, model, 97, seq=40)
+    _round_trip(falcon_hf, model, hf)
