@@ -4,6 +4,10 @@ decoder ``model:`` keys (Release 2.10 ``gpt2/gpt2_model.py`` GPT2LMHeadModelConf
 family registers this function under its name (``llama``, ``mistral``, ``gpt3``, ...), as the Model
 Zoo's families are GPT-2 under other names.
 
+One default follows the older releases: ``attention_dropout_rate`` absent is ``dropout_rate`` (Releases
+1.x-2.3, whose files rely on it; 2.4+ declare 0.1 but every 2.10 decoder file sets the key, and None
+means ``dropout_rate`` there too).
+
 A key whose value cs-run cannot honour raises ValueError naming the key (reported as a params
 error), never a silently different model. Keys that only steer Cerebras hardware
 (``attention_kernel``, ``fold_rope_consts``, ``use_experimental_flex_api``, ``boundary_casting``) or
@@ -175,7 +179,7 @@ def assemble(
     attention_qk_norm_layer: Optional[str] = None, attention_qk_norm_eps: float = 1e-5,
     extra_attention_params: Optional[dict] = None, extra_ffn_params: Optional[dict] = None,
     attention_inner_dim: Optional[int] = None, use_projection_bias_in_attention: bool = True,
-    use_ffn_bias_in_attention: bool = True, attention_dropout_rate: Optional[float] = 0.1,
+    use_ffn_bias_in_attention: bool = True, attention_dropout_rate: Optional[float] = None,
     attention_softmax_fp32: bool = True, attention_kernel: Optional[str] = None,
     attention_logit_softcapping: Optional[float] = None, fixed_sparse_attention: Optional[dict] = None,
     memory_tokens: Optional[dict] = None, use_experimental_flex_api: bool = False,
