@@ -40,7 +40,7 @@ import torch
 import yaml
 
 from cs_run.engine import CompiledStep, EngineOptions
-from cs_run.examples.gpt2.model import build_model
+from cs_run.models.common.lm import build_model
 from cs_run.optim import SGD, AdamW
 
 MODELS = {  # name: (in, depth, hidden, out, batch)

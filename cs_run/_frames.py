@@ -13,7 +13,7 @@ from pathlib import Path
 
 __all__ = ["own_roots", "library_roots", "user_frames", "is_user_file"]
 
-_OWN_PACKAGES = ("cs_run.runners", "cs_run.optim", "cs_run.checkpoint", "cs_run.examples")
+_OWN_PACKAGES = ("cs_run.runners", "cs_run.optim", "cs_run.checkpoint", "cs_run.examples", "cs_run.models")
 """cs-run's packages installed from top-level folders (setup.cfg package_dir), beside cs_run itself."""
 
 

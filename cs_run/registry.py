@@ -48,6 +48,18 @@ class ModelSpec:
 
 
 _MODELS: dict[str, ModelSpec] = {}
+MODEL_PACKAGES = ("cs_run.models",)
+"""Packages whose import registers models (cs-run's own model home); imported on the first lookup."""
+_discovered = False
+
+
+def _discover() -> None:
+    """Import the model packages once, so their families register themselves; the core names no model."""
+    global _discovered
+    if not _discovered:
+        _discovered = True
+        for package in MODEL_PACKAGES:
+            importlib.import_module(package)
 
 
 def register_model(name: str, model_fn: str, data_fn: Optional[str] = None, data_processors: tuple = (),
@@ -64,6 +76,7 @@ def hf_converter(name: Optional[str], where: str) -> Any:
     Raises:
         ParamsError: the model is unknown or has no converter; ``where`` says where the name came from.
     """
+    _discover()
     spec = _MODELS.get(name) if isinstance(name, str) else None
     if spec is None or not spec.hf_converter:
         have = ", ".join(n for n, s in sorted(_MODELS.items()) if s.hf_converter) or "none"
@@ -78,11 +91,12 @@ def apply_model_defaults(raw: dict, locate=lambda key: "") -> dict:
     model = raw.get("model")
     if not isinstance(model, dict):
         return raw
+    _discover()
     if "name" not in model:
         named = {section.get("data_processor") for section in (raw.get("train_input"), raw.get("eval_input"))
                  if isinstance(section, dict)}
         owners = [spec.name for spec in _MODELS.values() if named & set(spec.data_processors)]
-        if len(owners) == 1:
+        if owners:  # several families read the same LM data: the first registered is the files' model
             model["name"] = owners[0]
     spec = _MODELS.get(model.get("name"))
     for name in ("train_input", "eval_input"):
@@ -106,11 +120,13 @@ def apply_model_defaults(raw: dict, locate=lambda key: "") -> dict:
 
 
 def registered_models() -> list[str]:
+    _discover()
     return sorted(_MODELS)
 
 
 def get_model_spec(name: str) -> ModelSpec:
     """A registered name, or a ``module:function`` string taken as the model function itself."""
+    _discover()
     if name in _MODELS:
         return _MODELS[name]
     if ":" in name:
@@ -198,12 +214,3 @@ def check_function_keys(fn: Callable, values: dict, section: str, reserved: set[
         if p.default is p.empty and name not in values:
             raise ParamsError(f"params: missing required key {section}.{name} "
                               f"(needed by {fn.__module__}.{fn.__qualname__}){locate(section)}")
-
-
-# Built-in models. Imported lazily so `import cs_run` stays cheap.
-register_model("fc_mnist", "cs_run.examples.fc_mnist.model:build_model",
-               "cs_run.examples.fc_mnist.data:build_dataloader")
-register_model("gpt2", "cs_run.examples.gpt2.model:build_model", "cs_run.examples.gpt2.data:build_dataloader",
-               data_processors=("GptHDF5DataProcessor", "GptHDF5MapDataProcessor"),
-               defaults_fn="cs_run.examples.gpt2.model:model_defaults", hf_converter="cs_run.examples.gpt2.hf",
-               input_keys=("vocab_size",))

@@ -146,7 +146,7 @@ def test_the_graph_sees_the_import_forms_that_make_cycles(tmp_path):
 def modules() -> dict[str, Path]:
     found = all_modules()
     assert {"cs_run", "cs_run.engine.step", "cs_run.runners.base", "cs_run.optim.sgd",
-            "cs_run.checkpoint.h5", "cs_run.examples.fc_mnist.model"} <= set(found)
+            "cs_run.checkpoint.h5", "cs_run.models.fc_mnist.model"} <= set(found)
     return found
 
 

@@ -17,8 +17,8 @@ from typing import Optional
 import torch
 
 import cs_run as cstorch
-from cs_run.examples.fc_mnist.data import build_dataloader
-from cs_run.examples.fc_mnist.model import MNIST
+from cs_run.models.fc_mnist.data import build_dataloader
+from cs_run.models.fc_mnist.model import MNIST
 
 logger = logging.getLogger(__name__)
 

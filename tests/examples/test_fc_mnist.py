@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from cs_run.examples.fc_mnist import data, model
+from cs_run.models.fc_mnist import data, model
 
 
 def write_idx(path, array: np.ndarray, compress=False):

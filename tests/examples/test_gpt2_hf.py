@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from cs_run.checkpoint import save
 from cs_run.cli import cli
-from cs_run.examples.gpt2.model import build_model
+from cs_run.models.common.lm import build_model
 
 pytest.importorskip("safetensors")
 

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from gpt2_helpers import random_samples, tiny_params, write_vendor_shards
 
 from cs_run.errors import ParamsError
-from cs_run.examples.gpt2 import model as gpt2
 from cs_run.metrics import Metric
+from cs_run.models.common import decoder, lm
 from cs_run.params import load_params
 from cs_run.resolve import resolve_params
 from cs_run.runners import PyTorchBaseRunner
@@ -20,9 +20,9 @@ SIZES = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_heads=4, fi
              max_position_embeddings=12, dropout_rate=0.0, attention_type="scaled_dot_product")
 
 
-def make(**overrides) -> gpt2.Gpt2Model:
+def make(**overrides) -> lm.DecoderLMModel:
     torch.manual_seed(0)
-    return gpt2.build_model(**{**SIZES, **overrides})
+    return lm.build_model(**{**SIZES, **overrides})
 
 
 def batch(b=3, s=10, vocab=50, seed=0, masked_tail=3):
@@ -33,11 +33,11 @@ def batch(b=3, s=10, vocab=50, seed=0, masked_tail=3):
             "labels": torch.randint(0, vocab, (b, s), generator=g, dtype=torch.int32), "attention_mask": mask}
 
 
-def reference_forward(m: gpt2.GPT2LMHeadModel, ids: torch.Tensor, scaled: bool, act=F.gelu) -> torch.Tensor:
+def reference_forward(m: decoder.DecoderLM, ids: torch.Tensor, scaled: bool, act=F.gelu) -> torch.Tensor:
     """The decoder written out by hand: explicit softmax(QK^T * scale + causal mask) V per head."""
     e = m.embedding_layer
-    x = e.word_embeddings.weight[ids.long()] + e.position_embeddings.weight[: ids.shape[1]]
-    s, nh = ids.shape[1], m.config["num_heads"]
+    x = e.word_embeddings.weight[ids.long()] + e.position_embeddings.embed.weight[: ids.shape[1]]
+    s, nh = ids.shape[1], SIZES["num_heads"]
     causal = torch.full((s, s), float("-inf")).triu(1)
     for layer in m.transformer_decoder.layers:
         a = layer.self_attn
@@ -65,7 +65,7 @@ def test_tied_head_and_model_zoo_key_names():
     m = make()
     assert m.model.lm_head.weight is m.model.embedding_layer.word_embeddings.weight
     keys = set(m.state_dict())
-    assert {"model.embedding_layer.word_embeddings.weight", "model.embedding_layer.position_embeddings.weight",
+    assert {"model.embedding_layer.word_embeddings.weight", "model.embedding_layer.position_embeddings.embed.weight",
             "model.transformer_decoder.layers.1.self_attn.proj_q_dense_layer.weight",
             "model.transformer_decoder.layers.0.ffn.ffn.1.linear_layer.bias", "model.ln_f.weight",
             "model.transformer_decoder.norm.weight", "model.lm_head.weight"} <= keys
@@ -76,8 +76,8 @@ def test_tied_head_and_model_zoo_key_names():
 
 def test_fixed_position_embeddings_are_sinusoids_and_not_trained():
     m = make(position_embedding_type="fixed")
-    table = m.model.embedding_layer.position_embeddings
-    assert not isinstance(table, torch.nn.Parameter)
+    table = m.model.embedding_layer.position_embeddings.fpe
+    assert not any(p is table for p in m.parameters())
     pos, i = 5, 3
     n = SIZES["hidden_size"] // 2
     inv = math.exp(-i * math.log(1.0e4) / (n - 1))
@@ -137,21 +137,23 @@ def test_dropout_is_on_in_training_only():
 
 
 @pytest.mark.parametrize("key,value", [
-    ("position_embedding_type", "rotary"), ("position_embedding_type", "alibi"),
-    ("position_embedding_type", "relative"), ("attention_type", "flash"), ("nonlinearity", "swiglu"),
-    ("nonlinearity", "geglu"), ("loss_scaling", "per_sample"), ("hidden_size", 18), ("num_heads", 0),
+    ("position_embedding_type", "relative"), ("attention_type", "flash"), ("nonlinearity", "swish_glu"),
+    ("norm_type", "batchnorm1d"), ("attention_chunk_size", 4), ("rel_distance_mode", "capped"),
+    ("fixed_sparse_attention", {"num_heads": 4}), ("moe", {"num_experts": 4}),
+    ("extra_attention_params", {"num_kv_groups": 2}), ("pos_scaling_type", "ntk"),
+    ("loss_scaling", "per_sample"), ("hidden_size", 18), ("num_heads", 0),
     ("dropout_rate", 1.0), ("attention_dropout_rate", -0.1), ("loss_weight", 0.0), ("vocab_size", 0),
 ])
 def test_unsupported_values_are_params_errors_naming_the_key(tmp_path, key, value):
     write_vendor_shards(tmp_path / "d", random_samples(8, 16, 64), 8)
     model = {key: value, "loss_scaling": "batch_size"} if key == "loss_weight" else {key: value}
     path = tiny_params(tmp_path / "p.yaml", tmp_path / "d", tmp_path / "d", model=model)
-    with pytest.raises(ParamsError, match=f"model: {key}"):
+    with pytest.raises(ParamsError, match=f"model(: |\\.){key}"):
         params = load_params(path)
         PyTorchBaseRunner.create(params, device="CPU")
 
 
-@pytest.mark.parametrize("key", ["rotary_dim", "attention_module", "fixed_sparse_attention", "hidden_sise"])
+@pytest.mark.parametrize("key", ["rotary_dims", "attention_modul", "fixed_sparse_attn", "hidden_sise"])
 def test_unknown_model_keys_are_params_errors_at_load(tmp_path, key):
     path = tiny_params(tmp_path / "p.yaml", tmp_path, tmp_path, model={key: 1})
     with pytest.raises(ParamsError, match=f"model.{key}"):

@@ -69,3 +69,22 @@ def test_csx_inductor_matches_cpu_within_tolerance(tmp_path, shards):
     expected = weights(cpu)
     for key, value in weights(csx).items():
         torch.testing.assert_close(value, expected[key], rtol=1e-3, atol=1e-4, msg=key)
+
+
+def test_a_llama_style_decoder_on_csx_fx_is_bit_identical_to_cpu(tmp_path, shards):
+    """model.name llama on the same LM data: rotary (partial, llama3 scaling), RMSNorm, SwiGLU, grouped-query
+    attention, a sliding window, bf16 autocast and dropout; 3 CSX fx steps equal 3 CPU eager steps bit for bit."""
+    model = {"name": "llama", "position_embedding_type": "rotary", "rotary_dim": 6, "rope_theta": 500000.0,
+             "pos_scaling_type": "llama3", "pos_scaling_factor": 8.0,
+             "pos_scaling_extra_args": {"original_max_position_embeddings": 8}, "norm_type": "rmsnorm",
+             "nonlinearity": "swiglu", "attention_module": "multiquery_attention",
+             "extra_attention_params": {"num_kv_groups": 2}, "attention_sliding_window_length": 6,
+             "use_projection_bias_in_attention": False, "use_ffn_bias_in_attention": False, "use_ffn_bias": False,
+             "share_embedding_weights": False, "dropout_rate": 0.1, "mixed_precision": True}
+    cpu, _ = run(tmp_path, shards, "CPU", "cpu", mode="train", model=model, runconfig={"max_steps": 3})
+    csx, _ = run(tmp_path, shards, "CSX", "csx", mode="train", model=model,
+                 runconfig={"max_steps": 3, "compile_tier": "fx"})
+    assert cpu.global_step == csx.global_step == 3
+    assert "ffn.ffn.0.linear_layer_for_glu.weight" in " ".join(weights(cpu))
+    for key, value in weights(cpu).items():
+        assert torch.equal(value, weights(csx)[key]), key

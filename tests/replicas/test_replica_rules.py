@@ -17,8 +17,8 @@ from cs_run import replicas
 from cs_run.backend import _reset_for_tests
 from cs_run.cli import cli
 from cs_run.errors import ParamsError
-from cs_run.examples.fc_mnist.data import ShardSampler
 from cs_run.exits import report
+from cs_run.models.fc_mnist.data import ShardSampler
 
 
 def invoke(*args):

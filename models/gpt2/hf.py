@@ -53,19 +53,36 @@ def _safetensors():
     return safetensors.torch
 
 
+# Keys whose value HF's GPT-2 cannot express otherwise, with the value it has and why.
+_HF_FIXED = (
+    ("position_embedding_type", "learned", "HF GPT-2 has learned positions"),
+    ("position_embedding_offset", 0, "HF GPT-2 positions start at 0"),
+    ("use_bias_in_output", False, "HF GPT-2's lm_head has no bias"),
+    ("embedding_layer_norm", False, "HF GPT-2 has no embedding LayerNorm"),
+    ("embeddings_scale", 1.0, "HF GPT-2 does not scale embeddings"),
+    ("output_logits_scale_applied", None, "HF GPT-2 does not scale logits (muP)"),
+    ("norm_type", "layernorm", "HF GPT-2 uses LayerNorm"),
+    ("attention_module", "aiayn_attention", "HF GPT-2 has multi-head attention"),
+    ("attention_inner_dim", None, "HF GPT-2's attention width is the hidden size"),
+    ("scale_qk_dot_by_d", False, "HF GPT-2 scales logits by 1/sqrt(d)"),
+    ("attention_logits_alpha", 1.0, "HF GPT-2 does not scale logits"),
+    ("attention_sliding_window_length", None, "HF GPT-2 attends to all earlier tokens"),
+    ("attention_logit_softcapping", None, "HF GPT-2 has no softcapping"),
+    ("final_logit_softcapping", None, "HF GPT-2 has no softcapping"),
+    ("norm_first_sandwich", False, "HF GPT-2 has no sandwich norms"),
+    ("use_sink_token", False, "HF GPT-2 has no attention sinks"),
+    ("num_extra_input_vocab_tokens", 0, "HF GPT-2 has one vocabulary"),
+)
+
+
 def hf_config(config: dict) -> dict:
-    """The HF ``config.json`` of a :class:`GPT2LMHeadModel` config (its ``.config`` dict)."""
-    for key, ok, why in (
-        ("position_embedding_type", config["position_embedding_type"] == "learned", "HF GPT-2 has learned positions"),
-        ("use_bias_in_output", not config["use_bias_in_output"], "HF GPT-2's lm_head has no bias"),
-        ("embedding_layer_norm", not config["embedding_layer_norm"], "HF GPT-2 has no embedding LayerNorm"),
-        ("embeddings_scale", config["embeddings_scale"] == 1.0, "HF GPT-2 does not scale embeddings"),
-        ("output_logits_scale", not config["output_logits_scale"], "HF GPT-2 does not scale logits"),
-        ("nonlinearity", config["nonlinearity"] in _HF_ACTIVATIONS,
-         f"HF knows {', '.join(_HF_ACTIVATIONS)} under these names"),
-    ):
-        if not ok:
+    """The HF ``config.json`` of a gpt2 model's resolved keys (:attr:`DecoderLMModel.config`)."""
+    for key, value, why in _HF_FIXED:
+        if config[key] != value and not (value is None and not config[key]):
             raise ParamsError(f"params: model.{key}: {config[key]!r} has no Hugging Face GPT-2 equivalent ({why})")
+    if config["nonlinearity"] not in _HF_ACTIVATIONS:
+        raise ParamsError(f"params: model.nonlinearity: {config['nonlinearity']!r} has no Hugging Face GPT-2 "
+                          f"equivalent (HF knows {', '.join(_HF_ACTIVATIONS)} under these names)")
     return {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
         "vocab_size": config["vocab_size"], "n_positions": config["max_position_embeddings"],
@@ -75,8 +92,8 @@ def hf_config(config: dict) -> dict:
         "scale_attn_weights": config["attention_type"] == "scaled_dot_product",
         "tie_word_embeddings": config["share_embedding_weights"],
         "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "summary_first_dropout": 0.0,
-        "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False, "use_cache": True,
-        "initializer_range": 0.02,
+        "scale_attn_by_inverse_layer_idx": config["scale_qk_dot_by_layer_idx"], "reorder_and_upcast_attn": False,
+        "use_cache": True, "initializer_range": 0.02,
     }
 
 
@@ -88,7 +105,7 @@ def model_keys_from_hf_config(cfg: dict) -> dict:
     """
     if cfg.get("model_type") != "gpt2":
         raise CheckpointError(f"config.json: model_type {cfg.get('model_type')!r} is not 'gpt2'")
-    for key in ("scale_attn_by_inverse_layer_idx", "add_cross_attention"):
+    for key in ("add_cross_attention",):
         if cfg.get(key):
             raise CheckpointError(f"config.json: {key}=true has no cs-run gpt2 equivalent")
     for key in _SIZES + ("n_inner",):
@@ -114,6 +131,7 @@ def model_keys_from_hf_config(cfg: dict) -> dict:
         "attention_type": "scaled_dot_product" if cfg.get("scale_attn_weights", True) else "dot_product",
         "dropout_rate": cfg.get("resid_pdrop", 0.1), "embedding_dropout_rate": cfg.get("embd_pdrop", 0.1),
         "attention_dropout_rate": cfg.get("attn_pdrop", 0.1), "use_bias_in_output": False,
+        "scale_qk_dot_by_layer_idx": bool(cfg.get("scale_attn_by_inverse_layer_idx", False)),
     }
 
 
@@ -169,12 +187,13 @@ def _zeros_if_none(t: Optional[torch.Tensor], size: int) -> torch.Tensor:
     return t if t is not None else torch.zeros(size)
 
 
-def to_hf_state_dict(model) -> dict[str, torch.Tensor]:
-    """HF GPT2LMHeadModel tensors (``transformer.*`` names, Conv1D ``[in, out]`` weights) of a GPT2LMHeadModel."""
-    hidden = model.config["hidden_size"]
+def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
+    """HF GPT2LMHeadModel tensors (``transformer.*`` names, Conv1D ``[in, out]`` weights) of a gpt2
+    :class:`~cs_run.models.common.lm.DecoderLMModel`."""
+    model, hidden = lm.model, lm.config["hidden_size"]
     out: dict[str, torch.Tensor] = {
         "transformer.wte.weight": model.embedding_layer.word_embeddings.weight,
-        "transformer.wpe.weight": model.embedding_layer.position_embeddings.weight,
+        "transformer.wpe.weight": model.embedding_layer.position_embeddings.embed.weight,
         "transformer.ln_f.weight": model.ln_f.weight, "transformer.ln_f.bias": model.ln_f.bias,
     }
     for i, layer in enumerate(model.transformer_decoder.layers):
@@ -197,8 +216,8 @@ def to_hf_state_dict(model) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().contiguous().clone() for k, v in out.items()}
 
 
-def from_hf_state_dict(model, tensors: dict[str, torch.Tensor]) -> None:
-    """Copy HF GPT-2 tensors into ``model`` (a GPT2LMHeadModel built from the matching config).
+def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
+    """Copy HF GPT-2 tensors into ``lm`` (a gpt2 DecoderLMModel built from the matching keys).
 
     Accepts ``transformer.``-prefixed names (save_pretrained) and bare ones (the original checkpoints);
     HF's causal-mask buffers are ignored.
@@ -207,10 +226,10 @@ def from_hf_state_dict(model, tensors: dict[str, torch.Tensor]) -> None:
         CheckpointError: a tensor is missing, has another shape, or a nonzero bias has nowhere to go.
     """
     t = {_bare(k): v for k, v in tensors.items() if not k.endswith(_IGNORED)}
-    hidden = model.config["hidden_size"]
-    _check_weights({k: tuple(v.shape) for k, v in t.items()}, model.config, "Hugging Face weights")
-    if model.share_embedding_weights and "lm_head.weight" in t and not torch.equal(t["lm_head.weight"],
-                                                                                   t["wte.weight"]):
+    model, hidden = lm.model, lm.config["hidden_size"]
+    _check_weights({k: tuple(v.shape) for k, v in t.items()}, lm.config, "Hugging Face weights")
+    if lm.config["share_embedding_weights"] and "lm_head.weight" in t and not torch.equal(t["lm_head.weight"],
+                                                                                        t["wte.weight"]):
         raise CheckpointError("Hugging Face weights: lm_head.weight differs from wte.weight, but config.json says "
                               "tie_word_embeddings=true (one tensor for both); set tie_word_embeddings to false")
 
@@ -233,7 +252,7 @@ def from_hf_state_dict(model, tensors: dict[str, torch.Tensor]) -> None:
     e = model.embedding_layer
     with torch.no_grad():
         e.word_embeddings.weight.copy_(take("wte.weight", e.word_embeddings.weight.shape))
-        e.position_embeddings.weight.copy_(take("wpe.weight", e.position_embeddings.weight.shape))
+        e.position_embeddings.embed.weight.copy_(take("wpe.weight", e.position_embeddings.embed.weight.shape))
         model.ln_f.weight.copy_(take("ln_f.weight", (hidden,)))
         model.ln_f.bias.copy_(take("ln_f.bias", (hidden,)))
         for i, layer in enumerate(model.transformer_decoder.layers):
@@ -291,10 +310,10 @@ def to_hf(checkpoint: str | Path, out_dir: str | Path, model_keys: dict) -> Path
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {checkpoint} does not match the params' gpt2: missing "
                               f"{', '.join(missing[:3]) or 'none'}; unexpected {', '.join(unexpected[:3]) or 'none'}")
-    config = hf_config(model.model.config)
+    config = hf_config(model.config)
     st = _safetensors()
     out_dir.mkdir(parents=True, exist_ok=True)
-    st.save_file(to_hf_state_dict(model.model), str(out_dir / _WEIGHTS), metadata={"format": "pt"})
+    st.save_file(to_hf_state_dict(model), str(out_dir / _WEIGHTS), metadata={"format": "pt"})
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return out_dir
 
@@ -333,7 +352,7 @@ def from_hf(hf_dir: str | Path, dst: str | Path, params_out: Optional[str | Path
         tensors = st.load_file(str(weights_path))
     except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
         raise CheckpointError(f"{weights_path}: not a readable safetensors file ({e})") from None
-    from_hf_state_dict(model.model, tensors)
+    from_hf_state_dict(model, tensors)
     save({"model": model.state_dict()}, str(dst))
     params_out = Path(params_out) if params_out else dst.with_suffix(".yaml")
     params_out.write_text(yaml.safe_dump({"model": keys}, sort_keys=False))

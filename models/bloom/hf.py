@@ -1,0 +1,80 @@
+"""bloom <-> Hugging Face BLOOM (``BloomForCausalLM``), as the Model Zoo's bloom_hf_cs converter maps it:
+``word_embeddings`` -> ``embedding_layer.word_embeddings``, ``word_embeddings_layernorm`` ->
+``embedding_ln_f``; per layer ``input_layernorm`` / ``post_attention_layernorm`` -> ``norm1`` /
+``norm3``, the fused ``self_attention.query_key_value`` (rows per head: q, k, v) ->
+``proj_q/k/v_dense_layer``, ``self_attention.dense`` -> ``proj_output_dense_layer``,
+``mlp.dense_h_to_4h`` / ``dense_4h_to_h`` -> ``ffn.ffn.0`` / ``ffn.ffn.1``; ``ln_f``. ALiBi slopes are not
+stored by HF: the model's own fixed slopes are the paper's, as BLOOM's.
+
+BLOOM's GELU is the tanh approximation written as ``gelu_fast`` here (same formula); the Model Zoo's
+bloom files say ``gelu`` (erf), an approximation its converter accepts and this adapter does not.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cs_run.errors import CheckpointError
+from cs_run.models.common.hf import Taker, assign, fuse_qkv_per_head, split_qkv_per_head
+
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict"]
+
+_LAYER = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm3"),
+          ("self_attention.dense", "self_attn.proj_output_dense_layer"),
+          ("mlp.dense_h_to_4h", "ffn.ffn.0.linear_layer"), ("mlp.dense_4h_to_h", "ffn.ffn.1.linear_layer"))
+_TOP = (("transformer.word_embeddings", "model.embedding_layer.word_embeddings"),
+        ("transformer.word_embeddings_layernorm", "model.embedding_ln_f"), ("transformer.ln_f", "model.ln_f"))
+_QKV = ("proj_q_dense_layer", "proj_k_dense_layer", "proj_v_dense_layer")
+
+
+def model_keys_from_hf_config(cfg: dict) -> dict:
+    """The ``model:`` section (Model Zoo bloom keys) of an HF BLOOM config."""
+    if cfg.get("apply_residual_connection_post_layernorm"):
+        raise CheckpointError("config.json: apply_residual_connection_post_layernorm=true has no cs-run equivalent")
+    hidden = cfg.get("hidden_size", cfg.get("n_embed"))
+    return {
+        "name": "bloom", "vocab_size": cfg["vocab_size"], "hidden_size": hidden, "num_hidden_layers": cfg["n_layer"],
+        "num_heads": cfg["n_head"], "filter_size": 4 * hidden, "max_position_embeddings": cfg.get("seq_length", 2048),
+        "position_embedding_type": "alibi", "embedding_layer_norm": True, "nonlinearity": "gelu_fast",
+        "layer_norm_epsilon": cfg["layer_norm_epsilon"], "use_projection_bias_in_attention": True,
+        "use_ffn_bias_in_attention": True, "use_ffn_bias": True, "use_bias_in_output": False,
+        "share_embedding_weights": bool(cfg.get("tie_word_embeddings", True)), "dropout_rate": 0.0,
+        "embedding_dropout_rate": 0.0, "attention_dropout_rate": 0.0,
+    }
+
+
+def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
+    t = Taker(tensors)
+    heads = lm.config["num_heads"]
+    out = {f"{ours}.{kind}": t(f"{hf}.{kind}") for hf, ours in _TOP for kind in ("weight", "bias")
+           if hf != "transformer.word_embeddings" or kind == "weight"}
+    if not lm.config["share_embedding_weights"]:
+        out["model.lm_head.weight"] = t("lm_head.weight")
+    elif "lm_head.weight" in t:
+        t("lm_head.weight")
+    for i in range(lm.config["num_hidden_layers"]):
+        h, c = f"transformer.h.{i}.", f"model.transformer_decoder.layers.{i}."
+        for hf, ours in _LAYER:
+            for kind in ("weight", "bias"):
+                out[f"{c}{ours}.{kind}"] = t(f"{h}{hf}.{kind}")
+        for kind in ("weight", "bias"):
+            for name, part in zip(_QKV, split_qkv_per_head(t(f"{h}self_attention.query_key_value.{kind}"), heads)):
+                out[f"{c}self_attn.{name}.{kind}"] = part
+    t.check_all_used()
+    assign(lm, out)
+
+
+def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
+    heads, sd = lm.config["num_heads"], lm.state_dict()
+    out = {f"{hf}.{kind}": sd[f"{ours}.{kind}"] for hf, ours in _TOP for kind in ("weight", "bias")
+           if f"{ours}.{kind}" in sd}
+    out["lm_head.weight"] = sd["model.lm_head.weight"]
+    for i in range(lm.config["num_hidden_layers"]):
+        h, c = f"transformer.h.{i}.", f"model.transformer_decoder.layers.{i}."
+        for hf, ours in _LAYER:
+            for kind in ("weight", "bias"):
+                out[f"{h}{hf}.{kind}"] = sd[f"{c}{ours}.{kind}"]
+        for kind in ("weight", "bias"):
+            out[f"{h}self_attention.query_key_value.{kind}"] = fuse_qkv_per_head(
+                *(sd[f"{c}self_attn.{n}.{kind}"] for n in _QKV), heads)
+    return {k: v.detach().cpu().contiguous().clone() for k, v in out.items()}

@@ -1,0 +1,58 @@
+"""The decoder's feed-forward network (FeedForwardNetwork.FeedForwardNetwork): ``ffn.0`` projects to
+``filter_size`` and applies the activation, ``ffn.1`` projects back (then dropout). A GLU activation
+gives ``ffn.0`` a second projection, ``linear_layer_for_glu``, whose output is gated: for swiglu,
+``linear_layer(x) * silu(linear_layer_for_glu(x))``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from cs_run.models.common.activations import get_activation, is_glu
+from cs_run.models.common.initializers import make_initializer
+
+__all__ = ["FeedForwardNetwork", "SingleFeedForwardLayer"]
+
+
+class SingleFeedForwardLayer(nn.Module):
+    def __init__(self, inputs: int, outputs: int, bias: bool, activation: Optional[str] = None,
+                 dropout: float = 0.0) -> None:
+        super().__init__()
+        self.linear_layer = nn.Linear(inputs, outputs, bias=bias)
+        self.linear_layer_for_glu = nn.Linear(inputs, outputs, bias=bias) if activation and is_glu(activation) \
+            else None
+        self.act_layer = get_activation(activation) if activation else None
+        self.dropout_layer = nn.Dropout(dropout) if dropout else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.linear_layer_for_glu is not None:
+            out = self.act_layer(self.linear_layer(x), self.linear_layer_for_glu(x))
+        else:
+            out = self.linear_layer(x)
+            if self.act_layer is not None:
+                out = self.act_layer(out)
+        return self.dropout_layer(out) if self.dropout_layer is not None else out
+
+
+class FeedForwardNetwork(nn.Module):
+    def __init__(self, hidden_size: int, filter_size: int, activation: str, dropout: float, bias: bool,
+                 initializer: dict, output_initializer: dict) -> None:
+        super().__init__()
+        self.ffn = nn.ModuleList([SingleFeedForwardLayer(hidden_size, filter_size, bias, activation),
+                                  SingleFeedForwardLayer(filter_size, hidden_size, bias, None, dropout)])
+        with torch.no_grad():
+            for i, layer in enumerate(self.ffn):
+                init = make_initializer(output_initializer if i == len(self.ffn) - 1 else initializer)
+                for linear in (layer.linear_layer, layer.linear_layer_for_glu):
+                    if linear is not None:
+                        init(linear.weight)
+                        if linear.bias is not None:
+                            linear.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.ffn:
+            x = layer(x)
+        return x

@@ -1,0 +1,6 @@
+"""falcon: Falcon, the Model Zoo's GPT-J model under this name (parallel blocks, multi-query or
+grouped-query attention, one norm (7B) or two (``use_untied_layer_norm``, 40B/180B))."""
+
+from cs_run.models.common.family import register_decoder_family
+
+register_decoder_family("falcon", model_fn="cs_run.models.gptj.model:build_model")

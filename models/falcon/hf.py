@@ -1,0 +1,126 @@
+"""falcon <-> Hugging Face Falcon (``FalconForCausalLM``), as the Model Zoo's falcon converters map it:
+``transformer.word_embeddings`` -> ``embedding_layer.word_embeddings``; per layer ``input_layernorm``
+(7B: one norm) -> ``norm1``, or ``ln_attn`` / ``ln_mlp`` (new decoder architecture, 40B/180B) ->
+``norm1`` / ``norm3`` (``use_untied_layer_norm``); the fused ``self_attention.query_key_value`` ->
+``proj_q/k/v_dense_layer`` (7B multi-query: all q rows, then one k head, one v head; new architecture:
+per kv group, its q heads then its k and v head), q and k rows permuted from rotate-half to
+interleaved RoPE; ``self_attention.dense`` -> ``proj_output_dense_layer``; ``mlp.dense_h_to_4h`` /
+``dense_4h_to_h`` -> ``ffn.ffn.0`` / ``ffn.ffn.1``; ``transformer.ln_f`` -> ``ln_f``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cs_run.errors import CheckpointError
+from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, interleave_rotary
+
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict"]
+
+
+def model_keys_from_hf_config(cfg: dict) -> dict:
+    for key, ok in (("parallel_attn", cfg.get("parallel_attn", True)), ("alibi", not cfg.get("alibi")),
+                    ("bias", not cfg.get("bias"))):
+        if not ok:
+            raise CheckpointError(f"config.json: {key}={cfg.get(key)!r} has no cs-run falcon equivalent")
+    hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    new = bool(cfg.get("new_decoder_architecture"))
+    kv = cfg.get("num_kv_heads") or heads if new else (1 if cfg.get("multi_query", True) else heads)
+    untied = new and (cfg.get("num_ln_in_parallel_attn") or 2) == 2
+    rope = cfg.get("rope_parameters") or {}
+    if rope.get("rope_type", "default") != "default" or cfg.get("rope_scaling"):
+        raise CheckpointError("config.json: rope scaling has no cs-run falcon equivalent here")
+    return {
+        "name": "falcon", "vocab_size": cfg["vocab_size"], "hidden_size": hidden,
+        "num_hidden_layers": cfg["num_hidden_layers"], "num_heads": heads,
+        "filter_size": cfg.get("ffn_hidden_size") or 4 * hidden,
+        "max_position_embeddings": cfg.get("max_position_embeddings", 2048), "position_embedding_type": "rotary",
+        "rotary_dim": hidden // heads, "rope_theta": float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))),
+        "attention_module": "multiquery_attention", "extra_attention_params": {"num_kv_groups": kv},
+        "use_untied_layer_norm": untied, "nonlinearity": cfg.get("activation", "gelu"),
+        "layer_norm_epsilon": cfg["layer_norm_epsilon"], "use_projection_bias_in_attention": False,
+        "use_ffn_bias_in_attention": False, "use_ffn_bias": False, "use_bias_in_output": False,
+        "share_embedding_weights": bool(cfg.get("tie_word_embeddings", True)), "residual_dropout_rate": 0.0,
+        "embedding_dropout_rate": 0.0, "attention_dropout_rate": 0.0,
+    }
+
+
+def _dims(lm) -> tuple[int, int, int]:
+    c = lm.config
+    return c["num_heads"], c["num_kv_groups"], c["hidden_size"] // c["num_heads"]
+
+
+def _split(qkv: torch.Tensor, heads: int, kv: int, head_dim: int, grouped: bool) -> list[torch.Tensor]:
+    if not grouped:
+        return list(qkv.split([heads * head_dim, kv * head_dim, kv * head_dim]))
+    g = qkv.reshape(kv, heads // kv + 2, head_dim, -1)
+    return [g[:, :-2].reshape(heads * head_dim, -1), g[:, -2].reshape(kv * head_dim, -1),
+            g[:, -1].reshape(kv * head_dim, -1)]
+
+
+def _fuse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads: int, kv: int, head_dim: int,
+          grouped: bool) -> torch.Tensor:
+    if not grouped:
+        return torch.cat([q, k, v])
+    parts = [q.reshape(kv, heads // kv, head_dim, -1), k.reshape(kv, 1, head_dim, -1), v.reshape(kv, 1, head_dim, -1)]
+    return torch.cat(parts, dim=1).reshape(-1, q.shape[-1])
+
+
+def _untied(lm) -> bool:
+    layers = lm.model.transformer_decoder.layers
+    return len(layers) > 0 and layers[0].norm3 is not None
+
+
+def _norms(lm) -> tuple:
+    return (("ln_attn", "norm1"), ("ln_mlp", "norm3")) if _untied(lm) else (("input_layernorm", "norm1"),)
+
+
+def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
+    t = Taker(tensors)
+    heads, kv, head_dim = _dims(lm)
+    grouped = "transformer.h.0.ln_attn.weight" in t or kv not in (1, heads)
+    out = {"model.embedding_layer.word_embeddings.weight": t("transformer.word_embeddings.weight"),
+           "model.ln_f.weight": t("transformer.ln_f.weight"), "model.ln_f.bias": t("transformer.ln_f.bias")}
+    if not lm.config["share_embedding_weights"]:
+        out["model.lm_head.weight"] = t("lm_head.weight")
+    elif "lm_head.weight" in t:
+        t("lm_head.weight")
+    for i in range(lm.config["num_hidden_layers"]):
+        h, c = f"transformer.h.{i}.", f"model.transformer_decoder.layers.{i}."
+        for hf, ours in _norms(lm):
+            for kind in ("weight", "bias"):
+                out[f"{c}{ours}.{kind}"] = t(f"{h}{hf}.{kind}")
+        for hf, ours in (("self_attention.dense", "self_attn.proj_output_dense_layer"),
+                         ("mlp.dense_h_to_4h", "ffn.ffn.0.linear_layer"), ("mlp.dense_4h_to_h", "ffn.ffn.1.linear_layer")):
+            out[f"{c}{ours}.weight"] = t(f"{h}{hf}.weight")
+        q, k, v = _split(t(f"{h}self_attention.query_key_value.weight"), heads, kv, head_dim, grouped)
+        out[f"{c}self_attn.proj_q_dense_layer.weight"] = interleave_rotary(q, heads, head_dim)
+        out[f"{c}self_attn.proj_k_dense_layer.weight"] = interleave_rotary(k, kv, head_dim)
+        out[f"{c}self_attn.proj_v_dense_layer.weight"] = v
+    t.check_all_used()
+    assign(lm, out)
+
+
+def to_hf_state_dict(lm, grouped: bool | None = None) -> dict[str, torch.Tensor]:
+    """HF Falcon tensors; ``grouped`` (the new decoder architecture's qkv layout) defaults to untied norms
+    or a group count other than 1 and num_heads."""
+    heads, kv, head_dim = _dims(lm)
+    if grouped is None:
+        grouped = _untied(lm) or kv not in (1, heads)
+    sd = lm.state_dict()
+    out = {"transformer.word_embeddings.weight": sd["model.embedding_layer.word_embeddings.weight"],
+           "transformer.ln_f.weight": sd["model.ln_f.weight"], "transformer.ln_f.bias": sd["model.ln_f.bias"],
+           "lm_head.weight": sd["model.lm_head.weight"]}
+    for i in range(lm.config["num_hidden_layers"]):
+        h, c = f"transformer.h.{i}.", f"model.transformer_decoder.layers.{i}."
+        for hf, ours in _norms(lm):
+            for kind in ("weight", "bias"):
+                out[f"{h}{hf}.{kind}"] = sd[f"{c}{ours}.{kind}"]
+        for hf, ours in (("self_attention.dense", "self_attn.proj_output_dense_layer"),
+                         ("mlp.dense_h_to_4h", "ffn.ffn.0.linear_layer"), ("mlp.dense_4h_to_h", "ffn.ffn.1.linear_layer")):
+            out[f"{h}{hf}.weight"] = sd[f"{c}{ours}.weight"]
+        q = deinterleave_rotary(sd[f"{c}self_attn.proj_q_dense_layer.weight"], heads, head_dim)
+        k = deinterleave_rotary(sd[f"{c}self_attn.proj_k_dense_layer.weight"], kv, head_dim)
+        out[f"{h}self_attention.query_key_value.weight"] = _fuse(q, k, sd[f"{c}self_attn.proj_v_dense_layer.weight"],
+                                                                 heads, kv, head_dim, grouped)
+    return {k: v.detach().cpu().contiguous().clone() for k, v in out.items()}

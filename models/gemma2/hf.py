@@ -1,0 +1,50 @@
+"""gemma2 <-> Hugging Face Gemma 2 (``Gemma2ForCausalLM``), as the Model Zoo's gemma2 converter maps
+it: Llama's names for attention and MLP, four norms per layer (``input_layernorm`` -> ``norm1``,
+``post_attention_layernorm`` -> ``norm1_post``, ``pre_feedforward_layernorm`` -> ``norm3``,
+``post_feedforward_layernorm`` -> ``norm3_post``: sandwich norms), every RMSNorm weight plus one (Gemma
+scales by 1 + weight). Keys: embeddings times sqrt(hidden_size), attention logits and final logits
+softcapped, sliding windows on every other layer starting with the first, and
+``attention_logits_alpha = sqrt(head_dim / query_pre_attn_scalar)`` where the two differ.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cs_run.errors import CheckpointError
+from cs_run.models.llama import hf as llama_hf
+
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict"]
+
+NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm1_post"),
+         ("pre_feedforward_layernorm", "norm3"), ("post_feedforward_layernorm", "norm3_post"))
+_ACTIVATIONS = {"gelu": "geglu"}  # gelu_pytorch_tanh (HF's default) has no Model Zoo GLU equivalent
+
+
+def model_keys_from_hf_config(cfg: dict) -> dict:
+    act = cfg.get("hidden_activation") or cfg.get("hidden_act")
+    if act not in _ACTIVATIONS:
+        raise CheckpointError(f"config.json: hidden_activation {act!r}: the Model Zoo's gemma2 gates with geglu "
+                              "(erf GELU); only 'gelu' converts exactly")
+    layer_types = cfg.get("layer_types") or []
+    if layer_types and layer_types[0] != "sliding_attention":
+        raise CheckpointError("config.json: layer_types must alternate starting with sliding_attention")
+    keys = llama_hf.model_keys_from_hf_config({**cfg, "hidden_act": "silu"}, name="gemma2")
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    keys.update(nonlinearity=_ACTIVATIONS[act], embeddings_scale=cfg["hidden_size"] ** 0.5, norm_first_sandwich=True,
+                attention_logit_softcapping=cfg.get("attn_logit_softcapping"),
+                final_logit_softcapping=cfg.get("final_logit_softcapping"), share_embedding_weights=True,
+                sliding_window_every_other_decoder_layer=True,
+                sliding_window_every_other_decoder_layer_pattern="sliding_window_first")
+    scalar = cfg.get("query_pre_attn_scalar", head_dim)
+    if scalar != head_dim:
+        keys["attention_logits_alpha"] = (head_dim / scalar) ** 0.5
+    return keys
+
+
+def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
+    llama_hf.from_hf_state_dict(lm, tensors, norms=NORMS, norm_offset=1.0)
+
+
+def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
+    return llama_hf.to_hf_state_dict(lm, norms=NORMS, norm_offset=1.0)

@@ -1,0 +1,6 @@
+"""gpt-neox: GPT-NeoX, the Model Zoo's GPT-J model under this name (``use_untied_layer_norm: true``,
+rotate-half partial rotary on the Hugging Face side, permuted by the adapter)."""
+
+from cs_run.models.common.family import register_decoder_family
+
+register_decoder_family("gpt-neox", model_fn="cs_run.models.gptj.model:build_model")

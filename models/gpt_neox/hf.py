@@ -1,0 +1,96 @@
+"""gpt-neox <-> Hugging Face GPT-NeoX (``GPTNeoXForCausalLM``), as the Model Zoo's gpt_neox_hf_cs
+converter maps it: ``gpt_neox.embed_in`` -> ``embedding_layer.word_embeddings``; per layer
+``input_layernorm`` / ``post_attention_layernorm`` -> ``norm1`` / ``norm3`` (untied), the fused
+``attention.query_key_value`` (rows per head: q, k, v) -> ``proj_q/k/v_dense_layer`` with the rotary
+part of q and k rows permuted from rotate-half to interleaved, ``attention.dense`` ->
+``proj_output_dense_layer``, ``mlp.dense_h_to_4h`` / ``dense_4h_to_h`` -> ``ffn.ffn.0`` / ``ffn.ffn.1``;
+``gpt_neox.final_layer_norm`` -> ``ln_f``; ``embed_out`` (``lm_head`` in transformers 5) -> ``lm_head``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cs_run.errors import CheckpointError
+from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, fuse_qkv_per_head, interleave_rotary, split_qkv_per_head
+
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict"]
+
+
+def model_keys_from_hf_config(cfg: dict) -> dict:
+    """The ``model:`` section (Model Zoo gpt-neox keys) of an HF GPT-NeoX config."""
+    if not cfg.get("use_parallel_residual", True):
+        raise CheckpointError("config.json: use_parallel_residual=false has no cs-run gpt-neox equivalent")
+    rope = cfg.get("rope_parameters") or {}
+    if rope.get("rope_type", "default") != "default" or cfg.get("rope_scaling"):
+        raise CheckpointError("config.json: rope scaling has no cs-run gpt-neox equivalent here")
+    hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    pct = rope.get("partial_rotary_factor", cfg.get("rotary_pct", cfg.get("partial_rotary_factor", 0.25)))
+    bias = bool(cfg.get("attention_bias", True))
+    return {
+        "name": "gpt-neox", "vocab_size": cfg["vocab_size"], "hidden_size": hidden,
+        "num_hidden_layers": cfg["num_hidden_layers"], "num_heads": heads, "filter_size": cfg["intermediate_size"],
+        "max_position_embeddings": cfg["max_position_embeddings"], "position_embedding_type": "rotary",
+        "rotary_dim": int(hidden // heads * pct), "rope_theta": float(rope.get("rope_theta", cfg.get("rotary_emb_base", 10000))),
+        "nonlinearity": cfg.get("hidden_act", "gelu"), "layer_norm_epsilon": cfg["layer_norm_eps"],
+        "use_untied_layer_norm": True, "use_projection_bias_in_attention": bias, "use_ffn_bias_in_attention": bias,
+        "use_ffn_bias": True, "use_bias_in_output": False,
+        "share_embedding_weights": bool(cfg.get("tie_word_embeddings", False)),
+        "residual_dropout_rate": 0.0, "embedding_dropout_rate": 0.0, "attention_dropout_rate": 0.0,
+    }
+
+
+def _dims(lm) -> tuple[int, int]:
+    return lm.config["num_heads"], lm.config["rotary_dim"]
+
+
+def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
+    t = Taker(tensors, ignore=(".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq"))
+    heads, rot = _dims(lm)
+    out = {"model.embedding_layer.word_embeddings.weight": t("gpt_neox.embed_in.weight"),
+           "model.ln_f.weight": t("gpt_neox.final_layer_norm.weight"),
+           "model.ln_f.bias": t("gpt_neox.final_layer_norm.bias")}
+    if not lm.config["share_embedding_weights"]:  # transformers 5 names it lm_head
+        out["model.lm_head.weight"] = t("embed_out.weight" if "embed_out.weight" in t else "lm_head.weight")
+    for i in range(lm.config["num_hidden_layers"]):
+        h, c = f"gpt_neox.layers.{i}.", f"model.transformer_decoder.layers.{i}."
+        for hf, ours in (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm3"),
+                         ("attention.dense", "self_attn.proj_output_dense_layer"),
+                         ("mlp.dense_h_to_4h", "ffn.ffn.0.linear_layer"), ("mlp.dense_4h_to_h", "ffn.ffn.1.linear_layer")):
+            for kind in ("weight", "bias"):
+                if f"{h}{hf}.{kind}" in t:
+                    out[f"{c}{ours}.{kind}"] = t(f"{h}{hf}.{kind}")
+        for kind in ("weight", "bias"):
+            if f"{h}attention.query_key_value.{kind}" not in t:
+                continue
+            parts = split_qkv_per_head(t(f"{h}attention.query_key_value.{kind}"), heads)
+            for j, name in enumerate(("proj_q_dense_layer", "proj_k_dense_layer", "proj_v_dense_layer")):
+                out[f"{c}self_attn.{name}.{kind}"] = interleave_rotary(parts[j], heads, rot) if j < 2 else parts[j]
+    t.check_all_used()
+    assign(lm, out)
+
+
+def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
+    heads, rot = _dims(lm)
+    sd = lm.state_dict()
+    out = {"gpt_neox.embed_in.weight": sd["model.embedding_layer.word_embeddings.weight"],
+           "gpt_neox.final_layer_norm.weight": sd["model.ln_f.weight"],
+           "gpt_neox.final_layer_norm.bias": sd["model.ln_f.bias"]}
+    if not lm.config["share_embedding_weights"]:
+        out["embed_out.weight"] = sd["model.lm_head.weight"]
+    for i in range(lm.config["num_hidden_layers"]):
+        h, c = f"gpt_neox.layers.{i}.", f"model.transformer_decoder.layers.{i}."
+        for hf, ours in (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm3"),
+                         ("attention.dense", "self_attn.proj_output_dense_layer"),
+                         ("mlp.dense_h_to_4h", "ffn.ffn.0.linear_layer"), ("mlp.dense_4h_to_h", "ffn.ffn.1.linear_layer")):
+            for kind in ("weight", "bias"):
+                if f"{c}{ours}.{kind}" in sd:
+                    out[f"{h}{hf}.{kind}"] = sd[f"{c}{ours}.{kind}"]
+        for kind in ("weight", "bias"):
+            names = [f"{c}self_attn.{n}.{kind}" for n in ("proj_q_dense_layer", "proj_k_dense_layer",
+                                                          "proj_v_dense_layer")]
+            if names[0] not in sd:
+                continue
+            parts = [deinterleave_rotary(sd[n], heads, rot) if j < 2 else sd[n] for j, n in enumerate(names)]
+            out[f"{h}attention.query_key_value.{kind}"] = fuse_qkv_per_head(*parts, heads)
+    return {k: v.detach().cpu().contiguous().clone() for k, v in out.items()}

@@ -1,0 +1,73 @@
+"""gptj <-> Hugging Face GPT-J (``GPTJForCausalLM``), as the Model Zoo's gptj_hf_cs converter maps it:
+``transformer.wte`` -> ``embedding_layer.word_embeddings``; per layer ``ln_1`` -> ``norm1``,
+``attn.q/k/v_proj`` -> ``proj_q/k/v_dense_layer``, ``attn.out_proj`` -> ``proj_output_dense_layer``,
+``mlp.fc_in`` / ``mlp.fc_out`` -> ``ffn.ffn.0`` / ``ffn.ffn.1.linear_layer``; ``transformer.ln_f`` ->
+``ln_f``. GPT-J's rotary is already interleaved (rotate_every_two), so rows map as they are.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cs_run.errors import CheckpointError
+from cs_run.models.common.hf import Taker, assign
+
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict"]
+
+_LAYER = (("ln_1", "norm1"), ("attn.q_proj", "self_attn.proj_q_dense_layer"),
+          ("attn.k_proj", "self_attn.proj_k_dense_layer"), ("attn.v_proj", "self_attn.proj_v_dense_layer"),
+          ("attn.out_proj", "self_attn.proj_output_dense_layer"), ("mlp.fc_in", "ffn.ffn.0.linear_layer"),
+          ("mlp.fc_out", "ffn.ffn.1.linear_layer"))
+_TOP = (("transformer.wte", "model.embedding_layer.word_embeddings"), ("transformer.ln_f", "model.ln_f"),
+        ("lm_head", "model.lm_head"))
+
+
+def model_keys_from_hf_config(cfg: dict) -> dict:
+    """The ``model:`` section (Model Zoo gptj keys) of an HF GPT-J config."""
+    hidden = cfg["n_embd"]
+    theta = (cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 10000.0))
+    return {
+        "name": "gptj", "vocab_size": cfg["vocab_size"], "hidden_size": hidden, "num_hidden_layers": cfg["n_layer"],
+        "num_heads": cfg["n_head"], "filter_size": cfg.get("n_inner") or 4 * hidden,
+        "max_position_embeddings": cfg["n_positions"], "position_embedding_type": "rotary",
+        "rotary_dim": cfg["rotary_dim"] or hidden // cfg["n_head"], "rope_theta": float(theta),
+        "nonlinearity": cfg.get("activation_function", "gelu_new"), "layer_norm_epsilon": cfg["layer_norm_epsilon"],
+        "use_projection_bias_in_attention": False, "use_ffn_bias_in_attention": False, "use_ffn_bias": True,
+        "use_bias_in_output": True, "share_embedding_weights": bool(cfg.get("tie_word_embeddings", False)),
+        "residual_dropout_rate": 0.0, "embedding_dropout_rate": 0.0, "attention_dropout_rate": 0.0,
+    }
+
+
+def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
+    t = Taker(tensors, ignore=(".attn.bias", ".attn.masked_bias", ".embed_positions"))
+    if lm.config["share_embedding_weights"]:
+        raise CheckpointError("gptj: tied embeddings are not a GPT-J checkpoint layout")
+    out = {}
+    for hf, ours in _TOP:
+        for kind in ("weight", "bias"):
+            if f"{hf}.{kind}" in t:
+                out[f"{ours}.{kind}"] = t(f"{hf}.{kind}")
+    for i in range(lm.config["num_hidden_layers"]):
+        for hf, ours in _LAYER:
+            for kind in ("weight", "bias"):
+                key = f"transformer.h.{i}.{hf}.{kind}"
+                if key in t:
+                    out[f"model.transformer_decoder.layers.{i}.{ours}.{kind}"] = t(key)
+    t.check_all_used()
+    assign(lm, out)
+
+
+def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
+    sd = lm.state_dict()
+    out = {}
+    for hf, ours in _TOP:
+        for kind in ("weight", "bias"):
+            if f"{ours}.{kind}" in sd:
+                out[f"{hf}.{kind}"] = sd[f"{ours}.{kind}"]
+    for i in range(lm.config["num_hidden_layers"]):
+        for hf, ours in _LAYER:
+            for kind in ("weight", "bias"):
+                key = f"model.transformer_decoder.layers.{i}.{ours}.{kind}"
+                if key in sd:
+                    out[f"transformer.h.{i}.{hf}.{kind}"] = sd[key]
+    return {k: v.detach().cpu().contiguous().clone() for k, v in out.items()}

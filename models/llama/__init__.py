@@ -1,0 +1,8 @@
+"""llama: Llama 2/3.x (rotary with llama3 scaling, RMSNorm, SwiGLU, grouped-query attention).
+
+The Model Zoo's llama is its GPT-2 decoder under this name with the same defaults; a params file
+sets the family's features through the shared keys."""
+
+from cs_run.models.common.family import register_decoder_family
+
+register_decoder_family("llama")

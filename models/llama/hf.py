@@ -1,0 +1,138 @@
+"""llama <-> Hugging Face Llama (``LlamaForCausalLM``): the model keys of an HF config and the tensor
+map, as the Model Zoo's converter (tools/checkpoint_converters/llama.py) has them.
+
+Names: ``model.embed_tokens`` -> ``embedding_layer.word_embeddings``; per layer ``input_layernorm`` ->
+``norm1``, ``post_attention_layernorm`` -> ``norm3``, ``q/k/v/o_proj`` -> ``proj_q/k/v/output_dense_layer``,
+``mlp.up_proj`` -> ``ffn.ffn.0.linear_layer``, ``mlp.gate_proj`` -> ``ffn.ffn.0.linear_layer_for_glu``,
+``mlp.down_proj`` -> ``ffn.ffn.1.linear_layer``; ``model.norm`` -> ``ln_f``. q and k rows are permuted
+from HF's rotate-half RoPE to the Model Zoo's interleaved one. Mistral shares this layout.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cs_run.errors import CheckpointError
+from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, interleave_rotary
+
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "LLAMA_NORMS"]
+
+
+def _rope_keys(cfg: dict) -> dict:
+    """rope_theta and the scaling keys, from ``rope_parameters`` (transformers 5) or the older
+    top-level ``rope_theta`` + ``rope_scaling``."""
+    scaling = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    theta = scaling.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    return {"rope_theta": float(theta), **_scaling_keys(scaling)}
+
+
+def _scaling_keys(scaling: dict) -> dict:
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return {}
+    if kind == "linear":
+        return {"pos_scaling_type": "linear", "pos_scaling_factor": float(scaling["factor"])}
+    if kind == "llama3":
+        return {"pos_scaling_type": "llama3", "pos_scaling_factor": float(scaling["factor"]),
+                "pos_scaling_extra_args": {k: scaling[k] for k in ("low_freq_factor", "high_freq_factor",
+                                                                   "original_max_position_embeddings")}}
+    raise CheckpointError(f"config.json: rope_scaling type {kind!r} has no cs-run llama equivalent here "
+                          "(default, linear, llama3)")
+
+
+def model_keys_from_hf_config(cfg: dict, name: str = "llama") -> dict:
+    """The ``model:`` section (Model Zoo keys) of an HF Llama/Mistral config."""
+    hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or hidden // heads
+    kv = cfg.get("num_key_value_heads") or heads
+    act = cfg.get("hidden_act", "silu")
+    if act != "silu":
+        raise CheckpointError(f"config.json: hidden_act {act!r}: cs-run's llama gates with silu (swiglu)")
+    bias = bool(cfg.get("attention_bias", False))
+    keys = {
+        "name": name, "vocab_size": cfg["vocab_size"], "hidden_size": hidden,
+        "num_hidden_layers": cfg["num_hidden_layers"], "num_heads": heads, "filter_size": cfg["intermediate_size"],
+        "max_position_embeddings": cfg.get("max_position_embeddings", 2048), "position_embedding_type": "rotary",
+        "rotary_dim": int(head_dim * cfg.get("partial_rotary_factor", 1.0)),
+        "norm_type": "rmsnorm", "layer_norm_epsilon": cfg.get("rms_norm_eps", 1e-6), "nonlinearity": "swiglu",
+        "use_ffn_bias": bool(cfg.get("mlp_bias", False)), "use_projection_bias_in_attention": bias,
+        "use_ffn_bias_in_attention": bias, "share_embedding_weights": bool(cfg.get("tie_word_embeddings", False)),
+        "dropout_rate": 0.0, "embedding_dropout_rate": 0.0,
+        "attention_dropout_rate": float(cfg.get("attention_dropout", 0.0)),
+        "attention_type": "scaled_dot_product", "use_bias_in_output": False,
+    }
+    if head_dim * heads != hidden:
+        keys["attention_inner_dim"] = head_dim * heads
+    if kv != heads:
+        keys.update(attention_module="multiquery_attention", extra_attention_params={"num_kv_groups": kv})
+    if cfg.get("sliding_window"):
+        keys["attention_sliding_window_length"] = cfg["sliding_window"]
+    keys.update(_rope_keys(cfg))
+    return keys
+
+
+def _shape(lm) -> tuple[int, int, int]:
+    c = lm.config
+    return c["num_heads"], c["num_kv_groups"] or c["num_heads"], c["rotary_dim"]
+
+
+LLAMA_NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm3"))
+
+
+def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor], norms: tuple = LLAMA_NORMS,
+                       norm_offset: float = 0.0) -> None:
+    """Copy HF Llama tensors into ``lm`` (a DecoderLMModel built from :func:`model_keys_from_hf_config`).
+    ``norms`` maps the layer norms' names; ``norm_offset`` is added to every RMSNorm weight (Gemma's
+    norms scale by 1 + weight)."""
+    t = Taker(tensors, ignore=(".rotary_emb.inv_freq",))
+    heads, kv, rot = _shape(lm)
+    out = {"model.embedding_layer.word_embeddings.weight": t("model.embed_tokens.weight"),
+           "model.ln_f.weight": t("model.norm.weight") + norm_offset}
+    if not lm.config["share_embedding_weights"]:
+        out["model.lm_head.weight"] = t("lm_head.weight")
+    elif "lm_head.weight" in t:
+        t("lm_head.weight")  # the tied copy save_pretrained may write
+    for i in range(lm.config["num_hidden_layers"]):
+        h, c = f"model.layers.{i}.", f"model.transformer_decoder.layers.{i}."
+        for hf, ours in norms:
+            out[c + ours + ".weight"] = t(h + hf + ".weight") + norm_offset
+        for hf, ours, n in (("q_proj", "proj_q_dense_layer", heads), ("k_proj", "proj_k_dense_layer", kv),
+                            ("v_proj", "proj_v_dense_layer", None), ("o_proj", "proj_output_dense_layer", None)):
+            for kind in ("weight", "bias"):
+                if kind == "bias" and h + f"self_attn.{hf}.bias" not in t:
+                    continue
+                value = t(h + f"self_attn.{hf}.{kind}")
+                out[c + f"self_attn.{ours}.{kind}"] = interleave_rotary(value, n, rot) if n else value
+        for hf, ours in (("up_proj", "ffn.ffn.0.linear_layer"), ("gate_proj", "ffn.ffn.0.linear_layer_for_glu"),
+                         ("down_proj", "ffn.ffn.1.linear_layer")):
+            for kind in ("weight", "bias"):
+                if kind == "weight" or h + f"mlp.{hf}.bias" in t:
+                    out[c + f"{ours}.{kind}"] = t(h + f"mlp.{hf}.{kind}")
+    t.check_all_used()
+    assign(lm, out)
+
+
+def to_hf_state_dict(lm, norms: tuple = LLAMA_NORMS, norm_offset: float = 0.0) -> dict[str, torch.Tensor]:
+    """HF Llama tensors of a llama DecoderLMModel (the inverse of :func:`from_hf_state_dict`)."""
+    heads, kv, rot = _shape(lm)
+    sd = {k.removeprefix("model."): v.detach().cpu() for k, v in lm.state_dict().items()}
+    out = {"model.embed_tokens.weight": sd["embedding_layer.word_embeddings.weight"],
+           "model.norm.weight": sd["ln_f.weight"] - norm_offset}
+    if not lm.config["share_embedding_weights"]:
+        out["lm_head.weight"] = sd["lm_head.weight"]
+    for i in range(lm.config["num_hidden_layers"]):
+        h, c = f"model.layers.{i}.", f"transformer_decoder.layers.{i}."
+        for hf, ours in norms:
+            out[h + hf + ".weight"] = sd[c + ours + ".weight"] - norm_offset
+        for hf, ours, n in (("q_proj", "proj_q_dense_layer", heads), ("k_proj", "proj_k_dense_layer", kv),
+                            ("v_proj", "proj_v_dense_layer", None), ("o_proj", "proj_output_dense_layer", None)):
+            for kind in ("weight", "bias"):
+                if c + f"self_attn.{ours}.{kind}" in sd:
+                    value = sd[c + f"self_attn.{ours}.{kind}"]
+                    out[h + f"self_attn.{hf}.{kind}"] = deinterleave_rotary(value, n, rot) if n else value
+        for hf, ours in (("up_proj", "ffn.ffn.0.linear_layer"), ("gate_proj", "ffn.ffn.0.linear_layer_for_glu"),
+                         ("down_proj", "ffn.ffn.1.linear_layer")):
+            for kind in ("weight", "bias"):
+                if c + f"{ours}.{kind}" in sd:
+                    out[h + f"mlp.{hf}.{kind}"] = sd[c + f"{ours}.{kind}"]
+    return {k: v.contiguous().clone() for k, v in out.items()}

@@ -1,0 +1,8 @@
+"""mistral: Mistral (Llama plus sliding-window attention).
+
+The Model Zoo's mistral is its GPT-2 decoder under this name with the same defaults; a params file
+sets the family's features through the shared keys."""
+
+from cs_run.models.common.family import register_decoder_family
+
+register_decoder_family("mistral")
