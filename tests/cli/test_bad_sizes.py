@@ -49,7 +49,10 @@ CASES = [
     Case("fc_mnist-hidden_size-1e9", "fc_mnist", "model.hidden_size", "1000000000", TOO_BIG),
     Case("fc_mnist-depth-1e6", "fc_mnist", "model.depth", "1000000", TOO_BIG),
     Case("gpt2-hidden_size-1e9", "gpt2", "model.hidden_size", "1000000000", TOO_BIG),
-    Case("gpt2-vocab_size-1e9", "gpt2", "model.vocab_size", "1000000000", TOO_BIG),
+    # the Model Zoo caps vocab_size at 512000 (GPT2LMHeadModelConfig): the model's own range, still one line
+    Case("gpt2-vocab_size-1e9", "gpt2", "model.vocab_size", "1000000000", "vocab_size: must be <= 512000"),
+    Case("gpt2-vocab_size-at-the-cap", "gpt2", "model.hidden_size", "1000000", TOO_BIG,
+         more={"model.vocab_size": "512000"}),
     Case("gpt2-filter_size-1e9", "gpt2", "model.filter_size", "1000000000", TOO_BIG),
     Case("gpt2-max_position_embeddings-1e9", "gpt2", "model.max_position_embeddings", "1000000000", TOO_BIG),
     Case("gpt2-num_hidden_layers-1e6", "gpt2", "model.num_hidden_layers", "1000000", TOO_BIG),
@@ -60,8 +63,8 @@ CASES = [
     Case("fc_mnist-hidden_sizes", "fc_mnist", "model.hidden_sizes", "[3000000000, 3000000000]", TOO_BIG),
     Case("fc_mnist-int64-overflow", "fc_mnist", "model.hidden_size", "10000000000", TOO_BIG,
          more={"model.depth": "3"}),
-    Case("gpt2-embedding-overflow", "gpt2", "model.vocab_size", "100000000000", TOO_BIG,
-         more={"model.hidden_size": "100000000000"}),
+    Case("gpt2-embedding-overflow", "gpt2", "model.hidden_size", "100000000000", TOO_BIG,
+         more={"model.vocab_size": "500000"}),
     # negative, zero and float sizes: the model function's or the signature's own refusal, still one line
     Case("fc_mnist-hidden_size-negative", "fc_mnist", "model.hidden_size", "-5", "hidden_size: must be >= 1"),
     Case("fc_mnist-hidden_size-zero", "fc_mnist", "model.hidden_size", "0", "hidden_size: must be >= 1"),
