@@ -52,9 +52,10 @@ class InputParams:
 
     data_fn: Optional[str] = None
     """Registry name or ``module:function`` building the DataLoader; defaults to the model's data."""
-    data_dir: Optional[str] = None
-    """Folder with the split's files; relative paths resolve against the working directory (the vendor's
-    rule), else the params file's folder (logged). ``bundled:digits`` asks for the bundled digits."""
+    data_dir: Union[str, list[str], None] = None
+    """Folder with the split's files, or a list of folders (the Model Zoo's LM data reads them all); relative
+    paths resolve against the working directory (the vendor's rule), else the params file's folder
+    (logged). ``bundled:digits`` asks for the bundled digits."""
     batch_size: int = field(default=128, metadata={"min": 1})
     """Samples per batch (per micro-batch when gradients are accumulated)."""
     shuffle: bool = True
@@ -370,7 +371,11 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
         _yaml.check_finite(overrides[key], key, " (set on the command line)")
     located = Params.locator(str(path), lines, overridden)
     with collecting_notes() as notes:
-        raw = vendor_params.from_trainer_form(raw, located)
+        moves: dict[str, str] = {}
+        raw = vendor_params.from_trainer_form(raw, located, moves)
+        if moves:  # a trainer-form file: its flat keys' messages name the lines of the keys they came from
+            lines = vendor_params.moved_lines(lines, moves)
+            located = Params.locator(str(path), lines, overridden)
         if defaults_fn is not None:
             raw = defaults_fn(raw)
 
@@ -591,6 +596,9 @@ def _resolve_relative_paths(raw: dict, base: Path) -> None:
         value = node.get(key)
         if isinstance(value, str) and key == "data_dir":
             node[key] = resolve_data_dir(value, base, f"{section}.{key}")
+        elif isinstance(value, list) and key == "data_dir":
+            node[key] = [resolve_data_dir(v, base, f"{section}.{key}[{i}]") if isinstance(v, str) else v
+                         for i, v in enumerate(value)]
         elif isinstance(value, str):
             node[key] = resolve(value)
         elif isinstance(value, list) and (section, key) in _PATH_LIST_KEYS:

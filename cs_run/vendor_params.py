@@ -25,7 +25,7 @@ from cs_run._logging import defer
 from cs_run.errors import ParamsError
 
 __all__ = ["FORMS", "RECORDED", "RUNCONFIG_KEYS", "INPUT_KEYS", "MODEL_KEYS", "OPTIMIZER_KEYS", "CSCONFIG_KEYS",
-           "TRAINER_KEYS", "BUNDLED_DATA", "detect_form", "from_trainer_form", "normalize"]
+           "TRAINER_KEYS", "BUNDLED_DATA", "detect_form", "from_trainer_form", "moved_lines", "normalize"]
 
 logger = logging.getLogger(__name__)
 
@@ -295,11 +295,14 @@ def _set(out: dict, dotted: str, value: Any) -> None:
     out.setdefault(section, {})[key] = value
 
 
-def from_trainer_form(raw: dict, locate=lambda key: "") -> dict:
+def from_trainer_form(raw: dict, locate=lambda key: "", moves: Optional[dict] = None) -> dict:
     """The 2.5+ ``trainer: {init, fit, validate, validate_all}`` form as flat sections (a new dict).
 
     The inverse of the vendor Trainer's legacy-key table; a list of trainers is not supported here.
+    ``moves``, when given, receives ``{flat key path: trainer key path}`` of every key moved (see
+    :func:`moved_lines`), so messages about the flat keys can name the file's lines.
     """
+    moves = {} if moves is None else moves
     if "trainer" not in raw:
         return raw
     others = [k for k in raw if k != "trainer"]
@@ -317,6 +320,7 @@ def from_trainer_form(raw: dict, locate=lambda key: "") -> dict:
     model = dict(init.get("model") or {})
     if model:
         out["model"] = model
+        moves["model"] = "trainer.init.model"
     opt = init.get("optimizer")
     if opt is not None:
         if not isinstance(opt, dict) or len(opt) != 1:
@@ -324,26 +328,29 @@ def from_trainer_form(raw: dict, locate=lambda key: "") -> dict:
                               f"{locate('trainer.init.optimizer')}")
         (name, kwargs), = opt.items()
         out["optimizer"] = {"optimizer_type": name, **(kwargs or {})}
+        moves.update({"optimizer": f"trainer.init.optimizer.{name}", "optimizer.optimizer_type": "trainer.init.optimizer"})
     scheds = init.get("schedulers")
     if scheds is not None:
-        entries = []
-        for i, entry in enumerate(scheds if isinstance(scheds, list) else [scheds]):
+        entries = scheds if isinstance(scheds, list) else [scheds]
+        for i, entry in enumerate(entries):
             if not isinstance(entry, dict) or len(entry) != 1:
                 raise ParamsError(f"params: trainer.init.schedulers[{i}]: expected '<SchedulerName>: {{...}}'"
                                   f"{locate('trainer.init.schedulers')}")
-            (name, kwargs), = entry.items()
-            entries.append({"scheduler": name, **(kwargs or {})})
-        lr: Any = entries[0] if len(entries) == 1 else entries
-        if len(entries) == 1 and str(entries[0]["scheduler"]).lower() in ("constantlr", "constant") \
-                and set(entries[0]) <= {"scheduler", "learning_rate"}:
-            lr = entries[0].get("learning_rate")
+        # kept in the trainer form ({SequentialLR: {schedulers: [...]}}), which the optimizer factory reads
+        lr: Any = entries[0] if len(entries) == 1 else list(entries)
+        (name, kwargs), = entries[0].items()
+        if len(entries) == 1 and str(name).lower() in ("constantlr", "constant") \
+                and set(kwargs or {}) <= {"learning_rate"}:
+            lr = (kwargs or {}).get("learning_rate")
         out.setdefault("optimizer", {})["learning_rate"] = lr
+        moves["optimizer.learning_rate"] = "trainer.init.schedulers" + ("[0]" if len(entries) == 1 else "")
 
     def walk(node: Any, prefix: str) -> None:
         for key, value in node.items():
             path = f"{prefix}.{key}"
             if path in TRAINER_KEYS:
                 _set(out, TRAINER_KEYS[path], value)
+                moves[TRAINER_KEYS[path]] = f"trainer.{path}"
             elif path in TRAINER_RECORDED:
                 _record(f"trainer.{path}", value, TRAINER_RECORDED[path])
             elif path in ("init.model", "init.optimizer", "init.schedulers", "fit.train_dataloader",
@@ -371,8 +378,22 @@ def from_trainer_form(raw: dict, locate=lambda key: "") -> dict:
     fit = trainer.get("fit") or {}
     if fit.get("train_dataloader") is not None:
         out["train_input"] = dict(fit["train_dataloader"])
+        moves["train_input"] = "trainer.fit.train_dataloader"
     if fit.get("val_dataloader") is not None:
         out["eval_input"] = dict(fit["val_dataloader"])
+        moves["eval_input"] = "trainer.fit.val_dataloader"
     elif isinstance(trainer.get("validate"), dict) and trainer["validate"].get("val_dataloader") is not None:
         out["eval_input"] = dict(trainer["validate"]["val_dataloader"])
+        moves["eval_input"] = "trainer.validate.val_dataloader"
+    return out
+
+
+def moved_lines(lines: dict[str, int], moves: dict[str, str]) -> dict[str, int]:
+    """``lines`` (key path -> line of the file) with the flat key paths of :func:`from_trainer_form`'s
+    ``moves`` added: ``model.hidden_size`` gets the line of ``trainer.init.model.hidden_size``."""
+    out = dict(lines)
+    for flat, original in sorted(moves.items(), key=lambda item: len(item[1])):
+        for key, line in lines.items():
+            if key == original or key.startswith((original + ".", original + "[")):
+                out[flat + key[len(original):]] = line
     return out
