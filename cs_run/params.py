@@ -283,6 +283,11 @@ class Params:
             section = next((t.split(".")[0] for t in tokens
                             if "." in t and (t in self.lines or t in self.overridden)), "")
         prefixes = [section] if section else list(SECTIONS)
+        subject = next((t for t in tokens if "." in t and (t in self.lines or t in self.overridden)), "")
+        if message.startswith("params: ") and subject and message.startswith(f"params: {subject}"):
+            located = ParamsError(message + self.where(subject))  # the key the message is about, as given
+            located.__cause__ = err.__cause__
+            return located
         best = ""
         for token in tokens:
             for prefix in ["", *prefixes]:

@@ -176,6 +176,9 @@ class Mixture:
         self.boundaries = np.insert(np.cumsum([int(epoch * w) for w in self.weights]), 0, 0)
         self.by_sample = self.readers[0].by_sample
         self.sequence_length = self.readers[0].sequence_length
+        if len({(r.features, r.sequence_length) for r in self.readers}) > 1:
+            raise ValueError("mixture: every data_dir needs shards of one sample shape (features, sequence length)")
+        self.features = self.readers[0].features
         self.indices = None
         if interleave:
             size = len(self)
