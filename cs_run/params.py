@@ -182,6 +182,10 @@ class RunConfig(ClusterOptions):
     """Start from this checkpoint instead of the newest one in model_dir."""
     autoload_checkpoint: bool = field(default=True, metadata={"trainer": ("checkpoint", "autoload")})
     """Resume from the newest checkpoint in model_dir when checkpoint_path is not given."""
+    load_checkpoint_states: Union[str, list[str]] = "all"
+    """Which states of the start checkpoint a training run loads: "all", or some of model, optimizer,
+    lr_scheduler, grad_scaler, global_step, dataloader, rng (a list or a comma-separated string; the Model
+    Zoo's LoadCheckpointStates). States left out start fresh: "model" takes the weights only."""
     logging: str = field(default="INFO", metadata={"choices": ("DEBUG", "INFO", "WARNING", "ERROR"), "flag": {},
                                                    "trainer": ("logging", "log_level")})
     """Log level of the console and of model_dir/run.log."""

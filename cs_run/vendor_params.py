@@ -62,7 +62,7 @@ RUNCONFIG_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "num_epochs": ("integer", "null"), "num_steps": ("integer", "null"), "num_workers_per_csx": ("integer",),
         "python_paths": ("array", "null"), "save_initial_checkpoint": ("boolean",), "seed": ("integer", "null"),
         "steps_per_epoch": ("integer", "null"), "transfer_processes": ("integer", "null"),
-        "validate_only": ("boolean", "null")}.items()},
+        "validate_only": ("boolean", "null"), "load_checkpoint_states": ("string", "array", "null")}.items()},
     # mapped
     "autoload_last_checkpoint": ("mapped", "autoload_checkpoint", ("boolean", "null")),
     "keep_checkpoint_max": ("mapped", "max_checkpoints", ("integer", "null")),
@@ -82,7 +82,6 @@ RUNCONFIG_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "legacy_event_dirs": ("recorded", "summaries go to model_dir/train and model_dir/eval", ("boolean",)),
     "is_pretrained_checkpoint": ("recorded", "checkpoints load with their optimizer state when present", ("boolean",)),
     "disable_strict_checkpoint_loading": ("recorded", "checkpoint loading is always strict", ("boolean", "null")),
-    "load_checkpoint_states": ("recorded", "the whole checkpoint is loaded", ("string", "null")),
     "precision_opt_level": ("recorded", "vendor compiler precision level", ("integer", "null")),
     "check_loss_values": ("recorded", "NaN/inf losses always stop the run", ("boolean",)),
     "log_initialization": ("recorded", _DEBUG, ("boolean", "null")),
@@ -185,7 +184,6 @@ TRAINER_KEYS: dict[str, str] = {
     "fit.ckpt_path": "runconfig.checkpoint_path",
 }
 TRAINER_RECORDED = {
-    "init.callbacks": "vendor Trainer callbacks (cs-run's runners have their own hooks)",
     "init.loggers": "vendor Trainer loggers (summaries go to model_dir)",
     "init.sparsity": "vendor sparsity",
     "validate": "the eval dataloader comes from fit.val_dataloader (--mode eval runs it)",
@@ -353,6 +351,8 @@ def from_trainer_form(raw: dict, locate=lambda key: "", moves: Optional[dict] = 
                 moves[TRAINER_KEYS[path]] = f"trainer.{path}"
             elif path in TRAINER_RECORDED:
                 _record(f"trainer.{path}", value, TRAINER_RECORDED[path])
+            elif path == "init.callbacks":
+                _callbacks(value, out, moves, locate)
             elif path in ("init.model", "init.optimizer", "init.schedulers", "fit.train_dataloader",
                           "fit.val_dataloader"):
                 continue
@@ -386,6 +386,55 @@ def from_trainer_form(raw: dict, locate=lambda key: "", moves: Optional[dict] = 
         out["eval_input"] = dict(trainer["validate"]["val_dataloader"])
         moves["eval_input"] = "trainer.validate.val_dataloader"
     return out
+
+
+_FLAG_CALLBACKS = ("GlobalFlags", "ScopedTrainFlags", "ScopedValidateFlags")
+_FLAGS = {
+    "csx.performance.micro_batch_size": "the CSX compiler's micro-batch size: the whole batch runs at once here "
+                                        "(optimizer.grad_accum_steps splits it)",
+    "csx.performance.": "a Cerebras appliance performance setting",
+    "csx.debug.": "a Cerebras appliance / compiler debug setting",
+}
+_NOTED_CALLBACKS = {
+    "ComputeNorm": "the vendor Trainer's parameter and gradient norm summaries; not computed here",
+}
+
+
+def _callbacks(value: Any, out: dict, moves: dict, locate) -> None:
+    """``trainer.init.callbacks``: flag callbacks noted per flag, LoadCheckpointStates as
+    runconfig.load_checkpoint_states; any other callback is an error naming it."""
+    if not isinstance(value, list):
+        raise ParamsError(f"params: trainer.init.callbacks: expected a list of '<CallbackName>: {{...}}', got "
+                          f"{type(value).__name__}{locate('trainer.init.callbacks')}")
+    known = [*_FLAG_CALLBACKS, *_NOTED_CALLBACKS, "LoadCheckpointStates"]
+    for i, entry in enumerate(value):
+        path = f"trainer.init.callbacks[{i}]"
+        if not isinstance(entry, dict) or len(entry) != 1:
+            raise ParamsError(f"params: {path}: expected one mapping '<CallbackName>: {{...}}'{locate(path)}")
+        (name, args), = entry.items()
+        args = {} if args is None else args
+        if not isinstance(args, dict):
+            raise ParamsError(f"params: {path}.{name}: expected the callback's arguments as a mapping{locate(path)}")
+        if name in _FLAG_CALLBACKS:
+            for flag, setting in args.items():
+                reason = _FLAGS.get(flag) or next((r for prefix, r in _FLAGS.items()
+                                                   if prefix.endswith(".") and str(flag).startswith(prefix)), None)
+                if reason is None:
+                    raise ParamsError(f"params: {path}.{name}.{flag}: unknown flag; the Model Zoo's are under "
+                                      f"csx.performance. and csx.debug.{locate(f'{path}.{name}.{flag}')}")
+                _record(f"{path}.{name}.{flag}", setting, reason)
+        elif name in _NOTED_CALLBACKS:
+            _record(f"{path}.{name}", args, _NOTED_CALLBACKS[name])
+        elif name == "LoadCheckpointStates":
+            unknown = set(args) - {"load_checkpoint_states"}
+            if unknown:
+                raise ParamsError(unknown_key_message(f"{path}.{name}.{sorted(unknown)[0]}", sorted(unknown)[0],
+                                                      ["load_checkpoint_states"], where=locate(f"{path}.{name}")))
+            _set(out, "runconfig.load_checkpoint_states", args.get("load_checkpoint_states", "all"))
+            moves["runconfig.load_checkpoint_states"] = f"{path}.{name}.load_checkpoint_states"
+        else:
+            raise ParamsError(unknown_key_message(f"{path}.{name}", name, known, where=locate(path))
+                              .replace("unknown key", "unknown callback", 1))
 
 
 def moved_lines(lines: dict[str, int], moves: dict[str, str]) -> dict[str, int]:

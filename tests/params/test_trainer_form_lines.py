@@ -80,6 +80,11 @@ CASES = [
     ("      hidden_size: 16", "      hidden_sise: 16  # <- here", r"params: unknown key model.hidden_sise"),
     ("      max_gradient_norm: 1.0", "      max_gradient_norm: -1.0  # <- here",
      r"params: optimizer.max_gradient_norm: must be > 0"),
+    ("      log_steps: 1", "      log_steps: 1\n    callbacks:\n    - ComputeNorm: {}\n    - Fooo: {}  # <- here",
+     r"params: unknown callback trainer.init.callbacks\[1\].Fooo; valid keys: "),
+    ("      log_steps: 1", "      log_steps: 1\n    callbacks:\n    - ScopedTrainFlags:\n"
+                           "        csx.other.micro_batch_size: 2  # <- here",
+     r"params: trainer.init.callbacks\[0\].ScopedTrainFlags.csx.other.micro_batch_size: unknown flag"),
 ]
 
 
@@ -105,10 +110,17 @@ def test_trainer_form_errors_name_file_and_line(tmp_path, old, new, regex):
 
 
 def test_the_good_file_resolves(tmp_path):
-    text = BASE.replace("{model_dir}", str(tmp_path / "m")).replace("{data}", str(tmp_path))
+    text = BASE.replace("{model_dir}", str(tmp_path / "m")).replace("{data}", str(tmp_path)).replace(
+        "      log_steps: 1", "      log_steps: 1\n    callbacks:\n    - GlobalFlags:\n        csx.debug.execute_crd_memory_gi: 50\n"
+        "    - ScopedTrainFlags:\n        csx.performance.micro_batch_size: 2\n    - ComputeNorm: {}\n"
+        "    - LoadCheckpointStates:\n        load_checkpoint_states: model")
     path = tmp_path / "params.yaml"
     path.write_text(text)
     params = load_params(path)
     resolve_params(params)
     assert params.optimizer.learning_rate["SequentialLR"]["schedulers"][1]["LinearLR"]["total_iters"] == 3
     assert params.train_input.data_dir == [str(tmp_path)]
+    assert params.runconfig.load_checkpoint_states == "model"
+    noted = " ".join(message for _, message in params.notes)
+    assert "trainer.init.callbacks[1].ScopedTrainFlags.csx.performance.micro_batch_size = 2" in noted
+    assert "the whole batch runs at once here" in noted and "ComputeNorm" in noted
