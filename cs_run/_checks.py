@@ -52,6 +52,8 @@ def _fits(value: Any, hint: Any) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is list and typing.get_args(hint):  # list[X]: every element an X
+        return isinstance(value, (list, tuple)) and all(_fits(v, typing.get_args(hint)[0]) for v in value)
     if origin in (list, tuple) or hint in (list, tuple):
         return isinstance(value, (list, tuple))
     if origin is dict or hint is dict:
@@ -70,6 +72,8 @@ def _type_name(hint: Any) -> str:
         return "one of " + ", ".join(map(repr, typing.get_args(hint)))
     names = {bool: "a boolean (true/false)", int: "an integer", float: "a number", str: "a string",
              dict: "a mapping", list: "a list"}
+    if origin is list and typing.get_args(hint):
+        return f"a list of {_type_name(typing.get_args(hint)[0]).removeprefix('a ').removeprefix('an ')}s"
     return names.get(origin or hint, getattr(hint, "__name__", str(hint)))
 
 

@@ -52,9 +52,10 @@ class InputParams:
 
     data_fn: Optional[str] = None
     """Registry name or ``module:function`` building the DataLoader; defaults to the model's data."""
-    data_dir: Optional[str] = None
-    """Folder with the split's files; relative paths resolve against the working directory (the vendor's
-    rule), else the params file's folder (logged). ``bundled:digits`` asks for the bundled digits."""
+    data_dir: Union[str, list[str], None] = None
+    """Folder with the split's files, or a list of folders (the Model Zoo's LM data reads them all); relative
+    paths resolve against the working directory (the vendor's rule), else the params file's folder
+    (logged). ``bundled:digits`` asks for the bundled digits."""
     batch_size: int = field(default=128, metadata={"min": 1})
     """Samples per batch (per micro-batch when gradients are accumulated)."""
     shuffle: bool = True
@@ -181,6 +182,10 @@ class RunConfig(ClusterOptions):
     """Start from this checkpoint instead of the newest one in model_dir."""
     autoload_checkpoint: bool = field(default=True, metadata={"trainer": ("checkpoint", "autoload")})
     """Resume from the newest checkpoint in model_dir when checkpoint_path is not given."""
+    load_checkpoint_states: Union[str, list[str]] = "all"
+    """Which states of the start checkpoint a training run loads: "all", or some of model, optimizer,
+    lr_scheduler, grad_scaler, global_step, dataloader, rng (a list or a comma-separated string; the Model
+    Zoo's LoadCheckpointStates). States left out start fresh: "model" takes the weights only."""
     logging: str = field(default="INFO", metadata={"choices": ("DEBUG", "INFO", "WARNING", "ERROR"), "flag": {},
                                                    "trainer": ("logging", "log_level")})
     """Log level of the console and of model_dir/run.log."""
@@ -282,6 +287,11 @@ class Params:
             section = next((t.split(".")[0] for t in tokens
                             if "." in t and (t in self.lines or t in self.overridden)), "")
         prefixes = [section] if section else list(SECTIONS)
+        subject = next((t for t in tokens if "." in t and (t in self.lines or t in self.overridden)), "")
+        if message.startswith("params: ") and subject and message.startswith(f"params: {subject}"):
+            located = ParamsError(message + self.where(subject))  # the key the message is about, as given
+            located.__cause__ = err.__cause__
+            return located
         best = ""
         for token in tokens:
             for prefix in ["", *prefixes]:
@@ -370,7 +380,11 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
         _yaml.check_finite(overrides[key], key, " (set on the command line)")
     located = Params.locator(str(path), lines, overridden)
     with collecting_notes() as notes:
-        raw = vendor_params.from_trainer_form(raw, located)
+        moves: dict[str, str] = {}
+        raw = vendor_params.from_trainer_form(raw, located, moves)
+        if moves:  # a trainer-form file: its flat keys' messages name the lines of the keys they came from
+            lines = vendor_params.moved_lines(lines, moves)
+            located = Params.locator(str(path), lines, overridden)
         if defaults_fn is not None:
             raw = defaults_fn(raw)
 
@@ -591,6 +605,9 @@ def _resolve_relative_paths(raw: dict, base: Path) -> None:
         value = node.get(key)
         if isinstance(value, str) and key == "data_dir":
             node[key] = resolve_data_dir(value, base, f"{section}.{key}")
+        elif isinstance(value, list) and key == "data_dir":
+            node[key] = [resolve_data_dir(v, base, f"{section}.{key}[{i}]") if isinstance(v, str) else v
+                         for i, v in enumerate(value)]
         elif isinstance(value, str):
             node[key] = resolve(value)
         elif isinstance(value, list) and (section, key) in _PATH_LIST_KEYS:

@@ -25,6 +25,7 @@ import torch
 
 from cs_run import optim
 from cs_run.errors import ParamsError
+from cs_run.optim.factory import PARAM_GROUP_KEYS
 from cs_run.params import InputParams, OptimizerParams, Params
 from cs_run.registry import check_function_keys, get_model_spec, resolve_object
 
@@ -110,18 +111,37 @@ def check_data_function(fn: Any, name: str, section: InputParams, locate: Callab
                       f"{locate(f'{name}.data_fn')}")
 
 
+LEARNING_RATE = "params: optimizer.learning_rate"
+"""How messages about the schedule name ``optimizer.learning_rate`` (its key paths follow it)."""
+
+
+def params_error(e: Exception) -> ParamsError:
+    """``e`` (the optimizer factory's, a class's ValueError) as a params error: ``params: `` and its key."""
+    message = str(e)
+    if message.startswith("params: "):
+        return e if isinstance(e, ParamsError) else ParamsError(message)
+    return ParamsError(f"params: {message}" if message.startswith("optimizer") else f"params: optimizer: {message}")
+
+
 def check_optimizer_section(section: OptimizerParams) -> None:
     """Build the optimizer and its schedule on a one-element stand-in parameter, so every key and value
-    their classes judge (unknown kwargs, ranges, scheduler keys) fails before the model is built."""
+    their classes judge (unknown kwargs, ranges, scheduler keys) fails before the model is built. The
+    param-group keys are checked for their form here and against the model when it is built."""
 
     probe = torch.nn.Parameter(torch.zeros(1))
+    kwargs = dict(section.extra)
+    grouping = {key: kwargs.pop(key) for key in PARAM_GROUP_KEYS if key in kwargs}
+    scales = grouping.get("adjust_learning_rate")
     try:
-        optimizer = optim.configure_optimizer(section.optimizer_type, [probe], **section.extra)
-        optim.configure_lr_scheduler(optimizer, section.learning_rate)
+        if scales is not None and (not isinstance(scales, dict) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in scales.values())):
+            raise ParamsError("params: optimizer.adjust_learning_rate: expected a mapping of LR adjustment group "
+                              f"names to factors (e.g. decoder_kernel: 0.25), got {scales!r}")
+        groups = [{"params": [probe], **({"adjust_learning_rate": 1.0} if scales else {})}]
+        optimizer = optim.configure_optimizer(section.optimizer_type, groups, **kwargs)
+        optim.configure_lr_scheduler(optimizer, section.learning_rate, where=LEARNING_RATE)
     except (TypeError, ValueError) as e:
-        if isinstance(e, ParamsError):
-            raise
-        raise ParamsError(f"params: optimizer: {e}") from None
+        raise params_error(e) from None
 
 
 def resolve_params(params: Params, *, model_fn: Optional[Callable] = None,

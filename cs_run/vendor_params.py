@@ -25,7 +25,7 @@ from cs_run._logging import defer
 from cs_run.errors import ParamsError
 
 __all__ = ["FORMS", "RECORDED", "RUNCONFIG_KEYS", "INPUT_KEYS", "MODEL_KEYS", "OPTIMIZER_KEYS", "CSCONFIG_KEYS",
-           "TRAINER_KEYS", "BUNDLED_DATA", "detect_form", "from_trainer_form", "normalize"]
+           "TRAINER_KEYS", "BUNDLED_DATA", "detect_form", "from_trainer_form", "moved_lines", "normalize"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ RUNCONFIG_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "num_epochs": ("integer", "null"), "num_steps": ("integer", "null"), "num_workers_per_csx": ("integer",),
         "python_paths": ("array", "null"), "save_initial_checkpoint": ("boolean",), "seed": ("integer", "null"),
         "steps_per_epoch": ("integer", "null"), "transfer_processes": ("integer", "null"),
-        "validate_only": ("boolean", "null")}.items()},
+        "validate_only": ("boolean", "null"), "load_checkpoint_states": ("string", "array", "null")}.items()},
     # mapped
     "autoload_last_checkpoint": ("mapped", "autoload_checkpoint", ("boolean", "null")),
     "keep_checkpoint_max": ("mapped", "max_checkpoints", ("integer", "null")),
@@ -82,7 +82,6 @@ RUNCONFIG_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "legacy_event_dirs": ("recorded", "summaries go to model_dir/train and model_dir/eval", ("boolean",)),
     "is_pretrained_checkpoint": ("recorded", "checkpoints load with their optimizer state when present", ("boolean",)),
     "disable_strict_checkpoint_loading": ("recorded", "checkpoint loading is always strict", ("boolean", "null")),
-    "load_checkpoint_states": ("recorded", "the whole checkpoint is loaded", ("string", "null")),
     "precision_opt_level": ("recorded", "vendor compiler precision level", ("integer", "null")),
     "check_loss_values": ("recorded", "NaN/inf losses always stop the run", ("boolean",)),
     "log_initialization": ("recorded", _DEBUG, ("boolean", "null")),
@@ -185,7 +184,6 @@ TRAINER_KEYS: dict[str, str] = {
     "fit.ckpt_path": "runconfig.checkpoint_path",
 }
 TRAINER_RECORDED = {
-    "init.callbacks": "vendor Trainer callbacks (cs-run's runners have their own hooks)",
     "init.loggers": "vendor Trainer loggers (summaries go to model_dir)",
     "init.sparsity": "vendor sparsity",
     "validate": "the eval dataloader comes from fit.val_dataloader (--mode eval runs it)",
@@ -295,11 +293,14 @@ def _set(out: dict, dotted: str, value: Any) -> None:
     out.setdefault(section, {})[key] = value
 
 
-def from_trainer_form(raw: dict, locate=lambda key: "") -> dict:
+def from_trainer_form(raw: dict, locate=lambda key: "", moves: Optional[dict] = None) -> dict:
     """The 2.5+ ``trainer: {init, fit, validate, validate_all}`` form as flat sections (a new dict).
 
     The inverse of the vendor Trainer's legacy-key table; a list of trainers is not supported here.
+    ``moves``, when given, receives ``{flat key path: trainer key path}`` of every key moved (see
+    :func:`moved_lines`), so messages about the flat keys can name the file's lines.
     """
+    moves = {} if moves is None else moves
     if "trainer" not in raw:
         return raw
     others = [k for k in raw if k != "trainer"]
@@ -317,6 +318,7 @@ def from_trainer_form(raw: dict, locate=lambda key: "") -> dict:
     model = dict(init.get("model") or {})
     if model:
         out["model"] = model
+        moves["model"] = "trainer.init.model"
     opt = init.get("optimizer")
     if opt is not None:
         if not isinstance(opt, dict) or len(opt) != 1:
@@ -324,28 +326,33 @@ def from_trainer_form(raw: dict, locate=lambda key: "") -> dict:
                               f"{locate('trainer.init.optimizer')}")
         (name, kwargs), = opt.items()
         out["optimizer"] = {"optimizer_type": name, **(kwargs or {})}
+        moves.update({"optimizer": f"trainer.init.optimizer.{name}", "optimizer.optimizer_type": "trainer.init.optimizer"})
     scheds = init.get("schedulers")
     if scheds is not None:
-        entries = []
-        for i, entry in enumerate(scheds if isinstance(scheds, list) else [scheds]):
+        entries = scheds if isinstance(scheds, list) else [scheds]
+        for i, entry in enumerate(entries):
             if not isinstance(entry, dict) or len(entry) != 1:
                 raise ParamsError(f"params: trainer.init.schedulers[{i}]: expected '<SchedulerName>: {{...}}'"
                                   f"{locate('trainer.init.schedulers')}")
-            (name, kwargs), = entry.items()
-            entries.append({"scheduler": name, **(kwargs or {})})
-        lr: Any = entries[0] if len(entries) == 1 else entries
-        if len(entries) == 1 and str(entries[0]["scheduler"]).lower() in ("constantlr", "constant") \
-                and set(entries[0]) <= {"scheduler", "learning_rate"}:
-            lr = entries[0].get("learning_rate")
+        # kept in the trainer form ({SequentialLR: {schedulers: [...]}}), which the optimizer factory reads
+        lr: Any = entries[0] if len(entries) == 1 else list(entries)
+        (name, kwargs), = entries[0].items()
+        if len(entries) == 1 and str(name).lower() in ("constantlr", "constant") \
+                and set(kwargs or {}) <= {"learning_rate"}:
+            lr = (kwargs or {}).get("learning_rate")
         out.setdefault("optimizer", {})["learning_rate"] = lr
+        moves["optimizer.learning_rate"] = "trainer.init.schedulers" + ("[0]" if len(entries) == 1 else "")
 
     def walk(node: Any, prefix: str) -> None:
         for key, value in node.items():
             path = f"{prefix}.{key}"
             if path in TRAINER_KEYS:
                 _set(out, TRAINER_KEYS[path], value)
+                moves[TRAINER_KEYS[path]] = f"trainer.{path}"
             elif path in TRAINER_RECORDED:
                 _record(f"trainer.{path}", value, TRAINER_RECORDED[path])
+            elif path == "init.callbacks":
+                _callbacks(value, out, moves, locate)
             elif path in ("init.model", "init.optimizer", "init.schedulers", "fit.train_dataloader",
                           "fit.val_dataloader"):
                 continue
@@ -371,8 +378,71 @@ def from_trainer_form(raw: dict, locate=lambda key: "") -> dict:
     fit = trainer.get("fit") or {}
     if fit.get("train_dataloader") is not None:
         out["train_input"] = dict(fit["train_dataloader"])
+        moves["train_input"] = "trainer.fit.train_dataloader"
     if fit.get("val_dataloader") is not None:
         out["eval_input"] = dict(fit["val_dataloader"])
+        moves["eval_input"] = "trainer.fit.val_dataloader"
     elif isinstance(trainer.get("validate"), dict) and trainer["validate"].get("val_dataloader") is not None:
         out["eval_input"] = dict(trainer["validate"]["val_dataloader"])
+        moves["eval_input"] = "trainer.validate.val_dataloader"
+    return out
+
+
+_FLAG_CALLBACKS = ("GlobalFlags", "ScopedTrainFlags", "ScopedValidateFlags")
+_FLAGS = {
+    "csx.performance.micro_batch_size": "the CSX compiler's micro-batch size: the whole batch runs at once here "
+                                        "(optimizer.grad_accum_steps splits it)",
+    "csx.performance.": "a Cerebras appliance performance setting",
+    "csx.debug.": "a Cerebras appliance / compiler debug setting",
+}
+_NOTED_CALLBACKS = {
+    "ComputeNorm": "the vendor Trainer's parameter and gradient norm summaries; not computed here",
+}
+
+
+def _callbacks(value: Any, out: dict, moves: dict, locate) -> None:
+    """``trainer.init.callbacks``: flag callbacks noted per flag, LoadCheckpointStates as
+    runconfig.load_checkpoint_states; any other callback is an error naming it."""
+    if not isinstance(value, list):
+        raise ParamsError(f"params: trainer.init.callbacks: expected a list of '<CallbackName>: {{...}}', got "
+                          f"{type(value).__name__}{locate('trainer.init.callbacks')}")
+    known = [*_FLAG_CALLBACKS, *_NOTED_CALLBACKS, "LoadCheckpointStates"]
+    for i, entry in enumerate(value):
+        path = f"trainer.init.callbacks[{i}]"
+        if not isinstance(entry, dict) or len(entry) != 1:
+            raise ParamsError(f"params: {path}: expected one mapping '<CallbackName>: {{...}}'{locate(path)}")
+        (name, args), = entry.items()
+        args = {} if args is None else args
+        if not isinstance(args, dict):
+            raise ParamsError(f"params: {path}.{name}: expected the callback's arguments as a mapping{locate(path)}")
+        if name in _FLAG_CALLBACKS:
+            for flag, setting in args.items():
+                reason = _FLAGS.get(flag) or next((r for prefix, r in _FLAGS.items()
+                                                   if prefix.endswith(".") and str(flag).startswith(prefix)), None)
+                if reason is None:
+                    raise ParamsError(f"params: {path}.{name}.{flag}: unknown flag; the Model Zoo's are under "
+                                      f"csx.performance. and csx.debug.{locate(f'{path}.{name}.{flag}')}")
+                _record(f"{path}.{name}.{flag}", setting, reason)
+        elif name in _NOTED_CALLBACKS:
+            _record(f"{path}.{name}", args, _NOTED_CALLBACKS[name])
+        elif name == "LoadCheckpointStates":
+            unknown = set(args) - {"load_checkpoint_states"}
+            if unknown:
+                raise ParamsError(unknown_key_message(f"{path}.{name}.{sorted(unknown)[0]}", sorted(unknown)[0],
+                                                      ["load_checkpoint_states"], where=locate(f"{path}.{name}")))
+            _set(out, "runconfig.load_checkpoint_states", args.get("load_checkpoint_states", "all"))
+            moves["runconfig.load_checkpoint_states"] = f"{path}.{name}.load_checkpoint_states"
+        else:
+            raise ParamsError(unknown_key_message(f"{path}.{name}", name, known, where=locate(path))
+                              .replace("unknown key", "unknown callback", 1))
+
+
+def moved_lines(lines: dict[str, int], moves: dict[str, str]) -> dict[str, int]:
+    """``lines`` (key path -> line of the file) with the flat key paths of :func:`from_trainer_form`'s
+    ``moves`` added: ``model.hidden_size`` gets the line of ``trainer.init.model.hidden_size``."""
+    out = dict(lines)
+    for flat, original in sorted(moves.items(), key=lambda item: len(item[1])):
+        for key, line in lines.items():
+            if key == original or key.startswith((original + ".", original + "[")):
+                out[flat + key[len(original):]] = line
     return out

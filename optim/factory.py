@@ -156,14 +156,69 @@ def configure_optimizer(optimizer_type: str, params: Any, **kwargs: Any) -> Opti
         raise ParamsError(f"optimizer: {cls.__name__}: {err}") from err
 
 
-def _build_scheduler(optimizer: torch.optim.Optimizer, entry: Any, where: str,
-                     in_sequence: bool = False) -> _lrs.LRScheduler:
+def _unpack_entry(entry: Any, where: str) -> tuple[Any, dict[str, Any], str, str]:
+    """A schedule entry's name, its arguments (a new dict), and the key paths of the arguments and the name.
+
+    Two spellings exist: a params file's ``{scheduler: LinearLR, total_iters: 10}`` and the Model Zoo
+    2.x trainer form's ``{LinearLR: {total_iters: 10}}`` (one key, the class name; the key path of its
+    arguments is ``where.LinearLR``).
+    """
     if not isinstance(entry, dict):
         raise ParamsError(f"{where}: expected a number or a mapping with 'scheduler', got {type(entry).__name__}")
+    if "scheduler" not in entry and len(entry) == 1:
+        (name, arguments), = entry.items()
+        if arguments is None or isinstance(arguments, dict):
+            return name, dict(arguments or {}), f"{where}.{name}", f"{where}.{name}"
     if "scheduler" not in entry:
         raise ParamsError(f"{where}.scheduler: missing; name the schedule, e.g. CosineDecayLR")
-    entry = dict(entry)
-    cls = resolve_scheduler_class(entry.pop("scheduler"), f"{where}.scheduler")
+    arguments = dict(entry)
+    return arguments.pop("scheduler"), arguments, where, f"{where}.scheduler"
+
+
+def _milestones(entries: list[Any], where: str, key: str = "schedulers") -> list[int]:
+    """The vendor's SequentialLR milestones: the running sum of every sub-schedule's ``total_iters`` but
+    the last's (Model Zoo 2.10 ``trainer/validate.py``, ``compute_milestones``)."""
+    milestones, total = [], 0
+    for index, entry in enumerate(entries[:-1]):
+        _, unpacked, path, _ = _unpack_entry(entry, f"{where}{key}[{index}]" if key else f"{where}[{index}]")
+        iters = _total_iters(unpacked)
+        if not isinstance(iters, int) or isinstance(iters, bool) or iters <= 0:
+            raise ParamsError(f"{path}.total_iters: {'missing' if iters is None else repr(iters)}; every scheduler "
+                              "but the last needs a positive integer total_iters in a SequentialLR (the milestones "
+                              "are their running sum)")
+        total += iters
+        milestones.append(total)
+    return milestones
+
+
+def _nested(optimizer: torch.optim.Optimizer, cls: type, entry: dict[str, Any], where: str) -> None:
+    """Build the schedules inside ``entry`` in place: SequentialLR / ChainedLR ``schedulers`` (with the
+    milestones derived as the vendor derives them) and ScalePerParamLR's ``scheduler``."""
+    if issubclass(cls, _lrs.ScalePerParamLR) and "scheduler" in entry:
+        entry["scheduler"] = _build_scheduler(optimizer, entry["scheduler"], f"{where}.scheduler")
+        return
+    children = entry.get("schedulers")
+    if not isinstance(children, (list, tuple)) or not issubclass(cls, (_lrs.SequentialLR, _lrs.ChainedLR)):
+        return
+    if not children:
+        raise ParamsError(f"{where}.schedulers: empty; list the schedules of the {cls.__name__}")
+    sequential = issubclass(cls, _lrs.SequentialLR)
+    if sequential:
+        derived = _milestones(list(children), f"{where}.")
+        given = entry.get("milestones")
+        if given is None:
+            entry["milestones"] = derived
+        elif list(given) != derived:
+            raise ParamsError(f"{where}.milestones: {list(given)} but the schedules' total_iters give {derived}; "
+                              "drop milestones (they are derived) or make them agree")
+    entry["schedulers"] = [_build_scheduler(optimizer, child, f"{where}.schedulers[{index}]", in_sequence=sequential)
+                           for index, child in enumerate(children)]
+
+
+def _build_scheduler(optimizer: torch.optim.Optimizer, entry: Any, where: str,
+                     in_sequence: bool = False) -> _lrs.LRScheduler:
+    name, entry, where, name_where = _unpack_entry(entry, where)
+    cls = resolve_scheduler_class(name, name_where)
     if cls is _lrs.LinearLR and "alpha" in entry:
         # The Model Zoo GPT-2 files put alpha (a cosine decay's floor) on a Linear phase; the Model Zoo's
         # Linear schedule never reads it, so it is logged and dropped rather than refused.
@@ -175,16 +230,21 @@ def _build_scheduler(optimizer: torch.optim.Optimizer, entry: Any, where: str,
     if in_sequence and "total_iters" not in params:  # the phase length of a SequentialLR entry only
         for key in ("total_iters", "steps", "decay_steps"):
             entry.pop(key, None)
+    _nested(optimizer, cls, entry, where)
     aliases = {k: v for k, v in _SCHEDULER_ALIASES.items() if v in params and k not in params}
     if "learning_rate" in params:  # ConstantLR's own key: accept the other spellings for it
         aliases.update({alt: "learning_rate" for alt in _SCHEDULER_TARGET_ALIASES["learning_rate"]})
-    kwargs, named = _match_kwargs(cls, 2, entry, aliases, where)
+    takes_optimizer = "optimizer" in params
+    kwargs, named = _match_kwargs(cls, 2 if list(params)[1:2] == ["optimizer"] else 1, entry, aliases, where)
+    named.pop("optimizer", None)
     missing = [n for n, p in named.items() if p.default is inspect.Parameter.empty and n not in kwargs]
     if missing:
         raise ParamsError(f"{where}.{missing[0]}: missing (required by {cls.__name__}; it takes "
                           f"{', '.join(named)})")
+    if takes_optimizer:
+        kwargs["optimizer"] = optimizer
     try:
-        return cls(optimizer, **kwargs)
+        return cls(**kwargs)
     except (ValueError, TypeError) as err:
         raise ParamsError(f"{where}: {cls.__name__}: {err}") from err
 
@@ -196,60 +256,68 @@ def _total_iters(entry: dict[str, Any]) -> Any:
     return None
 
 
-def configure_lr_scheduler(optimizer: torch.optim.Optimizer, learning_rate: Any) -> _lrs.LRScheduler | None:
+def configure_lr_scheduler(optimizer: torch.optim.Optimizer, learning_rate: Any,
+                           where: str = "learning_rate") -> _lrs.LRScheduler | None:
     """Build the schedule of a params file's ``optimizer.learning_rate`` (the vendor's cstorch porting guide).
 
     * a number: ConstantLR with that value;
-    * a mapping with ``scheduler`` (any case, ``LR`` suffix optional) and its arguments;
+    * a mapping with ``scheduler`` (any case, ``LR`` suffix optional) and its arguments, or the Model Zoo
+      2.x form ``{SchedulerName: {arguments}}``; SequentialLR, ChainedLR and ScalePerParamLR take their
+      schedules in either form, and a SequentialLR without ``milestones`` switches at the running sum of
+      its schedules' ``total_iters`` (the vendor's rule);
     * a list of mappings: SequentialLR switching at the cumulative ``total_iters`` of every entry but
       the last, or ChainedLR when an entry says ``main_scheduler: ChainedLR``.
 
-    Returns None when ``learning_rate`` is None. Raises ParamsError naming the entry and key.
+    When a param group carries ``adjust_learning_rate`` (muP groups of :func:`configure_param_groups`)
+    the schedule is wrapped in ScalePerParamLR unless it is one, as the Model Zoo 2.10 trainer does.
+
+    Returns None when ``learning_rate`` is None. Raises ParamsError naming the entry and key (``where``
+    is the key path of ``learning_rate`` in messages).
     """
+    scheduler = _configure(optimizer, learning_rate, where)
+    if scheduler is not None and not isinstance(scheduler, _lrs.ScalePerParamLR) \
+            and any("adjust_learning_rate" in group for group in optimizer.param_groups):
+        scheduler = _lrs.ScalePerParamLR(optimizer, scheduler)
+    return scheduler
+
+
+def _configure(optimizer: torch.optim.Optimizer, learning_rate: Any, where: str) -> _lrs.LRScheduler | None:
     if learning_rate is None:
         return None
     if isinstance(learning_rate, bool):
-        raise ParamsError("learning_rate: expected a number, a mapping or a list, got a bool")
+        raise ParamsError(f"{where}: expected a number, a mapping or a list, got a bool")
     if isinstance(learning_rate, (int, float, str)):
         try:
             value = float(learning_rate)
         except ValueError:
-            raise ParamsError(f"learning_rate: {learning_rate!r} is not a number") from None
+            raise ParamsError(f"{where}: {learning_rate!r} is not a number") from None
         return _lrs.ConstantLR(optimizer, learning_rate=value)
     if isinstance(learning_rate, dict):
         entry = dict(learning_rate)
         entry.pop("main_scheduler", None)
-        return _build_scheduler(optimizer, entry, "learning_rate")
+        return _build_scheduler(optimizer, copy.deepcopy(entry), where)
     if not isinstance(learning_rate, (list, tuple)) or not learning_rate:
-        raise ParamsError(f"learning_rate: expected a number, a mapping or a non-empty list, got {learning_rate!r}")
-    return _configure_list(optimizer, copy.deepcopy(list(learning_rate)))
+        raise ParamsError(f"{where}: expected a number, a mapping or a non-empty list, got {learning_rate!r}")
+    return _configure_list(optimizer, copy.deepcopy(list(learning_rate)), where)
 
 
-def _configure_list(optimizer: torch.optim.Optimizer, entries: list[Any]) -> _lrs.LRScheduler:
+def _configure_list(optimizer: torch.optim.Optimizer, entries: list[Any], where: str) -> _lrs.LRScheduler:
     mains = set()
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict):
-            raise ParamsError(f"learning_rate[{index}]: expected a mapping with 'scheduler', got {entry!r}")
+            raise ParamsError(f"{where}[{index}]: expected a mapping with 'scheduler', got {entry!r}")
         if "main_scheduler" in entry:
             mains.add(str(entry.pop("main_scheduler")).lower().removesuffix("lr").removesuffix("scheduler"))
     if len(mains) > 1 or not mains <= {"chained", "sequential"}:
-        raise ParamsError(f"learning_rate: main_scheduler must be one of ChainedLR, SequentialLR (one value), "
+        raise ParamsError(f"{where}: main_scheduler must be one of ChainedLR, SequentialLR (one value), "
                           f"got {sorted(mains)}")
-    schedulers = [_build_scheduler(optimizer, e, f"learning_rate[{i}]", in_sequence=mains != {"chained"})
+    schedulers = [_build_scheduler(optimizer, e, f"{where}[{i}]", in_sequence=mains != {"chained"})
                   for i, e in enumerate(entries)]
     if mains == {"chained"}:
         return _lrs.ChainedLR(schedulers)
     if len(schedulers) == 1:
         return schedulers[0]
-    milestones, total = [], 0
-    for index, entry in enumerate(entries[:-1]):
-        iters = _total_iters(entry)
-        if not isinstance(iters, int) or isinstance(iters, bool) or iters <= 0:
-            raise ParamsError(f"learning_rate[{index}].total_iters: {'missing' if iters is None else repr(iters)}; "
-                              "every scheduler but the last needs a positive integer total_iters in a SequentialLR")
-        total += iters
-        milestones.append(total)
-    return _lrs.SequentialLR(optimizer, schedulers, milestones)
+    return _lrs.SequentialLR(optimizer, schedulers, _milestones(entries, where, key=""))
 
 
 # ------------------------------------------------------------------ the Model Zoo ``optimizer:`` block

@@ -14,8 +14,9 @@ from cs_run import optim
 from cs_run.amp import build_grad_scaler as build
 from cs_run.amp import resolve_mixed_precision
 from cs_run.errors import ParamsError
+from cs_run.optim.factory import PARAM_GROUP_KEYS
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params
-from cs_run.resolve import data_function, model_function
+from cs_run.resolve import LEARNING_RATE, data_function, model_function, params_error
 from cs_run.utils.streaming import StreamingLoader
 
 __all__ = ["build_model", "build_dataloader", "build_optimizer", "build_lr_scheduler",
@@ -82,19 +83,22 @@ def _checked_loader(loader: Any, name: str) -> torch.utils.data.DataLoader:
 
 
 def build_optimizer(opt: OptimizerParams, model: torch.nn.Module) -> torch.optim.Optimizer:
-    """The optimizer block's class and keyword arguments (runner-only keys removed)."""
+    """The optimizer block's class and keyword arguments (runner-only keys removed) over the model's
+    parameters, in the Model Zoo's param groups (:func:`cs_run.optim.configure_param_groups`) when the
+    block has ``adjust_learning_rate`` or ``params`` (tags)."""
 
+    kwargs = dict(opt.extra)
+    grouping = {key: kwargs.pop(key) for key in PARAM_GROUP_KEYS if key in kwargs}
     try:
-        return optim.configure_optimizer(opt.optimizer_type, model.parameters(), **opt.extra)
+        params: Any = optim.configure_param_groups(model, {**grouping, **kwargs}) if grouping else model.parameters()
+        return optim.configure_optimizer(opt.optimizer_type, params, **kwargs)
     except (TypeError, ValueError) as e:
-        if isinstance(e, ParamsError):
-            raise
-        raise ParamsError(f"params: optimizer: {e}") from None
+        raise params_error(e) from None
 
 
 def build_lr_scheduler(opt: OptimizerParams, optimizer: torch.optim.Optimizer):
-    return optim.configure_lr_scheduler(optimizer, opt.learning_rate)
-
+    """The block's ``learning_rate`` schedule (ScalePerParamLR-wrapped for muP groups, as the Model Zoo)."""
+    return optim.configure_lr_scheduler(optimizer, opt.learning_rate, where=LEARNING_RATE)
 
 
 def build_grad_scaler(opt: OptimizerParams):

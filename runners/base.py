@@ -334,7 +334,7 @@ class PyTorchBaseRunner(RunnerHooks):
                 if self._early_stopping is not None:
                     self._early_stopping.check_metric(["eval/loss", *self._metrics.metrics()], self.params.head,
                                                       self.params.name("runconfig.early_stopping_metric"))
-                self._step_budget(self._train_loader, _checkpoints.stored_step(start) if start else 0)
+                self._step_budget(self._train_loader, _checkpoints.stored_step(start) if start and self._loads_step() else 0)
             if mode != "train":  # built before training, so it leaves training's random streams as they were
                 with preserved_rng(getattr(self._train_loader, "generator", None)) if training else \
                         contextlib.nullcontext():
@@ -770,7 +770,8 @@ class PyTorchBaseRunner(RunnerHooks):
         """Resume training from ``path``: weights, optimizer, schedule, scaler, step, RNG and data position."""
         if path is None:
             return
-        target = self._start_target(training=True)
+        wanted = self._checkpoint_states()
+        target = {k: v for k, v in self._start_target(training=True).items() if wanted is None or k in wanted}
         for candidate in self._start_candidates(path, training=True):
             try:
                 state = _checkpoints.load_checkpoint(candidate, target)
@@ -786,6 +787,8 @@ class PyTorchBaseRunner(RunnerHooks):
         else:
             raise CheckpointError(f"no checkpoint in {self.model_dir} can be read (see the warnings above); use another "
                                   "--model_dir or --set runconfig.autoload_checkpoint=false to start fresh")
+        if wanted is not None:
+            state = self._keep_states(state, wanted, path)
         self.global_step = int(state.get("global_step", 0))
         for key, part in (("optimizer", self.optimizer), ("lr_scheduler", self.lr_scheduler),
                           ("grad_scaler", self.grad_scaler)):
@@ -801,6 +804,33 @@ class PyTorchBaseRunner(RunnerHooks):
         elif "rng" in state:
             restore_rng_state(state["rng"])
         logger.info("Resuming from checkpoint %s at global step %d", path, self.global_step)
+
+    def _checkpoint_states(self) -> Optional[set[str]]:
+        """runconfig.load_checkpoint_states as a set of state names; None for all of them."""
+        states = self.params.runconfig.load_checkpoint_states
+        if isinstance(states, str):
+            if states.strip().lower() == "all":
+                return None
+            states = states.split(",")
+        return {s.strip() for s in states}
+
+    def _loads_step(self) -> bool:
+        """Whether a start checkpoint's global step is loaded (runconfig.load_checkpoint_states)."""
+        wanted = self._checkpoint_states()
+        return wanted is None or "global_step" in wanted
+
+    def _keep_states(self, state: dict[str, Any], wanted: set[str], path: Path) -> dict[str, Any]:
+        """The Model Zoo's LoadCheckpointStates: only ``wanted`` states of the checkpoint; the rest start
+        fresh. A name the checkpoint does not hold is an error naming the key."""
+        unknown = sorted(wanted - set(state))
+        if unknown:
+            raise ParamsError(f"params: runconfig.load_checkpoint_states: {', '.join(unknown)} not in {path.name}, "
+                              f"which holds {', '.join(sorted(state))}{self.params.where('runconfig.load_checkpoint_states')}")
+        dropped = sorted(set(state) - wanted)
+        if dropped:
+            logger.info("Not loading %s of %s (runconfig.load_checkpoint_states: %s)", ", ".join(dropped), path.name,
+                        ", ".join(sorted(wanted)))
+        return {k: v for k, v in state.items() if k in wanted}
 
     def _load_weights(self, path: Path) -> None:
         state = _checkpoints.load_checkpoint(path, self._start_target(training=False))

@@ -1,0 +1,258 @@
+"""Run every decoder LM params file of a Model Zoo release through ``cs-run validate-only`` (or train).
+
+A harness for issue 25, not a test: it reads the Model Zoo's own params files from a local mirror of
+github:Cerebras/modelzoo (nothing is copied into this repository), writes each to a scratch folder with
+ONLY its sizes, batch sizes, step counts, data_dir and model_dir changed (2 layers, hidden 64, 4 heads,
+filter 128, vocab 512, sequence 64, 2 kv groups, rotary_dim 16, batch 4, 5 steps), runs cs-run on it and
+tallies the first ``Error:`` line of every file::
+
+    cs-run data preprocess --stdlib -o /tmp/mz/shards --max_seq_length 64 --vocab_size 512 --eval_fraction 0.1
+    python tools/modelzoo_files.py --shards /tmp/mz/shards --out /tmp/mz/run [--command train] [--device CSX]
+
+``--json FILE`` writes every file's result; the table printed groups the files by first error.
+``--stub-model`` replaces the model by a stand-in that takes any ``model:`` keys (a bag-of-tokens LM;
+the inputs name the GPT data function), so the errors of everything outside ``model:`` show. ``--in-process``
+runs every file in this process (much faster; the CLI is re-entered per file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
+FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
+            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt")
+"""Decoder LM families (models/nlp/<family>/...); encoders (bert, t5, transformer, ...) are left out."""
+
+MODEL_SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "filter_size": 128, "vocab_size": 512,
+               "max_position_embeddings": 64, "rotary_dim": 16}
+KV_GROUPS = 2
+BATCH_SIZE = 4
+STEPS = 5
+
+
+def decoder_files(tag: str, mirror: str = MIRROR) -> list[str]:
+    """The decoder LM params files under ``models/nlp/<family>/.../configs/`` at ``tag``."""
+    names = subprocess.run(["git", f"--git-dir={mirror}", "ls-tree", "-r", "--name-only", tag], check=True,
+                           capture_output=True, text=True).stdout.split("\n")
+    pattern = re.compile(r"models/nlp/(?P<family>[^/]+)/(?:.*/)?configs/.*\.ya?ml$")
+    return [n for n in names if (m := pattern.search(n)) and m.group("family") in FAMILIES]
+
+
+def _shrink_model(model: dict) -> None:
+    for key, value in MODEL_SIZES.items():
+        if key in model:
+            model[key] = value
+    extra = model.get("extra_attention_params")
+    if isinstance(extra, dict) and "num_kv_groups" in extra:
+        extra["num_kv_groups"] = KV_GROUPS
+    for key in ("num_kv_groups",):
+        if key in model:
+            model[key] = KV_GROUPS
+
+
+def _shrink_input(section: dict, data_dir: str) -> None:
+    section["batch_size"] = BATCH_SIZE
+    if "mixture" in section:
+        for entry in section["mixture"]:
+            entry["data_dir"] = data_dir
+    else:
+        section["data_dir"] = data_dir
+    if section.get("max_sequence_length") is not None:
+        section["max_sequence_length"] = MODEL_SIZES["max_position_embeddings"]
+
+
+STUB = '''"""A stand-in for the Model Zoo model of a params file: takes any model keys (tools/modelzoo_files.py)."""
+import torch
+
+
+class BagOfTokens(torch.nn.Module):
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(vocab_size, 16)
+        self.decoder = torch.nn.Linear(16, vocab_size)
+
+    def forward(self, batch):
+        logits = self.decoder(self.embedding(batch["input_ids"]))
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].long().flatten())
+
+
+def build_model(vocab_size=512, **keys):
+    return BagOfTokens(vocab_size)
+'''
+DATA_FN = "cs_run.examples.gpt2.data:build_dataloader"
+
+
+def _stub(model: dict, inputs: list, folder: Path) -> None:
+    (folder / "modelzoo_stub.py").write_text(STUB)
+    model["name"] = "modelzoo_stub:build_model"
+    for section in inputs:
+        if isinstance(section, dict):
+            section.setdefault("data_fn", DATA_FN)
+
+
+def shrink(raw: dict, shards: Path, model_dir: Path, stub: bool = False) -> dict:
+    """The params with only sizes, batch sizes, step counts, data_dir and model_dir changed (and with
+    ``stub``, the model replaced by :data:`STUB`)."""
+    raw = copy.deepcopy(raw)
+    train, val = str(shards / "train"), str(shards / "val")
+    if "trainer" in raw:
+        trainers = raw["trainer"] if isinstance(raw["trainer"], list) else [raw["trainer"]]
+        for trainer in trainers:
+            init = trainer.setdefault("init", {})
+            if isinstance(init.get("model"), dict):
+                _shrink_model(init["model"])
+            init["model_dir"] = str(model_dir)
+            loop = init.setdefault("loop", {})
+            for key in ("max_steps", "num_steps"):
+                if key in loop:
+                    loop[key] = STEPS
+            if "max_steps" not in loop and "num_steps" not in loop:
+                loop["max_steps"] = STEPS
+            if "eval_steps" in loop:
+                loop["eval_steps"] = 2
+            if "eval_frequency" in loop:
+                loop["eval_frequency"] = STEPS
+            if isinstance(init.get("checkpoint"), dict) and "steps" in init["checkpoint"]:
+                init["checkpoint"]["steps"] = STEPS
+            for part, key, path in (("fit", "train_dataloader", train), ("fit", "val_dataloader", val),
+                                    ("validate", "val_dataloader", val), ("validate_all", "val_dataloaders", val)):
+                section = (trainer.get(part) or {}).get(key)
+                for entry in section if isinstance(section, list) else [section]:
+                    if isinstance(entry, dict):
+                        _shrink_input(entry, path)
+            if stub and isinstance(init.get("model"), dict):
+                _stub(init["model"], [(trainer.get(part) or {}).get(key) for part, key in (
+                    ("fit", "train_dataloader"), ("fit", "val_dataloader"), ("validate", "val_dataloader"),
+                    ("validate_all", "val_dataloaders"))], model_dir.parent)
+        return raw
+    if isinstance(raw.get("model"), dict):
+        _shrink_model(raw["model"])
+    for name, path in (("train_input", train), ("eval_input", val)):
+        if isinstance(raw.get(name), dict):
+            _shrink_input(raw[name], path)
+    rc = raw.setdefault("runconfig", {})
+    rc["model_dir"] = str(model_dir)
+    rc["max_steps"] = STEPS
+    rc.pop("num_steps", None)
+    for key in ("checkpoint_steps", "eval_frequency"):
+        if key in rc:
+            rc[key] = STEPS
+    if "eval_steps" in rc:
+        rc["eval_steps"] = 2
+    if stub and isinstance(raw.get("model"), dict):
+        _stub(raw["model"], [raw.get("train_input"), raw.get("eval_input")], model_dir.parent)
+    return raw
+
+
+def first_error(output: str, rc: int) -> str:
+    """The first ``Error:`` line, or a traceback's last line, or ``ok``."""
+    for line in output.splitlines():
+        if line.startswith("Error:"):
+            return line
+    if rc == 0:
+        return "ok"
+    tail = [line for line in output.splitlines() if line.strip()]
+    return f"rc={rc}: {tail[-1] if tail else ''}"
+
+
+def run_one(name: str, tag: str, args) -> dict:
+    text = subprocess.run(["git", f"--git-dir={args.mirror}", "show", f"{tag}:{name}"], check=True,
+                          capture_output=True, text=True).stdout
+    slug = re.sub(r"[^\w.-]+", "_", name.split("models/nlp/")[-1])
+    folder = Path(args.out) / tag / slug
+    folder.mkdir(parents=True, exist_ok=True)
+    params = folder / "params.yaml"
+    params.write_text(yaml.safe_dump(shrink(yaml.safe_load(text), Path(args.shards), folder / "model_dir",
+                                            args.stub_model), sort_keys=False))
+    command = [args.command, "--params", str(params), "--device", args.device]
+    if args.command != "validate-only":
+        command += ["--resume", "none"]
+    if args.in_process:
+        output, rc = _in_process(command)
+    else:
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        try:
+            done = subprocess.run([args.cs_run, *command], capture_output=True, text=True, timeout=args.timeout,
+                                  env=env)
+            output, rc = done.stdout + done.stderr, done.returncode
+        except subprocess.TimeoutExpired:
+            output, rc = f"timed out after {args.timeout} s", -1
+    (folder / "output.txt").write_text(output)
+    return {"file": name, "tag": tag, "params": str(params), "rc": rc, "first_error": first_error(output, rc)}
+
+
+def _in_process(command: list[str]) -> tuple[str, int]:
+    """``cs-run COMMAND`` in this process: its stdout and stderr, and its exit status."""
+    import contextlib  # noqa: PLC0415 - only the in-process mode needs these
+    import io  # noqa: PLC0415
+
+    from cs_run.cli import cli  # noqa: PLC0415 - torch loads once, for every file
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            cli.main(args=command, prog_name="cs-run")
+            rc = 0
+        except SystemExit as e:
+            rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except Exception as e:  # noqa: BLE001 - a traceback is a finding, recorded as the file's result
+            print(f"uncaught {type(e).__name__}: {e}")
+            rc = 1
+    return out.getvalue(), rc
+
+
+def _kind(error: str) -> str:
+    """An error without its file:line and values, to group files by cause."""
+    error = re.sub(r" \(/[^)]*\)$", "", error)
+    error = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", error)
+    return error[:160]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tag", action="append", help="Model Zoo tag(s) (default Release_2.10.0)")
+    parser.add_argument("--mirror", default=MIRROR)
+    parser.add_argument("--shards", required=True, help="cs-run data preprocess output (train/ and val/)")
+    parser.add_argument("--out", default="/tmp/modelzoo_files")
+    parser.add_argument("--command", default="validate-only", choices=("validate-only", "train"))
+    parser.add_argument("--device", default="CPU")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--timeout", type=int, default=600)
+    parser.add_argument("--match", default="", help="only files whose path contains this")
+    parser.add_argument("--cs_run", default=str(Path(sys.executable).with_name("cs-run")))
+    parser.add_argument("--json", help="write every file's result here")
+    parser.add_argument("--stub-model", action="store_true", help="replace the model by a stand-in (see above)")
+    parser.add_argument("--in-process", action="store_true", help="run every file in this process, one at a time")
+    args = parser.parse_args()
+    jobs = [(name, tag) for tag in (args.tag or ["Release_2.10.0"]) for name in decoder_files(tag, args.mirror)
+            if args.match in name]
+    if args.in_process:
+        results = [run_one(*job, args) for job in jobs]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            results = list(pool.map(lambda job: run_one(*job, args), jobs))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    tally = collections.Counter(_kind(r["first_error"]) for r in results)
+    for r in results:
+        print(f"{r['tag']}:{r['file'].split('models/nlp/')[-1]}: {r['first_error']}")
+    print(f"\n{len(results)} files; by first error:")
+    for kind, count in tally.most_common():
+        print(f"{count:4d}  {kind}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
