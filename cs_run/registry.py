@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 import traceback
 import typing
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ class ModelSpec:
     """``model`` keys its ``data_fn`` also takes, copied into each input section that reads through it (as the
     Model Zoo's ``set_defaults`` passes model.vocab_size to the data loader): gpt2's data checks token ids."""
 
+
+logger = logging.getLogger(__name__)
 
 _MODELS: dict[str, ModelSpec] = {}
 MODEL_PACKAGES = ("cs_run.models",)
@@ -112,8 +115,12 @@ def apply_model_defaults(raw: dict, locate=lambda key: "") -> dict:
             if key not in model:
                 continue
             if section.setdefault(key, model[key]) != model[key]:
-                raise ParamsError(f"params: {name}.{key}: {section[key]!r} but model.{key} is {model[key]!r}; they must "
-                                  f"agree (remove {name}.{key}: the model's is passed to the data){locate(f'{name}.{key}')}")
+                # The Model Zoo's data processors take the input's own copy and ignore it (deprecated there), so a
+                # file whose copy disagrees trains in the vendor's stack: the model's value is the one that counts.
+                logger.info("%s.%s=%r differs from model.%s=%r; the data is checked against the model's value (the "
+                            "Model Zoo's data processors ignore %s.%s)", name, key, section[key], key, model[key],
+                            name, key)
+                section[key] = model[key]
     if spec is not None and spec.defaults_fn:
         resolve_object(spec.defaults_fn, key="model.name")(model)
     return raw

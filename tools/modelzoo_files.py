@@ -38,6 +38,7 @@ FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "
 MODEL_SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "filter_size": 128, "vocab_size": 512,
                "max_position_embeddings": 64, "rotary_dim": 16}
 KV_GROUPS = 2
+SINK_TOKENS = 4
 BATCH_SIZE = 4
 STEPS = 5
 
@@ -60,6 +61,9 @@ def _shrink_model(model: dict) -> None:
     for key in ("num_kv_groups",):
         if key in model:
             model[key] = KV_GROUPS
+    if model.get("attention_sink_tokens"):  # its data prepends that many sink tokens to each sample
+        model["attention_sink_tokens"] = SINK_TOKENS
+        model["max_position_embeddings"] = MODEL_SIZES["max_position_embeddings"] + SINK_TOKENS
 
 
 def _shrink_input(section: dict, data_dir: str) -> None:
@@ -71,6 +75,14 @@ def _shrink_input(section: dict, data_dir: str) -> None:
         section["data_dir"] = data_dir
     if section.get("max_sequence_length") is not None:
         section["max_sequence_length"] = MODEL_SIZES["max_position_embeddings"]
+    if section.get("vocab_size") is not None:
+        section["vocab_size"] = MODEL_SIZES["vocab_size"]
+    for transform in section.get("data_transforms") or ():
+        if isinstance(transform, dict) and transform.get("name") == "add_sink_tokens":
+            # sizes: the sinks fit the shrunk sequence (shards of max_position_embeddings - SINK_TOKENS
+            # tokens would be the faithful copy; fewer sinks is the smaller change) and their id the vocabulary
+            transform["num_sink_tokens"] = SINK_TOKENS
+            transform["sink_token_id"] = MODEL_SIZES["vocab_size"] - 1
 
 
 STUB = '''"""A stand-in for the Model Zoo model of a params file: takes any model keys (tools/modelzoo_files.py)."""

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cs_run.errors import DataError
 from cs_run.models.common.alibi import AlibiPositionEmbeddingLayer
 from cs_run.models.common.initializers import make_initializer
 from cs_run.models.common.rotary import RotaryEmbedding
@@ -101,8 +102,9 @@ class EmbeddingLayer(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         length = input_ids.shape[1]
         if length > self.max_position_embeddings:
-            raise ValueError(f"sequence length {length} exceeds model.max_position_embeddings "
-                             f"({self.max_position_embeddings}); raise it or write shorter sequences")
+            raise DataError(f"the batch's sequence length {length} exceeds model.max_position_embeddings "
+                            f"({self.max_position_embeddings}); raise it, or write shorter sequences (the input's "
+                            "max_sequence_length, plus any tokens its data_transforms add)")
         x = self.word_embeddings(input_ids)
         if self.position_embeddings is not None:
             x = x + self.position_embeddings(length).to(x.dtype)

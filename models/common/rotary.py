@@ -17,6 +17,8 @@ from typing import Optional
 
 import torch
 
+from cs_run.errors import DataError
+
 __all__ = ["RotaryEmbedding", "rotate_every_two", "SCALING_TYPES", "check_scaling"]
 
 SCALING_TYPES = ("linear", "yarn", "llama3", "longrope")
@@ -136,8 +138,9 @@ class RotaryEmbedding:
         """Rotate ``x`` of shape [batch, seq, heads, head_dim]."""
         seq_len, head_dim = x.shape[1], x.shape[-1]
         if seq_len > self.max_position_embeddings:
-            raise ValueError(f"sequence length {seq_len} exceeds model.max_position_embeddings "
-                             f"({self.max_position_embeddings})")
+            raise DataError(f"the batch's sequence length {seq_len} exceeds model.max_position_embeddings "
+                            f"({self.max_position_embeddings}); raise it, or write shorter sequences (the input's "
+                            "max_sequence_length, plus any tokens its data_transforms add)")
         sin, cos = self.sin_cos(seq_len, head_dim, x.device)
         sin, cos = sin[None, :, None, :], cos[None, :, None, :]
         return (x * cos.to(x.dtype) + rotate_every_two(x) * sin.to(x.dtype)).to(x.dtype)
