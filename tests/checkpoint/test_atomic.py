@@ -26,10 +26,19 @@ def _temps(folder) -> list[str]:
     return [n for n in os.listdir(folder) if n.endswith(TMP_SUFFIX)]
 
 
-def _save_in_child(obj, path) -> int:
+def _save_in_child(obj, path, report_fd: int | None = None) -> int:
+    """Fork a child that saves ``obj``. With ``report_fd`` (a pipe's write end) the child writes a byte
+    there once the temporary is written in full, before its rename, and waits there to be killed."""
     pid = os.fork()
     if pid == 0:  # child: save, then leave without running the parent's cleanup
         try:
+            if report_fd is not None:
+                def report_and_wait(_path, directory=False):
+                    os.write(report_fd, b"w")
+                    while True:
+                        signal.pause()
+
+                atomic.fsync_path = report_and_wait
             save(obj, path)
         finally:
             os._exit(0)
@@ -37,6 +46,8 @@ def _save_in_child(obj, path) -> int:
 
 
 def test_kill_9_at_many_points_keeps_previous_checkpoint(tmp_path):
+    """Kills at random times: before, inside or after a save (where each lands depends on the machine's
+    speed; the next test kills inside one for certain)."""
     path = tmp_path / "checkpoint_1.mdl"
     old, new = _state(1), _state(2)
     save(old, path)
@@ -45,7 +56,6 @@ def test_kill_9_at_many_points_keeps_previous_checkpoint(tmp_path):
     save(new, tmp_path / "timing.mdl")
     duration = time.perf_counter() - t0
     rng = random.Random(0)
-    mid_save = 0
     for i in range(24):
         pid = _save_in_child(new, path)
         time.sleep(rng.uniform(0, 1.1 * duration) if i % 6 else 0.0005 * i)
@@ -54,12 +64,30 @@ def test_kill_9_at_many_points_keeps_previous_checkpoint(tmp_path):
         got = load(path, lazy=False, verify=True)  # always a complete, valid checkpoint
         if got["step"] == 1:
             assert path.read_bytes() == old_bytes  # the previous file is untouched
-            mid_save += bool(_temps(tmp_path))
         else:
             assert_same(new, got)
             save(old, path)  # start the next round from the old checkpoint again
             old_bytes = path.read_bytes()
-    assert mid_save >= 1  # at least one kill landed inside a save
+    save({"x": 1}, tmp_path / "other.mdl")  # the next save into the folder cleans up
+    assert _temps(tmp_path) == []
+
+
+def test_kill_9_inside_a_save_keeps_previous_checkpoint(tmp_path):
+    """The child says when its temporary is written in full (not yet renamed); the kill lands there."""
+    path = tmp_path / "checkpoint_1.mdl"
+    save(_state(1, mb=1), path)
+    old_bytes = path.read_bytes()
+    report_r, report_w = os.pipe()
+    pid = _save_in_child(_state(2, mb=1), path, report_fd=report_w)
+    os.close(report_w)
+    try:
+        assert os.read(report_r, 1) == b"w"  # blocks until the child is inside the save
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(report_r)
+    assert path.read_bytes() == old_bytes and len(_temps(tmp_path)) == 1  # the temporary, abandoned
+    assert load(path, lazy=False, verify=True)["step"] == 1
     save({"x": 1}, tmp_path / "other.mdl")  # the next save into the folder cleans up
     assert _temps(tmp_path) == []
 

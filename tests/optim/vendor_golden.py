@@ -2,7 +2,7 @@
 
 Optimizers get the vendor's own gradients step by step, so the comparison measures the update rule
 alone; schedulers are compared value by value over 1,000 steps. ``python -m tests.optim.vendor_golden``
-prints the oracle table (max |Δ| and max relative error per case).
+prints the oracle table (max |Δ|, absolute and in float32 ulps, per case).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 import cs_run.optim as csoptim
+from tests.ulps import ulp, ulps_apart
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vendor_oracle"
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "vendor_oracle"))
@@ -50,24 +51,25 @@ def optimizer_case_ids() -> list[str]:
 
 
 def replay_optimizer(case_id: str) -> dict[str, float]:
-    """Run cs-run's optimizer on the vendor's gradients; max |Δ| and max relative Δ of params and state."""
+    """Run cs-run's optimizer on the vendor's gradients; the worst |Δ| of params and state, absolute and
+    in float32 ulps of the tensor's largest recorded magnitude so far (tests/ulps.py)."""
     info = meta()["optimizers"]["cases"][case_id]
     data = _npz(f"optim_{info['class']}.npz")
     prob = meta()["optimizers"]["problem"]
     params = [torch.nn.Parameter(torch.tensor(prob["w0"], dtype=torch.float32)),
               torch.nn.Parameter(torch.tensor(prob["b0"], dtype=torch.float32))][: info["n_params"]]
     opt = getattr(csoptim, info["class"])(params, **_tuples(info["kwargs"]))
-    worst = {"param_abs": 0.0, "param_rel": 0.0, "state_abs": 0.0, "state_rel": 0.0}
+    worst = {"param_abs": 0.0, "param_ulps": 0.0, "state_abs": 0.0, "state_ulps": 0.0}
     for step in range(cases.STEPS):
         for index, p in enumerate(params):
             p.grad = torch.from_numpy(data[f"{case_id}/grad.{index}"][step].copy())
         opt.step()
         for index, p in enumerate(params):
-            _worst(worst, "param", p.detach(), data[f"{case_id}/param.{index}"][step])
+            _worst(worst, "param", p, data[f"{case_id}/param.{index}"][: step + 1])
             for key in info["state_keys"][index]:
                 golden = data.get(f"{case_id}/state.{index}.{key}")
                 if golden is not None:
-                    _worst(worst, "state", opt.state[p][key].detach(), golden[step])
+                    _worst(worst, "state", opt.state[p][key], golden[: step + 1])
     return worst
 
 
@@ -76,14 +78,11 @@ def _tuples(kwargs: dict) -> dict:
 
 
 def _worst(worst: dict[str, float], kind: str, ours: torch.Tensor, golden: np.ndarray) -> None:
-    ours64 = ours.to(torch.float64).reshape(golden.shape).numpy()
-    gold = golden.astype(np.float64)
-    diff = np.abs(ours64 - gold)
-    scale = np.maximum(np.abs(gold), 1e-30)
-    worst[f"{kind}_abs"] = max(worst[f"{kind}_abs"], float(diff.max(initial=0.0)))
-    # relative to the value, floored at 1e-3 of the tensor's largest magnitude (values that cross 0)
-    floor = max(float(np.abs(gold).max(initial=0.0)) * 1e-3, 1e-30)
-    worst[f"{kind}_rel"] = max(worst[f"{kind}_rel"], float((diff / np.maximum(scale, floor)).max(initial=0.0)))
+    """``golden`` holds the recorded steps so far; ``ours`` is compared with the last."""
+    scale = float(np.abs(golden).max(initial=0.0))
+    apart = ulps_apart(ours, golden[-1], scale)
+    worst[f"{kind}_abs"] = max(worst[f"{kind}_abs"], apart * ulp(scale))
+    worst[f"{kind}_ulps"] = max(worst[f"{kind}_ulps"], apart)
 
 
 def scheduler_values(case_id: str) -> tuple[np.ndarray, np.ndarray]:
@@ -117,7 +116,7 @@ def signature_of(cls: type) -> list[list]:
 
 
 def main() -> int:
-    print("| case | max abs Δ param | max rel Δ param | max abs Δ state | max rel Δ state |")
+    print("| case | max abs Δ param | max ulps Δ param | max abs Δ state | max ulps Δ state |")
     print("|---|---|---|---|---|")
     for case_id, _, _ in cases.OPTIMIZER_CASES:
         info = meta()["optimizers"]["cases"][case_id]
@@ -125,7 +124,7 @@ def main() -> int:
             print(f"| {case_id} | vendor fails: {info['error']} | | | |")
             continue
         w = replay_optimizer(case_id)
-        print(f"| {case_id} | {w['param_abs']:.2e} | {w['param_rel']:.2e} | {w['state_abs']:.2e} | {w['state_rel']:.2e} |")
+        print(f"| {case_id} | {w['param_abs']:.2e} | {w['param_ulps']:.3g} | {w['state_abs']:.2e} | {w['state_ulps']:.3g} |")
     print()
     print("| scheduler case | max abs Δ | max abs Δ / max value | max rel Δ | note |")
     print("|---|---|---|---|---|")

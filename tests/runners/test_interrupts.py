@@ -1,15 +1,17 @@
 """Ctrl-C and SIGTERM keep the work; run.log and model_dir/runs/ record every invocation and its end.
 
 The signals are real: sent to a ``cs-run train`` subprocess from outside, or by a hook to its own process.
+Each test sets the dispositions it starts from (``_python_default_signals``), whatever this process
+inherited, and waits on what the child reports through a pipe, never on a sleep.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -30,21 +32,19 @@ from cs_run.runners import PyTorchBaseRunner
 from cs_run.summaries import read_scalar_rows
 
 SIGNALLING = '''
-import os, signal, time
+import os, signal
 from cs_run.runners import PyTorchCSRunner, PyTorchRunner
 
 
 class Signalling:
-    """Slows each step when SLOW_STEP is set and reports its step in STEP_FILE; sends SEND_SIGNAL to its
-    own process at step SIGNAL_AT."""
+    """At step PAUSE_AT: writes the step to the pipe REPORT_FD, then waits until the pipe GO_FD has a byte
+    (the test signals in between). At step SIGNAL_AT: sends SEND_SIGNAL to its own process."""
 
     def on_train_batch_end(self, loss, epoch=None, step=None):
         super().on_train_batch_end(loss, epoch, step)
-        if os.environ.get("STEP_FILE"):
-            with open(os.environ["STEP_FILE"], "w") as f:
-                f.write(str(step))
-        if os.environ.get("SLOW_STEP"):
-            time.sleep(float(os.environ["SLOW_STEP"]))
+        if step == int(os.environ.get("PAUSE_AT", "-1")):
+            os.write(int(os.environ["REPORT_FD"]), f"{step}\\n".encode())
+            os.read(int(os.environ["GO_FD"]), 1)
         if step == int(os.environ.get("SIGNAL_AT", "-1")):
             os.kill(os.getpid(), getattr(signal, os.environ["SEND_SIGNAL"]))
 
@@ -56,6 +56,21 @@ class CpuRunner(Signalling, PyTorchRunner):
 class CsxRunner(Signalling, PyTorchCSRunner):
     pass
 '''
+
+
+@pytest.fixture(autouse=True)
+def _python_default_signals():
+    """Every test starts from Python's own dispositions, set here explicitly: SIGINT raises
+    KeyboardInterrupt, SIGTERM ends the process. This process may have inherited others (a parent that
+    ignores SIGINT, as ``cmd &`` without job control does, leaves it SIG_IGN); they are restored after.
+    A ``cs-run`` child started meanwhile gets SIG_DFL for both (a caught signal is reset at exec), so
+    Python installs its default SIGINT handler there too."""
+    inherited = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    for s, handler in inherited.items():
+        signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 @pytest.fixture
@@ -106,21 +121,25 @@ def records(model_dir):
 def test_sigint_to_cs_run_train_saves_the_step_and_a_rerun_resumes_bit_identically(project, tmp_path):
     steps = 40
     whole = cs_run_train(project, tmp_path / "whole", "--max_steps", steps)
-    # The interrupted run: slowed down, so the signal lands mid-run; no periodic checkpoint before the end.
-    step_file = tmp_path / "step"
+    # The interrupted run pauses after step 5 and says so on a pipe; SIGINT goes in while it waits, so
+    # it lands mid-run at a known step however slow the machine. No periodic checkpoint before the end.
     split = tmp_path / "split"
+    report_r, report_w = os.pipe()
+    go_r, go_w = os.pipe()
     run = cs_run_train(project, split, "--max_steps", steps, "--set", "runconfig.checkpoint_steps=0",
-                       env={"STEP_FILE": str(step_file), "SLOW_STEP": "0.05"})
-    deadline = time.monotonic() + 120
-    while not (step_file.exists() and step_file.read_text() and int(step_file.read_text()) >= 5):
-        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-        time.sleep(0.02)
-    run.send_signal(signal.SIGINT)
-    _, err = run.communicate(timeout=120)
+                       env={"PAUSE_AT": "5", "REPORT_FD": str(report_w), "GO_FD": str(go_r)}, pass_fds=(report_w, go_r))
+    os.close(report_w)  # the child's ends
+    os.close(go_r)
+    with os.fdopen(report_r) as report, os.fdopen(go_w, "w") as go:
+        # a bound for a hung child only (select returns as soon as the line or EOF arrives)
+        assert select.select([report], [], [], 600)[0] and report.readline() == "5\n", run.communicate()
+        run.send_signal(signal.SIGINT)
+        go.write("x")  # after the signal: the child's handler has run before the step returns
+    _, err = run.communicate(timeout=600)
     assert run.returncode == 130, err
     line = next(x for x in err.splitlines() if "interrupted" in x)
     n = int(line.split("at step ")[1].split(";")[0])
-    assert 5 <= n < steps
+    assert n == 5
     saved = split / f"checkpoint_{n}.mdl"
     assert line.endswith(f"WARNING: interrupted (SIGINT) at step {n}; checkpoint {saved}; rerun to resume")
     assert "Error" not in err and "Traceback" not in err and err.endswith(line + "\n")  # the last word
@@ -130,10 +149,10 @@ def test_sigint_to_cs_run_train_saves_the_step_and_a_rerun_resumes_bit_identical
     assert (record["outcome"], record["first_step"], record["last_step"]) == ("interrupted", 0, n)
 
     rerun = cs_run_train(project, split, "--max_steps", steps)
-    out, err = rerun.communicate(timeout=120)
+    out, err = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, err
     assert f"Resuming from checkpoint {saved} at global step {n}" in err
-    _, err = whole.communicate(timeout=120)
+    _, err = whole.communicate(timeout=600)
     assert whole.returncode == 0, err
     assert_same_checkpoint(split / f"checkpoint_{steps}.mdl", tmp_path / "whole" / f"checkpoint_{steps}.mdl")
     assert [(r["outcome"], r["first_step"], r["last_step"]) for r in records(split)] == \
@@ -218,8 +237,11 @@ def test_every_invocation_is_recorded_and_eval_keeps_the_training_params(project
     assert {row.run for row in read_scalar_rows(md / "train")} == {first["run_id"]}
 
 
-def test_signals_are_deferred_only_inside_the_block():
-    before = signal.getsignal(signal.SIGINT)
+@pytest.mark.parametrize("before", [signal.default_int_handler, signal.SIG_IGN], ids=["default", "ignored"])
+def test_signals_are_deferred_only_inside_the_block(before):
+    """Inside the block SIGINT sets the flag whatever the process had; after it, the process's own
+    disposition is back: Python's default raises KeyboardInterrupt, an inherited SIG_IGN still ignores."""
+    signal.signal(signal.SIGINT, before)
     with stop_on_signal() as flag, stop_on_signal() as inner:
         assert inner is flag and not flag.requested
         os.kill(os.getpid(), signal.SIGINT)
@@ -227,8 +249,11 @@ def test_signals_are_deferred_only_inside_the_block():
         with pytest.raises(Aborted):
             os.kill(os.getpid(), signal.SIGTERM)
     assert signal.getsignal(signal.SIGINT) is before
-    with pytest.raises(KeyboardInterrupt):
-        os.kill(os.getpid(), signal.SIGINT)
+    if before is signal.SIG_IGN:
+        os.kill(os.getpid(), signal.SIGINT)  # ignored: nothing happens
+    else:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
 
 
 def custom_loop(backend_type, model_dir, num_steps, signal_at=None, after_checkpoint=False):
@@ -280,7 +305,7 @@ def test_custom_loop_sigint_ends_at_a_step_its_checkpoint_closure_saved(tmp_path
     assert stopped.value.step == stop and exit_code(stopped.value) == 130
     assert f"at step {stop}; the checkpoint closures of step {stop} ran" in str(stopped.value)
     assert sorted(p.name for p in (tmp_path / "split").glob("checkpoint_*")) == [f"checkpoint_{stop}.mdl"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # as _python_default_signals set it
     custom_loop(device, tmp_path / "whole", stop)  # the same steps, uninterrupted: the same state
     assert_same_checkpoint(tmp_path / "split" / f"checkpoint_{stop}.mdl",
                            tmp_path / "whole" / f"checkpoint_{stop}.mdl")
