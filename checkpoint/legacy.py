@@ -1,12 +1,13 @@
 """Read-only support for the vendor's legacy H5 checkpoint layout (format versions <= 0.4).
 
 Layout (cerebras_pytorch ``PyTorchH5Saver`` / ``H5Saver``): file attributes ``__version__`` (float,
-absent means 0.1) and ``__spec__`` (hex of a dill pickle of a ``torch.utils._pytree.TreeSpec``); one
-dataset per flattened key, named ``urllib.parse.quote(key, safe="")``, with ``__H5_TYPE__`` naming
-the type: ``TorchTensorH5Type`` / ``NumpyArrayH5Type`` (data; ``is_bfloat16`` marks bf16 stored as
-16-bit integers; version <= 0.3 arrays are torch tensors), ``ScalarH5Type`` (0-d dataset),
-``StringH5Type`` (attribute ``string_value``), ``NoneH5Type``, ``ObjectH5Type`` (dill, attribute
-``object_value``). Tied weights are hard links to one dataset.
+absent means 0.1) and ``__spec__`` (hex of a dill pickle of a ``torch.utils._pytree.TreeSpec``,
+whose leaves a writer on torch 2.14 or newer pickles as calls of ``treespec_leaf``); one dataset per
+flattened key, named ``urllib.parse.quote(key, safe="")``, with ``__H5_TYPE__`` naming the type:
+``TorchTensorH5Type`` / ``NumpyArrayH5Type`` (data; ``is_bfloat16`` marks bf16 stored as 16-bit
+integers; version <= 0.3 arrays are torch tensors), ``ScalarH5Type`` (0-d dataset), ``StringH5Type``
+(attribute ``string_value``), ``NoneH5Type``, ``ObjectH5Type`` (dill, attribute ``object_value``).
+Tied weights are hard links to one dataset.
 
 The spec is never unpickled with pickle's full power: a restricted unpickler accepts only the
 pytree classes, builtin containers and dill's type loader, and builds inert stand-ins. If the spec
@@ -29,6 +30,7 @@ from urllib.parse import quote, unquote
 
 import numpy as np
 
+from cs_run._torch_compat import PYTREE_PICKLED_LEAVES, PYTREE_PICKLED_NODES
 from cs_run.checkpoint import h5_checks
 from cs_run.checkpoint.format import TORCH_DTYPES
 from cs_run.checkpoint.spec import check_tree
@@ -83,9 +85,11 @@ def _reconstructor(cls: type, base: type, state: Any) -> Any:
     return cls()
 
 
-_ALLOWED = {
-    ("torch.utils._pytree", "TreeSpec"): _SpecStub,
-    ("torch.utils._pytree", "LeafSpec"): _LeafStub,
+# The pytree names differ by the writer's torch (a leaf is a LeafSpec, or from 2.14 on a call of
+# treespec_leaf()); _torch_compat lists them. Calling either stand-in class makes an inert node.
+_ALLOWED: dict[tuple[str, str], Any] = {
+    **{name: _SpecStub for name in PYTREE_PICKLED_NODES},
+    **{name: _LeafStub for name in PYTREE_PICKLED_LEAVES},
     ("collections", "OrderedDict"): collections.OrderedDict,
     ("dill._dill", "_load_type"): _load_type,
     ("copyreg", "_reconstructor"): _reconstructor,

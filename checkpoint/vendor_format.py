@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from cs_run._torch_compat import TREESPEC_PROTOCOL, treespec_json_leaf, treespec_json_node
 from cs_run.checkpoint.atomic import atomic_path
 from cs_run.checkpoint.tree import flatten
 from cs_run.errors import CheckpointError
@@ -170,8 +171,9 @@ def describe(path: str, f: Any) -> tuple[Any, list[dict]]:
                               "__SUCCESS__): its save was interrupted")
     try:
         treespec = json.loads(json.loads(_text(f.attrs["__spec__"]))[1])
-        if treespec[0] != 1:
-            raise CheckpointError(f"checkpoint '{path}': vendor treespec protocol {treespec[0]} (cs-run reads 1)")
+        if treespec[0] != TREESPEC_PROTOCOL:
+            raise CheckpointError(f"checkpoint '{path}': vendor treespec protocol {treespec[0]} (cs-run reads "
+                                  f"{TREESPEC_PROTOCOL})")
         keys: list[str] = []
         tree = _tree(path, treespec[1], (), keys)
         specs: list[dict] = []
@@ -188,9 +190,6 @@ def describe(path: str, f: Any) -> tuple[Any, list[dict]]:
 # -- writing --------------------------------------------------------------------------------------
 def _treespec(path: str, obj: Any, scope: str) -> dict:
     """torch.utils._pytree's serialized TreeSpec node of ``obj`` (protocol 1), written by hand."""
-    def leaf() -> dict:
-        return {"type": None, "context": None, "children_spec": []}
-
     where = scope or "<root>"
     if type(obj) is dict or isinstance(obj, collections.OrderedDict):
         keys = list(obj)
@@ -199,14 +198,14 @@ def _treespec(path: str, obj: Any, scope: str) -> dict:
                 raise CheckpointError(f"cannot write vendor checkpoint '{path}': key {k!r} under '{where}' is not a "
                                       "string or number")
         kind = "builtins.dict" if type(obj) is dict else "collections.OrderedDict"
-        return {"type": kind, "context": json.dumps(keys),
-                "children_spec": [_treespec(path, obj[k], f"{scope}.{k}" if scope else str(k)) for k in keys]}
+        return treespec_json_node(kind, json.dumps(keys),
+                                  [_treespec(path, obj[k], f"{scope}.{k}" if scope else str(k)) for k in keys])
     if type(obj) in (list, tuple):
-        return {"type": f"builtins.{type(obj).__name__}", "context": "null",
-                "children_spec": [_treespec(path, v, f"{scope}.{i}" if scope else str(i)) for i, v in enumerate(obj)]}
+        return treespec_json_node(f"builtins.{type(obj).__name__}", "null",
+                                  [_treespec(path, v, f"{scope}.{i}" if scope else str(i)) for i, v in enumerate(obj)])
     if isinstance(obj, dict):
         raise CheckpointError(f"cannot write vendor checkpoint '{path}': '{where}' is a {type(obj).__name__}")
-    return leaf()
+    return treespec_json_leaf()
 
 
 def _readable(obj: Any) -> Any:
@@ -224,7 +223,7 @@ def _spec_pair(path: str, obj: Any) -> list:
         json.dumps(readable)
     except TypeError:
         readable = None
-    return [readable, json.dumps([1, _treespec(path, obj, "")])]
+    return [readable, json.dumps([TREESPEC_PROTOCOL, _treespec(path, obj, "")])]
 
 
 def _leaf_meta(path: str, key: str, value: Any, kind: str) -> tuple[dict, np.ndarray | None]:
@@ -282,9 +281,8 @@ def save(obj: Any, path: str) -> None:
                 ds = f.create_dataset(key, data=data)
                 for name, value in meta.items():  # the vendor's reader checks __NUMPY__ on the dataset
                     ds.attrs[name] = np.asarray(value, dtype=np.int64) if name == "shapes" else value
-            single = json.dumps([{key: "*"}, json.dumps([1, {"type": "builtins.dict", "context": json.dumps([key]),
-                                                           "children_spec": [{"type": None, "context": None,
-                                                                              "children_spec": []}]}])])
+            one_leaf = treespec_json_node("builtins.dict", json.dumps([key]), [treespec_json_leaf()])
+            single = json.dumps([{key: "*"}, json.dumps([TREESPEC_PROTOCOL, one_leaf])])
             f.attrs[f"{key}.__metadata__"] = json.dumps(
                 {"__spec__": json.loads(single), "__objects__": [key], f"{key}.__metadata__": meta}, indent=4)
         f.attrs["__SUCCESS__"] = True

@@ -12,7 +12,8 @@ from collections import deque
 from typing import Any, Iterable, Iterator
 
 import torch
-import torch.utils._pytree as pytree
+
+from cs_run._torch_compat import pytree
 
 __all__ = ["RateMeter", "batch_size", "compile_seconds", "compile_time", "cycle", "loader_length", "move_to_device"]
 

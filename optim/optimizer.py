@@ -12,13 +12,13 @@ from __future__ import annotations
 import abc
 import functools
 import logging
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Self
 
 import torch
 from torch import Tensor
 
+from cs_run._torch_compat import without_dynamo_wrapper
 from cs_run.creation import full, zeros, zeros_like
 from cs_run.errors import CheckpointError, ComplianceError
 
@@ -30,23 +30,7 @@ ParamsT = Iterable[Tensor] | Iterable[dict[str, Any]]
 FOREACH_CHUNK_BYTES = 1 << 20  # parameters per multi-tensor chunk (see Optimizer._foreach_chunks)
 
 
-def _undecorated(method: Callable[..., Any]) -> Callable[..., Any]:
-    """torch's Optimizer method without its ``torch._disable_dynamo`` wrapper while dynamo is not loaded.
-
-    That wrapper's first call imports ``torch._dynamo`` (and with it ``torch._inductor``: seconds on a
-    slow host) only to mark the method as not traceable by dynamo. While dynamo is not loaded nothing
-    can be tracing, so the plain method is the same call; once it is loaded, torch's wrapper is used.
-    """
-    plain = getattr(method, "__wrapped__", method)
-
-    @functools.wraps(plain)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        return (method if "torch._dynamo" in sys.modules else plain)(*args, **kwargs)
-
-    return call
-
-
-_TORCH = {name: _undecorated(getattr(torch.optim.Optimizer, name))
+_TORCH = {name: without_dynamo_wrapper(getattr(torch.optim.Optimizer, name))
           for name in ("add_param_group", "zero_grad", "state_dict", "load_state_dict")}
 
 

@@ -208,7 +208,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                       "cs_run.cluster_options")),
     ("replicas", ("cs_run.replicas",)),
     ("leaves", ("cs_run.optim", "cs_run.checkpoint", "cs_run.creation", "cs_run.errors", "cs_run._checks",
-                "cs_run._frames", "cs_run._logging", "cs_run._yaml", "cs_run._version_check")),
+                "cs_run._frames", "cs_run._logging", "cs_run._yaml", "cs_run._version_check", "cs_run._torch_compat")),
 ]
 
 # Private modules imported from outside their package today, owned by the runner work (runners/): remove

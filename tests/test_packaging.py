@@ -13,38 +13,57 @@ from pathlib import Path
 import pytest
 import torch
 
-from cs_run._version_check import SUPPORTED_TORCH, check_torch_version
+from cs_run._version_check import SUPPORTED_TORCH, UnsupportedTorchError, check_torch_version, torch_requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("version", ["2.13.0", "2.13.1+cpu", "2.13.0a0+git1234", "2.13.2+cu126"])
-def test_torch_213_is_accepted(version):
+@pytest.mark.parametrize("version", ["2.11.0", "2.11.0+cu130", "2.12.1+cpu", "2.13.0", "2.13.0a0+git1234",
+                                     "2.14.1", "2.14.0+cu126"])
+def test_torch_in_the_range_is_accepted(version):
     check_torch_version(version)
 
 
-@pytest.mark.parametrize("version", ["2.4.0", "2.12.1+cpu", "2.14.0", "3.13.0", "1.13.1", "nightly"])
+@pytest.mark.parametrize("version", ["2.4.0", "2.10.2+cpu", "2.15.0", "2.15.0a0+git1234", "3.12.0", "1.13.1", "nightly"])
 def test_other_torch_versions_fail_with_one_line(version):
-    with pytest.raises(ImportError, match=rf"cs-run needs torch 2\.13\.x .* found torch {re.escape(version)}") as info:
+    with pytest.raises(ImportError, match=rf"cs-run needs torch 2\.11 to 2\.14 .* found torch {re.escape(version)}; "
+                                          r"install one with pip install 'torch>=2\.11,<2\.15'") as info:
         check_torch_version(version)
-    assert "\n" not in str(info.value)
+    assert isinstance(info.value, UnsupportedTorchError) and "\n" not in str(info.value)
 
 
-def test_import_refuses_another_torch_and_the_escape_hatch_works():
-    code = "import torch; torch.__version__ = '2.4.0'; import cs_run"
+@pytest.mark.parametrize("entry", [
+    "import cs_run",
+    "sys.argv = ['cs-run', '--help']; from cs_run.cli import main; main()",  # what the console script runs
+    "sys.argv = ['cs-run', 'train', '--help']; from cs_run.cli import main; main()",
+])
+def test_import_and_help_refuse_another_torch_in_one_line_and_the_escape_hatch_works(entry):
+    code = f"import sys, torch; torch.__version__ = '2.10.0'\n{entry}"
     refused = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert refused.returncode != 0 and "cs-run needs torch 2.13.x" in refused.stderr
+    assert refused.returncode == 1 and refused.stdout == "", refused
+    assert refused.stderr.splitlines() == [
+        "Error: cs-run needs torch 2.11 to 2.14 (its CSX engine uses torch internals that change between releases) "
+        "but found torch 2.10.0; install one with pip install 'torch>=2.11,<2.15', or set CS_RUN_ANY_TORCH=1 to "
+        "try anyway"], refused.stderr
     allowed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
                              env={**os.environ, "CS_RUN_ANY_TORCH": "1"})
-    assert allowed.returncode == 0, allowed.stderr
+    assert allowed.returncode == 0 and "Traceback" not in allowed.stderr, allowed.stderr
+
+
+def test_a_caught_refusal_leaves_other_errors_their_traceback():
+    """The one-line hook knows only the refusal: after a caught one, another uncaught error still shows its traceback."""
+    code = ("import sys, torch; torch.__version__ = '2.10.0'\ntry:\n    import cs_run\nexcept ImportError:\n    pass\n"
+            "raise ValueError('another error')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 1 and "Traceback" in result.stderr and "ValueError: another error" in result.stderr
 
 
 def test_declared_versions_match_the_code():
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     assert cfg["options"]["python_requires"].strip() == ">=3.11"  # typing.Self, tomllib, ...
-    assert "torch>=2.13,<2.14" in cfg["options"]["install_requires"].split()
-    assert tuple(int(x) for x in torch.__version__.split(".")[:2]) == SUPPORTED_TORCH
+    assert torch_requirement() == "torch>=2.11,<2.15" and torch_requirement() in cfg["options"]["install_requires"].split()
+    assert SUPPORTED_TORCH[0] <= tuple(int(x) for x in torch.__version__.split(".")[:2]) <= SUPPORTED_TORCH[1]
     ruff = tomllib.loads((ROOT / "ruff.toml").read_text())
     assert ruff["target-version"] == "py311"
 

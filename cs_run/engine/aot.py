@@ -24,11 +24,12 @@ import logging
 import os
 import shutil
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from cs_run import _torch_compat
 
 __all__ = ["AOTStep", "build", "find_artifact", "load"]
 
@@ -61,15 +62,10 @@ def build(gm: torch.fx.GraphModule, inputs: list[torch.Tensor], final_dir: Path,
 
     The inputs are only looked at (as fake tensors): nothing runs and no state changes.
     """
-    from torch._inductor import aot_compile  # noqa: PLC0415, TID253  (heavy; only the cold path needs it)
-
     final_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=final_dir))
     try:
-        with warnings.catch_warnings():  # torch's own pytree deprecation, raised inside the lowering
-            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-            built = Path(str(aot_compile(gm, tuple(inputs),
-                                         options={"aot_inductor.output_path": str(work / "step.so")})))
+        built = _torch_compat.aot_compile(gm, tuple(inputs), work / "step.so")
         final = final_dir / f"{key}.{_digest(built, key)}{_SUFFIX}"
         os.replace(built, final)
         return final
@@ -98,7 +94,7 @@ def find_artifact(final_dir: Path, key: str) -> Path | None:
 
 def load(path: Path, num_state: int, batch: list[torch.Tensor]) -> AOTStep:
     """Loads a saved step library (a ``dlopen``; no inductor import)."""
-    runner = torch._C._aoti.AOTIModelContainerRunnerCpu(str(path), 1)
+    runner = _torch_compat.aoti_cpu_runner(path)
     return AOTStep(runner, num_state, batch, path)
 
 

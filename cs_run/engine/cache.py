@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from cs_run import _torch_compat
 from cs_run.engine import passes
 from cs_run.engine.collectives import cache_key as replicas_key
 from cs_run.engine.trace import TracedStep
@@ -116,7 +117,7 @@ class CompileCache:
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.with_name(f".{key}.{os.getpid()}.tmp")
         try:
-            artifact.save(path=str(tmp), format="binary")
+            _torch_compat.save_compiled_artifact(artifact, tmp)
             os.replace(tmp, final)
         except OSError as exc:  # a full or read-only disk costs the next process a compile, not this run
             logger.warning("compile cache: could not save %s (%s)", final, exc)

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
 
 import torch
-import torch.utils._pytree as pytree
+
+from cs_run._torch_compat import pytree
 
 __all__ = ["RecordedClosure", "Recorder", "recording", "deferring", "call_closure", "is_checkpoint_step",
            "make_closure", "running", "current_loop", "LoopPosition"]

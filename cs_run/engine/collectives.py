@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
+from cs_run._torch_compat import c10d_functional
 from cs_run.engine.state import StateSet
 
 __all__ = ["BUCKET_BYTES", "Replicas", "TraceSync", "agree_choice", "broadcast_model_state", "cache_key",
@@ -64,7 +65,7 @@ def cache_key(r: Replicas | None) -> str:
 
 
 def _wait(t: torch.Tensor) -> torch.Tensor:
-    return torch.ops._c10d_functional.wait_tensor(t)
+    return c10d_functional.wait_tensor(t)
 
 
 def _buckets(tensors: Sequence[torch.Tensor]) -> list[list[int]]:
@@ -144,7 +145,7 @@ class TraceSync:
         for idx in _buckets(grads):
             like = [grads[i] for i in idx]
             flat = _flat(like) / n  # DDP's allreduce hook: divide by the world size, then sum
-            flat = _wait(torch.ops._c10d_functional.all_reduce(flat, "sum", group))
+            flat = _wait(c10d_functional.all_reduce(flat, "sum", group))
             for i, g in zip(idx, _pieces(flat, like)):
                 params[i].grad = g
         self.reductions += 1
@@ -161,7 +162,7 @@ class TraceSync:
         values = [v for _, _, v in changed]
         for idx in _buckets(values):
             like = [values[i] for i in idx]
-            flat = _wait(torch.ops._c10d_functional.broadcast(_flat(like), 0, self.replicas.group_name))
+            flat = _wait(c10d_functional.broadcast(_flat(like), 0, self.replicas.group_name))
             for i, v in zip(idx, _pieces(flat, like)):
                 slot, fake, value = changed[i]
                 if value is fake:

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from cs_run import _torch_compat
 from cs_run.engine import aot, collectives, passes
 from cs_run.engine.cache import CompileCache, graph_key
 from cs_run.engine.cudagraph import GraphedStep, capture_blocker
@@ -205,28 +206,14 @@ def _inductor_aot(traced: TracedStep, batch: list[torch.Tensor], cache: CompileC
 def _inductor_scope(cache: CompileCache | None) -> Iterator[None]:
     """Around an inductor build or load: its kernels and caches in ``compile_dir/inductor`` and its
     CPU-ISA probes answered from ``compile_dir/artifacts/vec_isa.json`` (nothing changed without a cache),
-    with the version workarounds of :func:`_inductor_fixes`."""
-    with _inductor_fixes():
+    with the running torch's workarounds (``_torch_compat.inductor_build_fixes``)."""
+    with _torch_compat.inductor_build_fixes():
         if cache is None:
             yield
             return
         with inductor_cache_dir(cache.inductor_dir), isa_probe_cache(cache.artifacts_dir / "vec_isa.json"):
             yield
 
-
-def _inductor_fixes() -> contextlib.AbstractContextManager:
-    """Inductor settings that work around a known bug of the running torch.
-
-    Before torch 2.13, the scheduler's loop reordering after fusion asserts on a fused node
-    (``FusedSchedulerNode.reorder_loops_by_dep_pair``: ``assert isinstance(snode, SchedulerNode)``; 2.13
-    returns False there instead): a whole training step of a transformer (GPT-2 on CUDA, torch 2.11) does
-    not compile at all. Those versions build without that reordering.
-    """
-    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13):
-        return contextlib.nullcontext()
-    import torch._inductor.config as inductor_config  # noqa: PLC0415, TID253  (heavy)
-
-    return inductor_config.patch(loop_ordering_after_fusion=False)
 
 
 def _rewritten(traced: TracedStep, label: str) -> torch.fx.GraphModule:
@@ -238,21 +225,19 @@ def _rewritten(traced: TracedStep, label: str) -> torch.fx.GraphModule:
 
 def _inductor_wrapper(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache | None, key: str,
                       label: str) -> tuple[Callable[..., Any], str]:
-    from torch._inductor import CompiledArtifact, standalone_compile  # noqa: PLC0415, TID253  (heavy)
-
     if cache is not None:
         artifact = cache.artifact_path(key)
         if artifact.is_file():
             try:
                 with compiling(f"{label} (loading tier inductor from the compile cache)"), _inductor_scope(cache):
-                    loaded = CompiledArtifact.load(path=str(artifact), format="binary")
+                    loaded = _torch_compat.load_compiled_artifact(artifact)
                 COUNTS["inductor_load"] += 1
                 return loaded, "loaded"
             except Exception as exc:  # noqa: BLE001  (a stale or foreign artifact: compile afresh)
                 logger.warning("compile cache: could not load %s (%s); compiling again", artifact, exc)
     example = [t.detach() for t in traced.state.tensors] + [t.detach() for t in batch]
     with compiling(f"{label} (tier inductor)"), torch.no_grad(), _inductor_scope(cache):
-        compiled = standalone_compile(_rewritten(traced, label), example, dynamic_shapes="from_example_inputs")
+        compiled = _torch_compat.standalone_compile(_rewritten(traced, label), example)
         COUNTS["inductor_compile"] += 1
         if cache is not None and compiled.is_saveable():
             cache.save_artifact(key, compiled)
@@ -261,13 +246,11 @@ def _inductor_wrapper(traced: TracedStep, batch: list[torch.Tensor], cache: Comp
 
 def _isa_host_key() -> str:
     """What inductor's CPU-ISA probes depend on: torch, the CPU's flags and the C++ compiler binary."""
-    from torch._inductor import cpu_vec_isa  # noqa: PLC0415, TID253  (heavy)
     from torch._inductor.cpp_builder import get_cpp_compiler  # noqa: PLC0415, TID253  (heavy)
 
     compiler = os.path.realpath(shutil.which(get_cpp_compiler()) or get_cpp_compiler())
     stamp = os.stat(compiler).st_mtime_ns if os.path.exists(compiler) else 0
-    flags = sorted(cpu_vec_isa.x86_isa_checker()) if hasattr(cpu_vec_isa, "x86_isa_checker") else []
-    return json.dumps([torch.__version__, os.uname().machine, flags, compiler, stamp])
+    return json.dumps([torch.__version__, os.uname().machine, _torch_compat.cpu_isa_flags(), compiler, stamp])
 
 
 @contextlib.contextmanager
@@ -276,30 +259,33 @@ def isa_probe_cache(path: Path) -> Iterator[None]:
     the result, about a second each) answer from ``path`` when it holds a verdict from this host (same
     torch, CPU flags and compiler) for the same ISA, flags and probe code; new verdicts are added to it."""
     try:
-        from torch._inductor import cpu_vec_isa  # noqa: PLC0415, TID253  (heavy)
-
         host = _isa_host_key()
-        record = json.loads(path.read_text()) if path.is_file() else {}
-        verdicts: dict[str, bool] = dict(record.get("verdicts", {})) if record.get("host") == host else {}
-        original = cpu_vec_isa.VecISA.check_build
-    except Exception as exc:  # noqa: BLE001  (unreadable record, changed torch internals: probe as usual)
-        logger.debug("compile cache: ISA probe verdicts not used (%s)", exc)
+    except Exception as exc:  # noqa: BLE001  (changed torch internals: probe as usual, and say so)
+        _torch_compat.warn_degraded("the compile cache's CPU-ISA probe verdicts", f"{type(exc).__name__}: {exc}",
+                                    "every compile probes the CPU's vector ISAs again")
         yield
         return
+    try:
+        record = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError) as exc:  # an unreadable record is rewritten below
+        logger.debug("compile cache: ISA probe verdicts not used (%s)", exc)
+        record = {}
+    verdicts: dict[str, bool] = dict(record.get("verdicts", {})) if record.get("host") == host else {}
     added = False
 
-    def check_build(isa: Any, code: str) -> bool:
-        nonlocal added
-        key = f"{isa}|{isa.build_arch_flags()}|{hashlib.sha256(code.encode()).hexdigest()[:16]}"
-        if key not in verdicts:
-            verdicts[key], added = bool(original(isa, code)), True
-        return verdicts[key]
+    def wrap(original: Callable[[Any, str], bool]) -> Callable[[Any, str], bool]:
+        def check_build(isa: Any, code: str) -> bool:
+            nonlocal added
+            key = f"{isa}|{isa.build_arch_flags()}|{hashlib.sha256(code.encode()).hexdigest()[:16]}"
+            if key not in verdicts:
+                verdicts[key], added = bool(original(isa, code)), True
+            return verdicts[key]
+        return check_build
 
-    cpu_vec_isa.VecISA.check_build = check_build
     try:
-        yield
+        with _torch_compat.patched_isa_check_build(wrap):
+            yield
     finally:
-        cpu_vec_isa.VecISA.check_build = original
         if added:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from types import FrameType, TracebackType
 
 import torch
 
+from cs_run._torch_compat import TensorBase
 from cs_run.errors import ComplianceError
 
 __all__ = ["VALUE_READS", "compliance_error", "library_hint", "user_frame_location", "is_value_read"]
@@ -48,7 +49,7 @@ def is_value_read(func) -> str | None:
 
 
 def _is_tensor_method(func) -> bool:
-    return getattr(func, "__objclass__", None) in (torch.Tensor, torch._C.TensorBase) or getattr(
+    return getattr(func, "__objclass__", None) in (torch.Tensor, TensorBase) or getattr(
         func, "__qualname__", ""
     ).startswith("Tensor.")
 

@@ -24,6 +24,8 @@ from typing import Callable
 import torch
 from torch.fx import Graph, GraphModule, Node
 
+from cs_run._torch_compat import OpOverload, inductor_force_stride_order
+
 __all__ = ["PASSES", "run_passes", "share_gelu_erf", "unfuse_bias_addmm"]
 
 logger = logging.getLogger(__name__)
@@ -41,7 +43,7 @@ def _val(node: object) -> torch.Tensor | None:
 
 def _is_pointwise(node: Node) -> bool:
     target = node.target
-    return (node.op == "call_function" and isinstance(target, torch._ops.OpOverload)
+    return (node.op == "call_function" and isinstance(target, OpOverload)
             and torch.Tag.pointwise in target.tags and not target._schema.is_mutable)
 
 
@@ -117,9 +119,7 @@ def _dense_strides(val: torch.Tensor) -> list[int]:
 def share_gelu_erf(gm: GraphModule) -> int:
     """Rewrites each exact ``gelu(x)`` that has a ``gelu_backward(g, x)`` of the same ``x`` into the
     decomposition with one shared, materialized ``erf(x / sqrt(2))``; returns how many it rewrote."""
-    from torch._inductor import inductor_prims  # noqa: F401, PLC0415, TID253  (heavy; registers the prim)
-
-    materialize = torch.ops.prims.inductor_force_stride_order.default
+    materialize = inductor_force_stride_order()
     graph = gm.graph
     count = 0
     for node in list(graph.nodes):

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
-import torch.utils._pytree as pytree
 
+from cs_run._torch_compat import pytree
 from cs_run.engine.trace import OutputRef, TracedStep
 
 __all__ = ["replay"]

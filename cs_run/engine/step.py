@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-import torch.utils._pytree as pytree
 
+from cs_run._torch_compat import pytree
 from cs_run.batches import compile_time, move_to_device
 from cs_run.engine import collectives
 from cs_run.engine.cache import open_cache

@@ -26,11 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
-import torch.utils._pytree as pytree
-from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensor
-from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
 from torch.overrides import TorchFunctionMode
 
+from cs_run._torch_compat import FakeTensor, is_data_dependent_error, make_fx, proxy_node, pytree
 from cs_run.engine import closures, collectives, dtype_rules
 from cs_run.engine.compliance import compliance_error, is_value_read, library_hint, user_frame_location
 from cs_run.engine.state import Slot, StateSet, optimizer_state_rebinds
@@ -189,7 +187,7 @@ class _TraceMode(TorchFunctionMode):
             stand_in = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device,
                                            requires_grad=t.requires_grad)
             self.placeholders[id(t)] = stand_in
-            self.nodes[id(t)] = get_proxy_slot(stand_in, get_proxy_mode().tracer).proxy.node
+            self.nodes[id(t)] = proxy_node(stand_in)
         return self.placeholders[id(t)]
 
 
@@ -264,15 +262,10 @@ def _run_make_fx(runner: Callable, inputs: list[torch.Tensor]) -> torch.fx.Graph
     except ComplianceError:
         raise
     except Exception as exc:  # noqa: BLE001 - re-raised unless it is a data-dependent read
-        if not _is_data_dependent(exc):
+        if not is_data_dependent_error(exc):
             raise
         where = user_frame_location(tb=exc.__traceback__)
         raise compliance_error(f"a data-dependent operation ({type(exc).__name__})", where) from exc
-
-
-def _is_data_dependent(exc: BaseException) -> bool:
-    names = ("GuardOnDataDependentSymNode", "DataDependentOutputException", "DynamicOutputShapeException")
-    return isinstance(exc, (DataDependentOutputException, DynamicOutputShapeException)) or type(exc).__name__ in names
 
 
 def _make_runner(fn, state, in_spec, n_leaves, batch_pos, frozen, strays, capture: _Capture,

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
-import torch.utils._pytree as pytree
 
 from cs_run import distributed, replicas
+from cs_run._torch_compat import pytree
 from cs_run.backend import current_backend
 from cs_run.batches import RateMeter, batch_size, cycle, loader_length, move_to_device
 from cs_run.distributed import DataLoaderCheckpoint

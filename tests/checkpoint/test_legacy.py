@@ -5,12 +5,14 @@ from __future__ import annotations
 import collections
 import pickle
 import struct
+from unittest import mock
 from urllib.parse import quote
 
 import h5py
 import numpy as np
 import pytest
 import torch
+import torch.utils._pytree as torch_pytree
 from click.testing import CliRunner
 from torch.utils._pytree import tree_flatten
 
@@ -55,6 +57,16 @@ def _old_style_spec(obj) -> bytes:
     return b"\x80\x02" + node(obj) + b"."
 
 
+def _spec_as_torch_2_14_pickles(obj) -> bytes:
+    """The spec pickled the way torch 2.14 does on any torch: a leaf is a call of ``treespec_leaf()`` (2.14's
+    ``LeafSpec.__reduce__``; before 2.14 a leaf was a LeafSpec instance)."""
+    with mock.patch.object(torch_pytree.LeafSpec, "__reduce__", lambda self: (torch_pytree.treespec_leaf, ()),
+                           create=True):
+        data = pickle.dumps(tree_flatten(obj)[1])
+    assert b"treespec_leaf" in data and b"LeafSpec" not in data
+    return data
+
+
 def _leaf_keys(obj, scope=()):
     if isinstance(obj, dict):
         for k, v in obj.items():
@@ -71,6 +83,8 @@ def write_legacy(path, obj, version=0.4, spec="new", objects=()):
     with h5py.File(path, "w") as f:
         if spec == "new":
             f.attrs["__spec__"] = pickle.dumps(tree_flatten(obj)[1]).hex()
+        elif spec == "torch 2.14":
+            f.attrs["__spec__"] = _spec_as_torch_2_14_pickles(obj).hex()
         elif spec == "old":
             f.attrs["__spec__"] = _old_style_spec(obj).hex()
         elif spec is not None:
@@ -121,7 +135,7 @@ def _vendor_state():
     }
 
 
-@pytest.mark.parametrize("spec", ["new", "old"])
+@pytest.mark.parametrize("spec", ["new", "old", "torch 2.14"])
 def test_reads_vendor_layout(tmp_path, spec):
     obj = _vendor_state()
     write_legacy(tmp_path / "v.mdl", obj, spec=spec)

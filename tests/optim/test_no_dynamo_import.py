@@ -2,7 +2,7 @@
 
 torch wraps those Optimizer methods in ``torch._disable_dynamo``, whose first call imports dynamo (and
 inductor): 1.5 s or more at the start of every CPU or GPU run. cs_run calls the plain methods while
-dynamo is not loaded (optim/optimizer.py ``_undecorated``) and torch's wrapped ones once it is.
+dynamo is not loaded (``cs_run._torch_compat.without_dynamo_wrapper``) and torch's wrapped ones once it is.
 """
 
 from __future__ import annotations
