@@ -10,9 +10,12 @@ and the extern kernels (matmuls, attention), compiled into one ``.so``. Two thin
   (``torch._inductor.compile_fx`` and its lowering: seconds of imports on a slow host), so a warm start
   costs the trace and a file read.
 
-The library is called through its C interface with ``ctypes``, which releases Python's GIL for the
-call (torch's pybind runner keeps it). A replica's step waits inside the library for its all-reduce,
-and gloo's threads may need the GIL to finish it: held, the replicas deadlock.
+A step with collectives (replicas) is called through the library's C interface with ``ctypes``, which
+releases Python's GIL for the call; torch's pybind runner keeps it. Such a step waits inside the library
+for its all-reduce, and gloo's worker thread takes the GIL when it destroys a finished collective's
+work (``~AsyncWork`` -> ``gil_scoped_acquire``, seen in gdb), so with the GIL held the replicas
+deadlock. Other steps keep torch's runner: the ``ctypes`` call costs a few microseconds more per input
+tensor.
 
 The library mutates the state tensors it is given in place, like the graph does. It was built for the
 strides the first batch had; a batch with other strides is copied into those strides first.
@@ -167,9 +170,11 @@ def find_artifact(final_dir: Path, key: str) -> Path | None:
     return None
 
 
-def load(path: Path, num_state: int, batch: list[torch.Tensor]) -> AOTStep:
-    """Loads a saved step library (a ``dlopen``; no inductor import)."""
-    return AOTStep(Library(path), num_state, batch, path)
+def load(path: Path, num_state: int, batch: list[torch.Tensor], release_gil: bool = False) -> AOTStep:
+    """Loads a saved step library (a ``dlopen``; no inductor import); ``release_gil`` for a step with
+    collectives (see the module's docstring)."""
+    runner = Library(path) if release_gil else torch._C._aoti.AOTIModelContainerRunnerCpu(str(path), 1)
+    return AOTStep(runner, num_state, batch, path)
 
 
 def _digest(path: Path) -> str:
