@@ -53,6 +53,7 @@ _SIGNATURES = {  # AOTInductor's C interface (torch/csrc/inductor/aoti_runtime/i
     "AOTInductorModelContainerCreateWithDevice": [ctypes.POINTER(_HANDLE), ctypes.c_size_t, ctypes.c_char_p,
                                                   ctypes.c_char_p],
     "AOTInductorModelContainerDelete": [_HANDLE],
+    "AOTInductorModelContainerGetNumInputs": [_HANDLE, ctypes.POINTER(ctypes.c_size_t)],
     "AOTInductorModelContainerGetNumOutputs": [_HANDLE, ctypes.POINTER(ctypes.c_size_t)],
     "AOTInductorModelContainerRun": [_HANDLE, _HANDLES, ctypes.c_size_t, _HANDLES, ctypes.c_size_t, ctypes.c_void_p,
                                      ctypes.c_void_p],
@@ -78,12 +79,18 @@ class Library:
         self._container = _HANDLE()
         self._check("create", self._lib.AOTInductorModelContainerCreateWithDevice(
             ctypes.byref(self._container), 1, b"cpu", None))
+        self._num_inputs = self._count("Inputs")
+        self._num_outputs = self._count("Outputs")
+
+    def _count(self, what: str) -> int:
         count = ctypes.c_size_t()
-        self._check("count outputs", self._lib.AOTInductorModelContainerGetNumOutputs(self._container,
-                                                                                      ctypes.byref(count)))
-        self._num_outputs = count.value
+        self._check(f"count of {what.lower()}", getattr(self._lib, f"AOTInductorModelContainerGetNum{what}")(
+            self._container, ctypes.byref(count)))
+        return count.value
 
     def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        if len(inputs) != self._num_inputs:  # the library checks this outside its error handling: it would abort
+            raise LibraryError(f"the step library takes {self._num_inputs} tensors, not {len(inputs)}")
         capsules = torch._C._aoti.unsafe_alloc_void_ptrs_from_tensors(inputs)
         handles = (ctypes.c_void_p * len(capsules))(*[_capsule_pointer(c, None) for c in capsules])
         outputs = (ctypes.c_void_p * self._num_outputs)()
