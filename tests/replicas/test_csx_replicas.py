@@ -20,6 +20,7 @@ The inductor library is built once per module (the compile dir is shared); its C
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -165,8 +166,14 @@ def _wait_for_end(proc: subprocess.Popen, replica_pids: list[int]) -> tuple[floa
     return ended, err
 
 
+# torch's own print when a call into a step library fails (AOTInductor's interface.cpp writes the caught
+# exception to std::cerr): a surviving replica whose all-reduce lost its peer inside the library shows it
+# before it reports to the launcher. Known noise; the launcher's line is the job's one line and comes last.
+_TORCH_LIBRARY_LINE = re.compile(r"Error: aoti_torch_cpu__c10d_functional_\w+\(.*\) API call failed at ")
+
+
 def _errors(err: str) -> list[str]:
-    return [line for line in err.splitlines() if line.startswith("Error:")]
+    return [line for line in err.splitlines() if line.startswith("Error:") and not _TORCH_LIBRARY_LINE.match(line)]
 
 
 def _whole_checkpoints(md: Path) -> None:
