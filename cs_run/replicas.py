@@ -40,8 +40,8 @@ from cs_run.errors import ParamsError
 
 __all__ = ["DEFAULT_COLLECTIVE_TIMEOUT", "JOIN_ENV", "ReplicatedModule", "all_reduce_sum", "broadcast_object",
            "cuda_index", "in_replica_env", "is_master", "joined", "launch", "lost_peer", "max_values", "mean_value",
-           "ordinal", "record_failure", "replicate", "reports_to_launcher", "split_batch", "start", "sum_values",
-           "teardown", "world_size"]
+           "ordinal", "record_failure", "replicate", "report_end", "reports_to_launcher", "split_batch", "start",
+           "stop_grace", "sum_values", "teardown", "world_size"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,9 +51,12 @@ DEFAULT_COLLECTIVE_TIMEOUT = 600
 _LAUNCHER_ENV = "CS_RUN_REPLICA_LAUNCHER"  # set by launch() for its replicas: errors go to the launcher
 _MONITOR_INTERVAL = 0.1  # seconds between the elastic agent's checks of its replicas
 _HOST_GROUP: Any = None  # host numbers travel on gloo (CPU tensors) even when the gradients use nccl
+_TIMEOUT_S: Optional[int] = None  # the collective timeout of the group this process joined
 _INTERRUPT_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
-# What gloo / nccl / the c10d store raise when a peer is gone or silent (not always a DistError subclass).
-_PEER_LOST = re.compile(r"Connection (closed|reset) by peer|gloo/transport|NCCL|ProcessGroup|[Tt]imed? ?out|Broken pipe")
+# What gloo / nccl / the c10d store raise when a peer is gone or silent (not always a DistError subclass), and
+# what a compiled step library says when its traced collective failed (the cause is logged above it).
+_PEER_LOST = re.compile(r"Connection (closed|reset) by peer|gloo/transport|NCCL|ProcessGroup|[Tt]imed? ?out|Broken pipe"
+                        r"|_c10d_functional")
 
 
 # --------------------------------------------------------------------------------------- topology
@@ -146,7 +149,8 @@ def _join(device_type: str, timeout_s: int) -> None:
     if "OMP_NUM_THREADS" not in os.environ:  # share the machine's cores between its replicas
         local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
-    global _HOST_GROUP
+    global _HOST_GROUP, _TIMEOUT_S
+    _TIMEOUT_S = timeout_s
     timeout = datetime.timedelta(seconds=timeout_s)
     dist.init_process_group("nccl" if cuda else "gloo", init_method="env://", timeout=timeout)
     _HOST_GROUP = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
@@ -245,6 +249,21 @@ def _stopped_by_interrupt(exitcode: int) -> bool:
     """True for a process that SIGINT / SIGTERM ended: killed by it (-N) or exiting with the shell's 128+N
     after stopping itself (cs_run.interrupts)."""
     return exitcode in _INTERRUPT_CODES or -exitcode in (signal.SIGINT, signal.SIGTERM)
+
+
+def stop_grace() -> Optional[int]:
+    """Seconds a replica may run on after its first SIGINT / SIGTERM before it ends itself
+    (``interrupts.stop_on_signal``): the collective timeout, as long as its peers wait; None for one process."""
+    return _TIMEOUT_S if joined() and dist.get_world_size() > 1 else None
+
+
+def report_end(line: str, exit_code: int) -> None:
+    """How a process that ends itself (``interrupts``' watchdog) says why: recorded for the launcher, which
+    prints the job's one line, else an ``Error:`` line on stderr."""
+    if in_replica_env():
+        record_failure(line, exit_code)
+    if not reports_to_launcher():
+        print(f"Error: {line}", file=sys.stderr, flush=True)
 
 
 def lost_peer(exc: BaseException) -> bool:

@@ -401,7 +401,8 @@ class PyTorchBaseRunner(RunnerHooks):
         self._compile_reported = False
         self._rate.start()
         self.on_train_start()
-        with stop_on_signal() as self._stop, self._progress("Train", budget.steps) as bar:
+        with stop_on_signal(replicas.stop_grace(), replicas.report_end) as self._stop, \
+                self._progress("Train", budget.steps) as bar:
             while self.global_step < end_step and not self.should_stop:
                 self.on_train_epoch_start()
                 start = self.global_step

@@ -166,7 +166,7 @@ def _inductor(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache
     """Loads the saved artifact for ``key`` or compiles (and saves) one; returns it and what happened.
 
     On CPU the step is compiled ahead of time into one library (``aot.py``; replicas' all-reduce runs
-    inside it too); CUDA steps take inductor's Python-wrapper artifact (``standalone_compile``, whose
+    inside it too, called with the GIL released); CUDA steps take inductor's Python-wrapper artifact (``standalone_compile``, whose
     kernels the CUDA-graph wrapper captures), as does a CPU step whose AOT build fails (logged).
     """
     device = traced.state.tensors[0].device if traced.state.tensors else torch.device("cpu")
@@ -181,12 +181,12 @@ def _inductor(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache
 
 def _inductor_aot(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache | None, key: str,
                   label: str) -> tuple[Callable[..., Any], str]:
-    num_state = len(traced.state.tensors)
+    num_state, collectives_inside = len(traced.state.tensors), traced.replicas is not None
     if cache is not None:
         found = aot.find_artifact(cache.artifacts_dir, key)
         if found is not None:
             try:
-                loaded = aot.load(found, num_state, batch)
+                loaded = aot.load(found, num_state, batch, release_gil=collectives_inside)
                 COUNTS["inductor_load"] += 1
                 return loaded, "loaded"
             except Exception as exc:  # noqa: BLE001  (a foreign or stale library: compile afresh)
@@ -196,7 +196,7 @@ def _inductor_aot(traced: TracedStep, batch: list[torch.Tensor], cache: CompileC
         with compiling(f"{label} (tier inductor, ahead of time)"), torch.no_grad(), _inductor_scope(cache):
             path = aot.build(_rewritten(traced, label), [*traced.state.tensors, *batch], where, key)
         COUNTS["inductor_compile"] += 1
-        return aot.load(path, num_state, batch), "compiled"
+        return aot.load(path, num_state, batch, release_gil=collectives_inside), "compiled"
     finally:
         if cache is None:  # the loaded library stays mapped; the file is not needed any more
             shutil.rmtree(where, ignore_errors=True)

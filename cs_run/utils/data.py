@@ -256,7 +256,7 @@ class DataExecutor:
         :class:`~cs_run.interrupts.Interrupted`."""
         source = cycle(self.dataloader.loader if isinstance(self.dataloader, DataLoader) else self.dataloader)
         device = _backend_device()
-        with closures.running(self), stop_on_signal() as self._stop:
+        with closures.running(self), stop_on_signal(replicas.stop_grace(), replicas.report_end) as self._stop:
             last = False
             for i, batch in enumerate(itertools.islice(source, self.num_steps)):
                 self._iteration = i

@@ -143,6 +143,26 @@ def test_cpu_inductor_step_is_one_library_that_matches_eager_and_survives_damage
             damaged.replace(libraries[0])
     assert any("damaged" in r.getMessage() for r in caplog.records)
 
+    # The same library through its C interface with ctypes (how a step with collectives is called, the GIL
+    # released): the same kernels, so the same bits as torch's runner, outputs and in-place state updates.
+    traced = next(iter(compiled._executables.values()))[0]
+    library = next((tmp_path / "artifacts").glob("*.aoti.so"))
+    x = next(batches())
+    results = []
+    for release_gil in (False, True):
+        state = [t.detach().clone() for t in traced.state.tensors]
+        loaded = aot.load(library, len(state), [x], release_gil=release_gil)
+        assert isinstance(loaded._runner, aot.Library) == release_gil
+        results.append((loaded(*state, x), state))
+    (out_a, state_a), (out_b, state_b) = results
+    assert all(torch.equal(a, b) for a, b in zip([*out_a, *state_a], [*out_b, *state_b], strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(state_a, traced.state.tensors))  # the step updated them
+    direct = aot.Library(library)
+    with pytest.raises(aot.LibraryError, match=f"takes {len(state_a) + 1} tensors, not 1"):  # not an abort
+        direct.run([x])
+    with pytest.raises(aot.LibraryError, match="the step library's run failed"):  # any failed call: one error
+        direct._check("run", 1)
+
 
 def test_a_failed_ahead_of_time_build_falls_back_to_the_wrapper_form(monkeypatch, caplog):
     traced, x = _traced_linear_step()
