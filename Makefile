@@ -68,7 +68,7 @@ bench: setup
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 lint: setup
-	$(VENV)/bin/ruff check cs_run runners optim checkpoint examples tests bench
+	$(VENV)/bin/ruff check cs_run runners optim checkpoint models examples tests bench tools
 
 clean:
 	rm -rf $(VENV) $(VENV_2_14) model_dir build *.egg-info

@@ -31,8 +31,8 @@ from gpt2_helpers import random_samples, tiny_params, write_vendor_shards
 from cs_run.cli import cli
 from cs_run.errors import DataError
 from cs_run.examples.gpt2 import preprocess
-from cs_run.models.gpt2 import hf
 from cs_run.examples.gpt2.data import GptHDF5Dataset
+from cs_run.models.gpt2 import hf
 
 WORDS = "the quick brown fox jumps over the lazy dog while the cat sleeps".split()
 PREP_ARGS = ["--max_seq_length", "16", "--vocab_size", "300"]
