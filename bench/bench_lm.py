@@ -4,8 +4,10 @@ Run: ``python bench/bench_lm.py`` on a CUDA machine (GPT-2 small, 124M parameter
 autocast; ``make bench-gpu``), or ``python bench/bench_lm.py --quick`` anywhere (the same rows at tiny
 sizes, float32 on a CPU, a few minutes).
 
-The model is the registry's ``gpt2`` built from its Model Zoo ``model:`` keys (the params file the bench
-names, sizes overridden as printed), trained on a fixed batch of random tokens. Every row runs the same
+The model is the registry's ``gpt2`` built from its Model Zoo ``model:`` keys (the bundled params file,
+sizes overridden as printed), or with ``--model llama`` the ``llama`` family with the keys of the Model
+Zoo's Llama-3.2-1B file (GQA, rotary, RMSNorm, SwiGLU) at sequence 2048, trained on a fixed batch of
+random tokens. Every row runs the same
 step as cs-run's runners: forward under autocast (bf16 on CUDA), backward, gradient clipping at 1.0
 (``cstorch.amp.optimizer_step``), the optimizer step, zero_grad. Rows:
 
@@ -46,12 +48,29 @@ from cs_run.registry import get_model_spec, resolve_object
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS = ROOT / "examples" / "gpt2" / "params.yaml"
 
-# GPT-2 small (Radford et al. 2019; the Model Zoo's params_gpt2_small.yaml) and a tiny twin for --quick.
+# gpt2: GPT-2 small (Radford et al. 2019; the Model Zoo's params_gpt2_small.yaml) over the bundled params file's
+# keys. llama: the model keys of the Model Zoo's Release_2.10.0 llama/configs/params_llama3p2_1b_msl_8k.yaml
+# (GQA, rotary with llama3 scaling, RMSNorm, SwiGLU, tied embeddings) at sequence 2048. Each has a tiny
+# twin for --quick.
+LLAMA_3P2_1B = dict(
+    attention_dropout_rate=0.0, attention_module="multiquery_attention", attention_type="scaled_dot_product",
+    dropout_rate=0.0, embedding_dropout_rate=0.0, embedding_layer_norm=False,
+    extra_attention_params={"num_kv_groups": 8}, initializer_range=0.02, layer_norm_epsilon=1.0e-05,
+    loss_scaling="num_tokens", nonlinearity="swiglu", norm_type="rmsnorm",
+    pos_scaling_extra_args={"high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 8192},
+    pos_scaling_factor=32.0, pos_scaling_type="llama3", position_embedding_type="rotary", rope_theta=500000.0,
+    share_embedding_weights=True, use_bias_in_output=False, use_ffn_bias=False, use_ffn_bias_in_attention=False,
+    use_projection_bias_in_attention=False)
 SIZES = {
-    "full": dict(vocab_size=50257, hidden_size=768, num_hidden_layers=12, num_heads=12, filter_size=3072,
-                 max_position_embeddings=1024, batch=16),
-    "quick": dict(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_heads=4, filter_size=256,
-                  max_position_embeddings=64, batch=4),
+    ("gpt2", "full"): dict(vocab_size=50257, hidden_size=768, num_hidden_layers=12, num_heads=12, filter_size=3072,
+                           max_position_embeddings=1024, batch=16),
+    ("gpt2", "quick"): dict(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_heads=4, filter_size=256,
+                            max_position_embeddings=64, batch=4),
+    ("llama", "full"): dict(vocab_size=128256, hidden_size=2048, num_hidden_layers=16, num_heads=32, filter_size=8192,
+                            max_position_embeddings=2048, rotary_dim=64, batch=4),
+    ("llama", "quick"): dict(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_heads=4, filter_size=128,
+                             max_position_embeddings=64, rotary_dim=16, batch=4,
+                             extra_attention_params={"num_kv_groups": 2}),
 }
 # Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's datasheets, FLOP/s.
 DATASHEET_BF16_PEAK = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12, "L4": 121e12, "A10": 125e12}
@@ -68,12 +87,15 @@ class Row:
     mem_before: int
 
 
-def model_keys(size: str) -> tuple[dict, int, int]:
-    """The params file's model keys with the bench's sizes, the batch size and the sequence length."""
-    keys = dict(yaml.safe_load(PARAMS.read_text())["model"])
-    keys.pop("name")
-    keys.pop("mixed_precision", None)  # the bench sets the precision itself
-    sizes = dict(SIZES[size])
+def model_keys(model: str, size: str) -> tuple[dict, int, int]:
+    """The model's keys with the bench's sizes, the batch size and the sequence length."""
+    if model == "gpt2":
+        keys = dict(yaml.safe_load(PARAMS.read_text())["model"])
+        keys.pop("name")
+        keys.pop("mixed_precision", None)  # the bench sets the precision itself
+    else:
+        keys = dict(LLAMA_3P2_1B)
+    sizes = dict(SIZES[model, size])
     batch = sizes.pop("batch")
     keys.update(sizes, dropout_rate=0.0, attention_dropout_rate=0.0, compute_eval_metrics=False)
     return keys, batch, sizes["max_position_embeddings"]
@@ -82,12 +104,14 @@ def model_keys(size: str) -> tuple[dict, int, int]:
 def build_lm(keys: dict, device: torch.device) -> torch.nn.Module:
     torch.manual_seed(0)
     with torch.device(device):  # built in place: no host copy of a large model first
-        return resolve_object(get_model_spec("gpt2").model_fn, key="model.name")(**keys)
+        return resolve_object(get_model_spec(keys.get("name", "gpt2")).model_fn, key="model.name")(
+            **{k: v for k, v in keys.items() if k != "name"})
 
 
 def flops_per_token(model: torch.nn.Module, keys: dict, seq: int) -> float:
     """6 N + 12 L d T, N without the position table (it is a lookup, not a matmul)."""
     n = sum(p.numel() for name, p in model.named_parameters() if "position_embeddings" not in name)
+    # (a tied output layer is one parameter here and counts once: its matmul is the lm head's)
     return 6 * n + 12 * keys["num_hidden_layers"] * keys["hidden_size"] * seq
 
 
@@ -170,6 +194,8 @@ def make_row(name: str, keys: dict, data: dict, device: torch.device, dtype: tor
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes (any machine, a few minutes)")
+    parser.add_argument("--model", choices=("gpt2", "llama"), default="gpt2",
+                        help="gpt2 (GPT-2 small) or llama (Llama-3.2-1B's Model Zoo keys at sequence 2048)")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of {', '.join(ROWS)}")
     parser.add_argument("--steps", type=int, default=None, help="steps per timed repeat (default 10; quick 5)")
@@ -184,7 +210,8 @@ def main() -> None:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype_name = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
     dtype = getattr(torch, dtype_name)
-    keys, batch, seq = model_keys("quick" if args.quick else "full")
+    keys, batch, seq = model_keys(args.model, "quick" if args.quick else "full")
+    keys["name"] = args.model
     batch = args.batch or batch
     steps = args.steps or (5 if args.quick else 10)
     names = [r for r in args.rows.split(",") if r and (device.type == "cuda" or not r.endswith("-cg"))]
@@ -198,7 +225,7 @@ def main() -> None:
     n_params = sum(p.numel() for p in probe.parameters())
     del probe
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} thread(s)"
-    print(f"bench_lm: gpt2 {n_params / 1e6:.1f}M params (L{keys['num_hidden_layers']} d{keys['hidden_size']} "
+    print(f"bench_lm: {args.model} {n_params / 1e6:.1f}M params (L{keys['num_hidden_layers']} d{keys['hidden_size']} "
           f"h{keys['num_heads']} T{seq} V{keys['vocab_size']}), batch {batch}, "
           f"{'float32, no autocast' if dtype == torch.float32 else dtype_name + ' autocast'}; torch "
           f"{torch.__version__}, {where}")

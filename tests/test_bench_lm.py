@@ -9,12 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench_lm.py"
 
 
-def test_quick_bench_prints_tokens_per_second_and_mfu_per_row():
+@pytest.mark.parametrize("model", ["gpt2", "llama"])
+def test_quick_bench_prints_tokens_per_second_and_mfu_per_row(model):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, str(BENCH), "--quick", "--device", "cpu", "--rows", "eager,csx-fx",
+    out = subprocess.run([sys.executable, str(BENCH), "--quick", "--model", model, "--device", "cpu",
+                          "--rows", "eager,csx-fx",
                           "--steps", "1", "--repeats", "1"], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr
     header = next(line for line in out.stdout.splitlines() if "ms/step" in line)
