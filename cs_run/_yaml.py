@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Any, Optional
 
 import yaml
@@ -48,6 +49,15 @@ class _Loader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+
+# YAML 1.2's floats: PyYAML (YAML 1.1) reads an exponent without a dot, ``1e-05``, as a string, which
+# the Model Zoo's configs (pydantic) then coerce to the float their fields declare; params files carry it
+# (Release 2.10's gptj TRC2 file: ``layer_norm_epsilon: 1e-05``). It is a number here too.
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
 
 
 def read_text(path: str | os.PathLike) -> str:

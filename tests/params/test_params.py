@@ -185,3 +185,15 @@ def test_params_with_names_reword_a_message_as_the_user_wrote_it():
     assert isinstance(err, ParamsError) and str(err) == params.named(message)
     unnamed = Params(model=ModelParams(name="m"), optimizer=None, runconfig=RunConfig())
     assert unnamed.named(message) == message and str(unnamed.locate_error(ParamsError(message))) == message
+
+
+@pytest.mark.parametrize("text, value", [("1e-05", 1e-05), ("1E-5", 1e-05), ("-2e3", -2000.0), ("+1e+2", 100.0),
+                                         ("1.5e-3", 1.5e-3), ("'1e-05'", "1e-05"), ("1e", "1e"), ("e5", "e5")])
+def test_an_exponent_without_a_dot_is_a_float_as_in_yaml_1_2(text, value):
+    # PyYAML (YAML 1.1) reads 1e-05 as a string; the Model Zoo's pydantic configs coerce it to their float
+    # fields, and its files carry it (Release 2.10 gptj TRC2: layer_norm_epsilon: 1e-05). Quoted stays text.
+    from cs_run import _yaml
+
+    data, _ = _yaml.parse(f"model:\n  layer_norm_epsilon: {text}\n", "params.yaml")
+    assert data["model"]["layer_norm_epsilon"] == value
+    assert type(data["model"]["layer_norm_epsilon"]) is type(value)
