@@ -86,19 +86,22 @@ def _end_process(signum: int, why: str, report: Report) -> None:
     os._exit(128 + signum)
 
 
-def _watch(read_fd: int, grace: Optional[float], report: Report) -> None:
+def _watch(read_fd: int, grace: Optional[float], report: Report, done: threading.Event) -> None:
     """The watchdog: counts the signals the C-level handler reports on ``read_fd`` (one byte each) and ends
-    the process when a second one, or the first one's grace period, has not. Returns when the fd closes."""
+    the process when a second one, or the first one's grace period, has not. Returns when the fd closes
+    or the block has ended (``done``)."""
     with open(read_fd, "rb", buffering=0, closefd=True) as pipe:
-        _count(pipe.fileno(), grace, report)
+        _count(pipe.fileno(), grace, report, done)
 
 
-def _count(read_fd: int, grace: Optional[float], report: Report) -> None:
+def _count(read_fd: int, grace: Optional[float], report: Report, done: threading.Event) -> None:
     first: Optional[tuple[int, float]] = None
     while True:
         if first is not None and grace is not None:
             left = first[1] + grace - time.monotonic()
             if left <= 0:
+                if done.is_set():
+                    return
                 _end_process(first[0], f"still running {grace:g} s after {_NAMES[first[0]]}", report)
             ready, _, _ = select.select([read_fd], [], [], left)
             if not ready:
@@ -113,7 +116,10 @@ def _count(read_fd: int, grace: Optional[float], report: Report) -> None:
             if first is None:
                 first = (signum, time.monotonic())
                 continue
-            time.sleep(ABORT_WAIT)  # the process normally ends itself (Aborted) well within this
+            # The process normally ends itself (Aborted) well within this. A program that catches Aborted
+            # and goes on (a notebook, a test, a Trainer in a larger program) has left the block: it lives.
+            if done.wait(ABORT_WAIT):
+                return
             _end_process(signum, f"still running {ABORT_WAIT:g} s after a second {_NAMES[signum]}", report)
 
 
@@ -134,13 +140,16 @@ def _watchdog(grace: Optional[float], report: Report) -> Iterator[None]:
         os.close(write_fd)
         yield
         return
-    watcher = threading.Thread(target=_watch, args=(read_fd, grace, report), name="cs_run-signal-watchdog", daemon=True)
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(read_fd, grace, report, done), name="cs_run-signal-watchdog",
+                               daemon=True)
     watcher.start()
     try:
         yield
     finally:
+        done.set()
         signal.set_wakeup_fd(-1)
-        os.close(write_fd)  # the watchdog reads EOF and returns, unless a second signal already committed it
+        os.close(write_fd)  # the watchdog reads EOF (or sees done) and returns
 
 
 @contextlib.contextmanager

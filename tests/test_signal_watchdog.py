@@ -122,3 +122,32 @@ def test_a_wakeup_fd_in_use_is_left_alone():
         assert signal.set_wakeup_fd(-1) == a.fileno()
         a.close()
         b.close()
+
+
+# A program that catches Aborted and goes on (a notebook, a test session, a Trainer inside a larger
+# program) has left the block: the watchdog must not end it ABORT_WAIT seconds later.
+SURVIVOR = """
+import os, signal, threading
+from cs_run import interrupts
+
+interrupts.ABORT_WAIT = 0.5
+for s in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(s, signal.default_int_handler)
+try:
+    with interrupts.stop_on_signal() as flag:
+        os.kill(os.getpid(), signal.SIGINT)
+        while not flag.requested:
+            pass
+        os.kill(os.getpid(), signal.SIGINT)
+        while True:
+            pass
+except interrupts.Aborted:
+    pass
+threading.Event().wait(3 * interrupts.ABORT_WAIT)  # the watchdog's wait, three times over
+print("alive", flush=True)
+"""
+
+
+def test_a_program_that_catches_aborted_is_not_ended_later():
+    done = subprocess.run([sys.executable, "-c", SURVIVOR], capture_output=True, text=True, timeout=LIMIT)
+    assert (done.returncode, done.stdout) == (0, "alive\n"), done.stderr

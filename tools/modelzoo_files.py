@@ -30,6 +30,8 @@ from pathlib import Path
 
 import yaml
 
+from cs_run._yaml import parse as parse_yaml
+
 MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
 FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
             "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt")
@@ -186,9 +188,12 @@ def run_one(name: str, tag: str, args) -> dict:
     folder = Path(args.out) / tag / slug
     folder.mkdir(parents=True, exist_ok=True)
     params = folder / "params.yaml"
-    params.write_text(yaml.safe_dump(shrink(yaml.safe_load(text), Path(args.shards), folder / "model_dir",
-                                            args.stub_model), sort_keys=False))
+    raw, _ = parse_yaml(text, name)  # as cs-run reads params (YAML 1.2 floats such as 1e-05)
+    params.write_text(yaml.safe_dump(shrink(raw, Path(args.shards), folder / "model_dir", args.stub_model),
+                                     sort_keys=False))
     command = [args.command, "--params", str(params), "--device", args.device]
+    if args.compile_tier:
+        command += ["--compile_tier", args.compile_tier]
     if args.command != "validate-only":
         command += ["--resume", "none"]
     if args.in_process:
@@ -240,6 +245,7 @@ def main() -> int:
     parser.add_argument("--out", default="/tmp/modelzoo_files")
     parser.add_argument("--command", default="validate-only", choices=("validate-only", "train"))
     parser.add_argument("--device", default="CPU")
+    parser.add_argument("--compile_tier", default=None, help="passed to cs-run (CSX: fx, inductor, auto)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=int, default=600)
     parser.add_argument("--match", default="", help="only files whose path contains this")
