@@ -86,7 +86,8 @@ def hf_converter(name: Optional[str], where: str) -> Any:
     if spec is None or not spec.hf_converter:  # an HF model_type another model reads (gpt_neox -> gpt-neox)
         spec = next((s for s in _MODELS.values() if s.hf_converter and name in s.hf_model_types), spec)
     if spec is None or not spec.hf_converter:
-        have = ", ".join(n for n, s in sorted(_MODELS.items()) if s.hf_converter) or "none"
+        have = ", ".join(n + (f" (model_type {', '.join(s.hf_model_types)})" if s.hf_model_types else "")
+                         for n, s in sorted(_MODELS.items()) if s.hf_converter) or "none"
         raise ParamsError(f"{where}: {name!r} has no Hugging Face converter (models with one: {have})")
     return importlib.import_module(spec.hf_converter)
 

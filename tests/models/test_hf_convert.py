@@ -127,3 +127,70 @@ def test_convert_from_hf_evals_to_transformers_loss_and_back_is_exact(tmp_path, 
     again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "back")).eval()
     with torch.no_grad():
         torch.testing.assert_close(again(input_ids=tokens).logits, hf(input_ids=tokens).logits, **TOL)
+
+
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("llama_hf")
+    hf = tiny_hf("LlamaConfig", "LlamaForCausalLM", vocab_size=V, **FAMILIES[0].values[3])
+    hf.save_pretrained(str(root / "hf"), safe_serialization=True)
+    _convert("--from", "hf", root / "hf", root / "model.mdl")
+    return root
+
+
+
+def _drop(name):
+    return lambda cfg, tensors: tensors.pop(name)
+
+
+def _add(name, value):
+    return lambda cfg, tensors: tensors.update({name: value})
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda c, t: c.update(num_hidden_layers=3), "config.json says 3 layer(s) but the weights hold 2 layer(s) (0 .. 1)"),
+    (lambda c, t: c.update(num_hidden_layers=10 ** 9), "missing: model.layers.2.input_layernorm.weight"),
+    (lambda c, t: c.update(intermediate_size=128), "misshaped: model.layers.0.mlp.up_proj.weight is [96, 64], the "
+                                                   "config says [128, 64]"),
+    (_drop("model.norm.weight"), "missing: model.norm.weight"),
+    (_add("model.extra.weight", torch.zeros(2)), "not used by the config: model.extra.weight"),
+    (_add("model.layers.2.mlp.up_proj.weight", torch.zeros(96, 64)), "the weights hold 3 layer(s) (0 .. 2)"),
+    (_add("model.step", torch.zeros(2, dtype=torch.int64)), "model.step (I64): not floating-point weights"),
+    (lambda c, t: c.pop("hidden_size"), "missing or unusable key 'hidden_size'"),
+    (lambda c, t: c.update(rope_parameters={"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}),
+     "rope_scaling type 'yarn' has no"),
+], ids=["more-layers", "absurd-layers", "misshaped", "missing", "unused", "extra-layer", "int-tensor",
+        "no-hidden-size", "rope-yarn"])
+def test_bad_hf_folders_are_one_error_line_and_write_nothing(tmp_path, llama_folder, damage, message):
+    """Each mismatch is found from config.json and the safetensors header (a 10**9-layer config allocates
+    nothing: the expected tensors come from a meta-device model no larger than the file)."""
+    cfg = json.loads((llama_folder / "hf" / "config.json").read_text())
+    tensors = st.load_file(str(llama_folder / "hf" / "model.safetensors"))
+    damage(cfg, tensors)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
+    st.save_file(tensors, str(tmp_path / "hf" / "model.safetensors"))
+    result = CliRunner().invoke(checkpoint_cli, ["convert", "--from", "hf", str(tmp_path / "hf"),
+                                                 str(tmp_path / "x.mdl")])
+    assert result.exit_code != 0 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith("Error: ") and message in result.output, result.output
+    assert not (tmp_path / "x.mdl").exists() and not (tmp_path / "x.yaml").exists()
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"embeddings_scale": 2.0}, "embeddings_scale"),
+    ({"scale_qk_dot_by_d": True}, "scale_qk_dot_by_d"),
+    ({"attention_logit_softcapping": 30.0}, "attention_logit_softcapping"),
+    ({"final_logit_softcapping": 30.0}, "final_logit_softcapping"),
+])
+def test_to_hf_refuses_a_model_the_hf_family_cannot_express(tmp_path, llama_folder, change, key):
+    """A model key the HF config cannot carry is one params error naming it, never a silently different model."""
+    written = yaml.safe_load((llama_folder / "model.yaml").read_text())
+    written["model"].update(change)
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(written))
+    result = CliRunner().invoke(checkpoint_cli, ["convert", "--to", "hf", str(llama_folder / "model.mdl"),
+                                                 str(tmp_path / "back"), "--params", str(tmp_path / "p.yaml")])
+    assert result.exit_code != 0 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"Error: params: model.{key}: "), result.output
+    assert "has no Hugging Face llama equivalent" in result.output
+    assert not (tmp_path / "back").exists()
