@@ -23,7 +23,8 @@ from cs_run.errors import CheckpointError, ParamsError
 from cs_run.registry import check_function_keys, get_model_spec, resolve_object
 
 __all__ = ["interleave_rotary", "deinterleave_rotary", "split_qkv_per_head", "fuse_qkv_per_head", "assign", "Taker",
-           "build", "from_hf", "to_hf", "WEIGHTS", "HF_BUFFERS"]
+           "build", "from_hf", "to_hf", "WEIGHTS", "HF_BUFFERS",
+           "safetensors_module"]
 
 
 def interleave_rotary(w: torch.Tensor, heads: int, rotary_dim: int) -> torch.Tensor:
@@ -113,7 +114,8 @@ _NOT_COMPUTED = ("dropout", "initializer", "lr_adjustment_groups", "loss_scaling
                  "dtype", "boundary_casting", "attention_softmax_fp32", "attention_kernel", "fold_rope_consts")
 
 
-def _safetensors():
+def safetensors_module():
+    """``safetensors.torch``, or the error that says how to install it (an optional package)."""
     try:
         import safetensors.torch  # noqa: PLC0415 - optional package
     except ImportError:
@@ -191,10 +193,10 @@ def from_hf(hf_dir: str | Path, dst: str | Path, keys_of, load_state_dict, to_st
         raise CheckpointError(f"{cfg_path}: expected a JSON object of model settings, got {type(cfg).__name__}")
     try:
         keys = keys_of(cfg)
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:  # a key absent, or not a usable number
         raise CheckpointError(f"{cfg_path}: missing or unusable key {e}; give the config.json written with "
                               "these weights") from None
-    st = _safetensors()
+    st = safetensors_module()
     try:  # the header alone: shapes are compared before anything is allocated
         with st.safe_open(str(weights_path), "pt") as f:
             header = {k: f.get_slice(k) for k in f.keys() if not k.endswith(HF_BUFFERS)}
@@ -206,7 +208,10 @@ def from_hf(hf_dir: str | Path, dst: str | Path, keys_of, load_state_dict, to_st
     if not_float:
         raise CheckpointError(f"{weights_path}: {', '.join(not_float[:3])}: not floating-point weights; give "
                               "the weights this config.json goes with")
-    _check_header(found, keys, to_state_dict, str(weights_path))
+    try:
+        _check_header(found, keys, to_state_dict, str(weights_path))
+    except ParamsError as e:  # keys no model can have: config.json's fault, say so
+        raise CheckpointError(f"{cfg_path}: {e} (the model keys this config.json gives)") from None
     model = build(keys)
     try:
         tensors = st.load_file(str(weights_path))
@@ -260,7 +265,7 @@ def to_hf(checkpoint: str | Path, out_dir: str | Path, model_keys: dict, hf_conf
     # the resolved keys, plus the raw ones a family keeps out of them (gptj's use_untied_layer_norm)
     config = hf_config({**model_keys, **model.config, "name": model_keys["name"]})
     _check_expressible(model, model_keys, config, keys_of)
-    st = _safetensors()
+    st = safetensors_module()
     out_dir.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().contiguous().clone() for k, v in to_state_dict(model).items()}
     st.save_file(tensors, str(out_dir / WEIGHTS), metadata={"format": "pt"})

@@ -157,10 +157,12 @@ def _add(name, value):
     (_add("model.layers.2.mlp.up_proj.weight", torch.zeros(96, 64)), "the weights hold 3 layer(s) (0 .. 2)"),
     (_add("model.step", torch.zeros(2, dtype=torch.int64)), "model.step (I64): not floating-point weights"),
     (lambda c, t: c.pop("hidden_size"), "missing or unusable key 'hidden_size'"),
+    (lambda c, t: c.update(num_attention_heads=0), "config.json: params: model: num_heads: must be >= 1, got 0"),
+    (lambda c, t: c.update(num_attention_heads=5), "hidden_size: 64 is not divisible by num_heads (5)"),
     (lambda c, t: c.update(rope_parameters={"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}),
      "rope_scaling type 'yarn' has no"),
 ], ids=["more-layers", "absurd-layers", "misshaped", "missing", "unused", "extra-layer", "int-tensor",
-        "no-hidden-size", "rope-yarn"])
+        "no-hidden-size", "zero-heads", "heads-not-dividing", "rope-yarn"])
 def test_bad_hf_folders_are_one_error_line_and_write_nothing(tmp_path, llama_folder, damage, message):
     """Each mismatch is found from config.json and the safetensors header (a 10**9-layer config allocates
     nothing: the expected tensors come from a meta-device model no larger than the file)."""
