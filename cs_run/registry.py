@@ -46,6 +46,8 @@ class ModelSpec:
     input_keys: tuple = ()
     """``model`` keys its ``data_fn`` also takes, copied into each input section that reads through it (as the
     Model Zoo's ``set_defaults`` passes model.vocab_size to the data loader): gpt2's data checks token ids."""
+    hf_model_types: tuple = ()
+    """Hugging Face ``config.json`` ``model_type`` values (beside ``name``) that ``hf_converter`` reads."""
 
 
 logger = logging.getLogger(__name__)
@@ -67,10 +69,10 @@ def _discover() -> None:
 
 def register_model(name: str, model_fn: str, data_fn: Optional[str] = None, data_processors: tuple = (),
                    defaults_fn: Optional[str] = None, hf_converter: Optional[str] = None,
-                   input_keys: tuple = ()) -> None:
+                   input_keys: tuple = (), hf_model_types: tuple = ()) -> None:
     """Make ``model.name: <name>`` resolve to ``model_fn`` (and ``data_fn`` for its inputs)."""
     _MODELS[name] = ModelSpec(name, model_fn, data_fn, tuple(data_processors), defaults_fn, hf_converter,
-                              tuple(input_keys))
+                              tuple(input_keys), tuple(hf_model_types))
 
 
 def hf_converter(name: Optional[str], where: str) -> Any:
@@ -81,8 +83,11 @@ def hf_converter(name: Optional[str], where: str) -> Any:
     """
     _discover()
     spec = _MODELS.get(name) if isinstance(name, str) else None
+    if spec is None or not spec.hf_converter:  # an HF model_type another model reads (gpt_neox -> gpt-neox)
+        spec = next((s for s in _MODELS.values() if s.hf_converter and name in s.hf_model_types), spec)
     if spec is None or not spec.hf_converter:
-        have = ", ".join(n for n, s in sorted(_MODELS.items()) if s.hf_converter) or "none"
+        have = ", ".join(n + (f" (model_type {', '.join(s.hf_model_types)})" if s.hf_model_types else "")
+                         for n, s in sorted(_MODELS.items()) if s.hf_converter) or "none"
         raise ParamsError(f"{where}: {name!r} has no Hugging Face converter (models with one: {have})")
     return importlib.import_module(spec.hf_converter)
 

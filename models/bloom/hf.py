@@ -15,9 +15,10 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
+from cs_run.models.common import hf as common_hf
 from cs_run.models.common.hf import Taker, assign, fuse_qkv_per_head, split_qkv_per_head
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
 
 _LAYER = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm3"),
           ("self_attention.dense", "self_attn.proj_output_dense_layer"),
@@ -77,4 +78,25 @@ def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
         for kind in ("weight", "bias"):
             out[f"{h}self_attention.query_key_value.{kind}"] = fuse_qkv_per_head(
                 *(sd[f"{c}self_attn.{n}.{kind}"] for n in _QKV), heads)
-    return {k: v.detach().cpu().contiguous().clone() for k, v in out.items()}
+    return {k: v.detach().contiguous().clone() for k, v in out.items()}
+
+
+def hf_config(config: dict) -> dict:
+    """The HF BLOOM ``config.json`` of a model's resolved keys (``seq_length`` carries the positions)."""
+    return {
+        "architectures": ["BloomForCausalLM"], "model_type": "bloom", "vocab_size": config["vocab_size"],
+        "hidden_size": config["hidden_size"], "n_layer": config["num_hidden_layers"], "n_head": config["num_heads"],
+        "layer_norm_epsilon": config["layer_norm_epsilon"], "seq_length": config["max_position_embeddings"],
+        "tie_word_embeddings": config["share_embedding_weights"], "hidden_dropout": 0.0, "attention_dropout": 0.0,
+        "apply_residual_connection_post_layernorm": False, "torch_dtype": "float32",
+    }
+
+
+def from_hf(hf_dir, dst, params_out=None):
+    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF BLOOM folder."""
+    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict, to_hf_state_dict, params_out)
+
+
+def to_hf(checkpoint, out_dir, model_keys: dict):
+    """``checkpoint convert --to hf``: an HF BLOOM folder of a checkpoint whose model ``model_keys`` describe."""
+    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)

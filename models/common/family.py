@@ -16,7 +16,9 @@ LM_DATA_PROCESSORS = ("GptHDF5DataProcessor", "GptHDF5MapDataProcessor")
 
 
 def register_decoder_family(name: str, hf_converter: Optional[str] = None,
-                            model_fn: str = "cs_run.models.common.lm:build_model") -> None:
+                            model_fn: str = "cs_run.models.common.lm:build_model", hf_model_types: tuple = ()) -> None:
+    """``hf_model_types``: the HF ``model_type`` values (other than ``name``) whose folders ``hf_converter``
+    reads with ``checkpoint convert --from hf``."""
     register_model(name, model_fn, LM_DATA_FN, data_processors=LM_DATA_PROCESSORS,
                    defaults_fn="cs_run.models.common.lm:model_defaults", hf_converter=hf_converter,
-                   input_keys=("vocab_size",))
+                   input_keys=("vocab_size",), hf_model_types=hf_model_types)

@@ -9,12 +9,22 @@ refusing a missing, unused or misshapen tensor, so a conversion is complete or f
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+from typing import Any, Optional
+
 import torch
+import yaml
 from torch import nn
 
-from cs_run.errors import CheckpointError
+from cs_run.checkpoint import load, save
+from cs_run.errors import CheckpointError, ParamsError
+from cs_run.registry import check_function_keys, get_model_spec, resolve_object
 
-__all__ = ["interleave_rotary", "deinterleave_rotary", "split_qkv_per_head", "fuse_qkv_per_head", "assign", "Taker"]
+__all__ = ["interleave_rotary", "deinterleave_rotary", "split_qkv_per_head", "fuse_qkv_per_head", "assign", "Taker",
+           "build", "from_hf", "to_hf", "WEIGHTS", "HF_BUFFERS",
+           "safetensors_module"]
 
 
 def interleave_rotary(w: torch.Tensor, heads: int, rotary_dim: int) -> torch.Tensor:
@@ -88,3 +98,176 @@ def assign(model: nn.Module, mapped: dict[str, torch.Tensor]) -> None:
     missing = [n for n, p in params.items() if p.requires_grad and id(p) not in given]
     if missing:
         raise CheckpointError(f"Hugging Face weights: nothing for {', '.join(missing[:3])}")
+
+
+# ------------------------------------------------------------------ the whole conversion, for every family
+
+WEIGHTS = "model.safetensors"
+# HF buffers some versions save beside the weights (causal masks, rotary tables): never parameters.
+HF_BUFFERS = (".attn.bias", ".attn.masked_bias", ".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq",
+              ".embed_positions")
+_FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # safetensors' names
+# Resolved keys that do not change what a converted model computes in eval (dropout, initializers, loss,
+# inference and precision knobs): the rest must survive a trip through the HF config unchanged.
+_NOT_COMPUTED = ("dropout", "initializer", "lr_adjustment_groups", "loss_scaling", "loss_weight", "compute_eval_metrics",
+                 "start_token", "loop_dim", "stop_sequences", "max_tokens", "temperature", "top_k", "top_p",
+                 "dtype", "boundary_casting", "attention_softmax_fp32", "attention_kernel", "fold_rope_consts")
+
+
+def safetensors_module():
+    """``safetensors.torch``, or the error that says how to install it (an optional package)."""
+    try:
+        import safetensors.torch  # noqa: PLC0415 - optional package
+    except ImportError:
+        raise CheckpointError("the Hugging Face layout needs the 'safetensors' package; "
+                              "pip install 'cs-run[safetensors]'") from None
+    return safetensors.torch
+
+
+def build(model_keys: dict, meta: bool = False):
+    """The registered model of a ``model:`` section (on the meta device: shapes only, nothing allocated)."""
+    fn = resolve_object(get_model_spec(model_keys["name"]).model_fn)
+    keys = {k: v for k, v in model_keys.items()
+            if k not in ("name", "mixed_precision", "use_bfloat16", "fp16_type", "compute_eval_metrics")}
+    check_function_keys(fn, keys, "model", set(), lambda key: "")
+    try:
+        if meta:
+            with torch.device("meta"):
+                return fn(**keys, compute_eval_metrics=False)
+        return fn(**keys, compute_eval_metrics=False)
+    except (TypeError, ValueError) as e:
+        raise ParamsError(f"params: model: {e}") from None
+
+
+def _check_header(found: dict[str, tuple], keys: dict, to_state_dict, where: str) -> None:
+    """``found`` (HF name -> shape, from the safetensors header) holds exactly the tensors of the model that
+    ``keys`` describe, with their shapes; the expected ones come from that model built on the meta device
+    (never more layers than the file has tensors, so an absurd config allocates nothing).
+
+    Raises:
+        CheckpointError: one line naming the missing, unused and misshaped tensors and what to fix.
+    """
+    layers = keys["num_hidden_layers"]
+    in_file = sorted({int(m.group(1)) for name in found if (m := re.search(r"\.(?:h|layers)\.(\d+)\.", name))})
+    problems = []
+    if len(in_file) != layers or in_file[-1:] != [layers - 1]:  # never range(layers): it may be absurd
+        span = f"{len(in_file)} layer(s) ({in_file[0]} .. {in_file[-1]})" if in_file else "no layer"
+        problems.append(f"config.json says {layers} layer(s) but the weights hold {span}")
+    meta = build({**keys, "num_hidden_layers": min(layers, len(found))}, meta=True)
+    expected = {k: tuple(v.shape) for k, v in to_state_dict(meta).items()}
+    optional = {}
+    if keys.get("share_embedding_weights") and "lm_head.weight" in expected:
+        optional["lm_head.weight"] = expected.pop("lm_head.weight")  # save_pretrained may drop the tied copy
+    elif keys.get("share_embedding_weights"):
+        optional["lm_head.weight"] = (keys["vocab_size"], keys["hidden_size"])
+    missing = [k for k in expected if k not in found]
+    unused = [k for k in found if k not in expected and k not in optional]
+    misshaped = [f"{k} is {list(found[k])}, the config says {list(shape)}"
+                 for k, shape in {**expected, **optional}.items() if k in found and tuple(found[k]) != tuple(shape)]
+    for label, names in (("missing", missing), ("not used by the config", unused), ("misshaped", misshaped)):
+        if names:
+            more = f", ... ({len(names)} in all)" if len(names) > 3 else ""
+            problems.append(f"{label}: {', '.join(names[:3])}{more}")
+    if problems:
+        raise CheckpointError(f"{where}: the weights do not match config.json: {'; '.join(problems)}; fix "
+                              "config.json (layer count, sizes, tie_word_embeddings) or give the weights written "
+                              "with it")
+
+
+def from_hf(hf_dir: str | Path, dst: str | Path, keys_of, load_state_dict, to_state_dict,
+            params_out: Optional[str | Path] = None) -> tuple[Path, Path]:
+    """A family's ``--from hf``: ``config.json`` -> model keys (``keys_of``), the safetensors header checked
+    against them both ways before anything is allocated, the model built and loaded (``load_state_dict``),
+    then the checkpoint ``dst`` and, beside it, its params (``model:`` section)."""
+    hf_dir, dst = Path(hf_dir), Path(dst)
+    cfg_path, weights_path = hf_dir / "config.json", hf_dir / WEIGHTS
+    for path in (cfg_path, weights_path):
+        if not path.is_file():
+            raise CheckpointError(f"--from hf: {path} not found (expected a Hugging Face model folder with "
+                                  f"config.json and {WEIGHTS})")
+    try:
+        cfg: dict[str, Any] = json.loads(cfg_path.read_text())
+    except ValueError as e:
+        raise CheckpointError(f"{cfg_path}: not valid JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{cfg_path}: expected a JSON object of model settings, got {type(cfg).__name__}")
+    try:
+        keys = keys_of(cfg)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:  # a key absent, or not a usable number
+        raise CheckpointError(f"{cfg_path}: missing or unusable key {e}; give the config.json written with "
+                              "these weights") from None
+    st = safetensors_module()
+    try:  # the header alone: shapes are compared before anything is allocated
+        with st.safe_open(str(weights_path), "pt") as f:
+            header = {k: f.get_slice(k) for k in f.keys() if not k.endswith(HF_BUFFERS)}
+            found = {k: tuple(part.get_shape()) for k, part in header.items()}
+            not_float = [f"{k} ({part.get_dtype()})" for k, part in header.items()
+                         if part.get_dtype() not in _FLOAT_DTYPES]
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise CheckpointError(f"{weights_path}: not a readable safetensors file ({e})") from None
+    if not_float:
+        raise CheckpointError(f"{weights_path}: {', '.join(not_float[:3])}: not floating-point weights; give "
+                              "the weights this config.json goes with")
+    try:
+        _check_header(found, keys, to_state_dict, str(weights_path))
+    except ParamsError as e:  # keys no model can have: config.json's fault, say so
+        raise CheckpointError(f"{cfg_path}: {e} (the model keys this config.json gives)") from None
+    model = build(keys)
+    try:
+        tensors = st.load_file(str(weights_path))
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+        raise CheckpointError(f"{weights_path}: not a readable safetensors file ({e})") from None
+    load_state_dict(model, {k: v for k, v in tensors.items() if not k.endswith(HF_BUFFERS)})
+    save({"model": model.state_dict()}, str(dst))
+    params_out = Path(params_out) if params_out else dst.with_suffix(".yaml")
+    params_out.write_text(yaml.safe_dump({"model": keys}, sort_keys=False))
+    return dst, params_out
+
+
+def _check_expressible(model, model_keys: dict, hf_cfg: dict, keys_of) -> None:
+    """The HF config says everything the model computes: the model its keys build has the same resolved
+    keys (dropout, initializers and other knobs that change no eval output aside).
+
+    Raises:
+        ParamsError: naming the first model key the HF family cannot express.
+    """
+    back_keys = keys_of(hf_cfg)
+    back = {**back_keys, **build(back_keys, meta=True).config}
+    for key, value in {**model_keys, **model.config}.items():  # raw keys: those a family keeps out of config
+        if key == "name" or any(word in key for word in _NOT_COMPUTED) or back.get(key) == value or \
+                (key not in model.config and not value and not back.get(key)):
+            continue
+        raise ParamsError(f"params: model.{key}: {value!r} has no Hugging Face {hf_cfg['model_type']} equivalent "
+                          f"(its config gives {back.get(key)!r}); convert a model without it")
+
+
+def to_hf(checkpoint: str | Path, out_dir: str | Path, model_keys: dict, hf_config, to_state_dict,
+          keys_of) -> Path:
+    """A family's ``--to hf``: ``out_dir/config.json`` (``hf_config`` of the resolved keys) and
+    ``out_dir/model.safetensors`` (``to_state_dict``) of a checkpoint whose model ``model_keys`` describe."""
+    checkpoint, out_dir = Path(checkpoint), Path(out_dir)
+    if not checkpoint.is_file():
+        raise CheckpointError(f"checkpoint convert --to hf: {checkpoint} not found")
+    model = build(model_keys)
+    state = load(str(checkpoint))
+    weights = state.get("model", state) if isinstance(state, dict) else None
+    if not isinstance(weights, dict):
+        raise CheckpointError(f"checkpoint {checkpoint}: no model weights (expected a 'model' state dict)")
+    try:
+        missing, unexpected = model.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()},
+                                                    strict=False)
+    except RuntimeError as e:  # shape mismatches
+        detail = str(e).splitlines()[-1].strip()
+        raise CheckpointError(f"checkpoint {checkpoint} does not match the params' model: {detail}") from None
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {checkpoint} does not match the params' model: missing "
+                              f"{', '.join(missing[:3]) or 'none'}; unexpected {', '.join(unexpected[:3]) or 'none'}")
+    # the resolved keys, plus the raw ones a family keeps out of them (gptj's use_untied_layer_norm)
+    config = hf_config({**model_keys, **model.config, "name": model_keys["name"]})
+    _check_expressible(model, model_keys, config, keys_of)
+    st = safetensors_module()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().contiguous().clone() for k, v in to_state_dict(model).items()}
+    st.save_file(tensors, str(out_dir / WEIGHTS), metadata={"format": "pt"})
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return out_dir

@@ -3,4 +3,5 @@ grouped-query attention, one norm (7B) or two (``use_untied_layer_norm``, 40B/18
 
 from cs_run.models.common.family import register_decoder_family
 
-register_decoder_family("falcon", model_fn="cs_run.models.gptj.model:build_model")
+register_decoder_family("falcon", model_fn="cs_run.models.gptj.model:build_model",
+                        hf_converter="cs_run.models.falcon.hf")

@@ -13,9 +13,10 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
+from cs_run.models.common import hf as common_hf
 from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, interleave_rotary
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
 
 
 def model_keys_from_hf_config(cfg: dict) -> dict:
@@ -123,4 +124,33 @@ def to_hf_state_dict(lm, grouped: bool | None = None) -> dict[str, torch.Tensor]
         k = deinterleave_rotary(sd[f"{c}self_attn.proj_k_dense_layer.weight"], kv, head_dim)
         out[f"{h}self_attention.query_key_value.weight"] = _fuse(q, k, sd[f"{c}self_attn.proj_v_dense_layer.weight"],
                                                                  heads, kv, head_dim, grouped)
-    return {k: v.detach().cpu().contiguous().clone() for k, v in out.items()}
+    return {k: v.detach().contiguous().clone() for k, v in out.items()}
+
+
+def hf_config(config: dict) -> dict:
+    """The HF Falcon ``config.json`` of a model's resolved keys (the new decoder architecture for two norms
+    or grouped-query attention, as :func:`to_hf_state_dict` lays out the qkv rows)."""
+    heads, kv = config["num_heads"], config["num_kv_groups"] or config["num_heads"]
+    untied = bool(config.get("use_untied_layer_norm"))
+    new = untied or kv not in (1, heads)
+    return {
+        "architectures": ["FalconForCausalLM"], "model_type": "falcon", "vocab_size": config["vocab_size"],
+        "hidden_size": config["hidden_size"], "num_hidden_layers": config["num_hidden_layers"],
+        "num_attention_heads": heads, "num_kv_heads": kv, "new_decoder_architecture": new, "multi_query": kv == 1,
+        "num_ln_in_parallel_attn": 2 if untied else 1, "parallel_attn": True, "bias": False, "alibi": False,
+        "ffn_hidden_size": config["filter_size"], "activation": config["nonlinearity"],
+        "layer_norm_epsilon": config["layer_norm_epsilon"], "rope_theta": config["rope_theta"],
+        "max_position_embeddings": config["max_position_embeddings"],
+        "tie_word_embeddings": config["share_embedding_weights"], "hidden_dropout": 0.0, "attention_dropout": 0.0,
+        "torch_dtype": "float32",
+    }
+
+
+def from_hf(hf_dir, dst, params_out=None):
+    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF Falcon folder."""
+    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict, to_hf_state_dict, params_out)
+
+
+def to_hf(checkpoint, out_dir, model_keys: dict):
+    """``checkpoint convert --to hf``: an HF Falcon folder of a checkpoint whose model ``model_keys`` describe."""
+    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)

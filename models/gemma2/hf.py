@@ -12,9 +12,10 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
+from cs_run.models.common import hf as common_hf
 from cs_run.models.llama import hf as llama_hf
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
 
 NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm1_post"),
          ("pre_feedforward_layernorm", "norm3"), ("post_feedforward_layernorm", "norm3_post"))
@@ -48,3 +49,26 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
 
 def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
     return llama_hf.to_hf_state_dict(lm, norms=NORMS, norm_offset=1.0)
+
+
+def hf_config(config: dict) -> dict:
+    """The HF Gemma 2 ``config.json`` of a model's resolved keys."""
+    out = llama_hf.hf_config({**config, "name": "llama"})
+    head_dim = out["head_dim"]
+    alpha = config["attention_logits_alpha"] or 1.0
+    out.update(architectures=["Gemma2ForCausalLM"], model_type="gemma2", hidden_activation="gelu",
+               hidden_act="gelu", query_pre_attn_scalar=round(head_dim / alpha ** 2),  # HF: an int
+               attn_logit_softcapping=config["attention_logit_softcapping"],
+               final_logit_softcapping=config["final_logit_softcapping"],
+               sliding_window=config["attention_sliding_window_length"])
+    return out
+
+
+def from_hf(hf_dir, dst, params_out=None):
+    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF Gemma 2 folder."""
+    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict, to_hf_state_dict, params_out)
+
+
+def to_hf(checkpoint, out_dir, model_keys: dict):
+    """``checkpoint convert --to hf``: an HF Gemma 2 folder of a checkpoint whose model ``model_keys`` describe."""
+    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)

@@ -30,7 +30,7 @@ import yaml
 
 from cs_run.checkpoint import load, save
 from cs_run.errors import CheckpointError, ParamsError
-from cs_run.registry import check_function_keys, get_model_spec, resolve_object
+from cs_run.models.common.hf import build, safetensors_module
 
 __all__ = ["to_hf", "from_hf", "hf_config", "to_hf_state_dict", "from_hf_state_dict", "model_keys_from_hf_config",
            "hf_shapes"]
@@ -42,15 +42,6 @@ _WEIGHTS = "model.safetensors"
 _IGNORED = (".attn.bias", ".attn.masked_bias")  # HF's causal-mask buffers, not weights
 _FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # safetensors' names
 _SIZES = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")  # config.json keys that must be >= 1
-
-
-def _safetensors():
-    try:
-        import safetensors.torch
-    except ImportError:
-        raise CheckpointError("the Hugging Face layout needs the 'safetensors' package; "
-                              "pip install 'cs-run[safetensors]'") from None
-    return safetensors.torch
 
 
 # Keys whose value HF's GPT-2 cannot express otherwise, with the value it has and why.
@@ -279,14 +270,7 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
 
 
 def _build(model_keys: dict):
-    fn = resolve_object(get_model_spec("gpt2").model_fn)
-    keys = {k: v for k, v in model_keys.items()
-            if k not in ("name", "mixed_precision", "use_bfloat16", "fp16_type", "compute_eval_metrics")}
-    check_function_keys(fn, keys, "model", set(), lambda key: "")
-    try:
-        return fn(**keys, compute_eval_metrics=False)
-    except (TypeError, ValueError) as e:
-        raise ParamsError(f"params: model: {e}") from None
+    return build({**model_keys, "name": "gpt2"})
 
 
 def to_hf(checkpoint: str | Path, out_dir: str | Path, model_keys: dict) -> Path:
@@ -311,7 +295,7 @@ def to_hf(checkpoint: str | Path, out_dir: str | Path, model_keys: dict) -> Path
         raise CheckpointError(f"checkpoint {checkpoint} does not match the params' gpt2: missing "
                               f"{', '.join(missing[:3]) or 'none'}; unexpected {', '.join(unexpected[:3]) or 'none'}")
     config = hf_config(model.config)
-    st = _safetensors()
+    st = safetensors_module()
     out_dir.mkdir(parents=True, exist_ok=True)
     st.save_file(to_hf_state_dict(model), str(out_dir / _WEIGHTS), metadata={"format": "pt"})
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -334,7 +318,7 @@ def from_hf(hf_dir: str | Path, dst: str | Path, params_out: Optional[str | Path
     if not isinstance(cfg, dict):
         raise CheckpointError(f"{cfg_path}: expected a JSON object of GPT-2 settings, got {type(cfg).__name__}")
     keys = model_keys_from_hf_config(cfg)
-    st = _safetensors()
+    st = safetensors_module()
     try:  # the header alone: shapes are compared before anything is allocated
         with st.safe_open(str(weights_path), "pt") as f:
             header = {k: f.get_slice(k) for k in f.keys() if not k.endswith(_IGNORED)}

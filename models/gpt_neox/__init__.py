@@ -3,4 +3,5 @@ rotate-half partial rotary on the Hugging Face side, permuted by the adapter).""
 
 from cs_run.models.common.family import register_decoder_family
 
-register_decoder_family("gpt-neox", model_fn="cs_run.models.gptj.model:build_model")
+register_decoder_family("gpt-neox", model_fn="cs_run.models.gptj.model:build_model",
+                        hf_converter="cs_run.models.gpt_neox.hf", hf_model_types=("gpt_neox",))

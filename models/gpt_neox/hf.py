@@ -12,9 +12,10 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
+from cs_run.models.common import hf as common_hf
 from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, fuse_qkv_per_head, interleave_rotary, split_qkv_per_head
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
 
 
 def model_keys_from_hf_config(cfg: dict) -> dict:
@@ -93,4 +94,31 @@ def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
                 continue
             parts = [deinterleave_rotary(sd[n], heads, rot) if j < 2 else sd[n] for j, n in enumerate(names)]
             out[f"{h}attention.query_key_value.{kind}"] = fuse_qkv_per_head(*parts, heads)
-    return {k: v.detach().cpu().contiguous().clone() for k, v in out.items()}
+    return {k: v.detach().contiguous().clone() for k, v in out.items()}
+
+
+def hf_config(config: dict) -> dict:
+    """The HF GPT-NeoX ``config.json`` of a model's resolved keys."""
+    head_dim = config["hidden_size"] // config["num_heads"]
+    return {
+        "architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "vocab_size": config["vocab_size"],
+        "hidden_size": config["hidden_size"], "num_hidden_layers": config["num_hidden_layers"],
+        "num_attention_heads": config["num_heads"], "intermediate_size": config["filter_size"],
+        "max_position_embeddings": config["max_position_embeddings"],
+        "rotary_pct": config["rotary_dim"] / head_dim, "partial_rotary_factor": config["rotary_dim"] / head_dim,
+        "rotary_emb_base": config["rope_theta"], "rope_theta": config["rope_theta"],
+        "hidden_act": config["nonlinearity"], "layer_norm_eps": config["layer_norm_epsilon"],
+        "use_parallel_residual": True, "attention_bias": config["use_projection_bias_in_attention"],
+        "tie_word_embeddings": config["share_embedding_weights"], "hidden_dropout": 0.0, "attention_dropout": 0.0,
+        "torch_dtype": "float32",
+    }
+
+
+def from_hf(hf_dir, dst, params_out=None):
+    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF GPT-NeoX folder."""
+    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict, to_hf_state_dict, params_out)
+
+
+def to_hf(checkpoint, out_dir, model_keys: dict):
+    """``checkpoint convert --to hf``: an HF GPT-NeoX folder of a checkpoint whose model ``model_keys`` describe."""
+    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)

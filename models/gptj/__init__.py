@@ -2,4 +2,4 @@
 
 from cs_run.models.common.family import register_decoder_family
 
-register_decoder_family("gptj", model_fn="cs_run.models.gptj.model:build_model")
+register_decoder_family("gptj", model_fn="cs_run.models.gptj.model:build_model", hf_converter="cs_run.models.gptj.hf")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
+from cs_run.models.common import hf as common_hf
 from cs_run.models.common.hf import Taker, assign
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
 
 _LAYER = (("ln_1", "norm1"), ("attn.q_proj", "self_attn.proj_q_dense_layer"),
           ("attn.k_proj", "self_attn.proj_k_dense_layer"), ("attn.v_proj", "self_attn.proj_v_dense_layer"),
@@ -70,4 +71,26 @@ def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
                 key = f"model.transformer_decoder.layers.{i}.{ours}.{kind}"
                 if key in sd:
                     out[f"transformer.h.{i}.{hf}.{kind}"] = sd[key]
-    return {k: v.detach().cpu().contiguous().clone() for k, v in out.items()}
+    return {k: v.detach().contiguous().clone() for k, v in out.items()}
+
+
+def hf_config(config: dict) -> dict:
+    """The HF GPT-J ``config.json`` of a model's resolved keys (HF's GPT-J rotary base is 10000)."""
+    return {
+        "architectures": ["GPTJForCausalLM"], "model_type": "gptj", "vocab_size": config["vocab_size"],
+        "n_embd": config["hidden_size"], "n_layer": config["num_hidden_layers"], "n_head": config["num_heads"],
+        "n_inner": config["filter_size"], "n_positions": config["max_position_embeddings"],
+        "rotary_dim": config["rotary_dim"], "activation_function": config["nonlinearity"],
+        "layer_norm_epsilon": config["layer_norm_epsilon"], "tie_word_embeddings": config["share_embedding_weights"],
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "torch_dtype": "float32",
+    }
+
+
+def from_hf(hf_dir, dst, params_out=None):
+    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF GPT-J folder."""
+    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict, to_hf_state_dict, params_out)
+
+
+def to_hf(checkpoint, out_dir, model_keys: dict):
+    """``checkpoint convert --to hf``: an HF GPT-J folder of a checkpoint whose model ``model_keys`` describe."""
+    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)

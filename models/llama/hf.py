@@ -13,9 +13,10 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
+from cs_run.models.common import hf as common_hf
 from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, interleave_rotary
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "LLAMA_NORMS"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "LLAMA_NORMS", "hf_config", "from_hf", "to_hf"]
 
 
 def _rope_keys(cfg: dict) -> dict:
@@ -115,7 +116,7 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor], norms: tuple = LLAM
 def to_hf_state_dict(lm, norms: tuple = LLAMA_NORMS, norm_offset: float = 0.0) -> dict[str, torch.Tensor]:
     """HF Llama tensors of a llama DecoderLMModel (the inverse of :func:`from_hf_state_dict`)."""
     heads, kv, rot = _shape(lm)
-    sd = {k.removeprefix("model."): v.detach().cpu() for k, v in lm.state_dict().items()}
+    sd = {k.removeprefix("model."): v.detach() for k, v in lm.state_dict().items()}
     out = {"model.embed_tokens.weight": sd["embedding_layer.word_embeddings.weight"],
            "model.norm.weight": sd["ln_f.weight"] - norm_offset}
     if not lm.config["share_embedding_weights"]:
@@ -136,3 +137,44 @@ def to_hf_state_dict(lm, norms: tuple = LLAMA_NORMS, norm_offset: float = 0.0) -
                 if c + f"{ours}.{kind}" in sd:
                     out[h + f"mlp.{hf}.{kind}"] = sd[c + f"{ours}.{kind}"]
     return {k: v.contiguous().clone() for k, v in out.items()}
+
+
+def hf_config(config: dict) -> dict:
+    """The HF ``config.json`` (Llama, or Mistral for model.name mistral) of a model's resolved keys."""
+    heads = config["num_heads"]
+    head_dim = (config["attention_inner_dim"] or config["hidden_size"]) // heads
+    mistral = config["name"] == "mistral"
+    scaling = None
+    if config["pos_scaling_type"] == "llama3":
+        scaling = {"rope_type": "llama3", "factor": config["pos_scaling_factor"], **config["pos_scaling_extra_args"]}
+    elif config["pos_scaling_factor"] != 1.0:
+        scaling = {"rope_type": config["pos_scaling_type"], "factor": config["pos_scaling_factor"]}
+    out = {
+        "architectures": ["MistralForCausalLM" if mistral else "LlamaForCausalLM"],
+        "model_type": "mistral" if mistral else "llama", "vocab_size": config["vocab_size"],
+        "hidden_size": config["hidden_size"], "intermediate_size": config["filter_size"],
+        "num_hidden_layers": config["num_hidden_layers"], "num_attention_heads": heads,
+        "num_key_value_heads": config["num_kv_groups"] or heads, "head_dim": head_dim,
+        "max_position_embeddings": config["max_position_embeddings"], "rms_norm_eps": config["layer_norm_epsilon"],
+        "hidden_act": "silu", "attention_bias": config["use_projection_bias_in_attention"],
+        "mlp_bias": config["use_ffn_bias"], "tie_word_embeddings": config["share_embedding_weights"],
+        "rope_theta": config["rope_theta"], "rope_scaling": scaling, "attention_dropout": 0.0,
+        "torch_dtype": "float32",
+    }
+    if mistral or config["attention_sliding_window_length"]:
+        out["sliding_window"] = config["attention_sliding_window_length"]
+    return out
+
+
+def from_hf(hf_dir, dst, params_out=None):
+    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF Llama/Mistral folder."""
+    return common_hf.from_hf(hf_dir, dst, _keys, from_hf_state_dict, to_hf_state_dict, params_out)
+
+
+def to_hf(checkpoint, out_dir, model_keys: dict):
+    """``checkpoint convert --to hf``: an HF Llama/Mistral folder of a checkpoint whose model ``model_keys`` describe."""
+    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, _keys)
+
+
+def _keys(cfg: dict) -> dict:
+    return model_keys_from_hf_config(cfg, name="mistral" if cfg.get("model_type") == "mistral" else "llama")

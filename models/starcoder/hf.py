@@ -11,9 +11,10 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
+from cs_run.models.common import hf as common_hf
 from cs_run.models.common.hf import Taker, assign
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
 
 _ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_new", "gelu_new": "gelu_new", "gelu": "gelu", "relu": "relu"}
 _LAYER = (("ln_1", "norm1"), ("ln_2", "norm3"), ("attn.c_proj", "self_attn.proj_output_dense_layer"),
@@ -76,4 +77,28 @@ def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
                 out[f"{h}{hf}.{kind}"] = sd[f"{c}{ours}.{kind}"]
         for kind in ("weight", "bias"):
             out[f"{h}attn.c_attn.{kind}"] = torch.cat([sd[f"{c}self_attn.{n}.{kind}"] for n in _QKV])
-    return {k: v.detach().cpu().contiguous().clone() for k, v in out.items()}
+    return {k: v.detach().contiguous().clone() for k, v in out.items()}
+
+
+def hf_config(config: dict) -> dict:
+    """The HF GPTBigCode ``config.json`` of a model's resolved keys."""
+    act = {"gelu_new": "gelu_pytorch_tanh"}.get(config["nonlinearity"], config["nonlinearity"])
+    return {
+        "architectures": ["GPTBigCodeForCausalLM"], "model_type": "gpt_bigcode", "vocab_size": config["vocab_size"],
+        "n_embd": config["hidden_size"], "n_layer": config["num_hidden_layers"], "n_head": config["num_heads"],
+        "n_inner": config["filter_size"], "n_positions": config["max_position_embeddings"], "multi_query": True,
+        "activation_function": act, "layer_norm_epsilon": config["layer_norm_epsilon"],
+        "scale_attn_weights": config["attention_type"] == "scaled_dot_product",
+        "tie_word_embeddings": config["share_embedding_weights"], "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0, "torch_dtype": "float32",
+    }
+
+
+def from_hf(hf_dir, dst, params_out=None):
+    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF GPTBigCode folder."""
+    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict, to_hf_state_dict, params_out)
+
+
+def to_hf(checkpoint, out_dir, model_keys: dict):
+    """``checkpoint convert --to hf``: an HF GPTBigCode folder of a checkpoint whose model ``model_keys`` describe."""
+    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)

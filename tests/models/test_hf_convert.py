@@ -1,0 +1,198 @@
+"""``cs-run checkpoint convert --from hf`` / ``--to hf`` for every decoder family transformers implements
+(gpt2 has its own tests in tests/examples/test_gpt2_hf.py; mixtral is not registered here yet).
+
+Per family: a tiny random transformers model built locally (nothing downloaded) and written with
+``save_pretrained`` (safetensors) goes through ``convert --from hf``; ``cs-run eval`` of the checkpoint
+with the params file convert wrote, on Model Zoo shards of the same tokens, gives transformers' mean token
+loss within 1e-5 relative (float32: a few ulps per op over 2 layers, see hf_helpers.TOL; the CLI prints 5
+decimals, 1e-6 relative at these losses); ``--to hf`` gives back every tensor bit for bit, and
+transformers loads the folder it writes and computes the same logits.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import h5py
+import numpy as np
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
+from hf_helpers import TOL, tiny_hf
+
+from cs_run.checkpoint_cli import checkpoint as checkpoint_cli
+from cs_run.cli import cli as main_cli
+
+transformers = pytest.importorskip("transformers")
+st = pytest.importorskip("safetensors.torch")
+
+V, MSL, N, BATCH = 61, 24, 8, 4  # vocab, sequence length, samples (2 eval batches, all full: equal token counts)
+
+FAMILIES = [
+    pytest.param("LlamaConfig", "LlamaForCausalLM", "llama",
+                 dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False,
+                      rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 16}),
+                 id="llama-gqa-llama3.1-rope"),
+    pytest.param("MistralConfig", "MistralForCausalLM", "mistral",
+                 dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, sliding_window=8,
+                      tie_word_embeddings=False), id="mistral-sliding-window"),
+    pytest.param("Gemma2Config", "Gemma2ForCausalLM", "gemma2",
+                 dict(hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=16, hidden_activation="gelu", sliding_window=6,
+                      max_position_embeddings=64, query_pre_attn_scalar=24), id="gemma2"),
+    pytest.param("GPTJConfig", "GPTJForCausalLM", "gptj",
+                 dict(n_positions=64, n_embd=64, n_layer=2, n_head=4, n_inner=96, rotary_dim=8, resid_pdrop=0.0,
+                      embd_pdrop=0.0, attn_pdrop=0.0), id="gptj"),
+    pytest.param("GPTNeoXConfig", "GPTNeoXForCausalLM", "gpt-neox",
+                 dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,
+                      max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0), id="gpt-neox"),
+    pytest.param("FalconConfig", "FalconForCausalLM", "falcon",
+                 dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64,
+                      hidden_dropout=0.0, attention_dropout=0.0, new_decoder_architecture=True, num_kv_heads=2),
+                 id="falcon-40b-layout"),
+    pytest.param("FalconConfig", "FalconForCausalLM", "falcon",
+                 dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64,
+                      hidden_dropout=0.0, attention_dropout=0.0, multi_query=True, new_decoder_architecture=False),
+                 id="falcon-7b-layout"),
+    pytest.param("BloomConfig", "BloomForCausalLM", "bloom",
+                 dict(hidden_size=48, n_layer=2, n_head=4, hidden_dropout=0.0, attention_dropout=0.0), id="bloom"),
+    pytest.param("GPTBigCodeConfig", "GPTBigCodeForCausalLM", "starcoder",
+                 dict(n_embd=48, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0,
+                      attn_pdrop=0.0), id="starcoder"),
+]
+
+
+def _tokens() -> torch.Tensor:
+    return torch.randint(0, V, (N, MSL + 1), generator=torch.Generator().manual_seed(3))
+
+
+def _write_shards(folder, tokens: torch.Tensor) -> None:
+    """The Model Zoo's HDF5 LM layout: data [n, 3, msl] (input_ids, input_mask, labels = next tokens)."""
+    folder.mkdir()
+    t = tokens.numpy().astype(np.int32)
+    data = np.stack([t[:, :-1], np.ones_like(t[:, :-1]), t[:, 1:]], axis=1)
+    with h5py.File(folder / "examples_0.h5", "w") as f:
+        f.attrs["n_examples"] = len(data)
+        f.create_dataset("data", data=data, dtype="i4", chunks=(1, 3, MSL))
+
+
+def _convert(*args):
+    result = CliRunner().invoke(checkpoint_cli, ["convert", *map(str, args)])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.mark.parametrize("config_cls, model_cls, name, config", FAMILIES)
+def test_convert_from_hf_evals_to_transformers_loss_and_back_is_exact(tmp_path, config_cls, model_cls, name,
+                                                                     config):
+    hf = tiny_hf(config_cls, model_cls, vocab_size=V, **config)
+    hf_dir = tmp_path / "hf"
+    hf.save_pretrained(str(hf_dir), safe_serialization=True)
+    tokens = _tokens()
+    with torch.no_grad():
+        hf_loss = hf(input_ids=tokens, labels=tokens).loss.item()  # mean over all N * MSL next tokens
+
+    _convert("--from", "hf", hf_dir, tmp_path / "model.mdl")
+    written = yaml.safe_load((tmp_path / "model.yaml").read_text())
+    assert written["model"]["name"] == name
+
+    _write_shards(tmp_path / "eval", tokens)
+    params = {**written, "eval_input": {"data_processor": "GptHDF5DataProcessor", "data_dir": str(tmp_path / "eval"),
+                                        "batch_size": BATCH, "shuffle": False},
+              "runconfig": {"model_dir": str(tmp_path / "run"), "disable_progress_bar": True}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    result = CliRunner().invoke(main_cli, ["eval", "--params", str(tmp_path / "params.yaml"), "--checkpoint_path",
+                                           str(tmp_path / "model.mdl")])
+    assert result.exit_code == 0, result.output
+    loss = float(re.search(r"eval/loss = ([0-9.]+)", result.output).group(1))
+    assert loss == pytest.approx(hf_loss, rel=1e-5), (loss, hf_loss)
+
+    _convert("--to", "hf", tmp_path / "model.mdl", tmp_path / "back", "--params", tmp_path / "model.yaml")
+    theirs, ours = st.load_file(str(hf_dir / "model.safetensors")), st.load_file(str(tmp_path / "back" /
+                                                                                       "model.safetensors"))
+    theirs = {("embed_out.weight" if k == "lm_head.weight" and "embed_out.weight" in ours else k): v
+              for k, v in theirs.items()}  # transformers 5 writes GPT-NeoX's embed_out as lm_head
+    assert theirs.keys() <= ours.keys()
+    for key, value in theirs.items():
+        if name == "gemma2" and "norm" in key:  # stored as 1 + w (Gemma scales by 1 + weight): w + 1 - 1 in
+            assert (ours[key] - value).abs().max() <= 2 ** -24, key  # float32 is w to half an ulp of 1.0
+        else:
+            assert torch.equal(ours[key], value), key
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["model_type"] == hf.config.model_type
+    again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "back")).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(again(input_ids=tokens).logits, hf(input_ids=tokens).logits, **TOL)
+
+
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("llama_hf")
+    hf = tiny_hf("LlamaConfig", "LlamaForCausalLM", vocab_size=V, **FAMILIES[0].values[3])
+    hf.save_pretrained(str(root / "hf"), safe_serialization=True)
+    _convert("--from", "hf", root / "hf", root / "model.mdl")
+    return root
+
+
+
+def _drop(name):
+    return lambda cfg, tensors: tensors.pop(name)
+
+
+def _add(name, value):
+    return lambda cfg, tensors: tensors.update({name: value})
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda c, t: c.update(num_hidden_layers=3), "config.json says 3 layer(s) but the weights hold 2 layer(s) (0 .. 1)"),
+    (lambda c, t: c.update(num_hidden_layers=10 ** 9), "missing: model.layers.2.input_layernorm.weight"),
+    (lambda c, t: c.update(intermediate_size=128), "misshaped: model.layers.0.mlp.up_proj.weight is [96, 64], the "
+                                                   "config says [128, 64]"),
+    (_drop("model.norm.weight"), "missing: model.norm.weight"),
+    (_add("model.extra.weight", torch.zeros(2)), "not used by the config: model.extra.weight"),
+    (_add("model.layers.2.mlp.up_proj.weight", torch.zeros(96, 64)), "the weights hold 3 layer(s) (0 .. 2)"),
+    (_add("model.step", torch.zeros(2, dtype=torch.int64)), "model.step (I64): not floating-point weights"),
+    (lambda c, t: c.pop("hidden_size"), "missing or unusable key 'hidden_size'"),
+    (lambda c, t: c.update(num_attention_heads=0), "config.json: params: model: num_heads: must be >= 1, got 0"),
+    (lambda c, t: c.update(num_attention_heads=5), "hidden_size: 64 is not divisible by num_heads (5)"),
+    (lambda c, t: c.update(rope_parameters={"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}),
+     "rope_scaling type 'yarn' has no"),
+], ids=["more-layers", "absurd-layers", "misshaped", "missing", "unused", "extra-layer", "int-tensor",
+        "no-hidden-size", "zero-heads", "heads-not-dividing", "rope-yarn"])
+def test_bad_hf_folders_are_one_error_line_and_write_nothing(tmp_path, llama_folder, damage, message):
+    """Each mismatch is found from config.json and the safetensors header (a 10**9-layer config allocates
+    nothing: the expected tensors come from a meta-device model no larger than the file)."""
+    cfg = json.loads((llama_folder / "hf" / "config.json").read_text())
+    tensors = st.load_file(str(llama_folder / "hf" / "model.safetensors"))
+    damage(cfg, tensors)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
+    st.save_file(tensors, str(tmp_path / "hf" / "model.safetensors"))
+    result = CliRunner().invoke(checkpoint_cli, ["convert", "--from", "hf", str(tmp_path / "hf"),
+                                                 str(tmp_path / "x.mdl")])
+    assert result.exit_code != 0 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith("Error: ") and message in result.output, result.output
+    assert not (tmp_path / "x.mdl").exists() and not (tmp_path / "x.yaml").exists()
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"embeddings_scale": 2.0}, "embeddings_scale"),
+    ({"scale_qk_dot_by_d": True}, "scale_qk_dot_by_d"),
+    ({"attention_logit_softcapping": 30.0}, "attention_logit_softcapping"),
+    ({"final_logit_softcapping": 30.0}, "final_logit_softcapping"),
+])
+def test_to_hf_refuses_a_model_the_hf_family_cannot_express(tmp_path, llama_folder, change, key):
+    """A model key the HF config cannot carry is one params error naming it, never a silently different model."""
+    written = yaml.safe_load((llama_folder / "model.yaml").read_text())
+    written["model"].update(change)
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(written))
+    result = CliRunner().invoke(checkpoint_cli, ["convert", "--to", "hf", str(llama_folder / "model.mdl"),
+                                                 str(tmp_path / "back"), "--params", str(tmp_path / "p.yaml")])
+    assert result.exit_code != 0 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"Error: params: model.{key}: "), result.output
+    assert "has no Hugging Face llama equivalent" in result.output
+    assert not (tmp_path / "back").exists()
