@@ -31,7 +31,7 @@ from cs_run.models.common.decoder import DecoderLM, TransformerDecoderLayer
 from cs_run.models.common.embeddings import EmbeddingLayer
 from cs_run.models.common.ffn import FeedForwardNetwork
 from cs_run.models.common.initializers import initializer_spec, scale_spec, truncated_normal
-from cs_run.models.common.moe import MoEConfig, moe_config
+from cs_run.models.common.moe import MoEConfig, SparseMoEBlock, load_balancing_loss, moe_config
 from cs_run.models.common.mup import default_lr_adjustment_groups
 from cs_run.models.common.norms import get_norm
 from cs_run.models.common.rotary import check_scaling
@@ -94,6 +94,9 @@ class DecoderLMModel(nn.Module):
             loss = summed / torch.sum(weights)
         else:
             loss = summed / labels.shape[0] * self.loss_weight
+        if routing and self.training and self.moe.load_balancing_loss_coef > 0:
+            loss = loss + self.moe.load_balancing_loss_coef * load_balancing_loss(
+                routing, self.moe.num_experts, attention_mask=mask)
         if not self.training and self.accuracy_metric is not None:
             lm_weights = mask.to(torch.float32)
             self.accuracy_metric(labels=labels.clone(), predictions=logits.argmax(-1).int(), weights=lm_weights)
@@ -319,6 +322,8 @@ def assemble(
     if loss_weight <= 0:
         raise ValueError(f"loss_weight: must be > 0, got {loss_weight}")
     moe_cfg = moe_config(moe or {})
+    if moe_cfg.enabled and parallel_attention:
+        raise ValueError("moe: experts are not supported with parallel attention blocks (GPT-J/NeoX/Falcon)")
     # --- muP ---
     mup = bool(mup_base_hidden_size or mup_base_filter_size)
     if mup and not (mup_base_hidden_size and mup_base_filter_size):
@@ -337,6 +342,10 @@ def assemble(
     filter_mult = filter_size / mup_base_filter_size if mup_base_filter_size else None
     emb_init, attn_init, out_init, ffn_init, ffn_out_init = rules(specs, truncated_normal(initializer_range),
                                                                   num_hidden_layers, width, filter_mult)
+    # the router's gate (gpt2_model.py): the given ``initializer`` as written, else moe.gate_initializer, else
+    # the default truncated normal
+    gate_init = specs["initializer"] or (initializer_spec(moe_cfg.gate_initializer, "moe.gate_initializer")
+                                         if moe_cfg.gate_initializer is not None else truncated_normal(initializer_range))
     logits_scale, groups = output_logits_scale, default_lr_adjustment_groups()
     if width:
         alpha = output_logits_alpha or 1.0
@@ -362,8 +371,12 @@ def assemble(
             scale_qk_dot_by_layer_idx=scale_qk_dot_by_layer_idx, logit_softcapping=attention_logit_softcapping,
             softmax_fp32=attention_softmax_fp32, use_sink_token=use_sink_token, initializer=attn_init,
             output_initializer=out_init)
-        ffn = FeedForwardNetwork(hidden_size, filter_size, nonlinearity, dropout_rate, use_ffn_bias, ffn_init,
-                                 ffn_out_init)
+        if moe_cfg.enabled:
+            ffn = SparseMoEBlock(moe_cfg, hidden_size, filter_size, nonlinearity, dropout_rate, use_ffn_bias, ffn_init,
+                                 ffn_out_init, gate_init)
+        else:
+            ffn = FeedForwardNetwork(hidden_size, filter_size, nonlinearity, dropout_rate, use_ffn_bias, ffn_init,
+                                     ffn_out_init)
         layers.append(TransformerDecoderLayer(hidden_size, norm, attention, ffn, dropout_rate, norm_first_sandwich,
                                               parallel=parallel_attention, ffn_norm=untied_layer_norm))
     embedding = EmbeddingLayer(

@@ -139,7 +139,7 @@ def test_dropout_is_on_in_training_only():
 @pytest.mark.parametrize("key,value", [
     ("position_embedding_type", "relative"), ("attention_type", "flash"), ("nonlinearity", "swish_glu"),
     ("norm_type", "batchnorm1d"), ("attention_chunk_size", 4), ("rel_distance_mode", "capped"),
-    ("fixed_sparse_attention", {"num_heads": 4}), ("moe", {"num_experts": 4}),
+    ("fixed_sparse_attention", {"num_heads": 4}), ("moe", {"num_experts": 4, "routing_algorithm": "hash"}),
     ("extra_attention_params", {"num_kv_groups": 2}), ("pos_scaling_type", "ntk"),
     ("loss_scaling", "per_sample"), ("hidden_size", 18), ("num_heads", 0),
     ("dropout_rate", 1.0), ("attention_dropout_rate", -0.1), ("loss_weight", 0.0), ("vocab_size", 0),

@@ -43,7 +43,8 @@ def ours_logits_and_loss(model, ids: torch.Tensor) -> tuple[torch.Tensor, torch.
     mask = torch.ones_like(ids)
     mask[:, -1] = 0  # the last position has no next token
     with torch.no_grad():
-        logits = model.model(ids)
+        out = model.model(ids)
+        logits = out[0] if isinstance(out, tuple) else out  # MoE: (logits, per-layer routing)
         loss = model({"input_ids": ids.int(), "labels": labels.int(), "attention_mask": mask.int()})
     return logits, loss
 

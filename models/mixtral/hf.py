@@ -1,0 +1,104 @@
+"""mixtral <-> Hugging Face Mixtral (``MixtralForCausalLM``): the model keys of an HF config and the
+tensor map, as the Model Zoo's converter (tools/checkpoint_converters/mixtral.py) has them.
+
+Everything but the FFN is Llama's (models/llama/hf.py: embeddings, norms, attention with the q/k rows
+permuted to interleaved RoPE). Per layer, the router ``mlp.gate.weight`` (``block_sparse_moe.gate``
+before transformers 5) -> ``ffn.gate.weight``; expert i's ``w1`` (gate) -> ``ffn.experts.experts.i.0.
+linear_layer_for_glu``, ``w3`` (up) -> ``...i.0.linear_layer``, ``w2`` (down) -> ``...i.1.linear_layer``.
+transformers 5 stores the experts fused: ``mlp.experts.gate_up_proj`` [E, 2F, H] (w1 rows, then w3
+rows) and ``mlp.experts.down_proj`` [E, H, F]; the older per-expert ``block_sparse_moe.experts.i.w1``
+layout is read too. :func:`to_hf_state_dict` writes the fused layout of transformers 5.
+
+Routing agrees with HF's when the Model Zoo's defaults hold (softmax selection and weighting,
+``expert_weighting_normalization``, ``null_expert_bias`` 0): both take the top-k of the fp32 softmax
+and divide the chosen probabilities by their sum.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cs_run.errors import CheckpointError
+from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, interleave_rotary
+from cs_run.models.llama.hf import LLAMA_NORMS
+from cs_run.models.llama.hf import model_keys_from_hf_config as llama_keys
+
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict"]
+
+_ATTENTION = (("q_proj", "proj_q_dense_layer", True), ("k_proj", "proj_k_dense_layer", True),
+              ("v_proj", "proj_v_dense_layer", False), ("o_proj", "proj_output_dense_layer", False))
+_EXPERT = (("w1", "0.linear_layer_for_glu"), ("w3", "0.linear_layer"), ("w2", "1.linear_layer"))
+
+
+def model_keys_from_hf_config(cfg: dict) -> dict:
+    """The ``model:`` section (Model Zoo keys) of an HF Mixtral config."""
+    if cfg.get("router_jitter_noise"):
+        raise CheckpointError("config.json: router_jitter_noise has no Model Zoo equivalent; set it to 0")
+    keys = llama_keys(cfg, name="mixtral")
+    keys["moe"] = {"num_experts": cfg["num_local_experts"], "top_k": cfg["num_experts_per_tok"],
+                   "load_balancing_loss_coef": float(cfg.get("router_aux_loss_coef", 0.0)), "router_fp32": True}
+    return keys
+
+
+def _shape(lm) -> tuple[int, int, int, int]:
+    c = lm.config
+    return c["num_heads"], c["num_kv_groups"] or c["num_heads"], c["rotary_dim"], c["moe"]["num_experts"]
+
+
+def _experts(t: Taker, h: str, experts: int) -> list[dict[str, torch.Tensor]]:
+    """Per expert {w1, w2, w3} of layer prefix ``h`` in either HF layout."""
+    if h + "mlp.experts.gate_up_proj" in t:
+        gate_up, down = t(h + "mlp.experts.gate_up_proj"), t(h + "mlp.experts.down_proj")
+        f = gate_up.shape[1] // 2
+        return [{"w1": gate_up[i, :f], "w3": gate_up[i, f:], "w2": down[i]} for i in range(experts)]
+    return [{w: t(h + f"block_sparse_moe.experts.{i}.{w}.weight") for w, _ in _EXPERT} for i in range(experts)]
+
+
+def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
+    """Copy HF Mixtral tensors into ``lm`` (a DecoderLMModel built from :func:`model_keys_from_hf_config`)."""
+    t = Taker(tensors, ignore=(".rotary_emb.inv_freq",))
+    heads, kv, rot, experts = _shape(lm)
+    out = {"model.embedding_layer.word_embeddings.weight": t("model.embed_tokens.weight"),
+           "model.ln_f.weight": t("model.norm.weight")}
+    if not lm.config["share_embedding_weights"]:
+        out["model.lm_head.weight"] = t("lm_head.weight")
+    elif "lm_head.weight" in t:
+        t("lm_head.weight")
+    for i in range(lm.config["num_hidden_layers"]):
+        h, c = f"model.layers.{i}.", f"model.transformer_decoder.layers.{i}."
+        for hf, ours in LLAMA_NORMS:
+            out[c + ours + ".weight"] = t(h + hf + ".weight")
+        for hf, ours, rotated in _ATTENTION:
+            value = t(h + f"self_attn.{hf}.weight")
+            n = heads if hf == "q_proj" else kv
+            out[c + f"self_attn.{ours}.weight"] = interleave_rotary(value, n, rot) if rotated else value
+        gate = h + "mlp.gate.weight" if h + "mlp.gate.weight" in t else h + "block_sparse_moe.gate.weight"
+        out[c + "ffn.gate.weight"] = t(gate)
+        for e, ws in enumerate(_experts(t, h, experts)):
+            for hf, ours in _EXPERT:
+                out[c + f"ffn.experts.experts.{e}.{ours}.weight"] = ws[hf]
+    t.check_all_used()
+    assign(lm, out)
+
+
+def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
+    """HF Mixtral tensors (transformers 5 layout) of a mixtral DecoderLMModel."""
+    heads, kv, rot, experts = _shape(lm)
+    sd = {k.removeprefix("model."): v.detach().cpu() for k, v in lm.state_dict().items()}
+    out = {"model.embed_tokens.weight": sd["embedding_layer.word_embeddings.weight"],
+           "model.norm.weight": sd["ln_f.weight"]}
+    if not lm.config["share_embedding_weights"]:
+        out["lm_head.weight"] = sd["lm_head.weight"]
+    for i in range(lm.config["num_hidden_layers"]):
+        h, c = f"model.layers.{i}.", f"transformer_decoder.layers.{i}."
+        for hf, ours in LLAMA_NORMS:
+            out[h + hf + ".weight"] = sd[c + ours + ".weight"]
+        for hf, ours, rotated in _ATTENTION:
+            value = sd[c + f"self_attn.{ours}.weight"]
+            n = heads if hf == "q_proj" else kv
+            out[h + f"self_attn.{hf}.weight"] = deinterleave_rotary(value, n, rot) if rotated else value
+        out[h + "mlp.gate.weight"] = sd[c + "ffn.gate.weight"]
+        w = {hf: [sd[c + f"ffn.experts.experts.{e}.{ours}.weight"] for e in range(experts)] for hf, ours in _EXPERT}
+        out[h + "mlp.experts.gate_up_proj"] = torch.stack([torch.cat(p) for p in zip(w["w1"], w["w3"])])
+        out[h + "mlp.experts.down_proj"] = torch.stack(w["w2"])
+    return {k: v.contiguous().clone() for k, v in out.items()}
