@@ -241,11 +241,13 @@ def _check_expressible(model, model_keys: dict, hf_cfg: dict, keys_of) -> None:
                           f"(its config gives {back.get(key)!r}); convert a model without it")
 
 
-def to_hf(checkpoint: str | Path, out_dir: str | Path, model_keys: dict, hf_config, to_state_dict,
-          keys_of) -> Path:
-    """A family's ``--to hf``: ``out_dir/config.json`` (``hf_config`` of the resolved keys) and
-    ``out_dir/model.safetensors`` (``to_state_dict``) of a checkpoint whose model ``model_keys`` describe."""
-    checkpoint, out_dir = Path(checkpoint), Path(out_dir)
+def load_checkpoint_model(checkpoint: str | Path, model_keys: dict, what: str = "model"):
+    """The model ``model_keys`` describe, with the weights of ``checkpoint`` (every key, every shape).
+
+    Raises:
+        CheckpointError: the file is missing, holds no model weights, or does not fit the params' ``what``.
+    """
+    checkpoint = Path(checkpoint)
     if not checkpoint.is_file():
         raise CheckpointError(f"checkpoint convert --to hf: {checkpoint} not found")
     model = build(model_keys)
@@ -258,10 +260,19 @@ def to_hf(checkpoint: str | Path, out_dir: str | Path, model_keys: dict, hf_conf
                                                     strict=False)
     except RuntimeError as e:  # shape mismatches
         detail = str(e).splitlines()[-1].strip()
-        raise CheckpointError(f"checkpoint {checkpoint} does not match the params' model: {detail}") from None
+        raise CheckpointError(f"checkpoint {checkpoint} does not match the params' {what}: {detail}") from None
     if missing or unexpected:
-        raise CheckpointError(f"checkpoint {checkpoint} does not match the params' model: missing "
+        raise CheckpointError(f"checkpoint {checkpoint} does not match the params' {what}: missing "
                               f"{', '.join(missing[:3]) or 'none'}; unexpected {', '.join(unexpected[:3]) or 'none'}")
+    return model
+
+
+def to_hf(checkpoint: str | Path, out_dir: str | Path, model_keys: dict, hf_config, to_state_dict,
+          keys_of) -> Path:
+    """A family's ``--to hf``: ``out_dir/config.json`` (``hf_config`` of the resolved keys) and
+    ``out_dir/model.safetensors`` (``to_state_dict``) of a checkpoint whose model ``model_keys`` describe."""
+    out_dir = Path(out_dir)
+    model = load_checkpoint_model(checkpoint, model_keys)
     # the resolved keys, plus the raw ones a family keeps out of them (gptj's use_untied_layer_norm)
     config = hf_config({**model_keys, **model.config, "name": model_keys["name"]})
     _check_expressible(model, model_keys, config, keys_of)

@@ -28,9 +28,9 @@ from typing import Any, Optional
 import torch
 import yaml
 
-from cs_run.checkpoint import load, save
+from cs_run.checkpoint import save
 from cs_run.errors import CheckpointError, ParamsError
-from cs_run.models.common.hf import build, safetensors_module
+from cs_run.models.common.hf import build, load_checkpoint_model, safetensors_module
 
 __all__ = ["to_hf", "from_hf", "hf_config", "to_hf_state_dict", "from_hf_state_dict", "model_keys_from_hf_config",
            "hf_shapes"]
@@ -277,23 +277,8 @@ def to_hf(checkpoint: str | Path, out_dir: str | Path, model_keys: dict) -> Path
     """Write ``out_dir/config.json`` and ``out_dir/model.safetensors`` from a gpt2 checkpoint whose model is
     described by ``model_keys`` (the run's ``model:`` section)."""
 
-    checkpoint, out_dir = Path(checkpoint), Path(out_dir)
-    if not checkpoint.is_file():
-        raise CheckpointError(f"checkpoint convert --to hf: {checkpoint} not found")
-    model = _build(model_keys)
-    state = load(str(checkpoint))
-    weights = state.get("model", state) if isinstance(state, dict) else None
-    if not isinstance(weights, dict):
-        raise CheckpointError(f"checkpoint {checkpoint}: no model weights (expected a 'model' state dict)")
-    try:
-        missing, unexpected = model.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()},
-                                                    strict=False)
-    except RuntimeError as e:  # shape mismatches
-        detail = str(e).splitlines()[-1].strip()
-        raise CheckpointError(f"checkpoint {checkpoint} does not match the params' gpt2: {detail}") from None
-    if missing or unexpected:
-        raise CheckpointError(f"checkpoint {checkpoint} does not match the params' gpt2: missing "
-                              f"{', '.join(missing[:3]) or 'none'}; unexpected {', '.join(unexpected[:3]) or 'none'}")
+    out_dir = Path(out_dir)
+    model = load_checkpoint_model(checkpoint, {**model_keys, "name": "gpt2"}, what="gpt2")
     config = hf_config(model.config)
     st = safetensors_module()
     out_dir.mkdir(parents=True, exist_ok=True)
