@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from cs_run.distributed import get_streaming_batch_size, get_streaming_rank, num_streamers
 from cs_run.errors import DataError
-from cs_run.examples.gpt2.hdf5_map import H5Reader, Mixture
+from cs_run.examples.gpt2.hdf5_map import H5Reader, Mixture, shard_files
 from cs_run.examples.gpt2.transforms import build_collate
 
 __all__ = ["GptHDF5Dataset", "build_dataloader", "DATA_PROCESSORS", "FEATURES"]
@@ -50,20 +50,6 @@ DATA_PROCESSORS = ("GptHDF5DataProcessor", "GptHDF5MapDataProcessor")
 
 def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
-
-
-def _shard_files(data_dir: Union[str, list]) -> list[Path]:
-    dirs = data_dir if isinstance(data_dir, list) else [data_dir]
-    files: list[Path] = []
-    for d in dirs:
-        p = Path(d)
-        if not p.is_dir():
-            raise ValueError(f"data_dir: {d} is not a folder (expected one holding the *.h5 shards)")
-        files.extend(p.glob("*.h5"))
-    if not files:
-        raise ValueError(f"data_dir: no *.h5 files in {', '.join(map(str, dirs))}; write shards with "
-                         "`cs-run data preprocess` or the Model Zoo's hdf5_preprocessing scripts")
-    return sorted(files)
 
 
 def _features(data_dir: Union[str, list], given: Optional[list]) -> list[str]:
@@ -90,7 +76,7 @@ class GptHDF5Dataset(Dataset):
     def __init__(self, data_dir: Union[str, list], rank: int = 0, num_ranks: int = 1,
                  features: Optional[list] = None, max_sequence_length: Optional[int] = None,
                  vocab_size: Optional[int] = None) -> None:
-        all_files = _shard_files(data_dir)
+        all_files = shard_files(data_dir)
         if len(all_files) < num_ranks:
             raise ValueError(f"data_dir: {len(all_files)} shard file(s) for {num_ranks} streamers; every streamer "
                              "needs at least one file (write more, smaller shards)")

@@ -24,10 +24,11 @@ from typing import Optional, Union
 import h5py  # noqa: TID253 - this data module reads HDF5 files; loaded only with the GPT data
 import numpy as np
 
-__all__ = ["H5Reader", "Mixture", "DataSubset"]
+__all__ = ["H5Reader", "Mixture", "DataSubset", "shard_files"]
 
 
-def _files(data_dirs: Union[str, list], sort: bool) -> list[Path]:
+def shard_files(data_dirs: Union[str, list], sort: bool = True) -> list[Path]:
+    """The *.h5 shards of a data_dir (a folder or a list of folders); refused: a non-folder, no shard."""
     dirs = data_dirs if isinstance(data_dirs, list) else [data_dirs]
     files: list[Path] = []
     for folder in dirs:
@@ -37,7 +38,7 @@ def _files(data_dirs: Union[str, list], sort: bool) -> list[Path]:
         files.extend(path.glob("*.h5"))
     if not files:
         raise ValueError(f"data_dir: no *.h5 files in {', '.join(map(str, dirs))}; write shards with "
-                         "`cs-run data preprocess` or the Model Zoo's preprocessing scripts")
+                         "`cs-run data preprocess` or the Model Zoo's hdf5_preprocessing scripts")
     return sorted(files) if sort else files
 
 
@@ -74,7 +75,7 @@ class H5Reader:
 
     def __init__(self, data_dirs: Union[str, list], sequence_length: Optional[int] = None,
                  data_subset: Optional[str] = None, sort: bool = True) -> None:
-        self.files = _files(data_dirs, sort)
+        self.files = shard_files(data_dirs, sort)
         counts, shapes = [], []
         for path in self.files:
             try:
