@@ -49,10 +49,7 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
     heads = lm.config["num_heads"]
     out = {f"{ours}.{kind}": t(f"{hf}.{kind}") for hf, ours in _TOP for kind in ("weight", "bias")
            if hf != "transformer.word_embeddings" or kind == "weight"}
-    if not lm.config["share_embedding_weights"]:
-        out["model.lm_head.weight"] = t("lm_head.weight")
-    elif "lm_head.weight" in t:
-        t("lm_head.weight")
+    out.update(t.lm_head(lm))
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"transformer.h.{i}.", f"model.transformer_decoder.layers.{i}."
         for hf, ours in _LAYER:

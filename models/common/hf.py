@@ -73,6 +73,15 @@ class Taker:
         self.used.add(key)
         return self.tensors[key].float()
 
+    def lm_head(self, lm) -> dict[str, torch.Tensor]:
+        """The output layer's weight of an untied ``lm``; a tied one takes HF's copy of the embedding (a
+        folder may hold it) so that it does not count as unused."""
+        if not lm.config["share_embedding_weights"]:
+            return {"model.lm_head.weight": self("lm_head.weight")}
+        if "lm_head.weight" in self:
+            self("lm_head.weight")
+        return {}
+
     def check_all_used(self) -> None:
         left = sorted(set(self.tensors) - self.used)
         if left:

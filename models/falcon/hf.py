@@ -82,10 +82,7 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
     grouped = "transformer.h.0.ln_attn.weight" in t or kv not in (1, heads)
     out = {"model.embedding_layer.word_embeddings.weight": t("transformer.word_embeddings.weight"),
            "model.ln_f.weight": t("transformer.ln_f.weight"), "model.ln_f.bias": t("transformer.ln_f.bias")}
-    if not lm.config["share_embedding_weights"]:
-        out["model.lm_head.weight"] = t("lm_head.weight")
-    elif "lm_head.weight" in t:
-        t("lm_head.weight")
+    out.update(t.lm_head(lm))
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"transformer.h.{i}.", f"model.transformer_decoder.layers.{i}."
         for hf, ours in _norms(lm):

@@ -89,10 +89,7 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor], norms: tuple = LLAM
     heads, kv, rot = _shape(lm)
     out = {"model.embedding_layer.word_embeddings.weight": t("model.embed_tokens.weight"),
            "model.ln_f.weight": t("model.norm.weight") + norm_offset}
-    if not lm.config["share_embedding_weights"]:
-        out["model.lm_head.weight"] = t("lm_head.weight")
-    elif "lm_head.weight" in t:
-        t("lm_head.weight")  # the tied copy save_pretrained may write
+    out.update(t.lm_head(lm))
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"model.layers.{i}.", f"model.transformer_decoder.layers.{i}."
         for hf, ours in norms:
