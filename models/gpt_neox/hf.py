@@ -45,6 +45,12 @@ def _dims(lm) -> tuple[int, int]:
     return lm.config["num_heads"], lm.config["rotary_dim"]
 
 
+# per layer: HF module -> ours (weight and bias each, where the model has them)
+_LAYER = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm3"),
+          ("attention.dense", "self_attn.proj_output_dense_layer"),
+          ("mlp.dense_h_to_4h", "ffn.ffn.0.linear_layer"), ("mlp.dense_4h_to_h", "ffn.ffn.1.linear_layer"))
+
+
 def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
     t = Taker(tensors, ignore=(".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq"))
     heads, rot = _dims(lm)
@@ -55,9 +61,7 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
         out["model.lm_head.weight"] = t("embed_out.weight" if "embed_out.weight" in t else "lm_head.weight")
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"gpt_neox.layers.{i}.", f"model.transformer_decoder.layers.{i}."
-        for hf, ours in (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm3"),
-                         ("attention.dense", "self_attn.proj_output_dense_layer"),
-                         ("mlp.dense_h_to_4h", "ffn.ffn.0.linear_layer"), ("mlp.dense_4h_to_h", "ffn.ffn.1.linear_layer")):
+        for hf, ours in _LAYER:
             for kind in ("weight", "bias"):
                 if f"{h}{hf}.{kind}" in t:
                     out[f"{c}{ours}.{kind}"] = t(f"{h}{hf}.{kind}")
@@ -81,9 +85,7 @@ def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
         out["embed_out.weight"] = sd["model.lm_head.weight"]
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"gpt_neox.layers.{i}.", f"model.transformer_decoder.layers.{i}."
-        for hf, ours in (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm3"),
-                         ("attention.dense", "self_attn.proj_output_dense_layer"),
-                         ("mlp.dense_h_to_4h", "ffn.ffn.0.linear_layer"), ("mlp.dense_4h_to_h", "ffn.ffn.1.linear_layer")):
+        for hf, ours in _LAYER:
             for kind in ("weight", "bias"):
                 if f"{c}{ours}.{kind}" in sd:
                     out[f"{h}{hf}.{kind}"] = sd[f"{c}{ours}.{kind}"]
