@@ -12,6 +12,12 @@ multiplies the product; ``logit_softcapping`` is ``cap * tanh(logits / cap)`` (G
 bias and the causal / sliding-window mask are added; ``use_sink_token`` appends a learned per-head
 logit column (``sinks``) that takes softmax mass and is dropped after (GPT-OSS). The softmax runs in
 float32 when ``softmax_fp32`` and the logits are lower precision.
+
+Without softcapping or sinks, torch's ``scaled_dot_product_attention`` computes it. On CUDA that holds
+for bf16/fp16 under ``softmax_fp32`` too (its fused kernels keep the softmax max and sum in float32),
+and a layer whose mask is the plain causal one asks for ``is_causal`` instead of passing the mask, so
+FlashAttention can run (an explicit mask rules it out). On CPU the mask is always passed and a
+low-precision ``softmax_fp32`` keeps the explicit float32 softmax.
 """
 
 from __future__ import annotations
@@ -65,6 +71,11 @@ class MultiheadAttention(nn.Module):
                 if layer.bias is not None:
                     layer.bias.zero_()
 
+    def _sdpa_computes_it(self, q: torch.Tensor) -> bool:
+        if self.logit_softcapping is not None or self.sinks is not None:
+            return False
+        return q.dtype == torch.float32 or not self.softmax_fp32 or q.is_cuda
+
     def _scale(self, layer_idx: int) -> float:
         scale = self.attention_logits_alpha
         if self.scaled:
@@ -74,7 +85,9 @@ class MultiheadAttention(nn.Module):
         return scale
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, rotary: Optional[RotaryEmbedding] = None,
-                position_bias: Optional[torch.Tensor] = None, layer_idx: int = 0) -> torch.Tensor:
+                position_bias: Optional[torch.Tensor] = None, layer_idx: int = 0,
+                causal: bool = False) -> torch.Tensor:
+        """``causal``: ``mask`` is the plain causal mask (no window), so a fused kernel may apply it itself."""
         b, s, _ = x.shape
         q = self.proj_q_dense_layer(x).view(b, s, self.num_heads, self.head_dim)
         k = self.proj_k_dense_layer(x).view(b, s, self.num_kv_groups, self.head_dim)
@@ -88,9 +101,12 @@ class MultiheadAttention(nn.Module):
         bias = mask if position_bias is None else mask + position_bias.to(mask.dtype)
         scale = self._scale(layer_idx)
         dropout = self.dropout if self.training else 0.0
-        if (self.logit_softcapping is None and self.sinks is None
-                and not (self.softmax_fp32 and q.dtype != torch.float32)):
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), scale=scale, dropout_p=dropout)
+        if self._sdpa_computes_it(q):
+            if causal and position_bias is None and q.is_cuda:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, dropout_p=dropout)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), scale=scale,
+                                                     dropout_p=dropout)
         else:
             logits = torch.matmul(q, k.transpose(-1, -2)) * scale
             if self.logit_softcapping is not None:

@@ -43,9 +43,9 @@ class TransformerDecoderLayer(nn.Module):
                 reset_norm(n)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, rotary=None, position_bias=None,
-                layer_idx: int = 0) -> tuple[torch.Tensor, Optional[tuple]]:
+                layer_idx: int = 0, causal: bool = False) -> tuple[torch.Tensor, Optional[tuple]]:
         normed = self.norm1(x)
-        attn = self.dropout1(self.self_attn(normed, mask, rotary, position_bias, layer_idx))
+        attn = self.dropout1(self.self_attn(normed, mask, rotary, position_bias, layer_idx, causal))
         if self.parallel:  # GPTJDecoderLayer: x + attn(norm1(x)) + ffn(norm3(x) or norm1(x))
             return x + self.ffn(self.norm3(x) if self.norm3 is not None else normed) + attn, None
         if self.norm1_post is not None:
@@ -137,8 +137,9 @@ class DecoderLM(nn.Module):
         bias = self.embedding_layer.position_bias(length)
         routing = []
         for i, layer in enumerate(self.transformer_decoder.layers):
-            windowed = self.sliding_window_every_other_layer and (i % 2 == 0) == self.sliding_window_first
-            x, r = layer(x, sliding if windowed else full, rotary, bias, i)
+            windowed = self.sliding_window is not None and (
+                not self.sliding_window_every_other_layer or (i % 2 == 0) == self.sliding_window_first)
+            x, r = layer(x, sliding if windowed else full, rotary, bias, i, causal=not windowed)
             if r is not None:
                 routing.append(r)
         logits = self.lm_head(self.ln_f(x))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import statistics
 import subprocess
@@ -168,10 +169,15 @@ def test_auto_trial_then_a_warm_process_loads_without_compiling(tmp_path, monkey
     assert med[trial.choice] == min(med.values())
 
     script = WARM_PROCESS.format(folder=str(tmp_path), compile_dir=str(compile_dir))
+    # A bare environment, except the CPU capability aten dispatches to: the bit-equal comparison below
+    # is "same library, same machine", and the aten ops around the kernels round per ISA.
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    if "ATEN_CPU_CAPABILITY" in os.environ:
+        env["ATEN_CPU_CAPABILITY"] = os.environ["ATEN_CPU_CAPABILITY"]
     runs = []
     for _ in range(2):
         res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                             env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+                             env=env)
         assert res.returncode == 0, res.stderr
         runs.append(json.loads(res.stdout.strip().splitlines()[-1]))
     for warm in runs:
