@@ -207,7 +207,6 @@ class PyTorchBaseRunner(RunnerHooks):
         """
         device = device.upper()
         collected = MetricSet()  # the run's metrics include those its user modules register when imported
-        parallel.use(parallel.build_strategy(params.runconfig.sharding, params.runconfig.offload))
         with _held_for_run_log(params) as created, collected.collecting():  # run.log begins with the creation's lines
             built = PyTorchBaseRunner._create(params, device, runner, mode, backend, builders)
         built._created_records = created
@@ -240,9 +239,9 @@ class PyTorchBaseRunner(RunnerHooks):
         if device != "CSX" and (rc.compile_only or rc.validate_only):
             raise ParamsError("params: runconfig.compile_only / validate_only need --device CSX "
                               "(cs-run compile-only / validate-only set it)")
-        strategy = parallel.current()  # create() made it
         try:
             parallel.check_strategy(rc.sharding, rc.offload, rc.num_csx, device)
+            strategy = parallel.build_strategy(rc.sharding, rc.offload)  # the runner makes it current (__init__)
             if mode != "eval_all" and not (rc.compile_only or rc.validate_only):  # the modes that load it
                 _checkpoints.check_start_checkpoint(params)  # before anything is created or written
             _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
