@@ -35,32 +35,35 @@ OPTIMIZER = {"optimizer_type": "AdamW", "max_gradient_norm": 0.5, "weight_decay"
     {"scheduler": "CosineDecay", "initial_learning_rate": 2e-3, "end_learning_rate": 1e-4, "total_iters": 25}]}
 
 
-def write_params(path: Path, **runconfig) -> Path:
+def write_params(path: Path, grad_accum_steps: int = 1, **runconfig) -> Path:
     """The params file: global batch 8 (divides over 1, 2 and 4 replicas), 30 steps, every loss logged."""
     data = {"data_fn": "tokens_data:build", "batch_size": 8}
-    params = {"train_input": dict(data), "eval_input": dict(data), "model": MODEL, "optimizer": OPTIMIZER,
+    optimizer = {**OPTIMIZER, "grad_accum_steps": grad_accum_steps}
+    params = {"train_input": dict(data), "eval_input": dict(data), "model": MODEL, "optimizer": optimizer,
               "runconfig": {"max_steps": STEPS, "log_steps": 1, "seed": 1, "disable_progress_bar": True,
                             "python_paths": [str(Path(__file__).parent)], **runconfig}}
     path.write_text(yaml.safe_dump(params))
     return path
 
 
-def train_here(params: Path, model_dir: Path, *args) -> None:
-    """One replica in this process."""
-    result = CliRunner().invoke(cli, ["train", "--params", str(params), "--model_dir", str(model_dir), *map(str, args)])
+def train_here(params: Path, model_dir: Path, *args, command: str = "train") -> str:
+    """One replica in this process; returns its output."""
+    result = CliRunner().invoke(cli, [command, "--params", str(params), "--model_dir", str(model_dir),
+                                      *map(str, args)])
     assert result.exit_code == 0, result.output
+    return result.output
 
 
-def launch(params: Path, model_dir: Path, *args) -> subprocess.CompletedProcess:
-    """``cs-run train`` as its own process (it launches its replicas), killed after HARD_LIMIT seconds."""
+def launch(params: Path, model_dir: Path, *args, command: str = "train") -> subprocess.CompletedProcess:
+    """``cs-run <command>`` as its own process (it launches its replicas), killed after HARD_LIMIT seconds."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
-    command = ["timeout", "-s", "KILL", str(HARD_LIMIT), sys.executable, "-m", "cs_run.cli", "train", "--params",
+    line = ["timeout", "-s", "KILL", str(HARD_LIMIT), sys.executable, "-m", "cs_run.cli", command, "--params",
                str(params), "--model_dir", str(model_dir), "--collective_timeout", "120", *map(str, args)]
     try:
-        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=HARD_LIMIT + 30)
+        result = subprocess.run(line, capture_output=True, text=True, env=env, timeout=HARD_LIMIT + 30)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"{command} did not finish within {HARD_LIMIT} s (a hang)")
+        pytest.fail(f"{line} did not finish within {HARD_LIMIT} s (a hang)")
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
