@@ -193,6 +193,14 @@ class RunConfig(ClusterOptions):
     """A custom runner class as ``module:Class`` (a subclass of one of cs-run's runners)."""
     disable_progress_bar: bool = field(default=False, metadata={"trainer": "logging"})
     """Hide the tqdm progress bars (they are hidden anyway when stderr is not a terminal)."""
+    sharding: str = field(default="none", metadata={"choices": ("none", "fsdp"),
+                                                    "flag": {"uses": ("train", "eval", "eval_all")}})
+    """How the num_csx replicas hold the model: none (data parallel: each holds all of it) or fsdp (torch
+    FSDP2: parameters, gradients and optimizer state sharded 1/N per replica; CPU and GPU devices)."""
+    offload: str = field(default="none", metadata={"choices": ("none", "cpu"),
+                                                   "flag": {"uses": ("train", "eval", "eval_all")}})
+    """cpu: keep the (sharded) parameters and optimizer state in host memory and copy each block to the
+    device for its forward and backward (FSDP2's CPUOffloadPolicy); also with one replica."""
     # ---- CSX: the lazy-traced engine (the cluster keys come from ClusterOptions)
     compile_dir: Optional[str] = field(default=None, metadata={"flag": {"path": "dir", "uses": _ENGINE_USES}})
     """Compile cache of the CSX engine (default: model_dir/cached_compile)."""

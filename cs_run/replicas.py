@@ -39,7 +39,7 @@ from torch.nn.parallel import DistributedDataParallel
 from cs_run.errors import ParamsError
 
 __all__ = ["DEFAULT_COLLECTIVE_TIMEOUT", "JOIN_ENV", "ReplicatedModule", "all_reduce_sum", "broadcast_object",
-           "cuda_index", "in_replica_env", "is_master", "joined", "launch", "lost_peer", "max_values", "mean_value",
+           "cuda_index", "in_replica_env", "is_master", "join_alone", "joined", "launch", "lost_peer", "max_values", "mean_value",
            "ordinal", "record_failure", "replicate", "report_end", "reports_to_launcher", "split_batch", "start",
            "stop_grace", "sum_values", "teardown", "world_size"]
 
@@ -160,6 +160,16 @@ def _join(device_type: str, timeout_s: int) -> None:
         logging.getLogger("cs_run").setLevel(logging.ERROR)
     logger.info("Replica %d of %d joined (%s, collective timeout %d s)", ordinal(), world_size(),
                 dist.get_backend(), timeout_s)
+
+
+def join_alone(device_type: str) -> None:
+    """A process group of this process alone (gloo, or nccl on CUDA), for what needs one with a single
+    replica (FSDP2's offload: cs_run.parallel.fsdp). The reductions above see one replica."""
+    if joined():
+        return
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    atexit.register(teardown)
 
 
 def teardown() -> None:

@@ -14,7 +14,7 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
-from cs_run import replicas
+from cs_run import parallel
 from cs_run.backend import Backend, _normalize_type, current_backend
 from cs_run.backend import backend as _make_backend
 from cs_run.engine import closures
@@ -48,11 +48,12 @@ def compile(model: M, backend: Backend | str | None = None) -> M:  # noqa: A001 
         current = current_backend(raise_exception=False, raise_warning=False)
         wanted = _normalize_type(backend)
         be = current if current is not None and current.backend_type == wanted else _make_backend(wanted)
-    replicas.start(be.cluster_config.num_csx, be.backend_type, be.cluster_config.collective_timeout)
+    strategy = parallel.Strategy()  # a custom loop is data parallel (cs_run.parallel)
+    strategy.start(be.cluster_config.num_csx, be.backend_type, be.cluster_config.collective_timeout)
     model.to(be.torch_device)
     if model not in be.models:
         be.models.append(model)
-    return model if be.is_csx else replicas.replicate(model, be.torch_device)
+    return model if be.is_csx else strategy.wrap(model, be.torch_device)
 
 
 class TracedStepFunction:

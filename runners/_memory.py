@@ -240,8 +240,15 @@ def check_model_fits(params: Params, device: torch.device, *, training: bool,
     if size is None:
         return
     on_host = size.weights if device.type == "cuda" else size.total  # a CUDA model is built on the host first
+    on_device = size.total
+    if params.runconfig.sharding == "fsdp" or params.runconfig.offload != "none":
+        # Each replica builds the whole model, then keeps 1/N of it (cs_run.parallel.fsdp): its peak is the
+        # larger of the whole weights and its shard of weights, gradients and optimizer state.
+        on_host = on_device = max(size.weights, -(-size.total // n))
+        if params.runconfig.offload != "none":
+            on_device = size.weights  # built there whole before it is sharded and offloaded
     process = _resident_bytes() if n > 1 else 0  # each replica is a new process like this one, plus its model
-    for copies, needed, available in ((n, on_host + process, host), (1, size.total, gpu)):
+    for copies, needed, available in ((n, on_host + process, host), (1, on_device, gpu)):
         if available is not None and copies * needed > available[0]:
             _refuse(params, size, copies, needed, available)
 

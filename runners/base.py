@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 import torch
 from tqdm import tqdm
 
-from cs_run import distributed, replicas
+from cs_run import distributed, parallel, replicas
 from cs_run._logging import held_records, run_log
 from cs_run.backend import Backend
 from cs_run.batches import RateMeter, batch_size, loader_length, move_to_device
@@ -148,6 +148,8 @@ class PyTorchBaseRunner(RunnerHooks):
         with self._metrics.collecting():
             self.model = _build.build_model(params, model_fn).to(self.torch_device)
         self._metrics.add_module(self.model)
+        self.strategy = parallel.use(parallel.build_strategy(rc.sharding, rc.offload))
+        self.model = self.strategy.shard(self.model, self.torch_device)  # before the optimizer holds its parameters
         self.optimizer = None
         self.lr_scheduler = None
         self.grad_scaler = None
@@ -238,10 +240,12 @@ class PyTorchBaseRunner(RunnerHooks):
             raise ParamsError("params: runconfig.compile_only / validate_only need --device CSX "
                               "(cs-run compile-only / validate-only set it)")
         try:
+            parallel.check_strategy(rc.sharding, rc.offload, rc.num_csx, device)
+            strategy = parallel.build_strategy(rc.sharding, rc.offload)  # the runner makes it current (__init__)
             if mode != "eval_all" and not (rc.compile_only or rc.validate_only):  # the modes that load it
                 _checkpoints.check_start_checkpoint(params)  # before anything is created or written
             _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
-            if replicas.is_master():  # ordinal 0 holds model_dir's lock (docs/architecture.md#replicas)
+            if strategy.writes:  # ordinal 0 holds model_dir's lock (docs/architecture.md#replicas)
                 _model_dir.check_not_locked(rc.model_dir)
             if mode is not None and not (rc.compile_only or rc.validate_only):
                 check_sections_for(params, mode, {"train": builders.get("train_data_fn"),
@@ -260,7 +264,7 @@ class PyTorchBaseRunner(RunnerHooks):
                 optimizer_fn=builders.get("optimizer_fn"))  # before a byte of the model is allocated
             if not (rc.compile_only or rc.validate_only):  # N replicas: launch or join them (never returns in a launcher)
                 check_batch_split(params, rc.num_csx)
-                replicas.start(rc.num_csx, device, rc.collective_timeout)
+                strategy.start(rc.num_csx, device, rc.collective_timeout)
             return cls(params, device=device, backend=backend, **builders)
         except ParamsError as e:  # a value in the params file: name its file:line
             raise params.locate_error(e) from e.__cause__
@@ -347,7 +351,7 @@ class PyTorchBaseRunner(RunnerHooks):
         """The run's hold on model_dir: its lock (one writer at a time), the run's record in model_dir/runs/
         and the run log, which also gets the ``Error:`` line. Ordinal 0 is the one writer of a run of several
         replicas. (The resolved params are written when training starts: :meth:`train`.)"""
-        if not replicas.is_master():
+        if not self.strategy.writes:
             yield
             return
         with _model_dir.model_dir_lock(self.model_dir):
@@ -394,14 +398,14 @@ class PyTorchBaseRunner(RunnerHooks):
         end_step = self.global_step + budget.steps
         logger.info("Training %d steps (global step %d -> %d), %d per epoch", budget.steps, self.global_step,
                     end_step, budget.steps_per_epoch)
-        if replicas.is_master():  # now, not earlier: a run refused before its first step keeps the previous run's
+        if self.strategy.writes:  # now, not earlier: a run refused before its first step keeps the previous run's
             save_params(self.params, self.model_dir)
         self.model.train()
         self._rate = RateMeter(window=rc.log_steps or budget.steps)
         self._compile_reported = False
         self._rate.start()
         self.on_train_start()
-        with stop_on_signal(replicas.stop_grace(), replicas.report_end) as self._stop, \
+        with stop_on_signal(self.strategy.stop_grace(), self.strategy.report_end) as self._stop, \
                 self._progress("Train", budget.steps) as bar:
             while self.global_step < end_step and not self.should_stop:
                 self.on_train_epoch_start()
@@ -448,12 +452,12 @@ class PyTorchBaseRunner(RunnerHooks):
     def _stop_requested(self) -> bool:
         """A signal or ``should_stop``; with several replicas any replica's, agreed after every step (one
         tiny host collective), so they all stop after the same step and with the same signal."""
-        if replicas.world_size() == 1:
+        if self.strategy.world_size == 1:
             return self._stop.requested or self.should_stop
-        signum, stop = replicas.max_values(self._stop.signum or 0, float(bool(self.should_stop)))
+        signum, stop = self.strategy.agree_stop(self._stop.signum or 0, bool(self.should_stop))
         if signum and not self._stop.requested:
-            self._stop.signum = int(signum)
-        self.should_stop = bool(stop)  # the outer loop reads it too
+            self._stop.signum = signum
+        self.should_stop = stop  # the outer loop reads it too
         return bool(signum or stop)
 
     def _stop_after_step(self) -> None:
@@ -503,14 +507,14 @@ class PyTorchBaseRunner(RunnerHooks):
         """Host work after a step: loss check, logging, checkpoint, periodic eval."""
         rc = self.params.runconfig
         step, run_step = self.global_step, self.global_step - self._run_start
-        self._rate.tick(sum(batch_size(b) for b in micro_batches) * replicas.world_size())  # all replicas' samples
+        self._rate.tick(sum(batch_size(b) for b in micro_batches) * self.strategy.world_size)  # all replicas' samples
         log_step = is_log_step(run_step, self._run_steps, rc.log_steps)
         checkpoint_step = is_checkpoint_step(run_step, self._run_steps, rc.checkpoint_steps)
         self._track_loss(loss, step)
         if log_step or checkpoint_step:
             self._raise_on_bad_loss()  # never checkpoint weights a NaN step produced
         if log_step:
-            value = replicas.mean_value(self._fetch_loss(loss))  # the global batch's loss
+            value = self.strategy.mean_value(self._fetch_loss(loss))  # the global batch's loss
             rate, global_rate = self._rate.rate, self._rate.global_rate
             self._report_compile_time(step)
             logger.info("| Train Device=%s, Step=%d, Loss=%.5f, Rate=%.2f samples/sec, GlobalRate=%.2f samples/sec",
@@ -603,7 +607,7 @@ class PyTorchBaseRunner(RunnerHooks):
         early_exit = available is not None and steps < available
         self.on_eval_epoch_end(early_exit=early_exit)
         self.on_eval_end(early_exit=early_exit)
-        loss_sum, all_steps = replicas.sum_values(self._fetch_loss(total_loss), steps)  # over replicas' shards
+        loss_sum, all_steps = self.strategy.sum_values(self._fetch_loss(total_loss), steps)  # over replicas' shards
         results = {"eval/loss": loss_sum / all_steps, **self._metrics.compute()}
         summary = ", ".join(f"{k}={v:.5f}" for k, v in results.items())
         logger.info("| Eval Device=%s, GlobalStep=%d, Batches=%d, %s", self.device_name, self.global_step, steps,
@@ -646,10 +650,11 @@ class PyTorchBaseRunner(RunnerHooks):
                 raise ParamsError(f"params: runconfig.checkpoint_path: no such file {path}")
             return path
         latest = _checkpoints.latest_checkpoint(self.model_dir) if rc.autoload_checkpoint else None
-        return replicas.broadcast_object(latest)  # every replica resumes from ordinal 0's choice
+        return self.strategy.broadcast_object(latest)  # every replica resumes from ordinal 0's choice
 
     def _start_target(self, training: bool) -> dict[str, Any]:
-        """What a start checkpoint is loaded into: the model's tensors, and the optimizer's to train."""
+        """The live tensors a start checkpoint goes into: the model's, and the optimizer's to train
+        (read in place; with a sharded strategy through :meth:`Strategy.load_target`)."""
         target = {"model": self.model.state_dict()}
         if training and self.optimizer is not None:
             target["optimizer"] = self.optimizer.state_dict()  # state tensors are read in place
@@ -673,7 +678,7 @@ class PyTorchBaseRunner(RunnerHooks):
         explicit = bool(self.params.runconfig.checkpoint_path)
         for candidate in self._start_candidates(path, training):
             try:
-                check_target(candidate, target)
+                check_target(candidate, self.strategy.load_target(target, torch.device("meta")))
                 return candidate
             except TargetMismatchError as e:
                 raise _checkpoints.not_this_models(self.params, e, autoloaded=not explicit, training=training) from None
@@ -685,7 +690,7 @@ class PyTorchBaseRunner(RunnerHooks):
     def _check_all_fit(self) -> None:
         """eval_all: every checkpoint in model_dir fits the model (keys, dtypes, shapes; no tensor data
         read), oldest first; a damaged one is left to the evaluation, which logs and skips it."""
-        target = self._start_target(training=False)
+        target = self.strategy.load_target(self._start_target(training=False), torch.device("meta"))
         for _, path in _checkpoints.list_checkpoints(self.model_dir):
             try:
                 check_target(path, target)
@@ -699,6 +704,7 @@ class PyTorchBaseRunner(RunnerHooks):
         state: dict[str, Any] = {"model": self.model.state_dict(), "global_step": self.global_step}
         if self.optimizer is not None:
             state["optimizer"] = self.optimizer.state_dict()
+        state = self.strategy.gather(state)  # sharded tensors whole (a collective): the one-file form
         if self.lr_scheduler is not None:
             state["lr_scheduler"] = self.lr_scheduler.state_dict()
         if self.grad_scaler is not None:
@@ -760,7 +766,7 @@ class PyTorchBaseRunner(RunnerHooks):
                                 "learning rate, enable gradient clipping (optimizer.max_gradient_norm) or check "
                                 "the data")
         self._saved = (self.global_step, path)
-        if replicas.is_master():  # the replicas' states are equal: ordinal 0 writes it once
+        if self.strategy.writes:  # the replicas' (gathered) states are equal: ordinal 0 writes it once
             _checkpoints.save_checkpoint(state, path)
             logger.info("Saved checkpoint %s", path)
             _checkpoints.prune_checkpoints(self.model_dir, self.params.runconfig.max_checkpoints)
@@ -772,10 +778,11 @@ class PyTorchBaseRunner(RunnerHooks):
         if path is None:
             return
         wanted = self._checkpoint_states()
-        target = {k: v for k, v in self._start_target(training=True).items() if wanted is None or k in wanted}
+        live = {k: v for k, v in self._start_target(training=True).items() if wanted is None or k in wanted}
+        target = self.strategy.load_target(live)
         for candidate in self._start_candidates(path, training=True):
             try:
-                state = _checkpoints.load_checkpoint(candidate, target)
+                state = self.strategy.place_loaded(live, _checkpoints.load_checkpoint(candidate, target))
                 path = candidate
                 break
             except TargetMismatchError as e:  # an older fallback of another model (run() checked the newest)
@@ -834,7 +841,8 @@ class PyTorchBaseRunner(RunnerHooks):
         return {k: v for k, v in state.items() if k in wanted}
 
     def _load_weights(self, path: Path) -> None:
-        state = _checkpoints.load_checkpoint(path, self._start_target(training=False))
+        live = self._start_target(training=False)
+        state = self.strategy.place_loaded(live, _checkpoints.load_checkpoint(path, self.strategy.load_target(live)))
         self.global_step = int(state.get("global_step", 0))
         logger.info("Loaded weights of %s (global step %d)", path, self.global_step)
 
@@ -850,13 +858,13 @@ class PyTorchBaseRunner(RunnerHooks):
         return move_to_device(batch, self.torch_device)
 
     def _progress(self, desc: str, total: int):
-        disable = True if self.params.runconfig.disable_progress_bar or not replicas.is_master() else None  # None: a TTY
+        disable = True if self.params.runconfig.disable_progress_bar or not self.strategy.writes else None  # None: a TTY
         return tqdm(total=total, desc=desc, unit="step", disable=disable, dynamic_ncols=True, leave=False)
 
 
 def _held_for_run_log(params: Params) -> contextlib.AbstractContextManager[list[logging.LogRecord]]:
     """The log records of the block, kept for run.log on ordinal 0 (its one writer); none elsewhere."""
-    return held_records(params.runconfig.logging) if replicas.is_master() else contextlib.nullcontext([])
+    return held_records(params.runconfig.logging) if parallel.current().writes else contextlib.nullcontext([])
 
 
 def _no_eval_batch(params: Params) -> ParamsError:
@@ -870,16 +878,17 @@ def _check_replica_loader(loader, section) -> None:
     """Replicas step together (each step all-reduces): loaders of different lengths would leave one
     replica waiting for the others, so they are refused up front. A loader whose batch is the params'
     whole batch_size did not split it (the global batch would be N times larger): warned."""
-    n, length = replicas.world_size(), loader_length(loader)
+    strategy = parallel.current()
+    n, length = strategy.world_size, loader_length(loader)
     if n > 1 and section is not None and getattr(loader, "batch_size", None) == section.batch_size > 1 \
-            and replicas.is_master():
+            and strategy.writes:
         logger.warning("train_input.batch_size=%d is the global batch of %d replicas, but the data function's loader "
                        "yields %d per replica (a global batch of %d); call cstorch.distributed."
                        "get_streaming_batch_size(batch_size) in it", section.batch_size, n, section.batch_size,
                        section.batch_size * n)
     if n == 1 or length is None:
         return
-    total, = replicas.sum_values(length)
+    total, = strategy.sum_values(length)
     if total != length * n:
         raise ParamsError(f"params: train_input: the {n} replicas' train loaders differ in length (this replica's "
                           f"has {length} batches, all together {int(total)}); shard the data evenly by "

@@ -6,7 +6,6 @@ from typing import Any
 
 import torch
 
-from cs_run import replicas
 from cs_run.runners._step import eval_step, train_step
 from cs_run.runners.base import PyTorchBaseRunner
 
@@ -15,14 +14,15 @@ __all__ = ["PyTorchRunner"]
 
 class PyTorchRunner(PyTorchBaseRunner):
     """Runs each step eagerly: the step's Python runs every call, values are readable at once. With
-    several replicas the train step runs through torch DDP (:func:`cs_run.replicas.replicate`), which
-    averages the gradients over them in backward; ``self.model`` stays the plain module."""
+    several replicas the train step runs through what the run's strategy wraps the model in
+    (:meth:`cs_run.parallel.Strategy.wrap`): torch DDP for data parallel, which averages the gradients over
+    them in backward (``self.model`` stays the plain module), or the FSDP2-sharded model itself."""
 
     devices = ("CPU", "GPU")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._replica_model = replicas.replicate(self.model, self.torch_device)
+        self._replica_model = self.strategy.wrap(self.model, self.torch_device)
 
     @property
     def device_name(self) -> str:  # the Model Zoo log names the torch device type

@@ -206,6 +206,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("shared rules", ("cs_run.schedule", "cs_run.batches", "cs_run.interrupts", "cs_run.params", "cs_run.resolve",
                       "cs_run.registry", "cs_run.exits", "cs_run.summaries", "cs_run.vendor_params",
                       "cs_run.cluster_options")),
+    ("parallel", ("cs_run.parallel",)),
     ("replicas", ("cs_run.replicas",)),
     ("leaves", ("cs_run.optim", "cs_run.checkpoint", "cs_run.creation", "cs_run.errors", "cs_run._checks",
                 "cs_run._frames", "cs_run._logging", "cs_run._yaml", "cs_run._version_check", "cs_run._torch_compat")),
@@ -256,7 +257,7 @@ def test_the_layer_rule_finds_upward_and_private_imports():
              "cs_run.trainer": {"cs_run.runners._checkpoints", "cs_run._checks"},
              "cs_run.runners._step": {"cs_run.runners._rng", "cs_run._logging"}}
     assert upward_imports(graph) == ["cs_run.checkpoint.h5 (leaves) -> cs_run.replicas (replicas)"]
-    assert layer_of("cs_run") == 0 and layer_of("cs_run.models.gpt2") == 2 and layer_of("cs_run.optim._docs") == 7
+    assert layer_of("cs_run") == 0 and layer_of("cs_run.models.gpt2") == 2 and layer_of("cs_run.optim._docs") == 8
     assert private_imports(graph, {"cs_run"}) == {("cs_run.trainer", "cs_run.runners._checkpoints")}
     with pytest.raises(KeyError):
         layer_of("cs_run.somewhere_new")

@@ -1,0 +1,125 @@
+"""The Strategy: one home for how the replicas share a run (docs/architecture.md#parallelism).
+
+Every decision that depends on how the model is spread over the ``num_csx`` replicas is a method here,
+so the runners, ``cstorch.compile`` and ``cstorch.save`` ask the strategy instead of knowing the answer:
+
+* the model: :meth:`Strategy.shard` (before the optimizer is built on its parameters) and
+  :meth:`Strategy.wrap` (what the eager train step calls);
+* who writes (:attr:`Strategy.writes`: model_dir, logs, summaries, checkpoints);
+* host reductions (the logged loss, eval sums), the broadcast of ordinal 0's choices and the stop
+  agreement after every step;
+* checkpoint state: :meth:`Strategy.gather` turns the live state into the one-file form ordinal 0
+  writes, :meth:`Strategy.load_target` / :meth:`Strategy.place_loaded` read a file back into it.
+
+This class is ``sharding: none``, data parallel: every replica holds the whole model and optimizer
+state, the eager step runs through torch DDP (:func:`cs_run.replicas.replicate`) and the CSX engine
+traces the all-reduce into its graph (``engine/collectives``). ``fsdp`` is :mod:`cs_run.parallel.fsdp`.
+The process machinery (launch, join, the host group) stays in :mod:`cs_run.replicas`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+
+from cs_run import replicas
+
+__all__ = ["Strategy", "map_tensors"]
+
+
+class Strategy:
+    """Data parallel (``runconfig.sharding: none``): whole replicas, gradients averaged."""
+
+    sharding = "none"
+    offload = "none"
+
+    # ------------------------------------------------------------------------------- topology
+
+    def start(self, num_replicas: int, device_type: str, timeout_s: int) -> None:
+        """Make this process one of ``num_replicas`` (launch or join: :func:`cs_run.replicas.start`)."""
+        replicas.start(num_replicas, device_type, timeout_s)
+
+    @property
+    def world_size(self) -> int:
+        return replicas.world_size()
+
+    @property
+    def ordinal(self) -> int:
+        return replicas.ordinal()
+
+    @property
+    def writes(self) -> bool:
+        """True on the one replica that writes model_dir (its lock, logs, summaries, checkpoints)."""
+        return replicas.is_master()
+
+    # ---------------------------------------------------------------------------------- model
+
+    def shard(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        """The model whose parameters the optimizer is built on. Data parallel: the whole model."""
+        return model
+
+    def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        """The module the eager train step calls: DDP with several replicas (gradients averaged in
+        backward), the model itself with one."""
+        return replicas.replicate(model, device)
+
+    # ------------------------------------------------------------------------ host reductions
+
+    def mean_value(self, value: float) -> float:
+        """The mean over replicas of a host number (the logged loss of the global batch)."""
+        return replicas.mean_value(value)
+
+    def sum_values(self, *values: float) -> tuple[float, ...]:
+        """Sums over replicas (eval loss sums and batch counts, loader lengths), in float64."""
+        return replicas.sum_values(*values)
+
+    def broadcast_object(self, value: Any) -> Any:
+        """Ordinal 0's ``value`` on every replica (the checkpoint they all resume from)."""
+        return replicas.broadcast_object(value)
+
+    def agree_stop(self, signum: int, stop: bool) -> tuple[int, bool]:
+        """Any replica's stop request (a signal number, ``should_stop``) on every replica, so all stop
+        after the same step: one tiny MAX all-reduce per step with several replicas."""
+        if replicas.world_size() == 1:
+            return signum, stop
+        agreed_signum, agreed_stop = replicas.max_values(signum, float(stop))
+        return int(agreed_signum), bool(agreed_stop)
+
+    def stop_grace(self) -> Optional[int]:
+        """Seconds a replica runs on after its first signal (the collective timeout); None alone."""
+        return replicas.stop_grace()
+
+    def report_end(self, line: str, exit_code: int) -> None:
+        """How a replica that ends itself says why (recorded for the launcher)."""
+        replicas.report_end(line, exit_code)
+
+    # ------------------------------------------------------------------------ checkpoint state
+
+    def gather(self, state: Any) -> Any:
+        """The checkpoint form of the live ``state`` (a nested dict of model, optimizer, ... state).
+        Data parallel: every replica holds it whole already. Every replica calls it (a collective when
+        the state is sharded)."""
+        return state
+
+    def load_target(self, target: Any, device: Optional[torch.device] = None) -> Any:
+        """What a checkpoint is read into, given the live tensors ``target``: the live tensors themselves
+        (read in place). ``device="meta"`` asks for shapes only (checks that read no data)."""
+        return target
+
+    def place_loaded(self, target: Any, loaded: Any) -> Any:
+        """Bring state read into :meth:`load_target`'s tensors into the live ``target``; returns
+        ``loaded`` with its leaves the live tensors. Data parallel: they already are."""
+        return loaded
+
+
+def map_tensors(tree: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """``tree`` with every tensor leaf replaced by ``fn(leaf)``, in the tree's order (dict order is
+    insertion order, the same on every replica: collectives inside ``fn`` line up)."""
+    if isinstance(tree, torch.Tensor):
+        return fn(tree)
+    if isinstance(tree, dict):
+        return type(tree)((k, map_tensors(v, fn)) for k, v in tree.items())
+    if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
+        return type(tree)(map_tensors(v, fn) for v in tree)
+    return tree

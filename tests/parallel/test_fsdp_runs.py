@@ -1,0 +1,62 @@
+"""sharding: fsdp on 2 replicas (gloo, CPU) of a tiny gpt2 trains the same losses and weights as one
+unsharded process (AdamW, clipping, warmup + cosine, 30 steps), loads a checkpoint into its shards, and
+writes checkpoints an unsharded process resumes exactly; the combinations that do not work are one
+params error each. Tolerance: see fsdp_helpers."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from click.testing import CliRunner
+from fsdp_helpers import assert_same_losses, assert_same_weights, launch, losses, tensors, train_here, write_params
+
+from cs_run.cli import cli
+
+
+@pytest.fixture(scope="module")
+def one(tmp_path_factory):
+    """One unsharded process: the reference, with its initial weights saved (checkpoint_0)."""
+    root = tmp_path_factory.mktemp("one")
+    params = write_params(root / "params.yaml", checkpoint_steps=15, save_initial_checkpoint=True)
+    train_here(params, root / "md")
+    return root
+
+
+def test_two_sharded_replicas_load_their_start_and_train_like_one_process(one, tmp_path):
+    # Another seed, so the replicas' own initial weights differ: only a load into the shards of the one
+    # process's checkpoint_0 can give its weights at step 30.
+    params = write_params(tmp_path / "params.yaml", checkpoint_steps=15, seed=2)
+    result = launch(params, tmp_path / "md", "--num_csx", 2, "--sharding", "fsdp", "--checkpoint_path",
+                    one / "md" / "checkpoint_0.mdl")
+    assert "sharding: fsdp over 2 replica(s), 2 block(s)" in result.stderr
+    assert_same_losses(one / "md", tmp_path / "md")
+    assert_same_weights(one / "md" / "checkpoint_30.mdl", tmp_path / "md" / "checkpoint_30.mdl")
+    # The sharded run's checkpoint is the one-file format, whole: an unsharded process resumes from it.
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    shutil.copy(tmp_path / "md" / "checkpoint_15.mdl", resumed)
+    train_here(params, resumed)
+    assert len(losses(resumed)) == 15
+    assert_same_weights(one / "md" / "checkpoint_30.mdl", resumed / "checkpoint_30.mdl")
+    assert tensors(one / "md" / "checkpoint_30.mdl").keys() == tensors(resumed / "checkpoint_30.mdl").keys()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "CSX", "--sharding", "fsdp"],
+     "runconfig.sharding: fsdp with --device CSX: the CSX engine traces data-parallel steps only (sharding: fsdp "
+     "and offload: cpu run on --device CPU and GPU; --device CSX runs sharding: none)"),
+    (["--device", "CSX", "--offload", "cpu"], "runconfig.offload: cpu with --device CSX"),
+    (["--num_csx", "2", "--offload", "cpu"],
+     "runconfig.offload: cpu with 2 data-parallel replicas (sharding: none): offload keeps FSDP2's sharded state in "
+     "host memory; set runconfig.sharding: fsdp (--sharding fsdp) or num_csx: 1"),
+    (["--sharding", "zero3"], "'zero3' is not one of"),
+    (["--offload", "disk"], "'disk' is not one of"),
+])
+def test_combinations_that_do_not_work_are_one_params_error(tmp_path, args, message):
+    params = write_params(tmp_path / "params.yaml")
+    result = CliRunner().invoke(cli, ["train", "--params", str(params), "--model_dir", str(tmp_path / "md"), *args])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and message in errors[0], result.output
+    assert not (tmp_path / "md").exists()
