@@ -1,4 +1,4 @@
-"""Where training is: the train loop's step and epoch counters as one object (docs/architecture.md#progress).
+"""Where training is: the train loop's step and epoch counters as one object (docs/architecture.md#run-options).
 
 The loop in ``runners/base.py`` advances it (:meth:`Progress.step_done`, :meth:`Progress.epoch_done`);
 checkpoints save its position and a resume restores it.
