@@ -67,8 +67,8 @@ def _keys(names: Mapping[str, str] | None) -> dict[str, str]:
 def check_step_options(*, num_steps: int | None = None, max_steps: int | None = None, num_epochs: int | None = None,
                        steps_per_epoch: int | None = None, grad_accum_steps: int = 1, where: str = "",
                        training: bool = False, names: Mapping[str, str] | None = None) -> None:
-    """The checks that need no loader (params run them at load time, naming the file and line; a run
-    that trains runs them again with ``training`` before any work).
+    """The checks that need no loader: params run them at load time, naming the file and line, and a
+    :class:`StepOptions` when it is built (a training run's with ``training``, once, before any work).
 
     Raises:
         ParamsError: a value is not a positive integer, num_steps and num_epochs are both set, or
