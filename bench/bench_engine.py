@@ -119,7 +119,7 @@ def make_variants(spec, with_inductor: bool, with_compile: bool) -> dict:
             opt.zero_grad()
             return loss
 
-        compiled = CompiledStep(csx_step, EngineOptions(tier=tier, compile_dir=compile_dir))
+        compiled = CompiledStep(csx_step, EngineOptions(compile_tier=tier, compile_dir=compile_dir))
         variants[f"csx-{tier}"] = settled_call(compiled, x, y)
     return variants
 
@@ -226,7 +226,7 @@ def make_nano_variants(with_inductor: bool, with_compile: bool) -> tuple[dict, i
         model = NanoGPT(**cfg)
         compile_dir = dirs.setdefault("inductor" if tier == "auto" else tier, tempfile.mkdtemp(prefix="cs_run_bench_"))
         compiled = CompiledStep(step_of(model, model, AdamW(model.parameters(), lr=1e-3)),
-                                EngineOptions(tier=tier, compile_dir=compile_dir))
+                                EngineOptions(compile_tier=tier, compile_dir=compile_dir))
         variants[f"csx-{tier}"] = settled_call(compiled, idx, targets)
     return variants, NANO["batch"] * cfg["seq"]
 
@@ -297,7 +297,7 @@ def make_gpt2_variants(with_inductor: bool, with_compile: bool) -> tuple[dict, i
 
         # auto reuses inductor's compile_dir: its 1st call is a warm-cache one
         compile_dir = dirs.setdefault("inductor" if tier == "auto" else tier, tempfile.mkdtemp(prefix="cs_run_bench_"))
-        compiled = CompiledStep(csx_step, EngineOptions(tier=tier, compile_dir=compile_dir))
+        compiled = CompiledStep(csx_step, EngineOptions(compile_tier=tier, compile_dir=compile_dir))
         variants[f"csx-{tier}"] = settled_call(compiled, data)
     return variants, batch * msl
 

@@ -78,7 +78,7 @@ def csx_step(case, device, tier, cuda_graphs, clip, compile_dir):
     make_model, loss_of, data, _, cs_opt, _ = case
     model = fresh(make_model, device)
     compiled = CompiledStep(step_of(model, model, loss_of, cs_opt(model.parameters()), clip),
-                            EngineOptions(tier=tier, compile_dir=compile_dir, cuda_graphs=cuda_graphs))
+                            EngineOptions(compile_tier=tier, compile_dir=compile_dir, cuda_graphs=cuda_graphs))
     return model, settled_call(compiled, *data)
 
 

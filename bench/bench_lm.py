@@ -187,7 +187,7 @@ def make_row(name: str, keys: dict, data: dict, device: torch.device, dtype: tor
         return Row(lambda: step(data), time.perf_counter() - t0, mem_before)
     tier = name.split("-")[1]
     compile_dir = _COMPILE_DIRS.setdefault(tier, tempfile.mkdtemp(prefix=f"cs_run_bench_lm_{tier}_"))
-    compiled = CompiledStep(step, EngineOptions(tier=tier, compile_dir=compile_dir, cuda_graphs=name.endswith("-cg")))
+    compiled = CompiledStep(step, EngineOptions(compile_tier=tier, compile_dir=compile_dir, cuda_graphs=name.endswith("-cg")))
     return Row(lambda: compiled(data), time.perf_counter() - t0, mem_before)
 
 

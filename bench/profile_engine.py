@@ -75,7 +75,7 @@ def make_steps(compile_dir: str):
     torch.manual_seed(0)
     model = NanoGPT(**cfg)
     csx_fn = step_of(model, AdamW(model.parameters(), lr=1e-3))
-    csx = CompiledStep(csx_fn, EngineOptions(tier="inductor", compile_dir=compile_dir))
+    csx = CompiledStep(csx_fn, EngineOptions(compile_tier="inductor", compile_dir=compile_dir))
     torch.manual_seed(0)
     model = NanoGPT(**cfg)
     probe = step_of(model, AdamW(model.parameters(), lr=1e-3))

@@ -18,9 +18,9 @@ import torch
 
 from cs_run import replicas
 from cs_run.distributed import ClusterConfig, set_num_workers_per_csx
-from cs_run.engine.compile import TIERS
 from cs_run.engine.step import EngineOptions
 from cs_run.errors import BackendError, ParamsError
+from cs_run.params import CompileTier
 
 __all__ = ["BACKEND_TYPES", "Backend", "BackendType", "backend", "configure", "current_backend", "current_torch_device",
            "resolve_backend", "use_cs"]
@@ -78,9 +78,10 @@ class Backend:
         compile_only: CSX steps are traced and compiled into the cache, never executed.
         validate_only: CSX steps are only traced (compliance checked, graph reported).
         cluster_config: A :class:`~cs_run.distributed.ClusterConfig` (or a dict of its fields).
-        compile_tier: ``"auto"`` (default: builds fx and inductor and keeps the one the first steps measure
-            faster), ``"fx"`` (bit-identical to eager, builds instantly) or ``"inductor"`` (fused kernels;
-            slower to build, cached). None means the engine's default (``engine.compile.DEFAULT_TIER``).
+        compile_tier: a :class:`~cs_run.params.CompileTier` or its string: ``"auto"`` (default: builds fx
+            and inductor and keeps the one the first steps measure faster), ``"fx"`` (bit-identical to eager,
+            builds instantly) or ``"inductor"`` (fused kernels; slower to build, cached). None means the
+            engine's default (``engine.compile.DEFAULT_TIER``).
         allow_recompile: A changed input signature retraces with a warning (default) instead of failing.
         checkpoint_steps: Default checkpoint interval for :class:`~cs_run.utils.data.DataExecutor`.
     """
@@ -94,8 +95,8 @@ class Backend:
             raise ParamsError(f"backend(): unknown option(s) {', '.join(sorted(unknown))}; valid options are "
                               "artifact_dir, compile_dir, compile_only, validate_only, cluster_config, "
                               "compile_tier, allow_recompile, checkpoint_steps")
-        if compile_tier is not None and compile_tier not in TIERS:
-            raise ParamsError(f"Invalid compile_tier {compile_tier!r}; must be one of {', '.join(TIERS)}")
+        if compile_tier is not None and not isinstance(compile_tier, CompileTier):  # the API's string: checked here
+            compile_tier = CompileTier.parse(compile_tier)
         if compile_only and validate_only:
             raise ParamsError("compile_only and validate_only are mutually exclusive; set at most one")
         self.backend_type = BackendType(_normalize_type(backend_type))
@@ -119,7 +120,7 @@ class Backend:
 
     def engine_options(self) -> EngineOptions:
         """The :class:`~cs_run.engine.EngineOptions` a CSX step runs with."""
-        return EngineOptions(tier=self.compile_tier, compile_dir=self.compile_dir, validate_only=self.validate_only,
+        return EngineOptions(compile_tier=self.compile_tier, compile_dir=self.compile_dir, validate_only=self.validate_only,
                              compile_only=self.compile_only, allow_recompile=self.allow_recompile,
                              device=self.torch_device)
 

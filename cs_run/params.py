@@ -11,6 +11,7 @@ that function's signature: its parameter names are the valid keys and its annota
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import re
 import typing
@@ -29,6 +30,7 @@ from cs_run.registry import apply_model_defaults
 from cs_run.schedule import MIN_STEPS, check_step_options
 
 __all__ = [
+    "CompileTier",
     "Params",
     "InputParams",
     "ModelParams",
@@ -44,6 +46,31 @@ __all__ = [
 ]
 
 SECTIONS = ("train_input", "eval_input", "model", "optimizer", "runconfig")
+
+
+class CompileTier(enum.StrEnum):
+    """The values of ``runconfig.compile_tier`` (the ``--compile_tier`` flag, ``backend(compile_tier=)``),
+    spelled here once: the params' choices, the flag's and the engine's (``cs_run/engine/compile.py``)."""
+
+    AUTO = "auto"
+    """The default: builds fx and inductor and keeps the one the first steps measure faster."""
+    FX = "fx"
+    """The traced graph's own code: bit-identical to eager, builds instantly."""
+    INDUCTOR = "inductor"
+    """Fused kernels: slower to build, cached in compile_dir."""
+
+    @classmethod
+    def parse(cls, value: Any, where: str = "compile_tier") -> "CompileTier":
+        """``value`` as a tier: the one check of a tier given outside a params file (``backend()``, the
+        engine's options); a params file's is checked at load time, as every key is.
+
+        Raises:
+            ParamsError: (a ValueError) ``value`` is no tier; the message lists the tiers.
+        """
+        try:
+            return cls(value)
+        except ValueError:
+            raise ParamsError(f"Invalid {where} {value!r}; must be one of {', '.join(cls)}") from None
 
 
 @dataclass
@@ -208,7 +235,7 @@ class RunConfig(ClusterOptions):
     """Trace and compile the step into compile_dir; run nothing (exclusive with validate_only)."""
     validate_only: bool = field(default=False, metadata={"flag": {"cli": False}})
     """Trace the step and report its graph or compliance error; compile and run nothing."""
-    compile_tier: Optional[str] = field(default=None, metadata={"choices": ("fx", "inductor", "auto"),
+    compile_tier: Optional[str] = field(default=None, metadata={"choices": tuple(t.value for t in CompileTier),
                                                               "flag": {"uses": _ENGINE_USES}})
     """CSX compile tier: auto (default: the faster of fx and inductor, measured on the first steps), fx
     (bit-identical to eager, instant), inductor (fused kernels, compiled once and cached)."""

@@ -22,11 +22,13 @@ the cstorch API).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
 
 from cs_run.errors import ParamsError
 
-__all__ = ["MIN_STEPS", "MaxStepsReached", "StepBudget", "check_step_options", "step_budget", "is_final_step",
+__all__ = ["MIN_STEPS", "MaxStepsReached", "StepBudget", "StepOptions", "check_step_options", "step_budget", "is_final_step",
            "is_log_step", "is_checkpoint_step"]
 
 MIN_STEPS = 1
@@ -57,16 +59,16 @@ def _check(name: str, value: object, where: str, *, zero_ok: bool = False) -> No
         raise ParamsError(f"{where}Invalid {name}: {value!r} (must be an integer >= {low})")
 
 
-def _keys(names: dict[str, str] | None) -> dict[str, str]:
+def _keys(names: Mapping[str, str] | None) -> dict[str, str]:
     key = {k: k for k in ("num_steps", "max_steps", "num_epochs", "steps_per_epoch", "grad_accum_steps")}
     return {**key, **(names or {})}
 
 
 def check_step_options(*, num_steps: int | None = None, max_steps: int | None = None, num_epochs: int | None = None,
                        steps_per_epoch: int | None = None, grad_accum_steps: int = 1, where: str = "",
-                       training: bool = False, names: dict[str, str] | None = None) -> None:
-    """The checks that need no loader (params run them at load time, naming the file and line; a run
-    that trains runs them again with ``training`` before any work).
+                       training: bool = False, names: Mapping[str, str] | None = None) -> None:
+    """The checks that need no loader: params run them at load time, naming the file and line, and a
+    :class:`StepOptions` when it is built (a training run's with ``training``, once, before any work).
 
     Raises:
         ParamsError: a value is not a positive integer, num_steps and num_epochs are both set, or
@@ -88,59 +90,96 @@ def _no_length(key: dict[str, str], where: str) -> str:
             f"run ({key['steps_per_epoch']} only sets the length of an epoch)")
 
 
+@dataclass(frozen=True)
+class StepOptions:
+    """A run's step options, checked once when built (:func:`check_step_options`) and carried as this
+    value; :meth:`budget` then needs only what the loader and the start checkpoint add.
+
+    ``where`` heads every message and ``names`` says how the caller spells each option (the runner's
+    ``runconfig.num_steps``, ``optimizer.grad_accum_steps``; the Trainer's ``loop.num_steps``).
+    ``training`` adds the rule that a training run must be told how long to run.
+    """
+
+    num_steps: int | None = None
+    max_steps: int | None = None
+    num_epochs: int | None = None
+    steps_per_epoch: int | None = None
+    grad_accum_steps: int = 1
+    where: str = ""
+    names: Mapping[str, str] = field(default_factory=dict)
+    training: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", MappingProxyType(_keys(self.names)))  # every option's spelling, once
+        check_step_options(num_steps=self.num_steps, max_steps=self.max_steps, num_epochs=self.num_epochs,
+                           steps_per_epoch=self.steps_per_epoch, grad_accum_steps=self.grad_accum_steps,
+                           where=self.where, training=self.training, names=self.names)
+
+    def budget(self, loader_batches: int | None, initial_step: int = 0) -> StepBudget:
+        """The steps of one run (see the module docstring for the rules).
+
+        Args:
+            loader_batches: ``len(loader)``, or None for a loader without a length.
+            initial_step: the global step the run starts at (from a loaded checkpoint).
+
+        Raises:
+            ParamsError: the options do not fit the loader or the start step; the message names the
+                option and the fix.
+        """
+        where, key = self.where, self.names
+        num_steps, max_steps, num_epochs = self.num_steps, self.max_steps, self.num_epochs
+        steps_per_epoch, grad_accum_steps = self.steps_per_epoch, self.grad_accum_steps
+
+        def fail(message: str) -> ParamsError:
+            return ParamsError(f"{where}{message}")
+
+        _check("initial step", initial_step, where, zero_ok=True)
+        if loader_batches is not None:
+            if loader_batches < 1:
+                raise fail("the dataloader yields no batches; check its dataset size, batch_size and drop_last")
+            if steps_per_epoch is not None and steps_per_epoch > loader_batches:
+                raise fail(f"{key['steps_per_epoch']}={steps_per_epoch} exceeds the {loader_batches} batches "
+                           f"one pass over the dataloader gives; set it to at most {loader_batches}")
+            batches = steps_per_epoch if steps_per_epoch is not None else loader_batches
+            if grad_accum_steps > batches:
+                raise fail(f"{key['grad_accum_steps']}={grad_accum_steps} is greater than the {batches} batches "
+                           f"per epoch, so no optimizer step is taken; lower it or enlarge the epoch")
+            per_epoch = batches // grad_accum_steps
+        else:
+            if num_epochs is not None:
+                raise fail(f"{key['num_epochs']} needs a dataloader with a length (this one has none, e.g. an "
+                           f"IterableDataset); count the run in {key['num_steps']} or {key['max_steps']}")
+            per_epoch = steps_per_epoch // grad_accum_steps if steps_per_epoch is not None else UNBOUNDED_EPOCH
+            per_epoch = max(per_epoch, 1)
+        candidates = []
+        if num_epochs is not None:
+            candidates.append(num_epochs * per_epoch)
+        if num_steps is not None:
+            candidates.append(num_steps)
+        if max_steps is not None:
+            if initial_step >= max_steps:
+                raise MaxStepsReached(f"{where}the run starts at global step {initial_step}, which already reaches "
+                                      f"{key['max_steps']}={max_steps}; raise {key['max_steps']} to train further, or "
+                                      "start from step 0 (another model_dir, or no checkpoint)")
+            candidates.append(max_steps - initial_step)
+        if not candidates:
+            raise ParamsError(_no_length(key, where))
+        return StepBudget(steps=min(candidates), steps_per_epoch=per_epoch)
+
+
 def step_budget(*, loader_batches: int | None, initial_step: int = 0, num_steps: int | None = None,
                 max_steps: int | None = None, num_epochs: int | None = None, steps_per_epoch: int | None = None,
                 grad_accum_steps: int = 1, where: str = "", names: dict[str, str] | None = None) -> StepBudget:
-    """The steps of one run (see the module docstring for the rules).
-
-    Args:
-        loader_batches: ``len(loader)``, or None for a loader without a length.
-        initial_step: the global step the run starts at (from a loaded checkpoint).
-        where: the head of every message (``"params: "`` for the runner).
-        names: how the caller names each option in messages, where not by its bare name (the runner's
-            ``runconfig.num_steps``, ``optimizer.grad_accum_steps``; the Trainer's ``loop.num_steps``).
+    """The steps of one run from options not checked before: :class:`StepOptions` (checked) and its
+    :meth:`~StepOptions.budget` in one call (the cstorch API's ``compute_num_steps``).
 
     Raises:
         ParamsError: an invalid value or combination; the message names the option and the fix.
     """
-    def fail(message: str) -> ParamsError:
-        return ParamsError(f"{where}{message}")
-
-    key = _keys(names)
-    check_step_options(num_steps=num_steps, max_steps=max_steps, num_epochs=num_epochs,
-                       steps_per_epoch=steps_per_epoch, grad_accum_steps=grad_accum_steps, where=where, names=names)
-    _check("initial step", initial_step, where, zero_ok=True)
-    if loader_batches is not None:
-        if loader_batches < 1:
-            raise fail("the dataloader yields no batches; check its dataset size, batch_size and drop_last")
-        if steps_per_epoch is not None and steps_per_epoch > loader_batches:
-            raise fail(f"{key['steps_per_epoch']}={steps_per_epoch} exceeds the {loader_batches} batches "
-                              f"one pass over the dataloader gives; set it to at most {loader_batches}")
-        batches = steps_per_epoch if steps_per_epoch is not None else loader_batches
-        if grad_accum_steps > batches:
-            raise fail(f"{key['grad_accum_steps']}={grad_accum_steps} is greater than the {batches} batches "
-                              f"per epoch, so no optimizer step is taken; lower it or enlarge the epoch")
-        per_epoch = batches // grad_accum_steps
-    else:
-        if num_epochs is not None:
-            raise fail(f"{key['num_epochs']} needs a dataloader with a length (this one has none, e.g. an "
-                              f"IterableDataset); count the run in {key['num_steps']} or {key['max_steps']}")
-        per_epoch = steps_per_epoch // grad_accum_steps if steps_per_epoch is not None else UNBOUNDED_EPOCH
-        per_epoch = max(per_epoch, 1)
-    candidates = []
-    if num_epochs is not None:
-        candidates.append(num_epochs * per_epoch)
-    if num_steps is not None:
-        candidates.append(num_steps)
-    if max_steps is not None:
-        if initial_step >= max_steps:
-            raise MaxStepsReached(f"{where}the run starts at global step {initial_step}, which already reaches "
-                              f"{key['max_steps']}={max_steps}; raise {key['max_steps']} to train further, or "
-                              "start from step 0 (another model_dir, or no checkpoint)")
-        candidates.append(max_steps - initial_step)
-    if not candidates:
-        raise ParamsError(_no_length(key, where))
-    return StepBudget(steps=min(candidates), steps_per_epoch=per_epoch)
+    options = StepOptions(num_steps=num_steps, max_steps=max_steps, num_epochs=num_epochs,
+                          steps_per_epoch=steps_per_epoch, grad_accum_steps=grad_accum_steps, where=where,
+                          names=names or {})
+    return options.budget(loader_batches, initial_step)
 
 
 def is_final_step(run_step: int, total_steps: int) -> bool:

@@ -209,7 +209,8 @@ def _runconfig(model_dir: str, backend: Backend, loop: dict, checkpoint: dict, l
     rc.update({key: getattr(cc, key) for key in cluster_keys()})
     if backend.is_csx:  # the backend's own options drive the CS runner's backend
         rc.update(compile_dir=backend.compile_dir, compile_only=backend.compile_only,
-                  validate_only=backend.validate_only, compile_tier=backend.compile_tier)
+                  validate_only=backend.validate_only,
+                  compile_tier=None if backend.compile_tier is None else backend.compile_tier.value)  # checked by backend()
     built = build_section(RunConfig, "runconfig", rc, lambda key: "" if key in _NAMES else " (Trainer arguments)",
                           names=_NAMES, head=_HEAD)
     check_runconfig(built, names=_NAMES, head=_HEAD)

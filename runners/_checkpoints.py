@@ -21,9 +21,9 @@ logger = logging.getLogger(__name__)
 _NAME = re.compile(r"^checkpoint_(\d+)\.mdl$")
 
 
-def check_start_checkpoint(params: Params) -> None:
-    """The checkpoint a run starts from (runconfig.checkpoint_path), when one is named, is a readable
-    checkpoint file. Called before anything is created or written, so a wrong path costs nothing.
+def check_start_checkpoint(params: Params, path: Optional[Path]) -> None:
+    """The checkpoint a run starts from (``path``: runconfig.checkpoint_path), when one is named, is a
+    readable checkpoint file. Called before anything is created or written, so a wrong path costs nothing.
 
     Each error is one line naming where the path was given (``--resume``, ``--checkpoint_path``, the
     Trainer's ``ckpt_path``, else the params key), the path and what is wrong with it.
@@ -32,8 +32,7 @@ def check_start_checkpoint(params: Params) -> None:
         ParamsError: the path names no checkpoint (missing, a folder, unreadable, another kind of file).
         CheckpointError: the checkpoint is damaged (a failed run's exit code, as when it is read).
     """
-    path = params.runconfig.checkpoint_path
-    if not path:
+    if path is None:
         return
     head, where = _given(params, "runconfig.checkpoint_path")
     try:

@@ -32,56 +32,19 @@ from cs_run.registry import resolve_object
 from cs_run.resolve import data_function, model_function, resolve_params
 from cs_run.runners import _build, _checkpoints, _memory, _model_dir
 from cs_run.runners._early_stopping import EarlyStopping
+from cs_run.runners._options import TRAINING_MODES, RunOptions
+from cs_run.runners._progress import Progress
 from cs_run.runners._reporting import Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
 from cs_run.runners._run_record import RunRecord
 from cs_run.runners._step import StepConfig
 from cs_run.runners.hooks import RunnerHooks
-from cs_run.schedule import StepBudget, check_step_options, is_checkpoint_step, is_log_step, step_budget
+from cs_run.schedule import StepBudget, is_checkpoint_step, is_log_step
 from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, load_state, replica_state
 
 __all__ = ["PyTorchBaseRunner"]
 
 logger = logging.getLogger("cs_run.runners")
-
-MODES = ("train", "eval", "train_and_eval", "eval_all")
-TRAINING_MODES = ("train", "train_and_eval")
-"""The modes that write model_dir/params_resolved.yaml when training starts (an eval never replaces it)."""
-
-
-def check_sections_for(params: Params, mode: str, data_fns: Optional[dict] = None) -> None:
-    """Raise ParamsError when ``mode`` needs a section the params lack (a data function passed in
-    stands for its input section). Runs before the model is built, so no user code runs for nothing."""
-    if mode not in MODES:
-        raise ParamsError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
-    data_fns = data_fns or {}
-    needs = {"train": ("train_input", "optimizer"), "eval": ("eval_input",), "eval_all": ("eval_input",),
-             "train_and_eval": ("train_input", "optimizer", "eval_input")}[mode]
-    present = {"train_input": params.train_input is not None or data_fns.get("train") is not None,
-               "eval_input": params.eval_input is not None or data_fns.get("eval") is not None,
-               "optimizer": params.optimizer is not None}
-    missing = [name for name in needs if not present[name]]
-    if missing:
-        raise ParamsError(f"params: mode {mode} needs section(s) {', '.join(missing)}, which the params lack"
-                          f"{params.where()}")
-    rc = params.runconfig
-    if mode in TRAINING_MODES:  # how long to train: known before any work, not after model_dir is opened
-        check_step_options(num_steps=rc.num_steps, max_steps=rc.max_steps, num_epochs=rc.num_epochs,
-                           steps_per_epoch=rc.steps_per_epoch, grad_accum_steps=params.optimizer.grad_accum_steps,
-                           where=params.head, training=True, names=_schedule_names(params))
-    if mode in TRAINING_MODES and rc.early_stopping_metric is not None and \
-            not (mode == "train_and_eval" and rc.eval_frequency):
-        raise ParamsError(f"{params.head}{params.name('runconfig.early_stopping_metric')} needs evaluations during "
-                          "training, which only train_and_eval runs (cs-run train-and-eval, a Trainer.fit with a "
-                          f"val_dataloader), every {params.name('runconfig.eval_frequency')} steps: use that mode and "
-                          "set the key" + params.where("runconfig"))
-
-
-def _schedule_names(params: Params) -> dict[str, str]:
-    """The step options as the user named them (params keys, the Trainer's loop.*), for the schedule's messages."""
-    names = {k: params.name(f"runconfig.{k}") for k in ("num_steps", "max_steps", "num_epochs", "steps_per_epoch")}
-    return {**names, "grad_accum_steps": params.name("optimizer.grad_accum_steps")}
-
 
 def _runner_for_device(cls: Any, expected: type, spec: Any, device: str) -> type:
     """The user's runner class for ``device``: a subclass of the device's runner as it is, a subclass of
@@ -131,15 +94,17 @@ class PyTorchBaseRunner(RunnerHooks):
     def __init__(self, params: Params, *, device: str = "CPU", backend: Optional[Backend] = None,
                  model_fn: Optional[Callable] = None, train_data_fn: Optional[Callable] = None,
                  eval_data_fn: Optional[Callable] = None, optimizer_fn: Optional[Callable] = None,
-                 lr_scheduler_fn: Optional[Callable] = None) -> None:
+                 lr_scheduler_fn: Optional[Callable] = None, options: Optional[RunOptions] = None) -> None:
         self.params = params
         self._data_fns = {"train": train_data_fn, "eval": eval_data_fn}
         self.device_type = device.upper()
+        self.options = options if options is not None else RunOptions.resolve(params, self.device_type)
+        """The run's options, checked once when the run was resolved (:meth:`create`); read them here."""
         self.backend = backend
         self.torch_device = backend.torch_device if backend is not None else self._resolve_torch_device(self.device_type)
         rc = params.runconfig
         self.model_dir = Path(rc.model_dir)
-        self.global_step = 0
+        self.progress = Progress()  # the train loop's step and epoch counters
         distributed.set_num_workers_per_csx(rc.num_workers_per_csx)
         if rc.seed is not None:
             manual_seed(rc.seed)
@@ -172,15 +137,13 @@ class PyTorchBaseRunner(RunnerHooks):
             logger.info("Mixed precision: %s autocast on %s", self.step_config.autocast_dtype, self.torch_device.type)
         self._train_loader = None
         self._eval_loader = None  # the first evaluation's, built by run() before model_dir is opened
-        self._epoch = 0
-        self._epoch_step = 0
         self._epoch_start_rng: Optional[dict] = None
         self._pending_resume: Optional[dict] = None
         self._summaries = Summaries(self.model_dir)
         self._stop = StopFlag()  # the signal flag while train() runs (docs/architecture.md#interrupts)
         self._saved: tuple[int, Optional[Path]] = (-1, None)  # (global step, path) of the newest checkpoint
-        self._run_start: Optional[int] = None
-        self._samples_streamed = 0  # the train loader's, this run (a restartable loader's worker state)
+        self._start: Optional[Path] = None  # the start checkpoint, resolved once before model_dir is written
+        self._budget: Optional[tuple[int, StepBudget]] = None  # (start step, the training run's steps from it)
         self.should_stop = False
         """Set it in a hook to end training after the current step (with a checkpoint of that step)."""
         self._eval_during_training = False  # train_and_eval: every runconfig.eval_frequency steps
@@ -188,6 +151,15 @@ class PyTorchBaseRunner(RunnerHooks):
         self._last_eval: tuple[int, dict] = (-1, {})  # (global step, results) of the newest periodic eval
         self._early_stopping = EarlyStopping.from_runconfig(rc)
         self._created_records: list[logging.LogRecord] = []  # create()'s log lines, for the first run's run.log
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken, counted across resumed runs (``self.progress.global_step``)."""
+        return self.progress.global_step
+
+    @global_step.setter
+    def global_step(self, value: int) -> None:
+        self.progress.global_step = value
 
     # --------------------------------------------------------------------------------- construction
 
@@ -236,22 +208,20 @@ class PyTorchBaseRunner(RunnerHooks):
         if not found:
             raise ParamsError(f"--device: {device!r} is not one of CPU, GPU, CSX")
         expected: type = found[0]
-        if device != "CSX" and (rc.compile_only or rc.validate_only):
-            raise ParamsError("params: runconfig.compile_only / validate_only need --device CSX "
-                              "(cs-run compile-only / validate-only set it)")
+        options = RunOptions.resolve(params, device)  # each run option, checked once and carried typed
         try:
             parallel.check_strategy(rc.sharding, rc.offload, rc.num_csx, device)
             strategy = parallel.build_strategy(rc.sharding, rc.offload)  # the runner makes it current (__init__)
-            if mode != "eval_all" and not (rc.compile_only or rc.validate_only):  # the modes that load it
-                _checkpoints.check_start_checkpoint(params)  # before anything is created or written
+            if mode != "eval_all" and not options.trace_only:  # the modes that load it
+                _checkpoints.check_start_checkpoint(params, options.checkpoint_path)  # before anything is written
             _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
             if strategy.writes:  # ordinal 0 holds model_dir's lock (docs/architecture.md#replicas)
                 _model_dir.check_not_locked(rc.model_dir)
-            if mode is not None and not (rc.compile_only or rc.validate_only):
-                check_sections_for(params, mode, {"train": builders.get("train_data_fn"),
-                                                  "eval": builders.get("eval_data_fn")})
+            data_fns = {"train": builders.get("train_data_fn"), "eval": builders.get("eval_data_fn")}
+            if mode is not None and not options.trace_only:
+                options = options.for_mode(mode, params, data_fns)
             resolve_params(params, model_fn=builders.get("model_fn"), optimizer_fn=builders.get("optimizer_fn"),
-                           data_fns={"train": builders.get("train_data_fn"), "eval": builders.get("eval_data_fn")})
+                           data_fns=data_fns)
             spec = runner or rc.runner
             cls = expected
             if spec:
@@ -259,13 +229,13 @@ class PyTorchBaseRunner(RunnerHooks):
                 cls = _runner_for_device(cls, expected, spec, device)
             target = backend.torch_device if backend is not None else torch.device(
                 "cuda" if device in ("GPU", "CSX") and torch.cuda.is_available() else "cpu")
-            _memory.check_model_fits(params, target, training=mode in TRAINING_MODES or (
+            _memory.check_model_fits(params, target, training=options.training or (
                 mode is None and params.optimizer is not None), model_fn=builders.get("model_fn"),
                 optimizer_fn=builders.get("optimizer_fn"))  # before a byte of the model is allocated
-            if not (rc.compile_only or rc.validate_only):  # N replicas: launch or join them (never returns in a launcher)
+            if not options.trace_only:  # N replicas: launch or join them (never returns in a launcher)
                 check_batch_split(params, rc.num_csx)
                 strategy.start(rc.num_csx, device, rc.collective_timeout)
-            return cls(params, device=device, backend=backend, **builders)
+            return cls(params, device=device, backend=backend, options=options, **builders)
         except ParamsError as e:  # a value in the params file: name its file:line
             raise params.locate_error(e) from e.__cause__
 
@@ -280,12 +250,11 @@ class PyTorchBaseRunner(RunnerHooks):
 
     def run(self, mode: str) -> dict[str, Any]:
         """Run ``mode`` (train, eval, train_and_eval, eval_all); returns the eval results, if any."""
-        if mode not in MODES:
-            raise ParamsError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
-        try:
-            self._check_sections_for(mode)
-        except ParamsError as e:
-            raise self.params.locate_error(e) from e.__cause__
+        if mode != self.options.mode:  # a runner created without this mode: its checks now, once
+            try:
+                self.options = self.options.for_mode(mode, self.params, self._data_fns)
+            except ParamsError as e:
+                raise self.params.locate_error(e) from e.__cause__
         if mode == "eval_all" and not _checkpoints.list_checkpoints(self.model_dir):  # a typo'd model_dir stays unmade
             raise ParamsError(f"eval_all: no checkpoint_<step>.mdl files in {self.model_dir}; give the --model_dir "
                               "of a run that saved checkpoints")
@@ -299,11 +268,10 @@ class PyTorchBaseRunner(RunnerHooks):
                     self.train()
                     return {}
                 if mode == "eval":
-                    checkpoint = self._initial_checkpoint()
-                    if checkpoint is None:
+                    if self._start is None:
                         logger.warning("No checkpoint in %s and no checkpoint_path: evaluating randomly "
                                        "initialized weights", self.model_dir)
-                    return self.evaluate(checkpoint=checkpoint)
+                    return self.evaluate(checkpoint=self._start)
                 if mode == "train_and_eval":  # the Model Zoo's: evaluations during training only in this mode
                     self._eval_during_training = True
                     self.train()
@@ -315,30 +283,30 @@ class PyTorchBaseRunner(RunnerHooks):
             finally:
                 self._summaries.close()
 
-    def _check_sections_for(self, mode: str) -> None:
-        """Fail before any work when a mode lacks its params (not after an hour of training)."""
-        check_sections_for(self.params, mode, self._data_fns)
-
     def _check_before_writing(self, mode: str) -> None:
         """What the run can refuse before it starts, refused before model_dir is made or written
         (docs/architecture.md#a-runs-files-and-its-end): the checkpoint it starts from must fit the
         model, its loaders are built (a data function's refusal, such as a missing data_dir; an empty
         eval loader), the early-stopping metric must be one the eval reports, and a training run's step
         budget must hold from the checkpoint's global step. eval_all's checkpoints must all fit the model
-        (a damaged one is not refused here: the evaluation skips it). The loaders built here are the run's."""
+        (a damaged one is not refused here: the evaluation skips it). The loaders built here are the run's,
+        as are the start checkpoint and the step budget resolved here."""
         training = mode in TRAINING_MODES
-        self._train_loader = self._eval_loader = None
+        self._train_loader = self._eval_loader = self._start = self._budget = None
         try:
-            start = None if mode == "eval_all" else self._check_start_fits(training)
+            start = None
             if mode == "eval_all":
                 self._check_all_fit()
+            else:
+                self._start = self._initial_checkpoint()  # resolved once (one broadcast among replicas)
+                start = self._check_start_fits(self._start, training)
             if training:
                 self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
                 _check_replica_loader(self._train_loader, self.params.train_input)
                 if self._early_stopping is not None:
                     self._early_stopping.check_metric(["eval/loss", *self._metrics.metrics()], self.params.head,
                                                       self.params.name("runconfig.early_stopping_metric"))
-                self._step_budget(self._train_loader, _checkpoints.stored_step(start) if start and self._loads_step() else 0)
+                self._step_budget(_checkpoints.stored_step(start) if start and self.options.loads_step else 0)
             if mode != "train":  # built before training, so it leaves training's random streams as they were
                 with preserved_rng(getattr(self._train_loader, "generator", None)) if training else \
                         contextlib.nullcontext():
@@ -365,38 +333,38 @@ class PyTorchBaseRunner(RunnerHooks):
                         log.write(logging.ERROR, text)
                     outcome = "aborted" if isinstance(e, Aborted) else \
                         "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
-                    record.finish(outcome, first_step=self._run_start, last_step=self.global_step,
+                    record.finish(outcome, first_step=self.progress.run_start, last_step=self.global_step,
                                   message=text.splitlines()[-1] if text else str(e))
                     raise
-                record.finish("completed", first_step=self._run_start, last_step=self.global_step)
+                record.finish("completed", first_step=self.progress.run_start, last_step=self.global_step)
 
     # ------------------------------------------------------------------------------------- training
 
     def train(self) -> None:
         """Train for the step budget, resuming from the newest checkpoint when there is one."""
         rc = self.params.runconfig
-        self._check_sections_for("train_and_eval" if self._eval_during_training else "train")
         if rc.eval_frequency and not self._eval_during_training:  # the Model Zoo's own files set it for train too
             logger.info("%s=%s has no effect here: only train_and_eval (cs-run train-and-eval, a Trainer.fit with "
                         "a val_dataloader) evaluates during training, as in the Model Zoo",
                         self.params.name("runconfig.eval_frequency"), rc.eval_frequency)
         if self._early_stopping is not None:
             self._early_stopping.log_start()
-        loader = self._train_loader  # built and checked by run() before model_dir was opened
-        self._load_initial_state(self._initial_checkpoint())
-        budget = self._step_budget(loader, self.global_step)  # checked by run() already, unless a fallback
+        loader, progress = self._train_loader, self.progress  # the loader: built and checked by run()
+        self._load_initial_state(self._start)  # the start checkpoint run() resolved and checked
+        budget = self._step_budget(progress.global_step)  # run() computed it, unless the load fell back
         self._restore_data_position(loader)  # after the budget: an epoch is a fresh loader's pass
-        if self._pending_resume is not None and self._epoch_step >= budget.steps_per_epoch:
+        if self._pending_resume is not None and progress.epoch_step >= budget.steps_per_epoch:
             # The checkpoint closed an epoch: the next one starts fresh from the checkpoint's RNG.
             restore_rng_state(self._pending_resume["rng"], getattr(loader, "generator", None))
-            self._pending_resume, self._epoch, self._epoch_step = None, self._epoch + 1, 0
-        if rc.save_initial_checkpoint and self.global_step == 0:
+            self._pending_resume = None
+            progress.epoch_done()
+        if rc.save_initial_checkpoint and progress.global_step == 0:
             self._save_checkpoint()
-        self._run_start, self._run_steps, self._samples_streamed = self.global_step, budget.steps, 0
+        progress.start_run(budget.steps)
         ef = rc.eval_frequency  # steps between periodic evals: a count, or a fraction of this run (the vendor's)
         self._eval_every = math.ceil(ef * budget.steps) if isinstance(ef, float) else ef
-        end_step = self.global_step + budget.steps
-        logger.info("Training %d steps (global step %d -> %d), %d per epoch", budget.steps, self.global_step,
+        end_step = progress.global_step + budget.steps
+        logger.info("Training %d steps (global step %d -> %d), %d per epoch", budget.steps, progress.global_step,
                     end_step, budget.steps_per_epoch)
         if self.strategy.writes:  # now, not earlier: a run refused before its first step keeps the previous run's
             save_params(self.params, self.model_dir)
@@ -407,46 +375,46 @@ class PyTorchBaseRunner(RunnerHooks):
         self.on_train_start()
         with stop_on_signal(self.strategy.stop_grace(), self.strategy.report_end) as self._stop, \
                 self._progress("Train", budget.steps) as bar:
-            while self.global_step < end_step and not self.should_stop:
+            while progress.global_step < end_step and not self.should_stop:
                 self.on_train_epoch_start()
-                start = self.global_step
+                start = progress.global_step
                 finished_epoch = self._train_epoch(loader, budget, end_step, bar)
-                if self.global_step == start:
+                if progress.global_step == start:
                     raise ParamsError("params: train_input: the train loader yielded no full step; check "
                                       "train_input.batch_size, drop_last_batch and grad_accum_steps")
                 self.on_train_epoch_end(early_exit=not finished_epoch)
                 if finished_epoch:
-                    self._epoch, self._epoch_step = self._epoch + 1, 0
+                    progress.epoch_done()
         if self._stop.requested:  # the signal came during the last step, which is saved: the run is complete
             logger.warning("interrupted at the last step (%d), whose checkpoint is saved: training is complete",
-                           self.global_step)
+                           progress.global_step)
         self._stop = StopFlag()
         # The last step saved its checkpoint in _after_train_step, a stop request in _stop_after_step.
-        self.on_train_end(early_exit=self.global_step < end_step)
+        self.on_train_end(early_exit=progress.global_step < end_step)
 
-    def _step_budget(self, loader, initial_step: int) -> StepBudget:
-        rc = self.params.runconfig
-        return step_budget(loader_batches=loader_length(loader), initial_step=initial_step, num_steps=rc.num_steps,
-                           max_steps=rc.max_steps, num_epochs=rc.num_epochs, steps_per_epoch=rc.steps_per_epoch,
-                           grad_accum_steps=self.params.optimizer.grad_accum_steps, where=self.params.head,
-                           names=_schedule_names(self.params))
+    def _step_budget(self, initial_step: int) -> StepBudget:
+        """The training run's steps from ``initial_step``: computed once, before model_dir is written
+        (:meth:`_check_before_writing`), and again only when the load fell back to an older checkpoint."""
+        if self._budget is None or self._budget[0] != initial_step:
+            self._budget = (initial_step, self.options.steps.budget(loader_length(self._train_loader), initial_step))
+        return self._budget[1]
 
     def _train_epoch(self, loader, budget: StepBudget, end_step: int, bar) -> bool:
         """Run steps until the epoch or the budget ends; True when the epoch ended."""
+        progress = self.progress
         for micro_batches in self._epoch_batches(loader, budget.steps_per_epoch):
-            self._samples_streamed += sum(batch_size(b) for b in micro_batches)
+            samples = sum(batch_size(b) for b in micro_batches)
             micro_batches = self.on_train_batch_start(micro_batches)
             loss = self._train_step(micro_batches)
-            self.global_step += 1
-            self._epoch_step += 1
-            self.on_train_batch_end(loss, self._epoch, self.global_step)
+            progress.step_done(samples)
+            self.on_train_batch_end(loss, progress.epoch, progress.global_step)
             self._after_train_step(loss, micro_batches, end_step)
             bar.update(1)
-            if self.global_step >= end_step:
-                return self._epoch_step >= budget.steps_per_epoch
+            if progress.global_step >= end_step:
+                return progress.epoch_step >= budget.steps_per_epoch
             if self._stop_requested():
                 self._stop_after_step()
-                return self._epoch_step >= budget.steps_per_epoch
+                return progress.epoch_step >= budget.steps_per_epoch
         return True
 
     def _stop_requested(self) -> bool:
@@ -486,14 +454,14 @@ class PyTorchBaseRunner(RunnerHooks):
             restore_rng_state(resume["epoch_start_rng"], generator)
         self._epoch_start_rng = capture_rng_state(generator)
         if isinstance(loader, StreamingLoader):
-            loader.set_epoch(self._epoch)
+            loader.set_epoch(self.progress.epoch)
         accum = self.params.optimizer.grad_accum_steps
         iterator = iter(loader)
         if resume is not None:
-            for _ in range(0 if resume.get("positioned") else self._epoch_step * accum):
+            for _ in range(0 if resume.get("positioned") else self.progress.epoch_step * accum):
                 next(iterator)
             restore_rng_state(resume["rng"], generator)
-        while self._epoch_step < steps_per_epoch:
+        while self.progress.epoch_step < steps_per_epoch:
             micro = self._next_batches(iterator, accum)
             if len(micro) < accum:
                 return
@@ -506,10 +474,10 @@ class PyTorchBaseRunner(RunnerHooks):
     def _after_train_step(self, loss: torch.Tensor, micro_batches: list, end_step: int) -> None:
         """Host work after a step: loss check, logging, checkpoint, periodic eval."""
         rc = self.params.runconfig
-        step, run_step = self.global_step, self.global_step - self._run_start
+        step, run_step, run_steps = self.progress.global_step, self.progress.run_step, self.progress.run_steps
         self._rate.tick(sum(batch_size(b) for b in micro_batches) * self.strategy.world_size)  # all replicas' samples
-        log_step = is_log_step(run_step, self._run_steps, rc.log_steps)
-        checkpoint_step = is_checkpoint_step(run_step, self._run_steps, rc.checkpoint_steps)
+        log_step = is_log_step(run_step, run_steps, rc.log_steps)
+        checkpoint_step = is_checkpoint_step(run_step, run_steps, rc.checkpoint_steps)
         self._track_loss(loss, step)
         if log_step or checkpoint_step:
             self._raise_on_bad_loss()  # never checkpoint weights a NaN step produced
@@ -643,13 +611,13 @@ class PyTorchBaseRunner(RunnerHooks):
     # ----------------------------------------------------------------------------------- checkpoints
 
     def _initial_checkpoint(self) -> Optional[Path]:
-        rc = self.params.runconfig
-        if rc.checkpoint_path:
-            path = Path(rc.checkpoint_path)
+        """The checkpoint the run starts from: the one the user named, else (autoload) the newest in model_dir."""
+        path = self.options.checkpoint_path
+        if path is not None:
             if not path.is_file():
                 raise ParamsError(f"params: runconfig.checkpoint_path: no such file {path}")
             return path
-        latest = _checkpoints.latest_checkpoint(self.model_dir) if rc.autoload_checkpoint else None
+        latest = _checkpoints.latest_checkpoint(self.model_dir) if self.options.autoload_checkpoint else None
         return self.strategy.broadcast_object(latest)  # every replica resumes from ordinal 0's choice
 
     def _start_target(self, training: bool) -> dict[str, Any]:
@@ -663,19 +631,18 @@ class PyTorchBaseRunner(RunnerHooks):
     def _start_candidates(self, path: Path, training: bool) -> list[Path]:
         """The checkpoints a start from ``path`` tries, in order: autoload (training) falls back past
         damaged or truncated checkpoints, newest first; an explicit one, or an eval's, is final."""
-        if self.params.runconfig.checkpoint_path or not training:
+        if self.options.checkpoint_path or not training:
             return [path]
         return [path, *(p for _, p in reversed(_checkpoints.list_checkpoints(self.model_dir)) if p != path)]
 
-    def _check_start_fits(self, training: bool) -> Optional[Path]:
-        """The checkpoint the run starts from, checked against the model (keys, dtypes, shapes; no tensor
-        data read) before model_dir is written; None when it starts fresh. A damaged autoload candidate
-        is left to the load, which skips it with a warning."""
-        path = self._initial_checkpoint()
+    def _check_start_fits(self, path: Optional[Path], training: bool) -> Optional[Path]:
+        """The checkpoint the run starts from (``path`` or, autoloading, an older fallback), checked against
+        the model (keys, dtypes, shapes; no tensor data read) before model_dir is written; None when it
+        starts fresh. A damaged autoload candidate is left to the load, which skips it with a warning."""
         if path is None:
             return None
         target = self._start_target(training)
-        explicit = bool(self.params.runconfig.checkpoint_path)
+        explicit = self.options.checkpoint_path is not None
         for candidate in self._start_candidates(path, training):
             try:
                 check_target(candidate, self.strategy.load_target(target, torch.device("meta")))
@@ -714,15 +681,15 @@ class PyTorchBaseRunner(RunnerHooks):
         generator = getattr(self._train_loader, "generator", None)
         state["rng"] = capture_rng_state(generator)
         if self._epoch_start_rng is not None:
-            state["dataloader"] = {"epoch": self._epoch, "epoch_step": self._epoch_step,
+            state["dataloader"] = {"epoch": self.progress.epoch, "epoch_step": self.progress.epoch_step,
                                    "epoch_start_rng": self._epoch_start_rng, **self._data_topology()}
             loader = self._train_loader
             if isinstance(loader, StreamingLoader) and loader.is_restartable:
                 state["dataloader"]["workers"] = loader.state_dict()  # a collective with several replicas
             elif isinstance(loader, RestartableDataLoader):  # the replica streams itself (one worker)
-                steps = self.global_step - self._run_start
+                steps = self.progress.run_step
                 state["dataloader"]["workers"] = replica_state(
-                    loader, steps, steps * self.params.optimizer.grad_accum_steps, self._samples_streamed)
+                    loader, steps, steps * self.params.optimizer.grad_accum_steps, self.progress.samples_streamed)
         return state
 
     def _data_topology(self) -> dict[str, int]:
@@ -777,7 +744,7 @@ class PyTorchBaseRunner(RunnerHooks):
         """Resume training from ``path``: weights, optimizer, schedule, scaler, step, RNG and data position."""
         if path is None:
             return
-        wanted = self._checkpoint_states()
+        wanted = self.options.load_states
         live = {k: v for k, v in self._start_target(training=True).items() if wanted is None or k in wanted}
         target = self.strategy.load_target(live)
         for candidate in self._start_candidates(path, training=True):
@@ -787,9 +754,9 @@ class PyTorchBaseRunner(RunnerHooks):
                 break
             except TargetMismatchError as e:  # an older fallback of another model (run() checked the newest)
                 raise _checkpoints.not_this_models(self.params, e,
-                                                   autoloaded=not self.params.runconfig.checkpoint_path) from None
+                                                   autoloaded=self.options.checkpoint_path is None) from None
             except CheckpointError as e:
-                if self.params.runconfig.checkpoint_path:
+                if self.options.checkpoint_path is not None:
                     raise
                 logger.warning("Skipping checkpoint %s: %s", candidate, e)
         else:
@@ -797,7 +764,7 @@ class PyTorchBaseRunner(RunnerHooks):
                                   "--model_dir or --set runconfig.autoload_checkpoint=false to start fresh")
         if wanted is not None:
             state = self._keep_states(state, wanted, path)
-        self.global_step = int(state.get("global_step", 0))
+        self.progress.global_step = int(state.get("global_step", 0))
         for key, part in (("optimizer", self.optimizer), ("lr_scheduler", self.lr_scheduler),
                           ("grad_scaler", self.grad_scaler)):
             if part is not None and key in state:
@@ -806,28 +773,14 @@ class PyTorchBaseRunner(RunnerHooks):
             self._early_stopping.load_state_dict(state["early_stopping"])
         data = state.get("dataloader")
         if data is not None:
-            self._epoch, self._epoch_step = int(data["epoch"]), int(data["epoch_step"])
+            self.progress.epoch, self.progress.epoch_step = int(data["epoch"]), int(data["epoch_step"])
             self._pending_resume = {"epoch_start_rng": data["epoch_start_rng"], "rng": state["rng"],
                                     **{k: data.get(k) for k in ("num_csx", "num_workers_per_csx", "workers")}}
         elif "rng" in state:
             restore_rng_state(state["rng"])
         logger.info("Resuming from checkpoint %s at global step %d", path, self.global_step)
 
-    def _checkpoint_states(self) -> Optional[set[str]]:
-        """runconfig.load_checkpoint_states as a set of state names; None for all of them."""
-        states = self.params.runconfig.load_checkpoint_states
-        if isinstance(states, str):
-            if states.strip().lower() == "all":
-                return None
-            states = states.split(",")
-        return {s.strip() for s in states}
-
-    def _loads_step(self) -> bool:
-        """Whether a start checkpoint's global step is loaded (runconfig.load_checkpoint_states)."""
-        wanted = self._checkpoint_states()
-        return wanted is None or "global_step" in wanted
-
-    def _keep_states(self, state: dict[str, Any], wanted: set[str], path: Path) -> dict[str, Any]:
+    def _keep_states(self, state: dict[str, Any], wanted: frozenset[str], path: Path) -> dict[str, Any]:
         """The Model Zoo's LoadCheckpointStates: only ``wanted`` states of the checkpoint; the rest start
         fresh. A name the checkpoint does not hold is an error naming the key."""
         unknown = sorted(wanted - set(state))
@@ -843,7 +796,7 @@ class PyTorchBaseRunner(RunnerHooks):
     def _load_weights(self, path: Path) -> None:
         live = self._start_target(training=False)
         state = self.strategy.place_loaded(live, _checkpoints.load_checkpoint(path, self.strategy.load_target(live)))
-        self.global_step = int(state.get("global_step", 0))
+        self.progress.global_step = int(state.get("global_step", 0))
         logger.info("Loaded weights of %s (global step %d)", path, self.global_step)
 
     # -------------------------------------------------------------------------- subclass extension

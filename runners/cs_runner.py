@@ -27,6 +27,7 @@ from cs_run.engine.step import CompiledStep
 from cs_run.errors import ParamsError
 from cs_run.params import Params, RunConfig
 from cs_run.runners import _build
+from cs_run.runners._options import RunOptions
 from cs_run.runners._step import eval_step, train_step
 from cs_run.runners.base import PyTorchBaseRunner
 from cs_run.tracing import compile as cs_compile
@@ -40,8 +41,9 @@ logger = logging.getLogger("cs_run.runners")
 _APPLIANCE_ONLY = [f.name for f in dataclasses.fields(ClusterOptions) if f.metadata.get("appliance_only")]
 
 
-def create_backend(params: Params) -> Backend:
-    """The process's CSX backend from runconfig (compile_dir, compile/validate only, cluster flags)."""
+def create_backend(params: Params, options: Optional[RunOptions] = None) -> Backend:
+    """The process's CSX backend from runconfig (compile_dir, compile/validate only, cluster flags) and
+    the run's resolved ``options`` (its compile_tier; without them, runconfig's, checked by the backend)."""
     rc = params.runconfig
     defaults = RunConfig()
     for key in _APPLIANCE_ONLY:
@@ -52,7 +54,8 @@ def create_backend(params: Params) -> Backend:
     cluster = ClusterConfig(**{f.name: getattr(rc, f.name) for f in dataclasses.fields(ClusterOptions)})
     compile_dir = rc.compile_dir or f"{rc.model_dir}/cached_compile"
     return make_backend("CSX", artifact_dir=rc.model_dir, compile_dir=compile_dir, compile_only=rc.compile_only,
-                        validate_only=rc.validate_only, cluster_config=cluster, compile_tier=rc.compile_tier)
+                        validate_only=rc.validate_only, cluster_config=cluster,
+                        compile_tier=rc.compile_tier if options is None else options.compile_tier)
 
 
 class PyTorchCSRunner(PyTorchBaseRunner):
@@ -73,12 +76,13 @@ class PyTorchCSRunner(PyTorchBaseRunner):
     devices = ("CSX",)
 
     def __init__(self, params: Params, *, device: str = "CSX", backend: Optional[Backend] = None,
-                 **builders: Optional[Callable]) -> None:
+                 options: Optional[RunOptions] = None, **builders: Optional[Callable]) -> None:
         # The backend comes first: the vendor API configures it before the model is built.
-        backend = backend if backend is not None else create_backend(params)
+        options = options if options is not None else RunOptions.resolve(params, "CSX")
+        backend = backend if backend is not None else create_backend(params, options)
         if not backend.is_csx:
             raise ParamsError(f"PyTorchCSRunner needs a CSX backend, got {backend.backend_type!r}")
-        super().__init__(params, device="CSX", backend=backend, **builders)
+        super().__init__(params, device="CSX", backend=backend, options=options, **builders)
         cs_compile(self.model, self.backend)
         self.trace_only = self.backend.compile_only or self.backend.validate_only
         self._first_bad_step: Optional[torch.Tensor] = None

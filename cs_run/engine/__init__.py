@@ -47,10 +47,10 @@ def validate_step(step_fn: Callable, *args: Any, **kwargs: Any) -> GraphSummary:
     return step.last_summary
 
 
-def compile_step_only(step_fn: Callable, *args: Any, compile_dir: str | None = None, tier: str | None = None,
-                      **kwargs: Any) -> GraphSummary:
+def compile_step_only(step_fn: Callable, *args: Any, compile_dir: str | None = None,
+                      compile_tier: str | None = None, **kwargs: Any) -> GraphSummary:
     """Traces and compiles ``step_fn`` into ``compile_dir``'s cache without running it."""
-    step = CompiledStep(_user_fn(step_fn), EngineOptions(compile_only=True, compile_dir=compile_dir, tier=tier))
+    step = CompiledStep(_user_fn(step_fn), EngineOptions(compile_only=True, compile_dir=compile_dir, compile_tier=compile_tier))
     step(*args, **kwargs)
     assert step.last_summary is not None
     return step.last_summary

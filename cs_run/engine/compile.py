@@ -41,24 +41,24 @@ from cs_run.engine.cudagraph import GraphedStep, capture_blocker
 from cs_run.engine.progress import compiling
 from cs_run.engine.trace import TracedStep
 from cs_run.engine.trial import TierTrial
+from cs_run.params import CompileTier
 
-__all__ = ["COUNTS", "DEFAULT_TIER", "TIERS", "compile_graph", "inductor_cache_dir", "resolve_tier"]
+__all__ = ["COUNTS", "DEFAULT_TIER", "compile_graph", "inductor_cache_dir", "resolve_tier"]
 
 logger = logging.getLogger(__name__)
-TIERS = ("auto", "fx", "inductor")
-DEFAULT_TIER = "auto"
+DEFAULT_TIER = CompileTier.AUTO
 _INDUCTOR_ENV = "TORCHINDUCTOR_CACHE_DIR"
 # What this process really did, for tests and the bench: "inductor_compile" (a lowering ran),
 # "inductor_load" (a saved artifact was loaded instead). Counted, not parsed from logs.
 COUNTS: collections.Counter[str] = collections.Counter()
 
 
-def resolve_tier(tier: str | None, device: torch.device) -> str:
-    """Checks ``tier`` (None -> ``DEFAULT_TIER``); ``auto`` becomes fx where inductor cannot build (logged)."""
-    tier = DEFAULT_TIER if tier is None else tier
-    if tier not in TIERS:
-        raise ValueError(f"Invalid compile tier {tier!r}; must be one of {', '.join(TIERS)}")
-    if tier != "auto":
+def resolve_tier(compile_tier: CompileTier | None, device: torch.device) -> str:
+    """The tier a step is built with: ``compile_tier`` (checked where it was given, see
+    :class:`~cs_run.params.CompileTier`; None -> ``DEFAULT_TIER``), ``auto`` becoming fx where inductor
+    cannot build (logged)."""
+    tier = str(DEFAULT_TIER if compile_tier is None else compile_tier)
+    if tier != CompileTier.AUTO:
         return tier
     missing = _inductor_missing(device)
     if missing:

@@ -24,6 +24,7 @@ from cs_run.engine.replay import replay
 from cs_run.engine.state import discover_state
 from cs_run.engine.trace import GraphSummary, OutputRef, TracedStep, flat_signature, trace_step
 from cs_run.errors import ComplianceError
+from cs_run.params import CompileTier
 
 __all__ = ["CompiledStep", "EngineOptions", "RecompileError"]
 
@@ -39,7 +40,8 @@ class EngineOptions:
     """How a CSX step is compiled and run (set from the backend's options).
 
     Attributes:
-        tier: ``"fx"``, ``"inductor"``, ``"auto"`` or None for ``compile.DEFAULT_TIER`` (see ``compile.py``).
+        compile_tier: a :class:`~cs_run.params.CompileTier` (a string is checked here, the engine's own
+            door) or None for ``compile.DEFAULT_TIER`` (see ``compile.py``).
         compile_dir: Where compiled artifacts are cached; None disables the cache.
         validate_only: Trace only: no compile, no execution (the step returns meta tensors).
         compile_only: Trace and compile into the cache, no execution.
@@ -49,13 +51,17 @@ class EngineOptions:
             (``cudagraph.py``); False runs it without.
     """
 
-    tier: str | None = None
+    compile_tier: CompileTier | None = None
     compile_dir: str | None = None
     validate_only: bool = False
     compile_only: bool = False
     allow_recompile: bool = True
     device: torch.device | None = None
     cuda_graphs: bool = True
+
+    def __post_init__(self) -> None:
+        if self.compile_tier is not None and not isinstance(self.compile_tier, CompileTier):
+            self.compile_tier = CompileTier.parse(self.compile_tier)
 
 
 class CompiledStep:
@@ -108,7 +114,7 @@ class CompiledStep:
             executable: Callable = traced.gm
         else:
             device = traced.state.tensors[0].device if traced.state.tensors else torch.device("cpu")
-            tier = resolve_tier(self.options.tier, device)
+            tier = resolve_tier(self.options.compile_tier, device)
             if traced.replicas is not None:  # every replica runs the same tier and ordinal 0's weights
                 tier = collectives.common_tier(tier)
                 if not self.options.compile_only:

@@ -96,7 +96,7 @@ def scenario_train(rank: int, world: int, tier: str, steps: int, batch_norm: boo
     model, opt, scaler = build(seed=rank, batch_norm=batch_norm, lean=lean)
     init = state_of(build(seed=0, batch_norm=batch_norm, lean=lean)[0])  # ordinal 0's initial weights
     compiled, csx_losses = train(model, opt, scaler, mine_x, mine_y,
-                                 lambda fn: CompiledStep(fn, EngineOptions(tier=tier)))
+                                 lambda fn: CompiledStep(fn, EngineOptions(compile_tier=tier)))
     traced, executable = next(iter(compiled._executables.values()))
     ops = [str(n.target) for n in traced.gm.graph.nodes if n.op == "call_function"]
     out = {"init": init, "csx": state_of(model), "csx_losses": csx_losses, "replicas": traced.replicas,

@@ -126,7 +126,7 @@ def test_cpu_inductor_step_is_one_library_that_matches_eager_and_survives_damage
     for attempt in ("built", "loaded", "rebuilt"):
         before = dict(engine_compile.COUNTS)
         model, step = make()
-        compiled = CompiledStep(step, EngineOptions(tier="inductor", compile_dir=str(tmp_path)))
+        compiled = CompiledStep(step, EngineOptions(compile_tier="inductor", compile_dir=str(tmp_path)))
         with caplog.at_level(logging.WARNING, logger="cs_run"):
             losses = [compiled(x) for x in batches()]
         assert isinstance(next(iter(compiled._executables.values()))[1], aot.AOTStep)

@@ -136,7 +136,7 @@ def test_inductor_tier_matches_eager_within_tolerance(tmp_path):
         return loss
 
     before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    compiled = CompiledStep(lambda x: step(model, opt, x), EngineOptions(tier="inductor", compile_dir=str(tmp_path)))
+    compiled = CompiledStep(lambda x: step(model, opt, x), EngineOptions(compile_tier="inductor", compile_dir=str(tmp_path)))
     for i in range(5):
         x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
         torch.testing.assert_close(compiled(x), step(ref, ref_opt, x), rtol=1e-5, atol=1e-6)

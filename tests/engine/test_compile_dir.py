@@ -81,7 +81,7 @@ def _run(compile_dir, tier, caplog):
     ref_model, ref_step = _make()
     expected = [ref_step(x) for x in _batches()]
     model, step = _make()
-    compiled = CompiledStep(step, EngineOptions(tier=tier, compile_dir=str(compile_dir)))
+    compiled = CompiledStep(step, EngineOptions(compile_tier=tier, compile_dir=str(compile_dir)))
     with caplog.at_level(logging.WARNING, logger="cs_run"):
         losses = [compiled(x) for x in _batches()]
     return losses, expected, list(model.parameters()), list(ref_model.parameters())

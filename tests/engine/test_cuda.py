@@ -55,7 +55,7 @@ def _run(tier: str | None, graphs: bool, opt_cls, clip: bool, tmp_path, name: st
     opt = opt_cls(model.parameters(), lr=0.01)
     step = _step_fn(model, opt, clip)
     if tier is not None:
-        step = CompiledStep(step, EngineOptions(tier=tier, compile_dir=str(tmp_path / name), cuda_graphs=graphs))
+        step = CompiledStep(step, EngineOptions(compile_tier=tier, compile_dir=str(tmp_path / name), cuda_graphs=graphs))
     losses = torch.stack([step(x, y).detach().clone() for x, y in _batches()])
     return losses, [p.detach().clone() for p in model.parameters()]
 
@@ -100,7 +100,7 @@ def test_a_step_that_cannot_be_captured_runs_without_a_graph_and_says_why(tmp_pa
             opt.zero_grad()
             return loss
 
-        compiled = CompiledStep(step, EngineOptions(tier="fx", compile_dir=str(tmp_path / name), cuda_graphs=graphs))
+        compiled = CompiledStep(step, EngineOptions(compile_tier="fx", compile_dir=str(tmp_path / name), cuda_graphs=graphs))
         return [float(compiled(x, y)) for x, y in _batches(3)]
 
     caplog.set_level(logging.WARNING)

@@ -63,8 +63,8 @@ def graphed_pair(capture_log, capture=None):
     """A CompiledStep whose executable is wrapped in a GraphedStep, and a plain reference one."""
     model, step = make_step()
     ref_model, ref_step = make_step()
-    compiled = CompiledStep(step, EngineOptions(tier="fx"))
-    reference = CompiledStep(ref_step, EngineOptions(tier="fx"))
+    compiled = CompiledStep(step, EngineOptions(compile_tier="fx"))
+    reference = CompiledStep(ref_step, EngineOptions(compile_tier="fx"))
     first = batch(0)
     assert torch.equal(compiled(*first), reference(*first))  # traces both
     sig, (traced, executable) = next(iter(compiled._executables.items()))
@@ -127,7 +127,7 @@ def test_a_failing_capture_falls_back_and_the_step_still_runs(caplog):
 
 def traced_step_graph():
     model, step = make_step()
-    compiled = CompiledStep(step, EngineOptions(tier="fx"))
+    compiled = CompiledStep(step, EngineOptions(compile_tier="fx"))
     compiled(*batch(0))
     traced = next(iter(compiled._executables.values()))[0]
     return traced.gm, [*traced.state.tensors, *batch(1)]
@@ -178,7 +178,7 @@ def test_symbolic_shapes_and_collectives_block_the_capture():
 
 def test_cpu_steps_are_never_wrapped():
     model, step = make_step()
-    compiled = CompiledStep(step, EngineOptions(tier="fx"))
+    compiled = CompiledStep(step, EngineOptions(compile_tier="fx"))
     compiled(*batch(0))
     executable = next(iter(compiled._executables.values()))[1]
     assert not isinstance(executable, GraphedStep)

@@ -127,7 +127,7 @@ def test_replica_count_is_part_of_the_cache_key():
     def step(x):
         return model(x).sum()
 
-    compiled = CompiledStep(step, EngineOptions(tier="fx"))
+    compiled = CompiledStep(step, EngineOptions(compile_tier="fx"))
     compiled(torch.ones(2, 3))
     traced = next(iter(compiled._executables.values()))[0]
     assert traced.replicas is None
