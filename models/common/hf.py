@@ -246,8 +246,16 @@ def _check_expressible(model, model_keys: dict, hf_cfg: dict, keys_of) -> None:
         if key == "name" or any(word in key for word in _NOT_COMPUTED) or back.get(key) == value or \
                 (key not in model.config and not value and not back.get(key)):
             continue
+        if isinstance(value, dict) and isinstance(back.get(key), dict):  # a section (moe): name its key
+            differ = [sub for sub in {**value, **back[key]} if value.get(sub) != back[key].get(sub)
+                      and not any(word in sub for word in _NOT_COMPUTED)]
+            if not differ:
+                continue
+            key, value, theirs = f"{key}.{differ[0]}", value.get(differ[0]), back[key].get(differ[0])
+        else:
+            theirs = back.get(key)
         raise ParamsError(f"params: model.{key}: {value!r} has no Hugging Face {hf_cfg['model_type']} equivalent "
-                          f"(its config gives {back.get(key)!r}); convert a model without it")
+                          f"(its config gives {theirs!r}); convert a model without it")
 
 
 def load_checkpoint_model(checkpoint: str | Path, model_keys: dict, what: str = "model"):
