@@ -157,7 +157,7 @@ def _check_header(found: dict[str, tuple], keys: dict, to_state_dict, where: str
         CheckpointError: one line naming the missing, unused and misshaped tensors and what to fix.
     """
     layers = keys["num_hidden_layers"]
-    in_file = sorted({int(m.group(1)) for name in found if (m := re.search(r"\.(?:h|layers)\.(\d+)\.", name))})
+    in_file = sorted({int(m.group(1)) for name in found if (m := re.search(r"\.(?:h|layers|blocks)\.(\d+)\.", name))})
     problems = []
     if len(in_file) != layers or in_file[-1:] != [layers - 1]:  # never range(layers): it may be absurd
         span = f"{len(in_file)} layer(s) ({in_file[0]} .. {in_file[-1]})" if in_file else "no layer"

@@ -66,6 +66,11 @@ FAMILIES = [
                  id="falcon-7b-layout"),
     pytest.param("BloomConfig", "BloomForCausalLM", "bloom",
                  dict(hidden_size=48, n_layer=2, n_head=4, hidden_dropout=0.0, attention_dropout=0.0), id="bloom"),
+    pytest.param("MptConfig", "MptForCausalLM", "mpt",
+                 dict(d_model=64, n_layers=2, n_heads=4, max_seq_len=64, resid_pdrop=0.0, emb_pdrop=0.0), id="mpt"),
+    pytest.param("MptConfig", "MptForCausalLM", "mpt",
+                 dict(d_model=48, n_layers=2, n_heads=6, max_seq_len=32, tie_word_embeddings=False,
+                      attn_config={"softmax_scale": 1.0}), id="mpt-6-heads-untied-dot-product"),
     pytest.param("GPTBigCodeConfig", "GPTBigCodeForCausalLM", "starcoder",
                  dict(n_embd=48, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0,
                       attn_pdrop=0.0), id="starcoder"),
@@ -248,4 +253,66 @@ def test_to_hf_refuses_mixtral_routing_hf_does_not_compute(tmp_path, mixtral_fol
     assert result.exit_code != 0 and result.output.count("\n") == 1, result.output
     assert result.output.startswith(f"Error: params: model.{key}: "), result.output
     assert "has no Hugging Face mixtral equivalent" in result.output
+    assert not (tmp_path / "back").exists()
+
+
+@pytest.fixture(scope="module")
+def mpt_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mpt_hf")
+    hf = tiny_hf("MptConfig", "MptForCausalLM", vocab_size=V, **FAMILIES[9].values[3])
+    hf.save_pretrained(str(root / "hf"), safe_serialization=True)
+    _convert("--from", "hf", root / "hf", root / "model.mdl")
+    return root
+
+
+def _attn(**change):
+    return lambda cfg: cfg["attn_config"].update(change)
+
+
+@pytest.mark.parametrize("damage, key", [
+    (_attn(alibi=False), "attn_config.alibi: False"),
+    (_attn(alibi_bias_max=16), "attn_config.alibi_bias_max: 16"),
+    (_attn(clip_qkv=6.0), "attn_config.clip_qkv: 6.0"),
+    (_attn(qk_ln=True), "attn_config.qk_ln: True"),
+    (_attn(prefix_lm=True), "attn_config.prefix_lm: True"),
+    (_attn(attn_type="multiquery_attention"), "attn_config.attn_type: 'multiquery_attention'"),
+    (_attn(softmax_scale=0.5), "attn_config.softmax_scale: 0.5"),
+    (lambda c: c.update(no_bias=False), "no_bias: False"),
+    (lambda c: c.update(expansion_ratio=2), "expansion_ratio: 2"),
+    (lambda c: c.update(logit_scale=2.0), "logit_scale: 2.0"),
+    (lambda c: c.update(norm_type="rmsnorm"), "norm_type: 'rmsnorm'"),
+])
+def test_mpt_configs_transformers_does_not_compute_are_one_error_naming_the_key(tmp_path, mpt_folder, damage, key):
+    """transformers' MPT ignores these keys (one model whatever they say): converting such a folder would
+    give a model that neither it nor the original computes."""
+    cfg = json.loads((mpt_folder / "hf" / "config.json").read_text())
+    damage(cfg)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "hf" / "model.safetensors").write_bytes((mpt_folder / "hf" / "model.safetensors").read_bytes())
+    result = CliRunner().invoke(checkpoint_cli, ["convert", "--from", "hf", str(tmp_path / "hf"),
+                                                 str(tmp_path / "x.mdl")])
+    assert result.exit_code != 0 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"Error: config.json: {key}"), result.output
+    assert not (tmp_path / "x.mdl").exists() and not (tmp_path / "x.yaml").exists()
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"nonlinearity": "relu"}, "nonlinearity"),
+    ({"pos_scaling_factor": 2.0}, "pos_scaling_factor"),
+    ({"attention_logits_alpha": 0.5}, "attention_logits_alpha"),
+    ({"loss_scaling": "batch_size"}, None),  # the loss, not the model: converts
+])
+def test_to_hf_refuses_an_mpt_model_transformers_does_not_compute(tmp_path, mpt_folder, change, key):
+    written = yaml.safe_load((mpt_folder / "model.yaml").read_text())
+    written["model"].update(change)
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(written))
+    result = CliRunner().invoke(checkpoint_cli, ["convert", "--to", "hf", str(mpt_folder / "model.mdl"),
+                                                 str(tmp_path / "back"), "--params", str(tmp_path / "p.yaml")])
+    if key is None:
+        assert result.exit_code == 0, result.output
+        return
+    assert result.exit_code != 0 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"Error: params: model.{key}: "), result.output
+    assert "has no Hugging Face mpt equivalent" in result.output
     assert not (tmp_path / "back").exists()
