@@ -66,7 +66,7 @@ def _hand(keys: dict, weights: dict, ids: torch.Tensor) -> torch.Tensor:
     for i in range(keys["num_hidden_layers"]):
         p = f"transformer_decoder.layers.{i}."
 
-        def linear(name, t):
+        def linear(name, t, p=p):
             return t @ w[p + name + ".weight"].T + w[p + name + ".bias"]
 
         h = _layer_norm(x, w[p + "norm1.weight"], w[p + "norm1.bias"], eps)
