@@ -9,7 +9,7 @@ file without ``model.name`` is given the first registered model whose data proce
 
 import importlib
 
-FAMILIES = ("gpt2", "gpt3", "llama", "mistral", "mixtral", "gemma2", "starcoder", "santacoder", "jais", "btlm", "bloom",
+FAMILIES = ("gpt2", "gpt3", "llama", "mistral", "mixtral", "gemma2", "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt",
             "gptj", "gpt_neox", "falcon", "fc_mnist")
 """Imported in this order (gpt2 first: see above)."""
 

@@ -9,10 +9,13 @@ tallies the first ``Error:`` line of every file::
     cs-run data preprocess --stdlib -o /tmp/mz/shards --max_seq_length 64 --vocab_size 512 --eval_fraction 0.1
     python tools/modelzoo_files.py --shards /tmp/mz/shards --out /tmp/mz/run [--command train] [--device CSX]
 
-``--json FILE`` writes every file's result; the table printed groups the files by first error.
-``--stub-model`` replaces the model by a stand-in that takes any ``model:`` keys (a bag-of-tokens LM;
-the inputs name the GPT data function), so the errors of everything outside ``model:`` show. ``--in-process``
-runs every file in this process (much faster; the CLI is re-entered per file).
+``--tag`` takes any release (older ones keep their files under ``transformers/pytorch/<family>/``);
+``--name-from-folder`` names the model of a file without ``model.name`` by its family folder, as the
+vendor's per-family ``run.py`` does. ``--json FILE`` writes every file's result; the table printed
+groups the files by first error. ``--stub-model`` replaces the model by a stand-in that takes any
+``model:`` keys (a bag-of-tokens LM; the inputs name the GPT data function), so the errors of everything
+outside ``model:`` show. ``--in-process`` runs every file in this process (much faster; the CLI is
+re-entered per file).
 """
 
 from __future__ import annotations
@@ -46,11 +49,30 @@ STEPS = 5
 
 
 def decoder_files(tag: str, mirror: str = MIRROR) -> list[str]:
-    """The decoder LM params files under ``models/nlp/<family>/.../configs/`` at ``tag``."""
+    """The decoder LM params files under ``models/nlp/<family>/.../configs/`` at ``tag`` (Release 2.2+), or
+    ``transformers/pytorch/<family>/.../configs/`` (the layout of R_1.6.0 .. Release_2.1.1)."""
     names = subprocess.run(["git", f"--git-dir={mirror}", "ls-tree", "-r", "--name-only", tag], check=True,
                            capture_output=True, text=True).stdout.split("\n")
-    pattern = re.compile(r"models/nlp/(?P<family>[^/]+)/(?:.*/)?configs/.*\.ya?ml$")
-    return [n for n in names if (m := pattern.search(n)) and m.group("family") in FAMILIES]
+    return [n for n in names if (family := family_of(n)) and family in FAMILIES]
+
+
+_FAMILY_PATH = re.compile(r"(?:models/nlp|transformers/pytorch)/(?P<family>[^/]+)/(?:.*/)?configs/.*\.ya?ml$")
+
+
+def family_of(name: str) -> str | None:
+    """The family folder of a params file's path, or None outside a family's ``configs/``."""
+    m = _FAMILY_PATH.search(name)
+    return m.group("family") if m else None
+
+
+def _name_model(raw: dict, family: str) -> None:
+    """``model.name`` from the file's folder where the file has none: the vendor runs each family's own
+    ``run.py``, which names the model (Releases before 2.4 carry no model.name in their files)."""
+    models = [t.get("init", {}).get("model") for t in (raw["trainer"] if isinstance(raw["trainer"], list)
+                                                       else [raw["trainer"]])] if "trainer" in raw else [raw.get("model")]
+    for model in models:
+        if isinstance(model, dict) and "name" not in model:
+            model["name"] = {"gptneox": "gpt-neox"}.get(family, family)
 
 
 def _shrink_model(model: dict) -> None:
@@ -184,11 +206,13 @@ def first_error(output: str, rc: int) -> str:
 def run_one(name: str, tag: str, args) -> dict:
     text = subprocess.run(["git", f"--git-dir={args.mirror}", "show", f"{tag}:{name}"], check=True,
                           capture_output=True, text=True).stdout
-    slug = re.sub(r"[^\w.-]+", "_", name.split("models/nlp/")[-1])
+    slug = re.sub(r"[^\w.-]+", "_", re.split("models/nlp/|transformers/pytorch/", name)[-1])
     folder = Path(args.out) / tag / slug
     folder.mkdir(parents=True, exist_ok=True)
     params = folder / "params.yaml"
     raw, _ = parse_yaml(text, name)  # as cs-run reads params (YAML 1.2 floats such as 1e-05)
+    if args.name_from_folder:
+        _name_model(raw, family_of(name))
     params.write_text(yaml.safe_dump(shrink(raw, Path(args.shards), folder / "model_dir", args.stub_model),
                                      sort_keys=False))
     command = [args.command, "--params", str(params), "--device", args.device]
@@ -252,6 +276,8 @@ def main() -> int:
     parser.add_argument("--cs_run", default=str(Path(sys.executable).with_name("cs-run")))
     parser.add_argument("--json", help="write every file's result here")
     parser.add_argument("--stub-model", action="store_true", help="replace the model by a stand-in (see above)")
+    parser.add_argument("--name-from-folder", action="store_true",
+                        help="give a file without model.name its family's name, as the vendor's run.py does")
     parser.add_argument("--in-process", action="store_true", help="run every file in this process, one at a time")
     args = parser.parse_args()
     jobs = [(name, tag) for tag in (args.tag or ["Release_2.10.0"]) for name in decoder_files(tag, args.mirror)
@@ -265,7 +291,7 @@ def main() -> int:
         Path(args.json).write_text(json.dumps(results, indent=1))
     tally = collections.Counter(_kind(r["first_error"]) for r in results)
     for r in results:
-        print(f"{r['tag']}:{r['file'].split('models/nlp/')[-1]}: {r['first_error']}")
+        print(f"{r['tag']}:{re.split('models/nlp/|transformers/pytorch/', r['file'])[-1]}: {r['first_error']}")
     print(f"\n{len(results)} files; by first error:")
     for kind, count in tally.most_common():
         print(f"{count:4d}  {kind}")

@@ -157,7 +157,7 @@ def _check_header(found: dict[str, tuple], keys: dict, to_state_dict, where: str
         CheckpointError: one line naming the missing, unused and misshaped tensors and what to fix.
     """
     layers = keys["num_hidden_layers"]
-    in_file = sorted({int(m.group(1)) for name in found if (m := re.search(r"\.(?:h|layers)\.(\d+)\.", name))})
+    in_file = sorted({int(m.group(1)) for name in found if (m := re.search(r"\.(?:h|layers|blocks)\.(\d+)\.", name))})
     problems = []
     if len(in_file) != layers or in_file[-1:] != [layers - 1]:  # never range(layers): it may be absurd
         span = f"{len(in_file)} layer(s) ({in_file[0]} .. {in_file[-1]})" if in_file else "no layer"
@@ -246,8 +246,16 @@ def _check_expressible(model, model_keys: dict, hf_cfg: dict, keys_of) -> None:
         if key == "name" or any(word in key for word in _NOT_COMPUTED) or back.get(key) == value or \
                 (key not in model.config and not value and not back.get(key)):
             continue
+        if isinstance(value, dict) and isinstance(back.get(key), dict):  # a section (moe): name its key
+            differ = [sub for sub in {**value, **back[key]} if value.get(sub) != back[key].get(sub)
+                      and not any(word in sub for word in _NOT_COMPUTED)]
+            if not differ:
+                continue
+            key, value, theirs = f"{key}.{differ[0]}", value.get(differ[0]), back[key].get(differ[0])
+        else:
+            theirs = back.get(key)
         raise ParamsError(f"params: model.{key}: {value!r} has no Hugging Face {hf_cfg['model_type']} equivalent "
-                          f"(its config gives {back.get(key)!r}); convert a model without it")
+                          f"(its config gives {theirs!r}); convert a model without it")
 
 
 def load_checkpoint_model(checkpoint: str | Path, model_keys: dict, what: str = "model"):

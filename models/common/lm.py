@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from dataclasses import asdict
 from typing import Any, Literal, Optional, Union
 
 import torch
@@ -395,8 +396,10 @@ def assemble(
         sliding_window_first=(sliding_window_every_other_decoder_layer
                               and sliding_window_every_other_decoder_layer_pattern == "sliding_window_first"),
         sink_tokens=attention_sink_tokens)
+    # the moe section with every default filled in (what the block computes; the HF adapters compare it)
     config.update(rotary_dim=rotary_dim, scale_qk_dot_by_d=scale_qk_dot_by_d, loss_scaling=loss_scaling,
-                  loss_weight=loss_weight, num_kv_groups=num_kv_groups, output_logits_scale_applied=logits_scale)
+                  loss_weight=loss_weight, num_kv_groups=num_kv_groups, output_logits_scale_applied=logits_scale,
+                  moe=asdict(moe_cfg) if moe_cfg.enabled else None)
     return DecoderLMModel(decoder, vocab_size=vocab_size, loss_scaling=loss_scaling, loss_weight=float(loss_weight),
                           compute_eval_metrics=compute_eval_metrics, moe=moe_cfg if moe_cfg.enabled else None,
                           lr_adjustment_groups=groups, config=config)

@@ -7,23 +7,33 @@ before transformers 5) -> ``ffn.gate.weight``; expert i's ``w1`` (gate) -> ``ffn
 linear_layer_for_glu``, ``w3`` (up) -> ``...i.0.linear_layer``, ``w2`` (down) -> ``...i.1.linear_layer``.
 transformers 5 stores the experts fused: ``mlp.experts.gate_up_proj`` [E, 2F, H] (w1 rows, then w3
 rows) and ``mlp.experts.down_proj`` [E, H, F]; the older per-expert ``block_sparse_moe.experts.i.w1``
-layout is read too. :func:`to_hf_state_dict` writes the fused layout of transformers 5.
+layout (which ``save_pretrained`` still writes, converting on save) is read too and is what
+:func:`to_hf_state_dict` writes.
 
 Routing agrees with HF's when the Model Zoo's defaults hold (softmax selection and weighting,
-``expert_weighting_normalization``, ``null_expert_bias`` 0): both take the top-k of the fp32 softmax
-and divide the chosen probabilities by their sum.
+``expert_weighting_normalization``, ``null_expert_bias`` 0, no shared experts, no router bias,
+``router_fp32``): both take the top-k of the fp32 softmax and divide the chosen probabilities by their
+sum. Any other ``moe`` value, and biases anywhere (HF's Mixtral has none), has no HF config key:
+``--to hf`` refuses it naming the key. ``router_aux_loss_coef`` <-> ``moe.load_balancing_loss_coef``, as
+the Model Zoo's converter maps it, though the two losses average differently over a batch (HF over all
+tokens at once, the Model Zoo per sequence, then over sequences): equal for one sequence, and training
+only (``output_router_logits`` is written false, so HF's eval loss is the token loss, as ours is).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from cs_run.errors import CheckpointError
+from cs_run.models.common import hf as common_hf
 from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, interleave_rotary
 from cs_run.models.llama.hf import LLAMA_NORMS
+from cs_run.models.llama.hf import hf_config as llama_hf_config
 from cs_run.models.llama.hf import model_keys_from_hf_config as llama_keys
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
 
 _ATTENTION = (("q_proj", "proj_q_dense_layer", True), ("k_proj", "proj_k_dense_layer", True),
               ("v_proj", "proj_v_dense_layer", False), ("o_proj", "proj_output_dense_layer", False))
@@ -78,10 +88,12 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
     assign(lm, out)
 
 
-def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
-    """HF Mixtral tensors (transformers 5 layout) of a mixtral DecoderLMModel."""
+def to_hf_state_dict(lm, fused: bool = False) -> dict[str, torch.Tensor]:
+    """HF Mixtral tensors of a mixtral DecoderLMModel: the per-expert file layout that ``save_pretrained``
+    writes (transformers 5 too) and every transformers version reads, or with ``fused`` the in-memory
+    layout of transformers 5 (``mlp.experts.gate_up_proj``)."""
     heads, kv, rot, experts = _shape(lm)
-    sd = {k.removeprefix("model."): v.detach().cpu() for k, v in lm.state_dict().items()}
+    sd = {k.removeprefix("model."): v.detach() for k, v in lm.state_dict().items()}
     out = {"model.embed_tokens.weight": sd["embedding_layer.word_embeddings.weight"],
            "model.norm.weight": sd["ln_f.weight"]}
     if not lm.config["share_embedding_weights"]:
@@ -94,8 +106,45 @@ def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
             value = sd[c + f"self_attn.{ours}.weight"]
             n = heads if hf == "q_proj" else kv
             out[h + f"self_attn.{hf}.weight"] = deinterleave_rotary(value, n, rot) if rotated else value
-        out[h + "mlp.gate.weight"] = sd[c + "ffn.gate.weight"]
         w = {hf: [sd[c + f"ffn.experts.experts.{e}.{ours}.weight"] for e in range(experts)] for hf, ours in _EXPERT}
-        out[h + "mlp.experts.gate_up_proj"] = torch.stack([torch.cat(p) for p in zip(w["w1"], w["w3"])])
-        out[h + "mlp.experts.down_proj"] = torch.stack(w["w2"])
+        if fused:
+            out[h + "mlp.gate.weight"] = sd[c + "ffn.gate.weight"]
+            out[h + "mlp.experts.gate_up_proj"] = torch.stack([torch.cat(p) for p in zip(w["w1"], w["w3"])])
+            out[h + "mlp.experts.down_proj"] = torch.stack(w["w2"])
+        else:
+            out[h + "block_sparse_moe.gate.weight"] = sd[c + "ffn.gate.weight"]
+            out.update({h + f"block_sparse_moe.experts.{e}.{hf}.weight": w[hf][e] for hf in w for e in range(experts)})
     return {k: v.contiguous().clone() for k, v in out.items()}
+
+
+def _file_is_fused(hf_dir) -> bool:
+    """Whether the folder's weights are in transformers 5's in-memory layout (a state dict saved as is)."""
+    try:
+        with common_hf.safetensors_module().safe_open(str(Path(hf_dir) / common_hf.WEIGHTS), "pt") as f:
+            return any(k.endswith(".mlp.experts.gate_up_proj") for k in f.keys())
+    except Exception:  # noqa: BLE001 - common_hf.from_hf reports a missing or unreadable file
+        return False
+
+def hf_config(config: dict) -> dict:
+    """The HF Mixtral ``config.json`` of a model's resolved keys (Mistral's, plus the experts; Mixtral has
+    no bias keys: a model with biases comes back without them and is refused)."""
+    out = llama_hf_config({**config, "name": "mistral"})
+    for key in ("attention_bias", "mlp_bias"):
+        del out[key]
+    moe = config["moe"]
+    out.update(architectures=["MixtralForCausalLM"], model_type="mixtral", num_local_experts=moe["num_experts"],
+               num_experts_per_tok=moe["top_k"], router_aux_loss_coef=moe["load_balancing_loss_coef"],
+               output_router_logits=False, router_jitter_noise=0.0)
+    return out
+
+
+def from_hf(hf_dir, dst, params_out=None):
+    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF Mixtral folder."""
+    fused = _file_is_fused(hf_dir)
+    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict,
+                             lambda lm: to_hf_state_dict(lm, fused=fused), params_out)
+
+
+def to_hf(checkpoint, out_dir, model_keys: dict):
+    """``checkpoint convert --to hf``: an HF Mixtral folder of a checkpoint whose model ``model_keys`` describe."""
+    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)

@@ -1,5 +1,5 @@
 """``cs-run checkpoint convert --from hf`` / ``--to hf`` for every decoder family transformers implements
-(gpt2 has its own tests in tests/examples/test_gpt2_hf.py; mixtral is not registered here yet).
+(gpt2 has its own tests in tests/examples/test_gpt2_hf.py).
 
 Per family: a tiny random transformers model built locally (nothing downloaded) and written with
 ``save_pretrained`` (safetensors) goes through ``convert --from hf``; ``cs-run eval`` of the checkpoint
@@ -22,6 +22,7 @@ import yaml
 from click.testing import CliRunner
 from hf_helpers import TOL, tiny_hf
 
+from cs_run.checkpoint import load
 from cs_run.checkpoint_cli import checkpoint as checkpoint_cli
 from cs_run.cli import cli as main_cli
 
@@ -41,6 +42,10 @@ FAMILIES = [
                  dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, max_position_embeddings=64, sliding_window=8,
                       tie_word_embeddings=False), id="mistral-sliding-window"),
+    pytest.param("MixtralConfig", "MixtralForCausalLM", "mixtral",
+                 dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2,
+                      router_aux_loss_coef=0.02, tie_word_embeddings=False), id="mixtral-top2"),
     pytest.param("Gemma2Config", "Gemma2ForCausalLM", "gemma2",
                  dict(hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, head_dim=16, hidden_activation="gelu", sliding_window=6,
@@ -61,6 +66,11 @@ FAMILIES = [
                  id="falcon-7b-layout"),
     pytest.param("BloomConfig", "BloomForCausalLM", "bloom",
                  dict(hidden_size=48, n_layer=2, n_head=4, hidden_dropout=0.0, attention_dropout=0.0), id="bloom"),
+    pytest.param("MptConfig", "MptForCausalLM", "mpt",
+                 dict(d_model=64, n_layers=2, n_heads=4, max_seq_len=64, resid_pdrop=0.0, emb_pdrop=0.0), id="mpt"),
+    pytest.param("MptConfig", "MptForCausalLM", "mpt",
+                 dict(d_model=48, n_layers=2, n_heads=6, max_seq_len=32, tie_word_embeddings=False,
+                      attn_config={"softmax_scale": 1.0}), id="mpt-6-heads-untied-dot-product"),
     pytest.param("GPTBigCodeConfig", "GPTBigCodeForCausalLM", "starcoder",
                  dict(n_embd=48, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0,
                       attn_pdrop=0.0), id="starcoder"),
@@ -195,4 +205,114 @@ def test_to_hf_refuses_a_model_the_hf_family_cannot_express(tmp_path, llama_fold
     assert result.exit_code != 0 and result.output.count("\n") == 1, result.output
     assert result.output.startswith(f"Error: params: model.{key}: "), result.output
     assert "has no Hugging Face llama equivalent" in result.output
+    assert not (tmp_path / "back").exists()
+
+
+MIXTRAL = FAMILIES[2].values[3]
+
+
+@pytest.fixture(scope="module")
+def mixtral_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mixtral_hf")
+    hf = tiny_hf("MixtralConfig", "MixtralForCausalLM", vocab_size=V, **MIXTRAL)
+    hf.save_pretrained(str(root / "hf"), safe_serialization=True)
+    _convert("--from", "hf", root / "hf", root / "model.mdl")
+    return root, hf
+
+
+def test_mixtral_folder_in_the_fused_transformers_5_layout_converts_to_the_same_checkpoint(tmp_path, mixtral_folder):
+    """save_pretrained writes the per-expert layout; a state dict saved as is (``mlp.experts.gate_up_proj``)
+    is read too, to the same tensors."""
+    root, hf = mixtral_folder
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text((root / "hf" / "config.json").read_text())
+    st.save_file({k: v.contiguous() for k, v in hf.state_dict().items()}, str(tmp_path / "hf" / "model.safetensors"))
+    assert any(k.endswith("mlp.experts.gate_up_proj") for k in hf.state_dict())
+    _convert("--from", "hf", tmp_path / "hf", tmp_path / "model.mdl")
+    ours, want = (load(str(p))["model"] for p in (tmp_path / "model.mdl", root / "model.mdl"))
+    assert ours.keys() == want.keys()
+    for key in want:
+        assert torch.equal(torch.as_tensor(ours[key]), torch.as_tensor(want[key])), key
+
+
+@pytest.mark.parametrize("moe, key", [
+    ({"null_expert_bias": 0.5}, "moe.null_expert_bias"),
+    ({"router_selection_nonlinearity": "sigmoid"}, "moe.router_selection_nonlinearity"),
+    ({"expert_weighting_normalization": False}, "moe.expert_weighting_normalization"),
+    ({"router_fp32": False}, "moe.router_fp32"),
+])
+def test_to_hf_refuses_mixtral_routing_hf_does_not_compute(tmp_path, mixtral_folder, moe, key):
+    """HF's Mixtral routes one way (fp32 softmax, top-k, renormalised): any other moe value is one params
+    error naming the key inside the section."""
+    root, _ = mixtral_folder
+    written = yaml.safe_load((root / "model.yaml").read_text())
+    written["model"]["moe"].update(moe)
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(written))
+    result = CliRunner().invoke(checkpoint_cli, ["convert", "--to", "hf", str(root / "model.mdl"),
+                                                 str(tmp_path / "back"), "--params", str(tmp_path / "p.yaml")])
+    assert result.exit_code != 0 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"Error: params: model.{key}: "), result.output
+    assert "has no Hugging Face mixtral equivalent" in result.output
+    assert not (tmp_path / "back").exists()
+
+
+@pytest.fixture(scope="module")
+def mpt_folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mpt_hf")
+    hf = tiny_hf("MptConfig", "MptForCausalLM", vocab_size=V, **FAMILIES[9].values[3])
+    hf.save_pretrained(str(root / "hf"), safe_serialization=True)
+    _convert("--from", "hf", root / "hf", root / "model.mdl")
+    return root
+
+
+def _attn(**change):
+    return lambda cfg: cfg["attn_config"].update(change)
+
+
+@pytest.mark.parametrize("damage, key", [
+    (_attn(alibi=False), "attn_config.alibi: False"),
+    (_attn(alibi_bias_max=16), "attn_config.alibi_bias_max: 16"),
+    (_attn(clip_qkv=6.0), "attn_config.clip_qkv: 6.0"),
+    (_attn(qk_ln=True), "attn_config.qk_ln: True"),
+    (_attn(prefix_lm=True), "attn_config.prefix_lm: True"),
+    (_attn(attn_type="multiquery_attention"), "attn_config.attn_type: 'multiquery_attention'"),
+    (_attn(softmax_scale=0.5), "attn_config.softmax_scale: 0.5"),
+    (lambda c: c.update(no_bias=False), "no_bias: False"),
+    (lambda c: c.update(expansion_ratio=2), "expansion_ratio: 2"),
+    (lambda c: c.update(logit_scale=2.0), "logit_scale: 2.0"),
+    (lambda c: c.update(norm_type="rmsnorm"), "norm_type: 'rmsnorm'"),
+])
+def test_mpt_configs_transformers_does_not_compute_are_one_error_naming_the_key(tmp_path, mpt_folder, damage, key):
+    """transformers' MPT ignores these keys (one model whatever they say): converting such a folder would
+    give a model that neither it nor the original computes."""
+    cfg = json.loads((mpt_folder / "hf" / "config.json").read_text())
+    damage(cfg)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "hf" / "model.safetensors").write_bytes((mpt_folder / "hf" / "model.safetensors").read_bytes())
+    result = CliRunner().invoke(checkpoint_cli, ["convert", "--from", "hf", str(tmp_path / "hf"),
+                                                 str(tmp_path / "x.mdl")])
+    assert result.exit_code != 0 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"Error: config.json: {key}"), result.output
+    assert not (tmp_path / "x.mdl").exists() and not (tmp_path / "x.yaml").exists()
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"nonlinearity": "relu"}, "nonlinearity"),
+    ({"pos_scaling_factor": 2.0}, "pos_scaling_factor"),
+    ({"attention_logits_alpha": 0.5}, "attention_logits_alpha"),
+    ({"loss_scaling": "batch_size"}, None),  # the loss, not the model: converts
+])
+def test_to_hf_refuses_an_mpt_model_transformers_does_not_compute(tmp_path, mpt_folder, change, key):
+    written = yaml.safe_load((mpt_folder / "model.yaml").read_text())
+    written["model"].update(change)
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(written))
+    result = CliRunner().invoke(checkpoint_cli, ["convert", "--to", "hf", str(mpt_folder / "model.mdl"),
+                                                 str(tmp_path / "back"), "--params", str(tmp_path / "p.yaml")])
+    if key is None:
+        assert result.exit_code == 0, result.output
+        return
+    assert result.exit_code != 0 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"Error: params: model.{key}: "), result.output
+    assert "has no Hugging Face mpt equivalent" in result.output
     assert not (tmp_path / "back").exists()
