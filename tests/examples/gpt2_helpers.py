@@ -1,4 +1,5 @@
-"""GPT-2 test helpers: shards written the Model Zoo's way, and a tiny GPT-2 params file.
+"""GPT-2 test helpers: shards written the Model Zoo's way, a tiny GPT-2 params file, and a run of it
+through the runners (the CPU-vs-CSX comparisons of gpt2 and of every decoder family use it).
 
 ``write_vendor_shards`` follows the Model Zoo's hdf5_preprocessing writer (Release 1.9
 ``hdf5_base_preprocessor.write_hdf5_file`` and ``utils.create_features_auto_lm``), not cs-run's own
@@ -12,7 +13,12 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import torch
 import yaml
+
+from cs_run.params import load_params
+from cs_run.runners import PyTorchBaseRunner
+from cs_run.summaries import read_scalars
 
 
 def vendor_features(tokens: list[int], msl: int, pad_id: int = 0) -> np.ndarray:
@@ -49,6 +55,14 @@ def random_samples(n: int, msl: int, vocab: int, seed: int = 0) -> list[np.ndarr
     return out
 
 
+def tiny_shards(root: Path) -> Path:
+    """``root/train`` (96 samples in 5 files) and ``root/val`` (16 in 2) for :data:`TINY_MODEL` (vocab 64,
+    sequence 16); returns ``root``."""
+    write_vendor_shards(root / "train", random_samples(96, 16, 64), per_file=20)
+    write_vendor_shards(root / "val", random_samples(16, 16, 64, seed=1), per_file=8)
+    return root
+
+
 TINY_MODEL = dict(name="gpt2", vocab_size=64, hidden_size=32, num_hidden_layers=2, num_heads=4, filter_size=64,
                   max_position_embeddings=16, dropout_rate=0.1, attention_type="scaled_dot_product")
 
@@ -67,3 +81,31 @@ def tiny_params(path: Path, train_dir: Path, eval_dir: Path, model: dict | None 
     }
     path.write_text(yaml.safe_dump(params))
     return path
+
+
+# Warmup from 0 then cosine, clipping, accumulation: the parts of a Model Zoo GPT optimizer block.
+OPTIMIZER = {"optimizer_type": "AdamW", "grad_accum_steps": 2, "max_gradient_norm": 0.5, "weight_decay": 0.01,
+             "learning_rate": [
+                 {"scheduler": "Linear", "initial_learning_rate": 0.0, "end_learning_rate": 2e-3, "total_iters": 5},
+                 {"scheduler": "CosineDecay", "initial_learning_rate": 2e-3, "end_learning_rate": 1e-4,
+                  "total_iters": 15}]}
+
+
+def run(tmp_path: Path, shards: Path, device: str, name: str, mode: str = "train_and_eval", model: dict | None = None,
+        runconfig: dict | None = None, optimizer: dict | None = None) -> tuple[PyTorchBaseRunner, dict]:
+    """``tiny_params`` over ``shards/train`` and ``shards/val`` (model_dir ``tmp_path/name``, optimizer
+    :data:`OPTIMIZER` unless given) run in ``mode`` on ``device``: (the runner, its results)."""
+    path = tiny_params(tmp_path / f"{name}.yaml", shards / "train", shards / "val", model=model,
+                       optimizer=optimizer or OPTIMIZER, runconfig={"model_dir": str(tmp_path / name), **(runconfig or {})})
+    runner = PyTorchBaseRunner.create(load_params(path), device=device)
+    results = runner.run(mode)
+    return runner, results
+
+
+def weights(runner: PyTorchBaseRunner) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in runner.model.state_dict().items()}
+
+
+def train_losses(runner: PyTorchBaseRunner) -> list[tuple[int, float]]:
+    """(step, loss) of every log step, as the run wrote them to model_dir/train/scalars.csv."""
+    return read_scalars(Path(runner.params.runconfig.model_dir) / "train")["loss"]

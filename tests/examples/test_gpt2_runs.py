@@ -4,37 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gpt2_helpers import random_samples, tiny_params, write_vendor_shards
-
-from cs_run.params import load_params
-from cs_run.runners import PyTorchBaseRunner
-
-# Warmup from 0 then cosine, clipping, accumulation: the parts of a Model Zoo GPT optimizer block.
-OPTIMIZER = {"optimizer_type": "AdamW", "grad_accum_steps": 2, "max_gradient_norm": 0.5, "weight_decay": 0.01,
-             "learning_rate": [
-                 {"scheduler": "Linear", "initial_learning_rate": 0.0, "end_learning_rate": 2e-3, "total_iters": 5},
-                 {"scheduler": "CosineDecay", "initial_learning_rate": 2e-3, "end_learning_rate": 1e-4,
-                  "total_iters": 15}]}
+from gpt2_helpers import run, tiny_shards, weights
 
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gpt2_shards")
-    write_vendor_shards(root / "train", random_samples(96, 16, 64), per_file=20)
-    write_vendor_shards(root / "val", random_samples(16, 16, 64, seed=1), per_file=8)
-    return root
-
-
-def run(tmp_path, shards, device, name, mode="train_and_eval", model=None, runconfig=None):
-    path = tiny_params(tmp_path / f"{name}.yaml", shards / "train", shards / "val", model=model, optimizer=OPTIMIZER,
-                       runconfig={"model_dir": str(tmp_path / name), **(runconfig or {})})
-    runner = PyTorchBaseRunner.create(load_params(path), device=device)
-    results = runner.run(mode)
-    return runner, results
-
-
-def weights(runner):
-    return {k: v.detach().clone() for k, v in runner.model.state_dict().items()}
+    return tiny_shards(tmp_path_factory.mktemp("gpt2_shards"))
 
 
 def test_csx_fx_is_bit_identical_to_cpu_with_dropout_bf16_accumulation_and_schedule(tmp_path, shards):
