@@ -52,12 +52,15 @@ def _flag_cases(tmp_path):
         ("collective_timeout", "--collective_timeout", 30, 40, 30, 40),
         ("runner", "--runner", "a:One", "b:Two", "a:One", "b:Two"),
         ("compile_tier", "--compile_tier", "fx", "INDUCTOR", "fx", "inductor"),
+        ("sharding", "--sharding", "fsdp", "none", "fsdp", "none"),
+        ("offload", "--offload", "cpu", "none", "cpu", "none"),
     ]
 
 
 FLAG_KEYS = ["model_dir", "checkpoint_path", "max_steps", "num_steps", "num_epochs", "eval_steps", "logging",
              "compile_dir", "num_csx", "num_workers_per_csx", "max_wgt_servers", "max_act_per_csx",
-             "transfer_processes", "mount_dirs", "python_paths", "job_labels", "seed", "compile_tier", "runner", "collective_timeout"]
+             "transfer_processes", "mount_dirs", "python_paths", "job_labels", "seed", "compile_tier", "runner", "collective_timeout",
+             "sharding", "offload"]
 
 
 def test_every_key_with_a_flag_has_a_precedence_case():
