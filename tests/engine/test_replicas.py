@@ -111,7 +111,7 @@ def test_replicas_agree_on_build_failures_tiers_and_the_trial_choice(results):
         assert r["choice"] == "fx"
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # make test keeps the end-to-end 2-replica inductor run (tests/replicas/test_csx_replicas.py)
 def test_inductor_tier_all_reduce(tmp_path):
     r0, r1 = spawn(tmp_path, ["inductor"])["inductor"]
     assert r0["all_reduce"] == 1

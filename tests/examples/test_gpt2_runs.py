@@ -34,7 +34,7 @@ def test_resume_replays_the_exact_sample_order_and_dropout(tmp_path, shards):
         assert torch.equal(value, weights(resumed)[key]), key
 
 
-@pytest.mark.slow
+@pytest.mark.sweep  # gpt2 on inductor is also the sweep's gpt2 case; make test compiles llama (test_families_csx)
 def test_csx_inductor_matches_cpu_within_tolerance(tmp_path, shards):
     """Inductor fuses and reorders float math, and draws dropout masks from its own RNG, so this runs
     without dropout and compares with a tolerance: after 20 AdamW steps every weight is within 1e-4."""
