@@ -23,7 +23,7 @@ from cs_run.errors import CheckpointError, ParamsError
 from cs_run.registry import check_function_keys, get_model_spec, resolve_object
 
 __all__ = ["interleave_rotary", "deinterleave_rotary", "split_qkv_per_head", "fuse_qkv_per_head", "assign", "Taker",
-           "build", "from_hf", "to_hf", "WEIGHTS", "HF_BUFFERS",
+           "build", "from_hf", "to_hf", "WEIGHTS", "HF_BUFFERS", "weights_mismatch",
            "safetensors_module"]
 
 
@@ -148,6 +148,27 @@ def build(model_keys: dict, meta: bool = False):
         raise ParamsError(f"params: model: {e}") from None
 
 
+def weights_mismatch(found: dict[str, tuple], expected: dict[str, tuple], optional: dict[str, tuple],
+                     in_file: list[int], said: str, layers: int, layer_prefix: str = "") -> list[str]:
+    """What keeps the tensors ``found`` in an HF file (name -> shape) from being the ``expected`` ones (plus
+    the ``optional``, e.g. a tied head): a layer count other than ``layers`` (the config ``said`` so), and
+    the missing, unused and misshaped names, at most three of each. Empty when they match."""
+    problems = []
+    if len(in_file) != layers or in_file[-1:] != [layers - 1]:  # never range(layers): it may be absurd
+        span = (f"{len(in_file)} layer(s) ({layer_prefix}{in_file[0]} .. {layer_prefix}{in_file[-1]})"
+                if in_file else "no layer")
+        problems.append(f"config.json says {said} but the weights hold {span}")
+    missing = [k for k in expected if k not in found]
+    unused = [k for k in found if k not in expected and k not in optional]
+    misshaped = [f"{k} is {list(found[k])}, the config says {list(shape)}"
+                 for k, shape in {**expected, **optional}.items() if k in found and tuple(found[k]) != tuple(shape)]
+    for label, names in (("missing", missing), ("not used by the config", unused), ("misshaped", misshaped)):
+        if names:
+            more = f", ... ({len(names)} in all)" if len(names) > 3 else ""
+            problems.append(f"{label}: {', '.join(names[:3])}{more}")
+    return problems
+
+
 def _check_header(found: dict[str, tuple], keys: dict, to_state_dict, where: str) -> None:
     """``found`` (HF name -> shape, from the safetensors header) holds exactly the tensors of the model that
     ``keys`` describe, with their shapes; the expected ones come from that model built on the meta device
@@ -158,10 +179,6 @@ def _check_header(found: dict[str, tuple], keys: dict, to_state_dict, where: str
     """
     layers = keys["num_hidden_layers"]
     in_file = sorted({int(m.group(1)) for name in found if (m := re.search(r"\.(?:h|layers|blocks)\.(\d+)\.", name))})
-    problems = []
-    if len(in_file) != layers or in_file[-1:] != [layers - 1]:  # never range(layers): it may be absurd
-        span = f"{len(in_file)} layer(s) ({in_file[0]} .. {in_file[-1]})" if in_file else "no layer"
-        problems.append(f"config.json says {layers} layer(s) but the weights hold {span}")
     meta = build({**keys, "num_hidden_layers": min(layers, len(found))}, meta=True)
     expected = {k: tuple(v.shape) for k, v in to_state_dict(meta).items()}
     optional = {}
@@ -169,14 +186,7 @@ def _check_header(found: dict[str, tuple], keys: dict, to_state_dict, where: str
         optional["lm_head.weight"] = expected.pop("lm_head.weight")  # save_pretrained may drop the tied copy
     elif keys.get("share_embedding_weights"):
         optional["lm_head.weight"] = (keys["vocab_size"], keys["hidden_size"])
-    missing = [k for k in expected if k not in found]
-    unused = [k for k in found if k not in expected and k not in optional]
-    misshaped = [f"{k} is {list(found[k])}, the config says {list(shape)}"
-                 for k, shape in {**expected, **optional}.items() if k in found and tuple(found[k]) != tuple(shape)]
-    for label, names in (("missing", missing), ("not used by the config", unused), ("misshaped", misshaped)):
-        if names:
-            more = f", ... ({len(names)} in all)" if len(names) > 3 else ""
-            problems.append(f"{label}: {', '.join(names[:3])}{more}")
+    problems = weights_mismatch(found, expected, optional, in_file, f"{layers} layer(s)", layers)
     if problems:
         raise CheckpointError(f"{where}: the weights do not match config.json: {'; '.join(problems)}; fix "
                               "config.json (layer count, sizes, tie_word_embeddings) or give the weights written "

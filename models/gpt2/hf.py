@@ -30,7 +30,7 @@ import yaml
 
 from cs_run.checkpoint import save
 from cs_run.errors import CheckpointError, ParamsError
-from cs_run.models.common.hf import build, load_checkpoint_model, safetensors_module
+from cs_run.models.common.hf import build, load_checkpoint_model, safetensors_module, weights_mismatch
 
 __all__ = ["to_hf", "from_hf", "hf_config", "to_hf_state_dict", "from_hf_state_dict", "model_keys_from_hf_config",
            "hf_shapes"]
@@ -150,20 +150,9 @@ def _check_weights(found: dict[str, tuple], keys: dict, where: str) -> None:
     """
     in_file = sorted({int(m.group(1)) for name in found if (m := re.match(r"h\.(\d+)\.", name))})
     layers = keys["num_hidden_layers"]
-    problems = []
-    if len(in_file) != layers or in_file and in_file[-1] != layers - 1:
-        span = f"{len(in_file)} layer(s) (h.{in_file[0]} .. h.{in_file[-1]})" if in_file else "no layer"
-        problems.append(f"config.json says n_layer={layers} but the weights hold {span}")
     expected = hf_shapes(keys, min(layers, len(found)))  # never more entries than the file has tensors
     optional = {} if "lm_head.weight" in expected else {"lm_head.weight": (keys["vocab_size"], keys["hidden_size"])}
-    missing = [k for k in expected if k not in found]
-    unexpected = [k for k in found if k not in expected and k not in optional]
-    misshaped = [f"{k} is {list(found[k])}, the config says {list(shape)}"
-                 for k, shape in {**expected, **optional}.items() if k in found and tuple(found[k]) != tuple(shape)]
-    for label, names in (("missing", missing), ("not used by the config", unexpected), ("misshaped", misshaped)):
-        if names:
-            more = f", ... ({len(names)} in all)" if len(names) > 3 else ""
-            problems.append(f"{label}: {', '.join(names[:3])}{more}")
+    problems = weights_mismatch(found, expected, optional, in_file, f"n_layer={layers}", layers, layer_prefix="h.")
     if problems:
         raise CheckpointError(f"{where}: the weights do not match config.json: {'; '.join(problems)}; fix "
                               "config.json (n_layer, n_embd, n_inner, n_positions, vocab_size, tie_word_embeddings) "
