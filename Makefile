@@ -40,7 +40,7 @@ run-gpt2: setup $(GPT2_DATA)/.done
 	echo "run-gpt2: trained and evaluated in $$(( $$(date +%s) - start )) s"
 
 test: setup
-	$(PY) -m pytest -q -m "not sweep"
+	$(PY) -m pytest -q -m "not sweep" --durations=25
 
 # The exhaustive sweeps make test leaves out (every decoder family on inductor): about 10 minutes on 2 cores.
 test-sweep: setup

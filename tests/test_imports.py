@@ -159,19 +159,26 @@ _IMPORT_EACH = r"""
 import importlib, json, os, sys, traceback
 import torch  # once, before forking: each child then pays only for cs-run's own modules
 names = json.loads(sys.argv[1])
-failures = {}
+failures, running = {}, {}
+def reap():
+    pid, status = os.wait()
+    name = running.pop(pid)
+    if status:
+        failures[name] = status
 for name in names:
+    if len(running) >= max(1, min(2, os.cpu_count() or 1)):  # two at a time: each child is one core's work
+        reap()
     pid = os.fork()
     if pid == 0:
         try:
             importlib.import_module(name)
         except BaseException:
-            sys.stderr.write(traceback.format_exc(limit=-3))
+            sys.stderr.write(f"{name}: " + traceback.format_exc(limit=-3))
             os._exit(1)
         os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    if status:
-        failures[name] = status
+    running[pid] = name
+while running:
+    reap()
 print(json.dumps(failures))
 """
 

@@ -295,12 +295,14 @@ def test_exec_cli_and_module_entry_point(tmp_path):
     pkg = _layout(tmp_path, "2.0")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cs_run_bin = Path(sys.executable).parent / "cs-run"
-    for i, cmd in enumerate(([str(cs_run_bin), "exec"], [sys.executable, "-m", "cs_run.compat"])):
-        result = subprocess.run([*cmd, "run.py", "CSX", "--mode", "train", "--params", "configs/params.yaml",
-                                 "--model_dir", f"md{i}"], cwd=pkg, capture_output=True, text=True, timeout=300,
-                                env=env)
-        assert result.returncode == 0, result.stderr
-        assert "Train Device=CSX, Step=4" in result.stderr
+    runs = [subprocess.Popen([*cmd, "run.py", "CSX", "--mode", "train", "--params", "configs/params.yaml",
+                              "--model_dir", f"md{i}"], cwd=pkg, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+            for i, cmd in enumerate(([str(cs_run_bin), "exec"], [sys.executable, "-m", "cs_run.compat"]))]
+    for run in runs:  # side by side: each is one core's work, and they share nothing but the package
+        _, stderr = run.communicate(timeout=300)
+        assert run.returncode == 0, stderr
+        assert "Train Device=CSX, Step=4" in stderr
 
 
 SEED_001 = '''
