@@ -12,6 +12,11 @@ norm (the per-shard norms are all-reduced), which is what ``amp.apply_gradients`
 live in host memory and each block's parameters are copied to the device for its forward and backward.
 On a CPU run they are in host memory anyway, so there it changes where nothing lives; it matters with an
 accelerator (pinned host memory then).
+
+Checkpoints are sharded (:mod:`cs_run.checkpoint.sharded`): each replica writes its own rows of every
+sharded tensor into one folder, committed by ordinal 0 once all are written (:meth:`save_checkpoint`);
+no replica gathers the whole state to save. Loading reads the whole tensors (from a sharded folder or
+one file, of any number of replicas) and each replica keeps its shard.
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, fully_shard
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 from cs_run import replicas
+from cs_run.checkpoint import sharded
+from cs_run.errors import CheckpointError, CsRunError
 from cs_run.parallel.strategy import Strategy, map_tensors
 
 __all__ = ["FullyShardedStrategy", "shard_units"]
@@ -92,6 +99,48 @@ class FullyShardedStrategy(Strategy):
                 return t.full_tensor().detach().cpu()
         return map_tensors(state, whole)
 
+    def checkpoint_form(self, state: Any) -> Any:
+        """Each sharded tensor as this replica's rows (:class:`~cs_run.checkpoint.sharded.LocalShard`; no
+        communication). A tensor under two keys (tied weights) is one LocalShard, stored once."""
+        seen: dict[int, sharded.LocalShard] = {}
+
+        def local(t: torch.Tensor) -> Any:
+            if not isinstance(t, DTensor):
+                return t
+            if id(t) not in seen:
+                seen[id(t)] = _local_rows(t)
+            return seen[id(t)]
+        return map_tensors(state, local)
+
+    def agree_keys(self, keys: list[str]) -> list[str]:
+        """The union of every replica's ``keys`` (each checked only its own shards), on every replica, so
+        all stop or all save: one small all-gather per checkpoint."""
+        return list(dict.fromkeys(k for found in replicas.all_gather_object(keys) for k in found))
+
+    def save_checkpoint(self, state: Any, path: Any) -> None:
+        """The sharded commit: ordinal 0 makes a temporary folder, every replica writes its shard into it,
+        all meet (a replica that failed is named), ordinal 0 writes the index and renames the folder to
+        ``path``, all meet again. A replica killed at any point leaves no folder under ``path`` (the others
+        wait in the collective until the launcher stops them, at most the collective timeout)."""
+        tmp, error = replicas.broadcast_object(_attempt(sharded.new_temp_folder, path) if self.writes else None)
+        if error:
+            raise CheckpointError(f"cannot save checkpoint to '{path}': {error}")
+        written = _attempt(sharded.write_shard, tmp, state, self.ordinal, self.world_size)
+        results = replicas.all_gather_object(written)  # every shard is written, or failed
+        failed = [(rank, err) for rank, (_, err) in enumerate(results) if err]
+        committed: tuple[Any, Optional[str]] = (None, None)
+        if self.writes:
+            committed = (None, None) if failed else _attempt(sharded.commit, tmp, path, [m for m, _ in results])
+            if failed or committed[1]:
+                sharded.discard(tmp)
+        _, error = replicas.broadcast_object(committed)  # nobody goes on before the commit
+        if failed:
+            rank, err = failed[0]
+            raise CheckpointError(f"cannot save checkpoint to '{path}': replica {rank} of {self.world_size} could not "
+                                  f"write its shard: {err}; the previous checkpoints are kept")
+        if error:
+            raise CheckpointError(f"cannot save checkpoint to '{path}': {error}")
+
     def load_target(self, target: Any, device: Optional[torch.device] = None) -> Any:
         """An empty whole tensor for each sharded one (on the CPU, or ``meta`` for a shape check)."""
         return map_tensors(target, lambda t: torch.empty(t.shape, dtype=t.dtype, device=device or "cpu")
@@ -101,6 +150,29 @@ class FullyShardedStrategy(Strategy):
         """Copies this replica's shard of each whole tensor read into the live sharded one (no
         communication: every replica read the whole file) and returns ``loaded`` holding the live ones."""
         return _place(target, loaded)
+
+
+def _local_rows(t: DTensor) -> sharded.LocalShard:
+    """This replica's rows of a DTensor sharded on dim 0 over a 1-D mesh (FSDP2's ``Shard(0)``)."""
+    if t.device_mesh.ndim != 1 or tuple(t.placements) != (Shard(0),):
+        raise CheckpointError(f"cannot save a tensor placed as {t.placements} on a {t.device_mesh.ndim}-D mesh: "
+                              "sharded checkpoints hold dim-0 shards over one mesh dimension (FSDP2's Shard(0))")
+    rank, world = t.device_mesh.get_local_rank(), t.device_mesh.size()
+    offset, rows = sharded.rows_of(rank, world, t.shape[0])
+    local = t.to_local().detach().cpu()
+    if local.shape[0] != rows:
+        raise CheckpointError(f"cannot save a tensor of shape {list(t.shape)}: replica {rank} holds {local.shape[0]} "
+                              f"rows, torch.chunk's split gives it {rows}")
+    return sharded.LocalShard(local, tuple(t.shape), offset)
+
+
+def _attempt(fn: Any, *args: Any) -> tuple[Any, Optional[str]]:
+    """``(fn(*args), None)``, or ``(None, the error's line)``: a replica's failure is told to the others
+    in the next collective instead of leaving them waiting in it."""
+    try:
+        return fn(*args), None
+    except (CsRunError, OSError) as err:
+        return None, str(err)
 
 
 def _place(live: Any, read: Any) -> Any:
