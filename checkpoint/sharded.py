@@ -32,6 +32,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import secrets
 import shutil
 from dataclasses import dataclass
@@ -311,26 +312,40 @@ def _shard_path(folder: str, index: dict, rank: int) -> str:
     return path
 
 
-def _read_shard(folder: str, index: dict, rank: int, verify: bool, lazy: bool) -> tuple[str, list, Any]:
-    """(path, leaves, state or None) of one shard, checked against the index: a shard file that holds
-    other rows, dtypes or shapes than the index names is an error naming the shard and the key."""
-    path = _shard_path(folder, index, rank)
-    content = h5.load(path, lazy=lazy, verify=verify)
+def _check_shard(path: str, index: dict, rank: int, leaves: list[tuple[str, list]], has_state: bool) -> None:
+    """A shard's ``leaves`` (dtype name, shape each) and state are what the index says shard ``rank`` holds:
+    a shard of another checkpoint, or an index naming another shape, is an error naming the shard and key."""
     stored = [leaf for leaf in index["leaves"] if "tied" not in leaf]
-    leaves = content.get("leaves") if isinstance(content, dict) else None
-    if not isinstance(leaves, list) or len(leaves) != len(stored) or (rank == 0) != ("state" in content):
-        raise _bad(path, f"not shard {rank} of the index {os.path.join(folder, INDEX)} "
-                         f"(it should hold {len(stored)} leaves{' and the state' if rank == 0 else ''})")
-    for leaf, local in zip(stored, leaves):
+    if len(leaves) != len(stored) or (rank == 0) != has_state:
+        raise _bad(path, f"not shard {rank} of the index beside it (it should hold {len(stored)} leaves"
+                         f"{' and the state' if rank == 0 else ''}); the index and the shards are of different checkpoints")
+    for leaf, (dtype, shape) in zip(stored, leaves):
         want = [leaf["rows"][rank][1], *leaf["shape"][1:]]
-        if not isinstance(local, torch.Tensor) or fmt.torch_dtype_name(local.dtype) != leaf["dtype"] \
-                or list(local.shape) != want:
-            have = f"{fmt.torch_dtype_name(local.dtype)}{list(local.shape)}" if isinstance(local, torch.Tensor) \
-                else type(local).__name__
-            raise _bad(path, f"key '{_key(leaf['path'])}' is {have} in this shard but the index says "
+        if dtype != leaf["dtype"] or list(shape) != want:
+            raise _bad(path, f"key '{_key(leaf['path'])}' is {dtype}{list(shape)} in this shard but the index says "
                              f"{leaf['dtype']}{want} (rows {leaf['rows'][rank][0]}.. of {leaf['shape']}); "
                              "the index and the shards are of different checkpoints")
+
+
+def _read_shard(folder: str, index: dict, rank: int, verify: bool, lazy: bool) -> tuple[str, list, Any]:
+    """(path, leaves, state or None) of one shard, checked against the index (:func:`_check_shard`)."""
+    path = _shard_path(folder, index, rank)
+    content = h5.load(path, lazy=lazy, verify=verify)
+    leaves = content.get("leaves") if isinstance(content, dict) else None
+    if not isinstance(leaves, list) or not all(isinstance(t, torch.Tensor) for t in leaves):
+        raise _bad(path, "not a shard of a sharded checkpoint (no list of tensors under 'leaves')")
+    _check_shard(path, index, rank, [(fmt.torch_dtype_name(t.dtype), list(t.shape)) for t in leaves],
+                 "state" in content)
     return path, leaves, content.get("state")
+
+
+def _described_shard(path: str, index: dict, rank: int, verify: bool) -> dict:
+    """:func:`cs_run.checkpoint.h5.info` of one shard (headers; CRC32s with ``verify``), checked against the index."""
+    described = h5.info(path, verify=verify)
+    leaves = [(k.get("dtype"), k.get("shape", [])) for k in described["keys"]
+              if re.fullmatch(r"leaves\.\d+", k["key"])]
+    _check_shard(path, index, rank, leaves, any(k["key"].startswith("state.") for k in described["keys"]))
+    return described
 
 
 def _insert(tree: Any, path: list, value: Any, where: str) -> Any:
@@ -469,7 +484,7 @@ def check(folder: str | os.PathLike) -> None:
     folder = os.fspath(folder)
     index = read_index(folder)
     for rank in range(index["world_size"]):
-        h5.check_checkpoint_file(_shard_path(folder, index, rank))
+        _described_shard(_shard_path(folder, index, rank), index, rank, verify=False)
 
 
 def info(folder: str | os.PathLike, verify: bool = False) -> dict:
@@ -483,7 +498,7 @@ def info(folder: str | os.PathLike, verify: bool = False) -> dict:
     verified = 0
     for rank in range(index["world_size"]):
         path = _shard_path(folder, index, rank)
-        described = h5.info(path, verify=verify)
+        described = _described_shard(path, index, rank, verify)
         if rank == 0:
             shard0, info0 = path, described
         if verify:
