@@ -1,7 +1,8 @@
 """Sharded checkpoints of a real run: 4 sharded replicas (gloo, CPU) of a tiny gpt2 write each checkpoint as
 a folder of 4 shards; its step-15 checkpoint resumes on 2 sharded replicas, on 1 (FSDP2 over a group of
 one) and unsharded, each reaching the uninterrupted 4-replica run's step-30 losses and weights; and its
-step-30 checkpoint converts to one .mdl whose every leaf equals the all-gathered weights bit for bit.
+step-30 checkpoint converts to one .mdl whose every leaf equals the all-gathered weights bit for bit (and
+to Hugging Face, the same tensors as from that .mdl).
 
 Tolerances: the conversion is exact (torch.equal: the same bytes, rearranged). The resumed runs start from
 exactly the saved state but continue with 2, 1 or 0-way sharding: each step's gradient is the same sum in
@@ -17,6 +18,7 @@ import json
 import pytest
 import torch
 from click.testing import CliRunner
+from safetensors.torch import load_file
 from fsdp_helpers import ATOL, RTOL, assert_same_weights, launch, losses, tensors, train_here, write_params
 
 from cs_run.cli import cli
@@ -40,6 +42,13 @@ def test_four_sharded_replicas_checkpoint_resumes_on_two_one_and_unsharded_and_c
     assert converted.keys() == gathered.keys()
     for key, value in gathered.items():
         assert torch.equal(converted[key], value), key
+    # ... and to Hugging Face through gpt2's converter, from the folder as from the one file: the same tensors.
+    for src, dst in ((four / "checkpoint_30.mdl", tmp_path / "hf_folder"), (whole, tmp_path / "hf_file")):
+        result = CliRunner().invoke(cli, ["checkpoint", "convert", str(src), str(dst), "--to", "hf", "--params",
+                                          str(four / "params_resolved.yaml")])
+        assert result.exit_code == 0, result.output
+    from_folder, from_file = (load_file(tmp_path / name / "model.safetensors") for name in ("hf_folder", "hf_file"))
+    assert from_folder.keys() == from_file.keys() and all(torch.equal(v, from_file[k]) for k, v in from_folder.items())
 
     params = write_params(tmp_path / "params.yaml", checkpoint_steps=15)
     resumes = {"two": ("--num_csx", 2, "--sharding", "fsdp"), "one": ("--sharding", "fsdp"), "unsharded": ()}
