@@ -45,7 +45,7 @@ from cs_run.checkpoint import h5
 from cs_run.checkpoint.atomic import TMP_SUFFIX, atomic_path, clean_stale_temps, fsync_path
 from cs_run.checkpoint.h5 import TargetMismatchError
 from cs_run.checkpoint.reader import NotACheckpointError
-from cs_run.checkpoint.tree import flatten, leaf_paths
+from cs_run.checkpoint.tree import flatten, leaf_paths, map_leaves, map_tensors
 from cs_run.checkpoint.writer import write_file
 from cs_run.errors import CheckpointError
 
@@ -86,16 +86,14 @@ def rows_of(rank: int, world_size: int, length: int) -> tuple[int, int]:
 
 # ------------------------------------------------------------------------------------------ writing
 
-def _split(tree: Any, path: tuple, found: list[tuple[tuple, LocalShard]]) -> Any:
+def _split(tree: Any, found: list[tuple[tuple, LocalShard]]) -> Any:
     """``tree`` with each :class:`LocalShard` replaced by None; the shards in order into ``found``."""
-    if isinstance(tree, LocalShard):
-        found.append((path, tree))
+    def take(leaf: Any, path: tuple) -> Any:
+        if not isinstance(leaf, LocalShard):
+            return leaf
+        found.append((path, leaf))
         return None
-    if isinstance(tree, dict):
-        return type(tree)((k, _split(v, (*path, k), found)) for k, v in tree.items())
-    if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
-        return type(tree)(_split(v, (*path, i), found) for i, v in enumerate(tree))
-    return tree
+    return map_leaves(tree, take)
 
 
 def new_temp_folder(final: str | os.PathLike) -> str:
@@ -114,7 +112,7 @@ def write_shard(tmp: str, state: Any, rank: int, world_size: int) -> list[dict]:
     into ``tmp``; returns its manifest: per sharded leaf the key path, dtype, global shape and its rows,
     or ``tied`` (the same LocalShard object under a second path, stored once)."""
     found: list[tuple[tuple, LocalShard]] = []
-    rest = _split(state, (), found)
+    rest = _split(state, found)
     manifest: list[dict] = []
     stored: list[torch.Tensor] = []
     first: dict[int, int] = {}
@@ -184,22 +182,17 @@ def save_unsharded_as(state: Any, final: str | os.PathLike, world_size: int,
     """Write ``state`` (whole tensors) as a sharded checkpoint of ``world_size`` shards, in one process:
     every tensor of at least one dimension under ``shard_keys`` is split by rows as FSDP2 splits it
     (``cs-run checkpoint convert --to sharded``); the rest stays whole in shard 0."""
-    seen: dict[int, LocalShard] = {}
+    seen: dict[tuple[int, int], LocalShard] = {}
 
     def shards_of(rank: int) -> Any:
-        def visit(tree: Any, path: tuple) -> Any:
-            if isinstance(tree, torch.Tensor) and path and path[0] in shard_keys and tree.dim():
-                key = (id(tree), rank)
-                if key not in seen:
-                    offset, rows = rows_of(rank, world_size, tree.shape[0])
-                    seen[key] = LocalShard(tree[offset:offset + rows], tuple(tree.shape), offset)
-                return seen[key]
-            if isinstance(tree, dict):
-                return type(tree)((k, visit(v, (*path, k))) for k, v in tree.items())
-            if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
-                return type(tree)(visit(v, (*path, i)) for i, v in enumerate(tree))
-            return tree
-        return visit(state, ())
+        def visit(leaf: Any, path: tuple) -> Any:
+            if not (isinstance(leaf, torch.Tensor) and path and path[0] in shard_keys and leaf.dim()):
+                return leaf
+            if (id(leaf), rank) not in seen:
+                offset, rows = rows_of(rank, world_size, leaf.shape[0])
+                seen[id(leaf), rank] = LocalShard(leaf[offset:offset + rows], tuple(leaf.shape), offset)
+            return seen[id(leaf), rank]
+        return map_leaves(state, visit)
 
     tmp = new_temp_folder(final)
     try:
@@ -399,17 +392,7 @@ def load(folder: str | os.PathLike, map_location: Any = None, *, verify: bool = 
     state = _assemble(folder, read_index(folder), verify)
     if map_location is None:
         return state
-    return _map(state, lambda t: t.to(map_location) if not callable(map_location) else map_location(t, "cpu"))
-
-
-def _map(tree: Any, fn: Any) -> Any:
-    if isinstance(tree, torch.Tensor):
-        return fn(tree)
-    if isinstance(tree, dict):
-        return type(tree)((k, _map(v, fn)) for k, v in tree.items())
-    if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
-        return type(tree)(_map(v, fn) for v in tree)
-    return tree
+    return map_tensors(state, lambda t: t.to(map_location) if not callable(map_location) else map_location(t, "cpu"))
 
 
 def _target_tensors(target: Any) -> dict[tuple, torch.Tensor]:
@@ -465,17 +448,7 @@ def load_into(folder: str | os.PathLike, target: Any, *, verify: bool = True) ->
         for p, t in want.items():
             if p in have and isinstance(have[p], torch.Tensor) and have[p] is not t:
                 t.copy_(have[p])
-    return _replace(state, want)
-
-
-def _replace(tree: Any, want: dict[tuple, torch.Tensor], path: tuple = ()) -> Any:
-    if path in want:
-        return want[path]
-    if isinstance(tree, dict):
-        return type(tree)((k, _replace(v, want, (*path, k))) for k, v in tree.items())
-    if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
-        return type(tree)(_replace(v, want, (*path, i)) for i, v in enumerate(tree))
-    return tree
+    return map_leaves(state, lambda leaf, path: want.get(path, leaf))
 
 
 def check(folder: str | os.PathLike) -> None:

@@ -20,11 +20,12 @@ The process machinery (launch, join, the host group) stays in :mod:`cs_run.repli
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
 from cs_run import checkpoint, replicas
+from cs_run.checkpoint.tree import map_tensors
 
 __all__ = ["Strategy", "map_tensors"]
 
@@ -126,15 +127,3 @@ class Strategy:
         """Bring state read into :meth:`load_target`'s tensors into the live ``target``; returns
         ``loaded`` with its leaves the live tensors. Data parallel: they already are."""
         return loaded
-
-
-def map_tensors(tree: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """``tree`` with every tensor leaf replaced by ``fn(leaf)``, in the tree's order (dict order is
-    insertion order, the same on every replica: collectives inside ``fn`` line up)."""
-    if isinstance(tree, torch.Tensor):
-        return fn(tree)
-    if isinstance(tree, dict):
-        return type(tree)((k, map_tensors(v, fn)) for k, v in tree.items())
-    if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
-        return type(tree)(map_tensors(v, fn) for v in tree)
-    return tree
