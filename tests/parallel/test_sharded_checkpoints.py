@@ -8,7 +8,8 @@ Tolerances: the conversion is exact (torch.equal: the same bytes, rearranged). T
 exactly the saved state but continue with 2, 1 or 0-way sharding: each step's gradient is the same sum in
 another order (4 vs 2 vs 1 partial means reduce-scattered), so float32 rounding (~6e-8 relative per
 operation) differs and AdamW compounds it over the 15 steps: the tolerance of fsdp_helpers (atol 2e-6,
-rtol 1e-5; observed differences ~1e-7).
+rtol 1e-5). Observed: largest weight difference 7e-9 (2 replicas) and 1.1e-8 (1 and unsharded), largest
+loss difference 3.6e-7.
 """
 
 from __future__ import annotations
