@@ -27,7 +27,7 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 from cs_run import replicas
@@ -62,8 +62,12 @@ class FullyShardedStrategy(Strategy):
 
     sharding = "fsdp"
 
-    def __init__(self, offload: str = "none") -> None:
+    def __init__(self, offload: str = "none", param_dtype: Optional[torch.dtype] = None) -> None:
         self.offload = offload
+        self.param_dtype = param_dtype
+        """bfloat16 when the params ask for it: FSDP2's MixedPrecisionPolicy gathers each block's parameters
+        in it and reduce-scatters gradients in float32; the sharded parameters, optimizer state and
+        checkpoints stay float32. None: parameters as they are."""
         self._mesh: Any = None
 
     def shard(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
@@ -77,12 +81,16 @@ class FullyShardedStrategy(Strategy):
         # pin_memory needs an accelerator; on a CPU run the host memory is the device's anyway.
         policy = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if self.offload == "cpu" else None
         kwargs: dict[str, Any] = {"mesh": self._mesh, **({"offload_policy": policy} if policy else {})}
+        if self.param_dtype is not None:
+            kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=self.param_dtype, reduce_dtype=torch.float32)
         units = shard_units(model)
         for unit in units:
             fully_shard(unit, **kwargs)
         fully_shard(model, **kwargs)
-        logger.info("sharding: fsdp over %d replica(s), %d block(s) + the model's other parameters%s",
-                    dist.get_world_size(), len(units), "; offload: cpu" if self.offload == "cpu" else "")
+        logger.info("sharding: fsdp over %d replica(s), %d block(s) + the model's other parameters%s%s",
+                    dist.get_world_size(), len(units), "; offload: cpu" if self.offload == "cpu" else "",
+                    f"; mixed precision: {_name(self.param_dtype)} parameters, float32 gradient reductions"
+                    if self.param_dtype is not None else "")
         return model
 
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
@@ -164,6 +172,10 @@ def _local_rows(t: DTensor) -> sharded.LocalShard:
         raise CheckpointError(f"cannot save a tensor of shape {list(t.shape)}: replica {rank} holds {local.shape[0]} "
                               f"rows, torch.chunk's split gives it {rows}")
     return sharded.LocalShard(local, tuple(t.shape), offset)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _attempt(fn: Any, *args: Any) -> tuple[Any, Optional[str]]:

@@ -114,7 +114,8 @@ class PyTorchBaseRunner(RunnerHooks):
         with self._metrics.collecting():
             self.model = _build.build_model(params, model_fn).to(self.torch_device)
         self._metrics.add_module(self.model)
-        self.strategy = parallel.use(parallel.build_strategy(rc.sharding, rc.offload))
+        autocast = _build.resolve_autocast_dtype(params.model, self.torch_device.type, self.device_type)
+        self.strategy = parallel.use(parallel.build_strategy(rc.sharding, rc.offload, autocast))  # bf16: FSDP2's too
         self.model = self.strategy.shard(self.model, self.torch_device)  # before the optimizer holds its parameters
         self.optimizer = None
         self.lr_scheduler = None
@@ -131,7 +132,7 @@ class PyTorchBaseRunner(RunnerHooks):
         self.step_config = StepConfig(
             max_gradient_norm=opt.max_gradient_norm if opt else None,
             max_gradient_value=opt.max_gradient_value if opt else None,
-            autocast_dtype=_build.resolve_autocast_dtype(params.model, self.torch_device.type, self.device_type),
+            autocast_dtype=autocast,
             device_type=self.torch_device.type,
         )
         if self.step_config.autocast_dtype is not None:

@@ -19,8 +19,8 @@ import json
 import pytest
 import torch
 from click.testing import CliRunner
-from safetensors.torch import load_file
 from fsdp_helpers import ATOL, RTOL, assert_same_weights, launch, losses, tensors, train_here, write_params
+from safetensors.torch import load_file
 
 from cs_run.cli import cli
 
