@@ -40,6 +40,9 @@ def test_two_sharded_replicas_load_their_start_and_train_like_one_process(one, t
     shutil.copytree(tmp_path / "md" / "checkpoint_15.mdl", resumed / "checkpoint_15.mdl")
     train_here(params, resumed)
     assert len(losses(resumed)) == 15
+    # eval-all of the sharded run's model_dir: both folders, found, checked against the model and loaded.
+    evaluated = train_here(params, tmp_path / "md", command="eval-all")
+    assert "checkpoint_15.mdl" in evaluated and "checkpoint_30.mdl" in evaluated, evaluated
     assert_same_weights(one / "md" / "checkpoint_30.mdl", resumed / "checkpoint_30.mdl")
     assert tensors(one / "md" / "checkpoint_30.mdl").keys() == tensors(resumed / "checkpoint_30.mdl").keys()
 
