@@ -1,5 +1,5 @@
 """Sharded checkpoints: one folder ``checkpoint_<step>.mdl/`` that the replicas of a sharded run write
-in parallel, each its own shard file, committed as a whole (docs/architecture.md#checkpoints-checkpoint).
+in parallel, each its own shard file, committed as a whole (docs/architecture.md#sharded-checkpoints).
 
 Layout::
 
@@ -23,7 +23,8 @@ removes (:func:`cs_run.checkpoint.atomic.clean_stale_temps`), never a folder und
 
 Reading assembles each sharded tensor whole from the shards, so a checkpoint of N replicas loads into
 any number of replicas, sharded or not, and :func:`load` returns what a one-file checkpoint's load would.
-This module knows nothing of DTensor: the strategy hands it :class:`LocalShard` leaves.
+This module knows nothing of DTensor: the strategy hands it :class:`LocalShard` leaves. The index's
+names and checks are :mod:`cs_run.checkpoint.shard_index`.
 """
 
 from __future__ import annotations
@@ -44,19 +45,24 @@ from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint import h5
 from cs_run.checkpoint.atomic import TMP_SUFFIX, atomic_path, clean_stale_temps, fsync_path
 from cs_run.checkpoint.h5 import TargetMismatchError
-from cs_run.checkpoint.reader import NotACheckpointError
+from cs_run.checkpoint.shard_index import (
+    FORMAT,
+    INDEX,
+    VERSION,
+    bad,
+    check_index,
+    is_sharded,
+    key_of,
+    read_index,
+    rows_of,
+    shard_name,
+)
 from cs_run.checkpoint.tree import flatten, leaf_paths, map_leaves, map_tensors
 from cs_run.checkpoint.writer import write_file
 from cs_run.errors import CheckpointError
 
 __all__ = ["INDEX", "LocalShard", "check", "check_target", "commit", "discard", "info", "is_sharded", "load",
-           "load_into", "new_temp_folder", "read_index", "save_unsharded_as", "shard_name", "write_shard"]
-
-INDEX = "index.json"
-FORMAT = "cs_run.sharded_checkpoint"
-VERSION = 1
-_MAX_INDEX_BYTES = 64 << 20  # an index names each tensor once: far below this for any real model
-_MAX_WORLD = 1 << 16
+           "load_into", "new_temp_folder", "read_index", "rows_of", "save_unsharded_as", "shard_name", "write_shard"]
 
 
 @dataclass(frozen=True)
@@ -66,22 +72,6 @@ class LocalShard:
     tensor: torch.Tensor
     shape: tuple[int, ...]
     offset: int
-
-
-def shard_name(rank: int, world_size: int) -> str:
-    return f"shard_{rank:05d}_of_{world_size:05d}.h5"
-
-
-def is_sharded(path: str | os.PathLike) -> bool:
-    """True for a folder holding an index (a committed sharded checkpoint)."""
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, INDEX))
-
-
-def rows_of(rank: int, world_size: int, length: int) -> tuple[int, int]:
-    """``(offset, rows)`` of ``rank``'s shard of ``length`` rows: torch.chunk's split (DTensor ``Shard(0)``)."""
-    chunk = -(-length // world_size) if length else 0
-    offset = min(rank * chunk, length)
-    return offset, min(chunk, length - offset)
 
 
 # ------------------------------------------------------------------------------------------ writing
@@ -123,7 +113,7 @@ def write_shard(tmp: str, state: Any, rank: int, world_size: int) -> list[dict]:
         first[id(shard)] = len(manifest)
         rows = int(shard.tensor.shape[0]) if shard.tensor.dim() else -1
         if tuple(shard.tensor.shape[1:]) != tuple(shard.shape[1:]) or not 0 <= shard.offset <= shard.shape[0] - rows:
-            raise CheckpointError(f"cannot save key '{_key(path)}': rows {shard.offset}+{rows} of shape "
+            raise CheckpointError(f"cannot save key '{key_of(path)}': rows {shard.offset}+{rows} of shape "
                                   f"{list(shard.tensor.shape)} are not a dim-0 shard of {list(shard.shape)}")
         manifest.append({"path": list(path), "dtype": fmt.torch_dtype_name(shard.tensor.dtype),
                          "shape": list(shard.shape), "rows": [shard.offset, rows]})
@@ -153,7 +143,7 @@ def commit(tmp: str, final: str | os.PathLike, manifests: list[list[dict]]) -> N
         leaves.append({"path": entry["path"], "dtype": entry["dtype"], "shape": entry["shape"], "rows": rows})
     index = {"format": FORMAT, "version": VERSION, "world_size": len(manifests),
              "shards": [shard_name(r, len(manifests)) for r in range(len(manifests))], "leaves": leaves}
-    _check_index(os.path.join(tmp, INDEX), index)  # what a reader will ask of it, before it commits
+    check_index(os.path.join(tmp, INDEX), index)  # what a reader will ask of it, before it commits
     with atomic_path(os.path.join(tmp, INDEX)) as index_tmp, open(index_tmp, "w") as fh:
         json.dump(index, fh)
     fsync_path(tmp, directory=True)
@@ -205,98 +195,6 @@ def save_unsharded_as(state: Any, final: str | os.PathLike, world_size: int,
 
 # ------------------------------------------------------------------------------------------ reading
 
-def _key(path: Any) -> str:
-    return ".".join(str(p) for p in path)
-
-
-def _bad(where: str, what: str) -> CheckpointError:
-    return CheckpointError(f"checkpoint '{where}': {what}")
-
-
-def read_index(folder: str | os.PathLike) -> dict:
-    """The checked index of a sharded checkpoint folder.
-
-    Raises:
-        NotACheckpointError: no folder, or a folder without an index (not a committed checkpoint).
-        CheckpointError: an index that is not the format's JSON (each problem named, with the file).
-    """
-    folder = os.fspath(folder)
-    where = os.path.join(folder, INDEX)
-    if not os.path.isdir(folder):
-        raise NotACheckpointError(f"checkpoint '{folder}' does not exist")
-    if not os.path.isfile(where):
-        raise NotACheckpointError(f"checkpoint '{folder}' is a directory, not a checkpoint file or a sharded "
-                                  f"checkpoint's folder (it has no {INDEX})")
-    size = os.path.getsize(where)
-    if size > _MAX_INDEX_BYTES:
-        raise _bad(where, f"the index is {size} bytes, larger than any index cs-run writes ({_MAX_INDEX_BYTES})")
-    try:
-        with open(where, "rb") as fh:
-            index = json.loads(fh.read().decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise _bad(where, f"not valid JSON ({err}); the index is damaged") from None
-    except RecursionError:
-        raise _bad(where, "nested too deeply to be an index") from None
-    _check_index(where, index)
-    return index
-
-
-def _is_int(value: Any, low: int = 0, high: int = 1 << 62) -> bool:
-    return type(value) is int and low <= value <= high
-
-
-def _check_index(where: str, index: Any) -> None:
-    """Every field a reader relies on, with the type and range the format allows."""
-    if not isinstance(index, dict) or index.get("format") != FORMAT:
-        raise _bad(where, f"not a cs-run sharded checkpoint index (no \"format\": \"{FORMAT}\")")
-    if not _is_int(index.get("version"), 1, VERSION):
-        raise _bad(where, f"version {index.get('version')!r}: this cs-run reads sharded checkpoint version {VERSION}")
-    world = index.get("world_size")
-    if not _is_int(world, 1, _MAX_WORLD):
-        raise _bad(where, f"world_size {world!r} is not a number of replicas (1..{_MAX_WORLD})")
-    shards = index.get("shards")
-    if shards != [shard_name(r, world) for r in range(world)]:
-        count = len(shards) if isinstance(shards, list) else shards
-        raise _bad(where, f"world_size {world} but the index names {count!r} shards, not "
-                          f"{shard_name(0, world)} .. {shard_name(world - 1, world)}")
-    leaves = index.get("leaves")
-    if not isinstance(leaves, list):
-        raise _bad(where, "\"leaves\" is not a list")
-    seen: set[str] = set()
-    for i, leaf in enumerate(leaves):
-        path = leaf.get("path") if isinstance(leaf, dict) else None
-        if not isinstance(path, list) or not path or not all(isinstance(p, str) or _is_int(p) for p in path):
-            raise _bad(where, f"leaf {i}: \"path\" is not a list of keys")
-        key = _key(path)
-        if key in seen:
-            raise _bad(where, f"leaf {i}: key '{key}' is named twice")
-        seen.add(key)
-        if "tied" in leaf:
-            if set(leaf) != {"path", "tied"} or not _is_int(leaf["tied"], 0, i - 1) or "tied" in leaves[leaf["tied"]]:
-                raise _bad(where, f"key '{key}': \"tied\" must name an earlier stored leaf")
-            continue
-        _check_leaf(where, key, leaf, world)
-
-
-def _check_leaf(where: str, key: str, leaf: dict, world: int) -> None:
-    if leaf.get("dtype") not in fmt.TORCH_DTYPES:
-        raise _bad(where, f"key '{key}': dtype {leaf.get('dtype')!r} is not one the format stores")
-    shape = leaf.get("shape")
-    if not isinstance(shape, list) or not 1 <= len(shape) <= 64 or not all(_is_int(n) for n in shape):
-        raise _bad(where, f"key '{key}': shape {shape!r} is not a list of 1 to 64 sizes")
-    rows = leaf.get("rows")
-    if not isinstance(rows, list) or len(rows) != world or not all(
-            isinstance(r, list) and len(r) == 2 and _is_int(r[0]) and _is_int(r[1]) for r in rows):
-        raise _bad(where, f"key '{key}': \"rows\" must give [offset, rows] for each of the {world} shards")
-    offset = 0
-    for r, (start, count) in enumerate(rows):
-        if start != offset:
-            raise _bad(where, f"key '{key}': shard {r}'s rows start at {start}, not {offset} where shard {r - 1}'s end")
-        offset += count
-    if offset != shape[0]:
-        raise _bad(where, f"key '{key}': the shards hold {offset} rows of its shape {shape}")
-
-
 def _shard_path(folder: str, index: dict, rank: int) -> str:
     path = os.path.join(folder, index["shards"][rank])
     if not os.path.isfile(path):
@@ -310,12 +208,12 @@ def _check_shard(path: str, index: dict, rank: int, leaves: list[tuple[str, list
     a shard of another checkpoint, or an index naming another shape, is an error naming the shard and key."""
     stored = [leaf for leaf in index["leaves"] if "tied" not in leaf]
     if len(leaves) != len(stored) or (rank == 0) != has_state:
-        raise _bad(path, f"not shard {rank} of the index beside it (it should hold {len(stored)} leaves"
+        raise bad(path, f"not shard {rank} of the index beside it (it should hold {len(stored)} leaves"
                          f"{' and the state' if rank == 0 else ''}); the index and the shards are of different checkpoints")
     for leaf, (dtype, shape) in zip(stored, leaves):
         want = [leaf["rows"][rank][1], *leaf["shape"][1:]]
         if dtype != leaf["dtype"] or list(shape) != want:
-            raise _bad(path, f"key '{_key(leaf['path'])}' is {dtype}{list(shape)} in this shard but the index says "
+            raise bad(path, f"key '{key_of(leaf['path'])}' is {dtype}{list(shape)} in this shard but the index says "
                              f"{leaf['dtype']}{want} (rows {leaf['rows'][rank][0]}.. of {leaf['shape']}); "
                              "the index and the shards are of different checkpoints")
 
@@ -326,7 +224,7 @@ def _read_shard(folder: str, index: dict, rank: int, verify: bool, lazy: bool) -
     content = h5.load(path, lazy=lazy, verify=verify)
     leaves = content.get("leaves") if isinstance(content, dict) else None
     if not isinstance(leaves, list) or not all(isinstance(t, torch.Tensor) for t in leaves):
-        raise _bad(path, "not a shard of a sharded checkpoint (no list of tensors under 'leaves')")
+        raise bad(path, "not a shard of a sharded checkpoint (no list of tensors under 'leaves')")
     _check_shard(path, index, rank, [(fmt.torch_dtype_name(t.dtype), list(t.shape)) for t in leaves],
                  "state" in content)
     return path, leaves, content.get("state")
@@ -345,14 +243,14 @@ def _insert(tree: Any, path: list, value: Any, where: str) -> Any:
     """``tree`` with the placeholder at ``path`` replaced by ``value`` (containers rebuilt along it)."""
     if not path:
         if tree is not None:
-            raise _bad(where, "the index names a key whose place in the state holds a value, not a shard")
+            raise bad(where, "the index names a key whose place in the state holds a value, not a shard")
         return value
     head, rest = path[0], path[1:]
     if isinstance(tree, dict) and head in tree:
         return type(tree)((k, _insert(v, rest, value, where) if k == head else v) for k, v in tree.items())
     if isinstance(tree, (list, tuple)) and type(head) is int and head < len(tree):
         return type(tree)(_insert(v, rest, value, where) if i == head else v for i, v in enumerate(tree))
-    raise _bad(where, f"the index names key '{_key(path)}', which the state of shard 0 does not have")
+    raise bad(where, f"the index names key '{key_of(path)}', which the state of shard 0 does not have")
 
 
 def _assemble(folder: str, index: dict, verify: bool, into: Optional[dict] = None) -> Any:
@@ -407,7 +305,7 @@ def _check_target(folder: str, index: dict, want: dict[tuple, torch.Tensor]) -> 
             continue
         leaf = index["leaves"][leaf["tied"]] if "tied" in leaf else leaf
         if (leaf["dtype"], list(leaf["shape"])) != (fmt.torch_dtype_name(t.dtype), list(t.shape)):
-            raise TargetMismatchError(f"checkpoint '{folder}': key '{_key(p)}' is {leaf['dtype']}{leaf['shape']} in "
+            raise TargetMismatchError(f"checkpoint '{folder}': key '{key_of(p)}' is {leaf['dtype']}{leaf['shape']} in "
                                       f"the checkpoint but {fmt.torch_dtype_name(t.dtype)}{list(t.shape)} in the target")
     rest = {p: t for p, t in want.items() if p not in sharded}
     if rest:  # the whole tensors of shard 0's state (their keys under "state")
@@ -479,7 +377,7 @@ def info(folder: str | os.PathLike, verify: bool = False) -> dict:
             unverified += described["unverified"]
             verified += described["verified"]
     assert info0 is not None and shard0 is not None
-    by_key = {_key(leaf["path"]): leaf for leaf in index["leaves"]}
+    by_key = {key_of(leaf["path"]): leaf for leaf in index["leaves"]}
     keys = []
     for entry in info0["keys"]:
         if not entry["key"].startswith("state."):
@@ -491,7 +389,7 @@ def info(folder: str | os.PathLike, verify: bool = False) -> dict:
             entry = {"key": entry["key"], "type": "tensor", "dtype": base["dtype"], "shape": list(base["shape"]),
                      "nbytes": 0 if "tied" in leaf else math.prod(base["shape"]) * _itemsize(base["dtype"])}
             if "tied" in leaf:
-                entry["tied_to"] = _key(base["path"])
+                entry["tied_to"] = key_of(base["path"])
         keys.append(entry)
     out = {"path": folder, "format": FORMAT, "version": VERSION, "world_size": index["world_size"], "keys": keys,
            "num_tensors": sum(1 for k in keys if k["type"] in ("tensor", "ndarray") and "tied_to" not in k),
