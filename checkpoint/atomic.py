@@ -2,7 +2,8 @@
 
 A crash or ``kill -9`` at any moment leaves the old file (or nothing) under the final name, never a
 partial one. Temporaries are named ``.<name>.<pid>.<token>.cs-run-tmp``; the next save into the same
-folder removes those whose process is gone (or that are older than a day).
+folder removes those whose process is gone (or that are older than a day), files and the temporary
+folders of sharded saves (:mod:`cs_run.checkpoint.sharded`) alike.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import contextlib
 import logging
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Iterator
 
@@ -52,7 +54,10 @@ def clean_stale_temps(folder: str) -> list[str]:
             continue
         if stale:
             with contextlib.suppress(OSError):
-                os.remove(path)
+                if os.path.isdir(path) and not os.path.islink(path):  # a sharded save's folder
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
                 removed.append(path)
                 logger.info("removed stale checkpoint temporary %s", path)
     return removed

@@ -1,4 +1,5 @@
-"""The public verbs: ``save``, ``load``, ``load_into``, ``info`` and ``is_checkpoint_file``.
+"""The verbs of one checkpoint file: ``save``, ``load``, ``load_into``, ``check_target``, ``info`` (the
+public ones, for a file or a sharded folder, are :mod:`cs_run.checkpoint.files`'s).
 
 h5py is imported inside the functions that need it, so ``import cs_run`` stays cheap.
 """
@@ -33,8 +34,8 @@ from cs_run.checkpoint.tree import flatten, leaf_paths, tree_paths, unflatten
 from cs_run.checkpoint.writer import COMPRESSIONS, write_file
 from cs_run.errors import CheckpointError, ParamsError
 
-__all__ = ["MapLocation", "TargetMismatchError", "check_checkpoint_file", "check_target", "info", "is_checkpoint_file",
-           "load", "load_into", "save"]
+__all__ = ["MapLocation", "TargetMismatchError", "check_checkpoint_file", "check_target", "info", "load", "load_into",
+           "save"]
 
 logger = logging.getLogger(__name__)
 
@@ -442,12 +443,3 @@ def check_checkpoint_file(path: PathLike) -> None:
     except OSError as err:
         raise NotACheckpointError(f"checkpoint '{path}' cannot be read: {one_line(err)}") from err
     src.close()
-
-
-def is_checkpoint_file(path: PathLike) -> bool:
-    """True if ``path`` is a complete, readable checkpoint (:func:`check_checkpoint_file`). Never raises."""
-    try:
-        check_checkpoint_file(path)
-        return True
-    except CheckpointError:
-        return False

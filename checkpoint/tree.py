@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import pickle
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -17,7 +17,8 @@ import torch
 from cs_run.checkpoint.format import torch_dtype_name
 from cs_run.errors import CheckpointError
 
-__all__ = ["Leaf", "UnsupportedValueError", "encode_key", "flatten", "leaf_paths", "tree_paths", "unflatten"]
+__all__ = ["Leaf", "UnsupportedValueError", "encode_key", "flatten", "leaf_paths", "map_leaves", "map_tensors", "tree_paths",
+           "unflatten"]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _NUMPY_KINDS = "biufc"  # bool, int, uint, float, complex: what HDF5 stores natively
@@ -208,3 +209,19 @@ def tree_paths(tree: Any) -> dict[int, tuple]:
 
     visit(tree, ())
     return out
+
+
+def map_leaves(tree: Any, fn: Callable[[Any, tuple], Any], path: tuple = ()) -> Any:
+    """``tree`` with every leaf (anything but a dict, list or tuple) replaced by ``fn(leaf, key_path)``,
+    containers rebuilt in the tree's order (dict order is insertion order, the same on every replica:
+    collectives inside ``fn`` line up)."""
+    if isinstance(tree, dict):
+        return type(tree)((k, map_leaves(v, fn, (*path, k))) for k, v in tree.items())
+    if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
+        return type(tree)(map_leaves(v, fn, (*path, i)) for i, v in enumerate(tree))
+    return fn(tree, path)
+
+
+def map_tensors(tree: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """``tree`` with every tensor leaf replaced by ``fn(leaf)`` (:func:`map_leaves`' order)."""
+    return map_leaves(tree, lambda leaf, _: fn(leaf) if isinstance(leaf, torch.Tensor) else leaf)

@@ -15,7 +15,7 @@ import numpy as np
 import yaml
 
 from cs_run.checkpoint.convert import convert as run_convert
-from cs_run.checkpoint.h5 import info as run_info
+from cs_run.checkpoint.files import info as run_info
 from cs_run.checkpoint.reader import raise_if_damaged
 from cs_run.errors import CheckpointError, ParamsError
 from cs_run.exits import ErrorGroup
@@ -79,9 +79,10 @@ def checkpoint() -> None:
 @checkpoint.command()
 @click.argument("src", type=click.Path(dir_okay=True))
 @click.argument("dst", type=click.Path())
-@click.option("--to", "to", type=click.Choice(["h5", "torch", "safetensors", "vendor", "hf"]), default=None,
+@click.option("--to", "to", type=click.Choice(["h5", "torch", "safetensors", "vendor", "hf", "sharded"]), default=None,
               help="Target format (default: from DST's extension: .h5/.mdl, .pt/.pth/.bin, .safetensors); "
                    "vendor: the vendor's format 0.5, read by cerebras.pytorch's cstorch.load; "
+                   "sharded: a sharded checkpoint folder DST of --shards N shards, as N sharded replicas write; "
                    "hf: a Hugging Face folder DST (config.json + model.safetensors) of a model with a converter (gpt2).")
 @click.option("--from", "from_", type=click.Choice(["hf"]), default=None,
               help="hf: SRC is a Hugging Face folder (its config.json's model_type names the model, e.g. gpt2); "
@@ -92,10 +93,13 @@ def checkpoint() -> None:
 @click.option("--no-verify", is_flag=True,
               help="Skip the CRC32 check of every tensor of SRC (on by default: a damaged tensor is an error).")
 @click.option("--overwrite", is_flag=True, help="Replace DST when it exists (without it, an existing DST is refused).")
+@click.option("--shards", type=click.IntRange(1, 65536), default=None,
+              help="With --to sharded: the number of shards (replicas) DST is written for.")
 def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: str | None, allow_pickle: bool,
-            no_verify: bool, overwrite: bool) -> None:
+            no_verify: bool, overwrite: bool, shards: int | None) -> None:
     """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors; --to vendor: the vendor's format 0.5;
-    gpt2 <-> Hugging Face with --to hf / --from hf).
+    gpt2 <-> Hugging Face with --to hf / --from hf). SRC may be a sharded run's checkpoint folder (read
+    whole: e.g. to one .mdl file); --to sharded --shards N writes one.
 
     A .pt written here loads with torch.load(weights_only=True); numpy values in it are tagged dicts
     that cs-run turns back into numpy values."""
@@ -118,7 +122,7 @@ def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: 
             click.echo(f"wrote {checkpoint} (h5) and its model params {params}")
         return
 
-    fmt = run_convert(src, dst, to, allow_pickle=allow_pickle, verify=not no_verify)
+    fmt = run_convert(src, dst, to, allow_pickle=allow_pickle, verify=not no_verify, shards=shards)
     click.echo(f"wrote {dst} ({fmt})")
 
 

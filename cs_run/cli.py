@@ -41,6 +41,8 @@ def _click_option(option: RunOption):
         kind = click.Path(file_okay=False, path_type=Path)
     elif option.path == "file":
         kind = click.Path(dir_okay=False, path_type=Path)
+    elif option.path == "checkpoint":  # a file, or a sharded run's checkpoint folder
+        kind = click.Path(path_type=Path)
     else:
         kind = str
     return click.option(f"--{option.name}", option.dest, type=kind, multiple=option.kind == "list",

@@ -60,7 +60,8 @@ class RunOption:
     maximum: Optional[int] = None
     choices: tuple = ()
     path: Optional[str] = None
-    """"dir" or "file" for a local path, made absolute against the current folder when given."""
+    """"dir", "file" or "checkpoint" (a file or a sharded checkpoint's folder) for a local path, made absolute
+    against the current folder when given."""
     metavar: Optional[str] = None
     uses: tuple = USES
     """The run commands' jobs (:data:`USES`) it changes; ``cs-run`` commands without them refuse it."""

@@ -205,7 +205,7 @@ class RunConfig(ClusterOptions):
                                                          "flag": {"uses": ("train", "eval", "eval_all")}})
     """Seed of every RNG (torch, numpy, random); two runs with one seed give identical losses. Any
     integer torch.manual_seed accepts: -2**63 to 2**64 - 1."""
-    checkpoint_path: Optional[str] = field(default=None, metadata={"flag": {"path": "file", "uses": ("train", "eval")}})
+    checkpoint_path: Optional[str] = field(default=None, metadata={"flag": {"path": "checkpoint", "uses": ("train", "eval")}})
     """Start from this checkpoint instead of the newest one in model_dir."""
     autoload_checkpoint: bool = field(default=True, metadata={"trainer": ("checkpoint", "autoload")})
     """Resume from the newest checkpoint in model_dir when checkpoint_path is not given."""

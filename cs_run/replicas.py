@@ -332,6 +332,15 @@ def broadcast_object(value: Any) -> Any:
     return box[0]
 
 
+def all_gather_object(value: Any) -> list[Any]:
+    """Every replica's ``value``, in ordinal order, on every replica (also a barrier)."""
+    if not joined() or dist.get_world_size() == 1:
+        return [value]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value, group=_HOST_GROUP)
+    return out
+
+
 def _reduce_values(values: tuple, op: Any) -> tuple[float, ...]:
     if not joined() or dist.get_world_size() == 1:
         return tuple(float(v) for v in values)

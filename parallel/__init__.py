@@ -8,6 +8,10 @@ The runner makes the run's strategy and makes it :func:`current`, so code that i
 
 from __future__ import annotations
 
+from typing import Optional
+
+import torch
+
 from cs_run.errors import ParamsError
 from cs_run.parallel.fsdp import FullyShardedStrategy
 from cs_run.parallel.strategy import Strategy
@@ -45,11 +49,12 @@ def check_strategy(sharding: str, offload: str, num_replicas: int, device: str) 
                           "(--sharding fsdp) or num_csx: 1")
 
 
-def build_strategy(sharding: str = "none", offload: str = "none") -> Strategy:
+def build_strategy(sharding: str = "none", offload: str = "none", autocast: Optional[torch.dtype] = None) -> Strategy:
     """The strategy for ``runconfig.sharding`` / ``offload`` (checked by :func:`check_strategy`); offload
-    alone on one replica runs through FSDP2 over that replica."""
+    alone on one replica runs through FSDP2 over that replica. ``autocast``: the run's autocast dtype;
+    bfloat16 also makes FSDP2 gather bfloat16 parameters and reduce gradients in float32."""
     if sharding == "fsdp" or offload != "none":
-        return FullyShardedStrategy(offload=offload)
+        return FullyShardedStrategy(offload=offload, param_dtype=autocast if autocast == torch.bfloat16 else None)
     return Strategy()
 
 

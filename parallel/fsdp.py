@@ -12,6 +12,11 @@ norm (the per-shard norms are all-reduced), which is what ``amp.apply_gradients`
 live in host memory and each block's parameters are copied to the device for its forward and backward.
 On a CPU run they are in host memory anyway, so there it changes where nothing lives; it matters with an
 accelerator (pinned host memory then).
+
+Checkpoints are sharded (:mod:`cs_run.checkpoint.sharded`): each replica writes its own rows of every
+sharded tensor into one folder, committed by ordinal 0 once all are written (:meth:`save_checkpoint`);
+no replica gathers the whole state to save. Loading reads the whole tensors (from a sharded folder or
+one file, of any number of replicas) and each replica keeps its shard.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, fully_shard
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 from cs_run import replicas
+from cs_run.checkpoint import sharded
+from cs_run.errors import CheckpointError, CsRunError
 from cs_run.parallel.strategy import Strategy, map_tensors
 
 __all__ = ["FullyShardedStrategy", "shard_units"]
@@ -55,8 +62,12 @@ class FullyShardedStrategy(Strategy):
 
     sharding = "fsdp"
 
-    def __init__(self, offload: str = "none") -> None:
+    def __init__(self, offload: str = "none", param_dtype: Optional[torch.dtype] = None) -> None:
         self.offload = offload
+        self.param_dtype = param_dtype
+        """bfloat16 when the params ask for it: FSDP2's MixedPrecisionPolicy gathers each block's parameters
+        in it and reduce-scatters gradients in float32; the sharded parameters, optimizer state and
+        checkpoints stay float32. None: parameters as they are."""
         self._mesh: Any = None
 
     def shard(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
@@ -70,12 +81,16 @@ class FullyShardedStrategy(Strategy):
         # pin_memory needs an accelerator; on a CPU run the host memory is the device's anyway.
         policy = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if self.offload == "cpu" else None
         kwargs: dict[str, Any] = {"mesh": self._mesh, **({"offload_policy": policy} if policy else {})}
+        if self.param_dtype is not None:
+            kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=self.param_dtype, reduce_dtype=torch.float32)
         units = shard_units(model)
         for unit in units:
             fully_shard(unit, **kwargs)
         fully_shard(model, **kwargs)
-        logger.info("sharding: fsdp over %d replica(s), %d block(s) + the model's other parameters%s",
-                    dist.get_world_size(), len(units), "; offload: cpu" if self.offload == "cpu" else "")
+        logger.info("sharding: fsdp over %d replica(s), %d block(s) + the model's other parameters%s%s",
+                    dist.get_world_size(), len(units), "; offload: cpu" if self.offload == "cpu" else "",
+                    f"; mixed precision: {_name(self.param_dtype)} parameters, float32 gradient reductions"
+                    if self.param_dtype is not None else "")
         return model
 
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
@@ -92,6 +107,48 @@ class FullyShardedStrategy(Strategy):
                 return t.full_tensor().detach().cpu()
         return map_tensors(state, whole)
 
+    def checkpoint_form(self, state: Any) -> Any:
+        """Each sharded tensor as this replica's rows (:class:`~cs_run.checkpoint.sharded.LocalShard`; no
+        communication). A tensor under two keys (tied weights) is one LocalShard, stored once."""
+        seen: dict[int, sharded.LocalShard] = {}
+
+        def local(t: torch.Tensor) -> Any:
+            if not isinstance(t, DTensor):
+                return t
+            if id(t) not in seen:
+                seen[id(t)] = _local_rows(t)
+            return seen[id(t)]
+        return map_tensors(state, local)
+
+    def agree_keys(self, keys: list[str]) -> list[str]:
+        """The union of every replica's ``keys`` (each checked only its own shards), on every replica, so
+        all stop or all save: one small all-gather per checkpoint."""
+        return list(dict.fromkeys(k for found in replicas.all_gather_object(keys) for k in found))
+
+    def save_checkpoint(self, state: Any, path: Any) -> None:
+        """The sharded commit: ordinal 0 makes a temporary folder, every replica writes its shard into it,
+        all meet (a replica that failed is named), ordinal 0 writes the index and renames the folder to
+        ``path``, all meet again. A replica killed at any point leaves no folder under ``path`` (the others
+        wait in the collective until the launcher stops them, at most the collective timeout)."""
+        tmp, error = replicas.broadcast_object(_attempt(sharded.new_temp_folder, path) if self.writes else None)
+        if error:
+            raise CheckpointError(f"cannot save checkpoint to '{path}': {error}")
+        written = _attempt(sharded.write_shard, tmp, state, self.ordinal, self.world_size)
+        results = replicas.all_gather_object(written)  # every shard is written, or failed
+        failed = [(rank, err) for rank, (_, err) in enumerate(results) if err]
+        committed: tuple[Any, Optional[str]] = (None, None)
+        if self.writes:
+            committed = (None, None) if failed else _attempt(sharded.commit, tmp, path, [m for m, _ in results])
+            if failed or committed[1]:
+                sharded.discard(tmp)
+        _, error = replicas.broadcast_object(committed)  # nobody goes on before the commit
+        if failed:
+            rank, err = failed[0]
+            raise CheckpointError(f"cannot save checkpoint to '{path}': replica {rank} of {self.world_size} could not "
+                                  f"write its shard: {err}; the previous checkpoints are kept")
+        if error:
+            raise CheckpointError(f"cannot save checkpoint to '{path}': {error}")
+
     def load_target(self, target: Any, device: Optional[torch.device] = None) -> Any:
         """An empty whole tensor for each sharded one (on the CPU, or ``meta`` for a shape check)."""
         return map_tensors(target, lambda t: torch.empty(t.shape, dtype=t.dtype, device=device or "cpu")
@@ -101,6 +158,33 @@ class FullyShardedStrategy(Strategy):
         """Copies this replica's shard of each whole tensor read into the live sharded one (no
         communication: every replica read the whole file) and returns ``loaded`` holding the live ones."""
         return _place(target, loaded)
+
+
+def _local_rows(t: DTensor) -> sharded.LocalShard:
+    """This replica's rows of a DTensor sharded on dim 0 over a 1-D mesh (FSDP2's ``Shard(0)``)."""
+    if t.device_mesh.ndim != 1 or tuple(t.placements) != (Shard(0),):
+        raise CheckpointError(f"cannot save a tensor placed as {t.placements} on a {t.device_mesh.ndim}-D mesh: "
+                              "sharded checkpoints hold dim-0 shards over one mesh dimension (FSDP2's Shard(0))")
+    rank, world = t.device_mesh.get_local_rank(), t.device_mesh.size()
+    offset, rows = sharded.rows_of(rank, world, t.shape[0])
+    local = t.to_local().detach().cpu()
+    if local.shape[0] != rows:
+        raise CheckpointError(f"cannot save a tensor of shape {list(t.shape)}: replica {rank} holds {local.shape[0]} "
+                              f"rows, torch.chunk's split gives it {rows}")
+    return sharded.LocalShard(local, tuple(t.shape), offset)
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _attempt(fn: Any, *args: Any) -> tuple[Any, Optional[str]]:
+    """``(fn(*args), None)``, or ``(None, the error's line)``: a replica's failure is told to the others
+    in the next collective instead of leaving them waiting in it."""
+    try:
+        return fn(*args), None
+    except (CsRunError, OSError) as err:
+        return None, str(err)
 
 
 def _place(live: Any, read: Any) -> Any:

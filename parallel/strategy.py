@@ -8,8 +8,9 @@ so the runners, ``cstorch.compile`` and ``cstorch.save`` ask the strategy instea
 * who writes (:attr:`Strategy.writes`: model_dir, logs, summaries, checkpoints);
 * host reductions (the logged loss, eval sums), the broadcast of ordinal 0's choices and the stop
   agreement after every step;
-* checkpoint state: :meth:`Strategy.gather` turns the live state into the one-file form ordinal 0
-  writes, :meth:`Strategy.load_target` / :meth:`Strategy.place_loaded` read a file back into it.
+* checkpoint state: :meth:`Strategy.checkpoint_form` turns the live state into what the replicas write
+  and :meth:`Strategy.save_checkpoint` writes it (here the one-file form of :meth:`Strategy.gather`,
+  by ordinal 0); :meth:`Strategy.load_target` / :meth:`Strategy.place_loaded` read a checkpoint back.
 
 This class is ``sharding: none``, data parallel: every replica holds the whole model and optimizer
 state, the eager step runs through torch DDP (:func:`cs_run.replicas.replicate`) and the CSX engine
@@ -19,11 +20,12 @@ The process machinery (launch, join, the host group) stays in :mod:`cs_run.repli
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
-from cs_run import replicas
+from cs_run import checkpoint, replicas
+from cs_run.checkpoint.tree import map_tensors
 
 __all__ = ["Strategy", "map_tensors"]
 
@@ -102,6 +104,20 @@ class Strategy:
         the state is sharded)."""
         return state
 
+    def checkpoint_form(self, state: Any) -> Any:
+        """What :meth:`save_checkpoint` writes of the live ``state``: the one-file form (:meth:`gather`)."""
+        return self.gather(state)
+
+    def agree_keys(self, keys: list[str]) -> list[str]:
+        """Keys a check of the checkpoint form found (non-finite tensors), the same on every replica.
+        Data parallel: every replica checked the same whole state."""
+        return keys
+
+    def save_checkpoint(self, state: Any, path: Any) -> None:
+        """Write :meth:`checkpoint_form`'s ``state`` to ``path``: ordinal 0 writes the one file (atomic),
+        the other replicas validate only. Every replica calls it."""
+        checkpoint.save(state, str(path), write=self.writes)
+
     def load_target(self, target: Any, device: Optional[torch.device] = None) -> Any:
         """What a checkpoint is read into, given the live tensors ``target``: the live tensors themselves
         (read in place). ``device="meta"`` asks for shapes only (checks that read no data)."""
@@ -111,15 +127,3 @@ class Strategy:
         """Bring state read into :meth:`load_target`'s tensors into the live ``target``; returns
         ``loaded`` with its leaves the live tensors. Data parallel: they already are."""
         return loaded
-
-
-def map_tensors(tree: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """``tree`` with every tensor leaf replaced by ``fn(leaf)``, in the tree's order (dict order is
-    insertion order, the same on every replica: collectives inside ``fn`` line up)."""
-    if isinstance(tree, torch.Tensor):
-        return fn(tree)
-    if isinstance(tree, dict):
-        return type(tree)((k, map_tensors(v, fn)) for k, v in tree.items())
-    if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
-        return type(tree)(map_tensors(v, fn) for v in tree)
-    return tree

@@ -10,11 +10,12 @@ from typing import Any, Iterator, Optional
 import torch
 
 from cs_run import checkpoint
+from cs_run.checkpoint import sharded
 from cs_run.errors import CheckpointError, CsRunError, ParamsError
 from cs_run.params import Params
 
 __all__ = ["check_start_checkpoint", "not_this_models", "stored_step", "checkpoint_path",
-           "list_checkpoints", "latest_checkpoint", "save_checkpoint", "load_checkpoint", "prune_checkpoints",
+           "list_checkpoints", "latest_checkpoint", "load_checkpoint", "prune_checkpoints",
            "nonfinite_keys", "newest_finite_checkpoint"]
 
 logger = logging.getLogger(__name__)
@@ -87,23 +88,19 @@ def checkpoint_path(model_dir: str | Path, step: int) -> Path:
 
 
 def list_checkpoints(model_dir: str | Path) -> list[tuple[int, Path]]:
-    """``(step, path)`` of every ``checkpoint_{step}.mdl`` in model_dir, oldest first."""
+    """``(step, path)`` of every ``checkpoint_{step}.mdl`` in model_dir, oldest first: files, and the
+    committed folders of sharded runs (a folder without its index is no checkpoint)."""
     folder = Path(model_dir)
     if not folder.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name)) and p.is_file()]
+    found = [(int(m.group(1)), p) for p in folder.iterdir()
+             if (m := _NAME.match(p.name)) and (p.is_file() or sharded.is_sharded(p))]
     return sorted(found)
 
 
 def latest_checkpoint(model_dir: str | Path) -> Optional[Path]:
     found = list_checkpoints(model_dir)
     return found[-1][1] if found else None
-
-
-def save_checkpoint(state: dict[str, Any], path: Path) -> None:
-    """Atomic write (temporary file, fsync, rename) in the H5 format of cs_run.checkpoint."""
-
-    checkpoint.save(state, str(path))
 
 
 def load_checkpoint(path: Path, target: Optional[dict[str, Any]] = None) -> dict[str, Any]:
@@ -120,10 +117,12 @@ def prune_checkpoints(model_dir: str | Path, keep: Optional[int]) -> None:
         return
     for _, path in list_checkpoints(model_dir)[:-keep]:
         logger.info("Removing old checkpoint %s (max_checkpoints=%d)", path.name, keep)
-        path.unlink(missing_ok=True)
+        sharded.discard(str(path))  # a file, or a sharded checkpoint's folder
 
 
 def _float_tensors(tree: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    if isinstance(tree, sharded.LocalShard):  # a sharded run's checkpoint form: this replica's rows
+        tree = tree.tensor
     if isinstance(tree, torch.Tensor):
         if tree.is_floating_point() or tree.is_complex():
             yield prefix, tree

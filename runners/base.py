@@ -21,7 +21,8 @@ from cs_run import distributed, parallel, replicas
 from cs_run._logging import held_records, run_log
 from cs_run.backend import Backend
 from cs_run.batches import RateMeter, batch_size, loader_length, move_to_device
-from cs_run.checkpoint.h5 import TargetMismatchError, check_target
+from cs_run.checkpoint import check_target
+from cs_run.checkpoint.h5 import TargetMismatchError
 from cs_run.creation import manual_seed
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.exits import error_text
@@ -113,7 +114,8 @@ class PyTorchBaseRunner(RunnerHooks):
         with self._metrics.collecting():
             self.model = _build.build_model(params, model_fn).to(self.torch_device)
         self._metrics.add_module(self.model)
-        self.strategy = parallel.use(parallel.build_strategy(rc.sharding, rc.offload))
+        autocast = _build.resolve_autocast_dtype(params.model, self.torch_device.type, self.device_type)
+        self.strategy = parallel.use(parallel.build_strategy(rc.sharding, rc.offload, autocast))  # bf16: FSDP2's too
         self.model = self.strategy.shard(self.model, self.torch_device)  # before the optimizer holds its parameters
         self.optimizer = None
         self.lr_scheduler = None
@@ -130,7 +132,7 @@ class PyTorchBaseRunner(RunnerHooks):
         self.step_config = StepConfig(
             max_gradient_norm=opt.max_gradient_norm if opt else None,
             max_gradient_value=opt.max_gradient_value if opt else None,
-            autocast_dtype=_build.resolve_autocast_dtype(params.model, self.torch_device.type, self.device_type),
+            autocast_dtype=autocast,
             device_type=self.torch_device.type,
         )
         if self.step_config.autocast_dtype is not None:
@@ -614,7 +616,7 @@ class PyTorchBaseRunner(RunnerHooks):
         """The checkpoint the run starts from: the one the user named, else (autoload) the newest in model_dir."""
         path = self.options.checkpoint_path
         if path is not None:
-            if not path.is_file():
+            if not path.exists():
                 raise ParamsError(f"params: runconfig.checkpoint_path: no such file {path}")
             return path
         latest = _checkpoints.latest_checkpoint(self.model_dir) if self.options.autoload_checkpoint else None
@@ -671,7 +673,7 @@ class PyTorchBaseRunner(RunnerHooks):
         state: dict[str, Any] = {"model": self.model.state_dict(), "global_step": self.global_step}
         if self.optimizer is not None:
             state["optimizer"] = self.optimizer.state_dict()
-        state = self.strategy.gather(state)  # sharded tensors whole (a collective): the one-file form
+        state = self.strategy.checkpoint_form(state)  # one-file: gathered whole (a collective); or each replica's shards
         if self.lr_scheduler is not None:
             state["lr_scheduler"] = self.lr_scheduler.state_dict()
         if self.grad_scaler is not None:
@@ -722,7 +724,7 @@ class PyTorchBaseRunner(RunnerHooks):
     def _save_checkpoint(self) -> Path:
         path = _checkpoints.checkpoint_path(self.model_dir, self.global_step)
         state = self._checkpoint_state()
-        bad = _checkpoints.nonfinite_keys(state)  # one device-side reduction, read once per checkpoint
+        bad = self.strategy.agree_keys(_checkpoints.nonfinite_keys(state))  # one device-side reduction per checkpoint
         if bad:
             good = _checkpoints.newest_finite_checkpoint(self.model_dir)
             kept = f"the newest checkpoint with finite weights is {good}; a rerun resumes from it" if good \
@@ -733,8 +735,8 @@ class PyTorchBaseRunner(RunnerHooks):
                                 "learning rate, enable gradient clipping (optimizer.max_gradient_norm) or check "
                                 "the data")
         self._saved = (self.global_step, path)
-        if self.strategy.writes:  # the replicas' (gathered) states are equal: ordinal 0 writes it once
-            _checkpoints.save_checkpoint(state, path)
+        self.strategy.save_checkpoint(state, path)  # ordinal 0 the one file, or each replica its shard
+        if self.strategy.writes:
             logger.info("Saved checkpoint %s", path)
             _checkpoints.prune_checkpoints(self.model_dir, self.params.runconfig.max_checkpoints)
             self.on_checkpoint_saved(str(path), self.global_step)

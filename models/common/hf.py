@@ -275,7 +275,7 @@ def load_checkpoint_model(checkpoint: str | Path, model_keys: dict, what: str = 
         CheckpointError: the file is missing, holds no model weights, or does not fit the params' ``what``.
     """
     checkpoint = Path(checkpoint)
-    if not checkpoint.is_file():
+    if not checkpoint.exists():  # a file, or a sharded run's checkpoint folder
         raise CheckpointError(f"checkpoint convert --to hf: {checkpoint} not found")
     model = build(model_keys)
     state = load(str(checkpoint))

@@ -1,6 +1,6 @@
 """sharding: fsdp on 2 replicas (gloo, CPU) of a tiny gpt2 trains the same losses and weights as one
 unsharded process (AdamW, clipping, warmup + cosine, 30 steps), loads a checkpoint into its shards, and
-writes checkpoints an unsharded process resumes exactly; the combinations that do not work are one
+writes sharded checkpoints an unsharded process resumes exactly; the combinations that do not work are one
 params error each. Tolerance: see fsdp_helpers."""
 
 from __future__ import annotations
@@ -32,12 +32,17 @@ def test_two_sharded_replicas_load_their_start_and_train_like_one_process(one, t
     assert "sharding: fsdp over 2 replica(s), 2 block(s)" in result.stderr
     assert_same_losses(one / "md", tmp_path / "md")
     assert_same_weights(one / "md" / "checkpoint_30.mdl", tmp_path / "md" / "checkpoint_30.mdl")
-    # The sharded run's checkpoint is the one-file format, whole: an unsharded process resumes from it.
+    # The sharded run's checkpoint is a folder of 2 shards: an unsharded process resumes from it.
+    assert sorted(p.name for p in (tmp_path / "md" / "checkpoint_15.mdl").iterdir()) == [
+        "index.json", "shard_00000_of_00002.h5", "shard_00001_of_00002.h5"]
     resumed = tmp_path / "resumed"
     resumed.mkdir()
-    shutil.copy(tmp_path / "md" / "checkpoint_15.mdl", resumed)
+    shutil.copytree(tmp_path / "md" / "checkpoint_15.mdl", resumed / "checkpoint_15.mdl")
     train_here(params, resumed)
     assert len(losses(resumed)) == 15
+    # eval-all of the sharded run's model_dir: both folders, found, checked against the model and loaded.
+    evaluated = train_here(params, tmp_path / "md", command="eval-all")
+    assert "checkpoint_15.mdl" in evaluated and "checkpoint_30.mdl" in evaluated, evaluated
     assert_same_weights(one / "md" / "checkpoint_30.mdl", resumed / "checkpoint_30.mdl")
     assert tensors(one / "md" / "checkpoint_30.mdl").keys() == tensors(resumed / "checkpoint_30.mdl").keys()
 

@@ -1,0 +1,64 @@
+"""The public read verbs for both forms of a checkpoint: one file (:mod:`cs_run.checkpoint.h5`: H5, torch,
+safetensors, the vendor's) or a sharded folder (:mod:`cs_run.checkpoint.sharded`). A path that is a
+folder with an index is read as sharded; anything else as a file, with the file's errors."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from cs_run.checkpoint import h5, sharded
+from cs_run.checkpoint.h5 import MapLocation, PathLike
+from cs_run.errors import CheckpointError
+
+__all__ = ["check_checkpoint_file", "check_target", "info", "is_checkpoint_file", "load", "load_into"]
+
+
+def _is_folder(path: PathLike) -> bool:
+    return os.path.isdir(path)
+
+
+def load(ckpt_path: PathLike, map_location: MapLocation = None, *, lazy: bool = True, verify: bool = True,
+         allow_pickle: bool = False) -> Any:
+    """:func:`cs_run.checkpoint.h5.load`; a sharded folder comes back with every tensor whole."""
+    if _is_folder(ckpt_path):
+        return sharded.load(ckpt_path, map_location, verify=verify)
+    return h5.load(ckpt_path, map_location, lazy=lazy, verify=verify, allow_pickle=allow_pickle)
+
+
+def load_into(path: PathLike, target: Any, *, map_location: MapLocation = None, verify: bool = True,
+              allow_pickle: bool = False) -> Any:
+    """:func:`cs_run.checkpoint.h5.load_into`; a sharded folder's shards are copied into the whole tensors."""
+    if _is_folder(path):
+        return sharded.load_into(path, target, verify=verify)
+    return h5.load_into(path, target, map_location=map_location, verify=verify, allow_pickle=allow_pickle)
+
+
+def check_target(path: PathLike, target: Any) -> None:
+    """:func:`cs_run.checkpoint.h5.check_target`, also for a sharded folder (its index and shard 0's header)."""
+    if _is_folder(path):
+        sharded.check_target(path, target)
+    else:
+        h5.check_target(path, target)
+
+
+def info(path: PathLike, verify: bool = False) -> dict:
+    """:func:`cs_run.checkpoint.h5.info`; a sharded folder's tensors with their whole shapes."""
+    return sharded.info(path, verify) if _is_folder(path) else h5.info(path, verify)
+
+
+def check_checkpoint_file(path: PathLike) -> None:
+    """:func:`cs_run.checkpoint.h5.check_checkpoint_file`; a sharded folder: its index and every shard's header."""
+    if _is_folder(path):
+        sharded.check(path)
+    else:
+        h5.check_checkpoint_file(path)
+
+
+def is_checkpoint_file(path: PathLike) -> bool:
+    """True for a complete, readable checkpoint, a file or a committed sharded folder. Never raises."""
+    try:
+        check_checkpoint_file(path)
+        return True
+    except CheckpointError:
+        return False

@@ -1,0 +1,404 @@
+"""Sharded checkpoints: one folder ``checkpoint_<step>.mdl/`` that the replicas of a sharded run write
+in parallel, each its own shard file, committed as a whole (docs/architecture.md#sharded-checkpoints).
+
+Layout::
+
+    checkpoint_<step>.mdl/
+        shard_00000_of_00004.h5   ordinal 0: {"leaves": [its rows of each sharded tensor], "state": the rest}
+        shard_00001_of_00004.h5   ordinal r: {"leaves": [its rows of each sharded tensor]}
+        ...
+        index.json                written last, by ordinal 0: the commit marker
+
+Each shard is an ordinary cs-run H5 file (:func:`cs_run.checkpoint.h5.save`: CRC32s, hostile-file checks,
+no pickle). ``state`` is the whole state tree with ``None`` where a sharded tensor goes; ``index.json``
+names, for each sharded tensor in ``leaves`` order, its key path, dtype, global shape and the rows
+(dim 0, torch.chunk's split as DTensor's ``Shard(0)``) each shard holds, plus the world size and shard
+file names. The index is JSON, never a pickle: torch.distributed.checkpoint's ``.metadata`` is read with
+``pickle.load``, which the project's no-unpickling rule excludes, so cs-run writes this form instead.
+
+Commit: ordinal 0 makes a temporary folder (``.checkpoint_<step>.mdl.<pid>.<token>.cs-run-tmp``), every
+replica writes its shard into it (each file itself atomic), all meet, ordinal 0 writes the index and
+renames the folder to its final name. A save killed at any point leaves a temporary that the next save
+removes (:func:`cs_run.checkpoint.atomic.clean_stale_temps`), never a folder under the final name.
+
+Reading assembles each sharded tensor whole from the shards, so a checkpoint of N replicas loads into
+any number of replicas, sharded or not, and :func:`load` returns what a one-file checkpoint's load would.
+This module knows nothing of DTensor: the strategy hands it :class:`LocalShard` leaves. The index's
+names and checks are :mod:`cs_run.checkpoint.shard_index`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import secrets
+import shutil
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from cs_run.checkpoint import format as fmt
+from cs_run.checkpoint import h5
+from cs_run.checkpoint.atomic import TMP_SUFFIX, atomic_path, clean_stale_temps, fsync_path
+from cs_run.checkpoint.h5 import TargetMismatchError
+from cs_run.checkpoint.shard_index import (
+    FORMAT,
+    INDEX,
+    VERSION,
+    bad,
+    check_index,
+    is_sharded,
+    key_of,
+    read_index,
+    rows_of,
+    shard_name,
+)
+from cs_run.checkpoint.tree import flatten, leaf_paths, map_leaves, map_tensors
+from cs_run.checkpoint.writer import write_file
+from cs_run.errors import CheckpointError
+
+__all__ = ["INDEX", "LocalShard", "check", "check_target", "commit", "discard", "info", "is_sharded", "load",
+           "load_into", "new_temp_folder", "read_index", "rows_of", "save_unsharded_as", "shard_name", "write_shard"]
+
+
+@dataclass(frozen=True)
+class LocalShard:
+    """One replica's rows ``[offset, offset + len(tensor))`` (dim 0) of a tensor of global ``shape``."""
+
+    tensor: torch.Tensor
+    shape: tuple[int, ...]
+    offset: int
+
+
+# ------------------------------------------------------------------------------------------ writing
+
+def _split(tree: Any, found: list[tuple[tuple, LocalShard]]) -> Any:
+    """``tree`` with each :class:`LocalShard` replaced by None; the shards in order into ``found``."""
+    def take(leaf: Any, path: tuple) -> Any:
+        if not isinstance(leaf, LocalShard):
+            return leaf
+        found.append((path, leaf))
+        return None
+    return map_leaves(tree, take)
+
+
+def new_temp_folder(final: str | os.PathLike) -> str:
+    """A fresh temporary folder beside ``final`` for one save (ordinal 0 makes it, every replica writes into
+    it); stale ones of killed saves are removed first."""
+    folder, base = os.path.split(os.path.abspath(final))
+    os.makedirs(folder, exist_ok=True)
+    clean_stale_temps(folder)
+    tmp = os.path.join(folder, f".{base}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}")
+    os.mkdir(tmp)
+    return tmp
+
+
+def write_shard(tmp: str, state: Any, rank: int, world_size: int) -> list[dict]:
+    """Write this replica's shard of ``state`` (its :class:`LocalShard` leaves; ordinal 0 also the rest)
+    into ``tmp``; returns its manifest: per sharded leaf the key path, dtype, global shape and its rows,
+    or ``tied`` (the same LocalShard object under a second path, stored once)."""
+    found: list[tuple[tuple, LocalShard]] = []
+    rest = _split(state, found)
+    manifest: list[dict] = []
+    stored: list[torch.Tensor] = []
+    first: dict[int, int] = {}
+    for path, shard in found:
+        if id(shard) in first:
+            manifest.append({"path": list(path), "tied": first[id(shard)]})
+            continue
+        first[id(shard)] = len(manifest)
+        rows = int(shard.tensor.shape[0]) if shard.tensor.dim() else -1
+        if tuple(shard.tensor.shape[1:]) != tuple(shard.shape[1:]) or not 0 <= shard.offset <= shard.shape[0] - rows:
+            raise CheckpointError(f"cannot save key '{key_of(path)}': rows {shard.offset}+{rows} of shape "
+                                  f"{list(shard.tensor.shape)} are not a dim-0 shard of {list(shard.shape)}")
+        manifest.append({"path": list(path), "dtype": fmt.torch_dtype_name(shard.tensor.dtype),
+                         "shape": list(shard.shape), "rows": [shard.offset, rows]})
+        stored.append(shard.tensor.detach())
+    content: dict[str, Any] = {"leaves": stored}
+    if rank == 0:
+        content["state"] = rest
+    tree, leaves = flatten(content)
+    # Straight into the private temporary folder (the folder's rename is the commit): no per-file temporary,
+    # and no sweep of the folder for stale ones, which on several hosts could take a live replica's for dead.
+    path = os.path.join(tmp, shard_name(rank, world_size))
+    write_file(path, tree, leaves, None)
+    fsync_path(path)
+    return manifest
+
+
+def commit(tmp: str, final: str | os.PathLike, manifests: list[list[dict]]) -> None:
+    """Ordinal 0, once every replica wrote its shard: write the index from their ``manifests`` (one per
+    rank), then rename ``tmp`` to ``final`` (replacing an older checkpoint of that name)."""
+    final = os.path.abspath(final)
+    leaves = []
+    for i, entry in enumerate(manifests[0]):
+        if "tied" in entry:
+            leaves.append(entry)
+            continue
+        rows = [m[i]["rows"] for m in manifests]
+        leaves.append({"path": entry["path"], "dtype": entry["dtype"], "shape": entry["shape"], "rows": rows})
+    index = {"format": FORMAT, "version": VERSION, "world_size": len(manifests),
+             "shards": [shard_name(r, len(manifests)) for r in range(len(manifests))], "leaves": leaves}
+    check_index(os.path.join(tmp, INDEX), index)  # what a reader will ask of it, before it commits
+    with atomic_path(os.path.join(tmp, INDEX)) as index_tmp, open(index_tmp, "w") as fh:
+        json.dump(index, fh)
+    fsync_path(tmp, directory=True)
+    folder, base = os.path.split(final)
+    old = None
+    if os.path.lexists(final):  # the same step saved again: move the old one aside, then drop it
+        old = os.path.join(folder, f".{base}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}")
+        os.rename(final, old)
+    os.rename(tmp, final)
+    fsync_path(folder, directory=True)
+    if old is not None:
+        discard(old)
+
+
+def discard(tmp: str) -> None:
+    """Remove a temporary (a failed save's folder, or a replaced checkpoint)."""
+    with contextlib.suppress(OSError):
+        if os.path.isdir(tmp) and not os.path.islink(tmp):
+            shutil.rmtree(tmp)
+        else:
+            os.remove(tmp)
+
+
+def save_unsharded_as(state: Any, final: str | os.PathLike, world_size: int,
+                      shard_keys: tuple[str, ...] = ("model", "optimizer")) -> None:
+    """Write ``state`` (whole tensors) as a sharded checkpoint of ``world_size`` shards, in one process:
+    every tensor of at least one dimension under ``shard_keys`` is split by rows as FSDP2 splits it
+    (``cs-run checkpoint convert --to sharded``); the rest stays whole in shard 0."""
+    seen: dict[tuple[int, int], LocalShard] = {}
+
+    def shards_of(rank: int) -> Any:
+        def visit(leaf: Any, path: tuple) -> Any:
+            if not (isinstance(leaf, torch.Tensor) and path and path[0] in shard_keys and leaf.dim()):
+                return leaf
+            if (id(leaf), rank) not in seen:
+                offset, rows = rows_of(rank, world_size, leaf.shape[0])
+                seen[id(leaf), rank] = LocalShard(leaf[offset:offset + rows], tuple(leaf.shape), offset)
+            return seen[id(leaf), rank]
+        return map_leaves(state, visit)
+
+    tmp = new_temp_folder(final)
+    try:
+        manifests = [write_shard(tmp, shards_of(rank), rank, world_size) for rank in range(world_size)]
+        commit(tmp, final, manifests)
+    except BaseException:
+        discard(tmp)
+        raise
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+def _shard_path(folder: str, index: dict, rank: int) -> str:
+    path = os.path.join(folder, index["shards"][rank])
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint '{folder}': shard '{path}' is missing (the index names "
+                              f"{index['world_size']} shards); copy the whole folder, or use another checkpoint")
+    return path
+
+
+def _check_shard(path: str, index: dict, rank: int, leaves: list[tuple[str, list]], has_state: bool) -> None:
+    """A shard's ``leaves`` (dtype name, shape each) and state are what the index says shard ``rank`` holds:
+    a shard of another checkpoint, or an index naming another shape, is an error naming the shard and key."""
+    stored = [leaf for leaf in index["leaves"] if "tied" not in leaf]
+    if len(leaves) != len(stored) or (rank == 0) != has_state:
+        raise bad(path, f"not shard {rank} of the index beside it (it should hold {len(stored)} leaves"
+                         f"{' and the state' if rank == 0 else ''}); the index and the shards are of different checkpoints")
+    for leaf, (dtype, shape) in zip(stored, leaves):
+        want = [leaf["rows"][rank][1], *leaf["shape"][1:]]
+        if dtype != leaf["dtype"] or list(shape) != want:
+            raise bad(path, f"key '{key_of(leaf['path'])}' is {dtype}{list(shape)} in this shard but the index says "
+                             f"{leaf['dtype']}{want} (rows {leaf['rows'][rank][0]}.. of {leaf['shape']}); "
+                             "the index and the shards are of different checkpoints")
+
+
+def _read_shard(folder: str, index: dict, rank: int, verify: bool, lazy: bool) -> tuple[str, list, Any]:
+    """(path, leaves, state or None) of one shard, checked against the index (:func:`_check_shard`)."""
+    path = _shard_path(folder, index, rank)
+    content = h5.load(path, lazy=lazy, verify=verify)
+    leaves = content.get("leaves") if isinstance(content, dict) else None
+    if not isinstance(leaves, list) or not all(isinstance(t, torch.Tensor) for t in leaves):
+        raise bad(path, "not a shard of a sharded checkpoint (no list of tensors under 'leaves')")
+    _check_shard(path, index, rank, [(fmt.torch_dtype_name(t.dtype), list(t.shape)) for t in leaves],
+                 "state" in content)
+    return path, leaves, content.get("state")
+
+
+def _described_shard(path: str, index: dict, rank: int, verify: bool) -> dict:
+    """:func:`cs_run.checkpoint.h5.info` of one shard (headers; CRC32s with ``verify``), checked against the index."""
+    described = h5.info(path, verify=verify)
+    leaves = [(k.get("dtype"), k.get("shape", [])) for k in described["keys"]
+              if re.fullmatch(r"leaves\.\d+", k["key"])]
+    _check_shard(path, index, rank, leaves, any(k["key"].startswith("state.") for k in described["keys"]))
+    return described
+
+
+def _insert(tree: Any, path: list, value: Any, where: str) -> Any:
+    """``tree`` with the placeholder at ``path`` replaced by ``value`` (containers rebuilt along it)."""
+    if not path:
+        if tree is not None:
+            raise bad(where, "the index names a key whose place in the state holds a value, not a shard")
+        return value
+    head, rest = path[0], path[1:]
+    if isinstance(tree, dict) and head in tree:
+        return type(tree)((k, _insert(v, rest, value, where) if k == head else v) for k, v in tree.items())
+    if isinstance(tree, (list, tuple)) and type(head) is int and head < len(tree):
+        return type(tree)(_insert(v, rest, value, where) if i == head else v for i, v in enumerate(tree))
+    raise bad(where, f"the index names key '{key_of(path)}', which the state of shard 0 does not have")
+
+
+def _assemble(folder: str, index: dict, verify: bool, into: Optional[dict] = None) -> Any:
+    """The state with every sharded tensor whole: concatenated from the shards, or copied into ``into``
+    (key path -> tensor) where the target has the tensor."""
+    stored = [leaf for leaf in index["leaves"] if "tied" not in leaf]
+    locals_: list[list] = []
+    state = None
+    for rank in range(index["world_size"]):
+        _, leaves, rank_state = _read_shard(folder, index, rank, verify, lazy=True)
+        locals_.append(leaves)
+        state = rank_state if rank == 0 else state
+    where = os.path.join(folder, INDEX)
+    whole: list[torch.Tensor] = []
+    for i, leaf in enumerate(stored):
+        target = (into or {}).get(tuple(leaf["path"]))
+        parts = [shard[i] for shard in locals_]
+        if target is not None:
+            with torch.no_grad():
+                for (start, count), part in zip(leaf["rows"], parts):
+                    target[start:start + count].copy_(part)
+            whole.append(target)
+        else:
+            whole.append(torch.cat(parts))  # a new tensor, also of one part
+    by_stored = iter(whole)
+    values: list[torch.Tensor] = []
+    for leaf in index["leaves"]:
+        values.append(values[leaf["tied"]] if "tied" in leaf else next(by_stored))
+        state = _insert(state, leaf["path"], values[-1], where)
+    return state
+
+
+def load(folder: str | os.PathLike, map_location: Any = None, *, verify: bool = True) -> Any:
+    """The saved state with every sharded tensor whole (what :func:`cs_run.checkpoint.load` of a one-file
+    checkpoint of the same state returns); every shard's CRC32s are checked (``verify``)."""
+    folder = os.fspath(folder)
+    state = _assemble(folder, read_index(folder), verify)
+    if map_location is None:
+        return state
+    return map_tensors(state, lambda t: t.to(map_location) if not callable(map_location) else map_location(t, "cpu"))
+
+
+def _target_tensors(target: Any) -> dict[tuple, torch.Tensor]:
+    return {p: t for p, t in leaf_paths(target).items() if isinstance(t, torch.Tensor)}
+
+
+def _check_target(folder: str, index: dict, want: dict[tuple, torch.Tensor]) -> None:
+    sharded = {tuple(leaf["path"]): leaf for leaf in index["leaves"]}
+    for p, t in want.items():
+        leaf = sharded.get(p)
+        if leaf is None:
+            continue
+        leaf = index["leaves"][leaf["tied"]] if "tied" in leaf else leaf
+        if (leaf["dtype"], list(leaf["shape"])) != (fmt.torch_dtype_name(t.dtype), list(t.shape)):
+            raise TargetMismatchError(f"checkpoint '{folder}': key '{key_of(p)}' is {leaf['dtype']}{leaf['shape']} in "
+                                      f"the checkpoint but {fmt.torch_dtype_name(t.dtype)}{list(t.shape)} in the target")
+    rest = {p: t for p, t in want.items() if p not in sharded}
+    if rest:  # the whole tensors of shard 0's state (their keys under "state")
+        shard0 = _shard_path(folder, index, 0)
+        try:
+            h5.check_target(shard0, {"state": _nest(rest)})
+        except TargetMismatchError as err:
+            raise TargetMismatchError(str(err).replace("'state.", "'")) from None
+
+
+def _nest(flat: dict[tuple, torch.Tensor]) -> dict:
+    """Key paths -> nested dicts (integer keys stay integers, as the state's optimizer indices)."""
+    out: dict = {}
+    for path, t in flat.items():
+        node = out
+        for p in path[:-1]:
+            node = node.setdefault(p, {})
+        node[path[-1]] = t
+    return out
+
+
+def check_target(folder: str | os.PathLike, target: Any) -> None:
+    """:func:`cs_run.checkpoint.h5.check_target` for a sharded folder: the index and shard 0's header only."""
+    folder = os.fspath(folder)
+    _check_target(folder, read_index(folder), _target_tensors(target))
+
+
+def load_into(folder: str | os.PathLike, target: Any, *, verify: bool = True) -> Any:
+    """Restore a sharded checkpoint into the whole tensors of ``target`` (each shard's rows copied into
+    place) and return the full structure, as :func:`cs_run.checkpoint.h5.load_into` does."""
+    folder = os.fspath(folder)
+    index = read_index(folder)
+    want = _target_tensors(target)
+    _check_target(folder, index, want)
+    state = _assemble(folder, index, verify, into=want)
+    have = leaf_paths(state)
+    with torch.no_grad():  # the whole (unsharded) tensors of shard 0's state
+        for p, t in want.items():
+            if p in have and isinstance(have[p], torch.Tensor) and have[p] is not t:
+                t.copy_(have[p])
+    return map_leaves(state, lambda leaf, path: want.get(path, leaf))
+
+
+def check(folder: str | os.PathLike) -> None:
+    """Raise unless ``folder`` is a committed sharded checkpoint whose index is sound and whose shard
+    files are all there and readable (headers only: no tensor data is read)."""
+    folder = os.fspath(folder)
+    index = read_index(folder)
+    for rank in range(index["world_size"]):
+        _described_shard(_shard_path(folder, index, rank), index, rank, verify=False)
+
+
+def info(folder: str | os.PathLike, verify: bool = False) -> dict:
+    """:func:`cs_run.checkpoint.h5.info` of the assembled state: each sharded tensor with its global shape
+    (and the shard count in ``world_size``); with ``verify`` every shard's CRC32s are checked."""
+    folder = os.fspath(folder)
+    index = read_index(folder)
+    shard0 = info0 = None
+    damaged: list[str] = []
+    unverified: list[str] = []
+    verified = 0
+    for rank in range(index["world_size"]):
+        path = _shard_path(folder, index, rank)
+        described = _described_shard(path, index, rank, verify)
+        if rank == 0:
+            shard0, info0 = path, described
+        if verify:
+            damaged += [f"{os.path.basename(path)}:{k}" for k in described["damaged"]]
+            unverified += described["unverified"]
+            verified += described["verified"]
+    assert info0 is not None and shard0 is not None
+    by_key = {key_of(leaf["path"]): leaf for leaf in index["leaves"]}
+    keys = []
+    for entry in info0["keys"]:
+        if not entry["key"].startswith("state."):
+            continue
+        entry = {**entry, "key": entry["key"][len("state."):]}
+        leaf = by_key.get(entry["key"])
+        if leaf is not None:
+            base = index["leaves"][leaf["tied"]] if "tied" in leaf else leaf
+            entry = {"key": entry["key"], "type": "tensor", "dtype": base["dtype"], "shape": list(base["shape"]),
+                     "nbytes": 0 if "tied" in leaf else math.prod(base["shape"]) * _itemsize(base["dtype"])}
+            if "tied" in leaf:
+                entry["tied_to"] = key_of(base["path"])
+        keys.append(entry)
+    out = {"path": folder, "format": FORMAT, "version": VERSION, "world_size": index["world_size"], "keys": keys,
+           "num_tensors": sum(1 for k in keys if k["type"] in ("tensor", "ndarray") and "tied_to" not in k),
+           "total_bytes": sum(k["nbytes"] for k in keys), **h5.summarize(keys)}
+    if verify:
+        out.update(damaged=damaged, unverified=unverified, verified=verified)
+    return out
+
+
+def _itemsize(dtype: str) -> int:
+    return torch.empty((), dtype=fmt.TORCH_DTYPES[dtype][0]).element_size()
+

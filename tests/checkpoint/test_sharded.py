@@ -1,0 +1,192 @@
+"""Sharded checkpoint folders (cs_run.checkpoint.sharded) without replicas: a state written as N shards
+reads back bit-identical to the one-file form (ties kept, shards of 0 rows included), converts both ways,
+restores into existing tensors, is listed and pruned by the runner like a file; and every damaged or
+hostile folder is one ``Error:`` line naming the file, with a non-zero exit and nothing written.
+
+The reference is the state itself and the one-file .mdl of it (cs_run.checkpoint.save): the shards hold
+the same bytes rearranged, so every comparison is exact (torch.equal)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+
+import h5py
+import pytest
+import torch
+from click.testing import CliRunner
+
+import cs_run as cstorch
+from cs_run.checkpoint import sharded
+from cs_run.checkpoint.h5 import TargetMismatchError
+from cs_run.cli import cli
+from cs_run.runners._checkpoints import list_checkpoints, prune_checkpoints
+
+
+def _state() -> dict:
+    g = torch.Generator().manual_seed(0)
+    wte = torch.randn(7, 4, generator=g)
+    model = {"wte.weight": wte, "h.0.bias": torch.randn(4, generator=g), "one_row": torch.randn(1, 3, generator=g),
+             "lm_head.weight": wte, "mask": torch.ones(2, 2, dtype=torch.bool), "bf16": torch.randn(5, generator=g).bfloat16()}
+    optimizer = {"state": {0: {"exp_avg": torch.randn(7, 4, generator=g), "step": torch.tensor(3.0)}},
+                 "param_groups": [{"lr": 0.1, "betas": (0.9, 0.999), "params": [0]}]}
+    return {"model": model, "optimizer": optimizer, "global_step": 12, "rng": {"torch": torch.arange(4, dtype=torch.uint8)}}
+
+
+def _flat(tree, prefix="") -> dict:
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in _flat(sub, f"{prefix}{key}.").items()}
+    if isinstance(tree, (list, tuple)):
+        return {k: v for i, sub in enumerate(tree) for k, v in _flat(sub, f"{prefix}{i}.").items()}
+    return {prefix[:-1]: tree}
+
+
+def _assert_equal(a, b) -> None:
+    fa, fb = _flat(a), _flat(b)
+    assert fa.keys() == fb.keys()
+    for key, value in fa.items():
+        if isinstance(value, torch.Tensor):
+            assert value.dtype == fb[key].dtype and torch.equal(value, fb[key]), key
+        else:
+            assert value == fb[key], key
+
+
+def _invoke(*args):
+    return CliRunner().invoke(cli, list(map(str, args)))
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3, 8])
+def test_a_state_written_as_shards_reads_back_as_the_one_file_form(tmp_path, shards):
+    state = _state()
+    sharded.save_unsharded_as(state, tmp_path / "c.mdl", shards)
+    loaded = cstorch.load(tmp_path / "c.mdl")
+    _assert_equal(state, loaded)
+    assert loaded["model"]["lm_head.weight"] is loaded["model"]["wte.weight"]  # tied: stored once, one tensor
+    index = json.loads((tmp_path / "c.mdl" / "index.json").read_text())
+    assert index["world_size"] == shards and len(list((tmp_path / "c.mdl").glob("shard_*.h5"))) == shards
+    # torch.chunk's rows (DTensor Shard(0)): 7 rows over 8 shards are 1 each and an empty last one
+    wte = next(leaf for leaf in index["leaves"] if leaf["path"] == ["model", "wte.weight"])
+    assert [n for _, n in wte["rows"]] == [len(c) for c in torch.arange(7).chunk(shards)] + [0] * (
+        shards - len(torch.arange(7).chunk(shards)))
+
+
+def test_convert_goes_to_one_file_and_back_exactly_and_info_shows_whole_shapes(tmp_path):
+    state = _state()
+    cstorch.save(state, tmp_path / "one.mdl")
+    result = _invoke("checkpoint", "convert", tmp_path / "one.mdl", tmp_path / "four.mdl", "--to", "sharded",
+                     "--shards", 4)
+    assert result.exit_code == 0, result.output
+    result = _invoke("checkpoint", "convert", tmp_path / "four.mdl", tmp_path / "back.mdl")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "back.mdl").is_file()
+    _assert_equal(cstorch.load(tmp_path / "one.mdl"), cstorch.load(tmp_path / "back.mdl"))
+    result = _invoke("checkpoint", "info", tmp_path / "four.mdl", "--verify")
+    assert result.exit_code == 0, result.output
+    assert "global step: 12" in result.output and "checksums: " in result.output and " 0 damaged" in result.output
+    line = next(line for line in result.output.splitlines() if line.startswith("model.wte.weight "))
+    assert "float32[7, 4]" in line
+    assert "tied to model.wte.weight" in next(line for line in result.output.splitlines()
+                                              if line.startswith("model.lm_head.weight "))
+    assert cstorch.checkpoint.info(tmp_path / "four.mdl")["num_parameters"] == \
+        cstorch.checkpoint.info(tmp_path / "one.mdl")["num_parameters"]
+
+
+def test_restores_into_existing_tensors_and_refuses_a_target_of_another_shape(tmp_path):
+    state = _state()
+    sharded.save_unsharded_as(state, tmp_path / "c.mdl", 3)
+    target = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items() if k != "lm_head.weight"}}
+    loaded = cstorch.checkpoint.load_into(tmp_path / "c.mdl", target)
+    for key, t in target["model"].items():
+        assert torch.equal(t, state["model"][key]) and loaded["model"][key] is t, key
+    assert loaded["global_step"] == 12
+    with pytest.raises(TargetMismatchError, match=r"key 'model.wte.weight' is float32\[7, 4\] in the checkpoint but "
+                                                  r"float32\[7, 5\] in the target"):
+        cstorch.checkpoint.check_target(tmp_path / "c.mdl", {"model": {"wte.weight": torch.zeros(7, 5)}})
+    with pytest.raises(TargetMismatchError, match="key 'model.mask'"):  # a whole tensor of shard 0's state
+        cstorch.checkpoint.check_target(tmp_path / "c.mdl", {"model": {"mask": torch.zeros(2, 2)}})
+
+
+def test_the_runner_lists_and_prunes_committed_folders_only(tmp_path):
+    state = _state()
+    cstorch.save(state, tmp_path / "checkpoint_5.mdl")
+    sharded.save_unsharded_as(state, tmp_path / "checkpoint_10.mdl", 2)
+    sharded.save_unsharded_as(state, tmp_path / "checkpoint_10.mdl", 3)  # the same step again: replaced whole
+    assert json.loads((tmp_path / "checkpoint_10.mdl" / "index.json").read_text())["world_size"] == 3
+    (tmp_path / "checkpoint_20.mdl").mkdir()  # a folder without an index is no checkpoint
+    temp = sharded.new_temp_folder(tmp_path / "checkpoint_30.mdl")  # a save in progress
+    assert [(s, p.name) for s, p in list_checkpoints(tmp_path)] == [(5, "checkpoint_5.mdl"), (10, "checkpoint_10.mdl")]
+    prune_checkpoints(tmp_path, 1)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [10] and os.path.isdir(temp)
+    sharded.discard(temp)
+
+
+def _shard(folder: Path, rank: int) -> Path:
+    return next(folder.glob(f"shard_{rank:05d}_of_*.h5"))
+
+
+def _edit_index(folder: Path, edit) -> None:
+    index = json.loads((folder / "index.json").read_text())
+    edit(index)
+    (folder / "index.json").write_text(json.dumps(index))
+
+
+def _flip_a_data_byte(path: Path) -> None:
+    offsets = []
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: offsets.append(obj.id.get_offset())
+                     if isinstance(obj, h5py.Dataset) and obj.nbytes and obj.id.get_offset() else None)
+    with open(path, "r+b") as fh:
+        fh.seek(offsets[0])
+        byte = fh.read(1)
+        fh.seek(offsets[0])
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/cs-run-unpickled",))
+
+
+DAMAGE = {  # name: (damage the 2-shard folder, the file the line names, what it says)
+    "missing shard": (lambda d: _shard(d, 1).unlink(), "shard_00001_of_00002.h5", "is missing"),
+    "truncated shard": (lambda d: _shard(d, 1).write_bytes(_shard(d, 1).read_bytes()[:600]),
+                        "shard_00001_of_00002.h5", "truncated"),
+    "index names a wrong shape": (lambda d: _edit_index(d, lambda i: i["leaves"][0]["shape"].__setitem__(1, 5)),
+                                  "shard_00000_of_00002.h5", "but the index says float32[4, 5]"),
+    "world size not the shard count": (lambda d: _edit_index(d, lambda i: i.__setitem__("world_size", 3)),
+                                       "index.json", "world_size 3 but the index names 2 shards"),
+    "crc mismatch": (lambda d: _flip_a_data_byte(_shard(d, 1)), "shard_00001_of_00002.h5", "checksum mismatch"),
+    "index not json": (lambda d: (d / "index.json").write_text('{"format": '), "index.json", "not valid JSON"),
+    "index is a pickle": (lambda d: (d / "index.json").write_bytes(pickle.dumps(_Evil())), "index.json", "not valid JSON"),
+    "index nested deep": (lambda d: (d / "index.json").write_text("[" * 100_000 + "]" * 100_000), "index.json",
+                          "index"),
+    "shard name leaves the folder": (lambda d: _edit_index(d, lambda i: i["shards"].__setitem__(1, "../../x.h5")),
+                                     "index.json", "world_size 2 but the index names 2 shards"),
+    "rows do not add up": (lambda d: _edit_index(d, lambda i: i["leaves"][0]["rows"][1].__setitem__(1, 2)),
+                           "index.json", "the shards hold 6 rows of its shape"),
+    "tied to itself": (lambda d: _edit_index(d, lambda i: i["leaves"].append({"path": ["x"], "tied": len(i["leaves"])})),
+                       "index.json", "\"tied\" must name an earlier stored leaf"),
+    "a dtype the format lacks": (lambda d: _edit_index(d, lambda i: i["leaves"][0].__setitem__("dtype", "object")),
+                                 "index.json", "dtype 'object' is not one the format stores"),
+    "no index (never committed)": (lambda d: (d / "index.json").unlink(), "c.mdl", "is a directory, not a checkpoint"),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE), ids=list(DAMAGE))
+@pytest.mark.parametrize("command", ["convert", "info"])
+def test_a_damaged_sharded_checkpoint_is_one_error_line_naming_the_file(tmp_path, damage, command):
+    folder = tmp_path / "c.mdl"
+    state = _state()
+    sharded.save_unsharded_as(state, folder, 2)
+    make, name, what = DAMAGE[damage]
+    make(folder)
+    out = tmp_path / "out.mdl"
+    args = {"convert": ["checkpoint", "convert", folder, out], "info": ["checkpoint", "info", folder, "--verify"]}
+    result = _invoke(*args[command])
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert result.exit_code != 0 and len(errors) == 1, result.output
+    assert name in errors[0] and what in errors[0], errors[0]
+    assert not out.exists()
+    assert not Path("/tmp/cs-run-unpickled").exists()

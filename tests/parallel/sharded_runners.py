@@ -1,0 +1,49 @@
+"""Runners (``--runner sharded_runners:...``) for the sharded-checkpoint tests, run inside the launched
+replicas: one that also writes the all-gathered one-file form beside each sharded checkpoint (the
+reference a conversion must equal), one whose replica 1 stalls inside a sharded save (so a test can kill
+it there, or let the collective timeout end the job)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import cs_run as cstorch
+from cs_run.checkpoint import sharded
+from cs_run.runners import PyTorchRunner
+
+STALL_STEP = 20  # a checkpoint step of the tests' runs (checkpoint_steps: 10)
+
+
+class GatheredRunner(PyTorchRunner):
+    """After each sharded checkpoint, every replica also calls ``cstorch.save`` of the live model and
+    optimizer state: FSDP2's ``full_tensor()`` all-gather of each sharded tensor, written by ordinal 0 as
+    ``gathered_<step>.mdl`` (a name the runner does not list as a checkpoint)."""
+
+    def _save_checkpoint(self) -> Path:
+        path = super()._save_checkpoint()
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        cstorch.save(state, path.with_name(f"gathered_{self.global_step}.mdl"))
+        return path
+
+
+class StallingSaveRunner(PyTorchRunner):
+    """Replica 1 writes its shard of step STALL_STEP's checkpoint, then records its pid in
+    ``<model_dir>/../stalled`` and sleeps before the commit's collective (the others wait in it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.strategy.ordinal != 1:
+            return
+        write, runner = sharded.write_shard, self
+
+        def stalling(tmp: str, state: Any, rank: int, world_size: int) -> list[dict]:
+            manifest = write(tmp, state, rank, world_size)
+            if runner.global_step == STALL_STEP:
+                (Path(runner.model_dir).parent / "stalled").write_text(str(os.getpid()))
+                time.sleep(600)
+            return manifest
+
+        sharded.write_shard = stalling  # this replica process only: the strategy calls sharded.write_shard
