@@ -19,9 +19,9 @@ from click.testing import CliRunner
 
 from cs_run import params as params_module
 from cs_run import replicas, schedule
-from cs_run.cli import cli
 from cs_run.engine import EngineOptions
 from cs_run.errors import ParamsError
+from cs_run.frontends.cli import cli
 from cs_run.params import CompileTier, RunConfig, load_params
 from cs_run.runners import PyTorchBaseRunner
 from cs_run.runners._options import RunOptions
