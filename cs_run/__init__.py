@@ -42,6 +42,7 @@ _NAMES = {
     "trace": "cs_run.tracing",
     "Trainer": "cs_run.frontends.trainer",
     "current_executor": "cs_run.utils.data",
+    "CompileTier": "cs_run.params",
 }
 """Public name -> the module that defines it (imported on first use)."""
 

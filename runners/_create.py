@@ -15,7 +15,7 @@ import torch
 
 from cs_run import parallel, replicas
 from cs_run._logging import held_records
-from cs_run.backend import Backend
+from cs_run.backend import BACKEND_TYPES, Backend
 from cs_run.errors import ParamsError
 from cs_run.metrics import MetricSet
 from cs_run.params import Params
@@ -65,7 +65,7 @@ def _create(base: type["PyTorchBaseRunner"], params: Params, device: str, runner
     # The device's runner among the package's own subclasses (cs_run.runners imports them all).
     found = [c for c in base.__subclasses__() if device in c.devices and c.__module__.startswith("cs_run.runners.")]
     if not found:
-        raise ParamsError(f"--device: {device!r} is not one of CPU, GPU, CSX")
+        raise ParamsError(f"--device: {device!r} is not one of {', '.join(BACKEND_TYPES)}")
     expected: type = found[0]
     options = RunOptions.resolve(params, device)  # each run option, checked once and carried typed
     try:
