@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-CLI = "from cs_run.cli import main; main()"
+CLI = "from cs_run.frontends.cli import main; main()"
 VARIANTS = {
     "python -c pass": ["-c", "pass"],
     "import torch": ["-c", "import torch"],

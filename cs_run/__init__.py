@@ -34,14 +34,15 @@ _NAMES = {
     "to_numpy": "cs_run.creation",
     "zeros": "cs_run.creation",
     "zeros_like": "cs_run.creation",
-    "run": "cs_run.modelzoo",
+    "run": "cs_run.frontends.modelzoo",
     "checkpoint_closure": "cs_run.tracing",
     "compile": "cs_run.tracing",
     "compile_step": "cs_run.tracing",
     "step_closure": "cs_run.tracing",
     "trace": "cs_run.tracing",
-    "Trainer": "cs_run.trainer",
+    "Trainer": "cs_run.frontends.trainer",
     "current_executor": "cs_run.utils.data",
+    "CompileTier": "cs_run.params",
 }
 """Public name -> the module that defines it (imported on first use)."""
 

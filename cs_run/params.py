@@ -150,7 +150,7 @@ class OptimizerParams:
 
 
 _ENGINE_USES = ("train", "eval", "eval_all", "trace")
-"""The commands a CSX engine flag applies to: every run command (a flag's ``uses``, see cs_run.options)."""
+"""The commands a CSX engine flag applies to: every run command (a flag's ``uses``, see cs_run.frontends.options)."""
 
 
 @dataclass
@@ -159,7 +159,7 @@ class RunConfig(ClusterOptions):
 
     The cluster keys (num_csx, python_paths, ...) are :class:`cs_run.distributed.ClusterOptions`'
     fields, embedded. A field whose metadata has ``flag`` is also a ``cs-run`` / run.py flag, and one
-    with ``trainer`` a key of the Trainer's argument of that name (:mod:`cs_run.options` generates them).
+    with ``trainer`` a key of the Trainer's argument of that name (:mod:`cs_run.frontends.options` generates them).
     """
 
     model_dir: str = field(default="./model_dir", metadata={"flag": {"short": "-o", "path": "dir"}})

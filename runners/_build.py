@@ -17,10 +17,11 @@ from cs_run.errors import ParamsError
 from cs_run.optim.factory import PARAM_GROUP_KEYS
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params
 from cs_run.resolve import LEARNING_RATE, data_function, model_function, params_error
+from cs_run.runners._step import StepConfig
 from cs_run.utils.streaming import StreamingLoader
 
 __all__ = ["build_model", "build_dataloader", "build_optimizer", "build_lr_scheduler",
-           "build_grad_scaler", "resolve_autocast_dtype"]
+           "build_grad_scaler", "build_training_parts", "build_step_config", "resolve_autocast_dtype"]
 
 logger = logging.getLogger("cs_run.runners")
 
@@ -105,6 +106,35 @@ def build_grad_scaler(opt: OptimizerParams):
     """A GradScaler when the block asks for loss scaling (dynamic, or a static factor other than 1)."""
 
     return build({k: v for k, v in dataclasses.asdict(opt).items() if v is not None})
+
+
+def build_training_parts(params: Params, model: torch.nn.Module, optimizer_fn: Optional[Callable] = None,
+                         lr_scheduler_fn: Optional[Callable] = None) -> tuple[Any, Any, Any]:
+    """``(optimizer, lr_scheduler, grad_scaler)`` over ``model``'s parameters (all None without an optimizer
+    block): the caller's ``optimizer_fn`` and ``lr_scheduler_fn`` (Trainer, run()) when given, else the params'."""
+    if params.optimizer is None:
+        return None, None, None
+    if optimizer_fn is not None:  # built by the caller (Trainer); its schedule too, if any
+        optimizer = optimizer_fn(model)
+        lr_scheduler = lr_scheduler_fn(optimizer) if lr_scheduler_fn else None
+    else:
+        optimizer = build_optimizer(params.optimizer, model)
+        lr_scheduler = build_lr_scheduler(params.optimizer, optimizer)
+    return optimizer, lr_scheduler, build_grad_scaler(params.optimizer)
+
+
+def build_step_config(params: Params, torch_device: torch.device, device_type: str) -> StepConfig:
+    """What a train step needs of the params: clipping and the autocast dtype on this device."""
+    opt = params.optimizer
+    config = StepConfig(
+        max_gradient_norm=opt.max_gradient_norm if opt else None,
+        max_gradient_value=opt.max_gradient_value if opt else None,
+        autocast_dtype=resolve_autocast_dtype(params.model, torch_device.type, device_type),
+        device_type=torch_device.type,
+    )
+    if config.autocast_dtype is not None:
+        logger.info("Mixed precision: %s autocast on %s", config.autocast_dtype, torch_device.type)
+    return config
 
 
 def resolve_autocast_dtype(model: ModelParams, device_type: str, backend_type: str = "GPU") -> Optional[torch.dtype]:

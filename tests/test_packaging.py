@@ -34,8 +34,8 @@ def test_other_torch_versions_fail_with_one_line(version):
 
 @pytest.mark.parametrize("entry", [
     "import cs_run",
-    "sys.argv = ['cs-run', '--help']; from cs_run.cli import main; main()",  # what the console script runs
-    "sys.argv = ['cs-run', 'train', '--help']; from cs_run.cli import main; main()",
+    "sys.argv = ['cs-run', '--help']; from cs_run.frontends.cli import main; main()",  # what the console script runs
+    "sys.argv = ['cs-run', 'train', '--help']; from cs_run.frontends.cli import main; main()",
 ])
 def test_import_and_help_refuse_another_torch_in_one_line_and_the_escape_hatch_works(entry):
     code = f"import sys, torch; torch.__version__ = '2.10.0'\n{entry}"
@@ -95,7 +95,7 @@ def test_every_optional_package_names_the_extra_that_installs_it():
 
 def _run_without(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     """cs-run with ``module`` missing (None in sys.modules makes its import fail as if not installed)."""
-    code = f"import sys; sys.modules[{module!r}] = None\nfrom cs_run.cli import main\nmain()"
+    code = f"import sys; sys.modules[{module!r}] = None\nfrom cs_run.frontends.cli import main\nmain()"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=cwd, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
@@ -131,7 +131,7 @@ def test_a_missing_optional_package_elsewhere_is_mapped_by_the_exit_handler():
 def test_import_cs_run_and_help_do_not_import_torch():
     """What keeps `import cs_run` and `cs-run --help` fast (bench/bench_import.py times them)."""
     code = ("import sys\nimport cs_run\nassert 'torch' not in sys.modules, 'import cs_run'\n"
-            "from cs_run.cli import cli\nfrom click.testing import CliRunner\n"
+            "from cs_run.frontends.cli import cli\nfrom click.testing import CliRunner\n"
             "for args in (['--help'], ['train', '--help'], ['eval', '--num_epochs', '3']):\n"
             "    CliRunner().invoke(cli, args)\n"
             "assert 'torch' not in sys.modules, 'help'\n"

@@ -12,9 +12,9 @@ import csv
 import pytest
 from click.testing import CliRunner
 
-from cs_run.cli import cli
 from cs_run.errors import CsRunError, ParamsError
-from cs_run.plot import load_segments, make_figure, plot, plot_scalars
+from cs_run.frontends.cli import cli
+from cs_run.frontends.plot import load_segments, make_figure, plot, plot_scalars
 from cs_run.summaries import ScalarWriter
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -239,7 +239,7 @@ def _in_process(command: list[str]) -> tuple[str, int]:
     import contextlib  # noqa: PLC0415 - only the in-process mode needs these
     import io  # noqa: PLC0415
 
-    from cs_run.cli import cli  # noqa: PLC0415 - torch loads once, for every file
+    from cs_run.frontends.cli import cli  # noqa: PLC0415 - torch loads once, for every file
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):

@@ -13,7 +13,7 @@ from ckpt_helpers import assert_same
 from click.testing import CliRunner
 
 from cs_run.checkpoint import load, save
-from cs_run.checkpoint_cli import checkpoint as cli
+from cs_run.frontends.checkpoint_cli import checkpoint as cli
 
 
 def _obj():
@@ -145,7 +145,7 @@ def test_convert_to_a_full_disk_is_one_error_line_and_leaves_nothing(tmp_path, d
         "import resource, signal, sys\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))\n"
-        "from cs_run.cli import main\n"
+        "from cs_run.frontends.cli import main\n"
         "main(sys.argv[1:])\n"
     )
     out = tmp_path / "limited"
@@ -199,7 +199,7 @@ def test_convert_to_a_read_only_folder_is_one_error_line(tmp_path, dst):
 def test_checkpoint_cli_does_not_import_the_examples():
     # The Hugging Face converters belong to their models (cs_run.registry names them, loaded when a conversion
     # asks); the checkpoint package imports nothing above it (tests/test_imports.py checks the layers).
-    code = ("import sys, cs_run.checkpoint_cli; "
+    code = ("import sys, cs_run.frontends.checkpoint_cli; "
             "bad = [m for m in sys.modules if m.startswith('cs_run.examples')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from cs_run.checkpoint import info, is_checkpoint_file, load, save
 from cs_run.checkpoint.format import ATTR_COMPLETE, ATTR_VERSION
-from cs_run.checkpoint_cli import checkpoint as cli
 from cs_run.errors import CheckpointError
+from cs_run.frontends.checkpoint_cli import checkpoint as cli
 
 
 @pytest.fixture

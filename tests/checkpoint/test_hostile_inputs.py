@@ -34,8 +34,8 @@ import torch
 from click.testing import CliRunner
 
 from cs_run.checkpoint import info, is_checkpoint_file, load, load_into, save
-from cs_run.cli import cli
 from cs_run.errors import CheckpointError
+from cs_run.frontends.cli import cli
 
 MARKER = b"<<OUTSIDE-THE-CHECKPOINT>>"  # the bytes of the file a hostile checkpoint points at
 

@@ -13,7 +13,7 @@ import torch
 from click.testing import CliRunner
 
 from cs_run.checkpoint import info, save
-from cs_run.checkpoint_cli import checkpoint as cli
+from cs_run.frontends.checkpoint_cli import checkpoint as cli
 from tests.optim import vendor_golden
 
 

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 from torch.utils._pytree import tree_flatten
 
 from cs_run.checkpoint import info, load, load_into
-from cs_run.checkpoint_cli import checkpoint as cli
 from cs_run.errors import CheckpointError
+from cs_run.frontends.checkpoint_cli import checkpoint as cli
 
 # --- a tiny pickle assembler, to write specs the way old torch + dill did (dict state, _load_type) ---
 

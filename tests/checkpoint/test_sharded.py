@@ -21,7 +21,7 @@ from click.testing import CliRunner
 import cs_run as cstorch
 from cs_run.checkpoint import sharded
 from cs_run.checkpoint.h5 import TargetMismatchError
-from cs_run.cli import cli
+from cs_run.frontends.cli import cli
 from cs_run.runners._checkpoints import list_checkpoints, prune_checkpoints
 
 

@@ -20,8 +20,8 @@ from click.testing import CliRunner
 
 from cs_run.checkpoint import info, load, save
 from cs_run.checkpoint import vendor_format as vf
-from cs_run.checkpoint_cli import checkpoint as cli
 from cs_run.errors import CheckpointError
+from cs_run.frontends.checkpoint_cli import checkpoint as cli
 from tests.checkpoint import vendor_roundtrip
 from tests.optim import vendor_golden
 from tests.ulps import ROUNDINGS_PER_STEP, assert_tree_within_ulps, assert_within_ulps

@@ -22,7 +22,7 @@ import torch
 from click.testing import CliRunner
 
 from cs_run import checkpoint
-from cs_run.cli import cli
+from cs_run.frontends.cli import cli
 from cs_run.params import InputParams, ModelParams, OptimizerParams, RunConfig
 
 MODULE = "bad_input_models"
@@ -513,9 +513,9 @@ def test_full_disk_at_start_leaves_no_files(project):
     md = tmp / "fresh"
     code = ("import resource, signal, sys\n"
             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-            "import cs_run.cli\n"
+            "import cs_run.frontends.cli\n"
             "resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))\n"
-            "cs_run.cli.main(sys.argv[1:])\n")
+            "cs_run.frontends.cli.main(sys.argv[1:])\n")
     result = subprocess.run([sys.executable, "-c", code, "train", "--params", str(params), "--model_dir", str(md)],
                             capture_output=True, text=True, cwd=tmp, env={**os.environ, "PYTHONPATH": str(tmp)},
                             timeout=120)

@@ -22,7 +22,7 @@ import torch
 from click.testing import CliRunner
 
 from cs_run import replicas
-from cs_run.cli import cli
+from cs_run.frontends.cli import cli
 from cs_run.runners import _memory
 from tests.cli.test_bad_inputs import _line_of, _set_line, _snapshot
 

@@ -18,8 +18,8 @@ import torch
 from click.testing import CliRunner
 
 import cs_run
-from cs_run.cli import cli, default_params_path
 from cs_run.errors import ParamsError
+from cs_run.frontends.cli import cli, default_params_path
 
 
 def invoke(*args):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from cs_run.cli import cli
+from cs_run.frontends.cli import cli
 
 SUBCOMMANDS = ["train", "eval", "train-and-eval", "eval-all", "validate-only", "compile-only"]
 # In RunConfig's declaration order (its own fields, then ClusterOptions' in the vendor's order), then the
@@ -127,7 +127,7 @@ def test_lazily_loaded_commands_are_listed_with_their_own_short_help():
     what the commands themselves say."""
     import click
 
-    from cs_run.cli import SUBSYSTEMS
+    from cs_run.frontends.cli import SUBSYSTEMS
 
     for name, (_, summary) in SUBSYSTEMS.items():
         command = cli.get_command(None, name)

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cs_run.cli import cli
-from cs_run.options import COMMAND_USES, command_options, run_options
+from cs_run.frontends.cli import cli
+from cs_run.frontends.options import COMMAND_USES, command_options, run_options
 from cs_run.params import load_params
 
 

@@ -16,8 +16,8 @@ import torch
 from click.testing import CliRunner
 
 import cs_run
-from cs_run.cli import cli
 from cs_run.errors import CheckpointError, ParamsError
+from cs_run.frontends.cli import cli
 
 
 def _missing(d: Path) -> Path:

@@ -13,11 +13,11 @@ import yaml
 from click.testing import CliRunner
 
 import cs_run
-from cs_run.cli import cli
-from cs_run.options import run_options
+from cs_run.frontends.cli import cli
+from cs_run.frontends.options import run_options
+from cs_run.frontends.trainer import Trainer
 from cs_run.params import OptimizerParams, RunConfig
 from cs_run.schedule import check_step_options
-from cs_run.trainer import Trainer
 
 STEP_OPTIONS = {"num_steps": RunConfig, "max_steps": RunConfig, "num_epochs": RunConfig,
                 "steps_per_epoch": RunConfig, "grad_accum_steps": OptimizerParams}

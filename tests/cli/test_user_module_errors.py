@@ -13,7 +13,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from cs_run.cli import cli
+from cs_run.frontends.cli import cli
 
 GOOD_MODEL = '''import torch
 
@@ -160,7 +160,7 @@ def test_a_syntax_error_in_a_script_cs_run_exec_runs_is_the_users(tmp_path, monk
 
 def test_python_m_cs_run_compat_reports_a_script_syntax_error_as_the_users(tmp_path):
     (tmp_path / "script.py").write_text("x = (\n")
-    result = subprocess.run([sys.executable, "-m", "cs_run.compat", "script.py"], cwd=tmp_path, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "cs_run.frontends.compat", "script.py"], cwd=tmp_path, capture_output=True,
                             text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 1
     assert result.stderr.rstrip("\n").splitlines()[-1] == "Error: SyntaxError: '(' was never closed (in your code at script.py:1)"

@@ -11,7 +11,7 @@ import torch
 from click.testing import CliRunner
 
 from cs_run import checkpoint
-from cs_run.cli import STARTERS, cli
+from cs_run.frontends.cli import STARTERS, cli
 from cs_run.params import load_params
 
 

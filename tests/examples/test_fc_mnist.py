@@ -116,7 +116,7 @@ def test_an_activation_other_than_the_known_ones_is_an_error():
 def test_the_model_zoo_params_file_trains_its_model(tmp_path):
     # Model Zoo 2.10 configs/params.yaml's model section sets activation_fn: relu and leaves
     # compute_eval_metrics unset: a ReLU network whose eval reports no accuracy. The bundled params set both.
-    from cs_run.cli import default_params_path
+    from cs_run.frontends.cli import default_params_path
     from cs_run.params import load_params
     from cs_run.resolve import resolve_params
     from cs_run.runners._build import build_model
@@ -135,7 +135,7 @@ def test_the_model_zoo_params_file_trains_its_model(tmp_path):
 
 
 def test_bundled_params_train_to_90_percent(tmp_path):
-    from cs_run.cli import default_params_path
+    from cs_run.frontends.cli import default_params_path
     from cs_run.params import load_params
     from cs_run.runners import PyTorchBaseRunner
 
@@ -165,8 +165,8 @@ def test_a_trainer_or_params_file_without_the_sizes_is_one_error_before_any_work
     from click.testing import CliRunner
 
     import cs_run
-    from cs_run.cli import cli
     from cs_run.errors import ParamsError
+    from cs_run.frontends.cli import cli
 
     trainer = cs_run.Trainer(device="CPU", model_dir=str(tmp_path / "md"), model={"name": "fc_mnist"},
                              optimizer={"optimizer_type": "SGD", "learning_rate": 0.05}, loop={"num_steps": 2})

@@ -6,7 +6,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from cs_run.cli import cli, default_params_path
+from cs_run.frontends.cli import cli, default_params_path
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
 

@@ -28,10 +28,10 @@ import yaml
 from click.testing import CliRunner
 from gpt2_helpers import random_samples, tiny_params, write_vendor_shards
 
-from cs_run.cli import cli
 from cs_run.errors import DataError
 from cs_run.examples.gpt2 import preprocess
 from cs_run.examples.gpt2.data import GptHDF5Dataset
+from cs_run.frontends.cli import cli
 from cs_run.models.gpt2 import hf
 
 WORDS = "the quick brown fox jumps over the lazy dog while the cat sleeps".split()
@@ -63,9 +63,9 @@ def _can_mount() -> bool:
 CAN_MOUNT = _can_mount()
 _MAIN = ("import resource, signal, sys\n"
          "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-         "import cs_run.cli\n"
+         "import cs_run.frontends.cli\n"
          "if sys.argv[1] == 'full-disk': resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"
-         "cs_run.cli.main(sys.argv[2:])\n")
+         "cs_run.frontends.cli.main(sys.argv[2:])\n")
 
 
 # ----------------------------------------------------------------------------- cs-run data preprocess

@@ -11,9 +11,9 @@ import torch
 from click.testing import CliRunner
 from gpt2_helpers import random_samples, vendor_features, write_vendor_shards
 
-from cs_run.cli import cli
 from cs_run.examples.gpt2 import data
 from cs_run.examples.gpt2.preprocess import pack_samples
+from cs_run.frontends.cli import cli
 
 
 def all_rows(loader):

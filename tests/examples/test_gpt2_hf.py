@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from cs_run.checkpoint import save
-from cs_run.cli import cli
+from cs_run.frontends.cli import cli
 from cs_run.models.common.lm import build_model
 
 pytest.importorskip("safetensors")

@@ -23,8 +23,8 @@ from click.testing import CliRunner
 from hf_helpers import TOL, tiny_hf
 
 from cs_run.checkpoint import load
-from cs_run.checkpoint_cli import checkpoint as checkpoint_cli
-from cs_run.cli import cli as main_cli
+from cs_run.frontends.checkpoint_cli import checkpoint as checkpoint_cli
+from cs_run.frontends.cli import cli as main_cli
 
 transformers = pytest.importorskip("transformers")
 st = pytest.importorskip("safetensors.torch")

@@ -22,7 +22,7 @@ import yaml
 from click.testing import CliRunner
 
 import cs_run as cstorch
-from cs_run.cli import cli
+from cs_run.frontends.cli import cli
 
 HARD_LIMIT = 240  # seconds for one launched run
 ATOL, RTOL = 2e-6, 1e-5
@@ -58,7 +58,7 @@ def launch(params: Path, model_dir: Path, *args, command: str = "train") -> subp
     """``cs-run <command>`` as its own process (it launches its replicas), killed after HARD_LIMIT seconds."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
-    line = ["timeout", "-s", "KILL", str(HARD_LIMIT), sys.executable, "-m", "cs_run.cli", command, "--params",
+    line = ["timeout", "-s", "KILL", str(HARD_LIMIT), sys.executable, "-m", "cs_run.frontends.cli", command, "--params",
                str(params), "--model_dir", str(model_dir), "--collective_timeout", "120", *map(str, args)]
     try:
         result = subprocess.run(line, capture_output=True, text=True, env=env, timeout=HARD_LIMIT + 30)

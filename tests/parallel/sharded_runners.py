@@ -22,11 +22,17 @@ class GatheredRunner(PyTorchRunner):
     optimizer state: FSDP2's ``full_tensor()`` all-gather of each sharded tensor, written by ordinal 0 as
     ``gathered_<step>.mdl`` (a name the runner does not list as a checkpoint)."""
 
-    def _save_checkpoint(self) -> Path:
-        path = super()._save_checkpoint()
-        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
-        cstorch.save(state, path.with_name(f"gathered_{self.global_step}.mdl"))
-        return path
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        save, runner = self.checkpoints.save, self
+
+        def save_and_gather() -> Path:
+            path = save()
+            state = {"model": runner.model.state_dict(), "optimizer": runner.optimizer.state_dict()}
+            cstorch.save(state, path.with_name(f"gathered_{runner.global_step}.mdl"))
+            return path
+
+        self.checkpoints.save = save_and_gather  # this runner's checkpoints only
 
 
 class StallingSaveRunner(PyTorchRunner):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from cs_run.cli import cli
+from cs_run.frontends.cli import cli
 from cs_run.runners import _memory
 from tests.cli.test_bad_sizes import MODULE, SIZED_PARAMS, _hand_count
 

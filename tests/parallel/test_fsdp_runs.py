@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from fsdp_helpers import assert_same_losses, assert_same_weights, launch, losses, tensors, train_here, write_params
 
-from cs_run.cli import cli
+from cs_run.frontends.cli import cli
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from fsdp_helpers import ATOL, RTOL, assert_same_weights, launch, losses, tensors, train_here, write_params
 from safetensors.torch import load_file
 
-from cs_run.cli import cli
+from cs_run.frontends.cli import cli
 
 
 @pytest.mark.slow  # 4, 2 and 1 replica processes on the 2 shared cores: ~3 min loaded, mostly their startup

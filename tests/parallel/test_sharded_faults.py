@@ -32,7 +32,7 @@ def _start(tmp_path: Path, *args) -> tuple[subprocess.Popen, Path]:
     params = write_params(tmp_path / "params.yaml", checkpoint_steps=10, max_steps=100_000, log_steps=1000)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     md = tmp_path / "md"
-    proc = subprocess.Popen([sys.executable, "-m", "cs_run.cli", "train", "--params", str(params), "--model_dir",
+    proc = subprocess.Popen([sys.executable, "-m", "cs_run", "train", "--params", str(params), "--model_dir",
                              str(md), "--num_csx", "2", "--sharding", "fsdp", "--collective_timeout", str(TIMEOUT),
                              *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**env, "OMP_NUM_THREADS": "1"}, start_new_session=True)

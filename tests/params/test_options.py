@@ -9,10 +9,10 @@ import typing
 import click
 import pytest
 
-from cs_run.cli import cli
 from cs_run.distributed import ClusterConfig, ClusterOptions
-from cs_run.modelzoo import _parser
-from cs_run.options import COMMAND_USES, command_options, field_docs, flag_overrides, run_options, trainer_keys
+from cs_run.frontends.cli import cli
+from cs_run.frontends.modelzoo import _parser
+from cs_run.frontends.options import COMMAND_USES, command_options, field_docs, flag_overrides, run_options, trainer_keys
 from cs_run.params import RunConfig
 
 

@@ -23,7 +23,7 @@ import torch
 from click.testing import CliRunner
 
 import cs_run as cstorch
-from cs_run.cli import cli
+from cs_run.frontends.cli import cli
 
 NO_HALF = "model.mixed_precision with the float16 half type: no effect on the CPU device"
 TIMEOUT = 240  # seconds for any one multi-process run (a hang fails, it never blocks the suite)
@@ -50,7 +50,7 @@ def _run(command: list, timeout: int = TIMEOUT) -> subprocess.CompletedProcess:
 
 
 def _cs_run(*args) -> list:
-    return [sys.executable, "-m", "cs_run.cli", *args]
+    return [sys.executable, "-m", "cs_run.frontends.cli", *args]
 
 
 def _invoke(*args):
@@ -122,7 +122,7 @@ def test_a_two_replica_checkpoint_resumes_on_one_replica(two_replicas, tmp_path)
 def test_torchrun_runs_the_same_command_to_the_same_bits(two_replicas, tmp_path):
     md, _ = two_replicas
     torchrun = Path(sys.executable).with_name("torchrun")
-    result = _run([torchrun, "--standalone", "--nproc_per_node", 2, "-m", "cs_run.cli", "train-and-eval",
+    result = _run([torchrun, "--standalone", "--nproc_per_node", 2, "-m", "cs_run.frontends.cli", "train-and-eval",
                    "--num_csx", 2, "--model_dir", tmp_path / "md", "--max_steps", 100, *COMMON])
     assert result.returncode == 0, result.stderr
     for step in (25, 50, 75, 100):

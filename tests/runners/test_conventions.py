@@ -13,12 +13,12 @@ from click.testing import CliRunner
 
 import cs_run
 from cs_run.backend import _reset_for_tests
-from cs_run.cli import cli
 from cs_run.errors import ParamsError
+from cs_run.frontends.cli import cli
+from cs_run.frontends.trainer import Trainer
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner, PyTorchCSRunner, PyTorchRunner
 from cs_run.summaries import read_scalars
-from cs_run.trainer import Trainer
 
 HOOKS = '''
 from cs_run.runners import PyTorchBaseRunner

@@ -8,8 +8,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from cs_run.cli import cli
 from cs_run.errors import ParamsError
+from cs_run.frontends.cli import cli
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner, PyTorchCSCompiler, PyTorchCSRunner, PyTorchRunner
 

@@ -11,7 +11,7 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from cs_run.cli import cli
+from cs_run.frontends.cli import cli
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
 from cs_run.summaries import read_scalars

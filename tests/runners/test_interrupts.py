@@ -24,8 +24,8 @@ import cs_run as cstorch
 import cs_run.checkpoint.atomic as atomic
 from cs_run import checkpoint
 from cs_run.backend import _reset_for_tests
-from cs_run.cli import cli
 from cs_run.exits import error_text, exit_code
+from cs_run.frontends.cli import cli
 from cs_run.interrupts import Aborted, Interrupted, stop_on_signal
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner

@@ -7,7 +7,7 @@ import torch
 from click.testing import CliRunner
 
 from cs_run.checkpoint import load
-from cs_run.cli import cli
+from cs_run.frontends.cli import cli
 
 
 def _train(params, model_dir, *extra):

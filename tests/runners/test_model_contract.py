@@ -11,7 +11,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from cs_run.cli import cli
+from cs_run.frontends.cli import cli
 
 MODULE = '''import torch
 

@@ -15,10 +15,10 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import cs_run
+from cs_run.frontends.trainer import Trainer
 from cs_run.metrics import AccuracyMetric, MetricSet, get_all_metrics
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
-from cs_run.trainer import Trainer
 
 MODULE = '''
 import torch

@@ -17,13 +17,16 @@ import click
 import pytest
 from click.testing import CliRunner
 
+import cs_run
 from cs_run import params as params_module
 from cs_run import replicas, schedule
-from cs_run.cli import cli
+from cs_run.backend import BACKEND_TYPES
 from cs_run.engine import EngineOptions
 from cs_run.errors import ParamsError
+from cs_run.frontends import modelzoo
+from cs_run.frontends.cli import cli
 from cs_run.params import CompileTier, RunConfig, load_params
-from cs_run.runners import PyTorchBaseRunner
+from cs_run.runners import MODES, PyTorchBaseRunner
 from cs_run.runners._options import RunOptions
 from cs_run.runners._progress import Progress
 
@@ -85,6 +88,15 @@ def test_compile_tier_choices_are_spelled_once():
     assert field.metadata["choices"] == ("auto", "fx", "inductor") == tuple(CompileTier)
     flag = next(p for p in cli.commands["train"].params if p.name == "compile_tier")
     assert isinstance(flag.type, click.Choice) and tuple(flag.type.choices) == tuple(CompileTier)
+    assert cs_run.CompileTier is CompileTier and "CompileTier" in cs_run.__all__  # the public name, re-exported
+
+
+def test_the_model_zoo_parser_takes_the_runners_modes_and_the_backends_devices():
+    # run()'s argparse spells neither list itself: the vendor's modes and devices, as the runners and backend take them
+    actions = {a.dest: a for a in modelzoo._parser(None)._actions}
+    assert tuple(actions["mode"].choices) == ("train", "eval", "train_and_eval", "eval_all") == MODES
+    assert tuple(actions["device"].choices) == tuple(actions["device_word"].choices) == ("CPU", "GPU", "CSX")
+    assert actions["device"].choices is BACKEND_TYPES
 
 
 @pytest.mark.parametrize("door", [

@@ -8,7 +8,7 @@ import yaml
 from torch.utils.data import DataLoader, TensorDataset
 
 import cs_run
-from cs_run.trainer import Trainer, trainers_from_config
+from cs_run.frontends.trainer import Trainer, trainers_from_config
 
 
 def toy_model():

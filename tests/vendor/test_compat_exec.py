@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cs_run import compat
+from cs_run.frontends import compat
 
 RUN_18 = '''
 import os
@@ -298,7 +298,7 @@ def test_exec_cli_and_module_entry_point(tmp_path):
     runs = [subprocess.Popen([*cmd, "run.py", "CSX", "--mode", "train", "--params", "configs/params.yaml",
                               "--model_dir", f"md{i}"], cwd=pkg, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env)
-            for i, cmd in enumerate(([str(cs_run_bin), "exec"], [sys.executable, "-m", "cs_run.compat"]))]
+            for i, cmd in enumerate(([str(cs_run_bin), "exec"], [sys.executable, "-m", "cs_run.frontends.compat"]))]
     for run in runs:  # side by side: each is one core's work, and they share nothing but the package
         _, stderr = run.communicate(timeout=300)
         assert run.returncode == 0, stderr

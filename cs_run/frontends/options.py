@@ -3,7 +3,7 @@
 :class:`cs_run.params.RunConfig` (which embeds :class:`cs_run.distributed.ClusterOptions`) is the one
 declaration: each field's type, range, choices and the docstring under it. A field whose metadata has
 ``flag`` is a run-script flag; :func:`run_options` describes those flags, from which ``cs-run``'s click
-options (cs_run/cli.py) and the Model Zoo run.py argparse options (cs_run/modelzoo.py) are built, and
+options (cs_run/frontends/cli.py) and the Model Zoo run.py argparse options (cs_run/frontends/modelzoo.py) are built, and
 :func:`flag_overrides` turns the given flags into runconfig overrides. A field whose metadata has
 ``trainer`` is a key of that Trainer argument (``loop``, ``checkpoint``, ``logging``): :func:`trainer_keys`.
 """

@@ -1,6 +1,6 @@
 """The Model Zoo run helpers a vendor ``run.py`` / ``data.py`` / ``model.py`` imports, on cs-run.
 
-One module stands in for several vendor modules (see :data:`cs_run.compat.PROVIDED`): 1.x
+One module stands in for several vendor modules (see :data:`cs_run.frontends.compat.PROVIDED`): 1.x
 ``modelzoo.common.pytorch.{run_utils, utils, input_utils, half_dtype, PyTorchBaseModel}``,
 ``modelzoo.common.run_utils.cli_pytorch`` and 2.x ``cerebras.modelzoo.common.{run_utils, input_utils,
 pytorch_utils, utils.run.cli_pytorch}``.
@@ -15,7 +15,7 @@ import torch
 from cs_run import amp
 from cs_run.backend import use_cs
 from cs_run.distributed import get_streaming_batch_size
-from cs_run.modelzoo import PyTorchBaseModel, get_params_from_args, main, run
+from cs_run.frontends.modelzoo import PyTorchBaseModel, get_params_from_args, main, run
 
 __all__ = ["HalfDType", "PyTorchBaseModel", "SampleGenerator", "get_input_dtype", "get_params_from_args",
            "get_streaming_batch_size", "half_dtype_instance", "main", "run"]

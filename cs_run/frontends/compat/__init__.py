@@ -1,6 +1,6 @@
 """Run a vendor script unchanged: the vendor's import names resolve to cs-run, in this process only.
 
-``cs-run exec script.py [args]`` (or ``python -m cs_run.compat script.py [args]``) installs
+``cs-run exec script.py [args]`` (or ``python -m cs_run.frontends.compat script.py [args]``) installs
 :class:`VendorFinder` at the front of ``sys.meta_path`` and runs the script as ``__main__``. Nothing
 named ``cerebras`` is installed into site-packages; another process sees none of this.
 
@@ -35,7 +35,7 @@ from cs_run.exits import report
 
 __all__ = ["PROVIDED", "VendorFinder", "install", "uninstall", "run_script", "main"]
 
-_V1 = "cs_run.compat.modelzoo_v1"
+_V1 = "cs_run.frontends.compat.modelzoo_v1"
 _PKG = None  # a synthetic package node
 
 PROVIDED: dict[str, Optional[str]] = {
@@ -53,7 +53,7 @@ PROVIDED: dict[str, Optional[str]] = {
     "modelzoo.common.pytorch.utils": _V1,
     "modelzoo.common.pytorch.input_utils": _V1,
     "modelzoo.common.pytorch.PyTorchBaseModel": _V1,
-    "modelzoo.common.pytorch.cb_model": "cs_run.compat.cb_model",
+    "modelzoo.common.pytorch.cb_model": "cs_run.frontends.compat.cb_model",
     "modelzoo.common.pytorch.metrics": "cs_run.metrics",
     "modelzoo.common.run_utils": _PKG,
     "modelzoo.common.run_utils.cli_pytorch": _V1,
@@ -67,7 +67,7 @@ PROVIDED: dict[str, Optional[str]] = {
     "cerebras.modelzoo.common.utils": _PKG,
     "cerebras.modelzoo.common.utils.run": _PKG,
     "cerebras.modelzoo.common.utils.run.cli_pytorch": _V1,
-    "cerebras.modelzoo.trainer": "cs_run.compat.trainer",
+    "cerebras.modelzoo.trainer": "cs_run.frontends.compat.trainer",
 }
 """Vendor module -> cs-run module (None: a package node whose other children are looked up on disk)."""
 
@@ -162,10 +162,10 @@ def run_script(path: str, argv: Sequence[str] = ()) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    """``python -m cs_run.compat script.py [args]``."""
+    """``python -m cs_run.frontends.compat script.py [args]``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m cs_run.compat script.py [args...]\n\n" + (__doc__ or ""))
+        print("usage: python -m cs_run.frontends.compat script.py [args...]\n\n" + (__doc__ or ""))
         raise SystemExit(0 if argv else 2)
     try:
         run_script(argv[0], argv[1:])

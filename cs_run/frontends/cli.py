@@ -19,7 +19,7 @@ import cs_run
 from cs_run._logging import setup_console_logging
 from cs_run.errors import CsRunError, ParamsError
 from cs_run.exits import ErrorGroup
-from cs_run.options import COMMAND_USES, RunOption, command_options, flag_names, flag_overrides
+from cs_run.frontends.options import COMMAND_USES, RunOption, command_options, flag_names, flag_overrides
 from cs_run.params import load_params, params_yaml, parse_override
 
 __all__ = ["cli", "main"]
@@ -51,7 +51,7 @@ def _click_option(option: RunOption):
 
 def run_command_options(command: str):
     """The flags of one run command: --params, --device, the declaration's flags that change something
-    this command does (cs_run.options.command_options), and --set for any other key."""
+    this command does (cs_run.frontends.options.command_options), and --set for any other key."""
     options = [
         click.option("--params", "-p", "params_path", type=click.Path(dir_okay=False, path_type=Path),
                      help="Params YAML (Model Zoo layout). Default: the bundled fc_mnist params."),
@@ -87,12 +87,12 @@ class RunCommand(click.Command):
 
 
 SUBSYSTEMS = {
-    "checkpoint": ("cs_run.checkpoint_cli:checkpoint", "Inspect and convert checkpoints (H5, torch pickle, safetensors)."),
+    "checkpoint": ("cs_run.frontends.checkpoint_cli:checkpoint", "Inspect and convert checkpoints (H5, torch pickle, safetensors)."),
     "data": ("cs_run.examples.gpt2.cli:data", "Prepare training data."),
-    "exec": ("cs_run.compat.cli:exec_command", "Run a vendor script with cerebras.pytorch, cerebras_pytorch, "
+    "exec": ("cs_run.frontends.compat.cli:exec_command", "Run a vendor script with cerebras.pytorch, cerebras_pytorch, "
              "modelzoo.common.pytorch and cerebras.modelzoo resolved to cs-run (this process only); ARGS go to the "
              "script."),
-    "plot": ("cs_run.plot:plot", "Render the train/eval scalars of MODEL_DIRS as one PNG (needs the 'plot' extra)."),
+    "plot": ("cs_run.frontends.plot:plot", "Render the train/eval scalars of MODEL_DIRS as one PNG (needs the 'plot' extra)."),
 }
 """Commands owned by other modules, as ``module:attribute`` and the short help ``cs-run --help`` lists
 (tests/cli/test_cli.py checks it against the command's own): imported when used, so ``cs-run --help``

@@ -27,19 +27,16 @@ import torch
 
 from cs_run import _yaml, amp
 from cs_run._logging import setup_console_logging
+from cs_run.backend import BACKEND_TYPES
 from cs_run.errors import ParamsError
 from cs_run.exits import ArgumentParser, report
+from cs_run.frontends.options import flag_overrides, run_options
 from cs_run.optim import configure_from_params
-from cs_run.options import flag_overrides, run_options
 from cs_run.params import apply_overrides, params_from_dict, parse_override
-from cs_run.runners import PyTorchBaseRunner
-from cs_run.runners import _build as runner_build
+from cs_run.runners import MODES, PyTorchBaseRunner, build_lr_scheduler, build_optimizer
 from cs_run.vendor_params import from_trainer_form
 
 __all__ = ["PyTorchBaseModel", "get_params_from_args", "main", "run"]
-
-_MODES = ("train", "eval", "train_and_eval", "eval_all")
-_DEVICES = ("CPU", "GPU", "CSX")
 
 
 def _parser(extra_args_parser_fn: Optional[Callable]) -> argparse.ArgumentParser:
@@ -49,14 +46,14 @@ def _parser(extra_args_parser_fn: Optional[Callable]) -> argparse.ArgumentParser
         parents = list(extra) if isinstance(extra, (list, tuple)) else [extra]
     p = ArgumentParser(description="Train or evaluate a Model Zoo model with cs-run.", parents=parents,
                                 conflict_handler="resolve")
-    p.add_argument("device_word", nargs="?", metavar="{CPU,GPU,CSX}", type=str.upper, choices=_DEVICES,
-                   help="Where to run (or use --device).")
-    p.add_argument("--device", type=str.upper, choices=_DEVICES, help="Where to run (older flat form).")
-    p.add_argument("-m", "--mode", required=True, choices=_MODES)
+    p.add_argument("device_word", nargs="?", metavar="{" + ",".join(BACKEND_TYPES) + "}", type=str.upper,
+                   choices=BACKEND_TYPES, help="Where to run (or use --device).")
+    p.add_argument("--device", type=str.upper, choices=BACKEND_TYPES, help="Where to run (older flat form).")
+    p.add_argument("-m", "--mode", required=True, choices=MODES)
     p.add_argument("-p", "--params", required=True, help="Params YAML (Model Zoo layout).")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="Override any params key (repeatable). Precedence: params file < --set < a flag.")
-    for option in run_options():  # one declaration: the flag-marked RunConfig fields (cs_run.options)
+    for option in run_options():  # one declaration: the flag-marked RunConfig fields (cs_run.frontends.options)
         if not option.run_py:
             continue
         names = [f"--{option.name}"] + ([option.short] if option.short else [])
@@ -207,8 +204,8 @@ def _base_model_part(built: dict, part: str, arg: Any, params) -> Any:
     if base is not None and getattr(base, part, None) is not None:
         return getattr(base, part)
     if part == "optimizer":
-        return runner_build.build_optimizer(params.optimizer, arg)
-    return runner_build.build_lr_scheduler(params.optimizer, arg)
+        return build_optimizer(params.optimizer, arg)
+    return build_lr_scheduler(params.optimizer, arg)
 
 
 class _BaseModelModule(torch.nn.Module):
@@ -258,4 +255,4 @@ class PyTorchBaseModel:
 
     @property
     def supported_modes(self) -> list[str]:
-        return list(_MODES)
+        return list(MODES)

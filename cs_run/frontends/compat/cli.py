@@ -1,10 +1,10 @@
-"""``cs-run exec script.py [args]``: run a vendor script unchanged (see :mod:`cs_run.compat`)."""
+"""``cs-run exec script.py [args]``: run a vendor script unchanged (see :mod:`cs_run.frontends.compat`)."""
 
 from __future__ import annotations
 
 import click
 
-from cs_run.compat import run_script
+from cs_run.frontends.compat import run_script
 
 __all__ = ["exec_command"]
 

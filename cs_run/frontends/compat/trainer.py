@@ -1,5 +1,5 @@
 """``cerebras.modelzoo.trainer`` (2.x): the Trainer, as cs-run implements it."""
 
-from cs_run.trainer import Trainer, trainers_from_config
+from cs_run.frontends.trainer import Trainer, trainers_from_config
 
 __all__ = ["Trainer", "trainers_from_config"]

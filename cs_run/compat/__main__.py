@@ -1,6 +1,0 @@
-"""``python -m cs_run.compat script.py [args]``: run a vendor script with its imports resolved to cs-run."""
-
-from cs_run.compat import main
-
-if __name__ == "__main__":
-    main()

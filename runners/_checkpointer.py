@@ -1,0 +1,282 @@
+"""A run's checkpoints in one object: which one it starts from, whether it fits, loading, saving, pruning.
+
+The runner's loop asks; this answers (Lightning's checkpoint connector, torchtitan's checkpointer). It
+resolves the start checkpoint once (``start``, one broadcast among replicas), knows whether the user named
+it (``explicit``), and reads and writes a checkpoint in one place each (:meth:`_read`, :meth:`_write`), so
+how a checkpoint is stored (one file, or each replica its shard) changes there and nowhere else. The file
+format is :mod:`cs_run.checkpoint`'s; the names and listing of model_dir's checkpoints are
+:mod:`cs_run.runners._checkpoints`'.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import torch
+
+from cs_run import distributed
+from cs_run.checkpoint import check_target
+from cs_run.checkpoint.h5 import TargetMismatchError
+from cs_run.errors import CheckpointError, ParamsError, TrainingError
+from cs_run.runners import _checkpoints
+from cs_run.runners._rng import capture_rng_state, restore_rng_state
+from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, load_state, replica_state
+
+if TYPE_CHECKING:
+    from cs_run.runners.base import PyTorchBaseRunner
+
+__all__ = ["Checkpointer"]
+
+logger = logging.getLogger("cs_run.runners")
+
+
+class Checkpointer:
+    """The checkpoints of ``runner``'s run. It reads the runner's parts (model, optimizer, schedule, scaler,
+    early stopping, progress, train loader) when it saves or loads, so a part a hook replaces is the one saved.
+
+    Attributes:
+        start: the checkpoint the run starts from, resolved once by :meth:`resolve_start` (None: fresh).
+        saved: ``(global step, path)`` of the newest checkpoint this run saved.
+        epoch_start_rng: the RNG state the train loop recorded when the current epoch's iterator was made.
+        pending_resume: the loaded checkpoint's data position and RNG, until the train loop has used them.
+    """
+
+    def __init__(self, runner: "PyTorchBaseRunner") -> None:
+        self._runner = runner
+        self.start: Optional[Path] = None
+        self.saved: tuple[int, Optional[Path]] = (-1, None)
+        self.epoch_start_rng: Optional[dict] = None
+        self.pending_resume: Optional[dict] = None
+
+    @property
+    def explicit(self) -> bool:
+        """Whether the user named the start checkpoint (runconfig.checkpoint_path, ``--resume PATH``)."""
+        return self._runner.options.checkpoint_path is not None
+
+    # ------------------------------------------------------------------------------ the start checkpoint
+
+    def resolve_start(self) -> Optional[Path]:
+        """The checkpoint the run starts from: the one the user named, else (autoload) the newest in
+        model_dir; kept as :attr:`start`."""
+        runner = self._runner
+        path = runner.options.checkpoint_path
+        if path is not None:
+            if not path.exists():  # a file, or a sharded run's folder
+                raise ParamsError(f"params: runconfig.checkpoint_path: no such file {path}")
+            self.start = path
+            return path
+        latest = _checkpoints.latest_checkpoint(runner.model_dir) if runner.options.autoload_checkpoint else None
+        self.start = runner.strategy.broadcast_object(latest)  # every replica resumes from ordinal 0's choice
+        return self.start
+
+    def _target(self, training: bool) -> dict[str, Any]:
+        """The live tensors a start checkpoint goes into: the model's, and the optimizer's to train
+        (read in place; with a sharded strategy through :meth:`Strategy.load_target`)."""
+        runner = self._runner
+        target = {"model": runner.model.state_dict()}
+        if training and runner.optimizer is not None:
+            target["optimizer"] = runner.optimizer.state_dict()  # state tensors are read in place
+        return target
+
+    def _candidates(self, path: Path, training: bool) -> list[Path]:
+        """The checkpoints a start from ``path`` tries, in order: autoload (training) falls back past
+        damaged or truncated checkpoints, newest first; an explicit one, or an eval's, is final."""
+        if self.explicit or not training:
+            return [path]
+        return [path, *(p for _, p in reversed(_checkpoints.list_checkpoints(self._runner.model_dir)) if p != path)]
+
+    def check_start_fits(self, path: Optional[Path], training: bool) -> Optional[Path]:
+        """The checkpoint the run starts from (``path`` or, autoloading, an older fallback), checked against
+        the model (keys, dtypes, shapes; no tensor data read) before model_dir is written; None when it
+        starts fresh. A damaged autoload candidate is left to the load, which skips it with a warning."""
+        if path is None:
+            return None
+        runner = self._runner
+        target = self._target(training)
+        for candidate in self._candidates(path, training):
+            try:
+                check_target(candidate, runner.strategy.load_target(target, torch.device("meta")))
+                return candidate
+            except TargetMismatchError as e:
+                raise _checkpoints.not_this_models(runner.params, e, autoloaded=not self.explicit,
+                                                   training=training) from None
+            except CheckpointError:
+                if self.explicit or not training:
+                    raise
+        return None
+
+    def check_all_fit(self) -> None:
+        """eval_all: every checkpoint in model_dir fits the model (keys, dtypes, shapes; no tensor data
+        read), oldest first; a damaged one is left to the evaluation, which logs and skips it."""
+        runner = self._runner
+        target = runner.strategy.load_target(self._target(training=False), torch.device("meta"))
+        for _, path in _checkpoints.list_checkpoints(runner.model_dir):
+            try:
+                check_target(path, target)
+            except TargetMismatchError as e:
+                raise _checkpoints.not_this_models(runner.params, e, autoloaded=True, every=path) from None
+            except CheckpointError:
+                continue
+
+    # ------------------------------------------------------------------------------------------ loading
+
+    def _read(self, path: Path, live: dict[str, Any]) -> dict[str, Any]:
+        """The one read of a checkpoint: ``live``'s tensors are read in place, the rest returned."""
+        strategy = self._runner.strategy
+        return strategy.place_loaded(live, _checkpoints.load_checkpoint(path, strategy.load_target(live)))
+
+    def load(self, path: Optional[Path], training: bool = True) -> None:
+        """Load ``path`` into the run. Training resumes from it: weights, optimizer, schedule, scaler, step,
+        RNG and data position (an autoloaded one that cannot be read falls back to an older one); an
+        evaluation takes its weights and global step only."""
+        if path is None:
+            return
+        runner = self._runner
+        if not training:
+            state = self._read(path, self._target(training=False))
+            runner.progress.global_step = int(state.get("global_step", 0))
+            logger.info("Loaded weights of %s (global step %d)", path, runner.global_step)
+            return
+        wanted = runner.options.load_states
+        live = {k: v for k, v in self._target(training=True).items() if wanted is None or k in wanted}
+        for candidate in self._candidates(path, training=True):
+            try:
+                state = self._read(candidate, live)
+                path = candidate
+                break
+            except TargetMismatchError as e:  # an older fallback of another model (run() checked the newest)
+                raise _checkpoints.not_this_models(runner.params, e, autoloaded=not self.explicit) from None
+            except CheckpointError as e:
+                if self.explicit:
+                    raise
+                logger.warning("Skipping checkpoint %s: %s", candidate, e)
+        else:
+            raise CheckpointError(f"no checkpoint in {runner.model_dir} can be read (see the warnings above); use "
+                                  "another --model_dir or --set runconfig.autoload_checkpoint=false to start fresh")
+        if wanted is not None:
+            state = self._keep_states(state, wanted, path)
+        self._restore(state)
+        logger.info("Resuming from checkpoint %s at global step %d", path, runner.global_step)
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        """The loaded state's step, optimizer, schedule, scaler and early stopping into the run; its data
+        position and RNG wait in :attr:`pending_resume` for the train loop (or the RNG is restored now)."""
+        runner = self._runner
+        runner.progress.global_step = int(state.get("global_step", 0))
+        for key, part in (("optimizer", runner.optimizer), ("lr_scheduler", runner.lr_scheduler),
+                          ("grad_scaler", runner.grad_scaler)):
+            if part is not None and key in state:
+                part.load_state_dict(state[key])
+        if runner._early_stopping is not None and "early_stopping" in state:
+            runner._early_stopping.load_state_dict(state["early_stopping"])
+        data = state.get("dataloader")
+        if data is not None:
+            runner.progress.epoch, runner.progress.epoch_step = int(data["epoch"]), int(data["epoch_step"])
+            self.pending_resume = {"epoch_start_rng": data["epoch_start_rng"], "rng": state["rng"],
+                                   **{k: data.get(k) for k in ("num_csx", "num_workers_per_csx", "workers")}}
+        elif "rng" in state:
+            restore_rng_state(state["rng"])
+
+    def _keep_states(self, state: dict[str, Any], wanted: frozenset[str], path: Path) -> dict[str, Any]:
+        """The Model Zoo's LoadCheckpointStates: only ``wanted`` states of the checkpoint; the rest start
+        fresh. A name the checkpoint does not hold is an error naming the key."""
+        params = self._runner.params
+        unknown = sorted(wanted - set(state))
+        if unknown:
+            raise ParamsError(f"params: runconfig.load_checkpoint_states: {', '.join(unknown)} not in {path.name}, "
+                              f"which holds {', '.join(sorted(state))}{params.where('runconfig.load_checkpoint_states')}")
+        dropped = sorted(set(state) - wanted)
+        if dropped:
+            logger.info("Not loading %s of %s (runconfig.load_checkpoint_states: %s)", ", ".join(dropped), path.name,
+                        ", ".join(sorted(wanted)))
+        return {k: v for k, v in state.items() if k in wanted}
+
+    def restore_data_position(self, loader: Any) -> None:
+        """Put the train loader where the checkpoint's data position says (see
+        docs/architecture.md#streaming-workers): a restartable loader loads the saved workers' state
+        (deaggregated for each worker, whatever the topology; nothing is replayed); otherwise the epoch's
+        done batches are replayed, which is exact in the topology that wrote the checkpoint and keeps the
+        step count (not the samples) in another."""
+        resume = self.pending_resume
+        if resume is None:
+            return
+        saved = {k: resume.get(k) for k in _data_topology()}
+        if resume.get("workers") is not None and isinstance(loader, StreamingLoader) and loader.is_restartable:
+            loader.load_state_dict(resume["workers"])
+            resume["positioned"] = True
+        elif resume.get("workers") is not None and isinstance(loader, RestartableDataLoader):
+            load_state(loader, resume["workers"])
+            resume["positioned"] = True
+        elif saved != _data_topology() and all(v is not None for v in saved.values()):
+            logger.warning("The checkpoint's data position was written with num_csx=%s x num_workers_per_csx=%s "
+                           "input streams and this run has %s x %s: it resumes at the same step by replaying the "
+                           "epoch's done batches with the new streams, which is exact only if the data function's "
+                           "global order does not depend on the number of streams (a restartable dataloader records "
+                           "its position exactly)", saved["num_csx"], saved["num_workers_per_csx"],
+                           *_data_topology().values())
+
+    # ------------------------------------------------------------------------------------------- saving
+
+    def state(self) -> dict[str, Any]:
+        """Everything an exact resume needs (weights, optimizer, schedule, scaler, RNG, data position)."""
+        runner = self._runner
+        progress = runner.progress
+        state: dict[str, Any] = {"model": runner.model.state_dict(), "global_step": runner.global_step}
+        if runner.optimizer is not None:
+            state["optimizer"] = runner.optimizer.state_dict()
+        state = runner.strategy.checkpoint_form(state)  # one-file: gathered whole (a collective); or each replica's shards
+        if runner.lr_scheduler is not None:
+            state["lr_scheduler"] = runner.lr_scheduler.state_dict()
+        if runner.grad_scaler is not None:
+            state["grad_scaler"] = runner.grad_scaler.state_dict()
+        if runner._early_stopping is not None:
+            state["early_stopping"] = runner._early_stopping.state_dict()
+        loader = runner._train_loader
+        state["rng"] = capture_rng_state(getattr(loader, "generator", None))
+        if self.epoch_start_rng is not None:
+            state["dataloader"] = {"epoch": progress.epoch, "epoch_step": progress.epoch_step,
+                                   "epoch_start_rng": self.epoch_start_rng, **_data_topology()}
+            if isinstance(loader, StreamingLoader) and loader.is_restartable:
+                state["dataloader"]["workers"] = loader.state_dict()  # a collective with several replicas
+            elif isinstance(loader, RestartableDataLoader):  # the replica streams itself (one worker)
+                steps = progress.run_step
+                state["dataloader"]["workers"] = replica_state(
+                    loader, steps, steps * runner.params.optimizer.grad_accum_steps, progress.samples_streamed)
+        return state
+
+    def _write(self, state: dict[str, Any], path: Path) -> None:
+        """The one write of a checkpoint: ordinal 0 the one file (the replicas' gathered states are equal), or
+        each replica its shard into one folder (a sharded strategy)."""
+        self._runner.strategy.save_checkpoint(state, path)
+
+    def save(self) -> Path:
+        """A checkpoint of the current step (refused when the weights are not finite), the old ones pruned
+        to runconfig.max_checkpoints, and the runner's ``on_checkpoint_saved`` hook called."""
+        runner = self._runner
+        step = runner.global_step
+        path = _checkpoints.checkpoint_path(runner.model_dir, step)
+        state = self.state()
+        bad = runner.strategy.agree_keys(_checkpoints.nonfinite_keys(state))  # one device-side reduction per checkpoint
+        if bad:
+            good = _checkpoints.newest_finite_checkpoint(runner.model_dir)
+            kept = f"the newest checkpoint with finite weights is {good}; a rerun resumes from it" if good \
+                else "no checkpoint with finite weights exists; a rerun starts fresh"
+            more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+            raise TrainingError(f"weights are not finite after step {step} ({bad[0]}{more} hold nan or "
+                                f"inf); training stopped, nothing was saved for this step and {kept}. Lower the "
+                                "learning rate, enable gradient clipping (optimizer.max_gradient_norm) or check "
+                                "the data")
+        self.saved = (step, path)
+        self._write(state, path)
+        if runner.strategy.writes:
+            logger.info("Saved checkpoint %s", path)
+            _checkpoints.prune_checkpoints(runner.model_dir, runner.params.runconfig.max_checkpoints)
+            runner.on_checkpoint_saved(str(path), step)
+        return path
+
+
+def _data_topology() -> dict[str, int]:
+    """The input streams of this run: replicas x input workers per replica."""
+    return {"num_csx": distributed.get_world_size(), "num_workers_per_csx": distributed.num_workers_per_csx()}
