@@ -113,6 +113,7 @@ class PyTorchBaseRunner(RunnerHooks):
         with self._metrics.collecting():
             self.model = _build.build_model(params, model_fn).to(self.torch_device)
         self._metrics.add_module(self.model)
+        self.sparsity = _build.build_sparsity(params, self.model)  # the params' sparsity section, or None
         self.strategy = parallel.use(parallel.build_strategy(rc.sharding, rc.offload))
         self.model = self.strategy.shard(self.model, self.torch_device)  # before the optimizer holds its parameters
         self.optimizer = None
@@ -126,6 +127,8 @@ class PyTorchBaseRunner(RunnerHooks):
                 self.optimizer = _build.build_optimizer(params.optimizer, self.model)
                 self.lr_scheduler = _build.build_lr_scheduler(params.optimizer, self.optimizer)
             self.grad_scaler = _build.build_grad_scaler(params.optimizer)
+            if self.sparsity is not None:
+                self.sparsity.apply(self.optimizer)
         opt = params.optimizer
         self.step_config = StepConfig(
             max_gradient_norm=opt.max_gradient_norm if opt else None,
@@ -676,6 +679,8 @@ class PyTorchBaseRunner(RunnerHooks):
             state["lr_scheduler"] = self.lr_scheduler.state_dict()
         if self.grad_scaler is not None:
             state["grad_scaler"] = self.grad_scaler.state_dict()
+        if self.sparsity is not None:
+            state["sparsity"] = self.sparsity.state_dict()
         if self._early_stopping is not None:
             state["early_stopping"] = self._early_stopping.state_dict()
         generator = getattr(self._train_loader, "generator", None)
@@ -766,7 +771,7 @@ class PyTorchBaseRunner(RunnerHooks):
             state = self._keep_states(state, wanted, path)
         self.progress.global_step = int(state.get("global_step", 0))
         for key, part in (("optimizer", self.optimizer), ("lr_scheduler", self.lr_scheduler),
-                          ("grad_scaler", self.grad_scaler)):
+                          ("grad_scaler", self.grad_scaler), ("sparsity", self.sparsity)):
             if part is not None and key in state:
                 part.load_state_dict(state[key])
         if self._early_stopping is not None and "early_stopping" in state:
