@@ -251,10 +251,9 @@ class InputGroupScoreShaper:
 def _top_k(score: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Per row of ``score``, True at its ``k`` highest entries (ties: the lower index), k a 0-d tensor."""
     order = torch.sort(score, dim=-1, descending=True, stable=True).indices
-    rank = torch.arange(score.shape[-1], device=score.device)
-    keep = rank < k.to(score.device)
-    chosen = torch.where(keep, order, order[..., :1])  # past k: repeat the first index, already True
-    return torch.zeros_like(score, dtype=torch.bool).scatter(-1, chosen, torch.ones_like(chosen, dtype=torch.bool))
+    rank = torch.arange(score.shape[-1], device=score.device).expand_as(order)
+    # order is a permutation: every position gets exactly one flag, True for the first k (none for k = 0)
+    return torch.zeros_like(score, dtype=torch.bool).scatter(-1, order, rank < k.to(score.device))
 
 
 def _kept(density: torch.Tensor, count: Union[int, torch.Tensor]) -> torch.Tensor:
