@@ -92,13 +92,13 @@ def _check_one(config: Any, key: str, locate) -> Optional[dict]:
                           f"{locate(key + '.algorithm')}")
     algorithm = config["algorithm"] = algorithm.lower()
     if "schedule" in config:
-        if "sparsity" in config:
-            raise ParamsError(f"params: {key}.schedule: an alias of {key}.sparsity; give one of them"
-                              f"{locate(key + '.schedule')}")
         schedule = config.pop("schedule")
         if isinstance(schedule, dict) and ("freq" in schedule or "steps" in schedule):
             raise ParamsError(f"params: {key}.schedule: an update schedule ({{freq: ...}}) is the Model Zoo 2.0/2.1 "
                               f"spelling; since 2.2 it is {key}.update, and schedule means the sparsity level"
+                              f"{locate(key + '.schedule')}")
+        if "sparsity" in config:
+            raise ParamsError(f"params: {key}.schedule: an alias of {key}.sparsity; give one of them"
                               f"{locate(key + '.schedule')}")
         config["sparsity"] = schedule
     for name in config:
