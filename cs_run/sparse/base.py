@@ -189,20 +189,13 @@ class SparsityAlgorithm(abc.ABC):
     @torch.no_grad()
     def _prune_states(self, optimizer: torch.optim.Optimizer) -> None:
         for sparse in self.sparse_params_of(optimizer):
-            param = sparse.param
-            for value in optimizer.state.get(param, {}).values():
-                if isinstance(value, torch.Tensor) and value.shape == param.shape and not getattr(
-                        value, "requires_dense", False):
-                    sparse.prune(value)
+            for state in _state_like(optimizer, sparse.param):
+                sparse.prune(state)
 
     def _prune_all(self, optimizer: Optional[torch.optim.Optimizer], sparse: SparseParameter) -> None:
         sparse.prune()
-        if optimizer is not None:
-            param = sparse.param
-            for value in optimizer.state.get(param, {}).values():
-                if isinstance(value, torch.Tensor) and value.shape == param.shape and not getattr(
-                        value, "requires_dense", False):
-                    sparse.prune(value)
+        for state in _state_like(optimizer, sparse.param):
+            sparse.prune(state)
 
     def _after_step(self, optimizer: torch.optim.Optimizer) -> None:
         for sparse in self.sparse_params_of(optimizer):
@@ -242,6 +235,16 @@ class SparsityAlgorithm(abc.ABC):
     def load_state_dict(self, state: Any) -> None:
         """Restore :meth:`state_dict`'s state into the existing tensors."""
         return None
+
+
+def _state_like(optimizer: Optional[torch.optim.Optimizer], param: torch.Tensor) -> list[torch.Tensor]:
+    """The optimizer's state tensors of ``param``'s shape (its moments), which follow its mask (the vendor's
+    rule), except those marked ``requires_dense``."""
+    if optimizer is None:
+        return []
+    return [value for value in optimizer.state.get(param, {}).values()
+            if isinstance(value, torch.Tensor) and value.shape == param.shape
+            and not getattr(value, "requires_dense", False)]
 
 
 def _members(module: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module, torch.Tensor]]:
