@@ -15,7 +15,7 @@ from cs_run import _version_check  # first: a clear error on a torch this code w
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("amp", "distributed", "errors", "experimental", "metrics", "optim", "runners", "utils")
+_SUBMODULES = ("amp", "distributed", "errors", "experimental", "metrics", "optim", "runners", "sparse", "utils")
 _NAMES = {
     "Backend": "cs_run.backend",
     "backend": "cs_run.backend",

@@ -1,7 +1,8 @@
 """Params files in the Model Zoo layout: load, override, validate, resolve, write.
 
 A params file has five sections: ``train_input``, ``eval_input``, ``model``, ``optimizer`` and
-``runconfig``. Every check runs once, at load time, before any work starts, and every error names the
+``runconfig``, and may have a sixth, ``sparsity`` (the cstorch sparse API's config, checked by
+:mod:`cs_run.sparsity_params`). Every check runs once, at load time, before any work starts, and every error names the
 full key path (and the line in the file where there is one), what is wrong and how to fix it.
 
 Keys that belong to a specific model or data function (``model.depth``, ...) are validated against
@@ -28,6 +29,7 @@ from cs_run.cluster_options import ClusterOptions
 from cs_run.errors import CsRunError, ParamsError
 from cs_run.registry import apply_model_defaults
 from cs_run.schedule import MIN_STEPS, check_step_options
+from cs_run.sparsity_params import check_sparsity
 
 __all__ = [
     "CompileTier",
@@ -45,7 +47,7 @@ __all__ = [
     "params_from_dict",
 ]
 
-SECTIONS = ("train_input", "eval_input", "model", "optimizer", "runconfig")
+SECTIONS = ("train_input", "eval_input", "model", "optimizer", "runconfig", "sparsity")
 
 
 class CompileTier(enum.StrEnum):
@@ -250,6 +252,8 @@ class Params:
     runconfig: RunConfig
     train_input: Optional[InputParams] = None
     eval_input: Optional[InputParams] = None
+    sparsity: Any = None
+    """The ``sparsity`` section as written (checked; ``cs_run.sparse.configure`` builds it), or None."""
     source: Optional[str] = None
     """The params file this came from (for messages), or None."""
     lines: dict = field(default_factory=dict, repr=False)
@@ -348,6 +352,9 @@ class Params:
         for name in SECTIONS:
             section = getattr(self, name)
             if section is None:
+                continue
+            if name == "sparsity":
+                out[name] = section
                 continue
             d = dataclasses.asdict(section)
             extra = d.pop("extra", {}) or {}
@@ -517,6 +524,9 @@ def validate_params(raw: dict, *, locate=lambda key: "") -> Params:
         if name not in SECTIONS:
             raise ParamsError(unknown_key_message(name, name, SECTIONS, where=locate(name)))
     sections: dict[str, Any] = {}
+    if raw.get("sparsity") is not None:
+        check_sparsity(raw["sparsity"], "sparsity", locate)
+        sections["sparsity"] = raw["sparsity"]
     for name, cls in _SECTION_TYPES.items():
         value = raw.get(name)
         if value is None:

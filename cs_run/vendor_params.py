@@ -350,14 +350,10 @@ def from_trainer_form(raw: dict, locate=lambda key: "", moves: Optional[dict] = 
                 moves[TRAINER_KEYS[path]] = f"trainer.{path}"
             elif path in TRAINER_RECORDED:
                 _record(f"trainer.{path}", value, TRAINER_RECORDED[path])
-            elif path == "init.sparsity" and value:
-                # a sparse model trained dense would be a different model: refused, not recorded
-                raise ParamsError(f"params: trainer.init.sparsity: sparse training (the cstorch sparse API's weight "
-                                  "masks and their update schedules) is not implemented in cs-run, and training "
-                                  "dense would be a different model; remove the section to train the dense model"
-                                  f"{locate('trainer.init.sparsity')}")
-            elif path == "init.sparsity":
-                continue
+            elif path == "init.sparsity":  # the legacy layout's top-level section (the vendor's TRAINER_PARAMS_TO_LEGACY)
+                if value is not None:
+                    out["sparsity"] = value
+                    moves["sparsity"] = "trainer.init.sparsity"
             elif path == "init.callbacks":
                 _callbacks(value, out, moves, locate)
             elif path in ("init.model", "init.optimizer", "init.schedulers", "fit.train_dataloader",

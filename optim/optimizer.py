@@ -166,6 +166,16 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Update the parameters in place from their ``.grad`` with torch ops only."""
 
+    def apply(self, f: Any) -> Any:
+        """``optimizer.apply(sparsity)`` (the vendor's sparse API): ``f.apply(self)`` when ``f`` has an apply
+        method, else ``f(self)``."""
+        f_apply = getattr(f, "apply", None)
+        if callable(f_apply):
+            return f_apply(self)
+        if callable(f):
+            return f(self)
+        raise TypeError(f"optimizer.apply expects a callable or an object with apply(), got {type(f).__name__}")
+
     @abc.abstractmethod
     def state_names_to_sparsify(self) -> list[str]:
         """Names of the state tensors that follow their parameter's sparsity pattern."""

@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from cs_run import optim
+from cs_run import optim, sparse
 from cs_run.amp import build_grad_scaler as build
 from cs_run.amp import resolve_mixed_precision
 from cs_run.errors import ParamsError
@@ -21,7 +21,8 @@ from cs_run.runners._step import StepConfig
 from cs_run.utils.streaming import StreamingLoader
 
 __all__ = ["build_model", "build_dataloader", "build_optimizer", "build_lr_scheduler",
-           "build_grad_scaler", "build_training_parts", "build_step_config", "resolve_autocast_dtype"]
+           "build_grad_scaler", "build_sparsity", "build_training_parts", "build_step_config",
+           "resolve_autocast_dtype"]
 
 logger = logging.getLogger("cs_run.runners")
 
@@ -95,6 +96,27 @@ def build_optimizer(opt: OptimizerParams, model: torch.nn.Module) -> torch.optim
         return optim.configure_optimizer(opt.optimizer_type, params, **kwargs)
     except (TypeError, ValueError) as e:
         raise params_error(e) from None
+
+
+def build_sparsity(params: Params, model: torch.nn.Module) -> Optional[sparse.SparsityAlgorithm]:
+    """The ``sparsity`` section's algorithm applied to the model (masks made, pruned weights zeroed), or None.
+
+    Applied to the unwrapped model, before a strategy shards it: the filters match the model's own names."""
+    if params.sparsity is None:
+        return None
+    if params.runconfig.sharding != "none":
+        raise ParamsError(f"params: sparsity: sparse weights with runconfig.sharding={params.runconfig.sharding} are "
+                          f"not supported (the masks are whole tensors); use sharding none{params.where('sparsity')}")
+    sparsity = sparse.configure(params.sparsity, locate=params.where)
+    if sparsity is None:
+        return None
+    model.apply(sparsity)
+    if not sparsity.num_sparse_params:
+        raise ParamsError(f"params: sparsity: the parameter filters match no parameter of the model (names such as "
+                          f"{next(iter(dict(model.named_parameters())), '?')}){params.where('sparsity')}")
+    logger.info("Sparsity: %d weights masked (%s)", sparsity.num_sparse_params,
+                ", ".join(f"{type(sparsity[i]).__name__} {sparsity[i].num_sparse_params}" for i in range(len(sparsity))))
+    return sparsity
 
 
 def build_lr_scheduler(opt: OptimizerParams, optimizer: torch.optim.Optimizer):

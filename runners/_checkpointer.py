@@ -166,7 +166,7 @@ class Checkpointer:
         runner = self._runner
         runner.progress.global_step = int(state.get("global_step", 0))
         for key, part in (("optimizer", runner.optimizer), ("lr_scheduler", runner.lr_scheduler),
-                          ("grad_scaler", runner.grad_scaler)):
+                          ("grad_scaler", runner.grad_scaler), ("sparsity", runner.sparsity)):
             if part is not None and key in state:
                 part.load_state_dict(state[key])
         if runner._early_stopping is not None and "early_stopping" in state:
@@ -231,6 +231,8 @@ class Checkpointer:
             state["lr_scheduler"] = runner.lr_scheduler.state_dict()
         if runner.grad_scaler is not None:
             state["grad_scaler"] = runner.grad_scaler.state_dict()
+        if runner.sparsity is not None:
+            state["sparsity"] = runner.sparsity.state_dict()
         if runner._early_stopping is not None:
             state["early_stopping"] = runner._early_stopping.state_dict()
         loader = runner._train_loader

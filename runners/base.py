@@ -78,12 +78,15 @@ class PyTorchBaseRunner(RunnerHooks):
         with self._metrics.collecting():
             self.model = _build.build_model(params, model_fn).to(self.torch_device)
         self._metrics.add_module(self.model)
+        self.sparsity = _build.build_sparsity(params, self.model)  # the params' sparsity section, or None
         self.step_config = _build.build_step_config(params, self.torch_device, self.device_type)
         self.strategy = parallel.use(parallel.build_strategy(rc.sharding, rc.offload,
                                                              self.step_config.autocast_dtype))  # bf16: FSDP2's too
         self.model = self.strategy.shard(self.model, self.torch_device)  # before the optimizer holds its parameters
         self.optimizer, self.lr_scheduler, self.grad_scaler = _build.build_training_parts(
             params, self.model, optimizer_fn, lr_scheduler_fn)
+        if self.sparsity is not None and self.optimizer is not None:
+            self.sparsity.apply(self.optimizer)  # the masks reach the optimizer's state
         self._train_loader = None
         self._eval_loader = None  # the first evaluation's, built by run() before model_dir is opened
         self._summaries = Summaries(self.model_dir)

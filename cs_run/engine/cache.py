@@ -47,7 +47,7 @@ def graph_key(traced: TracedStep, batch: list[torch.Tensor], tier: str) -> str:
     ):
         h.update(name.encode())
         if isinstance(buf, torch.Tensor) and buf.numel() <= 4096:
-            h.update(buf.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes() if buf.numel() else b"")
+            h.update(buf.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes() if buf.numel() else b"")  # 0-d too
     for t in traced.state.tensors + batch:
         h.update(f"{tuple(t.shape)}|{tuple(t.stride())}|{t.dtype}|{t.device.type}|{t.requires_grad};".encode())
     h.update(f"{replicas_key(traced.replicas)}|{tier}|{torch.__version__}".encode())

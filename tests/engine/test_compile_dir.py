@@ -126,3 +126,16 @@ def test_inductor_with_its_artifacts_folder_a_file_compiles_without_the_cache(tm
     torch.testing.assert_close(params, ref_params, rtol=1e-5, atol=1e-6)
     assert (root / "artifacts").read_text() == "not a folder"
     assert any(f"{root / 'artifacts'} is not a folder" in r.getMessage() for r in caplog.records)
+
+
+def test_a_step_with_a_0d_tensor_constant_gets_a_cache_key(tmp_path):
+    """A scalar tensor made inside the step (``torch.tensor(0.5)``) is a 0-d graph constant, which the key
+    hashes byte for byte (a 0-d tensor cannot be viewed as bytes without flattening it first)."""
+    weight = torch.ones(3)
+
+    def step(x):
+        return (x * torch.tensor(0.5) + weight).sum()
+
+    compiled = CompiledStep(step, EngineOptions(compile_tier="fx", compile_dir=str(tmp_path)))
+    x = torch.arange(3.0)
+    assert torch.equal(compiled(x), step(x))

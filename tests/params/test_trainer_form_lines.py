@@ -85,9 +85,13 @@ CASES = [
     ("      log_steps: 1", "      log_steps: 1\n    callbacks:\n    - ScopedTrainFlags:\n"
                            "        csx.other.micro_batch_size: 2  # <- here",
      r"params: trainer.init.callbacks\[0\].ScopedTrainFlags.csx.other.micro_batch_size: unknown flag"),
-    # a sparse model trained dense would be a different model (the Model Zoo's gpt3 sparsity files)
-    ("      log_steps: 1", "      log_steps: 1\n    sparsity:  # <- here\n      algorithm: static\n      sparsity: 0.75",
-     r"params: trainer.init.sparsity: sparse training .* is not implemented in cs-run"),
+    # the Model Zoo's gpt3 sparsity files' section (cs_run.sparsity_params checks it)
+    ("      log_steps: 1", "      log_steps: 1\n    sparsity:\n      algorithm: rigl\n      sparsity: 0.75\n"
+                           "      update:\n        freq: 0  # <- here",
+     r"params: sparsity.update.freq: expected an integer >= 1, got 0"),
+    ("      log_steps: 1", "      log_steps: 1\n    sparsity:\n      sparsity: 0.75\n      drop_fraction: 0.3  # <- here",
+     r"params: unknown key sparsity.drop_fraction; valid keys: algorithm, init_method, param_filter, sparsity "
+     r"\(algorithm static\)"),
 ]
 
 

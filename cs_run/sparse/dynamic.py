@@ -1,0 +1,98 @@
+"""``cstorch.sparse.DynamicSparsityAlgorithm``: masks that change on the update schedule's steps."""
+
+from __future__ import annotations
+
+import abc
+import os
+from typing import Optional
+
+import torch
+
+from cs_run.sparse.base import SparseParameter, SparsityAlgorithm
+from cs_run.sparse.utils import make_update_schedule
+
+__all__ = ["DynamicSparsityAlgorithm"]
+
+
+class DynamicSparsityAlgorithm(SparsityAlgorithm, abc.ABC):
+    """Counts finite optimizer steps in ``step`` (a 0-d int64 tensor) and, after each step, replaces every
+    mask by :meth:`update_mask` where ``update(step)`` says so.
+
+    The count advances only when every gradient of the optimizer is finite (a step a loss scaler skips
+    changes no mask), so step ``n`` is the n-th finite optimizer step. ``update``: ``{freq, start,
+    stop}`` (every freq steps from start, before stop; default every step) or ``{steps: [...]}``. A
+    schedule that does not update at step 0 starts dense.
+    """
+
+    def __init__(self, sparsity=None, update=None, **kwargs) -> None:
+        super().__init__(sparsity=sparsity, **kwargs)
+        self.update_schedule = make_update_schedule(update)
+        self.starts_sparse = bool(self.update_schedule(torch.zeros((), dtype=torch.int64)))
+        self.step = torch.zeros((), dtype=torch.int64)
+        self._started = False
+
+    def _initial_mask(self, param: torch.Tensor, level: torch.Tensor) -> torch.Tensor:
+        if not self.starts_sparse:
+            return torch.ones_like(param, dtype=torch.bool)
+        return super()._initial_mask(param, level)
+
+    def _after_sparsify(self) -> None:
+        device = next(iter(self.sparse_params.values())).param.device
+        self.step = self.step.to(device)
+        for schedule in self._schedules():
+            schedule.to(device)
+        if not self._started:  # the first mask used the step-0 level; a cycling level moves on if it was sparse
+            self._started = True
+            self.sparsity.update(torch.tensor(self.starts_sparse, device=device))
+
+    def _schedules(self) -> list:
+        return [self.sparsity]
+
+    @torch.no_grad()
+    def update(self, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
+        finite = _finite_gradients(optimizer, self.step.device)
+        self.step.add_(finite.to(torch.int64))
+        due = self.update_schedule(self.step) & finite
+        level = torch.clamp(self.sparsity(self.step), 0.0, 1.0)
+        params = list(self.sparse_params_of(optimizer))
+        if params:
+            self._report(os.path.commonprefix([s.name for s in params]) + "*", level)
+        for sparse in params:
+            if sparse.param.grad is None:  # not updated this step: its mask stays
+                continue
+            new = self.update_mask(sparse.param, sparse.mask, level, sparse)
+            sparse.mask.copy_(torch.where(due, new, sparse.mask))
+            self._prune_all(optimizer, sparse)
+            if self._computed_sparsity_hooks:
+                self._report(sparse.name, level, sparse.mask)
+        for schedule in self._schedules():
+            schedule.update(due)
+        self._end_update()
+
+    def _end_update(self) -> None:
+        """Drop what one update needed (RigL's dense gradients)."""
+
+    @abc.abstractmethod
+    def update_mask(self, p: torch.Tensor, mask: torch.Tensor, sparsity: torch.Tensor,
+                    sparse: Optional[SparseParameter] = None) -> torch.Tensor:
+        """The new mask of weight ``p`` (current ``mask``) at the scheduled ``sparsity``."""
+
+    def state_dict(self) -> dict:
+        schedules = {str(i): s.state_dict() for i, s in enumerate(self._schedules()) if s.state_dict()}
+        return {"step": self.step, **({"schedules": schedules} if schedules else {})}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step.copy_(torch.as_tensor(state["step"]))
+        for i, schedule in enumerate(self._schedules()):
+            saved = state.get("schedules", {}).get(str(i))
+            if saved:
+                schedule.load_state_dict(saved)
+
+
+def _finite_gradients(optimizer: Optional[torch.optim.Optimizer], device: torch.device) -> torch.Tensor:
+    """True unless a gradient of the optimizer holds NaN or inf (what a loss scaler's overflow check reads)."""
+    grads = [p.grad for group in (optimizer.param_groups if optimizer is not None else [])
+             for p in group["params"] if p.grad is not None]
+    if not grads:
+        return torch.ones((), dtype=torch.bool, device=device)
+    return torch.stack([g.isfinite().all().to(device) for g in grads]).all()

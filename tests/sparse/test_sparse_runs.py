@@ -1,0 +1,173 @@
+"""The params file's ``sparsity`` section through the runners: a tiny gpt3 (the Model Zoo's sparsity
+files' model and filters, sizes of tests/examples/gpt2_helpers.TINY_MODEL) trained on CPU and on CSX,
+resumed from a checkpoint, and refused with one ``params:`` line for each bad section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from cs_run.errors import ParamsError
+from cs_run.params import load_params
+from cs_run.runners import PyTorchBaseRunner
+from tests.examples.gpt2_helpers import OPTIMIZER, tiny_params, tiny_shards, train_losses, weights
+
+FILTER = ["*proj_[qkv]_dense_layer.weight", "*proj_output_dense_layer.weight", "*linear_layer.weight"]
+DYNAMIC = {"drop_fraction": {"type": "cosine", "init": 0.3, "half_period": 9}, "update": {"freq": 3, "stop": 10}}
+SECTIONS = {  # the gpt3 sparsity files' sections at tiny step counts
+    "static": {"sparsity": 0.75, "init_method": "random", "param_filter": FILTER},
+    "set": {"algorithm": "set", "sparsity": 0.75, "init_method": "random", "param_filter": FILTER, **DYNAMIC},
+    "rigl": {"algorithm": "rigl", "sparsity": 0.75, "init_method": "random", "param_filter": FILTER, **DYNAMIC},
+    "gmp": {"algorithm": "gmp", "sparsity": {"type": "linear", "init": 0.3, "slope": 0.05}, "update": {"freq": 4},
+            "param_filter": FILTER},
+}
+MODEL = {"name": "gpt3", "dropout_rate": 0.1}  # dropout: the RNG's order matters too
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    return tiny_shards(tmp_path_factory.mktemp("sparse_shards"))
+
+
+def params_file(tmp_path: Path, shards: Path, name: str, section, runconfig: dict | None = None) -> Path:
+    path = tiny_params(tmp_path / f"{name}.yaml", shards / "train", shards / "val", model=MODEL,
+                       optimizer={**OPTIMIZER, "grad_accum_steps": 1},
+                       runconfig={"model_dir": str(tmp_path / name), "max_steps": 12, "log_steps": 1,
+                                  "compile_tier": "fx", **(runconfig or {})})
+    data = yaml.safe_load(path.read_text())
+    data["sparsity"] = section
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def train(path: Path, device: str) -> PyTorchBaseRunner:
+    runner = PyTorchBaseRunner.create(load_params(path), device=device)
+    runner.run("train")
+    return runner
+
+
+def masks(state: dict) -> dict:
+    return {k: v for k, v in state.items() if k.endswith("_mask")}
+
+
+@pytest.mark.parametrize("algorithm", SECTIONS)
+def test_csx_fx_sparse_training_is_bit_identical_to_cpu(tmp_path, shards, algorithm):
+    cpu = train(params_file(tmp_path, shards, f"cpu-{algorithm}", SECTIONS[algorithm]), "CPU")
+    csx = train(params_file(tmp_path, shards, f"csx-{algorithm}", SECTIONS[algorithm]), "CSX")
+    assert train_losses(csx) == train_losses(cpu)
+    expected, got = weights(cpu), weights(csx)
+    assert expected.keys() == got.keys() and len(masks(expected)) == 12  # 2 layers x q, k, v, output, 2 ffn
+    for key, value in expected.items():
+        assert torch.equal(value, got[key]), key
+    for key, mask in masks(expected).items():
+        weight = expected[key.removesuffix("_mask")]
+        assert (weight[~mask] == 0).all(), key
+        if algorithm != "gmp":  # fixed 0.75: int(0.25 * numel) connections
+            assert int(mask.sum()) == int(0.25 * mask.numel()), key
+    if algorithm == "gmp":  # sparsity(12) = 0.3 + 0.05 * 12 = 0.9 at the last update (step 12)
+        for key, mask in masks(expected).items():
+            assert int(mask.sum()) == int(torch.tensor(1 - 0.9, dtype=torch.float32) * mask.numel()), key
+    if algorithm in ("set", "rigl"):
+        assert int(cpu.sparsity[0].step) == int(csx.sparsity[0].step) == 12
+
+
+def test_masks_change_on_update_steps_only(tmp_path, shards):
+    runner = PyTorchBaseRunner.create(load_params(params_file(tmp_path, shards, "steps", SECTIONS["rigl"])),
+                                      device="CPU")
+    seen = []
+
+    class Record:
+        def __call__(self, *args):
+            seen.append({k: v.clone() for k, v in masks(runner.model.state_dict()).items()})
+
+    runner.on_train_batch_end = Record()
+    before = {k: v.clone() for k, v in masks(runner.model.state_dict()).items()}
+    runner.run("train")
+    changed = [step for step, (a, b) in enumerate(zip([before, *seen], seen), 1)
+               if any(not torch.equal(a[k], b[k]) for k in a)]
+    # update: {freq: 3, stop: 10} -> steps 3, 6, 9; at 9 drop_fraction = 0.15 + 0.15 cos(9 pi / 9) = 0 drops nothing
+    assert changed == [3, 6]
+
+
+def test_resume_from_a_checkpoint_gives_the_uninterrupted_weights_and_masks(tmp_path, shards):
+    whole = train(params_file(tmp_path, shards, "whole", SECTIONS["rigl"]), "CPU")
+    first = params_file(tmp_path, shards, "split", SECTIONS["rigl"], {"max_steps": 5, "checkpoint_steps": 5})
+    train(first, "CPU")
+    resumed = train(params_file(tmp_path, shards, "split", SECTIONS["rigl"], {"checkpoint_steps": 5}), "CPU")
+    assert resumed.global_step == 12 and int(resumed.sparsity[0].step) == 12
+    expected, got = weights(whole), weights(resumed)
+    for key, value in expected.items():
+        assert torch.equal(value, got[key]), key
+
+
+def test_a_trainer_form_file_carries_its_sparsity_section(tmp_path):
+    path = tmp_path / "trainer.yaml"
+    path.write_text(yaml.safe_dump({"trainer": {"init": {
+        "model_dir": str(tmp_path / "m"), "model": dict(MODEL), "optimizer": {"AdamW": {}},
+        "schedulers": [{"ConstantLR": {"learning_rate": 1e-3}}], "sparsity": SECTIONS["rigl"],
+        "loop": {"max_steps": 2}}}}))
+    assert load_params(path).sparsity == SECTIONS["rigl"]
+
+
+BAD = [
+    ({"sparsity": 0.5, "magic": 1}, r"params: unknown key sparsity.magic; valid keys: .* \(algorithm static\)"),
+    ({"algorithm": "magic", "sparsity": 0.5}, r"params: sparsity.algorithm: 'magic' is not one of static, gmp, set, rigl"),
+    ({"sparsity": 1.0}, r"params: sparsity.sparsity: must be >= 0 and < 1, got 1.0"),
+    ({"sparsity": {"type": "linear", "init": 0.1, "slope": 0.1}}, r"params: sparsity.sparsity: static sparsity is one number"),
+    ({"algorithm": "gmp", "sparsity": 0.5}, r"params: sparsity.sparsity: gmp with a constant sparsity never changes"),
+    ({"algorithm": "set", "sparsity": 0.5, "drop_fraction": {"type": "sine"}},
+     r"params: sparsity.drop_fraction.type: 'sine' is not one of constant, linear, exp, power, cosine, cycling"),
+    ({"algorithm": "set", "sparsity": 0.5, "drop_fraction": {"type": "cosine", "init": 0.3}},
+     r"params: sparsity.drop_fraction: schedule type cosine needs half_period"),
+    ({"algorithm": "set", "sparsity": 0.5, "drop_fraction": {"type": "cosine", "init": 0.3, "half_period": 9,
+                                                              "period": 3}},
+     r"params: unknown key sparsity.drop_fraction.period; did you mean 'half_period'\? \(schedule type cosine\)"),
+    ({"algorithm": "set", "sparsity": 0.5, "drop_fraction": 1.5}, r"params: sparsity.drop_fraction: must be between 0 and 1"),
+    ({"algorithm": "rigl", "sparsity": 0.5, "update": {"freq": 0}}, r"params: sparsity.update.freq: expected an integer >= 1"),
+    ({"algorithm": "rigl", "sparsity": 0.5, "update": {"freq": 2, "begin": 3}},
+     r"params: unknown key sparsity.update.begin; valid keys: freq, start, stop"),
+    ({"algorithm": "rigl", "sparsity": 0.5, "update": {"every": 3}}, r"params: sparsity.update: expected \{freq: N"),
+    ({"algorithm": "rigl", "sparsity": 0.5, "balance_in_groups": 2, "balance_out_groups": 2},
+     r"params: sparsity.balance_out_groups: give balance_in_groups or balance_out_groups, not both"),
+    ({"sparsity": 0.5, "init_method": "checkerboard"}, r"params: sparsity.init_method: 'checkerboard' is not one of"),
+    ({"sparsity": 0.5, "param_filter": 3}, r"params: sparsity.param_filter: expected a glob or a list of globs"),
+    ({"algorithm": "set", "sparsity": 0.5}, None),  # the good one (drop_fraction and update have defaults)
+    # the Model Zoo 2.0/2.1 spellings, each with its 2.2+ name
+    ({"type": "rigl", "sparsity": 0.5, "param_name_patterns": [".*dense_layer.weight"]},
+     r"params: sparsity.param_name_patterns: the Model Zoo 2.0/2.1 spelling .* param_filter"),
+    ({"type": "rigl", "sparsity": 0.5, "schedule": {"freq": 100}},
+     r"params: sparsity.schedule: an update schedule .* is the Model Zoo 2.0/2.1 spelling; since 2.2 it is sparsity.update"),
+    ([], r"params: sparsity: an empty list sparsifies nothing"),
+    ([{"sparsity": 0.5}, {"algorithm": "set", "sparsity": 0.5, "update": {"steps": [3, -1]}}],
+     r"params: sparsity\[1\].update.steps: expected a list of steps"),
+    ("dense", r"params: sparsity: expected a sparsity level \(a number\), a mapping or a list of mappings, got str"),
+]
+
+
+@pytest.mark.parametrize("section,regex", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_a_bad_sparsity_section_is_one_params_error_naming_the_key_and_line(tmp_path, shards, section, regex):
+    path = params_file(tmp_path, shards, "bad", section)
+    if regex is None:
+        assert load_params(path).sparsity == section
+        return
+    with pytest.raises(ParamsError, match=regex) as caught:
+        load_params(path)
+    line = next(i for i, row in enumerate(path.read_text().splitlines(), 1) if row.startswith("sparsity:"))
+    assert str(caught.value).endswith(")") and f"{path}:" in str(caught.value)
+    assert int(str(caught.value).rsplit(":", 1)[1].rstrip(")")) >= line  # the section's lines, not another's
+
+
+@pytest.mark.parametrize("section,runconfig,regex", [
+    ({"sparsity": 0.5, "param_filter": "*no_such_layer.weight"}, {},
+     r"params: sparsity: the parameter filters match no parameter of the model"),
+    ({"sparsity": 0.5}, {"sharding": "fsdp"}, r"params: sparsity: sparse weights with runconfig.sharding=fsdp"),
+])
+def test_a_section_the_model_cannot_take_is_refused_before_anything_is_written(tmp_path, shards, section, runconfig,
+                                                                                regex):
+    path = params_file(tmp_path, shards, "refused", section, runconfig)
+    with pytest.raises(ParamsError, match=regex):
+        PyTorchBaseRunner.create(load_params(path), device="CPU")
+    assert not (tmp_path / "refused").exists()
