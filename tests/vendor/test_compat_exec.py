@@ -401,11 +401,19 @@ def _eager_reference() -> list[float]:
 
 def test_unprovided_vendor_modules_name_themselves(clean_modules):
     compat.install()
-    for name in ("cerebras.pytorch.sparse", "modelzoo.common.pytorch.layers", "cerebras.modelzoo.common.utils.model",
-                 "cerebras_pytorch.mesh"):
+    for name in ("modelzoo.common.pytorch.layers", "cerebras.modelzoo.common.utils.model", "cerebras_pytorch.mesh"):
         with pytest.raises(ImportError, match=rf"No module named '{name}': it is a Cerebras vendor module that "
                                               "cs-run does not provide"):
             __import__(name)
+
+
+def test_the_sparse_api_resolves_to_cs_runs(clean_modules):
+    compat.install()
+    import cerebras.pytorch.sparse as vendor_sparse
+
+    import cs_run.sparse
+
+    assert vendor_sparse is cs_run.sparse and callable(vendor_sparse.configure)
 
 
 def test_nothing_named_cerebras_is_installed():
