@@ -32,8 +32,8 @@ from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 from cs_run import replicas
 from cs_run.checkpoint import sharded
-from cs_run.errors import CheckpointError, CsRunError
-from cs_run.parallel.strategy import Strategy, map_tensors
+from cs_run.errors import CheckpointError, CsRunError, ParamsError
+from cs_run.parallel.strategy import ReplicaGroup, Strategy, map_tensors
 
 __all__ = ["FullyShardedStrategy", "shard_units"]
 
@@ -69,6 +69,12 @@ class FullyShardedStrategy(Strategy):
         in it and reduce-scatters gradients in float32; the sharded parameters, optimizer state and
         checkpoints stay float32. None: parameters as they are."""
         self._mesh: Any = None
+
+    def traced_group(self) -> Optional[ReplicaGroup]:
+        """Never: the CSX engine traces whole-model steps (its in-graph all-reduce is data parallel)."""
+        raise ParamsError(f"params: runconfig.sharding: the CSX engine traces whole-model steps, not "
+                          f"sharding={self.sharding} / offload={self.offload}; run those on --device CPU or GPU, or "
+                          "set sharding: none and offload: none for --device CSX")
 
     def shard(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         """Shards ``model`` in place (each block of :func:`shard_units`, then the model): called before

@@ -20,14 +20,27 @@ The process machinery (launch, join, the host group) stays in :mod:`cs_run.repli
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
+import torch.distributed as dist
 
 from cs_run import checkpoint, replicas
 from cs_run.checkpoint.tree import map_tensors
 
-__all__ = ["Strategy", "map_tensors"]
+__all__ = ["ReplicaGroup", "Strategy", "map_tensors"]
+
+
+@dataclass(frozen=True)
+class ReplicaGroup:
+    """The replicas a step traced by the CSX engine averages its gradients over, inside the graph (more
+    than one): functional collectives name the group; its size and backend are part of the compile-cache
+    key, so a graph traced for 2 replicas never replays with 4."""
+
+    world_size: int
+    backend: str
+    group_name: str
 
 
 class Strategy:
@@ -65,6 +78,14 @@ class Strategy:
         """The module the eager train step calls: DDP with several replicas (gradients averaged in
         backward), the model itself with one."""
         return replicas.replicate(model, device)
+
+    def traced_group(self) -> Optional[ReplicaGroup]:
+        """The replicas of the default process group, for the CSX engine's in-graph all-reduce; None for
+        one process."""
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() <= 1:
+            return None
+        group = dist.group.WORLD
+        return ReplicaGroup(dist.get_world_size(), str(dist.get_backend(group)), group.group_name)
 
     # ------------------------------------------------------------------------ host reductions
 

@@ -1,7 +1,8 @@
 """Data-parallel replicas inside the traced CSX step (docs/architecture.md#replicas-on-csx).
 
-With a ``torch.distributed`` process group of more than one process, every traced step averages the
-parameters' gradients over the replicas *inside the graph*: functional collectives
+With more than one replica (the group the run's data-parallel :class:`~cs_run.parallel.Strategy` gives
+in ``traced_group()``), every traced step averages the parameters' gradients over the replicas *inside
+the graph*: functional collectives
 (``_c10d_functional.all_reduce`` + ``wait_tensor``) are traced with the rest of the step, so the step
 is still captured once and replayed, with no user Python and no host sync. Nobody wraps the model in
 DDP on CSX; the semantics are DDP's:
@@ -23,7 +24,6 @@ The replica count and backend are part of ``TracedStep.replicas``, hence of the 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -31,9 +31,10 @@ import torch.distributed as dist
 
 from cs_run._torch_compat import c10d_functional
 from cs_run.engine.state import StateSet
+from cs_run.parallel.strategy import ReplicaGroup
 
-__all__ = ["BUCKET_BYTES", "Replicas", "TraceSync", "agree_choice", "broadcast_model_state", "cache_key",
-           "common_tier", "first_failure", "replicas"]
+__all__ = ["BUCKET_BYTES", "TraceSync", "agree_choice", "broadcast_model_state", "cache_key",
+           "common_tier", "first_failure"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,24 +43,7 @@ _BACKWARDS = (torch.Tensor.backward, torch.autograd.backward)
 _GRAD_GET = torch.Tensor.grad.__get__
 
 
-@dataclass(frozen=True)
-class Replicas:
-    """The replicas of this process's default process group (more than one)."""
-
-    world_size: int
-    backend: str
-    group_name: str
-
-
-def replicas() -> Replicas | None:
-    """The data-parallel replicas a step traced now runs with; None for a single process."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() <= 1:
-        return None
-    group = dist.group.WORLD
-    return Replicas(dist.get_world_size(), str(dist.get_backend(group)), group.group_name)
-
-
-def cache_key(r: Replicas | None) -> str:
+def cache_key(r: ReplicaGroup | None) -> str:
     """What the compile-cache key hashes about the replicas (a 1-replica graph never replays with 2)."""
     return "replicas=1" if r is None else f"replicas={r.world_size}|{r.backend}|{r.group_name}"
 
@@ -118,7 +102,7 @@ class TraceSync:
     ran a backward, broadcasts ordinal 0's values of the models' persistent buffers.
     """
 
-    def __init__(self, r: Replicas, state: StateSet, fakes: Sequence[torch.Tensor]) -> None:
+    def __init__(self, r: ReplicaGroup, state: StateSet, fakes: Sequence[torch.Tensor]) -> None:
         self.replicas = r
         param_idx, buffer_idx = _model_slots(state)
         self._params = [fakes[i] for i in param_idx]

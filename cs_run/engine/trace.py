@@ -28,11 +28,13 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from cs_run import parallel
 from cs_run._torch_compat import FakeTensor, is_data_dependent_error, make_fx, proxy_node, pytree
 from cs_run.engine import closures, collectives, dtype_rules
 from cs_run.engine.compliance import compliance_error, is_value_read, library_hint, user_frame_location
 from cs_run.engine.state import Slot, StateSet, optimizer_state_rebinds
 from cs_run.errors import ComplianceError
+from cs_run.parallel.strategy import ReplicaGroup
 
 __all__ = ["GraphSummary", "OutputLayout", "OutputRef", "TracedStep", "flat_signature", "input_signature",
            "trace_step"]
@@ -115,7 +117,7 @@ class TracedStep:
     layout: OutputLayout
     closure_calls: list[closures.RecordedClosure]
     summary: GraphSummary
-    replicas: collectives.Replicas | None = None  # data-parallel replicas the graph all-reduces over
+    replicas: ReplicaGroup | None = None  # data-parallel replicas the graph all-reduces over
 
 
 @dataclass
@@ -204,7 +206,7 @@ def trace_step(fn: Callable, state: StateSet, args: tuple, kwargs: dict) -> Trac
     frozen = {i: x for i, x in enumerate(leaves) if not isinstance(x, torch.Tensor)}
     strays: dict[int, torch.Tensor] = {}
     capture = _Capture()
-    replicas = collectives.replicas()
+    replicas = parallel.current().traced_group()  # the run's strategy says who all-reduces
     runner = _make_runner(fn, state, in_spec, len(leaves), batch_pos, frozen, strays, capture, replicas)
     inputs = [_as_input(s) for s in state.slots] + [leaves[i] for i in batch_pos]
     gm = _run_make_fx(runner, inputs)
@@ -269,7 +271,7 @@ def _run_make_fx(runner: Callable, inputs: list[torch.Tensor]) -> torch.fx.Graph
 
 
 def _make_runner(fn, state, in_spec, n_leaves, batch_pos, frozen, strays, capture: _Capture,
-                 replicas: collectives.Replicas | None) -> Callable:
+                 replicas: ReplicaGroup | None) -> Callable:
     n_state = len(state.slots)
 
     def runner(*flat: torch.Tensor):

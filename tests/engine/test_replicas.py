@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from cs_run.engine import CompiledStep, EngineOptions, collectives
+from cs_run.engine import CompiledStep, EngineOptions
 from cs_run.engine.cache import graph_key
 from cs_run.engine.trial import TierTrial
+from cs_run.parallel.strategy import ReplicaGroup
 from tests.engine import replica_worker
 
 WORLD = 2
@@ -91,7 +92,7 @@ def test_the_step_reduces_once_per_step_inside_the_graph(results):
     r0 = results["fx"][0]
     assert r0["all_reduce"] == 1
     assert r0["broadcast"] == 0  # no model buffers; the grad scaler's state needs no broadcast
-    assert r0["replicas"] == collectives.Replicas(WORLD, "gloo", r0["replicas"].group_name)
+    assert r0["replicas"] == ReplicaGroup(WORLD, "gloo", r0["replicas"].group_name)
 
 
 def test_batchnorm_buffers_are_ordinal_0s_on_every_replica(results):
@@ -133,8 +134,8 @@ def test_replica_count_is_part_of_the_cache_key():
     assert traced.replicas is None
     batch = [torch.ones(2, 3)]
     keys = {graph_key(dataclasses.replace(traced, replicas=r), batch, "fx")
-            for r in (None, collectives.Replicas(2, "gloo", "0"), collectives.Replicas(4, "gloo", "0"),
-                      collectives.Replicas(2, "nccl", "0"))}
+            for r in (None, ReplicaGroup(2, "gloo", "0"), ReplicaGroup(4, "gloo", "0"),
+                      ReplicaGroup(2, "nccl", "0"))}
     assert len(keys) == 4
 
 

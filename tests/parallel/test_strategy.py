@@ -8,6 +8,8 @@ from collections import OrderedDict
 import pytest
 import torch
 
+from cs_run import parallel
+from cs_run.engine import CompiledStep, EngineOptions
 from cs_run.errors import ParamsError
 from cs_run.parallel import FullyShardedStrategy, Strategy, build_strategy, check_strategy
 from cs_run.parallel.fsdp import shard_units
@@ -74,3 +76,27 @@ def test_combinations_that_do_not_work(sharding, offload, n, device, message):
     ("none", "none", 4, "CSX"), ("fsdp", "none", 4, "CPU"), ("fsdp", "cpu", 2, "GPU"), ("none", "cpu", 1, "CPU")])
 def test_combinations_that_work(sharding, offload, n, device):
     check_strategy(sharding, offload, n, device)
+
+
+def test_the_csx_engine_asks_the_strategy_who_all_reduces():
+    """One process: no in-graph all-reduce. A sharded strategy refuses the engine (whole-model steps only),
+    so a traced step can never all-reduce sharded gradients as if they were whole."""
+    assert parallel.Strategy().traced_group() is None
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x):
+        loss = model(x).square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss
+
+    previous = parallel.current()
+    try:
+        parallel.use(parallel.FullyShardedStrategy(offload="cpu"))
+        with pytest.raises(ParamsError, match="runconfig.sharding: the CSX engine traces whole-model steps, not "
+                                              "sharding=fsdp / offload=cpu"):
+            CompiledStep(step, EngineOptions(compile_tier="fx"))(torch.ones(4, 3))
+    finally:
+        parallel.use(previous)
