@@ -1,4 +1,4 @@
-"""sharding: fsdp on 2 replicas (gloo, CPU) of a tiny gpt2 trains the same losses and weights as one
+"""sharding: fsdp on 2 replicas (gloo, CPU) of a tiny Llama-style decoder trains the same losses and weights as one
 unsharded process (AdamW, clipping, warmup + cosine, 30 steps), loads a checkpoint into its shards, and
 writes sharded checkpoints an unsharded process resumes exactly; the combinations that do not work are one
 params error each. Tolerance: see fsdp_helpers."""

@@ -1,4 +1,4 @@
-"""offload: cpu on one replica (FSDP2's CPUOffloadPolicy over a process group of one) trains a tiny gpt2
+"""offload: cpu on one replica (FSDP2's CPUOffloadPolicy over a process group of one) trains a tiny Llama-style decoder
 exactly as the plain process does: on the CPU device the host memory is the device's, so the policy moves
 nothing, and one replica's FSDP2 reduces nothing, so the same float ops run in the same order (tolerance:
 none, bit-identical). What the policy does with an accelerator (pinned host memory, a copy per block to

@@ -1,4 +1,4 @@
-"""Sharded checkpoints of a real run: 4 sharded replicas (gloo, CPU) of a tiny gpt2 write each checkpoint as
+"""Sharded checkpoints of a real run: 4 sharded replicas (gloo, CPU) of a tiny Llama-style decoder write each checkpoint as
 a folder of 4 shards; its step-15 checkpoint resumes on 2 sharded replicas, on 1 (FSDP2 over a group of
 one) and unsharded, each reaching the uninterrupted 4-replica run's step-30 losses and weights; and its
 step-30 checkpoint converts to one .mdl whose every leaf equals the all-gathered weights bit for bit (and
@@ -43,7 +43,7 @@ def test_four_sharded_replicas_checkpoint_resumes_on_two_one_and_unsharded_and_c
     assert converted.keys() == gathered.keys()
     for key, value in gathered.items():
         assert torch.equal(converted[key], value), key
-    # ... and to Hugging Face through gpt2's converter, from the folder as from the one file: the same tensors.
+    # ... and to Hugging Face through llama's converter, from the folder as from the one file: the same tensors.
     for src, dst in ((four / "checkpoint_30.mdl", tmp_path / "hf_folder"), (whole, tmp_path / "hf_file")):
         result = CliRunner().invoke(cli, ["checkpoint", "convert", str(src), str(dst), "--to", "hf", "--params",
                                           str(four / "params_resolved.yaml")])

@@ -3,7 +3,7 @@ checkpoint, ends the whole job: the launcher exits 1 within the collective timeo
 replica, no checkpoint is left half-written under its final name, and the previous checkpoint loads. A
 replica that hangs inside a save ends the job after the collective timeout the same way.
 
-Each run is 2 sharded replicas of the tiny gpt2 of fsdp_helpers, checkpointing every 10 steps, in its own
+Each run is 2 sharded replicas of the tiny Llama-style decoder of fsdp_helpers, checkpointing every 10 steps, in its own
 session under a hard limit (a hang fails the test, it never blocks the suite)."""
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ KILLED = ("Error: replica 1 of 2 was killed by signal SIGKILL (all replicas were
           "to resume from the newest checkpoint)")
 
 
-def _start(tmp_path: Path, *args) -> tuple[subprocess.Popen, Path]:
+def _start(tmp_path: Path, *args, timeout: int = TIMEOUT) -> tuple[subprocess.Popen, Path]:
     params = write_params(tmp_path / "params.yaml", checkpoint_steps=10, max_steps=100_000, log_steps=1000)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     md = tmp_path / "md"
     proc = subprocess.Popen([sys.executable, "-m", "cs_run", "train", "--params", str(params), "--model_dir",
-                             str(md), "--num_csx", "2", "--sharding", "fsdp", "--collective_timeout", str(TIMEOUT),
+                             str(md), "--num_csx", "2", "--sharding", "fsdp", "--collective_timeout", str(timeout),
                              *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**env, "OMP_NUM_THREADS": "1"}, start_new_session=True)
     return proc, md
@@ -103,11 +103,12 @@ def test_a_replica_killed_inside_a_sharded_save_leaves_no_checkpoint_and_the_pre
 
 
 def test_a_replica_hanging_inside_a_sharded_save_ends_the_job_after_the_collective_timeout(tmp_path):
-    proc, md = _start(tmp_path, "--runner", "sharded_runners:StallingSaveRunner")
+    timeout = 30  # the whole wait is this twice; 30 s still outlasts any step or save of this tiny run
+    proc, md = _start(tmp_path, "--runner", "sharded_runners:StallingSaveRunner", timeout=timeout)
     _wait_for(proc, (tmp_path / "stalled").exists)
-    # Ordinal 0 gives up after TIMEOUT s in the commit's all-gather; the agent then stops replica 1, which
-    # sleeps through SIGTERM, with SIGKILL (at most TIMEOUT s later): the line names the replica that hung.
-    code, err = _finish(proc, TIMEOUT * 2 + 30)
+    # Ordinal 0 gives up after `timeout` s in the commit's all-gather; the agent then stops replica 1, which
+    # sleeps through SIGTERM, with SIGKILL (at most `timeout` s later): the line names the replica that hung.
+    code, err = _finish(proc, timeout * 2 + 30)
     errors = [line for line in err.splitlines() if line.startswith("Error:")]
     assert code == 1 and len(errors) == 1 and errors[0].startswith("Error: replica 1 of 2 "), err
     assert _assert_committed_only(md) == [10]
