@@ -39,8 +39,10 @@ run-gpt2: setup $(GPT2_DATA)/.done
 		--set train_input.data_dir=$(GPT2_DATA)/train --set eval_input.data_dir=$(GPT2_DATA)/val && \
 	echo "run-gpt2: trained and evaluated in $$(( $$(date +%s) - start )) s"
 
+# Two workers (pytest-xdist), each file on one worker so its module fixtures are built once; most tests are
+# one core's work (OMP_NUM_THREADS=1), and the 2-core CI box has two.
 test: setup
-	$(PY) -m pytest -q -m "not sweep" --durations=25
+	$(PY) -m pytest -q -m "not sweep" -n 2 --dist loadfile --durations=25
 
 # The exhaustive sweeps make test leaves out (every decoder family on inductor): about 10 minutes on 2 cores.
 test-sweep: setup
