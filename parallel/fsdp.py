@@ -76,6 +76,11 @@ class FullyShardedStrategy(Strategy):
                           f"sharding={self.sharding} / offload={self.offload}; run those on --device CPU or GPU, or "
                           "set sharding: none and offload: none for --device CSX")
 
+    def place(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        """In host memory: :meth:`shard` moves it to the device one block at a time (FSDP2 moves each unit's
+        tensors, then keeps this replica's shard), so the whole model never sits on one device."""
+        return model
+
     def shard(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         """Shards ``model`` in place (each block of :func:`shard_units`, then the model): called before
         the optimizer is built, which then holds the sharded parameters and creates sharded state."""

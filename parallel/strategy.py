@@ -70,6 +70,10 @@ class Strategy:
 
     # ---------------------------------------------------------------------------------- model
 
+    def place(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        """The newly built ``model`` where it waits for :meth:`shard`. Data parallel: on the device, whole."""
+        return model.to(device)
+
     def shard(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         """The model whose parameters the optimizer is built on. Data parallel: the whole model."""
         return model

@@ -75,13 +75,13 @@ class PyTorchBaseRunner(RunnerHooks):
             manual_seed(rc.seed)
         # Build what can be wrong before anything is written: model and optimizer errors are params errors.
         self._metrics = MetricSet()  # what evaluate() reports: this run's metrics only (docs/architecture.md)
-        with self._metrics.collecting():
-            self.model = _build.build_model(params, model_fn).to(self.torch_device)
-        self._metrics.add_module(self.model)
-        self.sparsity = _build.build_sparsity(params, self.model)  # the params' sparsity section, or None
         self.step_config = _build.build_step_config(params, self.torch_device, self.device_type)
         self.strategy = parallel.use(parallel.build_strategy(rc.sharding, rc.offload,
                                                              self.step_config.autocast_dtype))  # bf16: FSDP2's too
+        with self._metrics.collecting():
+            self.model = self.strategy.place(_build.build_model(params, model_fn), self.torch_device)
+        self._metrics.add_module(self.model)
+        self.sparsity = _build.build_sparsity(params, self.model)  # the params' sparsity section, or None
         self.model = self.strategy.shard(self.model, self.torch_device)  # before the optimizer holds its parameters
         self.optimizer, self.lr_scheduler, self.grad_scaler = _build.build_training_parts(
             params, self.model, optimizer_fn, lr_scheduler_fn)
