@@ -131,6 +131,13 @@ class PyTorchBaseRunner(RunnerHooks):
 
     def run(self, mode: str) -> dict[str, Any]:
         """Run ``mode`` (train, eval, train_and_eval, eval_all); returns the eval results, if any."""
+        parallel.use(self.strategy)  # this run's, for code it does not hand it to (a hook's cstorch.save)
+        try:
+            return self._run(mode)
+        finally:  # a later run or cstorch.compile in this process starts from data parallel, not this run's
+            parallel.use(parallel.Strategy())
+
+    def _run(self, mode: str) -> dict[str, Any]:
         if mode != self.options.mode:  # a runner created without this mode: its checks now, once
             try:
                 self.options = self.options.for_mode(mode, self.params, self._data_fns)

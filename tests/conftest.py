@@ -257,6 +257,15 @@ runconfig:
 
 
 @pytest.fixture(autouse=True)
+def _data_parallel_after():
+    """A test that built a sharded runner without running it leaves no sharded strategy current."""
+    from cs_run import parallel
+
+    yield
+    parallel.use(parallel.Strategy())
+
+
+@pytest.fixture(autouse=True)
 def _fresh_backend():
     """One backend type per process (vendor rule): every test starts and ends without one."""
     from cs_run.backend import _reset_for_tests
