@@ -18,6 +18,8 @@ import functools
 import logging
 import re
 import sys
+import traceback
+import unittest.mock
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -28,11 +30,13 @@ from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicO
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
 
 __all__ = [
-    "PYTREE_PICKLED_LEAVES", "PYTREE_PICKLED_NODES", "TORCH_VERSION", "TREESPEC_PROTOCOL", "DataDependentOutputException",
-    "DynamicOutputShapeException", "FakeTensor", "OpOverload", "TensorBase", "aot_compile", "aoti_cpu_runner",
-    "c10d_functional", "cpu_isa_flags", "inductor_force_stride_order", "is_data_dependent_error", "load_compiled_artifact",
-    "make_fx", "patched_isa_check_build", "proxy_node", "pytree", "save_compiled_artifact", "standalone_compile", "treespec_json_leaf",
-    "treespec_json_node", "warn_degraded", "without_dynamo_wrapper",
+    "PYTREE_PICKLED_LEAVES", "PYTREE_PICKLED_NODES", "TORCH_VERSION", "TREESPEC_PROTOCOL",
+    "DataDependentOutputException", "DynamicOutputShapeException", "FakeTensor", "OpOverload", "TensorBase",
+    "aot_compile", "aoti_cpu_runner", "c10d_functional", "cpu_isa_flags", "foreign_nodes_not_reordered",
+    "inductor_build_fixes", "inductor_force_stride_order", "is_data_dependent_error", "load_compiled_artifact",
+    "make_fx", "patched_isa_check_build", "proxy_node", "pytree", "raised_in_loop_reordering",
+    "save_compiled_artifact", "standalone_compile", "treespec_json_leaf", "treespec_json_node", "warn_degraded",
+    "without_dynamo_wrapper", "without_loop_reordering_if_it_fails",
 ]
 
 logger = logging.getLogger(__name__)
@@ -132,22 +136,73 @@ def standalone_compile(gm: torch.fx.GraphModule, example: list[torch.Tensor]) ->
     """inductor's compile of ``gm`` with its Python wrapper: a ``CompiledArtifact`` (callable, ``is_saveable``, ``save``)."""
     from torch._inductor import standalone_compile as _standalone_compile  # noqa: PLC0415, TID253  (heavy)
 
-    return _standalone_compile(gm, example, dynamic_shapes="from_example_inputs")
+    def build() -> Any:
+        return _standalone_compile(gm, example, dynamic_shapes="from_example_inputs")
+
+    return build() if TORCH_VERSION >= (2, 13) else without_loop_reordering_if_it_fails(build)
+
+
+# The scheduler's loop reordering after fusion (GPU kernels only: inductor skips it for CPU nodes).
+_LOOP_REORDERING = ("reorder_loops_by_dep_pair", "shared_data_after_reordering_loop", "apply_new_loop_order",
+                    "decide_loop_order_to_match")
+_LOOP_REORDERING_FEATURE = "inductor's loop reordering after fusion (torch._inductor.config.loop_ordering_after_fusion)"
 
 
 def inductor_build_fixes() -> contextlib.AbstractContextManager:
     """Inductor settings around every build that work around a known bug of the running torch.
 
-    Before torch 2.13, the scheduler's loop reordering after fusion asserts on a fused node
-    (``FusedSchedulerNode.reorder_loops_by_dep_pair``: ``assert isinstance(snode, SchedulerNode)``; 2.13
-    returns False there): a whole training step of a transformer (GPT-2 on CUDA, torch 2.11) does not
-    compile at all. Those versions build without that reordering.
+    Before torch 2.13, ``FusedSchedulerNode.reorder_loops_by_dep_pair`` asserts that every node it fused
+    is a ``SchedulerNode``, and a whole training step of a transformer (GPT-2 on CUDA, torch 2.11) holds
+    fused nodes that are not: the step did not compile at all. 2.13 answers "not reordered" (False) for
+    such a node; those versions get that answer here, during the build only, and keep the reordering
+    everywhere else, as their ``torch.compile`` does (turning it off wholesale cost fusions it finds).
     """
     if TORCH_VERSION >= (2, 13):
         return contextlib.nullcontext()
+    from torch._inductor.scheduler import FusedSchedulerNode  # noqa: PLC0415, TID253  (heavy)
+
+    return unittest.mock.patch.object(FusedSchedulerNode, "reorder_loops_by_dep_pair",
+                                      foreign_nodes_not_reordered(FusedSchedulerNode.reorder_loops_by_dep_pair))
+
+
+def foreign_nodes_not_reordered(reorder: Callable[..., bool]) -> Callable[..., bool]:
+    """``FusedSchedulerNode.reorder_loops_by_dep_pair`` as torch 2.13 has it: False when one of the fused
+    nodes is not a ``SchedulerNode``, the original ``reorder`` otherwise."""
+    from torch._inductor.scheduler import SchedulerNode  # noqa: PLC0415, TID253  (heavy)
+
+    @functools.wraps(reorder)
+    def reorder_own_nodes(self: Any, self_dep: Any, other_dep: Any) -> bool:
+        if not all(isinstance(snode, SchedulerNode) for snode in self.snodes):
+            return False
+        return reorder(self, self_dep, other_dep)
+
+    return reorder_own_nodes
+
+
+def raised_in_loop_reordering(exc: BaseException) -> bool:
+    """Whether ``exc``, or an exception it was raised from (inductor wraps them), came out of the
+    scheduler's loop reordering."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if any(frame.name in _LOOP_REORDERING for frame in traceback.extract_tb(seen.__traceback__)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def without_loop_reordering_if_it_fails(build: Callable[[], Any]) -> Any:
+    """``build()``; when that fails inside the loop reordering (a case :func:`inductor_build_fixes` does not
+    cover), one warning naming the feature, and ``build()`` again without the reordering."""
     import torch._inductor.config as inductor_config  # noqa: PLC0415, TID253  (heavy)
 
-    return inductor_config.patch(loop_ordering_after_fusion=False)
+    try:
+        return build()
+    except Exception as exc:
+        if not raised_in_loop_reordering(exc):
+            raise
+        warn_degraded(_LOOP_REORDERING_FEATURE, f"{type(exc).__name__} inside it", "this step builds without it")
+    with inductor_config.patch(loop_ordering_after_fusion=False):
+        return build()
 
 
 def load_compiled_artifact(path: Path) -> Any:

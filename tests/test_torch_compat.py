@@ -12,6 +12,7 @@ import json
 import logging
 import pickle
 import pickletools
+import types
 
 import pytest
 import torch
@@ -149,3 +150,83 @@ def test_the_isa_probe_hook_is_restored_after_the_block():
             assert patched is True and cpu_vec_isa.VecISA.check_build is not original
             raise KeyError("the block fails")
     assert cpu_vec_isa.VecISA.check_build is original
+
+
+# -- inductor's loop reordering after fusion before torch 2.13 (inductor_build_fixes) ----------------------
+def _fused_node(*snodes):
+    """What ``FusedSchedulerNode.reorder_loops_by_dep_pair`` reads of its node: the fused nodes, not a template."""
+    return types.SimpleNamespace(snodes=list(snodes), is_template=lambda: False)
+
+
+def test_a_fused_node_holding_a_foreign_node_is_not_reordered_as_torch_2_13_decides():
+    scheduler = pytest.importorskip("torch._inductor.scheduler")
+    original = scheduler.FusedSchedulerNode.reorder_loops_by_dep_pair
+    foreign = _fused_node(object(), object.__new__(scheduler.SchedulerNode))  # object(): e.g. an extern kernel's node
+    if _torch_compat.TORCH_VERSION >= (2, 13):
+        assert original(foreign, None, None) is False  # the reference: torch's own answer from 2.13 on
+    else:
+        with pytest.raises(AssertionError):  # the bug the fix works around
+            original(foreign, None, None)
+    assert _torch_compat.foreign_nodes_not_reordered(original)(foreign, None, None) is False
+
+
+def test_a_fused_node_of_scheduler_nodes_is_reordered_by_torch():
+    scheduler = pytest.importorskip("torch._inductor.scheduler")
+    own = _fused_node(object.__new__(scheduler.SchedulerNode), object.__new__(scheduler.SchedulerNode))
+    calls = []
+    fixed = _torch_compat.foreign_nodes_not_reordered(lambda node, a, b: calls.append((node, a, b)) or True)
+    assert fixed(own, "dep1", "dep2") is True and calls == [(own, "dep1", "dep2")]
+
+
+@pytest.mark.parametrize("version, patched", [((2, 11), True), ((2, 12), True), ((2, 13), False), ((2, 14), False)])
+def test_the_reordering_fix_applies_before_2_13_during_the_build_only(monkeypatch, version, patched):
+    scheduler = pytest.importorskip("torch._inductor.scheduler")
+    original = scheduler.FusedSchedulerNode.reorder_loops_by_dep_pair
+    monkeypatch.setattr(_torch_compat, "TORCH_VERSION", version)
+    with _torch_compat.inductor_build_fixes():
+        inside = scheduler.FusedSchedulerNode.reorder_loops_by_dep_pair
+        assert (inside is not original) is patched
+        assert not patched or inside.__wrapped__ is original
+    assert scheduler.FusedSchedulerNode.reorder_loops_by_dep_pair is original
+
+
+def _raise_in_reordering():
+    def reorder_loops_by_dep_pair():  # named as the scheduler's method, so the traceback shows it
+        raise AssertionError
+
+    try:
+        reorder_loops_by_dep_pair()
+    except AssertionError as exc:
+        raise RuntimeError("inductor wraps what its scheduler raised") from exc
+
+
+def test_a_build_failing_in_the_loop_reordering_is_built_again_without_it(monkeypatch, caplog):
+    config = pytest.importorskip("torch._inductor.config")
+    monkeypatch.setattr(_torch_compat, "_WARNED", set())
+    before, seen = config.loop_ordering_after_fusion, []
+
+    def build():
+        seen.append(config.loop_ordering_after_fusion)
+        if len(seen) == 1:
+            _raise_in_reordering()
+        return "artifact"
+
+    with caplog.at_level(logging.WARNING, logger="cs_run"):
+        assert _torch_compat.without_loop_reordering_if_it_fails(build) == "artifact"
+    assert seen == [before, False] and config.loop_ordering_after_fusion == before
+    assert [r.getMessage() for r in caplog.records if "loop reordering" in r.getMessage()] == [
+        f"torch {torch.__version__}: inductor's loop reordering after fusion "
+        "(torch._inductor.config.loop_ordering_after_fusion) is not available (RuntimeError inside it); "
+        "this step builds without it"]
+
+
+def test_a_build_failing_elsewhere_fails_once_without_a_second_build():
+    calls = []
+
+    def build():
+        calls.append(1)
+        raise ValueError("a lowering error")
+
+    with pytest.raises(ValueError, match="a lowering error"):
+        _torch_compat.without_loop_reordering_if_it_fails(build)
+    assert calls == [1] and not _torch_compat.raised_in_loop_reordering(ValueError())
