@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # torch's OpenMP threads spin and fight on a 2-core shared host; tests and runs pin them.
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup run run-gpt2 test test-sweep test-torch-2.14 bench bench-gpu lint clean
+.PHONY: setup run run-gpt2 test test-sweep test-torch-2.14 bench bench-gpu bench-gpu-profile lint clean
 
 setup: $(STAMP)
 
@@ -85,3 +85,8 @@ clean:
 # The language-model step on a CUDA GPU (GPT-2 small, bf16): tokens/s and MFU per row.
 bench-gpu: setup
 	$(PY) bench/bench_lm.py
+
+# Where CSX and torch.compile spend GPT-2 small's step at batch 32 (the batch where CSX trails compile):
+# the same table for those rows, then each row's device time by kernel class and its costliest kernels.
+bench-gpu-profile: setup
+	$(PY) bench/bench_lm.py --batch 32 --rows eager,compile,csx-inductor-cg --repeats 3 --profile 15

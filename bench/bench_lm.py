@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import statistics
 import tempfile
 import time
@@ -205,6 +206,9 @@ def main() -> None:
                         help="autocast dtype (default: bfloat16 on CUDA, float32 on a CPU)")
     parser.add_argument("--peak_tflops", type=float, default=None, help="the peak to divide by, TFLOP/s")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--profile", type=int, nargs="?", const=12, default=0, metavar="TOP",
+                        help="after the table, profile each row: its kernels by class and its TOP (default 12) "
+                             "costliest kernels, device time per step (CPU time on a CPU)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -231,11 +235,14 @@ def main() -> None:
           f"{torch.__version__}, {where}")
     print(f"  FLOPs/token 6N+12LdT = {fpt / 1e6:.1f} MFLOP; peak: {peak_note}; medians of {args.repeats} "
           f"interleaved repeats x {steps} steps")
-    run_rows(names, keys, data, device, dtype if dtype != torch.float32 else None, steps, args.repeats,
-             batch * seq, fpt, peak)
+    rows = run_rows(names, keys, data, device, dtype if dtype != torch.float32 else None, steps, args.repeats,
+                    batch * seq, fpt, peak)
+    if args.profile:
+        for name, row in rows.items():
+            profile_row(name, row, device, steps, args.profile)
 
 
-def run_rows(names, keys, data, device, dtype, steps, repeats, tokens, fpt, peak) -> None:
+def run_rows(names, keys, data, device, dtype, steps, repeats, tokens, fpt, peak) -> dict[str, Row]:
     rows, first, mem = {}, {}, {}
     for name in names:  # build + warm up one row at a time, so its memory peak is its own
         try:
@@ -273,6 +280,64 @@ def run_rows(names, keys, data, device, dtype, steps, repeats, tokens, fpt, peak
         ratio = f"{base / t:8.2f}x" if base else "      n/a"
         memory = f"{mem[name] / 2**30:12.2f}" if name in mem else f"{'n/a':>12s}"
         print(f"  {name:18s} {t * 1e3:9.2f} {tokens / t:11.0f} {mfu:7.1%} {ratio} {memory} {first[name]:10.1f}")
+    return rows
+
+
+# Kernel classes by name: cuBLAS/cuBLASLt/CUTLASS GEMMs, flash/cuDNN/efficient attention, torch's own
+# multi-tensor kernels (fused AdamW, foreach), inductor's generated kernels by kind, copies, ATen's eager
+# elementwise and reduction kernels, then everything else. On a CPU the events are ATen ops and the
+# profiler does not see inside an ahead-of-time compiled step library.
+KERNEL_CLASSES = (
+    ("gemm", re.compile(r"gemm|nvjet|cutlass|xmma|cublas|\b(addmm|mm|bmm|matmul|linear)\b", re.I)),
+    ("attention", re.compile(r"flash|fmha|sdpa|attention|attn", re.I)),
+    ("torch multi-tensor", re.compile(r"multi_tensor|foreach|fused_adam|FusedAdam", re.I)),
+    ("inductor pointwise", re.compile(r"^triton_poi|^cpp_fused")),
+    ("inductor reduction", re.compile(r"^triton_(red|per)")),
+    ("copies, fills", re.compile(r"copy|memcpy|memset|fill|\bcat\b", re.I)),
+    ("eager elementwise", re.compile(r"elementwise_kernel|reduce_kernel")),
+)
+
+
+def kernel_class(name: str) -> str:
+    return next((label for label, pattern in KERNEL_CLASSES if pattern.search(name)), "other")
+
+
+def profile_row(name: str, row: Row, device: torch.device, steps: int, top: int) -> None:
+    """Where one row's step time goes: device time per step by kernel class, its costliest kernels, and
+    its kernel launches per step (CPU time and ops on a CPU, where the compiled tiers show as one call)."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(steps):
+            row.call()
+        sync(device)
+    on_device = device.type == "cuda"
+    kernels = []  # (name, self time per step in us, calls per step)
+    for event in prof.key_averages():
+        if on_device:
+            self_us = getattr(event, "self_device_time_total", None)
+            self_us = self_us if self_us is not None else event.self_cuda_time_total
+            if self_us <= 0 or event.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+        else:
+            self_us = event.self_cpu_time_total
+            if self_us <= 0:
+                continue
+        kernels.append((event.key, self_us / steps, event.count / steps))
+    total = sum(us for _, us, _ in kernels) or 1.0
+    by_class: dict[str, list[float]] = {}
+    for kernel, us, calls in kernels:
+        spent = by_class.setdefault(kernel_class(kernel), [0.0, 0.0])
+        spent[0] += us
+        spent[1] += calls
+    where = "device" if on_device else "CPU"
+    print(f"  profile {name}: {total / 1e3:.2f} ms {where} time per step in {sum(c for *_, c in kernels):.0f} "
+          f"{'kernels' if on_device else 'op calls'}")
+    for label, (us, calls) in sorted(by_class.items(), key=lambda item: -item[1][0]):
+        print(f"    {label:20s} {us / 1e3:8.2f} ms {us / total:6.1%} {calls:7.0f} calls")
+    for kernel, us, calls in sorted(kernels, key=lambda k: -k[1])[:top]:
+        print(f"      {us / 1e3:8.3f} ms {calls:5.0f}x  {kernel[:110]}")
 
 
 if __name__ == "__main__":
