@@ -1,5 +1,5 @@
 """Every private torch API cs-run uses, in one place, with the differences between the torch versions it
-supports (``_version_check.SUPPORTED_TORCH``: 2.11 through 2.14).
+supports (``_version_check.SUPPORTED_TORCH``: 2.11 through 2.15).
 
 torch keeps no promise about these names (``torch._inductor``, ``torch._C._aoti``, make_fx's proxy
 slots, fake tensors, ``torch.ops._c10d_functional``, ``torch.utils._pytree`` and the forms it pickles
@@ -98,7 +98,7 @@ def without_dynamo_wrapper(method: Callable[..., Any]) -> Callable[..., Any]:
 PYTREE_PICKLED_NODES = (("torch.utils._pytree", "TreeSpec"),)
 PYTREE_PICKLED_LEAVES = (("torch.utils._pytree", "LeafSpec"), ("torch.utils._pytree", "treespec_leaf"))
 
-# treespec_dumps' JSON (the vendor's format-0.5 __spec__): protocol 1 from torch 2.1 through 2.14.
+# treespec_dumps' JSON (the vendor's format-0.5 __spec__): protocol 1 from torch 2.1 through 2.15.
 TREESPEC_PROTOCOL = 1
 
 

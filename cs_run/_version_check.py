@@ -1,11 +1,11 @@
-"""The torch versions this code was run with: 2.11.x through 2.14.x. Anything else fails at ``import cs_run``
+"""The torch versions this code was run with: 2.11.x through 2.15.x. Anything else fails at ``import cs_run``
 with one clear line.
 
 The CSX engine uses torch internals that change between minor releases without notice (make_fx's
 proxy slots, fake tensors, inductor's ``aot_compile`` and ``standalone_compile``, AOTInductor's C++
 runner, ``torch.utils._pytree``); cs_run/_torch_compat.py holds every one of them and the differences
 between the versions of the range. Those versions were run (the suite on 2.13, its smoke subset on
-2.14, ``make test-torch-2.14``); a version outside the range is refused rather than left to fail deep
+2.14, ``make test-torch-2.14``; the same subset on 2.15 by hand, 2026-11-27); a version outside the range is refused rather than left to fail deep
 inside a trace. ``CS_RUN_ANY_TORCH=1`` skips the check (at your own risk, e.g. to try a new torch).
 The installed version is read from the package metadata, so ``import cs_run`` does not import torch
 (the torch already imported, when there is one, is checked).
@@ -25,7 +25,7 @@ __all__ = ["SUPPORTED_TORCH", "UnsupportedTorchError", "check_torch_version", "i
            "torch_requirement"]
 
 # The oldest and the newest minor release run, both included (setup.cfg's install_requires says the same).
-SUPPORTED_TORCH = ((2, 11), (2, 14))
+SUPPORTED_TORCH = ((2, 11), (2, 15))
 
 
 class UnsupportedTorchError(ImportError):
@@ -33,7 +33,7 @@ class UnsupportedTorchError(ImportError):
 
 
 def torch_requirement() -> str:
-    """The pip requirement of the supported range, e.g. ``torch>=2.11,<2.15``."""
+    """The pip requirement of the supported range, e.g. ``torch>=2.11,<2.16``."""
     (low_major, low_minor), (high_major, high_minor) = SUPPORTED_TORCH
     return f"torch>={low_major}.{low_minor},<{high_major}.{high_minor + 1}"
 

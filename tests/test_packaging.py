@@ -19,15 +19,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("version", ["2.11.0", "2.11.0+cu130", "2.12.1+cpu", "2.13.0", "2.13.0a0+git1234",
-                                     "2.14.1", "2.14.0+cu126"])
+                                     "2.14.1", "2.14.0+cu126", "2.15.0", "2.15.0+cu132"])
 def test_torch_in_the_range_is_accepted(version):
     check_torch_version(version)
 
 
-@pytest.mark.parametrize("version", ["2.4.0", "2.10.2+cpu", "2.15.0", "2.15.0a0+git1234", "3.12.0", "1.13.1", "nightly"])
+@pytest.mark.parametrize("version", ["2.4.0", "2.10.2+cpu", "2.16.0", "2.16.0a0+git1234", "3.12.0", "1.13.1", "nightly"])
 def test_other_torch_versions_fail_with_one_line(version):
-    with pytest.raises(ImportError, match=rf"cs-run needs torch 2\.11 to 2\.14 .* found torch {re.escape(version)}; "
-                                          r"install one with pip install 'torch>=2\.11,<2\.15'") as info:
+    with pytest.raises(ImportError, match=rf"cs-run needs torch 2\.11 to 2\.15 .* found torch {re.escape(version)}; "
+                                          r"install one with pip install 'torch>=2\.11,<2\.16'") as info:
         check_torch_version(version)
     assert isinstance(info.value, UnsupportedTorchError) and "\n" not in str(info.value)
 
@@ -42,8 +42,8 @@ def test_import_and_help_refuse_another_torch_in_one_line_and_the_escape_hatch_w
     refused = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert refused.returncode == 1 and refused.stdout == "", refused
     assert refused.stderr.splitlines() == [
-        "Error: cs-run needs torch 2.11 to 2.14 (its CSX engine uses torch internals that change between releases) "
-        "but found torch 2.10.0; install one with pip install 'torch>=2.11,<2.15', or set CS_RUN_ANY_TORCH=1 to "
+        "Error: cs-run needs torch 2.11 to 2.15 (its CSX engine uses torch internals that change between releases) "
+        "but found torch 2.10.0; install one with pip install 'torch>=2.11,<2.16', or set CS_RUN_ANY_TORCH=1 to "
         "try anyway"], refused.stderr
     allowed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
                              env={**os.environ, "CS_RUN_ANY_TORCH": "1"})
@@ -62,7 +62,7 @@ def test_declared_versions_match_the_code():
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     assert cfg["options"]["python_requires"].strip() == ">=3.11"  # typing.Self, tomllib, ...
-    assert torch_requirement() == "torch>=2.11,<2.15" and torch_requirement() in cfg["options"]["install_requires"].split()
+    assert torch_requirement() == "torch>=2.11,<2.16" and torch_requirement() in cfg["options"]["install_requires"].split()
     assert SUPPORTED_TORCH[0] <= tuple(int(x) for x in torch.__version__.split(".")[:2]) <= SUPPORTED_TORCH[1]
     ruff = tomllib.loads((ROOT / "ruff.toml").read_text())
     assert ruff["target-version"] == "py311"

@@ -178,7 +178,7 @@ def test_a_fused_node_of_scheduler_nodes_is_reordered_by_torch():
     assert fixed(own, "dep1", "dep2") is True and calls == [(own, "dep1", "dep2")]
 
 
-@pytest.mark.parametrize("version, patched", [((2, 11), True), ((2, 12), True), ((2, 13), False), ((2, 14), False)])
+@pytest.mark.parametrize("version, patched", [((2, 11), True), ((2, 12), True), ((2, 13), False), ((2, 15), False)])
 def test_the_reordering_fix_applies_before_2_13_during_the_build_only(monkeypatch, version, patched):
     scheduler = pytest.importorskip("torch._inductor.scheduler")
     original = scheduler.FusedSchedulerNode.reorder_loops_by_dep_pair
