@@ -127,7 +127,7 @@ class Evaluator:
                         "a val_dataloader) evaluates during training, as in the Model Zoo",
                         runner.params.name("runconfig.eval_frequency"), frequency)
 
-    def after_train_step(self, end_step: int) -> dict[str, float]:
+    def after_train_step(self) -> dict[str, float]:
         """train_and_eval's evaluation after a training step: every eval_frequency steps from the run's start
         (a count, or a fraction of the run: the vendor's), not on the run's last step (:meth:`final` is that
         one). Its results, or {} when none was due or a signal interrupted it."""
@@ -137,7 +137,7 @@ class Evaluator:
         progress = runner.progress
         frequency = runner.params.runconfig.eval_frequency
         every = math.ceil(frequency * progress.run_steps) if isinstance(frequency, float) else frequency
-        if not every or progress.run_step % every != 0 or progress.global_step == end_step:
+        if not every or progress.run_step % every != 0 or progress.run_step == progress.run_steps:
             return {}
         with preserved_rng(getattr(runner._train_loader, "generator", None)):  # the last step's: final()
             results = self.evaluate()

@@ -288,7 +288,7 @@ class PyTorchBaseRunner(RunnerHooks):
             loss = self._train_step(micro_batches)
             progress.step_done(samples)
             self.on_train_batch_end(loss, progress.epoch, progress.global_step)
-            self._after_train_step(loss, micro_batches, end_step)
+            self._after_train_step(loss, micro_batches)
             bar.update(1)
             if progress.global_step >= end_step:
                 return progress.epoch_step >= budget.steps_per_epoch
@@ -350,7 +350,7 @@ class PyTorchBaseRunner(RunnerHooks):
         """The next ``count`` batches of ``iterator`` on the device (fewer when it ends first)."""
         return [self._to_device(batch) for batch in itertools.islice(iterator, count)]
 
-    def _after_train_step(self, loss: torch.Tensor, micro_batches: list, end_step: int) -> None:
+    def _after_train_step(self, loss: torch.Tensor, micro_batches: list) -> None:
         """Host work after a step: loss check, logging, checkpoint, periodic eval."""
         rc = self.params.runconfig
         step, run_step, run_steps = self.progress.global_step, self.progress.run_step, self.progress.run_steps
@@ -367,7 +367,7 @@ class PyTorchBaseRunner(RunnerHooks):
             logger.info("| Train Device=%s, Step=%d, Loss=%.5f, Rate=%.2f samples/sec, GlobalRate=%.2f samples/sec",
                         self.device_name, step, value, rate, global_rate)
             self._write_train_summaries(step, value, rate, global_rate)
-        results = self.evaluator.after_train_step(end_step)  # train_and_eval's, every eval_frequency steps
+        results = self.evaluator.after_train_step()  # train_and_eval's, every eval_frequency steps
         if results and self._early_stopping is not None and self._early_stopping.update(results, step):
             self.should_stop = True
         if checkpoint_step:  # after the eval, so the checkpoint holds the early-stopping state of this step
