@@ -186,7 +186,7 @@ class PyTorchBaseRunner(RunnerHooks):
                 start = self.checkpoints.check_start_fits(self.checkpoints.resolve_start(), training)
             if training:
                 self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
-                _check_replica_loader(self._train_loader, self.params.train_input, self.strategy)
+                _check_replica_loader(self._train_loader, self.params.train_input)
                 if self._early_stopping is not None:
                     self._early_stopping.check_metric(self.evaluator.names(), self.params.head,
                                                       self.params.name("runconfig.early_stopping_metric"))
@@ -439,10 +439,11 @@ class PyTorchBaseRunner(RunnerHooks):
         return tqdm(total=total, desc=desc, unit="step", disable=disable, dynamic_ncols=True, leave=False)
 
 
-def _check_replica_loader(loader, section, strategy: parallel.Strategy) -> None:
+def _check_replica_loader(loader, section) -> None:
     """Replicas step together (each step all-reduces): loaders of different lengths would leave one
     replica waiting for the others, so they are refused up front. A loader whose batch is the params'
     whole batch_size did not split it (the global batch would be N times larger): warned."""
+    strategy = parallel.current()  # the run's: run() made it current
     n, length = strategy.world_size, loader_length(loader)
     if n > 1 and section is not None and getattr(loader, "batch_size", None) == section.batch_size > 1 \
             and strategy.writes:
