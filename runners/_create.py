@@ -39,8 +39,8 @@ def create(base: type["PyTorchBaseRunner"], params: Params, device: str, runner:
     with held_for_run_log(params) as created, collected.collecting():  # run.log begins with the creation's lines
         built = _create(base, params, device, runner, mode, backend, builders)
     built._created_records = created
-    built._metrics.update(collected)
-    built._metrics.add_imported(_code_modules(built, builders))  # also when imported by an earlier run
+    built.evaluator.metrics.update(collected)
+    built.evaluator.metrics.add_imported(_code_modules(built, builders))  # also when imported by an earlier run
     return built
 
 
@@ -70,7 +70,7 @@ def _create(base: type["PyTorchBaseRunner"], params: Params, device: str, runner
     options = RunOptions.resolve(params, device)  # each run option, checked once and carried typed
     try:
         parallel.check_strategy(rc.sharding, rc.offload, rc.num_csx, device)
-        strategy = parallel.build_strategy(rc.sharding, rc.offload)  # the runner makes it current (__init__)
+        strategy = parallel.build_strategy(rc.sharding, rc.offload)  # to start the replicas; the runner builds its own
         if mode != "eval_all" and not options.trace_only:  # the modes that load it
             _checkpoints.check_start_checkpoint(params, options.checkpoint_path)  # before anything is written
         _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written

@@ -1,8 +1,10 @@
-"""PyTorchBaseRunner: the training and eval loops every runner shares.
+"""PyTorchBaseRunner: the training loop every runner shares, and the run around it.
 
-The loop reads top to bottom in :meth:`PyTorchBaseRunner.train`. Subclasses differ only in how a step
-executes (:meth:`_train_step`, :meth:`_eval_step`) and how values reach the host
-(:meth:`_fetch_loss`); they never copy the loop.
+The loop reads top to bottom in :meth:`PyTorchBaseRunner.train`. Its parts with a job of their own are
+objects it holds: the checkpoints (:class:`~cs_run.runners._checkpointer.Checkpointer`), the evaluations
+(:class:`~cs_run.runners._evaluator.Evaluator`), the counters (:class:`~cs_run.runners._progress.Progress`).
+Subclasses differ only in how a step executes (:meth:`_train_step`, :meth:`_eval_step`) and how values
+reach the host (:meth:`_fetch_loss`); they never copy the loop.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ from cs_run._logging import run_log
 from cs_run.backend import Backend
 from cs_run.batches import RateMeter, batch_size, loader_length, move_to_device
 from cs_run.creation import manual_seed
-from cs_run.errors import CheckpointError, ParamsError, TrainingError
+from cs_run.errors import ParamsError, TrainingError
 from cs_run.exits import error_text
 from cs_run.interrupts import Aborted, Interrupted, StopFlag, stop_on_signal
-from cs_run.metrics import MetricSet
 from cs_run.params import Params, save_params
 from cs_run.runners import _build, _checkpoints, _create, _model_dir
 from cs_run.runners._checkpointer import Checkpointer
 from cs_run.runners._early_stopping import EarlyStopping
+from cs_run.runners._evaluator import Evaluator
 from cs_run.runners._options import TRAINING_MODES, RunOptions
 from cs_run.runners._progress import Progress
 from cs_run.runners._reporting import Summaries
@@ -74,13 +76,13 @@ class PyTorchBaseRunner(RunnerHooks):
         if rc.seed is not None:
             manual_seed(rc.seed)
         # Build what can be wrong before anything is written: model and optimizer errors are params errors.
-        self._metrics = MetricSet()  # what evaluate() reports: this run's metrics only (docs/architecture.md)
+        self.evaluator = Evaluator(self)
+        """The run's evaluations: the eval loop, its loader and metrics, evaluations during training, eval_all."""
         self.step_config = _build.build_step_config(params, self.torch_device, self.device_type)
-        self.strategy = parallel.use(parallel.build_strategy(rc.sharding, rc.offload,
-                                                             self.step_config.autocast_dtype))  # bf16: FSDP2's too
-        with self._metrics.collecting():
+        self.strategy = parallel.build_strategy(rc.sharding, rc.offload, self.step_config.autocast_dtype)  # bf16: FSDP2's too
+        with self.evaluator.metrics.collecting():  # the model's metrics are the run's
             self.model = self.strategy.place(_build.build_model(params, model_fn), self.torch_device)
-        self._metrics.add_module(self.model)
+        self.evaluator.metrics.add_module(self.model)
         self.sparsity = _build.build_sparsity(params, self.model)  # the params' sparsity section, or None
         self.model = self.strategy.shard(self.model, self.torch_device)  # before the optimizer holds its parameters
         self.optimizer, self.lr_scheduler, self.grad_scaler = _build.build_training_parts(
@@ -88,7 +90,6 @@ class PyTorchBaseRunner(RunnerHooks):
         if self.sparsity is not None and self.optimizer is not None:
             self.sparsity.apply(self.optimizer)  # the masks reach the optimizer's state
         self._train_loader = None
-        self._eval_loader = None  # the first evaluation's, built by run() before model_dir is opened
         self._summaries = Summaries(self.model_dir)
         self._stop = StopFlag()  # the signal flag while train() runs (docs/architecture.md#interrupts)
         self.checkpoints = Checkpointer(self)
@@ -96,9 +97,6 @@ class PyTorchBaseRunner(RunnerHooks):
         self._budget: Optional[tuple[int, StepBudget]] = None  # (start step, the training run's steps from it)
         self.should_stop = False
         """Set it in a hook to end training after the current step (with a checkpoint of that step)."""
-        self._eval_during_training = False  # train_and_eval: every runconfig.eval_frequency steps
-        self._eval_every: Optional[int] = None  # those steps in this run (train() resolves a fraction)
-        self._last_eval: tuple[int, dict] = (-1, {})  # (global step, results) of the newest periodic eval
         self._early_stopping = EarlyStopping.from_runconfig(rc)
         self._created_records: list[logging.LogRecord] = []  # create()'s log lines, for the first run's run.log
 
@@ -149,7 +147,7 @@ class PyTorchBaseRunner(RunnerHooks):
         with _create.held_for_run_log(self.params) as early:  # run.log begins with their lines
             self._check_before_writing(mode)
         early, self._created_records = [*self._created_records, *early], []  # the creation's lines go first, once
-        with self._open_model_dir(mode, early), self._metrics.collecting():  # a metric the first step creates is the run's
+        with self._open_model_dir(mode, early), self.evaluator.metrics.collecting():  # a metric the first step creates is the run's
             logger.info("cs-run %s on %s, model_dir %s", mode, self.device_type, self.model_dir)
             try:
                 if mode == "train":
@@ -159,13 +157,12 @@ class PyTorchBaseRunner(RunnerHooks):
                     if self.checkpoints.start is None:
                         logger.warning("No checkpoint in %s and no checkpoint_path: evaluating randomly "
                                        "initialized weights", self.model_dir)
-                    return self.evaluate(checkpoint=self.checkpoints.start)
+                    return self.evaluator.evaluate(checkpoint=self.checkpoints.start)
                 if mode == "train_and_eval":  # the Model Zoo's: evaluations during training only in this mode
-                    self._eval_during_training = True
+                    self.evaluator.during_training = True
                     self.train()
-                    step, results = self._last_eval
-                    return results if step == self.global_step and results else self.evaluate()
-                return self.eval_all()
+                    return self.evaluator.final()
+                return self.evaluator.eval_all()
             except ParamsError as e:  # e.g. a data function rejecting its section's values
                 raise self.params.locate_error(e) from e.__cause__
             finally:
@@ -180,7 +177,7 @@ class PyTorchBaseRunner(RunnerHooks):
         (a damaged one is not refused here: the evaluation skips it). The loaders built here are the run's,
         as are the start checkpoint and the step budget resolved here."""
         training = mode in TRAINING_MODES
-        self._train_loader = self._eval_loader = self._budget = self.checkpoints.start = None
+        self._train_loader = self.evaluator.loader = self._budget = self.checkpoints.start = None
         try:
             start = None
             if mode == "eval_all":
@@ -191,13 +188,13 @@ class PyTorchBaseRunner(RunnerHooks):
                 self._train_loader = _build.build_dataloader(self.params, "train", self._data_fns["train"])
                 _check_replica_loader(self._train_loader, self.params.train_input)
                 if self._early_stopping is not None:
-                    self._early_stopping.check_metric(["eval/loss", *self._metrics.metrics()], self.params.head,
+                    self._early_stopping.check_metric(self.evaluator.names(), self.params.head,
                                                       self.params.name("runconfig.early_stopping_metric"))
                 self._step_budget(_checkpoints.stored_step(start) if start and self.options.loads_step else 0)
             if mode != "train":  # built before training, so it leaves training's random streams as they were
                 with preserved_rng(getattr(self._train_loader, "generator", None)) if training else \
                         contextlib.nullcontext():
-                    self._eval_loader = self._build_eval_loader()
+                    self.evaluator.prepare()
         except ParamsError as e:
             raise self.params.locate_error(e) from e.__cause__
 
@@ -230,10 +227,7 @@ class PyTorchBaseRunner(RunnerHooks):
     def train(self) -> None:
         """Train for the step budget, resuming from the newest checkpoint when there is one."""
         rc = self.params.runconfig
-        if rc.eval_frequency and not self._eval_during_training:  # the Model Zoo's own files set it for train too
-            logger.info("%s=%s has no effect here: only train_and_eval (cs-run train-and-eval, a Trainer.fit with "
-                        "a val_dataloader) evaluates during training, as in the Model Zoo",
-                        self.params.name("runconfig.eval_frequency"), rc.eval_frequency)
+        self.evaluator.log_start()
         if self._early_stopping is not None:
             self._early_stopping.log_start()
         loader, progress = self._train_loader, self.progress  # the loader: built and checked by run()
@@ -249,8 +243,6 @@ class PyTorchBaseRunner(RunnerHooks):
         if rc.save_initial_checkpoint and progress.global_step == 0:
             checkpoints.save()
         progress.start_run(budget.steps)
-        ef = rc.eval_frequency  # steps between periodic evals: a count, or a fraction of this run (the vendor's)
-        self._eval_every = math.ceil(ef * budget.steps) if isinstance(ef, float) else ef
         end_step = progress.global_step + budget.steps
         logger.info("Training %d steps (global step %d -> %d), %d per epoch", budget.steps, progress.global_step,
                     end_step, budget.steps_per_epoch)
@@ -296,7 +288,7 @@ class PyTorchBaseRunner(RunnerHooks):
             loss = self._train_step(micro_batches)
             progress.step_done(samples)
             self.on_train_batch_end(loss, progress.epoch, progress.global_step)
-            self._after_train_step(loss, micro_batches, end_step)
+            self._after_train_step(loss, micro_batches)
             bar.update(1)
             if progress.global_step >= end_step:
                 return progress.epoch_step >= budget.steps_per_epoch
@@ -358,7 +350,7 @@ class PyTorchBaseRunner(RunnerHooks):
         """The next ``count`` batches of ``iterator`` on the device (fewer when it ends first)."""
         return [self._to_device(batch) for batch in itertools.islice(iterator, count)]
 
-    def _after_train_step(self, loss: torch.Tensor, micro_batches: list, end_step: int) -> None:
+    def _after_train_step(self, loss: torch.Tensor, micro_batches: list) -> None:
         """Host work after a step: loss check, logging, checkpoint, periodic eval."""
         rc = self.params.runconfig
         step, run_step, run_steps = self.progress.global_step, self.progress.run_step, self.progress.run_steps
@@ -375,13 +367,9 @@ class PyTorchBaseRunner(RunnerHooks):
             logger.info("| Train Device=%s, Step=%d, Loss=%.5f, Rate=%.2f samples/sec, GlobalRate=%.2f samples/sec",
                         self.device_name, step, value, rate, global_rate)
             self._write_train_summaries(step, value, rate, global_rate)
-        if self._eval_during_training and self._eval_every and run_step % self._eval_every == 0 and step != end_step:
-            with preserved_rng(getattr(self._train_loader, "generator", None)):  # the last step's: run()'s final eval
-                results = self.evaluate()
-            self._last_eval = (step, results)
-            self.model.train()
-            if results and self._early_stopping is not None and self._early_stopping.update(results, step):
-                self.should_stop = True
+        results = self.evaluator.after_train_step()  # train_and_eval's, every eval_frequency steps
+        if results and self._early_stopping is not None and self._early_stopping.update(results, step):
+            self.should_stop = True
         if checkpoint_step:  # after the eval, so the checkpoint holds the early-stopping state of this step
             self.checkpoints.save()
 
@@ -427,72 +415,13 @@ class PyTorchBaseRunner(RunnerHooks):
     # ------------------------------------------------------------------------------------ evaluation
 
     def evaluate(self, checkpoint: Optional[Path] = None) -> dict[str, float]:
-        """Evaluate on eval_input (after loading ``checkpoint`` if given); returns loss and metrics."""
-        self.checkpoints.load(checkpoint, training=False)
-        loader, self._eval_loader = self._eval_loader, None  # run() built the first evaluation's
-        if loader is None:
-            loader = self._build_eval_loader()
-        available, limit = loader_length(loader), self.params.runconfig.eval_steps
-        if limit and available is not None and limit > available:
-            logger.warning("%s=%d but the eval loader has %d batches: evaluating %d",
-                           self.params.name("runconfig.eval_steps"), limit, available, available)
-        total_steps = min(x for x in (limit, available) if x is not None) if (limit or available) else None
-        self.model.eval()
-        self._metrics.reset()
-        self.on_eval_start()
-        self.on_eval_epoch_start()
-        total_loss, steps = None, 0
-        with self._progress("Eval", total_steps) as bar:
-            for batch in loader:
-                if total_steps is not None and steps >= total_steps:
-                    break
-                if self._stop.requested:  # a signal during a periodic eval: the train loop saves and stops
-                    logger.warning("Eval interrupted after %d batches: no eval results for step %d", steps,
-                                   self.global_step)
-                    return {}
-                batch = self.on_eval_batch_start(self._to_device(batch))
-                loss = self._eval_step(batch)
-                steps += 1
-                self.on_eval_batch_end(loss, 0, steps)
-                total_loss = loss.float() if total_loss is None else total_loss + loss.float()
-                bar.update(1)
-        if steps == 0:
-            raise _no_eval_batch(self.params)
-        early_exit = available is not None and steps < available
-        self.on_eval_epoch_end(early_exit=early_exit)
-        self.on_eval_end(early_exit=early_exit)
-        loss_sum, all_steps = self.strategy.sum_values(self._fetch_loss(total_loss), steps)  # over replicas' shards
-        results = {"eval/loss": loss_sum / all_steps, **self._metrics.compute()}
-        summary = ", ".join(f"{k}={v:.5f}" for k, v in results.items())
-        logger.info("| Eval Device=%s, GlobalStep=%d, Batches=%d, %s", self.device_name, self.global_step, steps,
-                    summary)
-        self._summaries.add_scalars("eval", {k.removeprefix("eval/"): v for k, v in results.items()},
-                                    self.global_step, flush=True)
-        self.on_eval_metrics(dict(results), self.global_step)
-        return results
-
-    def _build_eval_loader(self) -> Any:
-        loader = _build.build_dataloader(self.params, "eval", self._data_fns["eval"])
-        if loader_length(loader) == 0:
-            raise _no_eval_batch(self.params)
-        return loader
+        """Evaluate on eval_input (after loading ``checkpoint`` if given); returns loss and metrics
+        (:meth:`Evaluator.evaluate <cs_run.runners._evaluator.Evaluator.evaluate>`)."""
+        return self.evaluator.evaluate(checkpoint)
 
     def eval_all(self) -> dict[str, dict[str, float]]:
-        """Evaluate every checkpoint in model_dir, oldest first; results keyed by step."""
-        found = _checkpoints.list_checkpoints(self.model_dir)
-        if not found:
-            raise CheckpointError(f"eval_all: no checkpoint_<step>.mdl files in {self.model_dir}")
-        results, bad = {}, []
-        for step, path in found:  # a bad checkpoint does not stop the others from being evaluated
-            try:
-                results[str(step)] = self.evaluate(checkpoint=path)
-            except CheckpointError as e:
-                logger.error("eval_all: cannot evaluate %s: %s", path, e)
-                bad.append(path.name)
-        if bad:
-            raise CheckpointError(f"eval_all: evaluated {len(results)} of {len(found)} checkpoints; "
-                                  f"{len(bad)} could not be read: {', '.join(bad)} (the log names each problem)")
-        return results
+        """Evaluate every checkpoint in model_dir, oldest first; results keyed by step (:attr:`evaluator`'s)."""
+        return self.evaluator.eval_all()
 
     # -------------------------------------------------------------------------- subclass extension
 
@@ -510,18 +439,11 @@ class PyTorchBaseRunner(RunnerHooks):
         return tqdm(total=total, desc=desc, unit="step", disable=disable, dynamic_ncols=True, leave=False)
 
 
-def _no_eval_batch(params: Params) -> ParamsError:
-    """An eval loader without a batch, named as the user gave it (eval_input, the Trainer's val_dataloader)."""
-    section = params.name("eval_input")
-    fix = "eval_input.batch_size and drop_last_batch" if section == "eval_input" else "its batch_size and drop_last"
-    return ParamsError(f"{params.head}{section}: the eval loader yields no batch; check {fix}")
-
-
 def _check_replica_loader(loader, section) -> None:
     """Replicas step together (each step all-reduces): loaders of different lengths would leave one
     replica waiting for the others, so they are refused up front. A loader whose batch is the params'
     whole batch_size did not split it (the global batch would be N times larger): warned."""
-    strategy = parallel.current()
+    strategy = parallel.current()  # the run's: run() made it current
     n, length = strategy.world_size, loader_length(loader)
     if n > 1 and section is not None and getattr(loader, "batch_size", None) == section.batch_size > 1 \
             and strategy.writes:

@@ -107,9 +107,9 @@ class PyTorchCSRunner(PyTorchBaseRunner):
     def _eval_step(self, batch: Any) -> torch.Tensor:
         return self._cs_eval_step(batch)
 
-    def run(self, mode: str) -> dict[str, Any]:
+    def _run(self, mode: str) -> dict[str, Any]:
         """Run ``mode``; with a compile-only / validate-only backend, trace its step instead (see the class)."""
-        return self._trace(mode) if self.trace_only else super().run(mode)
+        return self._trace(mode) if self.trace_only else super()._run(mode)
 
     def _trace(self, mode: str) -> dict[str, Any]:
         if mode not in ("train", "eval"):

@@ -258,7 +258,8 @@ runconfig:
 
 @pytest.fixture(autouse=True)
 def _data_parallel_after():
-    """A test that built a sharded runner without running it leaves no sharded strategy current."""
+    """A test that made a strategy current itself (``parallel.use``) leaves data parallel current, as a run
+    does: a later CSX compile on the same worker is never refused by a sharded strategy."""
     from cs_run import parallel
 
     yield

@@ -22,6 +22,7 @@ from sharded_runners import STALL_STEP
 import cs_run as cstorch
 from cs_run.checkpoint import sharded
 from cs_run.runners._checkpoints import list_checkpoints
+from tests.processes import finish
 
 TIMEOUT = 60  # --collective_timeout of these runs
 KILLED = ("Error: replica 1 of 2 was killed by signal SIGKILL (all replicas were stopped; rerun the same command "
@@ -44,19 +45,8 @@ def _wait_for(proc: subprocess.Popen, ready) -> None:
     while not ready() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     if proc.poll() is not None or not ready():
-        _, err = _finish(proc, 1)
+        _, _, err = finish(proc, 1)
         pytest.fail(f"the run ended or stalled before the test could act: {err[-3000:]}")
-
-
-def _finish(proc: subprocess.Popen, within: float) -> tuple[int, str]:
-    """The launcher's exit code and stderr; it must end within ``within`` seconds (else killed, and failed)."""
-    try:
-        _, err = proc.communicate(timeout=within)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"the job did not end within {within} s")
-    return proc.returncode, err
 
 
 def _replica_pid(launcher: int, rank: int) -> int:
@@ -81,7 +71,7 @@ def test_a_replica_killed_while_training_ends_the_sharded_job(tmp_path):
     proc, md = _start(tmp_path)
     _wait_for(proc, lambda: sharded.is_sharded(md / "checkpoint_10.mdl"))
     os.kill(_replica_pid(proc.pid, 1), signal.SIGKILL)
-    code, err = _finish(proc, TIMEOUT)
+    code, _, err = finish(proc, TIMEOUT)
     assert code == 1 and [line for line in err.splitlines() if line.startswith("Error:")] == [KILLED], err
     assert _assert_committed_only(md)[0] == 10
 
@@ -93,7 +83,7 @@ def test_a_replica_killed_inside_a_sharded_save_leaves_no_checkpoint_and_the_pre
     temps = [p for p in md.iterdir() if p.name.startswith(f".checkpoint_{STALL_STEP}.mdl.")]
     assert len(temps) == 1 and (temps[0] / "shard_00001_of_00002.h5").is_file()  # replica 1 wrote, nothing committed
     os.kill(int(stalled.read_text()), signal.SIGKILL)
-    code, err = _finish(proc, TIMEOUT)
+    code, _, err = finish(proc, TIMEOUT)
     assert code == 1 and [line for line in err.splitlines() if line.startswith("Error:")] == [KILLED], err
     assert _assert_committed_only(md) == [10]  # no checkpoint_20 folder: the save never committed
     assert not (md / f"checkpoint_{STALL_STEP}.mdl").exists()
@@ -108,7 +98,7 @@ def test_a_replica_hanging_inside_a_sharded_save_ends_the_job_after_the_collecti
     _wait_for(proc, (tmp_path / "stalled").exists)
     # Ordinal 0 gives up after `timeout` s in the commit's all-gather; the agent then stops replica 1, which
     # sleeps through SIGTERM, with SIGKILL (at most `timeout` s later): the line names the replica that hung.
-    code, err = _finish(proc, timeout * 2 + 30)
+    code, _, err = finish(proc, timeout * 2 + 30)
     errors = [line for line in err.splitlines() if line.startswith("Error:")]
     assert code == 1 and len(errors) == 1 and errors[0].startswith("Error: replica 1 of 2 "), err
     assert _assert_committed_only(md) == [10]

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 
 import cs_run as cstorch
 from cs_run.frontends.cli import cli
+from tests.processes import finish
 
 NO_HALF = "model.mixed_precision with the float16 half type: no effect on the CPU device"
 TIMEOUT = 240  # seconds for any one multi-process run (a hang fails, it never blocks the suite)
@@ -40,13 +41,7 @@ def _env() -> dict:
 def _run(command: list, timeout: int = TIMEOUT) -> subprocess.CompletedProcess:
     proc = subprocess.Popen(list(map(str, command)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=_env(), start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"{command} did not finish within {timeout} s (a hang)")
-    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+    return subprocess.CompletedProcess(command, *finish(proc, timeout, what=str(command)))
 
 
 def _cs_run(*args) -> list:
