@@ -15,10 +15,9 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
-from cs_run.models.common import hf as common_hf
-from cs_run.models.common.hf import Taker, assign, fuse_qkv_per_head, split_qkv_per_head
+from cs_run.models.common.hf import HFAdapter, Taker, assign, fuse_qkv_per_head, split_qkv_per_head
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf", "ADAPTER"]
 
 _LAYER = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm3"),
           ("self_attention.dense", "self_attn.proj_output_dense_layer"),
@@ -89,11 +88,5 @@ def hf_config(config: dict) -> dict:
     }
 
 
-def from_hf(hf_dir, dst, params_out=None):
-    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF BLOOM folder."""
-    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict, to_hf_state_dict, params_out)
-
-
-def to_hf(checkpoint, out_dir, model_keys: dict):
-    """``checkpoint convert --to hf``: an HF BLOOM folder of a checkpoint whose model ``model_keys`` describe."""
-    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)
+ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict)
+from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

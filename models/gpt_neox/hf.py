@@ -12,10 +12,9 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
-from cs_run.models.common import hf as common_hf
-from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, fuse_qkv_per_head, interleave_rotary, split_qkv_per_head
+from cs_run.models.common.hf import HFAdapter, Taker, assign, deinterleave_rotary, fuse_qkv_per_head, interleave_rotary, split_qkv_per_head
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf", "ADAPTER"]
 
 
 def model_keys_from_hf_config(cfg: dict) -> dict:
@@ -116,11 +115,5 @@ def hf_config(config: dict) -> dict:
     }
 
 
-def from_hf(hf_dir, dst, params_out=None):
-    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF GPT-NeoX folder."""
-    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict, to_hf_state_dict, params_out)
-
-
-def to_hf(checkpoint, out_dir, model_keys: dict):
-    """``checkpoint convert --to hf``: an HF GPT-NeoX folder of a checkpoint whose model ``model_keys`` describe."""
-    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)
+ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict)
+from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

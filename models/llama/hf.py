@@ -13,10 +13,9 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
-from cs_run.models.common import hf as common_hf
-from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, interleave_rotary
+from cs_run.models.common.hf import HFAdapter, Taker, assign, deinterleave_rotary, interleave_rotary
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "LLAMA_NORMS", "hf_config", "from_hf", "to_hf"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "LLAMA_NORMS", "hf_config", "from_hf", "to_hf", "ADAPTER"]
 
 
 def _rope_keys(cfg: dict) -> dict:
@@ -163,15 +162,9 @@ def hf_config(config: dict) -> dict:
     return out
 
 
-def from_hf(hf_dir, dst, params_out=None):
-    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF Llama/Mistral folder."""
-    return common_hf.from_hf(hf_dir, dst, _keys, from_hf_state_dict, to_hf_state_dict, params_out)
-
-
-def to_hf(checkpoint, out_dir, model_keys: dict):
-    """``checkpoint convert --to hf``: an HF Llama/Mistral folder of a checkpoint whose model ``model_keys`` describe."""
-    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, _keys)
-
-
 def _keys(cfg: dict) -> dict:
     return model_keys_from_hf_config(cfg, name="mistral" if cfg.get("model_type") == "mistral" else "llama")
+
+
+ADAPTER = HFAdapter(_keys, hf_config, from_hf_state_dict, to_hf_state_dict)
+from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

@@ -22,18 +22,15 @@ only (``output_router_logits`` is written false, so HF's eval loss is the token 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from cs_run.errors import CheckpointError
-from cs_run.models.common import hf as common_hf
-from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, interleave_rotary
+from cs_run.models.common.hf import HFAdapter, Taker, assign, deinterleave_rotary, interleave_rotary
 from cs_run.models.llama.hf import LLAMA_NORMS
 from cs_run.models.llama.hf import hf_config as llama_hf_config
 from cs_run.models.llama.hf import model_keys_from_hf_config as llama_keys
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf", "ADAPTER"]
 
 _ATTENTION = (("q_proj", "proj_q_dense_layer", True), ("k_proj", "proj_k_dense_layer", True),
               ("v_proj", "proj_v_dense_layer", False), ("o_proj", "proj_output_dense_layer", False))
@@ -117,13 +114,6 @@ def to_hf_state_dict(lm, fused: bool = False) -> dict[str, torch.Tensor]:
     return {k: v.contiguous().clone() for k, v in out.items()}
 
 
-def _file_is_fused(hf_dir) -> bool:
-    """Whether the folder's weights are in transformers 5's in-memory layout (a state dict saved as is)."""
-    try:
-        with common_hf.safetensors_module().safe_open(str(Path(hf_dir) / common_hf.WEIGHTS), "pt") as f:
-            return any(k.endswith(".mlp.experts.gate_up_proj") for k in f.keys())
-    except Exception:  # noqa: BLE001 - common_hf.from_hf reports a missing or unreadable file
-        return False
 
 def hf_config(config: dict) -> dict:
     """The HF Mixtral ``config.json`` of a model's resolved keys (Mistral's, plus the experts; Mixtral has
@@ -138,13 +128,10 @@ def hf_config(config: dict) -> dict:
     return out
 
 
-def from_hf(hf_dir, dst, params_out=None):
-    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF Mixtral folder."""
-    fused = _file_is_fused(hf_dir)
-    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict,
-                             lambda lm: to_hf_state_dict(lm, fused=fused), params_out)
+def _file_layout(names) -> dict:
+    """A file in transformers 5's in-memory layout (a state dict saved as is) has its experts fused."""
+    return {"fused": any(k.endswith(".mlp.experts.gate_up_proj") for k in names)}
 
 
-def to_hf(checkpoint, out_dir, model_keys: dict):
-    """``checkpoint convert --to hf``: an HF Mixtral folder of a checkpoint whose model ``model_keys`` describe."""
-    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)
+ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict, file_layout=_file_layout)
+from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

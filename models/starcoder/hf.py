@@ -11,10 +11,9 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
-from cs_run.models.common import hf as common_hf
-from cs_run.models.common.hf import Taker, assign
+from cs_run.models.common.hf import HFAdapter, Taker, assign
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf", "ADAPTER"]
 
 _ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_new", "gelu_new": "gelu_new", "gelu": "gelu", "relu": "relu"}
 _LAYER = (("ln_1", "norm1"), ("ln_2", "norm3"), ("attn.c_proj", "self_attn.proj_output_dense_layer"),
@@ -91,11 +90,5 @@ def hf_config(config: dict) -> dict:
     }
 
 
-def from_hf(hf_dir, dst, params_out=None):
-    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF GPTBigCode folder."""
-    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict, to_hf_state_dict, params_out)
-
-
-def to_hf(checkpoint, out_dir, model_keys: dict):
-    """``checkpoint convert --to hf``: an HF GPTBigCode folder of a checkpoint whose model ``model_keys`` describe."""
-    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)
+ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict)
+from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf
