@@ -15,7 +15,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Container, Iterable, Optional
 
 import torch
 import yaml
@@ -26,7 +26,7 @@ from cs_run.errors import CheckpointError, ParamsError
 from cs_run.registry import check_function_keys, get_model_spec, resolve_object
 
 __all__ = ["interleave_rotary", "deinterleave_rotary", "split_qkv_per_head", "fuse_qkv_per_head", "assign", "Taker",
-           "build", "HFAdapter", "load_checkpoint_model", "WEIGHTS", "HF_BUFFERS", "weights_mismatch",
+           "give_renamed", "build", "HFAdapter", "load_checkpoint_model", "WEIGHTS", "HF_BUFFERS", "weights_mismatch",
            "safetensors_module"]
 
 
@@ -85,11 +85,32 @@ class Taker:
             self("lm_head.weight")
         return {}
 
+    def renamed(self, pairs: Iterable[tuple[str, str]], have: Container[str], hf_prefix: str = "",
+                our_prefix: str = "") -> dict[str, torch.Tensor]:
+        """Our name -> HF tensor of the weight and bias of each (HF module, our module) pair, those that the
+        model has (``have``: its state-dict names); the inverse of :func:`give_renamed`."""
+        return {ours: self(hf) for hf, ours in _renames(pairs, hf_prefix, our_prefix, have)}
+
     def check_all_used(self) -> None:
         left = sorted(set(self.tensors) - self.used)
         if left:
             raise CheckpointError(f"Hugging Face weights: {len(left)} tensor(s) have no place in the model, "
                                   f"e.g. {', '.join(left[:3])}")
+
+
+def _renames(pairs: Iterable[tuple[str, str]], hf_prefix: str, our_prefix: str,
+             have: Container[str]) -> list[tuple[str, str]]:
+    """(HF name, our name) of each pair's weight and bias that the model has: the model built from the config
+    decides both ways, so a tensor it has is required and one it lacks (a bias) is neither taken nor written."""
+    return [(f"{hf_prefix}{hf}.{kind}", f"{our_prefix}{ours}.{kind}") for hf, ours in pairs
+            for kind in ("weight", "bias") if f"{our_prefix}{ours}.{kind}" in have]
+
+
+def give_renamed(sd: dict[str, torch.Tensor], pairs: Iterable[tuple[str, str]], hf_prefix: str = "",
+                 our_prefix: str = "") -> dict[str, torch.Tensor]:
+    """HF name -> tensor of the model's state dict ``sd``, for each (HF module, our module) pair's weight and
+    bias it has: the inverse of :meth:`Taker.renamed`."""
+    return {hf: sd[ours] for hf, ours in _renames(pairs, hf_prefix, our_prefix, sd)}
 
 
 def assign(model: nn.Module, mapped: dict[str, torch.Tensor]) -> None:
