@@ -26,7 +26,7 @@ from cs_run.errors import CheckpointError, ParamsError
 from cs_run.registry import check_function_keys, get_model_spec, resolve_object
 
 __all__ = ["interleave_rotary", "deinterleave_rotary", "split_qkv_per_head", "fuse_qkv_per_head", "assign", "Taker",
-           "give_renamed", "build", "HFAdapter", "load_checkpoint_model", "WEIGHTS", "HF_BUFFERS", "weights_mismatch",
+           "give_renamed", "give_lm_head", "build", "HFAdapter", "load_checkpoint_model", "WEIGHTS", "HF_BUFFERS", "weights_mismatch",
            "safetensors_module"]
 
 
@@ -111,6 +111,13 @@ def give_renamed(sd: dict[str, torch.Tensor], pairs: Iterable[tuple[str, str]], 
     """HF name -> tensor of the model's state dict ``sd``, for each (HF module, our module) pair's weight and
     bias it has: the inverse of :meth:`Taker.renamed`."""
     return {hf: sd[ours] for hf, ours in _renames(pairs, hf_prefix, our_prefix, sd)}
+
+
+def give_lm_head(lm, sd: dict[str, torch.Tensor], name: str = "lm_head.weight",
+                 ours: str = "model.lm_head.weight") -> dict[str, torch.Tensor]:
+    """The output layer's weight (``ours`` in ``sd``) of an untied ``lm`` under HF's ``name``; nothing for a
+    tied one (HF ties it to the embedding): the inverse of :meth:`Taker.lm_head`."""
+    return {} if lm.config["share_embedding_weights"] else {name: sd[ours]}
 
 
 def assign(model: nn.Module, mapped: dict[str, torch.Tensor]) -> None:

@@ -18,6 +18,7 @@ from cs_run.models.common.hf import (
     assign,
     deinterleave_rotary,
     fuse_qkv_per_head,
+    give_lm_head,
     give_renamed,
     interleave_rotary,
     split_qkv_per_head,
@@ -82,9 +83,7 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
 def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
     heads, rot = _dims(lm)
     sd = lm.state_dict()
-    out = give_renamed(sd, _TOP)
-    if not lm.config["share_embedding_weights"]:
-        out["embed_out.weight"] = sd["model.lm_head.weight"]
+    out = {**give_renamed(sd, _TOP), **give_lm_head(lm, sd, "embed_out.weight")}
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"gpt_neox.layers.{i}.", f"model.transformer_decoder.layers.{i}."
         out.update(give_renamed(sd, _LAYER, h, c))

@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from cs_run.errors import CheckpointError
-from cs_run.models.common.hf import HFAdapter, Taker, assign, deinterleave_rotary, give_renamed, interleave_rotary
+from cs_run.models.common.hf import HFAdapter, Taker, assign, deinterleave_rotary, give_lm_head, give_renamed, interleave_rotary
 
 __all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "LLAMA_NORMS", "hf_config", "from_hf", "to_hf", "ADAPTER"]
 
@@ -125,9 +125,7 @@ def to_hf_state_dict(lm, norms: tuple = LLAMA_NORMS, norm_offset: float = 0.0,
     heads, kv, rot = _shape(lm)
     sd = {k.removeprefix("model."): v.detach() for k, v in lm.state_dict().items()}
     out = {"model.embed_tokens.weight": sd["embedding_layer.word_embeddings.weight"],
-           "model.norm.weight": sd["ln_f.weight"] - norm_offset}
-    if not lm.config["share_embedding_weights"]:
-        out["lm_head.weight"] = sd["lm_head.weight"]
+           "model.norm.weight": sd["ln_f.weight"] - norm_offset, **give_lm_head(lm, sd, ours="lm_head.weight")}
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"model.layers.{i}.", f"transformer_decoder.layers.{i}."
         for hf, ours in norms:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
-from cs_run.models.common.hf import HFAdapter, Taker, assign, give_renamed
+from cs_run.models.common.hf import HFAdapter, Taker, assign, give_lm_head, give_renamed
 
 __all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf", "ADAPTER"]
 
@@ -97,9 +97,7 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
 def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
     """HF MPT tensors of an mpt DecoderLMModel (the inverse of :func:`from_hf_state_dict`)."""
     sd = lm.state_dict()
-    out = give_renamed(sd, _TOP)
-    if not lm.config["share_embedding_weights"]:
-        out["lm_head.weight"] = sd["model.lm_head.weight"]
+    out = {**give_renamed(sd, _TOP), **give_lm_head(lm, sd)}
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"transformer.blocks.{i}.", f"model.transformer_decoder.layers.{i}."
         out.update(give_renamed(sd, _LAYER, h, c))
