@@ -26,7 +26,7 @@ from cs_run.errors import CheckpointError, ParamsError
 from cs_run.registry import check_function_keys, get_model_spec, resolve_object
 
 __all__ = ["interleave_rotary", "deinterleave_rotary", "split_qkv_per_head", "fuse_qkv_per_head", "assign", "Taker",
-           "give_renamed", "give_lm_head", "build", "HFAdapter", "load_checkpoint_model", "WEIGHTS", "HF_BUFFERS", "weights_mismatch",
+           "give_renamed", "give_lm_head", "build", "HFAdapter", "load_checkpoint_model", "WEIGHTS", "HF_BUFFERS", "check_weights",
            "safetensors_module"]
 
 
@@ -179,11 +179,15 @@ def build(model_keys: dict, meta: bool = False):
         raise ParamsError(f"params: model: {e}") from None
 
 
-def weights_mismatch(found: dict[str, tuple], expected: dict[str, tuple], optional: dict[str, tuple],
-                     in_file: list[int], said: str, layers: int, layer_prefix: str = "") -> list[str]:
-    """What keeps the tensors ``found`` in an HF file (name -> shape) from being the ``expected`` ones (plus
-    the ``optional``, e.g. a tied head): a layer count other than ``layers`` (the config ``said`` so), and
-    the missing, unused and misshaped names, at most three of each. Empty when they match."""
+def check_weights(found: dict[str, tuple], expected: dict[str, tuple], optional: dict[str, tuple],
+                  in_file: list[int], said: str, layers: int, where: str, fix: str, layer_prefix: str = "") -> None:
+    """The tensors ``found`` in an HF file (name -> shape) are the ``expected`` ones (plus the ``optional``,
+    e.g. a tied head), for ``layers`` layers (the config ``said`` so; ``in_file``: the file's layer numbers).
+
+    Raises:
+        CheckpointError: at ``where``, naming a layer count that differs and the missing, unused and
+            misshaped names (at most three of each), and the config.json keys to ``fix``.
+    """
     problems = []
     if len(in_file) != layers or in_file[-1:] != [layers - 1]:  # never range(layers): it may be absurd
         span = (f"{len(in_file)} layer(s) ({layer_prefix}{in_file[0]} .. {layer_prefix}{in_file[-1]})"
@@ -197,7 +201,9 @@ def weights_mismatch(found: dict[str, tuple], expected: dict[str, tuple], option
         if names:
             more = f", ... ({len(names)} in all)" if len(names) > 3 else ""
             problems.append(f"{label}: {', '.join(names[:3])}{more}")
-    return problems
+    if problems:
+        raise CheckpointError(f"{where}: the weights do not match config.json: {'; '.join(problems)}; fix "
+                              f"config.json ({fix}) or give the weights written with it")
 
 
 def _check_header(found: dict[str, tuple], keys: dict, to_state_dict, where: str) -> None:
@@ -217,11 +223,8 @@ def _check_header(found: dict[str, tuple], keys: dict, to_state_dict, where: str
         optional["lm_head.weight"] = expected.pop("lm_head.weight")  # save_pretrained may drop the tied copy
     elif keys.get("share_embedding_weights"):
         optional["lm_head.weight"] = (keys["vocab_size"], keys["hidden_size"])
-    problems = weights_mismatch(found, expected, optional, in_file, f"{layers} layer(s)", layers)
-    if problems:
-        raise CheckpointError(f"{where}: the weights do not match config.json: {'; '.join(problems)}; fix "
-                              "config.json (layer count, sizes, tie_word_embeddings) or give the weights written "
-                              "with it")
+    check_weights(found, expected, optional, in_file, f"{layers} layer(s)", layers, where,
+                  "layer count, sizes, tie_word_embeddings")
 
 
 def _check_expressible(model, model_keys: dict, hf_cfg: dict, keys_of) -> None:

@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 
 from cs_run.errors import CheckpointError, ParamsError
-from cs_run.models.common.hf import HFAdapter, build, weights_mismatch
+from cs_run.models.common.hf import HFAdapter, build, check_weights
 
 __all__ = ["to_hf", "from_hf", "hf_config", "to_hf_state_dict", "from_hf_state_dict", "model_keys_from_hf_config",
            "hf_shapes", "ADAPTER"]
@@ -146,11 +146,8 @@ def _check_weights(found: dict[str, tuple], keys: dict, where: str) -> None:
     layers = keys["num_hidden_layers"]
     expected = hf_shapes(keys, min(layers, len(found)))  # never more entries than the file has tensors
     optional = {} if "lm_head.weight" in expected else {"lm_head.weight": (keys["vocab_size"], keys["hidden_size"])}
-    problems = weights_mismatch(found, expected, optional, in_file, f"n_layer={layers}", layers, layer_prefix="h.")
-    if problems:
-        raise CheckpointError(f"{where}: the weights do not match config.json: {'; '.join(problems)}; fix "
-                              "config.json (n_layer, n_embd, n_inner, n_positions, vocab_size, tie_word_embeddings) "
-                              "or give the weights written with it")
+    check_weights(found, expected, optional, in_file, f"n_layer={layers}", layers, where,
+                  "n_layer, n_embd, n_inner, n_positions, vocab_size, tie_word_embeddings", layer_prefix="h.")
 
 
 def _bare(name: str) -> str:
