@@ -15,10 +15,9 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
-from cs_run.models.common import hf as common_hf
-from cs_run.models.common.hf import Taker, assign, fuse_qkv_per_head, split_qkv_per_head
+from cs_run.models.common.hf import HFAdapter, Taker, assign, fuse_qkv_per_head, give_renamed, split_qkv_per_head
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf", "ADAPTER"]
 
 _LAYER = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm3"),
           ("self_attention.dense", "self_attn.proj_output_dense_layer"),
@@ -45,16 +44,12 @@ def model_keys_from_hf_config(cfg: dict) -> dict:
 
 
 def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
-    t = Taker(tensors)
+    t, have = Taker(tensors), lm.state_dict()
     heads = lm.config["num_heads"]
-    out = {f"{ours}.{kind}": t(f"{hf}.{kind}") for hf, ours in _TOP for kind in ("weight", "bias")
-           if hf != "transformer.word_embeddings" or kind == "weight"}
-    out.update(t.lm_head(lm))
+    out = {**t.renamed(_TOP, have), **t.lm_head(lm)}
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"transformer.h.{i}.", f"model.transformer_decoder.layers.{i}."
-        for hf, ours in _LAYER:
-            for kind in ("weight", "bias"):
-                out[f"{c}{ours}.{kind}"] = t(f"{h}{hf}.{kind}")
+        out.update(t.renamed(_LAYER, have, h, c))
         for kind in ("weight", "bias"):
             for name, part in zip(_QKV, split_qkv_per_head(t(f"{h}self_attention.query_key_value.{kind}"), heads)):
                 out[f"{c}self_attn.{name}.{kind}"] = part
@@ -64,14 +59,10 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
 
 def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
     heads, sd = lm.config["num_heads"], lm.state_dict()
-    out = {f"{hf}.{kind}": sd[f"{ours}.{kind}"] for hf, ours in _TOP for kind in ("weight", "bias")
-           if f"{ours}.{kind}" in sd}
-    out["lm_head.weight"] = sd["model.lm_head.weight"]
+    out = {**give_renamed(sd, _TOP), "lm_head.weight": sd["model.lm_head.weight"]}
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"transformer.h.{i}.", f"model.transformer_decoder.layers.{i}."
-        for hf, ours in _LAYER:
-            for kind in ("weight", "bias"):
-                out[f"{h}{hf}.{kind}"] = sd[f"{c}{ours}.{kind}"]
+        out.update(give_renamed(sd, _LAYER, h, c))
         for kind in ("weight", "bias"):
             out[f"{h}self_attention.query_key_value.{kind}"] = fuse_qkv_per_head(
                 *(sd[f"{c}self_attn.{n}.{kind}"] for n in _QKV), heads)
@@ -89,11 +80,5 @@ def hf_config(config: dict) -> dict:
     }
 
 
-def from_hf(hf_dir, dst, params_out=None):
-    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF BLOOM folder."""
-    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict, to_hf_state_dict, params_out)
-
-
-def to_hf(checkpoint, out_dir, model_keys: dict):
-    """``checkpoint convert --to hf``: an HF BLOOM folder of a checkpoint whose model ``model_keys`` describe."""
-    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)
+ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict)
+from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

@@ -4,15 +4,18 @@ complete mapped state dict into a model with every parameter accounted for.
 
 An adapter maps HF tensor names to this package's (the Model Zoo's) names; :func:`assign` then copies
 them into a built :class:`~cs_run.models.common.lm.DecoderLMModel` (names relative to its ``model``),
-refusing a missing, unused or misshapen tensor, so a conversion is complete or fails.
+refusing a missing, unused or misshapen tensor, so a conversion is complete or fails. A family's
+:class:`HFAdapter` holds its config translation and tensor map; the conversion around them (folder,
+header checks, checkpoint and params, the read-back of ``--to hf``) is the adapter's, once for all.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Container, Iterable, Optional
 
 import torch
 import yaml
@@ -23,7 +26,7 @@ from cs_run.errors import CheckpointError, ParamsError
 from cs_run.registry import check_function_keys, get_model_spec, resolve_object
 
 __all__ = ["interleave_rotary", "deinterleave_rotary", "split_qkv_per_head", "fuse_qkv_per_head", "assign", "Taker",
-           "build", "from_hf", "to_hf", "WEIGHTS", "HF_BUFFERS", "weights_mismatch",
+           "give_renamed", "give_lm_head", "build", "HFAdapter", "load_checkpoint_model", "WEIGHTS", "HF_BUFFERS", "check_weights",
            "safetensors_module"]
 
 
@@ -82,11 +85,39 @@ class Taker:
             self("lm_head.weight")
         return {}
 
+    def renamed(self, pairs: Iterable[tuple[str, str]], have: Container[str], hf_prefix: str = "",
+                our_prefix: str = "") -> dict[str, torch.Tensor]:
+        """Our name -> HF tensor of the weight and bias of each (HF module, our module) pair, those that the
+        model has (``have``: its state-dict names); the inverse of :func:`give_renamed`."""
+        return {ours: self(hf) for hf, ours in _renames(pairs, hf_prefix, our_prefix, have)}
+
     def check_all_used(self) -> None:
         left = sorted(set(self.tensors) - self.used)
         if left:
             raise CheckpointError(f"Hugging Face weights: {len(left)} tensor(s) have no place in the model, "
                                   f"e.g. {', '.join(left[:3])}")
+
+
+def _renames(pairs: Iterable[tuple[str, str]], hf_prefix: str, our_prefix: str,
+             have: Container[str]) -> list[tuple[str, str]]:
+    """(HF name, our name) of each pair's weight and bias that the model has: the model built from the config
+    decides both ways, so a tensor it has is required and one it lacks (a bias) is neither taken nor written."""
+    return [(f"{hf_prefix}{hf}.{kind}", f"{our_prefix}{ours}.{kind}") for hf, ours in pairs
+            for kind in ("weight", "bias") if f"{our_prefix}{ours}.{kind}" in have]
+
+
+def give_renamed(sd: dict[str, torch.Tensor], pairs: Iterable[tuple[str, str]], hf_prefix: str = "",
+                 our_prefix: str = "") -> dict[str, torch.Tensor]:
+    """HF name -> tensor of the model's state dict ``sd``, for each (HF module, our module) pair's weight and
+    bias it has: the inverse of :meth:`Taker.renamed`."""
+    return {hf: sd[ours] for hf, ours in _renames(pairs, hf_prefix, our_prefix, sd)}
+
+
+def give_lm_head(lm, sd: dict[str, torch.Tensor], name: str = "lm_head.weight",
+                 ours: str = "model.lm_head.weight") -> dict[str, torch.Tensor]:
+    """The output layer's weight (``ours`` in ``sd``) of an untied ``lm`` under HF's ``name``; nothing for a
+    tied one (HF ties it to the embedding): the inverse of :meth:`Taker.lm_head`."""
+    return {} if lm.config["share_embedding_weights"] else {name: sd[ours]}
 
 
 def assign(model: nn.Module, mapped: dict[str, torch.Tensor]) -> None:
@@ -148,11 +179,15 @@ def build(model_keys: dict, meta: bool = False):
         raise ParamsError(f"params: model: {e}") from None
 
 
-def weights_mismatch(found: dict[str, tuple], expected: dict[str, tuple], optional: dict[str, tuple],
-                     in_file: list[int], said: str, layers: int, layer_prefix: str = "") -> list[str]:
-    """What keeps the tensors ``found`` in an HF file (name -> shape) from being the ``expected`` ones (plus
-    the ``optional``, e.g. a tied head): a layer count other than ``layers`` (the config ``said`` so), and
-    the missing, unused and misshaped names, at most three of each. Empty when they match."""
+def check_weights(found: dict[str, tuple], expected: dict[str, tuple], optional: dict[str, tuple],
+                  in_file: list[int], said: str, layers: int, where: str, fix: str, layer_prefix: str = "") -> None:
+    """The tensors ``found`` in an HF file (name -> shape) are the ``expected`` ones (plus the ``optional``,
+    e.g. a tied head), for ``layers`` layers (the config ``said`` so; ``in_file``: the file's layer numbers).
+
+    Raises:
+        CheckpointError: at ``where``, naming a layer count that differs and the missing, unused and
+            misshaped names (at most three of each), and the config.json keys to ``fix``.
+    """
     problems = []
     if len(in_file) != layers or in_file[-1:] != [layers - 1]:  # never range(layers): it may be absurd
         span = (f"{len(in_file)} layer(s) ({layer_prefix}{in_file[0]} .. {layer_prefix}{in_file[-1]})"
@@ -166,7 +201,9 @@ def weights_mismatch(found: dict[str, tuple], expected: dict[str, tuple], option
         if names:
             more = f", ... ({len(names)} in all)" if len(names) > 3 else ""
             problems.append(f"{label}: {', '.join(names[:3])}{more}")
-    return problems
+    if problems:
+        raise CheckpointError(f"{where}: the weights do not match config.json: {'; '.join(problems)}; fix "
+                              f"config.json ({fix}) or give the weights written with it")
 
 
 def _check_header(found: dict[str, tuple], keys: dict, to_state_dict, where: str) -> None:
@@ -186,61 +223,8 @@ def _check_header(found: dict[str, tuple], keys: dict, to_state_dict, where: str
         optional["lm_head.weight"] = expected.pop("lm_head.weight")  # save_pretrained may drop the tied copy
     elif keys.get("share_embedding_weights"):
         optional["lm_head.weight"] = (keys["vocab_size"], keys["hidden_size"])
-    problems = weights_mismatch(found, expected, optional, in_file, f"{layers} layer(s)", layers)
-    if problems:
-        raise CheckpointError(f"{where}: the weights do not match config.json: {'; '.join(problems)}; fix "
-                              "config.json (layer count, sizes, tie_word_embeddings) or give the weights written "
-                              "with it")
-
-
-def from_hf(hf_dir: str | Path, dst: str | Path, keys_of, load_state_dict, to_state_dict,
-            params_out: Optional[str | Path] = None) -> tuple[Path, Path]:
-    """A family's ``--from hf``: ``config.json`` -> model keys (``keys_of``), the safetensors header checked
-    against them both ways before anything is allocated, the model built and loaded (``load_state_dict``),
-    then the checkpoint ``dst`` and, beside it, its params (``model:`` section)."""
-    hf_dir, dst = Path(hf_dir), Path(dst)
-    cfg_path, weights_path = hf_dir / "config.json", hf_dir / WEIGHTS
-    for path in (cfg_path, weights_path):
-        if not path.is_file():
-            raise CheckpointError(f"--from hf: {path} not found (expected a Hugging Face model folder with "
-                                  f"config.json and {WEIGHTS})")
-    try:
-        cfg: dict[str, Any] = json.loads(cfg_path.read_text())
-    except ValueError as e:
-        raise CheckpointError(f"{cfg_path}: not valid JSON ({e})") from None
-    if not isinstance(cfg, dict):
-        raise CheckpointError(f"{cfg_path}: expected a JSON object of model settings, got {type(cfg).__name__}")
-    try:
-        keys = keys_of(cfg)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:  # a key absent, or not a usable number
-        raise CheckpointError(f"{cfg_path}: missing or unusable key {e}; give the config.json written with "
-                              "these weights") from None
-    st = safetensors_module()
-    try:  # the header alone: shapes are compared before anything is allocated
-        with st.safe_open(str(weights_path), "pt") as f:
-            header = {k: f.get_slice(k) for k in f.keys() if not k.endswith(HF_BUFFERS)}
-            found = {k: tuple(part.get_shape()) for k, part in header.items()}
-            not_float = [f"{k} ({part.get_dtype()})" for k, part in header.items()
-                         if part.get_dtype() not in _FLOAT_DTYPES]
-    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
-        raise CheckpointError(f"{weights_path}: not a readable safetensors file ({e})") from None
-    if not_float:
-        raise CheckpointError(f"{weights_path}: {', '.join(not_float[:3])}: not floating-point weights; give "
-                              "the weights this config.json goes with")
-    try:
-        _check_header(found, keys, to_state_dict, str(weights_path))
-    except ParamsError as e:  # keys no model can have: config.json's fault, say so
-        raise CheckpointError(f"{cfg_path}: {e} (the model keys this config.json gives)") from None
-    model = build(keys)
-    try:
-        tensors = st.load_file(str(weights_path))
-    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
-        raise CheckpointError(f"{weights_path}: not a readable safetensors file ({e})") from None
-    load_state_dict(model, {k: v for k, v in tensors.items() if not k.endswith(HF_BUFFERS)})
-    save({"model": model.state_dict()}, str(dst))
-    params_out = Path(params_out) if params_out else dst.with_suffix(".yaml")
-    params_out.write_text(yaml.safe_dump({"model": keys}, sort_keys=False))
-    return dst, params_out
+    check_weights(found, expected, optional, in_file, f"{layers} layer(s)", layers, where,
+                  "layer count, sizes, tie_word_embeddings")
 
 
 def _check_expressible(model, model_keys: dict, hf_cfg: dict, keys_of) -> None:
@@ -294,18 +278,106 @@ def load_checkpoint_model(checkpoint: str | Path, model_keys: dict, what: str = 
     return model
 
 
-def to_hf(checkpoint: str | Path, out_dir: str | Path, model_keys: dict, hf_config, to_state_dict,
-          keys_of) -> Path:
-    """A family's ``--to hf``: ``out_dir/config.json`` (``hf_config`` of the resolved keys) and
-    ``out_dir/model.safetensors`` (``to_state_dict``) of a checkpoint whose model ``model_keys`` describe."""
-    out_dir = Path(out_dir)
-    model = load_checkpoint_model(checkpoint, model_keys)
-    # the resolved keys, plus the raw ones a family keeps out of them (gptj's use_untied_layer_norm)
-    config = hf_config({**model_keys, **model.config, "name": model_keys["name"]})
-    _check_expressible(model, model_keys, config, keys_of)
-    st = safetensors_module()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().contiguous().clone() for k, v in to_state_dict(model).items()}
-    st.save_file(tensors, str(out_dir / WEIGHTS), metadata={"format": "pt"})
-    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    return out_dir
+def _same_layout(names: Iterable[str]) -> dict:
+    return {}
+
+
+@dataclass(frozen=True)
+class HFAdapter:
+    """One family's ``checkpoint convert --from hf`` / ``--to hf``. The family gives what differs (its config
+    translation both ways, its tensor map both ways); the flow around them is written once here: the folder
+    read and its safetensors header checked against the config both ways before anything is allocated, the
+    checkpoint and its params written, and on the way out the HF config read back so that a model it cannot
+    express is refused by name. A family module binds ``from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf``,
+    the names :func:`cs_run.registry.hf_converter`'s callers use."""
+
+    keys_of: Callable[[dict], dict]  # config.json -> model keys; a KeyError, TypeError, ... says a key is unusable
+    hf_config: Callable[[dict], dict]  # a model's resolved keys -> config.json
+    load_state_dict: Callable[[Any, dict], None]  # HF tensors (buffers left out) -> a model built of keys_of's keys
+    to_state_dict: Callable[..., dict]  # a model -> its HF tensors
+    # to_state_dict's keywords that lay the tensors out as in a file of these names (mixtral: fused experts)
+    file_layout: Callable[[Iterable[str]], dict] = _same_layout
+    buffers: tuple[str, ...] = HF_BUFFERS  # endings of the HF buffers a file may hold beside the weights
+    label: str = ""  # the family, in what is said of its folder ("GPT-2"); empty: "model"
+    what: str = "model"  # what a checkpoint that does not fit the params is said not to match
+
+    def from_hf(self, hf_dir: str | Path, dst: str | Path, params_out: Optional[str | Path] = None) -> tuple[Path, Path]:
+        """``--from hf``: the checkpoint ``dst`` and, beside it (or at ``params_out``), its params (the
+        ``model:`` section) of an HF folder; nothing is written unless the whole folder converts."""
+        hf_dir, dst = Path(hf_dir), Path(dst)
+        cfg_path, weights_path = hf_dir / "config.json", hf_dir / WEIGHTS
+        for path in (cfg_path, weights_path):
+            if not path.is_file():
+                raise CheckpointError(f"--from hf: {path} not found (expected a Hugging Face {self.label or 'model'} "
+                                      f"folder with config.json and {WEIGHTS})")
+        keys = self._read_keys(cfg_path)
+        st = safetensors_module()
+        try:  # the header alone: shapes are compared before anything is allocated
+            with st.safe_open(str(weights_path), "pt") as f:
+                header = {k: f.get_slice(k) for k in f.keys() if not k.endswith(self.buffers)}
+                found = {k: tuple(part.get_shape()) for k, part in header.items()}
+                not_float = [f"{k} ({part.get_dtype()})" for k, part in header.items()
+                             if part.get_dtype() not in _FLOAT_DTYPES]
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+            raise CheckpointError(f"{weights_path}: not a readable safetensors file ({e})") from None
+        if not_float:
+            raise CheckpointError(f"{weights_path}: {', '.join(not_float[:3])}: not floating-point weights; give the "
+                                  f"{self.label + ' ' if self.label else ''}weights this config.json goes with")
+        try:
+            self.check_header(found, keys, str(weights_path))
+        except ParamsError as e:  # keys no model can have: config.json's fault, say so
+            raise CheckpointError(f"{cfg_path}: {e} (the model keys this config.json gives)") from None
+        model = self.build_model(keys)
+        try:
+            tensors = st.load_file(str(weights_path))
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
+            raise CheckpointError(f"{weights_path}: not a readable safetensors file ({e})") from None
+        self.load_state_dict(model, {k: v for k, v in tensors.items() if not k.endswith(self.buffers)})
+        save({"model": model.state_dict()}, str(dst))
+        params_out = Path(params_out) if params_out else dst.with_suffix(".yaml")
+        params_out.write_text(yaml.safe_dump({"model": keys}, sort_keys=False))
+        return dst, params_out
+
+    def to_hf(self, checkpoint: str | Path, out_dir: str | Path, model_keys: dict) -> Path:
+        """``--to hf``: ``out_dir/config.json`` (:attr:`hf_config` of the resolved keys) and
+        ``out_dir/model.safetensors`` of a checkpoint whose model ``model_keys`` (the run's ``model:``) describe."""
+        out_dir = Path(out_dir)
+        model = load_checkpoint_model(checkpoint, model_keys, self.what)
+        # the resolved keys, plus the raw ones a family keeps out of them (gptj's use_untied_layer_norm)
+        config = self.hf_config({**model_keys, **model.config, "name": model_keys["name"]})
+        self.check_expressible(model, model_keys, config)
+        st = safetensors_module()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tensors = {k: v.detach().contiguous().clone() for k, v in self.to_state_dict(model).items()}
+        st.save_file(tensors, str(out_dir / WEIGHTS), metadata={"format": "pt"})
+        (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        return out_dir
+
+    def _read_keys(self, cfg_path: Path) -> dict:
+        """The model keys of ``config.json``, or one error saying what in it is unusable."""
+        try:
+            cfg: dict[str, Any] = json.loads(cfg_path.read_text())
+        except ValueError as e:
+            raise CheckpointError(f"{cfg_path}: not valid JSON ({e})") from None
+        if not isinstance(cfg, dict):
+            raise CheckpointError(f"{cfg_path}: expected a JSON object of {self.label or 'model'} settings, got "
+                                  f"{type(cfg).__name__}")
+        try:
+            return self.keys_of(cfg)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:  # a key absent, or not a usable number
+            raise CheckpointError(f"{cfg_path}: missing or unusable key {e}; give the config.json written with "
+                                  "these weights") from None
+
+    # The three steps a family with its own rules replaces (gpt2: its table of shapes, no read-back).
+
+    def check_header(self, found: dict[str, tuple], keys: dict, where: str) -> None:
+        """``found`` (the file's names -> shapes) are the tensors of the model ``keys`` describe; see
+        :func:`_check_header`."""
+        _check_header(found, keys, lambda lm: self.to_state_dict(lm, **self.file_layout(found)), where)
+
+    def build_model(self, keys: dict):
+        return build(keys)
+
+    def check_expressible(self, model, model_keys: dict, config: dict) -> None:
+        """The HF ``config`` read back builds the model; see :func:`_check_expressible`."""
+        _check_expressible(model, model_keys, config, self.keys_of)

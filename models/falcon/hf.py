@@ -13,10 +13,9 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
-from cs_run.models.common import hf as common_hf
-from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, interleave_rotary
+from cs_run.models.common.hf import HFAdapter, Taker, assign, deinterleave_rotary, give_renamed, interleave_rotary
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf", "ADAPTER"]
 
 
 def model_keys_from_hf_config(cfg: dict) -> dict:
@@ -72,25 +71,24 @@ def _untied(lm) -> bool:
     return len(layers) > 0 and layers[0].norm3 is not None
 
 
-def _norms(lm) -> tuple:
-    return (("ln_attn", "norm1"), ("ln_mlp", "norm3")) if _untied(lm) else (("input_layernorm", "norm1"),)
+_TOP = (("transformer.word_embeddings", "model.embedding_layer.word_embeddings"), ("transformer.ln_f", "model.ln_f"))
+_DENSE = (("self_attention.dense", "self_attn.proj_output_dense_layer"), ("mlp.dense_h_to_4h", "ffn.ffn.0.linear_layer"),
+          ("mlp.dense_4h_to_h", "ffn.ffn.1.linear_layer"))
+
+
+def _layer(lm) -> tuple:
+    """Per layer, HF module -> ours, but for the fused qkv: the norms (two when untied) and the dense layers."""
+    return ((("ln_attn", "norm1"), ("ln_mlp", "norm3")) if _untied(lm) else (("input_layernorm", "norm1"),)) + _DENSE
 
 
 def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
-    t = Taker(tensors)
+    t, have = Taker(tensors), lm.state_dict()
     heads, kv, head_dim = _dims(lm)
     grouped = "transformer.h.0.ln_attn.weight" in t or kv not in (1, heads)
-    out = {"model.embedding_layer.word_embeddings.weight": t("transformer.word_embeddings.weight"),
-           "model.ln_f.weight": t("transformer.ln_f.weight"), "model.ln_f.bias": t("transformer.ln_f.bias")}
-    out.update(t.lm_head(lm))
+    out = {**t.renamed(_TOP, have), **t.lm_head(lm)}
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"transformer.h.{i}.", f"model.transformer_decoder.layers.{i}."
-        for hf, ours in _norms(lm):
-            for kind in ("weight", "bias"):
-                out[f"{c}{ours}.{kind}"] = t(f"{h}{hf}.{kind}")
-        for hf, ours in (("self_attention.dense", "self_attn.proj_output_dense_layer"),
-                         ("mlp.dense_h_to_4h", "ffn.ffn.0.linear_layer"), ("mlp.dense_4h_to_h", "ffn.ffn.1.linear_layer")):
-            out[f"{c}{ours}.weight"] = t(f"{h}{hf}.weight")
+        out.update(t.renamed(_layer(lm), have, h, c))
         q, k, v = _split(t(f"{h}self_attention.query_key_value.weight"), heads, kv, head_dim, grouped)
         out[f"{c}self_attn.proj_q_dense_layer.weight"] = interleave_rotary(q, heads, head_dim)
         out[f"{c}self_attn.proj_k_dense_layer.weight"] = interleave_rotary(k, kv, head_dim)
@@ -106,17 +104,10 @@ def to_hf_state_dict(lm, grouped: bool | None = None) -> dict[str, torch.Tensor]
     if grouped is None:
         grouped = _untied(lm) or kv not in (1, heads)
     sd = lm.state_dict()
-    out = {"transformer.word_embeddings.weight": sd["model.embedding_layer.word_embeddings.weight"],
-           "transformer.ln_f.weight": sd["model.ln_f.weight"], "transformer.ln_f.bias": sd["model.ln_f.bias"],
-           "lm_head.weight": sd["model.lm_head.weight"]}
+    out = {**give_renamed(sd, _TOP), "lm_head.weight": sd["model.lm_head.weight"]}
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"transformer.h.{i}.", f"model.transformer_decoder.layers.{i}."
-        for hf, ours in _norms(lm):
-            for kind in ("weight", "bias"):
-                out[f"{h}{hf}.{kind}"] = sd[f"{c}{ours}.{kind}"]
-        for hf, ours in (("self_attention.dense", "self_attn.proj_output_dense_layer"),
-                         ("mlp.dense_h_to_4h", "ffn.ffn.0.linear_layer"), ("mlp.dense_4h_to_h", "ffn.ffn.1.linear_layer")):
-            out[f"{h}{hf}.weight"] = sd[f"{c}{ours}.weight"]
+        out.update(give_renamed(sd, _layer(lm), h, c))
         q = deinterleave_rotary(sd[f"{c}self_attn.proj_q_dense_layer.weight"], heads, head_dim)
         k = deinterleave_rotary(sd[f"{c}self_attn.proj_k_dense_layer.weight"], kv, head_dim)
         out[f"{h}self_attention.query_key_value.weight"] = _fuse(q, k, sd[f"{c}self_attn.proj_v_dense_layer.weight"],
@@ -143,11 +134,5 @@ def hf_config(config: dict) -> dict:
     }
 
 
-def from_hf(hf_dir, dst, params_out=None):
-    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF Falcon folder."""
-    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict, to_hf_state_dict, params_out)
-
-
-def to_hf(checkpoint, out_dir, model_keys: dict):
-    """``checkpoint convert --to hf``: an HF Falcon folder of a checkpoint whose model ``model_keys`` describe."""
-    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)
+ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict)
+from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

@@ -20,27 +20,21 @@ refused without allocating the model it describes.
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import torch
-import yaml
 
-from cs_run.checkpoint import save
 from cs_run.errors import CheckpointError, ParamsError
-from cs_run.models.common.hf import build, load_checkpoint_model, safetensors_module, weights_mismatch
+from cs_run.models.common.hf import HFAdapter, build, check_weights
 
 __all__ = ["to_hf", "from_hf", "hf_config", "to_hf_state_dict", "from_hf_state_dict", "model_keys_from_hf_config",
-           "hf_shapes"]
+           "hf_shapes", "ADAPTER"]
 
 # Our nonlinearity names that HF's ACT2FN knows under the same name and formula.
 _HF_ACTIVATIONS = ("gelu", "gelu_new", "gelu_fast", "quick_gelu", "relu", "silu", "swish", "tanh", "mish", "linear",
                    "leaky_relu")
-_WEIGHTS = "model.safetensors"
 _IGNORED = (".attn.bias", ".attn.masked_bias")  # HF's causal-mask buffers, not weights
-_FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # safetensors' names
 _SIZES = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")  # config.json keys that must be >= 1
 
 
@@ -152,11 +146,8 @@ def _check_weights(found: dict[str, tuple], keys: dict, where: str) -> None:
     layers = keys["num_hidden_layers"]
     expected = hf_shapes(keys, min(layers, len(found)))  # never more entries than the file has tensors
     optional = {} if "lm_head.weight" in expected else {"lm_head.weight": (keys["vocab_size"], keys["hidden_size"])}
-    problems = weights_mismatch(found, expected, optional, in_file, f"n_layer={layers}", layers, layer_prefix="h.")
-    if problems:
-        raise CheckpointError(f"{where}: the weights do not match config.json: {'; '.join(problems)}; fix "
-                              "config.json (n_layer, n_embd, n_inner, n_positions, vocab_size, tie_word_embeddings) "
-                              "or give the weights written with it")
+    check_weights(found, expected, optional, in_file, f"n_layer={layers}", layers, where,
+                  "n_layer, n_embd, n_inner, n_positions, vocab_size, tie_word_embeddings", layer_prefix="h.")
 
 
 def _bare(name: str) -> str:
@@ -262,56 +253,22 @@ def _build(model_keys: dict):
     return build({**model_keys, "name": "gpt2"})
 
 
-def to_hf(checkpoint: str | Path, out_dir: str | Path, model_keys: dict) -> Path:
-    """Write ``out_dir/config.json`` and ``out_dir/model.safetensors`` from a gpt2 checkpoint whose model is
-    described by ``model_keys`` (the run's ``model:`` section)."""
+class _GPT2Adapter(HFAdapter):
+    """gpt2's own rules where the shared flow has the families': the file's shapes are compared with
+    :func:`hf_shapes` by bare name (a meta model's :func:`to_hf_state_dict` cannot make its zero biases), and
+    ``--to hf`` reads nothing back: :func:`hf_config` refuses what HF's GPT-2 cannot express by its own
+    table, and a bias the model lacks is written as zeros, which a read-back would take for a bias."""
 
-    out_dir = Path(out_dir)
-    model = load_checkpoint_model(checkpoint, {**model_keys, "name": "gpt2"}, what="gpt2")
-    config = hf_config(model.config)
-    st = safetensors_module()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    st.save_file(to_hf_state_dict(model), str(out_dir / _WEIGHTS), metadata={"format": "pt"})
-    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    return out_dir
+    def check_header(self, found: dict[str, tuple], keys: dict, where: str) -> None:
+        _check_weights({_bare(k): shape for k, shape in found.items()}, keys, where)
+
+    def build_model(self, keys: dict):
+        return _build(keys)
+
+    def check_expressible(self, model, model_keys: dict, config: dict) -> None:
+        pass
 
 
-def from_hf(hf_dir: str | Path, dst: str | Path, params_out: Optional[str | Path] = None) -> tuple[Path, Path]:
-    """Write a cs-run gpt2 checkpoint ``dst`` and its params (``model:`` section) from an HF GPT-2 folder."""
-
-    hf_dir, dst = Path(hf_dir), Path(dst)
-    cfg_path, weights_path = hf_dir / "config.json", hf_dir / _WEIGHTS
-    for path in (cfg_path, weights_path):
-        if not path.is_file():
-            raise CheckpointError(f"--from hf: {path} not found (expected a Hugging Face GPT-2 folder with "
-                                  f"config.json and {_WEIGHTS})")
-    try:
-        cfg: dict[str, Any] = json.loads(cfg_path.read_text())
-    except ValueError as e:
-        raise CheckpointError(f"{cfg_path}: not valid JSON ({e})") from None
-    if not isinstance(cfg, dict):
-        raise CheckpointError(f"{cfg_path}: expected a JSON object of GPT-2 settings, got {type(cfg).__name__}")
-    keys = model_keys_from_hf_config(cfg)
-    st = safetensors_module()
-    try:  # the header alone: shapes are compared before anything is allocated
-        with st.safe_open(str(weights_path), "pt") as f:
-            header = {k: f.get_slice(k) for k in f.keys() if not k.endswith(_IGNORED)}
-            found = {_bare(k): tuple(part.get_shape()) for k, part in header.items()}
-            not_float = [f"{k} ({part.get_dtype()})" for k, part in header.items()
-                         if part.get_dtype() not in _FLOAT_DTYPES]
-    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
-        raise CheckpointError(f"{weights_path}: not a readable safetensors file ({e})") from None
-    if not_float:
-        raise CheckpointError(f"{weights_path}: {', '.join(not_float[:3])}: not floating-point weights; give "
-                              "the GPT-2 weights this config.json goes with")
-    _check_weights(found, keys, str(weights_path))
-    model = _build(keys)
-    try:
-        tensors = st.load_file(str(weights_path))
-    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
-        raise CheckpointError(f"{weights_path}: not a readable safetensors file ({e})") from None
-    from_hf_state_dict(model, tensors)
-    save({"model": model.state_dict()}, str(dst))
-    params_out = Path(params_out) if params_out else dst.with_suffix(".yaml")
-    params_out.write_text(yaml.safe_dump({"model": keys}, sort_keys=False))
-    return dst, params_out
+ADAPTER = _GPT2Adapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict, buffers=_IGNORED,
+                       label="GPT-2", what="gpt2")
+from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

@@ -12,10 +12,19 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
-from cs_run.models.common import hf as common_hf
-from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, fuse_qkv_per_head, interleave_rotary, split_qkv_per_head
+from cs_run.models.common.hf import (
+    HFAdapter,
+    Taker,
+    assign,
+    deinterleave_rotary,
+    fuse_qkv_per_head,
+    give_lm_head,
+    give_renamed,
+    interleave_rotary,
+    split_qkv_per_head,
+)
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf", "ADAPTER"]
 
 
 def model_keys_from_hf_config(cfg: dict) -> dict:
@@ -45,6 +54,7 @@ def _dims(lm) -> tuple[int, int]:
     return lm.config["num_heads"], lm.config["rotary_dim"]
 
 
+_TOP = (("gpt_neox.embed_in", "model.embedding_layer.word_embeddings"), ("gpt_neox.final_layer_norm", "model.ln_f"))
 # per layer: HF module -> ours (weight and bias each, where the model has them)
 _LAYER = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm3"),
           ("attention.dense", "self_attn.proj_output_dense_layer"),
@@ -52,19 +62,14 @@ _LAYER = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm3"),
 
 
 def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
-    t = Taker(tensors, ignore=(".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq"))
+    t, have = Taker(tensors, ignore=(".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq")), lm.state_dict()
     heads, rot = _dims(lm)
-    out = {"model.embedding_layer.word_embeddings.weight": t("gpt_neox.embed_in.weight"),
-           "model.ln_f.weight": t("gpt_neox.final_layer_norm.weight"),
-           "model.ln_f.bias": t("gpt_neox.final_layer_norm.bias")}
+    out = t.renamed(_TOP, have)
     if not lm.config["share_embedding_weights"]:  # transformers 5 names it lm_head
         out["model.lm_head.weight"] = t("embed_out.weight" if "embed_out.weight" in t else "lm_head.weight")
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"gpt_neox.layers.{i}.", f"model.transformer_decoder.layers.{i}."
-        for hf, ours in _LAYER:
-            for kind in ("weight", "bias"):
-                if f"{h}{hf}.{kind}" in t:
-                    out[f"{c}{ours}.{kind}"] = t(f"{h}{hf}.{kind}")
+        out.update(t.renamed(_LAYER, have, h, c))
         for kind in ("weight", "bias"):
             if f"{h}attention.query_key_value.{kind}" not in t:
                 continue
@@ -78,17 +83,10 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
 def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
     heads, rot = _dims(lm)
     sd = lm.state_dict()
-    out = {"gpt_neox.embed_in.weight": sd["model.embedding_layer.word_embeddings.weight"],
-           "gpt_neox.final_layer_norm.weight": sd["model.ln_f.weight"],
-           "gpt_neox.final_layer_norm.bias": sd["model.ln_f.bias"]}
-    if not lm.config["share_embedding_weights"]:
-        out["embed_out.weight"] = sd["model.lm_head.weight"]
+    out = {**give_renamed(sd, _TOP), **give_lm_head(lm, sd, "embed_out.weight")}
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"gpt_neox.layers.{i}.", f"model.transformer_decoder.layers.{i}."
-        for hf, ours in _LAYER:
-            for kind in ("weight", "bias"):
-                if f"{c}{ours}.{kind}" in sd:
-                    out[f"{h}{hf}.{kind}"] = sd[f"{c}{ours}.{kind}"]
+        out.update(give_renamed(sd, _LAYER, h, c))
         for kind in ("weight", "bias"):
             names = [f"{c}self_attn.{n}.{kind}" for n in ("proj_q_dense_layer", "proj_k_dense_layer",
                                                           "proj_v_dense_layer")]
@@ -116,11 +114,5 @@ def hf_config(config: dict) -> dict:
     }
 
 
-def from_hf(hf_dir, dst, params_out=None):
-    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF GPT-NeoX folder."""
-    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict, to_hf_state_dict, params_out)
-
-
-def to_hf(checkpoint, out_dir, model_keys: dict):
-    """``checkpoint convert --to hf``: an HF GPT-NeoX folder of a checkpoint whose model ``model_keys`` describe."""
-    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)
+ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict)
+from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

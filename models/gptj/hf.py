@@ -10,10 +10,9 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
-from cs_run.models.common import hf as common_hf
-from cs_run.models.common.hf import Taker, assign
+from cs_run.models.common.hf import HFAdapter, Taker, assign, give_renamed
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf", "ADAPTER"]
 
 _LAYER = (("ln_1", "norm1"), ("attn.q_proj", "self_attn.proj_q_dense_layer"),
           ("attn.k_proj", "self_attn.proj_k_dense_layer"), ("attn.v_proj", "self_attn.proj_v_dense_layer"),
@@ -43,34 +42,19 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
     t = Taker(tensors, ignore=(".attn.bias", ".attn.masked_bias", ".embed_positions"))
     if lm.config["share_embedding_weights"]:
         raise CheckpointError("gptj: tied embeddings are not a GPT-J checkpoint layout")
-    out = {}
-    for hf, ours in _TOP:
-        for kind in ("weight", "bias"):
-            if f"{hf}.{kind}" in t:
-                out[f"{ours}.{kind}"] = t(f"{hf}.{kind}")
+    have = lm.state_dict()
+    out = t.renamed(_TOP, have)
     for i in range(lm.config["num_hidden_layers"]):
-        for hf, ours in _LAYER:
-            for kind in ("weight", "bias"):
-                key = f"transformer.h.{i}.{hf}.{kind}"
-                if key in t:
-                    out[f"model.transformer_decoder.layers.{i}.{ours}.{kind}"] = t(key)
+        out.update(t.renamed(_LAYER, have, f"transformer.h.{i}.", f"model.transformer_decoder.layers.{i}."))
     t.check_all_used()
     assign(lm, out)
 
 
 def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
     sd = lm.state_dict()
-    out = {}
-    for hf, ours in _TOP:
-        for kind in ("weight", "bias"):
-            if f"{ours}.{kind}" in sd:
-                out[f"{hf}.{kind}"] = sd[f"{ours}.{kind}"]
+    out = give_renamed(sd, _TOP)
     for i in range(lm.config["num_hidden_layers"]):
-        for hf, ours in _LAYER:
-            for kind in ("weight", "bias"):
-                key = f"model.transformer_decoder.layers.{i}.{ours}.{kind}"
-                if key in sd:
-                    out[f"transformer.h.{i}.{hf}.{kind}"] = sd[key]
+        out.update(give_renamed(sd, _LAYER, f"transformer.h.{i}.", f"model.transformer_decoder.layers.{i}."))
     return {k: v.detach().contiguous().clone() for k, v in out.items()}
 
 
@@ -86,11 +70,5 @@ def hf_config(config: dict) -> dict:
     }
 
 
-def from_hf(hf_dir, dst, params_out=None):
-    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF GPT-J folder."""
-    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict, to_hf_state_dict, params_out)
-
-
-def to_hf(checkpoint, out_dir, model_keys: dict):
-    """``checkpoint convert --to hf``: an HF GPT-J folder of a checkpoint whose model ``model_keys`` describe."""
-    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)
+ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict)
+from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

@@ -10,13 +10,14 @@ from HF's rotate-half RoPE to the Model Zoo's interleaved one. Mistral shares th
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from cs_run.errors import CheckpointError
-from cs_run.models.common import hf as common_hf
-from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, interleave_rotary
+from cs_run.models.common.hf import HFAdapter, Taker, assign, deinterleave_rotary, give_lm_head, give_renamed, interleave_rotary
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "LLAMA_NORMS", "hf_config", "from_hf", "to_hf"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "LLAMA_NORMS", "hf_config", "from_hf", "to_hf", "ADAPTER"]
 
 
 def _rope_keys(cfg: dict) -> dict:
@@ -78,13 +79,24 @@ def _shape(lm) -> tuple[int, int, int]:
 
 
 LLAMA_NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm3"))
+_MLP = (("up_proj", "ffn.ffn.0.linear_layer"), ("gate_proj", "ffn.ffn.0.linear_layer_for_glu"),
+        ("down_proj", "ffn.ffn.1.linear_layer"))
+
+
+def _take_mlp(t: Taker, lm, h: str, c: str) -> dict[str, torch.Tensor]:
+    return t.renamed(_MLP, lm.state_dict(), h + "mlp.", c)
+
+
+def _give_mlp(sd: dict[str, torch.Tensor], lm, h: str, c: str) -> dict[str, torch.Tensor]:
+    return give_renamed(sd, _MLP, h + "mlp.", c)
 
 
 def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor], norms: tuple = LLAMA_NORMS,
-                       norm_offset: float = 0.0) -> None:
+                       norm_offset: float = 0.0, ffn: Callable = _take_mlp) -> None:
     """Copy HF Llama tensors into ``lm`` (a DecoderLMModel built from :func:`model_keys_from_hf_config`).
     ``norms`` maps the layer norms' names; ``norm_offset`` is added to every RMSNorm weight (Gemma's
-    norms scale by 1 + weight)."""
+    norms scale by 1 + weight); ``ffn(t, lm, h, c)`` maps a layer's FFN, HF prefix ``h``, ours ``c``
+    (Mixtral's experts)."""
     t = Taker(tensors, ignore=(".rotary_emb.inv_freq",))
     heads, kv, rot = _shape(lm)
     out = {"model.embedding_layer.word_embeddings.weight": t("model.embed_tokens.weight"),
@@ -101,23 +113,19 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor], norms: tuple = LLAM
                     continue
                 value = t(h + f"self_attn.{hf}.{kind}")
                 out[c + f"self_attn.{ours}.{kind}"] = interleave_rotary(value, n, rot) if n else value
-        for hf, ours in (("up_proj", "ffn.ffn.0.linear_layer"), ("gate_proj", "ffn.ffn.0.linear_layer_for_glu"),
-                         ("down_proj", "ffn.ffn.1.linear_layer")):
-            for kind in ("weight", "bias"):
-                if kind == "weight" or h + f"mlp.{hf}.bias" in t:
-                    out[c + f"{ours}.{kind}"] = t(h + f"mlp.{hf}.{kind}")
+        out.update(ffn(t, lm, h, c))
     t.check_all_used()
     assign(lm, out)
 
 
-def to_hf_state_dict(lm, norms: tuple = LLAMA_NORMS, norm_offset: float = 0.0) -> dict[str, torch.Tensor]:
-    """HF Llama tensors of a llama DecoderLMModel (the inverse of :func:`from_hf_state_dict`)."""
+def to_hf_state_dict(lm, norms: tuple = LLAMA_NORMS, norm_offset: float = 0.0,
+                     ffn: Callable = _give_mlp) -> dict[str, torch.Tensor]:
+    """HF Llama tensors of a llama DecoderLMModel (the inverse of :func:`from_hf_state_dict`; ``ffn(sd, lm,
+    h, c)`` gives a layer's FFN tensors of the state dict ``sd``, names without ``model.``)."""
     heads, kv, rot = _shape(lm)
     sd = {k.removeprefix("model."): v.detach() for k, v in lm.state_dict().items()}
     out = {"model.embed_tokens.weight": sd["embedding_layer.word_embeddings.weight"],
-           "model.norm.weight": sd["ln_f.weight"] - norm_offset}
-    if not lm.config["share_embedding_weights"]:
-        out["lm_head.weight"] = sd["lm_head.weight"]
+           "model.norm.weight": sd["ln_f.weight"] - norm_offset, **give_lm_head(lm, sd, ours="lm_head.weight")}
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"model.layers.{i}.", f"transformer_decoder.layers.{i}."
         for hf, ours in norms:
@@ -128,11 +136,7 @@ def to_hf_state_dict(lm, norms: tuple = LLAMA_NORMS, norm_offset: float = 0.0) -
                 if c + f"self_attn.{ours}.{kind}" in sd:
                     value = sd[c + f"self_attn.{ours}.{kind}"]
                     out[h + f"self_attn.{hf}.{kind}"] = deinterleave_rotary(value, n, rot) if n else value
-        for hf, ours in (("up_proj", "ffn.ffn.0.linear_layer"), ("gate_proj", "ffn.ffn.0.linear_layer_for_glu"),
-                         ("down_proj", "ffn.ffn.1.linear_layer")):
-            for kind in ("weight", "bias"):
-                if c + f"{ours}.{kind}" in sd:
-                    out[h + f"mlp.{hf}.{kind}"] = sd[c + f"{ours}.{kind}"]
+        out.update(ffn(sd, lm, h, c))
     return {k: v.contiguous().clone() for k, v in out.items()}
 
 
@@ -163,15 +167,9 @@ def hf_config(config: dict) -> dict:
     return out
 
 
-def from_hf(hf_dir, dst, params_out=None):
-    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF Llama/Mistral folder."""
-    return common_hf.from_hf(hf_dir, dst, _keys, from_hf_state_dict, to_hf_state_dict, params_out)
-
-
-def to_hf(checkpoint, out_dir, model_keys: dict):
-    """``checkpoint convert --to hf``: an HF Llama/Mistral folder of a checkpoint whose model ``model_keys`` describe."""
-    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, _keys)
-
-
 def _keys(cfg: dict) -> dict:
     return model_keys_from_hf_config(cfg, name="mistral" if cfg.get("model_type") == "mistral" else "llama")
+
+
+ADAPTER = HFAdapter(_keys, hf_config, from_hf_state_dict, to_hf_state_dict)
+from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

@@ -22,21 +22,16 @@ only (``output_router_logits`` is written false, so HF's eval loss is the token 
 
 from __future__ import annotations
 
-from pathlib import Path
+import functools
 
 import torch
 
 from cs_run.errors import CheckpointError
-from cs_run.models.common import hf as common_hf
-from cs_run.models.common.hf import Taker, assign, deinterleave_rotary, interleave_rotary
-from cs_run.models.llama.hf import LLAMA_NORMS
-from cs_run.models.llama.hf import hf_config as llama_hf_config
-from cs_run.models.llama.hf import model_keys_from_hf_config as llama_keys
+from cs_run.models.common.hf import HFAdapter, Taker
+from cs_run.models.llama import hf as llama_hf
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf", "ADAPTER"]
 
-_ATTENTION = (("q_proj", "proj_q_dense_layer", True), ("k_proj", "proj_k_dense_layer", True),
-              ("v_proj", "proj_v_dense_layer", False), ("o_proj", "proj_output_dense_layer", False))
 _EXPERT = (("w1", "0.linear_layer_for_glu"), ("w3", "0.linear_layer"), ("w2", "1.linear_layer"))
 
 
@@ -44,15 +39,10 @@ def model_keys_from_hf_config(cfg: dict) -> dict:
     """The ``model:`` section (Model Zoo keys) of an HF Mixtral config."""
     if cfg.get("router_jitter_noise"):
         raise CheckpointError("config.json: router_jitter_noise has no Model Zoo equivalent; set it to 0")
-    keys = llama_keys(cfg, name="mixtral")
+    keys = llama_hf.model_keys_from_hf_config(cfg, name="mixtral")
     keys["moe"] = {"num_experts": cfg["num_local_experts"], "top_k": cfg["num_experts_per_tok"],
                    "load_balancing_loss_coef": float(cfg.get("router_aux_loss_coef", 0.0)), "router_fp32": True}
     return keys
-
-
-def _shape(lm) -> tuple[int, int, int, int]:
-    c = lm.config
-    return c["num_heads"], c["num_kv_groups"] or c["num_heads"], c["rotary_dim"], c["moe"]["num_experts"]
 
 
 def _experts(t: Taker, h: str, experts: int) -> list[dict[str, torch.Tensor]]:
@@ -64,71 +54,43 @@ def _experts(t: Taker, h: str, experts: int) -> list[dict[str, torch.Tensor]]:
     return [{w: t(h + f"block_sparse_moe.experts.{i}.{w}.weight") for w, _ in _EXPERT} for i in range(experts)]
 
 
+def _take_moe(t: Taker, lm, h: str, c: str) -> dict[str, torch.Tensor]:
+    """A layer's router and experts (HF prefix ``h``, ours ``c``), in either HF layout."""
+    gate = h + "mlp.gate.weight" if h + "mlp.gate.weight" in t else h + "block_sparse_moe.gate.weight"
+    out = {c + "ffn.gate.weight": t(gate)}
+    for e, ws in enumerate(_experts(t, h, lm.config["moe"]["num_experts"])):
+        for hf, ours in _EXPERT:
+            out[c + f"ffn.experts.experts.{e}.{ours}.weight"] = ws[hf]
+    return out
+
+
+def _give_moe(sd: dict[str, torch.Tensor], lm, h: str, c: str, fused: bool = False) -> dict[str, torch.Tensor]:
+    experts = lm.config["moe"]["num_experts"]
+    w = {hf: [sd[c + f"ffn.experts.experts.{e}.{ours}.weight"] for e in range(experts)] for hf, ours in _EXPERT}
+    if fused:
+        return {h + "mlp.gate.weight": sd[c + "ffn.gate.weight"],
+                h + "mlp.experts.gate_up_proj": torch.stack([torch.cat(p) for p in zip(w["w1"], w["w3"])]),
+                h + "mlp.experts.down_proj": torch.stack(w["w2"])}
+    return {h + "block_sparse_moe.gate.weight": sd[c + "ffn.gate.weight"],
+            **{h + f"block_sparse_moe.experts.{e}.{hf}.weight": w[hf][e] for hf in w for e in range(experts)}}
+
+
 def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
     """Copy HF Mixtral tensors into ``lm`` (a DecoderLMModel built from :func:`model_keys_from_hf_config`)."""
-    t = Taker(tensors, ignore=(".rotary_emb.inv_freq",))
-    heads, kv, rot, experts = _shape(lm)
-    out = {"model.embedding_layer.word_embeddings.weight": t("model.embed_tokens.weight"),
-           "model.ln_f.weight": t("model.norm.weight")}
-    out.update(t.lm_head(lm))
-    for i in range(lm.config["num_hidden_layers"]):
-        h, c = f"model.layers.{i}.", f"model.transformer_decoder.layers.{i}."
-        for hf, ours in LLAMA_NORMS:
-            out[c + ours + ".weight"] = t(h + hf + ".weight")
-        for hf, ours, rotated in _ATTENTION:
-            value = t(h + f"self_attn.{hf}.weight")
-            n = heads if hf == "q_proj" else kv
-            out[c + f"self_attn.{ours}.weight"] = interleave_rotary(value, n, rot) if rotated else value
-        gate = h + "mlp.gate.weight" if h + "mlp.gate.weight" in t else h + "block_sparse_moe.gate.weight"
-        out[c + "ffn.gate.weight"] = t(gate)
-        for e, ws in enumerate(_experts(t, h, experts)):
-            for hf, ours in _EXPERT:
-                out[c + f"ffn.experts.experts.{e}.{ours}.weight"] = ws[hf]
-    t.check_all_used()
-    assign(lm, out)
+    llama_hf.from_hf_state_dict(lm, tensors, ffn=_take_moe)
 
 
 def to_hf_state_dict(lm, fused: bool = False) -> dict[str, torch.Tensor]:
     """HF Mixtral tensors of a mixtral DecoderLMModel: the per-expert file layout that ``save_pretrained``
     writes (transformers 5 too) and every transformers version reads, or with ``fused`` the in-memory
     layout of transformers 5 (``mlp.experts.gate_up_proj``)."""
-    heads, kv, rot, experts = _shape(lm)
-    sd = {k.removeprefix("model."): v.detach() for k, v in lm.state_dict().items()}
-    out = {"model.embed_tokens.weight": sd["embedding_layer.word_embeddings.weight"],
-           "model.norm.weight": sd["ln_f.weight"]}
-    if not lm.config["share_embedding_weights"]:
-        out["lm_head.weight"] = sd["lm_head.weight"]
-    for i in range(lm.config["num_hidden_layers"]):
-        h, c = f"model.layers.{i}.", f"transformer_decoder.layers.{i}."
-        for hf, ours in LLAMA_NORMS:
-            out[h + hf + ".weight"] = sd[c + ours + ".weight"]
-        for hf, ours, rotated in _ATTENTION:
-            value = sd[c + f"self_attn.{ours}.weight"]
-            n = heads if hf == "q_proj" else kv
-            out[h + f"self_attn.{hf}.weight"] = deinterleave_rotary(value, n, rot) if rotated else value
-        w = {hf: [sd[c + f"ffn.experts.experts.{e}.{ours}.weight"] for e in range(experts)] for hf, ours in _EXPERT}
-        if fused:
-            out[h + "mlp.gate.weight"] = sd[c + "ffn.gate.weight"]
-            out[h + "mlp.experts.gate_up_proj"] = torch.stack([torch.cat(p) for p in zip(w["w1"], w["w3"])])
-            out[h + "mlp.experts.down_proj"] = torch.stack(w["w2"])
-        else:
-            out[h + "block_sparse_moe.gate.weight"] = sd[c + "ffn.gate.weight"]
-            out.update({h + f"block_sparse_moe.experts.{e}.{hf}.weight": w[hf][e] for hf in w for e in range(experts)})
-    return {k: v.contiguous().clone() for k, v in out.items()}
+    return llama_hf.to_hf_state_dict(lm, ffn=functools.partial(_give_moe, fused=fused))
 
-
-def _file_is_fused(hf_dir) -> bool:
-    """Whether the folder's weights are in transformers 5's in-memory layout (a state dict saved as is)."""
-    try:
-        with common_hf.safetensors_module().safe_open(str(Path(hf_dir) / common_hf.WEIGHTS), "pt") as f:
-            return any(k.endswith(".mlp.experts.gate_up_proj") for k in f.keys())
-    except Exception:  # noqa: BLE001 - common_hf.from_hf reports a missing or unreadable file
-        return False
 
 def hf_config(config: dict) -> dict:
     """The HF Mixtral ``config.json`` of a model's resolved keys (Mistral's, plus the experts; Mixtral has
     no bias keys: a model with biases comes back without them and is refused)."""
-    out = llama_hf_config({**config, "name": "mistral"})
+    out = llama_hf.hf_config({**config, "name": "mistral"})
     for key in ("attention_bias", "mlp_bias"):
         del out[key]
     moe = config["moe"]
@@ -138,13 +100,10 @@ def hf_config(config: dict) -> dict:
     return out
 
 
-def from_hf(hf_dir, dst, params_out=None):
-    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF Mixtral folder."""
-    fused = _file_is_fused(hf_dir)
-    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict,
-                             lambda lm: to_hf_state_dict(lm, fused=fused), params_out)
+def _file_layout(names) -> dict:
+    """A file in transformers 5's in-memory layout (a state dict saved as is) has its experts fused."""
+    return {"fused": any(k.endswith(".mlp.experts.gate_up_proj") for k in names)}
 
 
-def to_hf(checkpoint, out_dir, model_keys: dict):
-    """``checkpoint convert --to hf``: an HF Mixtral folder of a checkpoint whose model ``model_keys`` describe."""
-    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)
+ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict, file_layout=_file_layout)
+from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

@@ -23,14 +23,13 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
-from cs_run.models.common import hf as common_hf
-from cs_run.models.common.hf import Taker, assign
+from cs_run.models.common.hf import HFAdapter, Taker, assign, give_lm_head, give_renamed
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf", "ADAPTER"]
 
-_LAYER = (("norm_1.weight", "norm1.weight"), ("norm_2.weight", "norm3.weight"),
-          ("attn.out_proj.weight", "self_attn.proj_output_dense_layer.weight"),
-          ("ffn.up_proj.weight", "ffn.ffn.0.linear_layer.weight"), ("ffn.down_proj.weight", "ffn.ffn.1.linear_layer.weight"))
+_TOP = (("transformer.wte", "model.embedding_layer.word_embeddings"), ("transformer.norm_f", "model.ln_f"))
+_LAYER = (("norm_1", "norm1"), ("norm_2", "norm3"), ("attn.out_proj", "self_attn.proj_output_dense_layer"),
+          ("ffn.up_proj", "ffn.ffn.0.linear_layer"), ("ffn.down_proj", "ffn.ffn.1.linear_layer"))
 _QKV = ("proj_q_dense_layer", "proj_k_dense_layer", "proj_v_dense_layer")
 # (key, the one value that converts, what another value means); transformers' MPT ignores all but clip_qkv
 _FIXED = (("no_bias", True, "biases"), ("expansion_ratio", 4, "an FFN other than 4 x d_model"),
@@ -84,14 +83,11 @@ def model_keys_from_hf_config(cfg: dict) -> dict:
 
 def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
     """Copy HF MPT tensors into ``lm`` (a DecoderLMModel built from :func:`model_keys_from_hf_config`)."""
-    t = Taker(tensors)
-    out = {"model.embedding_layer.word_embeddings.weight": t("transformer.wte.weight"),
-           "model.ln_f.weight": t("transformer.norm_f.weight")}
-    out.update(t.lm_head(lm))
+    t, have = Taker(tensors), lm.state_dict()
+    out = {**t.renamed(_TOP, have), **t.lm_head(lm)}
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"transformer.blocks.{i}.", f"model.transformer_decoder.layers.{i}."
-        for hf, ours in _LAYER:
-            out[c + ours] = t(h + hf)
+        out.update(t.renamed(_LAYER, have, h, c))
         for name, part in zip(_QKV, t(h + "attn.Wqkv.weight").chunk(3, dim=0)):
             out[c + f"self_attn.{name}.weight"] = part
     t.check_all_used()
@@ -100,17 +96,13 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
 
 def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
     """HF MPT tensors of an mpt DecoderLMModel (the inverse of :func:`from_hf_state_dict`)."""
-    sd = {k.removeprefix("model."): v.detach() for k, v in lm.state_dict().items()}
-    out = {"transformer.wte.weight": sd["embedding_layer.word_embeddings.weight"],
-           "transformer.norm_f.weight": sd["ln_f.weight"]}
-    if not lm.config["share_embedding_weights"]:
-        out["lm_head.weight"] = sd["lm_head.weight"]
+    sd = lm.state_dict()
+    out = {**give_renamed(sd, _TOP), **give_lm_head(lm, sd)}
     for i in range(lm.config["num_hidden_layers"]):
-        h, c = f"transformer.blocks.{i}.", f"transformer_decoder.layers.{i}."
-        for hf, ours in _LAYER:
-            out[h + hf] = sd[c + ours]
+        h, c = f"transformer.blocks.{i}.", f"model.transformer_decoder.layers.{i}."
+        out.update(give_renamed(sd, _LAYER, h, c))
         out[h + "attn.Wqkv.weight"] = torch.cat([sd[c + f"self_attn.{name}.weight"] for name in _QKV])
-    return {k: v.contiguous().clone() for k, v in out.items()}
+    return {k: v.detach().contiguous().clone() for k, v in out.items()}
 
 
 def hf_config(config: dict) -> dict:
@@ -131,11 +123,5 @@ def hf_config(config: dict) -> dict:
     }
 
 
-def from_hf(hf_dir, dst, params_out=None):
-    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF MPT folder."""
-    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict, to_hf_state_dict, params_out)
-
-
-def to_hf(checkpoint, out_dir, model_keys: dict):
-    """``checkpoint convert --to hf``: an HF MPT folder of a checkpoint whose model ``model_keys`` describe."""
-    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)
+ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict)
+from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

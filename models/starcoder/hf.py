@@ -11,17 +11,15 @@ from __future__ import annotations
 import torch
 
 from cs_run.errors import CheckpointError
-from cs_run.models.common import hf as common_hf
-from cs_run.models.common.hf import Taker, assign
+from cs_run.models.common.hf import HFAdapter, Taker, assign, give_renamed
 
-__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf"]
+__all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "from_hf", "to_hf", "ADAPTER"]
 
 _ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_new", "gelu_new": "gelu_new", "gelu": "gelu", "relu": "relu"}
 _LAYER = (("ln_1", "norm1"), ("ln_2", "norm3"), ("attn.c_proj", "self_attn.proj_output_dense_layer"),
           ("mlp.c_fc", "ffn.ffn.0.linear_layer"), ("mlp.c_proj", "ffn.ffn.1.linear_layer"))
-_TOP = (("transformer.wte.weight", "model.embedding_layer.word_embeddings.weight"),
-        ("transformer.wpe.weight", "model.embedding_layer.position_embeddings.embed.weight"),
-        ("transformer.ln_f.weight", "model.ln_f.weight"), ("transformer.ln_f.bias", "model.ln_f.bias"))
+_TOP = (("transformer.wte", "model.embedding_layer.word_embeddings"),
+        ("transformer.wpe", "model.embedding_layer.position_embeddings.embed"), ("transformer.ln_f", "model.ln_f"))
 _QKV = ("proj_q_dense_layer", "proj_k_dense_layer", "proj_v_dense_layer")
 
 
@@ -46,16 +44,13 @@ def model_keys_from_hf_config(cfg: dict, name: str = "starcoder") -> dict:
 
 
 def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
-    t = Taker(tensors, ignore=(".attn.bias", ".attn.masked_bias"))
+    t, have = Taker(tensors, ignore=(".attn.bias", ".attn.masked_bias")), lm.state_dict()
     hidden = lm.config["hidden_size"]
     head_dim = hidden // lm.config["num_heads"]
-    out = {ours: t(hf) for hf, ours in _TOP}
-    out.update(t.lm_head(lm))
+    out = {**t.renamed(_TOP, have), **t.lm_head(lm)}
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"transformer.h.{i}.", f"model.transformer_decoder.layers.{i}."
-        for hf, ours in _LAYER:
-            for kind in ("weight", "bias"):
-                out[f"{c}{ours}.{kind}"] = t(f"{h}{hf}.{kind}")
+        out.update(t.renamed(_LAYER, have, h, c))
         for kind in ("weight", "bias"):
             for name, part in zip(_QKV, t(f"{h}attn.c_attn.{kind}").split([hidden, head_dim, head_dim])):
                 out[f"{c}self_attn.{name}.{kind}"] = part
@@ -65,13 +60,10 @@ def from_hf_state_dict(lm, tensors: dict[str, torch.Tensor]) -> None:
 
 def to_hf_state_dict(lm) -> dict[str, torch.Tensor]:
     sd = lm.state_dict()
-    out = {hf: sd[ours] for hf, ours in _TOP}
-    out["lm_head.weight"] = sd["model.lm_head.weight"]
+    out = {**give_renamed(sd, _TOP), "lm_head.weight": sd["model.lm_head.weight"]}
     for i in range(lm.config["num_hidden_layers"]):
         h, c = f"transformer.h.{i}.", f"model.transformer_decoder.layers.{i}."
-        for hf, ours in _LAYER:
-            for kind in ("weight", "bias"):
-                out[f"{h}{hf}.{kind}"] = sd[f"{c}{ours}.{kind}"]
+        out.update(give_renamed(sd, _LAYER, h, c))
         for kind in ("weight", "bias"):
             out[f"{h}attn.c_attn.{kind}"] = torch.cat([sd[f"{c}self_attn.{n}.{kind}"] for n in _QKV])
     return {k: v.detach().contiguous().clone() for k, v in out.items()}
@@ -91,11 +83,5 @@ def hf_config(config: dict) -> dict:
     }
 
 
-def from_hf(hf_dir, dst, params_out=None):
-    """``checkpoint convert --from hf``: the checkpoint ``dst`` and its params of an HF GPTBigCode folder."""
-    return common_hf.from_hf(hf_dir, dst, model_keys_from_hf_config, from_hf_state_dict, to_hf_state_dict, params_out)
-
-
-def to_hf(checkpoint, out_dir, model_keys: dict):
-    """``checkpoint convert --to hf``: an HF GPTBigCode folder of a checkpoint whose model ``model_keys`` describe."""
-    return common_hf.to_hf(checkpoint, out_dir, model_keys, hf_config, to_hf_state_dict, model_keys_from_hf_config)
+ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict)
+from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf
