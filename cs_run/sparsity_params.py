@@ -20,9 +20,8 @@ __all__ = ["ALGORITHMS", "INIT_METHODS", "SCHEDULE_TYPES", "check_sparsity"]
 
 ALGORITHMS = ("static", "gmp", "set", "rigl")
 """The vendor's sparsity algorithms, by their ``algorithm`` value (the class name, lower case)."""
-INIT_METHODS = ("random", "topk", "from_zeros")
-"""The built-in mask initializations (``init_method``); the vendor's ``checkerboard`` (a stress-test
-pattern) is not implemented and is refused."""
+INIT_METHODS = ("random", "topk", "from_zeros", "checkerboard")
+"""The built-in mask initializations (``init_method``), as ``cstorch.sparse.init`` names them."""
 SCHEDULE_TYPES = {
     "constant": ({"value"}, set()),
     "linear": ({"init", "slope"}, set()),

@@ -110,7 +110,10 @@ def build_sparsity(params: Params, model: torch.nn.Module) -> Optional[sparse.Sp
     sparsity = sparse.configure(params.sparsity, locate=params.where)
     if sparsity is None:
         return None
-    model.apply(sparsity)
+    try:
+        model.apply(sparsity)
+    except ValueError as e:  # a weight the section's algorithm cannot mask (its shape), named in the message
+        raise ParamsError(f"params: sparsity: {e}{params.where('sparsity')}") from None
     if not sparsity.num_sparse_params:
         raise ParamsError(f"params: sparsity: the parameter filters match no parameter of the model (names such as "
                           f"{next(iter(dict(model.named_parameters())), '?')}){params.where('sparsity')}")

@@ -141,7 +141,10 @@ class SparsityAlgorithm(abc.ABC):
         if self.sparsity is None:
             raise ValueError(f"{type(self).__name__}: no sparsity level was given")
         level = torch.clamp(self.sparsity(torch.zeros((), dtype=torch.int64)), 0.0, 1.0)
-        mask = self._initial_mask(param, level).to(device=param.device, dtype=torch.bool)
+        try:
+            mask = self._initial_mask(param, level).to(device=param.device, dtype=torch.bool)
+        except ValueError as e:  # an init method that cannot mask this weight: say which weight
+            raise ValueError(f"{name}: {e}") from None
         sparse = SparseParameter(module, name, mask)
         param._sparse_param = sparse
         self.sparse_params[name] = sparse

@@ -132,7 +132,8 @@ BAD = [
     ({"algorithm": "rigl", "sparsity": 0.5, "update": {"every": 3}}, r"params: sparsity.update: expected \{freq: N"),
     ({"algorithm": "rigl", "sparsity": 0.5, "balance_in_groups": 2, "balance_out_groups": 2},
      r"params: sparsity.balance_out_groups: give balance_in_groups or balance_out_groups, not both"),
-    ({"sparsity": 0.5, "init_method": "checkerboard"}, r"params: sparsity.init_method: 'checkerboard' is not one of"),
+    ({"sparsity": 0.5, "init_method": "chess"},
+     r"params: sparsity.init_method: 'chess' is not one of random, topk, from_zeros, checkerboard"),
     ({"sparsity": 0.5, "param_filter": 3}, r"params: sparsity.param_filter: expected a glob or a list of globs"),
     ({"algorithm": "set", "sparsity": 0.5}, None),  # the good one (drop_fraction and update have defaults)
     # the Model Zoo 2.0/2.1 spellings, each with its 2.2+ name
@@ -164,6 +165,9 @@ def test_a_bad_sparsity_section_is_one_params_error_naming_the_key_and_line(tmp_
     ({"sparsity": 0.5, "param_filter": "*no_such_layer.weight"}, {},
      r"params: sparsity: the parameter filters match no parameter of the model"),
     ({"sparsity": 0.5}, {"sharding": "fsdp"}, r"params: sparsity: sparse weights with runconfig.sharding=fsdp"),
+    ({"algorithm": "rigl", "sparsity": 0.5, "balance_out_groups": 5, "param_filter": FILTER}, {},
+     r"params: sparsity: RigL balance groups 5: parameter .*proj_q_dense_layer.weight of shape \[32, 32\] has no "
+     r"dimension divisible by 5 \(.*\.yaml:\d+\)"),
 ])
 def test_a_section_the_model_cannot_take_is_refused_before_anything_is_written(tmp_path, shards, section, runconfig,
                                                                                 regex):
