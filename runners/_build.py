@@ -18,6 +18,7 @@ from cs_run.optim.factory import PARAM_GROUP_KEYS
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params
 from cs_run.resolve import LEARNING_RATE, data_function, model_function, params_error
 from cs_run.runners._step import StepConfig
+from cs_run.sparsity_params import check_sparsity
 from cs_run.utils.streaming import StreamingLoader
 
 __all__ = ["build_model", "build_dataloader", "build_optimizer", "build_lr_scheduler",
@@ -117,6 +118,11 @@ def build_sparsity(params: Params, model: torch.nn.Module) -> Optional[sparse.Sp
     if not sparsity.num_sparse_params:
         raise ParamsError(f"params: sparsity: the parameter filters match no parameter of the model (names such as "
                           f"{next(iter(dict(model.named_parameters())), '?')}){params.where('sparsity')}")
+    for index, (key, _) in enumerate(check_sparsity(params.sparsity)):  # the entries, in the group's order
+        if not sparsity[index].num_sparse_params:  # the vendor's run fails at its first optimizer step
+            raise ParamsError(f"params: {key}: no weight is left for this entry: its param_filter matches none that "
+                              f"an earlier entry did not take (a weight goes to the first entry whose filter "
+                              f"matches it){params.where(key)}")
     logger.info("Sparsity: %d weights masked (%s)", sparsity.num_sparse_params,
                 ", ".join(f"{type(sparsity[i]).__name__} {sparsity[i].num_sparse_params}" for i in range(len(sparsity))))
     return sparsity

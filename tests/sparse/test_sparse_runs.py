@@ -13,6 +13,7 @@ import yaml
 from cs_run.errors import ParamsError
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
+from cs_run.sparse.init import checkerboard
 from tests.examples.gpt2_helpers import OPTIMIZER, tiny_params, tiny_shards, train_losses, weights
 
 FILTER = ["*proj_[qkv]_dense_layer.weight", "*proj_output_dense_layer.weight", "*linear_layer.weight"]
@@ -142,6 +143,21 @@ BAD = [
      r"params: sparsity.param_name_patterns: the Model Zoo 2.0/2.1 spelling .* param_filter"),
     ({"type": "rigl", "sparsity": 0.5, "schedule": {"freq": 100}},
      r"params: sparsity.schedule: an update schedule .* is the Model Zoo 2.0/2.1 spelling; since 2.2 it is sparsity.update"),
+    # per-parameter levels: one list entry per pattern; a {pattern: level} mapping is refused with that advice
+    ({"algorithm": "gmp", "sparsity": {"*fc1*": 0.5}},
+     r"params: sparsity.sparsity: a mapping without a type is not a schedule; per-parameter levels are one list "
+     r"entry per pattern \(sparsity: \[\{param_filter: '\*fc1\*', sparsity: 0.5\}, ...\]\)"),
+    ({"sparsity": {"*proj_q*": 0.5, "*proj_k*": 0.7}}, r"params: sparsity.sparsity: a mapping without a type"),
+    ([{"sparsity": 0.5, "param_filter": "*q*"}, {"algorithm": "set", "sparsity": {"*k*": 0.5}}],
+     r"params: sparsity\[1\].sparsity: a mapping without a type"),
+    ([{"sparsity": 0.5, "param_filter": "*q*"}, {"algorithm": "rigl", "sparsity": 0.5, "init_method": "chess"}],
+     r"params: sparsity\[1\].init_method: 'chess' is not one of"),
+    ({"type": "gmp", "sparsity": {"type": "linear", "init": 0.1, "slope": 0.1}, "init_method": "topk",
+      "param_name_patterns": {".*proj_q.*": {"init_method": "random"}, ".*linear.*": None}},
+     r"params: sparsity.param_name_patterns: the Model Zoo 2.0/2.1 per-pattern form .* since 2.2 it is one list entry "
+     r"per pattern with a param_filter glob: sparsity: \[\{'param_filter': '\*linear\*', 'init_method': 'topk', "
+     r"'sparsity': \{.*\}, 'algorithm': 'gmp'\}, \{'param_filter': '\*proj_q\*', 'init_method': 'random', .*\}\]"),
+    # (yaml.safe_dump sorts the keys: the entries follow the file's order)
     ([], r"params: sparsity: an empty list sparsifies nothing"),
     ([{"sparsity": 0.5}, {"algorithm": "set", "sparsity": 0.5, "update": {"steps": [3, -1]}}],
      r"params: sparsity\[1\].update.steps: expected a list of steps"),
@@ -166,6 +182,10 @@ def test_a_bad_sparsity_section_is_one_params_error_naming_the_key_and_line(tmp_
     ({"sparsity": 0.5, "param_filter": "*no_such_layer.weight"}, {},
      r"params: sparsity: the parameter filters match no parameter of the model"),
     ({"sparsity": 0.5}, {"sharding": "fsdp"}, r"params: sparsity: sparse weights with runconfig.sharding=fsdp"),
+    ([{"sparsity": 0.5, "param_filter": FILTER}, {"sparsity": 0.7, "param_filter": "*proj_q_dense_layer.weight"}], {},
+     r"params: sparsity\[1\]: no weight is left for this entry: its param_filter matches none that an earlier entry"),
+    ([{"sparsity": None}, {"sparsity": 0.5, "param_filter": FILTER}, {"sparsity": 0.5, "param_filter": "*nothing*"}],
+     {}, r"params: sparsity\[2\]: no weight is left for this entry"),  # the null entry counts in the index
     ({"algorithm": "rigl", "sparsity": 0.5, "balance_out_groups": 5, "param_filter": FILTER}, {},
      r"params: sparsity: RigL balance groups 5: parameter .*proj_q_dense_layer.weight of shape \[32, 32\] has no "
      r"dimension divisible by 5 \(.*\.yaml:\d+\)"),
@@ -176,6 +196,33 @@ def test_a_section_the_model_cannot_take_is_refused_before_anything_is_written(t
     with pytest.raises(ParamsError, match=regex):
         PyTorchBaseRunner.create(load_params(path), device="CPU")
     assert not (tmp_path / "refused").exists()
+
+
+PER_PATTERN = [  # each entry its own algorithm, level, schedules and init_method; first match wins
+    {"param_filter": "*proj_[qkv]_dense_layer.weight", "sparsity": 0.5, "init_method": "checkerboard"},
+    {"algorithm": "gmp", "param_filter": ["*proj_output_dense_layer.weight", "*proj_q_dense_layer.weight"],
+     "sparsity": [0.3, 0.6], "update": {"freq": 4}, "init_method": "topk"},
+    {"algorithm": "rigl", "param_filter": "*linear_layer.weight", **DYNAMIC, "sparsity": 0.75},
+]
+
+
+def test_per_pattern_entries_train_each_weight_by_its_entry_bit_identical_on_csx_fx(tmp_path, shards):
+    cpu = train(params_file(tmp_path, shards, "cpu-patterns", PER_PATTERN), "CPU")
+    csx = train(params_file(tmp_path, shards, "csx-patterns", PER_PATTERN), "CSX")
+    expected, got = weights(cpu), weights(csx)
+    for key, value in expected.items():
+        assert torch.equal(value, got[key]), key
+    kept = {k: int(m.sum()) for k, m in masks(expected).items()}
+    assert len(kept) == 12
+    for key, mask in masks(expected).items():
+        if "proj_output" in key:  # gmp cycling 0.3, 0.6 on update steps 0, 4, 8, 12: 0.6 last, 0.4 * 1024
+            assert kept[key] == 409, key
+        elif "linear_layer" in key:  # rigl at 0.75: 0.25 * 2048
+            assert kept[key] == 512, key
+        else:  # q, k, v (q also matches gmp's filter: the first entry took it): the checkerboard, unchanged
+            board = checkerboard(mask, torch.tensor(0.5))
+            assert torch.equal(mask, board) and kept[key] == 512, key
+    assert int(csx.sparsity[1].sparsity.default.index) == int(cpu.sparsity[1].sparsity.default.index) == 0
 
 
 # inductor tier: within a tolerance, as tests/models/test_families_csx.py argues it. Inductor fuses and reorders
