@@ -99,15 +99,20 @@ def build_optimizer(opt: OptimizerParams, model: torch.nn.Module) -> torch.optim
         raise params_error(e) from None
 
 
-def build_sparsity(params: Params, model: torch.nn.Module) -> Optional[sparse.SparsityAlgorithm]:
-    """The ``sparsity`` section's algorithm applied to the model (masks made, pruned weights zeroed), or None.
+def build_sparsity(params: Params, model: torch.nn.Module,
+                   sparsity_fn: Optional[Callable] = None) -> Optional[sparse.SparsityAlgorithm]:
+    """The ``sparsity`` section's algorithm (or ``sparsity_fn()``'s, the Trainer's ``sparsity=``) applied to
+    the model (masks made, pruned weights zeroed), or None.
 
     Applied to the unwrapped model, before a strategy shards it: the filters match the model's own names."""
-    if params.sparsity is None:
+    if params.sparsity is None and sparsity_fn is None:
         return None
+    given = "Trainer: sparsity" if sparsity_fn is not None else "params: sparsity"
     if params.runconfig.sharding != "none":
-        raise ParamsError(f"params: sparsity: sparse weights with runconfig.sharding={params.runconfig.sharding} are "
+        raise ParamsError(f"{given}: sparse weights with runconfig.sharding={params.runconfig.sharding} are "
                           f"not supported (the masks are whole tensors); use sharding none{params.where('sparsity')}")
+    if sparsity_fn is not None:
+        return _apply_given_sparsity(sparsity_fn(), model)
     sparsity = sparse.configure(params.sparsity, locate=params.where)
     if sparsity is None:
         return None
@@ -125,6 +130,29 @@ def build_sparsity(params: Params, model: torch.nn.Module) -> Optional[sparse.Sp
                               f"matches it){params.where(key)}")
     logger.info("Sparsity: %d weights masked (%s)", sparsity.num_sparse_params,
                 ", ".join(f"{type(sparsity[i]).__name__} {sparsity[i].num_sparse_params}" for i in range(len(sparsity))))
+    return sparsity
+
+
+def _apply_given_sparsity(sparsity: Any, model: torch.nn.Module) -> Optional[sparse.SparsityAlgorithm]:
+    """The Trainer's algorithm object (or its callable's) applied to this run's model."""
+    if sparsity is None:  # the vendor's callable may decide on no sparsity
+        return None
+    if not isinstance(sparsity, sparse.SparsityAlgorithm):
+        raise ParamsError(f"Trainer: sparsity: expected a cstorch.sparse.SparsityAlgorithm (or a callable returning "
+                          f"one), got {type(sparsity).__name__}")
+    modules = {id(m) for m in model.modules()}
+    if any(id(s.module) not in modules for s in sparsity.sparse_params.values()):
+        raise ParamsError("Trainer: sparsity: this algorithm already sparsified another model (an earlier fit or "
+                          "validate of a Trainer that builds its model per run); pass a callable that returns a new "
+                          "algorithm, or a sparsity section")
+    try:
+        model.apply(sparsity)
+    except ValueError as e:
+        raise ParamsError(f"Trainer: sparsity: {e}") from None
+    if not sparsity.num_sparse_params:
+        raise ParamsError(f"Trainer: sparsity: the algorithm sparsified no parameter of the model (names such as "
+                          f"{next(iter(dict(model.named_parameters())), '?')})")
+    logger.info("Sparsity: %d weights masked (%s)", sparsity.num_sparse_params, type(sparsity).__name__)
     return sparsity
 
 

@@ -59,7 +59,8 @@ class PyTorchBaseRunner(RunnerHooks):
     def __init__(self, params: Params, *, device: str = "CPU", backend: Optional[Backend] = None,
                  model_fn: Optional[Callable] = None, train_data_fn: Optional[Callable] = None,
                  eval_data_fn: Optional[Callable] = None, optimizer_fn: Optional[Callable] = None,
-                 lr_scheduler_fn: Optional[Callable] = None, options: Optional[RunOptions] = None) -> None:
+                 lr_scheduler_fn: Optional[Callable] = None, options: Optional[RunOptions] = None,
+                 sparsity_fn: Optional[Callable] = None) -> None:
         self.params = params
         self._data_fns = {"train": train_data_fn, "eval": eval_data_fn}
         self.device_type = device.upper()
@@ -81,7 +82,7 @@ class PyTorchBaseRunner(RunnerHooks):
         with self._metrics.collecting():
             self.model = self.strategy.place(_build.build_model(params, model_fn), self.torch_device)
         self._metrics.add_module(self.model)
-        self.sparsity = _build.build_sparsity(params, self.model)  # the params' sparsity section, or None
+        self.sparsity = _build.build_sparsity(params, self.model, sparsity_fn)  # the section's / Trainer's, or None
         self.model = self.strategy.shard(self.model, self.torch_device)  # before the optimizer holds its parameters
         self.optimizer, self.lr_scheduler, self.grad_scaler = _build.build_training_parts(
             params, self.model, optimizer_fn, lr_scheduler_fn)
@@ -122,8 +123,8 @@ class PyTorchBaseRunner(RunnerHooks):
         :class:`~cs_run.runners.PyTorchCSRunner` on CSX (compile_only / validate_only are its trace-only mode).
 
         ``backend`` is the backend to run on (the CSX runner makes one from runconfig when it is None);
-        ``builders`` (model_fn, train_data_fn, eval_data_fn, optimizer_fn, lr_scheduler_fn) replace the
-        params' model, data and optimizer factories. ``mode``, when known, is checked against the
+        ``builders`` (model_fn, train_data_fn, eval_data_fn, optimizer_fn, lr_scheduler_fn, sparsity_fn)
+        replace the params' model, data, optimizer and sparsity factories. ``mode``, when known, is checked against the
         params' sections first. Nothing of the user's code runs before model_dir, the sections and the
         model and data functions' keys are checked (:mod:`cs_run.runners._create`).
         """
