@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 from cs_run._checks import unknown_key_message
 from cs_run.errors import ParamsError
 
-__all__ = ["ALGORITHMS", "INIT_METHODS", "SCHEDULE_TYPES", "check_sparsity"]
+__all__ = ["ALGORITHMS", "INIT_METHODS", "SCHEDULE_TYPES", "check_sparsity", "summaries_wanted"]
 
 ALGORITHMS = ("static", "gmp", "set", "rigl")
 """The vendor's sparsity algorithms, by their ``algorithm`` value (the class name, lower case)."""
@@ -32,7 +32,7 @@ SCHEDULE_TYPES = {
 }
 """A step-aware hyper-parameter's ``type`` -> (required keys, optional keys), as cstorch.sparse.utils has them."""
 
-_COMMON = ("algorithm", "sparsity", "init_method", "param_filter")
+_COMMON = ("algorithm", "sparsity", "init_method", "param_filter", "add_summaries")
 _KEYS = {
     "static": _COMMON,
     "gmp": (*_COMMON, "update"),
@@ -129,6 +129,9 @@ def _check_one(config: Any, key: str, locate) -> Optional[dict]:
     if not callable(method) and method not in INIT_METHODS:  # the Python API may give its own callable
         raise ParamsError(f"params: {key}.init_method: {method!r} is not one of {', '.join(INIT_METHODS)}"
                           f"{locate(key + '.init_method')}")
+    if not isinstance(config.get("add_summaries", False), bool):
+        raise ParamsError(f"params: {key}.add_summaries: expected true or false, got {config['add_summaries']!r}"
+                          f"{locate(key + '.add_summaries')}")
     flt = config.get("param_filter")
     if flt is not None and not (isinstance(flt, str) or
                                 (isinstance(flt, list) and flt and all(isinstance(f, str) for f in flt))):
@@ -242,3 +245,11 @@ def _check_update(value: Any, key: str, locate) -> None:
         low = 1 if name == "freq" else 0
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
             raise ParamsError(f"params: {key}.{name}: expected an integer >= {low}, got {v!r}{locate(f'{key}.{name}')}")
+
+
+def summaries_wanted(value: Any) -> bool:
+    """Whether the section asks for the target and actual sparsity summaries: ``add_summaries: true`` in
+    an entry (the legacy spelling of the vendor Trainer's ``LogSparsity`` callback, which the trainer form
+    lists under ``trainer.init.callbacks``)."""
+    entries = value if isinstance(value, list) else [value]
+    return any(isinstance(e, dict) and e.get("add_summaries") is True for e in entries)

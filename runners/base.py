@@ -32,11 +32,12 @@ from cs_run.runners._checkpointer import Checkpointer
 from cs_run.runners._early_stopping import EarlyStopping
 from cs_run.runners._options import TRAINING_MODES, RunOptions
 from cs_run.runners._progress import Progress
-from cs_run.runners._reporting import Summaries
+from cs_run.runners._reporting import SparsityLog, Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
 from cs_run.runners._run_record import RunRecord
 from cs_run.runners.hooks import RunnerHooks
 from cs_run.schedule import StepBudget, is_checkpoint_step, is_log_step
+from cs_run.sparsity_params import summaries_wanted
 from cs_run.utils.streaming import StreamingLoader
 
 __all__ = ["PyTorchBaseRunner"]
@@ -88,6 +89,8 @@ class PyTorchBaseRunner(RunnerHooks):
             params, self.model, optimizer_fn, lr_scheduler_fn)
         if self.sparsity is not None and self.optimizer is not None:
             self.sparsity.apply(self.optimizer)  # the masks reach the optimizer's state
+        self._sparsity_log = (SparsityLog(self.sparsity) if self.sparsity is not None and self.optimizer is not None
+                              and summaries_wanted(params.sparsity) else None)  # the vendor's LogSparsity
         self._train_loader = None
         self._eval_loader = None  # the first evaluation's, built by run() before model_dir is opened
         self._summaries = Summaries(self.model_dir)
@@ -403,6 +406,8 @@ class PyTorchBaseRunner(RunnerHooks):
             scalars["lr" if len(groups) == 1 else f"lr/group_{i}"] = float(group["lr"])
         if self.grad_scaler is not None:
             scalars["loss_scale"] = self.grad_scaler.get_scale()
+        if self._sparsity_log is not None:
+            scalars.update(self._sparsity_log.latest)
         self._summaries.add_scalars("train", scalars, step)
 
     def _fetch_loss(self, loss: torch.Tensor) -> float:

@@ -279,12 +279,13 @@ class SparsityAlgorithm(abc.ABC):
         self._computed_sparsity_hooks[handle.id] = hook
         return handle
 
-    def _report(self, name: str, target: Any, mask: Optional[torch.Tensor] = None) -> None:
+    def _report_target(self, name: str, target: Any) -> None:
         for hook in self._target_sparsity_hooks.values():
             hook(self, name, target)
-        if mask is not None:
-            for hook in self._computed_sparsity_hooks.values():
-                hook(self, name, 1 - mask.sum() / mask.numel())
+
+    def _report_computed(self, name: str, computed: Any) -> None:
+        for hook in self._computed_sparsity_hooks.values():
+            hook(self, name, computed)
 
     # ---------------------------------------------------------------------------- checkpoints
     def state_dict(self) -> Any:

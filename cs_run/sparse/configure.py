@@ -47,6 +47,7 @@ def configure(config: Any, key: str = "sparsity", locate=lambda key: "") -> Opti
         entry = dict(entry)
         algorithm = map_sparsity_algorithm(entry.pop("algorithm"))
         param_filter = entry.pop("param_filter", None)
+        entry.pop("add_summaries", None)  # the runner's summaries (LogSparsity), not the algorithm's
         try:
             instance = algorithm(**entry)
         except (TypeError, ValueError) as e:

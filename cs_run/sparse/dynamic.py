@@ -68,7 +68,7 @@ class DynamicSparsityAlgorithm(SparsityAlgorithm, abc.ABC):
             names = [s.name for s in params if s.schedule is schedule]
             if names:
                 levels[id(schedule)] = torch.clamp(schedule(self.step), 0.0, 1.0)
-                self._report(os.path.commonprefix(names) + "*", levels[id(schedule)])
+                self._report_target(os.path.commonprefix(names) + "*", levels[id(schedule)])
         for sparse in params:
             if sparse.param.grad is None:  # not updated this step: its mask stays
                 continue
@@ -77,7 +77,7 @@ class DynamicSparsityAlgorithm(SparsityAlgorithm, abc.ABC):
             sparse.mask.copy_(torch.where(due, new, sparse.mask))
             self._prune_all(optimizer, sparse)
             if self._computed_sparsity_hooks:
-                self._report(sparse.name, level, sparse.mask)
+                self._report_computed(sparse.name, 1 - sparse.mask.sum() / sparse.mask.numel())
         for schedule in self._schedules():
             schedule.update(due)
         self._end_update()

@@ -26,4 +26,5 @@ class Static(SparsityAlgorithm):
         super().__init__(sparsity, **kwargs)
 
     def update(self, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
-        self._report("*", self.sparsity_level)
+        self._report_target("*", self.sparsity_level)  # the vendor's Static reports its level as both
+        self._report_computed("*", self.sparsity_level)

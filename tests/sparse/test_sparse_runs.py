@@ -14,6 +14,7 @@ from cs_run.errors import ParamsError
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
 from cs_run.sparse.init import checkerboard
+from cs_run.summaries import read_scalars
 from tests.examples.gpt2_helpers import OPTIMIZER, tiny_params, tiny_shards, train_losses, weights
 
 FILTER = ["*proj_[qkv]_dense_layer.weight", "*proj_output_dense_layer.weight", "*linear_layer.weight"]
@@ -137,6 +138,7 @@ BAD = [
     ({"sparsity": 0.5, "init_method": "chess"},
      r"params: sparsity.init_method: 'chess' is not one of random, topk, from_zeros, checkerboard"),
     ({"sparsity": 0.5, "param_filter": 3}, r"params: sparsity.param_filter: expected a glob or a list of globs"),
+    ({"sparsity": 0.5, "add_summaries": "yes"}, r"params: sparsity.add_summaries: expected true or false, got 'yes'"),
     ({"algorithm": "set", "sparsity": 0.5}, None),  # the good one (drop_fraction and update have defaults)
     # the Model Zoo 2.0/2.1 spellings, each with its 2.2+ name
     ({"type": "rigl", "sparsity": 0.5, "param_name_patterns": [".*dense_layer.weight"]},
@@ -223,6 +225,35 @@ def test_per_pattern_entries_train_each_weight_by_its_entry_bit_identical_on_csx
             board = checkerboard(mask, torch.tensor(0.5))
             assert torch.equal(mask, board) and kept[key] == 512, key
     assert int(csx.sparsity[1].sparsity.default.index) == int(cpu.sparsity[1].sparsity.default.index) == 0
+
+
+def test_add_summaries_logs_target_and_actual_sparsity_on_cpu_and_csx_alike(tmp_path, shards):
+    """The vendor's LogSparsity (legacy ``add_summaries: true``): ``sparsity/<weights>*/target`` per schedule and
+    ``sparsity/<weight>/actual`` per mask at every log step, the same on CPU and CSX (read through a step
+    closure there)."""
+    section = {**SECTIONS["rigl"], "add_summaries": True}
+    runs = {device: train(params_file(tmp_path, shards, f"{device}-log", section, {"log_steps": 4}), device)
+            for device in ("CPU", "CSX")}
+    scalars = {device: read_scalars(Path(r.params.runconfig.model_dir) / "train") for device, r in runs.items()}
+    tags = {t for t in scalars["CPU"] if t.startswith("sparsity/")}
+    assert {t: scalars["CPU"][t] for t in tags} == {t: v for t, v in scalars["CSX"].items() if t.startswith("sparsity/")}
+    final = masks(weights(runs["CPU"]))
+    assert tags == {"sparsity/model.transformer_decoder.layers.*/target"} | {f"sparsity/{k.removesuffix('_mask')}/actual"
+                                                                        for k in final}
+    assert scalars["CPU"]["sparsity/model.transformer_decoder.layers.*/target"] == [(4, 0.75), (8, 0.75), (12, 0.75)]
+    for key, mask in final.items():  # 1 - kept / numel of the mask at the step: int(0.25 * numel) kept
+        assert scalars["CPU"][f"sparsity/{key.removesuffix('_mask')}/actual"] == [
+            (step, pytest.approx(1 - int(mask.sum()) / mask.numel(), abs=1e-7)) for step in (4, 8, 12)], key
+
+
+def test_the_trainer_forms_log_sparsity_callback_is_the_sections_add_summaries(tmp_path):
+    path = tmp_path / "trainer.yaml"
+    path.write_text(yaml.safe_dump({"trainer": {"init": {
+        "model_dir": str(tmp_path / "m"), "model": dict(MODEL), "optimizer": {"AdamW": {}},
+        "schedulers": [{"ConstantLR": {"learning_rate": 1e-3}}], "sparsity": [SECTIONS["static"], SECTIONS["set"]],
+        "callbacks": [{"LogSparsity": {}}], "loop": {"max_steps": 2}}}}))
+    assert load_params(path).sparsity == [{**SECTIONS["static"], "add_summaries": True},
+                                          {**SECTIONS["set"], "add_summaries": True}]
 
 
 # inductor tier: within a tolerance, as tests/models/test_families_csx.py argues it. Inductor fuses and reorders
