@@ -263,7 +263,7 @@ def test_the_trainer_forms_log_sparsity_callback_is_the_sections_add_summaries(t
 # and 6) rank |w| and |dense gradient|, whose few-ulp differences do not reach a rank on these sizes, so the
 # masks stay equal (checked, and checked to have moved) and the weights differ by float rounding only: the
 # largest difference measured was 1.2e-7 for both (one float32 ulp at 1); atol 2e-6 is 1/500 of one AdamW
-# update (lr 1e-3) and about 16x that. Both cases took 10 minutes on a loaded 2-core host (7 on a lighter one).
+# update (lr 1e-3) and about 16x that. Both cases together took 4 to 10 minutes on the shared 2-core host.
 INDUCTOR_TOL = dict(rtol=0.0, atol=2e-6)
 
 
