@@ -16,13 +16,12 @@ from typing import Any, Callable, Optional
 from cs_run._checks import unknown_key_message
 from cs_run.errors import ParamsError
 
-__all__ = ["ALGORITHMS", "INIT_METHODS", "SCHEDULE_TYPES", "check_sparsity"]
+__all__ = ["ALGORITHMS", "INIT_METHODS", "SCHEDULE_TYPES", "check_sparsity", "summaries_wanted"]
 
 ALGORITHMS = ("static", "gmp", "set", "rigl")
 """The vendor's sparsity algorithms, by their ``algorithm`` value (the class name, lower case)."""
-INIT_METHODS = ("random", "topk", "from_zeros")
-"""The built-in mask initializations (``init_method``); the vendor's ``checkerboard`` (a stress-test
-pattern) is not implemented and is refused."""
+INIT_METHODS = ("random", "topk", "from_zeros", "checkerboard")
+"""The built-in mask initializations (``init_method``), as ``cstorch.sparse.init`` names them."""
 SCHEDULE_TYPES = {
     "constant": ({"value"}, set()),
     "linear": ({"init", "slope"}, set()),
@@ -33,7 +32,7 @@ SCHEDULE_TYPES = {
 }
 """A step-aware hyper-parameter's ``type`` -> (required keys, optional keys), as cstorch.sparse.utils has them."""
 
-_COMMON = ("algorithm", "sparsity", "init_method", "param_filter")
+_COMMON = ("algorithm", "sparsity", "init_method", "param_filter", "add_summaries")
 _KEYS = {
     "static": _COMMON,
     "gmp": (*_COMMON, "update"),
@@ -50,9 +49,16 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_sparsity(value: Any, key: str = "sparsity", locate: Callable[[str], str] = lambda key: "") -> list[dict]:
-    """The section as a list of algorithm configs (``algorithm`` always set, ``schedule`` renamed
-    ``sparsity``, the 2.2 ``type`` renamed ``algorithm``); an empty list for ``sparsity: null``.
+def check_sparsity(value: Any, key: str = "sparsity",
+                   locate: Callable[[str], str] = lambda key: "") -> list[tuple[str, dict]]:
+    """The section as a list of (key path, algorithm config) pairs (``algorithm`` always set, ``schedule``
+    renamed ``sparsity``, the 2.2 ``type`` renamed ``algorithm``; an entry with ``sparsity: null`` left
+    out); an empty list for ``sparsity: null``.
+
+    Per-parameter values are per-pattern entries: a list of mappings, each with its own ``param_filter``
+    and its own level, schedules and ``init_method`` (a weight goes to the first entry whose filter
+    matches it). The Python API's per-parameter mapping (``sparsity={param: level}``) is keyed by tensors
+    and has no params-file form.
 
     Raises:
         ParamsError: an unknown key, algorithm, init method or schedule type, or a value out of range,
@@ -67,12 +73,13 @@ def check_sparsity(value: Any, key: str = "sparsity", locate: Callable[[str], st
         value = [{**{k: v for k, v in g.items() if k != "params"}, **(g.get("params") or {})}
                  for g in (groups if isinstance(groups, list) else [groups])]
     if isinstance(value, dict):
-        return [c for c in [_check_one(value, key, locate)] if c is not None]
+        return [(key, c) for c in [_check_one(value, key, locate)] if c is not None]
     if isinstance(value, list):
         if not value:
             raise ParamsError(f"params: {key}: an empty list sparsifies nothing; give one mapping per algorithm or "
                               f"remove the section{locate(key)}")
-        return [c for i, item in enumerate(value) if (c := _check_one(item, f"{key}[{i}]", locate)) is not None]
+        keys = [f"{key}[{i}]" for i in range(len(value))]
+        return [(k, c) for k, item in zip(keys, value) if (c := _check_one(item, k, locate)) is not None]
     raise ParamsError(f"params: {key}: expected a sparsity level (a number), a mapping or a list of mappings, "
                       f"got {type(value).__name__}{locate(key)}")
 
@@ -104,6 +111,8 @@ def _check_one(config: Any, key: str, locate) -> Optional[dict]:
     for name in config:
         if name not in _KEYS[algorithm]:
             hint = _OLD_SPELLINGS.get(name)
+            if name == "param_name_patterns" and isinstance(config[name], dict):
+                hint = _per_pattern_hint(config)
             if hint:
                 raise ParamsError(f"params: {key}.{name}: {hint}{locate(f'{key}.{name}')}")
             raise ParamsError(unknown_key_message(f"{key}.{name}", name, _KEYS[algorithm],
@@ -113,25 +122,16 @@ def _check_one(config: Any, key: str, locate) -> Optional[dict]:
             return None  # the vendor's configure: sparsity null means no sparsity from this entry
         raise ParamsError(f"params: {key}.sparsity: missing; give the fraction of each weight to prune "
                           f"(0 <= sparsity < 1){locate(key)}")
-    if algorithm == "static":
-        if not _number(config["sparsity"]):
-            raise ParamsError(f"params: {key}.sparsity: static sparsity is one number, got "
-                              f"{type(config['sparsity']).__name__}; use algorithm gmp for a schedule"
-                              f"{locate(key + '.sparsity')}")
-    else:
-        _check_schedule(config["sparsity"], f"{key}.sparsity", locate)
-        if algorithm == "gmp" and (_number(config["sparsity"]) or
-                                   (isinstance(config["sparsity"], dict)
-                                    and str(config["sparsity"].get("type")).lower() == "constant")):
-            raise ParamsError(f"params: {key}.sparsity: gmp with a constant sparsity never changes the mask; use "
-                              f"algorithm static, or a schedule (type: linear, exp, ...){locate(key + '.sparsity')}")
-    if _number(config["sparsity"]) and not 0 <= config["sparsity"] < 1:
-        raise ParamsError(f"params: {key}.sparsity: must be >= 0 and < 1, got {config['sparsity']}"
-                          f"{locate(key + '.sparsity')}")
+    level = config["sparsity"]
+    if not (isinstance(level, dict) and not all(isinstance(k, str) for k in level)):  # {param tensor: level} is
+        _check_level(config, algorithm, key, locate)  # the Python API's mapping: the algorithm checks its values
     method = config.get("init_method", "random")
-    if method not in INIT_METHODS:
+    if not callable(method) and method not in INIT_METHODS:  # the Python API may give its own callable
         raise ParamsError(f"params: {key}.init_method: {method!r} is not one of {', '.join(INIT_METHODS)}"
                           f"{locate(key + '.init_method')}")
+    if not isinstance(config.get("add_summaries", False), bool):
+        raise ParamsError(f"params: {key}.add_summaries: expected true or false, got {config['add_summaries']!r}"
+                          f"{locate(key + '.add_summaries')}")
     flt = config.get("param_filter")
     if flt is not None and not (isinstance(flt, str) or
                                 (isinstance(flt, list) and flt and all(isinstance(f, str) for f in flt))):
@@ -152,6 +152,44 @@ def _check_one(config: Any, key: str, locate) -> Optional[dict]:
         if not isinstance(config[b], int) or isinstance(config[b], bool) or config[b] < 1:
             raise ParamsError(f"params: {key}.{b}: expected an integer >= 1, got {config[b]!r}{locate(f'{key}.{b}')}")
     return config
+
+
+def _check_level(config: dict, algorithm: str, key: str, locate) -> None:
+    """``sparsity``: one number for static; a number, list or schedule for the others; numbers in [0, 1)."""
+    _no_type_hint(config["sparsity"], f"{key}.sparsity", locate)
+    if algorithm == "static":
+        if not _number(config["sparsity"]):
+            raise ParamsError(f"params: {key}.sparsity: static sparsity is one number, got "
+                              f"{type(config['sparsity']).__name__}; use algorithm gmp for a schedule"
+                              f"{locate(key + '.sparsity')}")
+    else:
+        _check_schedule(config["sparsity"], f"{key}.sparsity", locate)
+        if algorithm == "gmp" and (_number(config["sparsity"]) or
+                                   (isinstance(config["sparsity"], dict)
+                                    and str(config["sparsity"].get("type")).lower() == "constant")):
+            raise ParamsError(f"params: {key}.sparsity: gmp with a constant sparsity never changes the mask; use "
+                              f"algorithm static, or a schedule (type: linear, exp, ...){locate(key + '.sparsity')}")
+    if _number(config["sparsity"]) and not 0 <= config["sparsity"] < 1:
+        raise ParamsError(f"params: {key}.sparsity: must be >= 0 and < 1, got {config['sparsity']}"
+                          f"{locate(key + '.sparsity')}")
+
+
+def _per_pattern_hint(config: dict) -> str:
+    """The 2.2+ list a 2.0/2.1 ``param_name_patterns: {regex: {overrides}}`` section stands for, as the
+    vendor's config converter writes it (each entry: the glob, the section's other keys, the overrides)."""
+    rest = {k: v for k, v in config.items() if k != "param_name_patterns"}
+    entries = [{"param_filter": str(pattern).replace(".*", "*"), **rest, **(overrides or {})}
+               for pattern, overrides in config["param_name_patterns"].items()]
+    return ("the Model Zoo 2.0/2.1 per-pattern form (regular expressions, each with its own settings); since 2.2 "
+            f"it is one list entry per pattern with a param_filter glob: sparsity: {entries}")
+
+
+def _no_type_hint(value: Any, key: str, locate) -> None:
+    """A level given as ``{pattern: level}``: the Python API's per-parameter mapping has no params-file form."""
+    if isinstance(value, dict) and "type" not in value:
+        raise ParamsError(f"params: {key}: a mapping without a type is not a schedule; per-parameter levels are one "
+                          f"list entry per pattern (sparsity: [{{param_filter: '*fc1*', sparsity: 0.5}}, ...]), "
+                          f"and a schedule is {{type: linear, ...}}{locate(key)}")
 
 
 def _check_schedule(value: Any, key: str, locate) -> None:
@@ -207,3 +245,11 @@ def _check_update(value: Any, key: str, locate) -> None:
         low = 1 if name == "freq" else 0
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
             raise ParamsError(f"params: {key}.{name}: expected an integer >= {low}, got {v!r}{locate(f'{key}.{name}')}")
+
+
+def summaries_wanted(value: Any) -> bool:
+    """Whether the section asks for the target and actual sparsity summaries: ``add_summaries: true`` in
+    an entry (the legacy spelling of the vendor Trainer's ``LogSparsity`` callback, which the trainer form
+    lists under ``trainer.init.callbacks``)."""
+    entries = value if isinstance(value, list) else [value]
+    return any(isinstance(e, dict) and e.get("add_summaries") is True for e in entries)

@@ -373,6 +373,12 @@ def from_trainer_form(raw: dict, locate=lambda key: "", moves: Optional[dict] = 
                 _record(f"trainer.{part}", trainer[part], TRAINER_RECORDED[part])
             elif isinstance(trainer[part], dict):
                 walk(trainer[part], part)
+    log_sparsity = moves.pop("sparsity.add_summaries", None)
+    if log_sparsity is not None and out.get("sparsity") is not None:  # LogSparsity: the legacy sparsity.add_summaries
+        section = out["sparsity"]
+        entries = section if isinstance(section, list) else [section]
+        out["sparsity"] = [{**(e if isinstance(e, dict) else {"sparsity": e}), "add_summaries": True} for e in entries]
+        out["sparsity"] = out["sparsity"] if isinstance(section, list) else out["sparsity"][0]
     unknown = [k for k in trainer if k not in ("init", "fit", "validate", "validate_all")]
     if unknown:
         raise ParamsError(unknown_key_message(f"trainer.{unknown[0]}", unknown[0],
@@ -405,11 +411,12 @@ _NOTED_CALLBACKS = {
 
 def _callbacks(value: Any, out: dict, moves: dict, locate) -> None:
     """``trainer.init.callbacks``: flag callbacks noted per flag, LoadCheckpointStates as
-    runconfig.load_checkpoint_states; any other callback is an error naming it."""
+    runconfig.load_checkpoint_states, LogSparsity as the sparsity section's add_summaries; any other
+    callback is an error naming it."""
     if not isinstance(value, list):
         raise ParamsError(f"params: trainer.init.callbacks: expected a list of '<CallbackName>: {{...}}', got "
                           f"{type(value).__name__}{locate('trainer.init.callbacks')}")
-    known = [*_FLAG_CALLBACKS, *_NOTED_CALLBACKS, "LoadCheckpointStates"]
+    known = [*_FLAG_CALLBACKS, *_NOTED_CALLBACKS, "LoadCheckpointStates", "LogSparsity"]
     for i, entry in enumerate(value):
         path = f"trainer.init.callbacks[{i}]"
         if not isinstance(entry, dict) or len(entry) != 1:
@@ -428,6 +435,10 @@ def _callbacks(value: Any, out: dict, moves: dict, locate) -> None:
                 _record(f"{path}.{name}.{flag}", setting, reason)
         elif name in _NOTED_CALLBACKS:
             _record(f"{path}.{name}", args, _NOTED_CALLBACKS[name])
+        elif name == "LogSparsity":  # the vendor's TRAINER_PARAMS_TO_LEGACY pair: sparsity.add_summaries
+            if args:
+                raise ParamsError(f"params: {path}.LogSparsity: takes no arguments, got {sorted(args)}{locate(path)}")
+            moves["sparsity.add_summaries"] = f"{path}.LogSparsity"
         elif name == "LoadCheckpointStates":
             unknown = set(args) - {"load_checkpoint_states"}
             if unknown:

@@ -18,6 +18,7 @@ from cs_run.optim.factory import PARAM_GROUP_KEYS
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params
 from cs_run.resolve import LEARNING_RATE, data_function, model_function, params_error
 from cs_run.runners._step import StepConfig
+from cs_run.sparsity_params import check_sparsity
 from cs_run.utils.streaming import StreamingLoader
 
 __all__ = ["build_model", "build_dataloader", "build_optimizer", "build_lr_scheduler",
@@ -98,24 +99,60 @@ def build_optimizer(opt: OptimizerParams, model: torch.nn.Module) -> torch.optim
         raise params_error(e) from None
 
 
-def build_sparsity(params: Params, model: torch.nn.Module) -> Optional[sparse.SparsityAlgorithm]:
-    """The ``sparsity`` section's algorithm applied to the model (masks made, pruned weights zeroed), or None.
+def build_sparsity(params: Params, model: torch.nn.Module,
+                   sparsity_fn: Optional[Callable] = None) -> Optional[sparse.SparsityAlgorithm]:
+    """The ``sparsity`` section's algorithm (or ``sparsity_fn()``'s, the Trainer's ``sparsity=``) applied to
+    the model (masks made, pruned weights zeroed), or None.
 
     Applied to the unwrapped model, before a strategy shards it: the filters match the model's own names."""
-    if params.sparsity is None:
+    if params.sparsity is None and sparsity_fn is None:
         return None
+    given = "Trainer: sparsity" if sparsity_fn is not None else "params: sparsity"
     if params.runconfig.sharding != "none":
-        raise ParamsError(f"params: sparsity: sparse weights with runconfig.sharding={params.runconfig.sharding} are "
+        raise ParamsError(f"{given}: sparse weights with runconfig.sharding={params.runconfig.sharding} are "
                           f"not supported (the masks are whole tensors); use sharding none{params.where('sparsity')}")
+    if sparsity_fn is not None:
+        return _apply_given_sparsity(sparsity_fn(), model)
     sparsity = sparse.configure(params.sparsity, locate=params.where)
     if sparsity is None:
         return None
-    model.apply(sparsity)
+    try:
+        model.apply(sparsity)
+    except ValueError as e:  # a weight the section's algorithm cannot mask (its shape), named in the message
+        raise ParamsError(f"params: sparsity: {e}{params.where('sparsity')}") from None
     if not sparsity.num_sparse_params:
         raise ParamsError(f"params: sparsity: the parameter filters match no parameter of the model (names such as "
                           f"{next(iter(dict(model.named_parameters())), '?')}){params.where('sparsity')}")
+    for index, (key, _) in enumerate(check_sparsity(params.sparsity)):  # the entries, in the group's order
+        if not sparsity[index].num_sparse_params:  # the vendor's run fails at its first optimizer step
+            raise ParamsError(f"params: {key}: no weight is left for this entry: its param_filter matches none that "
+                              f"an earlier entry did not take (a weight goes to the first entry whose filter "
+                              f"matches it){params.where(key)}")
     logger.info("Sparsity: %d weights masked (%s)", sparsity.num_sparse_params,
                 ", ".join(f"{type(sparsity[i]).__name__} {sparsity[i].num_sparse_params}" for i in range(len(sparsity))))
+    return sparsity
+
+
+def _apply_given_sparsity(sparsity: Any, model: torch.nn.Module) -> Optional[sparse.SparsityAlgorithm]:
+    """The Trainer's algorithm object (or its callable's) applied to this run's model."""
+    if sparsity is None:  # the vendor's callable may decide on no sparsity
+        return None
+    if not isinstance(sparsity, sparse.SparsityAlgorithm):
+        raise ParamsError(f"Trainer: sparsity: expected a cstorch.sparse.SparsityAlgorithm (or a callable returning "
+                          f"one), got {type(sparsity).__name__}")
+    modules = {id(m) for m in model.modules()}
+    if any(id(s.module) not in modules for s in sparsity.sparse_params.values()):
+        raise ParamsError("Trainer: sparsity: this algorithm already sparsified another model (an earlier fit or "
+                          "validate of a Trainer that builds its model per run); pass a callable that returns a new "
+                          "algorithm, or a sparsity section")
+    try:
+        model.apply(sparsity)
+    except ValueError as e:
+        raise ParamsError(f"Trainer: sparsity: {e}") from None
+    if not sparsity.num_sparse_params:
+        raise ParamsError(f"Trainer: sparsity: the algorithm sparsified no parameter of the model (names such as "
+                          f"{next(iter(dict(model.named_parameters())), '?')})")
+    logger.info("Sparsity: %d weights masked (%s)", sparsity.num_sparse_params, type(sparsity).__name__)
     return sparsity
 
 

@@ -7,8 +7,9 @@ from typing import Any, Mapping
 
 from cs_run import replicas
 from cs_run.summaries import ScalarWriter
+from cs_run.tracing import step_closure
 
-__all__ = ["Summaries"]
+__all__ = ["SparsityLog", "Summaries"]
 
 
 class Summaries:
@@ -32,3 +33,19 @@ class Summaries:
         for writer in self._writers.values():
             writer.close()
         self._writers.clear()
+
+
+class SparsityLog:
+    """The vendor's ``LogSparsity``: each update's target level (``sparsity/<weights>*/target``) and each
+    mask's actual sparsity (``sparsity/<weight>/actual``), from the algorithm's hooks through a step
+    closure (a traced step's values are read after it runs); the latest values go into the train
+    summaries on log steps."""
+
+    def __init__(self, sparsity: Any) -> None:
+        self.latest: dict[str, float] = {}
+        record = step_closure(self._record)
+        sparsity.register_target_sparsity_hook(lambda _, name, target: record(f"sparsity/{name}/target", target))
+        sparsity.register_computed_sparsity_hook(lambda _, name, actual: record(f"sparsity/{name}/actual", actual))
+
+    def _record(self, tag: str, value: Any) -> None:
+        self.latest[tag] = float(value)

@@ -34,11 +34,12 @@ from cs_run.runners._early_stopping import EarlyStopping
 from cs_run.runners._evaluator import Evaluator
 from cs_run.runners._options import TRAINING_MODES, RunOptions
 from cs_run.runners._progress import Progress
-from cs_run.runners._reporting import Summaries
+from cs_run.runners._reporting import SparsityLog, Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
 from cs_run.runners._run_record import RunRecord
 from cs_run.runners.hooks import RunnerHooks
 from cs_run.schedule import StepBudget, is_checkpoint_step, is_log_step
+from cs_run.sparsity_params import summaries_wanted
 from cs_run.utils.streaming import StreamingLoader
 
 __all__ = ["PyTorchBaseRunner"]
@@ -61,7 +62,8 @@ class PyTorchBaseRunner(RunnerHooks):
     def __init__(self, params: Params, *, device: str = "CPU", backend: Optional[Backend] = None,
                  model_fn: Optional[Callable] = None, train_data_fn: Optional[Callable] = None,
                  eval_data_fn: Optional[Callable] = None, optimizer_fn: Optional[Callable] = None,
-                 lr_scheduler_fn: Optional[Callable] = None, options: Optional[RunOptions] = None) -> None:
+                 lr_scheduler_fn: Optional[Callable] = None, options: Optional[RunOptions] = None,
+                 sparsity_fn: Optional[Callable] = None) -> None:
         self.params = params
         self._data_fns = {"train": train_data_fn, "eval": eval_data_fn}
         self.device_type = device.upper()
@@ -83,12 +85,14 @@ class PyTorchBaseRunner(RunnerHooks):
         with self.evaluator.metrics.collecting():  # the model's metrics are the run's
             self.model = self.strategy.place(_build.build_model(params, model_fn), self.torch_device)
         self.evaluator.metrics.add_module(self.model)
-        self.sparsity = _build.build_sparsity(params, self.model)  # the params' sparsity section, or None
+        self.sparsity = _build.build_sparsity(params, self.model, sparsity_fn)  # the section's / Trainer's, or None
         self.model = self.strategy.shard(self.model, self.torch_device)  # before the optimizer holds its parameters
         self.optimizer, self.lr_scheduler, self.grad_scaler = _build.build_training_parts(
             params, self.model, optimizer_fn, lr_scheduler_fn)
         if self.sparsity is not None and self.optimizer is not None:
             self.sparsity.apply(self.optimizer)  # the masks reach the optimizer's state
+        self._sparsity_log = (SparsityLog(self.sparsity) if self.sparsity is not None and self.optimizer is not None
+                              and summaries_wanted(params.sparsity) else None)  # the vendor's LogSparsity
         self._train_loader = None
         self._summaries = Summaries(self.model_dir)
         self._stop = StopFlag()  # the signal flag while train() runs (docs/architecture.md#interrupts)
@@ -120,8 +124,8 @@ class PyTorchBaseRunner(RunnerHooks):
         :class:`~cs_run.runners.PyTorchCSRunner` on CSX (compile_only / validate_only are its trace-only mode).
 
         ``backend`` is the backend to run on (the CSX runner makes one from runconfig when it is None);
-        ``builders`` (model_fn, train_data_fn, eval_data_fn, optimizer_fn, lr_scheduler_fn) replace the
-        params' model, data and optimizer factories. ``mode``, when known, is checked against the
+        ``builders`` (model_fn, train_data_fn, eval_data_fn, optimizer_fn, lr_scheduler_fn, sparsity_fn)
+        replace the params' model, data, optimizer and sparsity factories. ``mode``, when known, is checked against the
         params' sections first. Nothing of the user's code runs before model_dir, the sections and the
         model and data functions' keys are checked (:mod:`cs_run.runners._create`).
         """
@@ -390,6 +394,8 @@ class PyTorchBaseRunner(RunnerHooks):
             scalars["lr" if len(groups) == 1 else f"lr/group_{i}"] = float(group["lr"])
         if self.grad_scaler is not None:
             scalars["loss_scale"] = self.grad_scaler.get_scale()
+        if self._sparsity_log is not None:
+            scalars.update(self._sparsity_log.latest)
         self._summaries.add_scalars("train", scalars, step)
 
     def _fetch_loss(self, loss: torch.Tensor) -> float:

@@ -29,6 +29,8 @@ from cs_run.errors import ParamsError
 from cs_run.frontends.options import cluster_keys, trainer_keys
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params, RunConfig, build_section, check_runconfig
 from cs_run.runners import PyTorchBaseRunner, latest_checkpoint
+from cs_run.sparse import SparsityAlgorithm
+from cs_run.sparsity_params import check_sparsity
 from cs_run.utils.data import DataLoader as CsDataLoader
 
 __all__ = ["Trainer", "trainers_from_config"]
@@ -81,6 +83,11 @@ class Trainer:
         logging: ``{"log_steps": N, "log_level": "INFO", "disable_progress_bar": False}`` (or N). The log
             lines go to model_dir/run.log and to the console, unless the program configured logging
             itself (a handler on the root or the ``cs_run`` logger): then they go where it says.
+        sparsity: Sparse weights, as the vendor Trainer's ``sparsity``: a
+            :class:`cs_run.sparse.SparsityAlgorithm` (applied as it is; it serves one model, so a Trainer
+            that builds its model per run needs one of the other forms), a callable returning one (or
+            None; called once per run), or a params ``sparsity`` section (a level, a mapping or a list of
+            them, as the YAML form gives it; built per run by :func:`cs_run.sparse.configure`).
         seed: Seeds every RNG before the model is built.
         runner: A runner class (or "module:Class") with hooks, e.g. ``on_eval_metrics``: a subclass of
             :class:`~cs_run.runners.PyTorchBaseRunner` serves every device.
@@ -94,7 +101,7 @@ class Trainer:
                  model_dir: str = "./model_dir", model: Any = None, optimizer: Any = None,
                  schedulers: Any = None, precision: Optional[dict] = None, loop: Optional[dict] = None,
                  checkpoint: Optional[dict] = None, logging: Union[dict, int, None] = None,
-                 seed: Optional[int] = None, runner: Union[str, type, None] = None) -> None:
+                 seed: Optional[int] = None, runner: Union[str, type, None] = None, sparsity: Any = None) -> None:
         self.backend = resolve_backend(device=device, backend=backend)
         if model is None:
             raise ParamsError("Trainer: model is required (an nn.Module, a callable returning one, or a model "
@@ -116,6 +123,7 @@ class Trainer:
         self._model_section, self._model_fn = _model_parts(model, precision)
         self._optimizer_section, self._optimizer_fn, self._scheduler_fn = _optimizer_parts(
             optimizer, schedulers, precision, (loop or {}).get("grad_accum_steps"))
+        self._sparsity_section, self._sparsity_fn = _sparsity_parts(sparsity)
         self.runner = None
 
     def fit(self, train_dataloader: Any, val_dataloader: Any = None, ckpt_path: Optional[str] = None) -> dict:
@@ -151,6 +159,7 @@ class Trainer:
         else:
             rc = dataclasses.replace(self._runconfig, checkpoint_path=ckpt_path)
         params = Params(model=self._model_section, optimizer=self._optimizer_section, runconfig=rc,
+                        sparsity=self._sparsity_section,
                         train_input=_input_section("train_input", train_dataloader),
                         eval_input=_input_section("eval_input", val_dataloader),
                         given_by={"runconfig.checkpoint_path": f"Trainer.{verb}: ckpt_path"}, names=_NAMES, head=_HEAD)
@@ -158,7 +167,7 @@ class Trainer:
             params, device=self.backend.backend_type, backend=self.backend, runner=self._runner_class,
             model_fn=self._model_fn,
             train_data_fn=_data_fn(train_dataloader), eval_data_fn=_data_fn(val_dataloader),
-            optimizer_fn=self._optimizer_fn, lr_scheduler_fn=self._scheduler_fn)
+            optimizer_fn=self._optimizer_fn, lr_scheduler_fn=self._scheduler_fn, sparsity_fn=self._sparsity_fn)
         return self.runner
 
 
@@ -260,6 +269,25 @@ def _optimizer_parts(optimizer: Any, schedulers: Any, precision: dict, grad_accu
         scheduler_fn = schedulers if callable(schedulers) and not hasattr(schedulers, "state_dict") \
             else (lambda _opt: schedulers)
     return section, optimizer_fn, scheduler_fn
+
+
+def _sparsity_parts(sparsity: Any) -> tuple[Any, Optional[Callable]]:
+    """(a params ``sparsity`` section, checked now; or a callable giving the run's algorithm)."""
+    if sparsity is None:
+        return None, None
+    if isinstance(sparsity, SparsityAlgorithm):
+        return None, lambda: sparsity
+    if callable(sparsity):
+        return None, sparsity
+    if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float, dict, list)):
+        raise ParamsError(f"Trainer: sparsity must be a cstorch.sparse.SparsityAlgorithm, a callable returning one, "
+                          f"or a sparsity section (a level, a mapping or a list), got {type(sparsity).__name__} "
+                          f"{sparsity!r:.40}")
+    try:
+        check_sparsity(sparsity, "sparsity")
+    except ParamsError as e:  # the same checks as a params file's, named as the Trainer's argument
+        raise ParamsError(str(e).replace("params: ", _HEAD, 1)) from None
+    return sparsity, None
 
 
 def _input_section(section: str, loader: Any) -> Optional[InputParams]:

@@ -26,7 +26,7 @@ from cs_run.engine import register_state
 from cs_run.sparse.init import make_init_method
 from cs_run.sparse.utils import HyperParameterSchedule, make_hyperparam_schedule
 
-__all__ = ["SparseParameter", "SparsityAlgorithm"]
+__all__ = ["ParamSchedules", "SparseParameter", "SparsityAlgorithm"]
 
 ParamFilter = Callable[[str, torch.Tensor], bool]
 
@@ -41,6 +41,8 @@ class SparseParameter:
         self._module = weakref.ref(module)
         self.name = name
         self.param_name = name.rsplit(".", 1)[-1]
+        self.schedule: Optional[HyperParameterSchedule] = None
+        """Its sparsity schedule (``algorithm.sparsity[param]`` when it was sparsified)."""
         self.mask_name = f"{self.param_name}_mask"
         module.register_buffer(self.mask_name, mask, persistent=True)
 
@@ -79,6 +81,53 @@ def _apply_root(module: torch.nn.Module) -> torch.nn.Module:
     return root
 
 
+class ParamSchedules:
+    """``algorithm.sparsity``: each sparse weight's sparsity schedule, as the vendor's per-parameter mapping.
+
+    ``sparsity={param: level, ...}`` (keys are the parameter tensors, values anything a schedule is made
+    from) gives those weights their own schedules, and a weight not in it has none (an error when it is
+    sparsified); a number or a schedule is the default of every weight. Assigning a default later keeps
+    the per-parameter entries; assigning a mapping replaces them all (the vendor's setter)."""
+
+    def __init__(self, per_param: Optional[dict] = None, default: Optional[HyperParameterSchedule] = None) -> None:
+        self._per_param: WeakIdKeyDictionary = WeakIdKeyDictionary(per_param or {})
+        self.default = default
+        unique: dict[int, HyperParameterSchedule] = {}
+        for schedule in [default, *self._per_param.values()]:
+            if schedule is not None:
+                unique.setdefault(id(schedule), schedule)
+        # a plain list, so the CSX engine's state walk (which does not enter torch's weak mappings) finds
+        # a cycling schedule's index
+        self._schedules = list(unique.values())
+
+    @classmethod
+    def of(cls, value: Any, previous: Optional["ParamSchedules"] = None) -> "ParamSchedules":
+        if isinstance(value, ParamSchedules):
+            return value
+        if isinstance(value, dict) and any(isinstance(k, torch.Tensor) for k in value):
+            wrong = [k for k in value if not isinstance(k, torch.Tensor)]
+            if wrong:
+                raise ValueError(f"a per-parameter sparsity mapping is keyed by the parameters themselves (tensors), "
+                                 f"got the key {wrong[0]!r}")
+            return cls({p: make_hyperparam_schedule(v) for p, v in value.items()})
+        kept = dict(previous._per_param) if previous is not None else {}
+        return cls(kept, None if value is None else make_hyperparam_schedule(value))
+
+    def __getitem__(self, param: torch.Tensor) -> HyperParameterSchedule:
+        schedule = self._per_param.get(param, self.default)
+        if schedule is None:
+            raise ValueError("no sparsity level: the per-parameter sparsity mapping has no entry for this weight"
+                             if len(self._per_param) else "no sparsity level was given")
+        return schedule
+
+    def __contains__(self, param: torch.Tensor) -> bool:
+        return param in self._per_param or self.default is not None
+
+    def schedules(self) -> list[HyperParameterSchedule]:
+        """Every schedule, the default first, each once."""
+        return list(self._schedules)
+
+
 class SparsityAlgorithm(abc.ABC):
     """What decides each sparse weight's mask: its first mask and how it changes (:meth:`update`).
 
@@ -90,8 +139,7 @@ class SparsityAlgorithm(abc.ABC):
 
     def __init__(self, sparsity: Union[float, dict, list, HyperParameterSchedule, None],
                  init_method: Union[str, Callable] = "random") -> None:
-        self.sparsity: Optional[HyperParameterSchedule] = (
-            None if sparsity is None else make_hyperparam_schedule(sparsity))
+        self._sparsity = ParamSchedules.of(sparsity)
         self.init_method = make_init_method(init_method)
         self.sparse_params: "OrderedDict[str, SparseParameter]" = OrderedDict()
         self.autoupdate = True
@@ -105,6 +153,15 @@ class SparsityAlgorithm(abc.ABC):
     @property
     def num_sparse_params(self) -> int:
         return len(self.sparse_params)
+
+    @property
+    def sparsity(self) -> ParamSchedules:
+        """Each weight's sparsity schedule: ``algorithm.sparsity[param]``."""
+        return self._sparsity
+
+    @sparsity.setter
+    def sparsity(self, value: Any) -> None:
+        self._sparsity = ParamSchedules.of(value, self._sparsity)
 
     # ---------------------------------------------------------------------------- module side
     def __call__(self, module: torch.nn.Module) -> None:
@@ -138,11 +195,13 @@ class SparsityAlgorithm(abc.ABC):
         """Compute ``param``'s first mask (the sparsity at step 0), register it and prune the weight."""
         if getattr(param, "_sparse_param", None) is not None or getattr(param, "requires_dense", False):
             return
-        if self.sparsity is None:
-            raise ValueError(f"{type(self).__name__}: no sparsity level was given")
-        level = torch.clamp(self.sparsity(torch.zeros((), dtype=torch.int64)), 0.0, 1.0)
-        mask = self._initial_mask(param, level).to(device=param.device, dtype=torch.bool)
+        try:
+            level = torch.clamp(self.sparsity[param](torch.zeros((), dtype=torch.int64)), 0.0, 1.0)
+            mask = self._initial_mask(param, level).to(device=param.device, dtype=torch.bool)
+        except ValueError as e:  # no level for this weight, or an init method that cannot mask it: say which
+            raise ValueError(f"{type(self).__name__} {name}: {e}") from None
         sparse = SparseParameter(module, name, mask)
+        sparse.schedule = self.sparsity[param]  # by name from now on: a traced step binds other tensors
         param._sparse_param = sparse
         self.sparse_params[name] = sparse
         sparse.prune()
@@ -220,12 +279,13 @@ class SparsityAlgorithm(abc.ABC):
         self._computed_sparsity_hooks[handle.id] = hook
         return handle
 
-    def _report(self, name: str, target: Any, mask: Optional[torch.Tensor] = None) -> None:
+    def _report_target(self, name: str, target: Any) -> None:
         for hook in self._target_sparsity_hooks.values():
             hook(self, name, target)
-        if mask is not None:
-            for hook in self._computed_sparsity_hooks.values():
-                hook(self, name, 1 - mask.sum() / mask.numel())
+
+    def _report_computed(self, name: str, computed: Any) -> None:
+        for hook in self._computed_sparsity_hooks.values():
+            hook(self, name, computed)
 
     # ---------------------------------------------------------------------------- checkpoints
     def state_dict(self) -> Any:

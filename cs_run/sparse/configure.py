@@ -43,13 +43,14 @@ def configure(config: Any, key: str = "sparsity", locate=lambda key: "") -> Opti
         ParamsError: a key or value the vendor's API does not take, naming it.
     """
     group = Group()
-    for entry in check_sparsity(config, key, locate):
+    for entry_key, entry in check_sparsity(config, key, locate):
         entry = dict(entry)
         algorithm = map_sparsity_algorithm(entry.pop("algorithm"))
         param_filter = entry.pop("param_filter", None)
+        entry.pop("add_summaries", None)  # the runner's summaries (LogSparsity), not the algorithm's
         try:
             instance = algorithm(**entry)
         except (TypeError, ValueError) as e:
-            raise ParamsError(f"params: {key}: {e}{locate(key)}") from None
+            raise ParamsError(f"params: {entry_key}: {e}{locate(entry_key)}") from None
         group.add(param_filter if param_filter is not None else default_sparse_param_filter, instance)
     return group if len(group) else None

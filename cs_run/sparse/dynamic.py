@@ -29,7 +29,7 @@ class DynamicSparsityAlgorithm(SparsityAlgorithm, abc.ABC):
         self.update_schedule = make_update_schedule(update)
         self.starts_sparse = bool(self.update_schedule(torch.zeros((), dtype=torch.int64)))
         self.step = torch.zeros((), dtype=torch.int64)
-        self._started = False
+        self._started: set[int] = set()  # ids of the sparsity schedules moved on past the first masks
 
     def _initial_mask(self, param: torch.Tensor, level: torch.Tensor) -> torch.Tensor:
         if not self.starts_sparse:
@@ -41,30 +41,43 @@ class DynamicSparsityAlgorithm(SparsityAlgorithm, abc.ABC):
         self.step = self.step.to(device)
         for schedule in self._schedules():
             schedule.to(device)
-        if not self._started:  # the first mask used the step-0 level; a cycling level moves on if it was sparse
-            self._started = True
-            self.sparsity.update(torch.tensor(self.starts_sparse, device=device))
+            if id(schedule) not in self._started and schedule in self._sparsity_schedules():
+                # the first masks used the step-0 level; a cycling level moves on if they were sparse
+                self._started.add(id(schedule))
+                schedule.update(torch.tensor(self.starts_sparse, device=device))
+
+    def _sparsity_schedules(self) -> list:
+        """The sparsity schedules of this algorithm's weights, each once, in the weights' order."""
+        unique: dict[int, object] = {}
+        for sparse in self.sparse_params.values():
+            unique.setdefault(id(sparse.schedule), sparse.schedule)
+        return list(unique.values())
 
     def _schedules(self) -> list:
-        return [self.sparsity]
+        """Every schedule with state that moves on update steps (SET and RigL add drop_fraction)."""
+        return self._sparsity_schedules()
 
     @torch.no_grad()
     def update(self, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
         finite = _finite_gradients(optimizer, self.step.device)
         self.step.add_(finite.to(torch.int64))
         due = self.update_schedule(self.step) & finite
-        level = torch.clamp(self.sparsity(self.step), 0.0, 1.0)
         params = list(self.sparse_params_of(optimizer))
-        if params:
-            self._report(os.path.commonprefix([s.name for s in params]) + "*", level)
+        levels: dict[int, torch.Tensor] = {}  # one level per schedule, reported once under its weights' prefix
+        for schedule in self._sparsity_schedules():
+            names = [s.name for s in params if s.schedule is schedule]
+            if names:
+                levels[id(schedule)] = torch.clamp(schedule(self.step), 0.0, 1.0)
+                self._report_target(os.path.commonprefix(names) + "*", levels[id(schedule)])
         for sparse in params:
             if sparse.param.grad is None:  # not updated this step: its mask stays
                 continue
+            level = levels[id(sparse.schedule)]
             new = self.update_mask(sparse.param, sparse.mask, level, sparse)
             sparse.mask.copy_(torch.where(due, new, sparse.mask))
             self._prune_all(optimizer, sparse)
             if self._computed_sparsity_hooks:
-                self._report(sparse.name, level, sparse.mask)
+                self._report_computed(sparse.name, 1 - sparse.mask.sum() / sparse.mask.numel())
         for schedule in self._schedules():
             schedule.update(due)
         self._end_update()
@@ -78,15 +91,25 @@ class DynamicSparsityAlgorithm(SparsityAlgorithm, abc.ABC):
         """The new mask of weight ``p`` (current ``mask``) at the scheduled ``sparsity``."""
 
     def state_dict(self) -> dict:
-        schedules = {str(i): s.state_dict() for i, s in enumerate(self._schedules()) if s.state_dict()}
-        return {"step": self.step, **({"schedules": schedules} if schedules else {})}
+        """``step`` and, as the vendor keys them, ``sparsity``: each stateful sparsity schedule's state under
+        the name of (the last of) its weights; SET and RigL add a stateful ``drop_fraction``'s."""
+        named = {id(s.schedule): (s.name, s.schedule) for s in self.sparse_params.values()}
+        levels = {name: state for name, schedule in named.values() if (state := schedule.state_dict())}
+        return {"step": self.step, **({"sparsity": levels} if levels else {}), **self._extra_state()}
 
     def load_state_dict(self, state: dict) -> None:
         self.step.copy_(torch.as_tensor(state["step"]))
-        for i, schedule in enumerate(self._schedules()):
-            saved = state.get("schedules", {}).get(str(i))
+        for sparse in self.sparse_params.values():
+            saved = state.get("sparsity", {}).get(sparse.name)
             if saved:
-                schedule.load_state_dict(saved)
+                sparse.schedule.load_state_dict(saved)
+        self._load_extra_state(state)
+
+    def _extra_state(self) -> dict:
+        return {}
+
+    def _load_extra_state(self, state: dict) -> None:
+        return None
 
 
 def _finite_gradients(optimizer: Optional[torch.optim.Optimizer], device: torch.device) -> torch.Tensor:

@@ -15,8 +15,9 @@ class GMP(DynamicSparsityAlgorithm):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        if isinstance(self.sparsity, Constant):
-            raise ValueError(f"GMP with a constant sparsity ({self.sparsity.value}) never changes the mask; "
+        constant = next((s for s in self.sparsity.schedules() if isinstance(s, Constant)), None)
+        if constant is not None:
+            raise ValueError(f"GMP with a constant sparsity ({constant.value}) never changes the mask; "
                              "use Static, or a sparsity schedule")
 
     @torch.no_grad()

@@ -36,7 +36,15 @@ class RigL(DynamicSparsityAlgorithm):
         self._dense_grads: dict[str, torch.Tensor] = {}
 
     def _schedules(self) -> list:
-        return [self.sparsity, self.drop_fraction]
+        return [*self._sparsity_schedules(), self.drop_fraction]
+
+    def _extra_state(self) -> dict:
+        state = self.drop_fraction.state_dict()
+        return {"drop_fraction": state} if state else {}
+
+    def _load_extra_state(self, state: dict) -> None:
+        if state.get("drop_fraction"):
+            self.drop_fraction.load_state_dict(state["drop_fraction"])
 
     def sparsify_parameter(self, module, name, param) -> None:
         groups = self.balance_out_groups or self.balance_in_groups

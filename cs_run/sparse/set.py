@@ -19,7 +19,15 @@ class SET(DynamicSparsityAlgorithm):
         self.drop_fraction = make_hyperparam_schedule(drop_fraction)
 
     def _schedules(self) -> list:
-        return [self.sparsity, self.drop_fraction]
+        return [*self._sparsity_schedules(), self.drop_fraction]
+
+    def _extra_state(self) -> dict:
+        state = self.drop_fraction.state_dict()
+        return {"drop_fraction": state} if state else {}
+
+    def _load_extra_state(self, state: dict) -> None:
+        if state.get("drop_fraction"):
+            self.drop_fraction.load_state_dict(state["drop_fraction"])
 
     @torch.no_grad()
     def update_mask(self, p, mask, sparsity, sparse=None):

@@ -117,7 +117,8 @@ class Cycling(HyperParameterSchedule):
 
     def compute(self, step: torch.Tensor) -> torch.Tensor:
         table = torch.tensor(self.values, dtype=torch.float32, device=step.device)
-        return table[self.index.to(step.device)]
+        # index_select, not table[index]: indexing by a 0-d tensor reads its value, which a traced step cannot
+        return torch.index_select(table, 0, self.index.to(step.device).reshape(1)).reshape(())
 
     def update(self, is_update_step: torch.Tensor) -> None:
         advanced = torch.remainder(self.index + 1, len(self.values))
@@ -156,7 +157,11 @@ def make_hyperparam_schedule(schedule: Any) -> HyperParameterSchedule:
         return Cycling(schedule)
     if isinstance(schedule, dict):
         kwargs = dict(schedule)
-        kind = str(kwargs.pop("type", "")).lower()
+        if "type" not in kwargs:
+            raise ValueError(f"a schedule mapping needs a type ({', '.join(_SCHEDULES)}), got {schedule!r}; a "
+                             "per-parameter mapping is keyed by the parameter tensors (in a params file: one entry "
+                             "per param_filter)")
+        kind = str(kwargs.pop("type")).lower()
         if kind not in _SCHEDULES:
             raise ValueError(f"unknown schedule type {kind!r}; one of {', '.join(_SCHEDULES)}")
         return _SCHEDULES[kind](**kwargs)

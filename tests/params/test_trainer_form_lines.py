@@ -90,7 +90,7 @@ CASES = [
                            "      update:\n        freq: 0  # <- here",
      r"params: sparsity.update.freq: expected an integer >= 1, got 0"),
     ("      log_steps: 1", "      log_steps: 1\n    sparsity:\n      sparsity: 0.75\n      drop_fraction: 0.3  # <- here",
-     r"params: unknown key sparsity.drop_fraction; valid keys: algorithm, init_method, param_filter, sparsity "
+     r"params: unknown key sparsity.drop_fraction; valid keys: add_summaries, algorithm, init_method, param_filter, sparsity "
      r"\(algorithm static\)"),
 ]
 
