@@ -30,6 +30,7 @@ from cs_run.checkpoint.reader import (
     read_spec,
     storage_dtype,
 )
+from cs_run.checkpoint.shard_index import is_sharded
 from cs_run.checkpoint.tree import flatten, leaf_paths, tree_paths, unflatten
 from cs_run.checkpoint.writer import COMPRESSIONS, write_file
 from cs_run.errors import CheckpointError, ParamsError
@@ -70,11 +71,12 @@ def save(state_dict: Any, ckpt_path: PathLike, *, compression: str | None = None
     if not write:
         logger.debug("checkpoint %s is written by another process", path)
         return
-    if os.path.isdir(path):
-        raise CheckpointError(f"cannot save checkpoint to '{path}': it is a directory")
+    if os.path.isdir(path) and not is_sharded(path):
+        raise CheckpointError(f"cannot save checkpoint to '{path}': it is a directory (and not a sharded checkpoint "
+                              "this save would replace); give a file path")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     try:
-        with atomic_path(path) as tmp:
+        with atomic_path(path, folder_ok=True) as tmp:  # a sharded checkpoint of the same name is replaced
             write_file(tmp, tree, leaves, compression)
     except OSError as err:
         raise CheckpointError(f"cannot save checkpoint to '{path}': {err}") from err

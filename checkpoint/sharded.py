@@ -29,13 +29,11 @@ names and checks are :mod:`cs_run.checkpoint.shard_index`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import re
 import secrets
-import shutil
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -43,7 +41,7 @@ import torch
 
 from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint import h5
-from cs_run.checkpoint.atomic import TMP_SUFFIX, atomic_path, clean_stale_temps, fsync_path
+from cs_run.checkpoint.atomic import TMP_SUFFIX, atomic_path, clean_stale_temps, fsync_path, remove, replace
 from cs_run.checkpoint.h5 import TargetMismatchError
 from cs_run.checkpoint.shard_index import (
     FORMAT,
@@ -147,24 +145,12 @@ def commit(tmp: str, final: str | os.PathLike, manifests: list[list[dict]]) -> N
     with atomic_path(os.path.join(tmp, INDEX)) as index_tmp, open(index_tmp, "w") as fh:
         json.dump(index, fh)
     fsync_path(tmp, directory=True)
-    folder, base = os.path.split(final)
-    old = None
-    if os.path.lexists(final):  # the same step saved again: move the old one aside, then drop it
-        old = os.path.join(folder, f".{base}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}")
-        os.rename(final, old)
-    os.rename(tmp, final)
-    fsync_path(folder, directory=True)
-    if old is not None:
-        discard(old)
+    replace(tmp, final)  # over a folder or a file of the same step: through its aside name (crash-safe)
 
 
 def discard(tmp: str) -> None:
-    """Remove a temporary (a failed save's folder, or a replaced checkpoint)."""
-    with contextlib.suppress(OSError):
-        if os.path.isdir(tmp) and not os.path.islink(tmp):
-            shutil.rmtree(tmp)
-        else:
-            os.remove(tmp)
+    """Remove a temporary (a failed save's folder) or a checkpoint (a pruned one: a file or a folder)."""
+    remove(tmp)
 
 
 def save_unsharded_as(state: Any, final: str | os.PathLike, world_size: int,

@@ -11,6 +11,7 @@ format is :mod:`cs_run.checkpoint`'s; the names and listing of model_dir's check
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -18,6 +19,7 @@ import torch
 
 from cs_run import distributed
 from cs_run.checkpoint import check_target
+from cs_run.checkpoint.atomic import resolve
 from cs_run.checkpoint.h5 import TargetMismatchError
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.runners import _checkpoints
@@ -63,7 +65,7 @@ class Checkpointer:
         runner = self._runner
         path = runner.options.checkpoint_path
         if path is not None:
-            if not path.exists():  # a file, or a sharded run's folder
+            if not os.path.exists(resolve(path)):  # a file, or a sharded run's folder (or its aside)
                 raise ParamsError(f"params: runconfig.checkpoint_path: no such file {path}")
             self.start = path
             return path

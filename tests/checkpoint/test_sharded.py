@@ -19,10 +19,11 @@ import torch
 from click.testing import CliRunner
 
 import cs_run as cstorch
-from cs_run.checkpoint import sharded
+from cs_run.checkpoint import atomic, sharded
 from cs_run.checkpoint.h5 import TargetMismatchError
+from cs_run.errors import CheckpointError
 from cs_run.frontends.cli import cli
-from cs_run.runners._checkpoints import list_checkpoints, prune_checkpoints
+from cs_run.runners._checkpoints import latest_checkpoint, list_checkpoints, prune_checkpoints
 
 
 def _state() -> dict:
@@ -120,6 +121,102 @@ def test_the_runner_lists_and_prunes_committed_folders_only(tmp_path):
     prune_checkpoints(tmp_path, 1)
     assert [s for s, _ in list_checkpoints(tmp_path)] == [10] and os.path.isdir(temp)
     sharded.discard(temp)
+
+
+def _other_state() -> dict:
+    """The same keys as :func:`_state`, every tensor and the step changed: which of the two a read returns."""
+    state = _state()
+    state["model"] = {k: v + 1 if v.dtype != torch.bool else ~v for k, v in state["model"].items()}
+    state["model"]["lm_head.weight"] = state["model"]["wte.weight"]
+    return {**state, "global_step": 13}
+
+
+SAVES = {  # how a step's checkpoint is written: one file (a data-parallel run), or N shards (a sharded run)
+    "file": lambda state, path: cstorch.save(state, path),
+    "2 shards": lambda state, path: sharded.save_unsharded_as(state, path, 2),
+    "3 shards": lambda state, path: sharded.save_unsharded_as(state, path, 3),
+}
+REPLACES = [("file", "2 shards"), ("2 shards", "file"), ("2 shards", "3 shards"), ("file", "file")]
+
+
+@pytest.mark.parametrize("old, new", REPLACES, ids=[f"{o} by {n}" for o, n in REPLACES])
+def test_a_save_replaces_the_same_steps_checkpoint_of_either_form(tmp_path, old, new):
+    path = tmp_path / "checkpoint_10.mdl"
+    SAVES[old](_state(), path)
+    SAVES[new](_other_state(), path)
+    _assert_equal(cstorch.load(path), _other_state())
+    assert sharded.is_sharded(path) == (new != "file") and os.listdir(tmp_path) == ["checkpoint_10.mdl"]
+    assert list_checkpoints(tmp_path) == [(10, path)]
+
+
+def test_a_save_refuses_a_folder_that_is_not_a_sharded_checkpoint(tmp_path):
+    (tmp_path / "checkpoint_10.mdl").mkdir()
+    (tmp_path / "checkpoint_10.mdl" / "notes.txt").write_text("mine")
+    with pytest.raises(CheckpointError, match="is a directory .and not a sharded checkpoint"):
+        cstorch.save(_state(), tmp_path / "checkpoint_10.mdl")
+    assert (tmp_path / "checkpoint_10.mdl" / "notes.txt").read_text() == "mine"
+
+
+def _stop_at_rename(monkeypatch, which: int) -> None:
+    """Make the ``which``-th rename of :func:`atomic.replace` (1: old aside, 2: new in) or its removal of
+    the aside (3) raise, as a kill there would stop the save."""
+    rename, discard, count = os.rename, atomic.remove, [0]
+
+    def step(fn):
+        def stopping(*args):
+            count[0] += 1
+            if count[0] == which:
+                raise KeyboardInterrupt("killed here")
+            return fn(*args)
+        return stopping
+
+    monkeypatch.setattr(atomic.os, "rename", step(rename))
+    monkeypatch.setattr(atomic, "remove", lambda path: step(discard)(path) if path.endswith(atomic.ASIDE_SUFFIX)
+                        else discard(path))
+
+
+STOPS = [(o, n, at, reads) for o, n in REPLACES[:3] for at, reads in ((2, "old"), (3, "new"))]
+
+
+@pytest.mark.parametrize("old, new, at, reads", STOPS, ids=[f"{o} by {n}, stopped at step {a}" for o, n, a, _ in STOPS])
+def test_a_replacement_stopped_between_its_renames_leaves_a_whole_checkpoint_the_readers_find(
+        tmp_path, monkeypatch, old, new, at, reads):
+    """Stopped after the old one went aside (2: before the new one moved in; 3: before the aside was
+    removed): the step still loads whole (the old checkpoint, or the new), is listed and autoloaded under
+    its own name, and the next save of that step recovers the aside and replaces it cleanly."""
+    path = tmp_path / "checkpoint_10.mdl"
+    SAVES[old](_state(), path)
+    SAVES["file"](_state(), tmp_path / "checkpoint_5.mdl")
+    with monkeypatch.context() as patch:
+        _stop_at_rename(patch, at)
+        with pytest.raises(KeyboardInterrupt):
+            SAVES[new](_other_state(), path)
+    assert os.path.lexists(atomic.aside_path(path)) and path.exists() == (reads == "new")
+    expected = {"old": _state(), "new": _other_state()}[reads]
+    _assert_equal(cstorch.load(path), expected)
+    target = {"model": {k: torch.empty_like(v) for k, v in _state()["model"].items()}}
+    _assert_equal(cstorch.checkpoint.load_into(path, target)["model"], expected["model"])
+    assert cstorch.checkpoint.is_checkpoint_file(path) and cstorch.checkpoint.info(path)["global_step"] == \
+        expected["global_step"]
+    assert list_checkpoints(tmp_path) == [(5, tmp_path / "checkpoint_5.mdl"), (10, path)]
+    assert latest_checkpoint(tmp_path) == path
+    SAVES[new](_other_state(), path)
+    _assert_equal(cstorch.load(path), _other_state())
+    assert not os.path.lexists(atomic.aside_path(path))
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".") and not n.endswith(atomic.TMP_SUFFIX)]
+
+
+def test_pruning_removes_a_checkpoint_left_under_its_aside_name(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint_10.mdl"
+    SAVES["2 shards"](_state(), path)
+    with monkeypatch.context() as patch:
+        _stop_at_rename(patch, 2)
+        with pytest.raises(KeyboardInterrupt):
+            SAVES["file"](_other_state(), path)
+    SAVES["file"](_state(), tmp_path / "checkpoint_20.mdl")
+    prune_checkpoints(tmp_path, 1)
+    assert list_checkpoints(tmp_path) == [(20, tmp_path / "checkpoint_20.mdl")]
+    assert not os.path.lexists(atomic.aside_path(path))
 
 
 def _shard(folder: Path, rank: int) -> Path:

@@ -61,3 +61,20 @@ def test_four_sharded_replicas_checkpoint_resumes_on_two_one_and_unsharded_and_c
         assert_same_weights(four / "checkpoint_30.mdl", tmp_path / name / "checkpoint_30.mdl")
         torch.testing.assert_close(torch.tensor(losses(tmp_path / name)), torch.tensor(losses(four)[15:]),
                                    atol=ATOL, rtol=RTOL, msg=name)
+
+
+def test_a_data_parallel_run_saves_over_a_sharded_checkpoint_of_the_same_step(tmp_path):
+    """The step-3 checkpoint of a run is converted to a folder of 2 shards in another model_dir; a fresh
+    one-process run there (``--resume none``) saves its own step 3 over that folder: one file, the same
+    tensors as the first run's (same seed, same data: bit for bit), and nothing left beside it."""
+    params = write_params(tmp_path / "params.yaml", checkpoint_steps=3, max_steps=3)
+    train_here(params, tmp_path / "first")
+    folder = tmp_path / "again" / "checkpoint_3.mdl"
+    result = CliRunner().invoke(cli, ["checkpoint", "convert", str(tmp_path / "first" / "checkpoint_3.mdl"),
+                                      str(folder), "--to", "sharded", "--shards", "2"])
+    assert result.exit_code == 0 and folder.is_dir(), result.output
+    train_here(params, tmp_path / "again", "--resume", "none")
+    assert folder.is_file()
+    first, again = tensors(tmp_path / "first" / "checkpoint_3.mdl"), tensors(folder)
+    assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+    assert [p.name for p in folder.parent.iterdir() if "checkpoint" in p.name] == ["checkpoint_3.mdl"]
