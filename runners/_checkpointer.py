@@ -126,8 +126,7 @@ class Checkpointer:
 
     def _read(self, path: Path, live: dict[str, Any]) -> dict[str, Any]:
         """The one read of a checkpoint: ``live``'s tensors are read in place, the rest returned."""
-        strategy = self._runner.strategy
-        return strategy.place_loaded(live, _checkpoints.load_checkpoint(path, strategy.load_target(live)))
+        return self._runner.strategy.read_checkpoint(path, live)  # sharded: each replica its rows
 
     def load(self, path: Optional[Path], training: bool = True) -> None:
         """Load ``path`` into the run. Training resumes from it: weights, optimizer, schedule, scaler, step,
