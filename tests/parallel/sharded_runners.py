@@ -1,7 +1,8 @@
 """Runners (``--runner sharded_runners:...``) for the sharded-checkpoint tests, run inside the launched
 replicas: one that also writes the all-gathered one-file form beside each sharded checkpoint (the
 reference a conversion must equal), one whose replica 1 stalls inside a sharded save (so a test can kill
-it there, or let the collective timeout end the job), one whose replica 1 alone finds a nan in its shard."""
+it there, or let the collective timeout end the job), one whose replica 1 alone finds a nan in its shard,
+one that counts its gradient reduce-scatters."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+
+import torch.distributed as dist
 
 import cs_run as cstorch
 from cs_run.checkpoint import sharded
@@ -79,3 +82,26 @@ class NonFiniteShardRunner(PyTorchRunner):
             return taken
 
         self.checkpoints.state = with_nan
+
+
+class CountingReduceScatterRunner(PyTorchRunner):
+    """Counts FSDP2's gradient reduce-scatters (``torch.distributed.reduce_scatter_single``, what its
+    default reduce-scatter calls) in this replica; at each checkpoint writes ``<step> <count>`` to
+    ``<model_dir>/../reduce_scatters_<ordinal>``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        count, original, save, runner = [0], dist.reduce_scatter_single, self.checkpoints.save, self
+
+        def counting(*a: Any, **k: Any) -> Any:
+            count[0] += 1
+            return original(*a, **k)
+
+        def save_and_record() -> Path:
+            path = save()
+            (Path(runner.model_dir).parent / f"reduce_scatters_{runner.strategy.ordinal}").write_text(
+                f"{runner.global_step} {count[0]}")
+            return path
+
+        dist.reduce_scatter_single = counting  # this replica process only
+        self.checkpoints.save = save_and_record
