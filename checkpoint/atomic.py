@@ -4,6 +4,13 @@ A crash or ``kill -9`` at any moment leaves the old file (or nothing) under the 
 partial one. Temporaries are named ``.<name>.<pid>.<token>.cs-run-tmp``; the next save into the same
 folder removes those whose process is gone (or that are older than a day), files and the temporary
 folders of sharded saves (:mod:`cs_run.checkpoint.sharded`) alike.
+
+A checkpoint name may hold a file or a sharded save's folder, and a save of either form may replace
+the other (or a folder the same form): no single rename does that, so :func:`replace` first renames the
+old one to its *aside* name ``.<name>.cs-run-aside``, which the readers recognise (:func:`resolve`), then
+renames the new one in and removes the aside. A crash between the two renames leaves the old checkpoint
+whole under the aside name; the next read finds it there and the next save of that name renames it back
+first (:func:`recover_aside`). Asides are never swept as stale temporaries.
 """
 
 from __future__ import annotations
@@ -16,11 +23,13 @@ import shutil
 import time
 from collections.abc import Iterator
 
-__all__ = ["TMP_SUFFIX", "atomic_path", "clean_stale_temps", "fsync_path"]
+__all__ = ["ASIDE_SUFFIX", "TMP_SUFFIX", "aside_path", "atomic_path", "clean_stale_temps", "fsync_path", "recover_aside",
+           "remove", "replace", "resolve"]
 
 logger = logging.getLogger(__name__)
 
 TMP_SUFFIX = ".cs-run-tmp"
+ASIDE_SUFFIX = ".cs-run-aside"
 _STALE_AGE_S = 24 * 3600
 
 
@@ -53,14 +62,19 @@ def clean_stale_temps(folder: str) -> list[str]:
         except (ValueError, IndexError, OSError):
             continue
         if stale:
-            with contextlib.suppress(OSError):
-                if os.path.isdir(path) and not os.path.islink(path):  # a sharded save's folder
-                    shutil.rmtree(path)
-                else:
-                    os.remove(path)
-                removed.append(path)
-                logger.info("removed stale checkpoint temporary %s", path)
+            remove(path)  # a file, or a sharded save's folder
+            removed.append(path)
+            logger.info("removed stale checkpoint temporary %s", path)
     return removed
+
+
+def remove(path: str) -> None:
+    """Remove a file or a folder (a temporary, a replaced or pruned checkpoint); errors are ignored."""
+    with contextlib.suppress(OSError):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
 
 
 def fsync_path(path: str, directory: bool = False) -> None:
@@ -74,8 +88,9 @@ def fsync_path(path: str, directory: bool = False) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str) -> Iterator[str]:
-    """Yield a temporary path next to ``path``; on success fsync it and rename it over ``path``.
+def atomic_path(path: str, folder_ok: bool = False) -> Iterator[str]:
+    """Yield a temporary path next to ``path``; on success fsync it and put it at ``path`` (:func:`replace`;
+    ``folder_ok``: also over a folder there, a sharded checkpoint of the same name).
 
     The caller writes the whole file (and its completion marker) to the yielded path. On any
     exception the temporary is removed and ``path`` is untouched.
@@ -86,9 +101,61 @@ def atomic_path(path: str) -> Iterator[str]:
     try:
         yield tmp
         fsync_path(tmp)
-        os.replace(tmp, path)
+        replace(tmp, path, folder_ok=folder_ok)
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
-    fsync_path(folder, directory=True)  # make the rename itself durable
+
+
+def aside_path(final: str | os.PathLike) -> str:
+    """Where :func:`replace` keeps the old checkpoint of ``final``'s name between its two renames."""
+    folder, base = os.path.split(os.path.abspath(final))
+    return os.path.join(folder, f".{base}{ASIDE_SUFFIX}")
+
+
+def resolve(path: str | os.PathLike) -> str:
+    """The path a checkpoint named ``path`` is read from: ``path``, or its aside when a replacement was
+    killed between its renames (nothing under ``path``, the old checkpoint whole under the aside)."""
+    path = os.fspath(path)
+    if not os.path.lexists(path) and os.path.lexists(aside := aside_path(path)):
+        return aside
+    return path
+
+
+def recover_aside(final: str | os.PathLike) -> None:
+    """Before a save to ``final``: an aside left by a killed :func:`replace` goes back to ``final`` when
+    nothing is there (the old checkpoint, complete), or is removed when the new one was committed."""
+    final = os.fspath(final)
+    aside = aside_path(final)
+    if not os.path.lexists(aside):
+        return
+    if os.path.lexists(final):
+        remove(aside)
+        return
+    os.rename(aside, final)
+    fsync_path(os.path.dirname(os.path.abspath(final)), directory=True)
+    logger.warning("recovered checkpoint %s from %s (a save replacing it was stopped between its renames)",
+                   final, aside)
+
+
+def replace(tmp: str, final: str | os.PathLike, folder_ok: bool = True) -> None:
+    """Put ``tmp`` (a finished file or folder, fsynced) at ``final``, replacing what is there, so that a
+    complete checkpoint of that name is always reachable (:func:`resolve`). A file over a file (or over
+    nothing) is one atomic rename; a folder, or anything over a folder, moves the old one to its aside name
+    first and removes it last. ``folder_ok=False`` refuses a folder at ``final`` (IsADirectoryError)."""
+    final = os.path.abspath(final)
+    folder = os.path.dirname(final)
+    recover_aside(final)
+    if os.path.isdir(final) and not os.path.islink(final) and not folder_ok:
+        raise IsADirectoryError(f"'{final}' is a directory")
+    if not os.path.lexists(final) or not (os.path.isdir(tmp) or os.path.isdir(final)):
+        os.replace(tmp, final)
+        fsync_path(folder, directory=True)  # make the rename itself durable
+        return
+    aside = aside_path(final)
+    os.rename(final, aside)
+    fsync_path(folder, directory=True)  # the old one is whole under its aside name before the new one moves in
+    os.rename(tmp, final)
+    fsync_path(folder, directory=True)
+    remove(aside)

@@ -1,6 +1,8 @@
 """The public read verbs for both forms of a checkpoint: one file (:mod:`cs_run.checkpoint.h5`: H5, torch,
 safetensors, the vendor's) or a sharded folder (:mod:`cs_run.checkpoint.sharded`). A path that is a
-folder with an index is read as sharded; anything else as a file, with the file's errors."""
+folder with an index is read as sharded; anything else as a file, with the file's errors. A name with
+nothing under it whose save was stopped between the renames of a replacement is read from its aside
+(:func:`cs_run.checkpoint.atomic.resolve`), where the old checkpoint is whole."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import os
 from typing import Any
 
 from cs_run.checkpoint import h5, sharded
+from cs_run.checkpoint.atomic import resolve
 from cs_run.checkpoint.h5 import MapLocation, PathLike
 from cs_run.errors import CheckpointError
 
@@ -21,6 +24,7 @@ def _is_folder(path: PathLike) -> bool:
 def load(ckpt_path: PathLike, map_location: MapLocation = None, *, lazy: bool = True, verify: bool = True,
          allow_pickle: bool = False) -> Any:
     """:func:`cs_run.checkpoint.h5.load`; a sharded folder comes back with every tensor whole."""
+    ckpt_path = resolve(ckpt_path)
     if _is_folder(ckpt_path):
         return sharded.load(ckpt_path, map_location, verify=verify)
     return h5.load(ckpt_path, map_location, lazy=lazy, verify=verify, allow_pickle=allow_pickle)
@@ -29,6 +33,7 @@ def load(ckpt_path: PathLike, map_location: MapLocation = None, *, lazy: bool = 
 def load_into(path: PathLike, target: Any, *, map_location: MapLocation = None, verify: bool = True,
               allow_pickle: bool = False) -> Any:
     """:func:`cs_run.checkpoint.h5.load_into`; a sharded folder's shards are copied into the whole tensors."""
+    path = resolve(path)
     if _is_folder(path):
         return sharded.load_into(path, target, verify=verify)
     return h5.load_into(path, target, map_location=map_location, verify=verify, allow_pickle=allow_pickle)
@@ -36,6 +41,7 @@ def load_into(path: PathLike, target: Any, *, map_location: MapLocation = None, 
 
 def check_target(path: PathLike, target: Any) -> None:
     """:func:`cs_run.checkpoint.h5.check_target`, also for a sharded folder (its index and shard 0's header)."""
+    path = resolve(path)
     if _is_folder(path):
         sharded.check_target(path, target)
     else:
@@ -44,11 +50,13 @@ def check_target(path: PathLike, target: Any) -> None:
 
 def info(path: PathLike, verify: bool = False) -> dict:
     """:func:`cs_run.checkpoint.h5.info`; a sharded folder's tensors with their whole shapes."""
+    path = resolve(path)
     return sharded.info(path, verify) if _is_folder(path) else h5.info(path, verify)
 
 
 def check_checkpoint_file(path: PathLike) -> None:
     """:func:`cs_run.checkpoint.h5.check_checkpoint_file`; a sharded folder: its index and every shard's header."""
+    path = resolve(path)
     if _is_folder(path):
         sharded.check(path)
     else:

@@ -10,7 +10,7 @@ import logging
 import math
 import os
 import pickle
-from typing import Any, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import torch
@@ -30,12 +30,13 @@ from cs_run.checkpoint.reader import (
     read_spec,
     storage_dtype,
 )
+from cs_run.checkpoint.shard_index import is_sharded
 from cs_run.checkpoint.tree import flatten, leaf_paths, tree_paths, unflatten
 from cs_run.checkpoint.writer import COMPRESSIONS, write_file
 from cs_run.errors import CheckpointError, ParamsError
 
 __all__ = ["MapLocation", "TargetMismatchError", "check_checkpoint_file", "check_target", "info", "load", "load_into",
-           "save"]
+           "open_source", "save"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,11 +71,12 @@ def save(state_dict: Any, ckpt_path: PathLike, *, compression: str | None = None
     if not write:
         logger.debug("checkpoint %s is written by another process", path)
         return
-    if os.path.isdir(path):
-        raise CheckpointError(f"cannot save checkpoint to '{path}': it is a directory")
+    if os.path.isdir(path) and not is_sharded(path):
+        raise CheckpointError(f"cannot save checkpoint to '{path}': it is a directory (and not a sharded checkpoint "
+                              "this save would replace); give a file path")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     try:
-        with atomic_path(path) as tmp:
+        with atomic_path(path, folder_ok=True) as tmp:  # a sharded checkpoint of the same name is replaced
             write_file(tmp, tree, leaves, compression)
     except OSError as err:
         raise CheckpointError(f"cannot save checkpoint to '{path}': {err}") from err
@@ -98,6 +100,13 @@ def _describe(path: str, f: Any, links: dict) -> tuple[Any, list[dict], bool]:
     raise NotACheckpointError(
         f"checkpoint '{path}' is an HDF5 file but not a checkpoint (no {fmt.ATTR_FORMAT} or __spec__ attribute)"
     )
+
+
+def open_source(path: str, verify: bool = True) -> tuple[Any, H5Source]:
+    """An H5 checkpoint file opened for a partial read: its structure tree (:func:`tree_paths` names the
+    leaves of ``H5Source.specs``) and the source; the caller closes it (``src.close()``)."""
+    check_path(path)
+    return _open_source(path, verify)
 
 
 def _open_source(path: str, verify: bool = True) -> tuple[Any, H5Source]:
@@ -282,7 +291,8 @@ def _writable_buffer(t: torch.Tensor) -> np.ndarray:
 
 
 def load_into(
-    path: PathLike, target: Any, *, map_location: MapLocation = None, verify: bool = True, allow_pickle: bool = False
+    path: PathLike, target: Any, *, map_location: MapLocation = None, verify: bool = True, allow_pickle: bool = False,
+    skip: Optional[Callable[[tuple], bool]] = None,
 ) -> Any:
     """Restore a checkpoint into existing tensors (the resume path) and return the full structure.
 
@@ -298,6 +308,9 @@ def load_into(
     ``verify`` (default True) checks every stored byte against its CRC32 as it is read, as in
     :func:`load`. A damaged tensor is found only once its bytes are in the target: after the error
     the target holds them, so restore it from another checkpoint before using it.
+
+    ``skip``: leaves of an H5 file whose key path it is true for are not read (None in the structure; a
+    sharded checkpoint's shard 0 read for its state, not its rows).
 
     Raises:
         CheckpointError: a target tensor's key is missing from the file, or its dtype or shape
@@ -323,6 +336,8 @@ def load_into(
             if p in matched:
                 _read_into_tensor(src, matched[p], want[p])
                 values.append(want[p])
+            elif skip is not None and skip(p):
+                values.append(None)
             else:
                 values.append(_value(src, spec, values, False, map_location, allow_pickle))
         src.wait()

@@ -353,6 +353,29 @@ class H5Source:
         want = self._wants_crc(spec)
         self._defer(spec, lambda a, b: self._pread_all(spec, view[a:b], a, want), defer)
 
+    def read_rows_into(self, spec: dict, row: int, rows: int, buf: Any) -> int:
+        """Fill ``buf`` (a writable C-contiguous buffer of ``rows`` rows' bytes) with rows ``[row, row +
+        rows)`` (dim 0) of a tensor leaf, reading those bytes only; returns their CRC32, which the caller
+        joins with the other rows' (:func:`crc.crc32_combine`) to check the leaf's (a sharded load)."""
+        shape = spec["shape"]
+        row_bytes = spec["n"] // shape[0] if shape and shape[0] else 0
+        view = memoryview(np.frombuffer(buf, np.uint8))
+        if len(view) != rows * row_bytes or row < 0 or row + rows > (shape[0] if shape else 0):
+            raise CheckpointError(f"checkpoint '{self.path}': key '{spec['key']}' has no rows {row}..{row + rows}")
+        if not rows or not row_bytes:
+            return 0
+        if spec.get("off") is not None:
+            return self._pread_all(spec, view, row * row_bytes, True)
+        ds = self.dataset(spec)  # rewritten by another tool (chunked, filtered): HDF5's own read of the slice
+        mem = np.dtype(spec.get("mem") or storage_dtype(spec))
+        h5_checks.check_numeric(self.path, spec["key"], ds, mem, shape)
+        try:
+            part = np.ascontiguousarray(ds[row:row + rows]).view(np.uint8).reshape(-1)
+        except Exception as err:
+            raise CheckpointError(f"checkpoint '{self.path}': cannot read key '{spec['key']}' ({one_line(err)})") from err
+        view[:] = part
+        return crc32(view)
+
     def _pread_all(self, spec: dict, view: memoryview, start: int, crc: bool) -> int:
         """Fill ``view``, the bytes of ``spec`` from ``start`` on (one read returns at most ~2 GiB);
         with ``crc``, return their CRC32, computed piece by piece as they arrive."""

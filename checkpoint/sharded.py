@@ -29,13 +29,11 @@ names and checks are :mod:`cs_run.checkpoint.shard_index`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import re
 import secrets
-import shutil
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -43,8 +41,10 @@ import torch
 
 from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint import h5
-from cs_run.checkpoint.atomic import TMP_SUFFIX, atomic_path, clean_stale_temps, fsync_path
+from cs_run.checkpoint.atomic import TMP_SUFFIX, atomic_path, clean_stale_temps, fsync_path, remove, replace
+from cs_run.checkpoint.crc import crc32_combine
 from cs_run.checkpoint.h5 import TargetMismatchError
+from cs_run.checkpoint.reader import raise_if_damaged
 from cs_run.checkpoint.shard_index import (
     FORMAT,
     INDEX,
@@ -57,12 +57,13 @@ from cs_run.checkpoint.shard_index import (
     rows_of,
     shard_name,
 )
-from cs_run.checkpoint.tree import flatten, leaf_paths, map_leaves, map_tensors
+from cs_run.checkpoint.tree import flatten, leaf_paths, map_leaves, map_tensors, tree_paths
 from cs_run.checkpoint.writer import write_file
 from cs_run.errors import CheckpointError
 
-__all__ = ["INDEX", "LocalShard", "check", "check_target", "commit", "discard", "info", "is_sharded", "load",
-           "load_into", "new_temp_folder", "read_index", "rows_of", "save_unsharded_as", "shard_name", "write_shard"]
+__all__ = ["INDEX", "LocalShard", "Piece", "check", "check_pieces", "check_target", "commit", "discard", "info", "is_sharded",
+           "load", "load_into", "new_temp_folder", "read_index", "read_rows", "rows_of", "save_unsharded_as", "shard_name",
+           "write_shard"]
 
 
 @dataclass(frozen=True)
@@ -147,24 +148,12 @@ def commit(tmp: str, final: str | os.PathLike, manifests: list[list[dict]]) -> N
     with atomic_path(os.path.join(tmp, INDEX)) as index_tmp, open(index_tmp, "w") as fh:
         json.dump(index, fh)
     fsync_path(tmp, directory=True)
-    folder, base = os.path.split(final)
-    old = None
-    if os.path.lexists(final):  # the same step saved again: move the old one aside, then drop it
-        old = os.path.join(folder, f".{base}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}")
-        os.rename(final, old)
-    os.rename(tmp, final)
-    fsync_path(folder, directory=True)
-    if old is not None:
-        discard(old)
+    replace(tmp, final)  # over a folder or a file of the same step: through its aside name (crash-safe)
 
 
 def discard(tmp: str) -> None:
-    """Remove a temporary (a failed save's folder, or a replaced checkpoint)."""
-    with contextlib.suppress(OSError):
-        if os.path.isdir(tmp) and not os.path.islink(tmp):
-            shutil.rmtree(tmp)
-        else:
-            os.remove(tmp)
+    """Remove a temporary (a failed save's folder) or a checkpoint (a pruned one: a file or a folder)."""
+    remove(tmp)
 
 
 def save_unsharded_as(state: Any, final: str | os.PathLike, world_size: int,
@@ -291,6 +280,133 @@ def load(folder: str | os.PathLike, map_location: Any = None, *, verify: bool = 
     if map_location is None:
         return state
     return map_tensors(state, lambda t: t.to(map_location) if not callable(map_location) else map_location(t, "cpu"))
+
+
+@dataclass(frozen=True)
+class Piece:
+    """The CRC32 of ``nbytes`` bytes from ``start`` of shard ``shard``'s stored leaf ``leaf`` (``total``
+    bytes, recorded CRC32 ``recorded``) as one replica read them; the replicas' pieces of a leaf, joined,
+    give its CRC32 (:func:`check_pieces`)."""
+
+    shard: int
+    leaf: int
+    start: int
+    nbytes: int
+    crc: int
+    recorded: Optional[int]
+    total: int
+
+
+def _rows_plan(index: dict, want: dict[tuple, Any]) -> tuple[list, dict[int, list]]:
+    """The value of each stored leaf (the target's LocalShard or tensor, else a new whole tensor) and, per
+    shard, ``(leaf, first row in the shard, rows, destination tensor, first row in it)`` of the rows to
+    read: a LocalShard's rows only, from each shard its rows overlap."""
+    values: list = []
+    plan: dict[int, list] = {}
+    for i, leaf in enumerate(x for x in index["leaves"] if "tied" not in x):
+        value = want.get(tuple(leaf["path"]))
+        if isinstance(value, LocalShard):
+            dest, low = value.tensor, value.offset
+        else:
+            dest = value if isinstance(value, torch.Tensor) else \
+                torch.empty(leaf["shape"], dtype=fmt.TORCH_DTYPES[leaf["dtype"]][0])
+            value, low = dest, 0
+        values.append(value)
+        high = low + dest.shape[0]
+        for rank, (start, count) in enumerate(leaf["rows"]):
+            first, end = max(low, start), min(high, start + count)
+            if first < end:
+                plan.setdefault(rank, []).append((i, first - start, end - first, dest, first - low))
+    return values, plan
+
+
+def _read_planned_rows(folder: str, index: dict, rank: int, reads: list, verify: bool) -> list[Piece]:
+    """Read the planned rows of shard ``rank`` (headers checked against the index first)."""
+    path = _shard_path(folder, index, rank)
+    tree, src = h5.open_source(path, verify=False)  # CRC32s are checked by pieces (check_pieces)
+    try:
+        paths = tree_paths(tree)
+        # a leaf stored as a tie to another (the writer stores equal views once: empty shards) reads its bytes
+        specs = {paths[j]: src.specs[spec["tied"]] if "tied" in spec else spec for j, spec in enumerate(src.specs)}
+        stored = [specs.get(("leaves", j)) for j in range(sum(1 for p in specs if p[0] == "leaves"))]
+        if not all(spec is not None and spec["type"].startswith("torch.") for spec in stored):
+            raise bad(path, "not a shard of a sharded checkpoint (no list of tensors under 'leaves')")
+        _check_shard(path, index, rank, [(spec["type"][len("torch."):], spec["shape"]) for spec in stored],
+                     any(p[0] == "state" for p in specs))
+        pieces = []
+        for i, row, rows, dest, at in reads:
+            spec = stored[i]
+            out = dest[at:at + rows]
+            crc = src.read_rows_into(spec, row, rows, out.detach().reshape(-1).view(torch.uint8).numpy())
+            if verify and spec.get("crc") is not None:
+                row_bytes = spec["n"] // spec["shape"][0]
+                pieces.append(Piece(rank, i, row * row_bytes, rows * row_bytes, crc, spec["crc"], spec["n"]))
+        return pieces
+    finally:
+        src.close()
+
+
+def read_rows(folder: str | os.PathLike, target: Any, *, verify: bool = True) -> tuple[Any, list[Piece]]:
+    """The state of a sharded checkpoint with each tensor ``target`` holds as a :class:`LocalShard` read
+    into that shard's tensor, its rows only (from the checkpoint shards they overlap: several when the
+    world size differs), the target's whole tensors read in place and the others whole; shard 0's state
+    (whole tensors, step, schedule, ...) read by every caller. Returns it with the CRC32 :class:`Piece` of
+    every byte range read: a replica checks its pieces joined with the other replicas' (:func:`check_pieces`),
+    since one replica's rows of a shard need not be the whole of it."""
+    folder = os.fspath(folder)
+    index = read_index(folder)
+    want = {p: t for p, t in leaf_paths(target).items() if isinstance(t, (torch.Tensor, LocalShard))}
+    _check_target(folder, index, {p: torch.empty(t.shape, dtype=t.tensor.dtype, device="meta")
+                                  if isinstance(t, LocalShard) else t for p, t in want.items()})
+    for p, t in want.items():
+        if isinstance(t, LocalShard) and (t.tensor.shape[1:] != t.shape[1:] or not t.tensor.is_contiguous()
+                                          or not 0 <= t.offset <= t.shape[0] - t.tensor.shape[0]):
+            raise CheckpointError(f"cannot read key '{key_of(p)}' into rows {t.offset}+{t.tensor.shape[0]} of "
+                                  f"{list(t.shape)}: not a contiguous dim-0 shard of it")
+    values, plan = _rows_plan(index, want)
+    pieces: list[Piece] = []
+    for rank in sorted({0, *plan}):
+        pieces += _read_planned_rows(folder, index, rank, plan.get(rank, []), verify)
+    in_shards = {tuple(leaf["path"]) for leaf in index["leaves"]}
+    whole = {p: t for p, t in want.items() if isinstance(t, torch.Tensor) and p not in in_shards}
+    shard0 = _shard_path(folder, index, 0)
+    state = h5.load_into(shard0, {"state": _nest(whole)} if whole else {}, verify=verify,
+                         skip=lambda p: p[0] == "leaves")["state"]
+    by_stored = iter(values)
+    placed: list = []
+    where = os.path.join(folder, INDEX)
+    for leaf in index["leaves"]:
+        placed.append(placed[leaf["tied"]] if "tied" in leaf else next(by_stored))
+        state = _insert(state, leaf["path"], placed[-1], where)
+    return state, pieces
+
+
+def check_pieces(folder: str | os.PathLike, pieces: list[Piece]) -> int:
+    """Join the :class:`Piece` CRC32s of each shard's leaf (every replica's) and raise naming the shard and
+    its keys where they differ from the recorded ones; returns how many leaves were checked (those whose
+    pieces cover them whole)."""
+    folder = os.fspath(folder)
+    by_leaf: dict[tuple[int, int], list[Piece]] = {}
+    for piece in pieces:
+        by_leaf.setdefault((piece.shard, piece.leaf), []).append(piece)
+    damaged: dict[int, list[str]] = {}
+    checked = 0
+    for (shard, leaf), parts in sorted(by_leaf.items()):
+        parts = sorted(set(parts), key=lambda x: x.start)
+        crc, end = 0, 0
+        for part in parts:
+            if part.start != end:
+                break
+            crc, end = crc32_combine(crc, part.crc, part.nbytes) if end else part.crc, end + part.nbytes
+        if end != parts[0].total or parts[0].start != 0:
+            continue  # not read whole by these replicas
+        checked += 1
+        if crc != parts[0].recorded:
+            damaged.setdefault(shard, []).append(f"leaves.{leaf}")
+    for shard, keys in sorted(damaged.items()):
+        index = read_index(folder)
+        raise_if_damaged(os.path.join(folder, index["shards"][shard]), keys)
+    return checked
 
 
 def _target_tensors(target: Any) -> dict[tuple, torch.Tensor]:

@@ -15,13 +15,15 @@ accelerator (pinned host memory then).
 
 Checkpoints are sharded (:mod:`cs_run.checkpoint.sharded`): each replica writes its own rows of every
 sharded tensor into one folder, committed by ordinal 0 once all are written (:meth:`save_checkpoint`);
-no replica gathers the whole state to save. Loading reads the whole tensors (from a sharded folder or
-one file, of any number of replicas) and each replica keeps its shard.
+no replica gathers the whole state to save. Loading a sharded folder, of any number of replicas, each
+replica reads only the rows it keeps, from the checkpoint shards that hold them (:meth:`read_checkpoint`);
+a one-file checkpoint is read whole and each replica keeps its shard.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Optional
 
 import torch
@@ -32,6 +34,7 @@ from torch.distributed.tensor import DTensor, Shard, distribute_tensor
 
 from cs_run import replicas
 from cs_run.checkpoint import sharded
+from cs_run.checkpoint.atomic import resolve
 from cs_run.errors import CheckpointError, CsRunError, ParamsError
 from cs_run.parallel.strategy import ReplicaGroup, Strategy, map_tensors
 
@@ -160,6 +163,38 @@ class FullyShardedStrategy(Strategy):
         if error:
             raise CheckpointError(f"cannot save checkpoint to '{path}': {error}")
 
+    def read_checkpoint(self, path: Any, live: Any) -> Any:
+        """A sharded folder: each replica reads only its rows of every sharded tensor into a host buffer
+        (:func:`~cs_run.checkpoint.sharded.read_rows`), then copies them into its shard. One all-gather
+        carries every replica's CRC32 pieces (joined, they check every byte of every shard, which no replica
+        read whole when the world size grew) or its error: each replica raises the first error, so all stop,
+        or an autoload falls back to an older checkpoint, together. A one-file checkpoint: read whole, each
+        keeps its rows (:meth:`place_loaded`)."""
+        folder = resolve(os.fspath(path))
+        if not sharded.is_sharded(folder):
+            return super().read_checkpoint(path, live)
+        seen: dict[int, sharded.LocalShard] = {}
+
+        def rows(t: torch.Tensor) -> Any:
+            if isinstance(t, DTensor) and id(t) not in seen:  # tied: one buffer
+                offset, count = _rows(t)
+                seen[id(t)] = sharded.LocalShard(torch.empty((count, *t.shape[1:]), dtype=t.dtype), tuple(t.shape), offset)
+            return seen.get(id(t), t)
+        state: Any = None
+        try:
+            state, pieces = sharded.read_rows(folder, map_tensors(live, rows))
+            outcome: tuple[list, Optional[CheckpointError]] = (pieces, None)
+        except CheckpointError as err:
+            outcome = ([], err)
+        except OSError as err:
+            outcome = ([], CheckpointError(f"cannot read checkpoint '{folder}': {err}"))
+        results = replicas.all_gather_object(outcome)
+        errors = [err for _, err in results if err is not None]
+        if errors:
+            raise errors[0]  # the same on every replica
+        sharded.check_pieces(folder, [piece for found, _ in results for piece in found])
+        return _place(live, state)
+
     def load_target(self, target: Any, device: Optional[torch.device] = None) -> Any:
         """An empty whole tensor for each sharded one (on the CPU, or ``meta`` for a shape check)."""
         return map_tensors(target, lambda t: torch.empty(t.shape, dtype=t.dtype, device=device or "cpu")
@@ -171,18 +206,24 @@ class FullyShardedStrategy(Strategy):
         return _place(target, loaded)
 
 
-def _local_rows(t: DTensor) -> sharded.LocalShard:
-    """This replica's rows of a DTensor sharded on dim 0 over a 1-D mesh (FSDP2's ``Shard(0)``)."""
+def _rows(t: DTensor) -> tuple[int, int]:
+    """``(offset, rows)`` of this replica's rows of a DTensor sharded on dim 0 over a 1-D mesh (FSDP2's
+    ``Shard(0)``, torch.chunk's split)."""
     if t.device_mesh.ndim != 1 or tuple(t.placements) != (Shard(0),):
-        raise CheckpointError(f"cannot save a tensor placed as {t.placements} on a {t.device_mesh.ndim}-D mesh: "
-                              "sharded checkpoints hold dim-0 shards over one mesh dimension (FSDP2's Shard(0))")
+        raise CheckpointError(f"cannot save or load a tensor placed as {t.placements} on a {t.device_mesh.ndim}-D "
+                              "mesh: sharded checkpoints hold dim-0 shards over one mesh dimension (FSDP2's Shard(0))")
     rank, world = t.device_mesh.get_local_rank(), t.device_mesh.size()
     offset, rows = sharded.rows_of(rank, world, t.shape[0])
-    local = t.to_local().detach().cpu()
-    if local.shape[0] != rows:
-        raise CheckpointError(f"cannot save a tensor of shape {list(t.shape)}: replica {rank} holds {local.shape[0]} "
-                              f"rows, torch.chunk's split gives it {rows}")
-    return sharded.LocalShard(local, tuple(t.shape), offset)
+    if t.to_local().shape[0] != rows:
+        raise CheckpointError(f"cannot save or load a tensor of shape {list(t.shape)}: replica {rank} holds "
+                              f"{t.to_local().shape[0]} rows, torch.chunk's split gives it {rows}")
+    return offset, rows
+
+
+def _local_rows(t: DTensor) -> sharded.LocalShard:
+    """This replica's rows of a sharded DTensor (:func:`_rows`), on the host."""
+    offset, _ = _rows(t)
+    return sharded.LocalShard(t.to_local().detach().cpu(), tuple(t.shape), offset)
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -199,6 +240,10 @@ def _attempt(fn: Any, *args: Any) -> tuple[Any, Optional[str]]:
 
 
 def _place(live: Any, read: Any) -> Any:
+    if isinstance(live, DTensor) and isinstance(read, sharded.LocalShard):  # this replica's rows, read alone
+        with torch.no_grad():
+            live.to_local().copy_(read.tensor)
+        return live
     if isinstance(live, DTensor) and isinstance(read, torch.Tensor) and not isinstance(read, DTensor):
         with torch.no_grad():
             shard = distribute_tensor(read, live.device_mesh, live.placements, src_data_rank=None).to_local()

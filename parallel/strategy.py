@@ -10,7 +10,8 @@ so the runners, ``cstorch.compile`` and ``cstorch.save`` ask the strategy instea
   agreement after every step;
 * checkpoint state: :meth:`Strategy.checkpoint_form` turns the live state into what the replicas write
   and :meth:`Strategy.save_checkpoint` writes it (here the one-file form of :meth:`Strategy.gather`,
-  by ordinal 0); :meth:`Strategy.load_target` / :meth:`Strategy.place_loaded` read a checkpoint back.
+  by ordinal 0); :meth:`Strategy.read_checkpoint` reads one back (:meth:`Strategy.load_target` says what
+  into, also for the shape checks that read no data).
 
 This class is ``sharding: none``, data parallel: every replica holds the whole model and optimizer
 state, the eager step runs through torch DDP (:func:`cs_run.replicas.replicate`) and the CSX engine
@@ -142,6 +143,12 @@ class Strategy:
         """Write :meth:`checkpoint_form`'s ``state`` to ``path``: ordinal 0 writes the one file (atomic),
         the other replicas validate only. Every replica calls it."""
         checkpoint.save(state, str(path), write=self.writes)
+
+    def read_checkpoint(self, path: Any, live: Any) -> Any:
+        """The one read of a checkpoint (every replica calls it): ``live``'s tensors are read in place and the
+        whole state returned with them. Data parallel: each replica reads the whole file (or folder) into its
+        tensors (:meth:`load_target`, :meth:`place_loaded`)."""
+        return self.place_loaded(live, checkpoint.load_into(str(path), self.load_target(live)))
 
     def load_target(self, target: Any, device: Optional[torch.device] = None) -> Any:
         """What a checkpoint is read into, given the live tensors ``target``: the live tensors themselves

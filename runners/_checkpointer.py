@@ -11,6 +11,7 @@ format is :mod:`cs_run.checkpoint`'s; the names and listing of model_dir's check
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -18,6 +19,7 @@ import torch
 
 from cs_run import distributed
 from cs_run.checkpoint import check_target
+from cs_run.checkpoint.atomic import resolve
 from cs_run.checkpoint.h5 import TargetMismatchError
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.runners import _checkpoints
@@ -63,7 +65,7 @@ class Checkpointer:
         runner = self._runner
         path = runner.options.checkpoint_path
         if path is not None:
-            if not path.exists():  # a file, or a sharded run's folder
+            if not os.path.exists(resolve(path)):  # a file, or a sharded run's folder (or its aside)
                 raise ParamsError(f"params: runconfig.checkpoint_path: no such file {path}")
             self.start = path
             return path
@@ -124,8 +126,7 @@ class Checkpointer:
 
     def _read(self, path: Path, live: dict[str, Any]) -> dict[str, Any]:
         """The one read of a checkpoint: ``live``'s tensors are read in place, the rest returned."""
-        strategy = self._runner.strategy
-        return strategy.place_loaded(live, _checkpoints.load_checkpoint(path, strategy.load_target(live)))
+        return self._runner.strategy.read_checkpoint(path, live)  # sharded: each replica its rows
 
     def load(self, path: Optional[Path], training: bool = True) -> None:
         """Load ``path`` into the run. Training resumes from it: weights, optimizer, schedule, scaler, step,

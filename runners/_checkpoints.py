@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -11,6 +12,7 @@ import torch
 
 from cs_run import checkpoint
 from cs_run.checkpoint import sharded
+from cs_run.checkpoint.atomic import ASIDE_SUFFIX, resolve
 from cs_run.errors import CheckpointError, CsRunError, ParamsError
 from cs_run.params import Params
 
@@ -20,6 +22,7 @@ __all__ = ["check_start_checkpoint", "not_this_models", "stored_step", "checkpoi
 
 logger = logging.getLogger(__name__)
 _NAME = re.compile(r"^checkpoint_(\d+)\.mdl$")
+_ASIDE = re.compile(rf"^\.checkpoint_(\d+)\.mdl{re.escape(ASIDE_SUFFIX)}$")  # atomic.replace's, between its renames
 
 
 def check_start_checkpoint(params: Params, path: Optional[Path]) -> None:
@@ -89,12 +92,18 @@ def checkpoint_path(model_dir: str | Path, step: int) -> Path:
 
 def list_checkpoints(model_dir: str | Path) -> list[tuple[int, Path]]:
     """``(step, path)`` of every ``checkpoint_{step}.mdl`` in model_dir, oldest first: files, and the
-    committed folders of sharded runs (a folder without its index is no checkpoint)."""
+    committed folders of sharded runs (a folder without its index is no checkpoint). A checkpoint whose
+    replacement was stopped between its two renames is listed under its own name: the reads find it under
+    its aside name (:func:`cs_run.checkpoint.atomic.resolve`)."""
     folder = Path(model_dir)
     if not folder.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir()
-             if (m := _NAME.match(p.name)) and (p.is_file() or sharded.is_sharded(p))]
+    found = []
+    for p in folder.iterdir():
+        m = _NAME.match(p.name) or _ASIDE.match(p.name)
+        final = folder / f"checkpoint_{m.group(1)}.mdl" if m else p
+        if m and (p.is_file() or sharded.is_sharded(p)) and (p == final or not os.path.lexists(final)):
+            found.append((int(m.group(1)), final))
     return sorted(found)
 
 
@@ -117,7 +126,7 @@ def prune_checkpoints(model_dir: str | Path, keep: Optional[int]) -> None:
         return
     for _, path in list_checkpoints(model_dir)[:-keep]:
         logger.info("Removing old checkpoint %s (max_checkpoints=%d)", path.name, keep)
-        sharded.discard(str(path))  # a file, or a sharded checkpoint's folder
+        sharded.discard(resolve(path))  # a file, or a sharded checkpoint's folder (under its aside name)
 
 
 def _float_tensors(tree: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:

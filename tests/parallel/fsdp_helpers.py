@@ -58,8 +58,9 @@ def train_here(params: Path, model_dir: Path, *args, command: str = "train") -> 
     return result.output
 
 
-def launch(params: Path, model_dir: Path, *args, command: str = "train") -> subprocess.CompletedProcess:
-    """``cs-run <command>`` as its own process (it launches its replicas), killed after HARD_LIMIT seconds."""
+def launch(params: Path, model_dir: Path, *args, command: str = "train", check: bool = True) -> subprocess.CompletedProcess:
+    """``cs-run <command>`` as its own process (it launches its replicas), killed after HARD_LIMIT seconds;
+    it must succeed unless ``check`` is False."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
     line = ["timeout", "-s", "KILL", str(HARD_LIMIT), sys.executable, "-m", "cs_run.frontends.cli", command, "--params",
@@ -68,7 +69,7 @@ def launch(params: Path, model_dir: Path, *args, command: str = "train") -> subp
         result = subprocess.run(line, capture_output=True, text=True, env=env, timeout=HARD_LIMIT + 30)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{line} did not finish within {HARD_LIMIT} s (a hang)")
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0 or not check, result.stderr[-3000:]
     return result
 
 

@@ -1,7 +1,8 @@
 """Runners (``--runner sharded_runners:...``) for the sharded-checkpoint tests, run inside the launched
 replicas: one that also writes the all-gathered one-file form beside each sharded checkpoint (the
 reference a conversion must equal), one whose replica 1 stalls inside a sharded save (so a test can kill
-it there, or let the collective timeout end the job)."""
+it there, or let the collective timeout end the job), one whose replica 1 alone finds a nan in its shard,
+one that counts its gradient reduce-scatters."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch.distributed as dist
+
 import cs_run as cstorch
 from cs_run.checkpoint import sharded
 from cs_run.runners import PyTorchRunner
+from cs_run.runners._checkpoints import nonfinite_keys
 
 STALL_STEP = 20  # a checkpoint step of the tests' runs (checkpoint_steps: 10)
 
@@ -53,3 +57,51 @@ class StallingSaveRunner(PyTorchRunner):
             return manifest
 
         sharded.write_shard = stalling  # this replica process only: the strategy calls sharded.write_shard
+
+
+class NonFiniteShardRunner(PyTorchRunner):
+    """At step STALL_STEP's checkpoint, replica 1 puts a nan into the first of its rows of the model's last
+    sharded tensor (the checkpoint form only, after the state is taken) and records that key in
+    ``<model_dir>/../nan_key``: replica 0's shards stay finite, so only ``agree_keys`` can tell it that
+    the weights are not."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.strategy.ordinal != 1:
+            return
+        state, runner = self.checkpoints.state, self
+
+        def with_nan() -> dict:
+            taken = state()
+            if runner.global_step == STALL_STEP:
+                key, shard = [(k, v) for k, v in taken["model"].items() if isinstance(v, sharded.LocalShard)][-1]
+                assert shard.offset > 0 and shard.tensor.numel(), (key, shard)
+                shard.tensor.view(-1)[0] = float("nan")
+                assert nonfinite_keys(taken) == [f"model.{key}"]  # this replica finds it: the others must be told
+                (Path(runner.model_dir).parent / "nan_key").write_text(f"model.{key}")
+            return taken
+
+        self.checkpoints.state = with_nan
+
+
+class CountingReduceScatterRunner(PyTorchRunner):
+    """Counts FSDP2's gradient reduce-scatters (``torch.distributed.reduce_scatter_single``, what its
+    default reduce-scatter calls) in this replica; at each checkpoint writes ``<step> <count>`` to
+    ``<model_dir>/../reduce_scatters_<ordinal>``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        count, original, save, runner = [0], dist.reduce_scatter_single, self.checkpoints.save, self
+
+        def counting(*a: Any, **k: Any) -> Any:
+            count[0] += 1
+            return original(*a, **k)
+
+        def save_and_record() -> Path:
+            path = save()
+            (Path(runner.model_dir).parent / f"reduce_scatters_{runner.strategy.ordinal}").write_text(
+                f"{runner.global_step} {count[0]}")
+            return path
+
+        dist.reduce_scatter_single = counting  # this replica process only
+        self.checkpoints.save = save_and_record

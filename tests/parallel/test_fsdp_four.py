@@ -1,7 +1,7 @@
 """sharding: fsdp on 4 replicas (gloo, CPU; more processes than cores here, so the slowest of these
 tests) of a tiny Llama-style decoder, from scratch, in train-and-eval: the same losses, weights and evaluation as one
 unsharded process over 30 steps with AdamW, clipping, warmup + cosine and 2 accumulated micro-batches
-(FSDP2 reduce-scatters each one's gradients; the sum of the averages is the average of the sums).
+(FSDP2 reduce-scatters their summed gradients once per step; the sum of the averages is the average of the sums).
 Tolerance: see fsdp_helpers; the evaluation is printed to 5 decimals, where the runs agree."""
 
 from __future__ import annotations

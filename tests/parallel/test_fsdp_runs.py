@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-from fsdp_helpers import assert_same_losses, assert_same_weights, launch, losses, tensors, train_here, write_params
+from fsdp_helpers import STEPS, assert_same_losses, assert_same_weights, launch, losses, tensors, train_here, write_params
 
 from cs_run.frontends.cli import cli
 
@@ -45,6 +45,21 @@ def test_two_sharded_replicas_load_their_start_and_train_like_one_process(one, t
     assert "checkpoint_15.mdl" in evaluated and "checkpoint_30.mdl" in evaluated, evaluated
     assert_same_weights(one / "md" / "checkpoint_30.mdl", resumed / "checkpoint_30.mdl")
     assert tensors(one / "md" / "checkpoint_30.mdl").keys() == tensors(resumed / "checkpoint_30.mdl").keys()
+
+
+def test_accumulated_micro_batches_reduce_scatter_once_per_step_and_train_like_one_process(tmp_path):
+    """2 micro-batches per step on 2 sharded replicas: FSDP2 reduce-scatters each group's gradients once per
+    step (set_requires_gradient_sync(False) for the first micro-batch), 3 groups (2 blocks and the model)
+    x 30 steps, not twice that; the losses and weights are one process's with the same accumulation
+    (tolerance of fsdp_helpers: the same sums in another order)."""
+    train_here(write_params(tmp_path / "one.yaml", grad_accum_steps=2, checkpoint_steps=STEPS), tmp_path / "one")
+    counting = write_params(tmp_path / "two.yaml", grad_accum_steps=2, checkpoint_steps=STEPS,
+                            runner="sharded_runners:CountingReduceScatterRunner")  # patches the replicas only
+    launch(counting, tmp_path / "two", "--num_csx", 2, "--sharding", "fsdp")
+    for rank in range(2):
+        assert (tmp_path / f"reduce_scatters_{rank}").read_text() == f"{STEPS} {3 * STEPS}"
+    assert_same_losses(tmp_path / "one", tmp_path / "two")
+    assert_same_weights(tmp_path / "one" / f"checkpoint_{STEPS}.mdl", tmp_path / "two" / f"checkpoint_{STEPS}.mdl")
 
 
 @pytest.mark.parametrize("args, message", [

@@ -15,7 +15,10 @@ loss difference 3.6e-7.
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
+import h5py
 import pytest
 import torch
 from click.testing import CliRunner
@@ -61,3 +64,61 @@ def test_four_sharded_replicas_checkpoint_resumes_on_two_one_and_unsharded_and_c
         assert_same_weights(four / "checkpoint_30.mdl", tmp_path / name / "checkpoint_30.mdl")
         torch.testing.assert_close(torch.tensor(losses(tmp_path / name)), torch.tensor(losses(four)[15:]),
                                    atol=ATOL, rtol=RTOL, msg=name)
+
+
+def test_a_data_parallel_run_saves_over_a_sharded_checkpoint_of_the_same_step(tmp_path):
+    """The step-3 checkpoint of a run is converted to a folder of 2 shards in another model_dir; a fresh
+    one-process run there (``--resume none``) saves its own step 3 over that folder: one file, the same
+    tensors as the first run's (same seed, same data: bit for bit), and nothing left beside it."""
+    params = write_params(tmp_path / "params.yaml", checkpoint_steps=3, max_steps=3)
+    train_here(params, tmp_path / "first")
+    folder = tmp_path / "again" / "checkpoint_3.mdl"
+    result = CliRunner().invoke(cli, ["checkpoint", "convert", str(tmp_path / "first" / "checkpoint_3.mdl"),
+                                      str(folder), "--to", "sharded", "--shards", "2"])
+    assert result.exit_code == 0 and folder.is_dir(), result.output
+    train_here(params, tmp_path / "again", "--resume", "none")
+    assert folder.is_file()
+    first, again = tensors(tmp_path / "first" / "checkpoint_3.mdl"), tensors(folder)
+    assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+    assert [p.name for p in folder.parent.iterdir() if "checkpoint" in p.name] == ["checkpoint_3.mdl"]
+
+
+def _flip_a_data_byte(path: Path) -> None:
+    """Damage one byte of the first tensor's data in an H5 file (its CRC32 no longer matches)."""
+    offsets = []
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: offsets.append(obj.id.get_offset())
+                     if isinstance(obj, h5py.Dataset) and obj.nbytes and obj.id.get_offset() else None)
+    with open(path, "r+b") as fh:
+        fh.seek(offsets[0])
+        byte = fh.read(1)
+        fh.seek(offsets[0])
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+@pytest.mark.slow  # a 4- and a 2-replica launch on the 2 shared cores: ~2 min loaded
+def test_two_shards_resume_on_four_replicas_reading_rows_and_a_damaged_shard_stops_them_all(tmp_path):
+    """One process's step-3 checkpoint, converted to 2 shards, resumes on 4 sharded replicas (each reads
+    half of one shard's rows) and reaches the one process's step-6 losses and weights (tolerance of
+    fsdp_helpers). The same folder with a byte flipped in shard 1 stops 2 replicas at the load with one
+    line naming the shard: the damage is found by the replicas' checksums joined, the same on each."""
+    params = write_params(tmp_path / "params.yaml", checkpoint_steps=3, max_steps=6)
+    train_here(params, tmp_path / "one")
+    two = tmp_path / "two.mdl"
+    result = CliRunner().invoke(cli, ["checkpoint", "convert", str(tmp_path / "one" / "checkpoint_3.mdl"), str(two),
+                                      "--to", "sharded", "--shards", "2"])
+    assert result.exit_code == 0, result.output
+    launch(params, tmp_path / "four", "--num_csx", 4, "--sharding", "fsdp", "--checkpoint_path", two)
+    assert_same_weights(tmp_path / "one" / "checkpoint_6.mdl", tmp_path / "four" / "checkpoint_6.mdl")
+    torch.testing.assert_close(torch.tensor(losses(tmp_path / "four")), torch.tensor(losses(tmp_path / "one")[3:]),
+                               atol=ATOL, rtol=RTOL)
+
+    damaged = tmp_path / "damaged.mdl"
+    shutil.copytree(two, damaged)
+    _flip_a_data_byte(damaged / "shard_00001_of_00002.h5")
+    result = launch(params, tmp_path / "stopped", "--num_csx", 2, "--sharding", "fsdp", "--checkpoint_path", damaged,
+                    check=False)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert result.returncode == 1 and len(errors) == 1, result.stderr[-3000:]
+    assert "shard_00001_of_00002.h5' is damaged: checksum mismatch" in errors[0], errors[0]
+    assert not list((tmp_path / "stopped").glob("checkpoint_*"))

@@ -1,7 +1,8 @@
 """A sharded run's replica that is killed (kill -9) while training, or while writing its shard of a
 checkpoint, ends the whole job: the launcher exits 1 within the collective timeout with one line naming the
 replica, no checkpoint is left half-written under its final name, and the previous checkpoint loads. A
-replica that hangs inside a save ends the job after the collective timeout the same way.
+replica that hangs inside a save ends the job after the collective timeout the same way. A nan in one
+replica's shard only stops every replica before the save (``agree_keys``), with one line naming the key.
 
 Each run is 2 sharded replicas of the tiny Llama-style decoder of fsdp_helpers, checkpointing every 10 steps, in its own
 session under a hard limit (a hang fails the test, it never blocks the suite)."""
@@ -102,3 +103,20 @@ def test_a_replica_hanging_inside_a_sharded_save_ends_the_job_after_the_collecti
     errors = [line for line in err.splitlines() if line.startswith("Error:")]
     assert code == 1 and len(errors) == 1 and errors[0].startswith("Error: replica 1 of 2 "), err
     assert _assert_committed_only(md) == [10]
+
+
+def test_a_nan_in_one_replicas_shard_only_stops_every_replica_before_the_save(tmp_path):
+    """Replica 1 finds a nan in its shard of one tensor at step 20's checkpoint, replica 0 none in its own:
+    both must stop (one would otherwise wait for the other in the save's collectives until the timeout),
+    with the one line of a non-finite checkpoint naming the key and the newest finite checkpoint (step 10),
+    and no checkpoint of step 20, committed or temporary: without the agreement ordinal 0 goes on into the
+    save and makes its temporary folder before the job is stopped (seen: this test then fails there)."""
+    proc, md = _start(tmp_path, "--runner", "sharded_runners:NonFiniteShardRunner")
+    code, err = _finish(proc, HARD_LIMIT)
+    errors = [line for line in err.splitlines() if line.startswith("Error:")]
+    assert code == 1 and len(errors) == 1, err
+    key = (tmp_path / "nan_key").read_text()
+    assert f"weights are not finite after step {STALL_STEP} ({key} hold nan or inf)" in errors[0], errors[0]
+    assert f"the newest checkpoint with finite weights is {md / 'checkpoint_10.mdl'}" in errors[0], errors[0]
+    assert _assert_committed_only(md) == [10]
+    assert not [p for p in md.iterdir() if p.name.startswith(f".checkpoint_{STALL_STEP}.mdl")]
