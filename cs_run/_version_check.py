@@ -5,10 +5,11 @@ The CSX engine uses torch internals that change between minor releases without n
 proxy slots, fake tensors, inductor's ``aot_compile`` and ``standalone_compile``, AOTInductor's C++
 runner, ``torch.utils._pytree``); cs_run/_torch_compat.py holds every one of them and the differences
 between the versions of the range. Those versions were run (the suite on 2.13, its smoke subset on
-2.14, ``make test-torch-2.14``; the same subset on 2.15 by hand, 2026-11-27); a version outside the range is refused rather than left to fail deep
-inside a trace. ``CS_RUN_ANY_TORCH=1`` skips the check (at your own risk, e.g. to try a new torch).
-The installed version is read from the package metadata, so ``import cs_run`` does not import torch
-(the torch already imported, when there is one, is checked).
+2.14, ``make test-torch-2.14``; the engine, optim and checkpoint tests on 2.15 by hand, 2026-11-27); a
+version outside the range is refused rather than left to fail deep inside a trace. ``CS_RUN_ANY_TORCH=1``
+skips the check (at your own risk, e.g. to try a new torch). The installed version is read from the
+package metadata, so ``import cs_run`` does not import torch (the torch already imported, when there is
+one, is checked).
 
 Uncaught, the refusal prints one ``Error:`` line and no traceback (also from ``cs-run --help``, whose
 entry point imports cs_run first): the import installs a ``sys.excepthook`` that knows only this error.

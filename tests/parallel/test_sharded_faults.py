@@ -112,7 +112,7 @@ def test_a_nan_in_one_replicas_shard_only_stops_every_replica_before_the_save(tm
     and no checkpoint of step 20, committed or temporary: without the agreement ordinal 0 goes on into the
     save and makes its temporary folder before the job is stopped (seen: this test then fails there)."""
     proc, md = _start(tmp_path, "--runner", "sharded_runners:NonFiniteShardRunner")
-    code, err = _finish(proc, HARD_LIMIT)
+    code, _, err = finish(proc, HARD_LIMIT)
     errors = [line for line in err.splitlines() if line.startswith("Error:")]
     assert code == 1 and len(errors) == 1, err
     key = (tmp_path / "nan_key").read_text()
