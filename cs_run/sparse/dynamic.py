@@ -9,9 +9,9 @@ from typing import Optional
 import torch
 
 from cs_run.sparse.base import SparseParameter, SparsityAlgorithm
-from cs_run.sparse.utils import make_update_schedule
+from cs_run.sparse.utils import make_hyperparam_schedule, make_update_schedule
 
-__all__ = ["DynamicSparsityAlgorithm"]
+__all__ = ["DropAndRegrow", "DynamicSparsityAlgorithm"]
 
 
 class DynamicSparsityAlgorithm(SparsityAlgorithm, abc.ABC):
@@ -110,6 +110,27 @@ class DynamicSparsityAlgorithm(SparsityAlgorithm, abc.ABC):
 
     def _load_extra_state(self, state: dict) -> None:
         return None
+
+
+class DropAndRegrow(DynamicSparsityAlgorithm, abc.ABC):
+    """A dynamic algorithm that drops ``drop_fraction`` of each weight's connections on an update and
+    regrows as many (SET, RigL): the fraction is one more schedule, evaluated each step with the
+    sparsity's and kept in the checkpoint beside them."""
+
+    def __init__(self, drop_fraction=0.3, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.drop_fraction = make_hyperparam_schedule(drop_fraction)
+
+    def _schedules(self) -> list:
+        return [*self._sparsity_schedules(), self.drop_fraction]
+
+    def _extra_state(self) -> dict:
+        state = self.drop_fraction.state_dict()
+        return {"drop_fraction": state} if state else {}
+
+    def _load_extra_state(self, state: dict) -> None:
+        if state.get("drop_fraction"):
+            self.drop_fraction.load_state_dict(state["drop_fraction"])
 
 
 def _finite_gradients(optimizer: Optional[torch.optim.Optimizer], device: torch.device) -> torch.Tensor:

@@ -6,11 +6,10 @@ from typing import Optional
 
 import torch
 
-from cs_run.sparse.dynamic import DynamicSparsityAlgorithm
+from cs_run.sparse.dynamic import DropAndRegrow
 from cs_run.sparse.utils import (
     InputGroupScoreShaper,
     OutputGroupScoreShaper,
-    make_hyperparam_schedule,
     make_mask_drop_minimum,
     make_mask_grow_maximum,
 )
@@ -18,7 +17,7 @@ from cs_run.sparse.utils import (
 __all__ = ["RigL"]
 
 
-class RigL(DynamicSparsityAlgorithm):
+class RigL(DropAndRegrow):
     """On each update step, drop ``drop_fraction`` of each weight's connections (the smallest
     magnitudes) and regrow as many where the dense gradient (before masking, summed over the step's
     micro-batches) is largest in magnitude. ``balance_out_groups`` / ``balance_in_groups`` make groups
@@ -28,23 +27,11 @@ class RigL(DynamicSparsityAlgorithm):
                  balance_out_groups: Optional[int] = None, **kwargs) -> None:
         if balance_in_groups and balance_out_groups:
             raise ValueError("give balance_in_groups or balance_out_groups, not both")
-        super().__init__(**kwargs)
-        self.drop_fraction = make_hyperparam_schedule(drop_fraction)
+        super().__init__(drop_fraction=drop_fraction, **kwargs)
         self.balance_in_groups, self.balance_out_groups = balance_in_groups, balance_out_groups
         self.score_shaper = (OutputGroupScoreShaper(balance_out_groups) if balance_out_groups
                              else InputGroupScoreShaper(balance_in_groups) if balance_in_groups else None)
         self._dense_grads: dict[str, torch.Tensor] = {}
-
-    def _schedules(self) -> list:
-        return [*self._sparsity_schedules(), self.drop_fraction]
-
-    def _extra_state(self) -> dict:
-        state = self.drop_fraction.state_dict()
-        return {"drop_fraction": state} if state else {}
-
-    def _load_extra_state(self, state: dict) -> None:
-        if state.get("drop_fraction"):
-            self.drop_fraction.load_state_dict(state["drop_fraction"])
 
     def sparsify_parameter(self, module, name, param) -> None:
         groups = self.balance_out_groups or self.balance_in_groups

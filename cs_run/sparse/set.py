@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import torch
 
-from cs_run.sparse.dynamic import DynamicSparsityAlgorithm
-from cs_run.sparse.utils import make_hyperparam_schedule, make_mask_drop_minimum, make_mask_grow_maximum
+from cs_run.sparse.dynamic import DropAndRegrow
+from cs_run.sparse.utils import make_mask_drop_minimum, make_mask_grow_maximum
 
 __all__ = ["SET"]
 
 
-class SET(DynamicSparsityAlgorithm):
+class SET(DropAndRegrow):
     """On each update step, drop ``drop_fraction`` of each weight's connections (the smallest
     magnitudes) and regrow as many at random pruned positions (regrown weights start at zero)."""
 
     def __init__(self, drop_fraction=0.3, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.drop_fraction = make_hyperparam_schedule(drop_fraction)
-
-    def _schedules(self) -> list:
-        return [*self._sparsity_schedules(), self.drop_fraction]
-
-    def _extra_state(self) -> dict:
-        state = self.drop_fraction.state_dict()
-        return {"drop_fraction": state} if state else {}
-
-    def _load_extra_state(self, state: dict) -> None:
-        if state.get("drop_fraction"):
-            self.drop_fraction.load_state_dict(state["drop_fraction"])
+        super().__init__(drop_fraction=drop_fraction, **kwargs)
 
     @torch.no_grad()
     def update_mask(self, p, mask, sparsity, sparse=None):

@@ -13,7 +13,6 @@ import os
 import pickle
 from pathlib import Path
 
-import h5py
 import pytest
 import torch
 from click.testing import CliRunner
@@ -26,6 +25,7 @@ from cs_run.checkpoint.tree import map_leaves
 from cs_run.errors import CheckpointError
 from cs_run.frontends.cli import cli
 from cs_run.runners._checkpoints import latest_checkpoint, list_checkpoints, prune_checkpoints
+from tests.h5_damage import flip_a_data_byte
 
 
 def _state() -> dict:
@@ -337,7 +337,7 @@ def test_a_damaged_shard_is_found_by_the_replicas_crc_pieces_joined(tmp_path):
     state = _state()
     folder = tmp_path / "c.mdl"
     sharded.save_unsharded_as(state, folder, 2)
-    _flip_a_data_byte(_shard(folder, 1))
+    flip_a_data_byte(_shard(folder, 1))
     index = json.loads((folder / "index.json").read_text())
     pieces = [sharded.read_rows(folder, _replica_target(state, index, r, 4))[1] for r in range(4)]
     for mine in pieces:
@@ -356,18 +356,6 @@ def _edit_index(folder: Path, edit) -> None:
     (folder / "index.json").write_text(json.dumps(index))
 
 
-def _flip_a_data_byte(path: Path) -> None:
-    offsets = []
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda name, obj: offsets.append(obj.id.get_offset())
-                     if isinstance(obj, h5py.Dataset) and obj.nbytes and obj.id.get_offset() else None)
-    with open(path, "r+b") as fh:
-        fh.seek(offsets[0])
-        byte = fh.read(1)
-        fh.seek(offsets[0])
-        fh.write(bytes([byte[0] ^ 0xFF]))
-
-
 class _Evil:
     def __reduce__(self):
         return (os.system, ("touch /tmp/cs-run-unpickled",))
@@ -381,7 +369,7 @@ DAMAGE = {  # name: (damage the 2-shard folder, the file the line names, what it
                                   "shard_00000_of_00002.h5", "but the index says float32[4, 5]"),
     "world size not the shard count": (lambda d: _edit_index(d, lambda i: i.__setitem__("world_size", 3)),
                                        "index.json", "world_size 3 but the index names 2 shards"),
-    "crc mismatch": (lambda d: _flip_a_data_byte(_shard(d, 1)), "shard_00001_of_00002.h5", "checksum mismatch"),
+    "crc mismatch": (lambda d: flip_a_data_byte(_shard(d, 1)), "shard_00001_of_00002.h5", "checksum mismatch"),
     "index not json": (lambda d: (d / "index.json").write_text('{"format": '), "index.json", "not valid JSON"),
     "index is a pickle": (lambda d: (d / "index.json").write_bytes(pickle.dumps(_Evil())), "index.json", "not valid JSON"),
     "index nested deep": (lambda d: (d / "index.json").write_text("[" * 100_000 + "]" * 100_000), "index.json",

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
-import h5py
 import pytest
 import torch
 from click.testing import CliRunner
@@ -26,6 +24,7 @@ from fsdp_helpers import ATOL, RTOL, assert_same_weights, launch, losses, tensor
 from safetensors.torch import load_file
 
 from cs_run.frontends.cli import cli
+from tests.h5_damage import flip_a_data_byte
 
 
 @pytest.mark.slow  # 4, 2 and 1 replica processes on the 2 shared cores: ~3 min loaded, mostly their startup
@@ -83,19 +82,6 @@ def test_a_data_parallel_run_saves_over_a_sharded_checkpoint_of_the_same_step(tm
     assert [p.name for p in folder.parent.iterdir() if "checkpoint" in p.name] == ["checkpoint_3.mdl"]
 
 
-def _flip_a_data_byte(path: Path) -> None:
-    """Damage one byte of the first tensor's data in an H5 file (its CRC32 no longer matches)."""
-    offsets = []
-    with h5py.File(path, "r") as f:
-        f.visititems(lambda name, obj: offsets.append(obj.id.get_offset())
-                     if isinstance(obj, h5py.Dataset) and obj.nbytes and obj.id.get_offset() else None)
-    with open(path, "r+b") as fh:
-        fh.seek(offsets[0])
-        byte = fh.read(1)
-        fh.seek(offsets[0])
-        fh.write(bytes([byte[0] ^ 0xFF]))
-
-
 @pytest.mark.slow  # a 4- and a 2-replica launch on the 2 shared cores: ~2 min loaded
 def test_two_shards_resume_on_four_replicas_reading_rows_and_a_damaged_shard_stops_them_all(tmp_path):
     """One process's step-3 checkpoint, converted to 2 shards, resumes on 4 sharded replicas (each reads
@@ -115,7 +101,7 @@ def test_two_shards_resume_on_four_replicas_reading_rows_and_a_damaged_shard_sto
 
     damaged = tmp_path / "damaged.mdl"
     shutil.copytree(two, damaged)
-    _flip_a_data_byte(damaged / "shard_00001_of_00002.h5")
+    flip_a_data_byte(damaged / "shard_00001_of_00002.h5")
     result = launch(params, tmp_path / "stopped", "--num_csx", 2, "--sharding", "fsdp", "--checkpoint_path", damaged,
                     check=False)
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
