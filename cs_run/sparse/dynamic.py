@@ -98,9 +98,12 @@ class DynamicSparsityAlgorithm(SparsityAlgorithm, abc.ABC):
         return {"step": self.step, **({"sparsity": levels} if levels else {}), **self._extra_state()}
 
     def load_state_dict(self, state: dict) -> None:
+        """Also reads the layout cs-run wrote before it keyed states as the vendor does: ``schedules``,
+        ``"0"`` the one schedule every weight shared (``"1"`` SET's and RigL's ``drop_fraction``)."""
         self.step.copy_(torch.as_tensor(state["step"]))
+        shared = state.get("schedules", {}).get("0")
         for sparse in self.sparse_params.values():
-            saved = state.get("sparsity", {}).get(sparse.name)
+            saved = state.get("sparsity", {}).get(sparse.name) or shared
             if saved:
                 sparse.schedule.load_state_dict(saved)
         self._load_extra_state(state)
@@ -129,8 +132,9 @@ class DropAndRegrow(DynamicSparsityAlgorithm, abc.ABC):
         return {"drop_fraction": state} if state else {}
 
     def _load_extra_state(self, state: dict) -> None:
-        if state.get("drop_fraction"):
-            self.drop_fraction.load_state_dict(state["drop_fraction"])
+        saved = state.get("drop_fraction") or state.get("schedules", {}).get("1")
+        if saved:
+            self.drop_fraction.load_state_dict(saved)
 
 
 def _finite_gradients(optimizer: Optional[torch.optim.Optimizer], device: torch.device) -> torch.Tensor:

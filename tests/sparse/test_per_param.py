@@ -101,6 +101,18 @@ def test_a_cycling_schedules_state_is_saved_under_its_weights_name_and_restored(
     assert int(fresh.sparsity[fresh_model.fc2.weight].index) == 0 and int(fresh.step) == 3
 
 
+def test_the_state_layout_cs_run_wrote_before_still_resumes_the_cycles():
+    """Before the vendor's keying, a dynamic algorithm's one shared schedule was saved as ``schedules: {"0": ...}``
+    and SET's/RigL's drop fraction as ``"1"`` (cs-run at 903ff0e); such a checkpoint resumes both cycles."""
+    model = Three()
+    algorithm = SET(sparsity=[0.5, 0.25, 0.75], drop_fraction=[0.1, 0.2], update={"freq": 2})
+    attach(model, algorithm)
+    old = {"step": torch.tensor(3), "schedules": {"0": {"index": torch.tensor(2)}, "1": {"index": torch.tensor(1)}}}
+    algorithm.load_state_dict(old)
+    assert int(algorithm.step) == 3 and int(algorithm.drop_fraction.index) == 1
+    assert {int(algorithm.sparsity[layer.weight].index) for layer in (model.fc1, model.fc2, model.fc3)} == {2}
+
+
 def test_a_default_set_later_keeps_the_mapping_and_covers_the_other_weights():
     model = Three()
     algorithm = SET(sparsity={model.fc2.weight: 0.75}, init_method="topk")
