@@ -82,7 +82,8 @@ def test_a_data_parallel_run_saves_over_a_sharded_checkpoint_of_the_same_step(tm
     assert [p.name for p in folder.parent.iterdir() if "checkpoint" in p.name] == ["checkpoint_3.mdl"]
 
 
-@pytest.mark.slow  # a 4- and a 2-replica launch on the 2 shared cores: ~2 min loaded
+@pytest.mark.sweep  # a 4- and a 2-replica launch, ~46 s on 2 cores: make test-sweep (the row reads and the joined
+# checksums are also checked in one process by tests/checkpoint/test_sharded.py, which make test runs)
 def test_two_shards_resume_on_four_replicas_reading_rows_and_a_damaged_shard_stops_them_all(tmp_path):
     """One process's step-3 checkpoint, converted to 2 shards, resumes on 4 sharded replicas (each reads
     half of one shard's rows) and reaches the one process's step-6 losses and weights (tolerance of
