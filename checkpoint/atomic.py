@@ -23,7 +23,7 @@ import shutil
 import time
 from collections.abc import Iterator
 
-__all__ = ["ASIDE_SUFFIX", "TMP_SUFFIX", "aside_path", "atomic_path", "clean_stale_temps", "fsync_path", "recover_aside",
+__all__ = ["ASIDE_SUFFIX", "TMP_SUFFIX", "aside_of", "aside_path", "atomic_path", "clean_stale_temps", "fsync_path", "recover_aside",
            "remove", "replace", "resolve"]
 
 logger = logging.getLogger(__name__)
@@ -112,6 +112,13 @@ def aside_path(final: str | os.PathLike) -> str:
     """Where :func:`replace` keeps the old checkpoint of ``final``'s name between its two renames."""
     folder, base = os.path.split(os.path.abspath(final))
     return os.path.join(folder, f".{base}{ASIDE_SUFFIX}")
+
+
+def aside_of(name: str) -> str | None:
+    """The checkpoint name whose aside (:func:`aside_path`) ``name`` is, or None when it is none."""
+    if name.startswith(".") and name.endswith(ASIDE_SUFFIX) and len(name) > len(ASIDE_SUFFIX) + 1:
+        return name[1:-len(ASIDE_SUFFIX)]
+    return None
 
 
 def resolve(path: str | os.PathLike) -> str:

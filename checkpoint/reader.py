@@ -23,7 +23,7 @@ import os
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -321,14 +321,8 @@ class H5Source:
 
         ds = self.dataset(spec)
         mem = np.dtype(spec.get("mem") or mem_dtype or ds.dtype)
-        h5_checks.check_numeric(self.path, spec["key"], ds, mem, spec.get("shape", [spec["n"] // mem.itemsize]))
-        try:
-            ds.id.read(h5s.ALL, h5s.ALL, buf.view(mem).reshape(ds.shape))  # HDF5's own read (chunks, legacy)
-        except Exception as err:
-            raise CheckpointError(
-                f"checkpoint '{self.path}': cannot read key '{spec['key']}' ({one_line(err)}); the file is "
-                "damaged or uses a compression filter this h5py lacks (try installing hdf5plugin)"
-            ) from err
+        self._hdf5_read(spec, ds, mem, spec.get("shape", [spec["n"] // mem.itemsize]),
+                        lambda: ds.id.read(h5s.ALL, h5s.ALL, buf.view(mem).reshape(ds.shape)))
         if self._wants_crc(spec):
             self._check(spec, crc32(buf))
 
@@ -368,13 +362,21 @@ class H5Source:
             return self._pread_all(spec, view, row * row_bytes, True)
         ds = self.dataset(spec)  # rewritten by another tool (chunked, filtered): HDF5's own read of the slice
         mem = np.dtype(spec.get("mem") or storage_dtype(spec))
+        part = self._hdf5_read(spec, ds, mem, shape, lambda: np.ascontiguousarray(ds[row:row + rows]))
+        view[:] = part.view(np.uint8).reshape(-1)
+        return crc32(view)
+
+    def _hdf5_read(self, spec: dict, ds: Any, mem: np.dtype, shape: list, read: Callable[[], Any]) -> Any:
+        """``read()``, HDF5's own read of a leaf stored other than as one contiguous run (chunks, filters,
+        legacy layouts), after its numeric check; a failure is one error naming the key."""
         h5_checks.check_numeric(self.path, spec["key"], ds, mem, shape)
         try:
-            part = np.ascontiguousarray(ds[row:row + rows]).view(np.uint8).reshape(-1)
+            return read()
         except Exception as err:
-            raise CheckpointError(f"checkpoint '{self.path}': cannot read key '{spec['key']}' ({one_line(err)})") from err
-        view[:] = part
-        return crc32(view)
+            raise CheckpointError(
+                f"checkpoint '{self.path}': cannot read key '{spec['key']}' ({one_line(err)}); the file is "
+                "damaged or uses a compression filter this h5py lacks (try installing hdf5plugin)"
+            ) from err
 
     def _pread_all(self, spec: dict, view: memoryview, start: int, crc: bool) -> int:
         """Fill ``view``, the bytes of ``spec`` from ``start`` on (one read returns at most ~2 GiB);

@@ -12,7 +12,7 @@ import torch
 
 from cs_run import checkpoint
 from cs_run.checkpoint import sharded
-from cs_run.checkpoint.atomic import ASIDE_SUFFIX, resolve
+from cs_run.checkpoint.atomic import aside_of, resolve
 from cs_run.errors import CheckpointError, CsRunError, ParamsError
 from cs_run.params import Params
 
@@ -22,7 +22,6 @@ __all__ = ["check_start_checkpoint", "not_this_models", "stored_step", "checkpoi
 
 logger = logging.getLogger(__name__)
 _NAME = re.compile(r"^checkpoint_(\d+)\.mdl$")
-_ASIDE = re.compile(rf"^\.checkpoint_(\d+)\.mdl{re.escape(ASIDE_SUFFIX)}$")  # atomic.replace's, between its renames
 
 
 def check_start_checkpoint(params: Params, path: Optional[Path]) -> None:
@@ -100,10 +99,10 @@ def list_checkpoints(model_dir: str | Path) -> list[tuple[int, Path]]:
         return []
     found = []
     for p in folder.iterdir():
-        m = _NAME.match(p.name) or _ASIDE.match(p.name)
-        final = folder / f"checkpoint_{m.group(1)}.mdl" if m else p
-        if m and (p.is_file() or sharded.is_sharded(p)) and (p == final or not os.path.lexists(final)):
-            found.append((int(m.group(1)), final))
+        name = aside_of(p.name) or p.name  # an aside counts under its checkpoint's name when that is empty
+        m = _NAME.match(name)
+        if m and (p.is_file() or sharded.is_sharded(p)) and (p.name == name or not os.path.lexists(folder / name)):
+            found.append((int(m.group(1)), folder / name))
     return sorted(found)
 
 
