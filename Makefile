@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # torch's OpenMP threads spin and fight on a 2-core shared host; tests and runs pin them.
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup run run-gpt2 test test-sweep test-torch-2.14 bench bench-gpu bench-gpu-profile lint clean
+.PHONY: setup run run-gpt2 test test-sweep test-torch-2.14 disk-for-torch-2.14 bench bench-gpu bench-gpu-profile lint clean
 
 setup: $(STAMP)
 
@@ -61,11 +61,25 @@ SMOKE_2_14 := tests/test_torch_compat.py tests/engine/test_aot.py tests/engine/t
 	tests/examples/test_custom_model.py::test_the_starter_trains_on_cpu_and_csx_from_its_params_file \
 	tests/examples/test_custom_loop.py
 
+# That build and its libraries take about 6 GiB installed, and more while pip unpacks them (a machine whose
+# local wheels are missing downloads them first); without the room, say so before writing anything. pip
+# keeps no cached copy, and a failed install takes its half-built venv away with it.
+DISK_2_14_GIB := 10
+CHECK_DISK_2_14 = free=$$(df -Pk . | awk 'NR==2 {print int($$4 / 1048576)}'); \
+	if [ "$$free" -lt $(DISK_2_14_GIB) ]; then \
+	echo "test-torch-2.14: installing torch 2.14.1 (a CUDA build with its libraries) needs $(DISK_2_14_GIB) GiB free on this disk; $$free GiB are free. Free some space (make clean removes both venvs) and run it again." >&2; \
+	exit 1; fi
+
+disk-for-torch-2.14:
+	@$(CHECK_DISK_2_14)
+
 $(VENV_2_14)/.installed: setup.cfg pyproject.toml
+	@$(CHECK_DISK_2_14)
 	$(PYTHON) -m venv $(VENV_2_14)
-	$(VENV_2_14)/bin/python -m pip install -q --upgrade pip
-	$(VENV_2_14)/bin/python -m pip install -q torch==2.14.1
-	$(VENV_2_14)/bin/python -m pip install -q -e '.[test,examples]'
+	$(VENV_2_14)/bin/python -m pip install -q --no-cache-dir --upgrade pip && \
+	$(VENV_2_14)/bin/python -m pip install -q --no-cache-dir torch==2.14.1 && \
+	$(VENV_2_14)/bin/python -m pip install -q --no-cache-dir -e '.[test,examples]' || \
+	{ rm -rf $(VENV_2_14); exit 1; }
 	touch $@
 
 test-torch-2.14: $(VENV_2_14)/.installed
