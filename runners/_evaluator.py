@@ -51,6 +51,12 @@ class Evaluator:
         self.during_training = False
         self.last: tuple[int, dict[str, float]] = (-1, {})
 
+    def begin_run(self, mode: str) -> None:
+        """A run in ``mode`` starts: it evaluates during training only if it is train_and_eval (the Model Zoo's
+        rule), whatever an earlier run of the same runner did, and with no evaluation of its own yet."""
+        self.during_training = mode == "train_and_eval"
+        self.last = (-1, {})
+
     def names(self) -> list[str]:
         """The keys an evaluation reports: the loss, then the run's metrics (what early stopping may watch)."""
         return [LOSS, *self.metrics.metrics()]

@@ -148,6 +148,7 @@ class PyTorchBaseRunner(RunnerHooks):
         if mode == "eval_all" and not _checkpoints.list_checkpoints(self.model_dir):  # a typo'd model_dir stays unmade
             raise ParamsError(f"eval_all: no checkpoint_<step>.mdl files in {self.model_dir}; give the --model_dir "
                               "of a run that saved checkpoints")
+        self.evaluator.begin_run(mode)
         with _create.held_for_run_log(self.params) as early:  # run.log begins with their lines
             self._check_before_writing(mode)
         early, self._created_records = [*self._created_records, *early], []  # the creation's lines go first, once
@@ -162,8 +163,7 @@ class PyTorchBaseRunner(RunnerHooks):
                         logger.warning("No checkpoint in %s and no checkpoint_path: evaluating randomly "
                                        "initialized weights", self.model_dir)
                     return self.evaluator.evaluate(checkpoint=self.checkpoints.start)
-                if mode == "train_and_eval":  # the Model Zoo's: evaluations during training only in this mode
-                    self.evaluator.during_training = True
+                if mode == "train_and_eval":
                     self.train()
                     return self.evaluator.final()
                 return self.evaluator.eval_all()

@@ -57,6 +57,23 @@ def test_train_and_eval_evaluates_where_the_vendor_does(toy_project, tmp_path, s
     assert final == (max_steps, pytest.approx(results["eval/loss"]))
 
 
+def test_one_runner_evaluates_during_training_only_in_its_train_and_eval_run(toy_project, tmp_path):
+    """A runner run twice (train_and_eval, then train to a later step) follows each run's mode: the train run
+    evaluates nowhere, as a train run of its own does, and a later train_and_eval evaluates again."""
+    md = tmp_path / "md"
+    params = load_params(toy_project, {"runconfig.model_dir": str(md), "runconfig.checkpoint_steps": 0,
+                                       "runconfig.max_steps": 4, "runconfig.eval_frequency": 2})
+    runner = PyTorchBaseRunner.create(params, device="CPU", mode="train_and_eval")
+    runner.run("train_and_eval")
+    assert _eval_steps(md) == [2, 4]
+    runner.params.runconfig.max_steps = 8
+    assert runner.run("train") == {}
+    assert _eval_steps(md) == [2, 4]
+    runner.params.runconfig.max_steps = 12
+    runner.run("train_and_eval")
+    assert _eval_steps(md) == [2, 4, 10, 12]
+
+
 def test_the_cli_train_with_eval_frequency_writes_no_eval_results(toy_project, tmp_path):
     md = tmp_path / "md"
     result = CliRunner().invoke(cli, ["train", "--params", str(toy_project), "--model_dir", str(md), "--max_steps", "4",
