@@ -22,9 +22,10 @@ a one-file checkpoint is read whole and each replica keeps its shard.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -110,6 +111,17 @@ class FullyShardedStrategy(Strategy):
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         """The sharded model itself: its hooks gather and reduce-scatter (no DDP on top)."""
         return model
+
+    @contextlib.contextmanager
+    def holding_gradients(self, model: torch.nn.Module) -> Iterator[None]:
+        """Whole gradients accumulate on each replica (every FSDP group of the model, recursively), then the
+        last micro-batch's backward reduce-scatters them: one reduce-scatter per group per step, not per
+        micro-batch."""
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
 
     def gather(self, state: Any) -> Any:
         """Every sharded tensor whole (an all-gather each, in the state's order on every replica), on

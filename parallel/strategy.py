@@ -3,8 +3,9 @@
 Every decision that depends on how the model is spread over the ``num_csx`` replicas is a method here,
 so the runners, ``cstorch.compile`` and ``cstorch.save`` ask the strategy instead of knowing the answer:
 
-* the model: :meth:`Strategy.shard` (before the optimizer is built on its parameters) and
-  :meth:`Strategy.wrap` (what the eager train step calls);
+* the model: :meth:`Strategy.shard` (before the optimizer is built on its parameters),
+  :meth:`Strategy.wrap` (what the eager train step calls) and :meth:`Strategy.holding_gradients` (its
+  micro-batches but the last, accumulated without a reduction);
 * who writes (:attr:`Strategy.writes`: model_dir, logs, summaries, checkpoints);
 * host reductions (the logged loss, eval sums), the broadcast of ordinal 0's choices and the stop
   agreement after every step;
@@ -21,11 +22,13 @@ The process machinery (launch, join, the host group) stays in :mod:`cs_run.repli
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from cs_run import checkpoint, replicas
 from cs_run.checkpoint.tree import map_tensors
@@ -83,6 +86,12 @@ class Strategy:
         """The module the eager train step calls: DDP with several replicas (gradients averaged in
         backward), the model itself with one."""
         return replicas.replicate(model, device)
+
+    def holding_gradients(self, model: torch.nn.Module) -> contextlib.AbstractContextManager:
+        """The context of a micro-batch whose gradients stay on this replica, summed there (every micro-batch
+        of a step but the last), so the replicas reduce once per step. Data parallel: DDP's ``no_sync`` on
+        what :meth:`wrap` made; nothing to hold for one replica."""
+        return model.no_sync() if isinstance(model, DistributedDataParallel) else contextlib.nullcontext()
 
     def traced_group(self) -> Optional[ReplicaGroup]:
         """The replicas of the default process group, for the CSX engine's in-graph all-reduce; None for

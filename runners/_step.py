@@ -16,6 +16,7 @@ import torch
 from cs_run.amp.optimizer_step import apply_gradients
 from cs_run.amp.precision import autocast
 from cs_run.errors import ModelError
+from cs_run.parallel import Strategy
 
 __all__ = ["StepConfig", "train_step", "eval_step"]
 
@@ -70,19 +71,22 @@ def _where(model: torch.nn.Module) -> str:
 
 
 def train_step(model: torch.nn.Module, micro_batches: Sequence[Any], optimizer: torch.optim.Optimizer,
-               lr_scheduler: Any, grad_scaler: Any, config: StepConfig) -> torch.Tensor:
+               lr_scheduler: Any, grad_scaler: Any, config: StepConfig,
+               strategy: Optional[Strategy] = None) -> torch.Tensor:
     """Forward and backward over the micro-batches, the gradient step (:func:`~cs_run.amp.optimizer_step.apply_gradients`),
     then the LR step.
 
     Returns the mean loss over the micro-batches (detached). With one micro-batch the gradients are
     those of plain ``loss.backward()``; with k they are of ``loss / k`` summed, i.e. of the mean loss.
-    Several replicas reduce the summed gradients once, in the last micro-batch's backward
-    (:func:`_accumulating`).
+    Several replicas reduce the summed gradients once, in the last micro-batch's backward: the
+    others run in ``strategy``'s :meth:`~cs_run.parallel.Strategy.holding_gradients` (the run's; data
+    parallel when None, as in a traced step, whose all-reduce the engine places).
     """
+    strategy = strategy if strategy is not None else Strategy()
     k = len(micro_batches)
     total = None
     for i, batch in enumerate(micro_batches):
-        with _accumulating(model, last=i == k - 1):
+        with strategy.holding_gradients(model) if i < k - 1 else contextlib.nullcontext():
             with _autocast(config):
                 loss = _loss(model, batch, training=True)
             scaled = loss / k if k > 1 else loss
@@ -94,30 +98,6 @@ def train_step(model: torch.nn.Module, micro_batches: Sequence[Any], optimizer: 
     if lr_scheduler is not None:
         lr_scheduler.step()
     return total / k if k > 1 else total
-
-
-def _accumulating(model: torch.nn.Module, last: bool) -> Any:
-    """The context of one micro-batch: all but the last keep their gradients on the replica, so the
-    replicas reduce the sum once per step, in the last backward. Data parallel: DDP's ``no_sync``
-    (:class:`cs_run.replicas.ReplicatedModule`); sharded: FSDP2's ``set_requires_gradient_sync(False)``
-    (each replica accumulates the whole gradients of its micro-batches, then one reduce-scatter per FSDP
-    group per step instead of one per micro-batch)."""
-    if last:
-        return contextlib.nullcontext()
-    if hasattr(model, "no_sync"):
-        return model.no_sync()
-    if hasattr(model, "set_requires_gradient_sync"):
-        return _without_gradient_sync(model)
-    return contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def _without_gradient_sync(model: Any) -> Any:
-    model.set_requires_gradient_sync(False)  # every FSDP group of the model (recurse)
-    try:
-        yield
-    finally:
-        model.set_requires_gradient_sync(True)
 
 
 def eval_step(model: torch.nn.Module, batch: Any, config: StepConfig) -> torch.Tensor:

@@ -30,7 +30,7 @@ class PyTorchRunner(PyTorchBaseRunner):
 
     def _train_step(self, micro_batches: list) -> torch.Tensor:
         return train_step(self._replica_model, micro_batches, self.optimizer, self.lr_scheduler, self.grad_scaler,
-                          self.step_config)
+                          self.step_config, self.strategy)
 
     def _eval_step(self, batch: Any) -> torch.Tensor:
         return eval_step(self.model, batch, self.step_config)

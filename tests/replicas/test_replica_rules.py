@@ -3,6 +3,7 @@ launcher's refusals and its one failure line, and that only ordinal 0 writes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 
@@ -179,35 +180,47 @@ def test_replica_loaders_must_have_equal_lengths_and_split_batches(monkeypatch, 
 
 
 def test_accumulated_micro_batches_all_reduce_once(batches):
-    # DDP's no_sync around every micro-batch but the last: one gradient all-reduce per step.
+    """Every micro-batch but the last runs inside the strategy's holding_gradients (DDP's no_sync for data
+    parallel), so the replicas reduce once per step; the data-parallel strategy holds a DDP module's
+    gradients with its own no_sync and has nothing to hold on a bare module."""
+    from cs_run.parallel import Strategy
     from cs_run.runners._step import StepConfig, train_step
+
+    class Recording(Strategy):
+        held = False
+
+        @contextlib.contextmanager
+        def holding_gradients(self, model):
+            self.held = True
+            try:
+                yield
+            finally:
+                self.held = False
 
     class Replica(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.fc = torch.nn.Linear(8, 4)
             self.synced = []
-            self._local = False
-
-        def no_sync(self):
-            outer = self
-
-            class Local:
-                def __enter__(self):
-                    outer._local = True
-
-                def __exit__(self, *exc):
-                    outer._local = False
-            return Local()
 
         def forward(self, batch):
             x, y = batch
-            self.synced.append(not self._local)
+            self.synced.append(not strategy.held)
             return torch.nn.functional.cross_entropy(self.fc(x), y)
 
+    strategy = Recording()
     model = Replica()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    train_step(model, batches[:3], optimizer, None, None, StepConfig())
+    train_step(model, batches[:3], optimizer, None, None, StepConfig(), strategy)
     assert model.synced == [False, False, True]
-    train_step(model, batches[:1], optimizer, None, None, StepConfig())
+    train_step(model, batches[:1], optimizer, None, None, StepConfig(), strategy)
     assert model.synced[3:] == [True]
+
+    class FakeDDP(torch.nn.parallel.DistributedDataParallel):  # no process group: only no_sync is asked for
+        def __init__(self):
+            torch.nn.Module.__init__(self)
+
+        def no_sync(self):
+            return "ddp's no_sync"
+    assert Strategy().holding_gradients(FakeDDP()) == "ddp's no_sync"
+    assert isinstance(Strategy().holding_gradients(model), contextlib.nullcontext)
