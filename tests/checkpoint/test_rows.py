@@ -22,6 +22,7 @@ import cs_run as cstorch
 from cs_run.checkpoint import files, foreign, h5, sharded, vendor_format
 from cs_run.checkpoint.tree import leaf_paths, map_leaves
 from cs_run.errors import CheckpointError
+from tests.h5_damage import flip_a_byte_of
 
 VENDOR = Path(__file__).resolve().parents[1] / "data" / "vendor_oracle" / "adamw_step30.mdl"
 
@@ -156,25 +157,13 @@ def _span(rank: int, world: int, n: int) -> tuple[int, int]:
     return offset, offset + rows
 
 
-def _flip(path: Path, key: str, at: int) -> None:
-    """Invert the byte ``at`` bytes into the data of stored key ``key`` (its CRC32 no longer matches)."""
-    _, src = h5.open_source(str(path), verify=False)
-    spec = next(s for s in src.specs if s["key"] == key)
-    src.close()
-    with open(path, "r+b") as fh:
-        fh.seek(spec["off"] + at)
-        byte = fh.read(1)
-        fh.seek(spec["off"] + at)
-        fh.write(bytes([byte[0] ^ 0xFF]))
-
-
 def test_a_damaged_byte_only_the_last_replica_reads_is_found_by_the_pieces_joined(tmp_path):
     """Replica 1 of 2 alone reads the damaged row of h.0.w: neither replica's read can tell (its rows alone
     are not what the CRC32 was recorded of), every replica's pieces joined name the file and key; the
     same list on each replica gives each the same error."""
     state = _state()
     path = _cs_run(tmp_path, state)
-    _flip(path, "model.h.0.w", state["model"]["h.0.w"].nbytes - 1)  # the last row: replica 1's
+    flip_a_byte_of(path, "model.h.0.w", state["model"]["h.0.w"].nbytes - 1)  # the last row: replica 1's
     pieces = [files.read_rows(path, _target(state, rank, 2))[1] for rank in range(2)]
     with pytest.raises(CheckpointError, match=rf"checkpoint '{path}' is damaged: checksum mismatch in 'model.h.0.w'$"):
         files.check_pieces(path, [p for mine in pieces for p in mine])
@@ -201,7 +190,7 @@ def test_a_damaged_unsharded_leaf_fails_every_replicas_own_read(tmp_path):
     checked by its own CRC32 during each replica's read, as a whole read checks it."""
     state = _state()
     path = _cs_run(tmp_path, state)
-    _flip(path, "model.h.0.bias", 0)
+    flip_a_byte_of(path, "model.h.0.bias", 0)
     for rank in range(2):
         target = _target(state, rank, 2)
         target["model"]["h.0.bias"] = torch.empty(48)
