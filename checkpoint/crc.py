@@ -6,17 +6,19 @@ materialized load; zlib-ng (``pip install cs-run[fast-crc]``) and ISA-L compute 
 carry-less multiplication at ~15-20 GB/s. Whichever is installed is used; the values are identical.
 
 ``crc32_combine`` joins the CRCs of consecutive pieces (the reader checksums 16 MiB slices of a large
-tensor on two threads), using the polynomial arithmetic of zlib's own ``crc32_combine``.
+tensor on two threads), using the polynomial arithmetic of zlib's own ``crc32_combine``. :func:`join`
+does it for the :class:`Piece` CRCs that several replicas computed of the rows each read of one leaf.
 """
 
 from __future__ import annotations
 
 import importlib
 import zlib
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Optional
 
-__all__ = ["CRC32_IMPL", "crc32", "crc32_combine"]
+__all__ = ["CRC32_IMPL", "Piece", "crc32", "crc32_combine", "join"]
 
 _POLY = 0xEDB88320  # CRC-32 polynomial, bit-reflected (bit 31 is x^0)
 _CHECK = 0xCBF43926  # crc32(b"123456789"), the standard check value
@@ -73,3 +75,37 @@ def _shift(nbytes: int) -> int:
 def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     """The CRC32 of A + B from crc32(A), crc32(B) and len(B)."""
     return _multmodp(_shift(len2), crc1) ^ crc2 if len2 else crc1
+
+
+@dataclass(frozen=True)
+class Piece:
+    """The CRC32 of ``nbytes`` bytes from ``start`` of the stored leaf ``leaf`` (``total`` bytes, recorded
+    CRC32 ``recorded``) of file ``shard`` (0 for a one-file checkpoint) as one replica read them; the
+    replicas' pieces of a leaf, joined (:func:`join`), give its CRC32."""
+
+    shard: int
+    leaf: Any  # what names the leaf in its file: its index among a shard's leaves, or its key
+    start: int
+    nbytes: int
+    crc: int
+    recorded: Optional[int]
+    total: int
+
+
+def join(pieces: Iterable[Piece]) -> dict[tuple[int, Any], Optional[bool]]:
+    """Per ``(shard, leaf)`` of ``pieces``: True when they cover the leaf's bytes end to end and their
+    joined CRC32 is the recorded one, False when they cover it and it is not, None when they do not
+    cover it (bytes no piece holds: nothing can be said). The same piece twice counts once."""
+    by_leaf: dict[tuple[int, Any], set[Piece]] = {}
+    for piece in pieces:
+        by_leaf.setdefault((piece.shard, piece.leaf), set()).add(piece)
+    out: dict[tuple[int, Any], Optional[bool]] = {}
+    for leaf, parts in by_leaf.items():
+        crc, end = 0, 0
+        for part in sorted(parts, key=lambda x: (x.start, x.nbytes)):
+            if part.start != end:
+                break
+            crc, end = crc32_combine(crc, part.crc, part.nbytes) if end else part.crc, end + part.nbytes
+        total = next(iter(parts)).total
+        out[leaf] = (crc == next(iter(parts)).recorded) if end == total else None
+    return out

@@ -18,6 +18,7 @@ import torch
 from cs_run.checkpoint import foreign, legacy, vendor_format
 from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint.atomic import atomic_path
+from cs_run.checkpoint.crc import Piece, join
 from cs_run.checkpoint.h5_checks import attr_value, root_links
 from cs_run.checkpoint.placement import MapLocation, finish_tensor, stays_on_cpu
 from cs_run.checkpoint.reader import (
@@ -27,16 +28,17 @@ from cs_run.checkpoint.reader import (
     has_data,
     one_line,
     open_h5,
+    raise_if_damaged,
     read_spec,
     storage_dtype,
 )
 from cs_run.checkpoint.shard_index import is_sharded
-from cs_run.checkpoint.tree import flatten, leaf_paths, tree_paths, unflatten
+from cs_run.checkpoint.tree import flatten, leaf_paths, map_leaves, tree_paths, unflatten
 from cs_run.checkpoint.writer import COMPRESSIONS, write_file
 from cs_run.errors import CheckpointError, ParamsError
 
-__all__ = ["MapLocation", "TargetMismatchError", "check_checkpoint_file", "check_target", "info", "load", "load_into",
-           "open_source", "save"]
+__all__ = ["MapLocation", "TargetMismatchError", "check_checkpoint_file", "check_pieces", "check_target", "info", "load",
+           "load_into", "load_rows_into", "open_source", "save"]
 
 logger = logging.getLogger(__name__)
 
@@ -316,7 +318,36 @@ def load_into(
         CheckpointError: a target tensor's key is missing from the file, or its dtype or shape
             differs (names the key); or any :func:`load` error.
     """
+    return _load_into(os.fspath(path), target, {}, map_location, verify, allow_pickle, skip)[0]
+
+
+Rows = dict[tuple, tuple[int, torch.Tensor]]  # key path -> (first row, the tensor the rows go into)
+
+
+def load_rows_into(path: PathLike, target: Any, rows: Rows, *, verify: bool = True) -> tuple[Any, list[Piece]]:
+    """:func:`load_into` for one replica of a sharded run: the tensor at each key path of ``rows``,
+    ``(first, part)``, gets only rows ``[first, first + len(part))`` (dim 0) of the stored tensor, and only
+    those bytes are read; ``target`` has a tensor of the whole dtype and shape there (``meta`` will do: it
+    is only checked). Every other leaf is read as :func:`load_into` reads it (CRC32s checked).
+
+    Returns the structure (with the ``part`` tensors) and the CRC32 :class:`~cs_run.checkpoint.crc.Piece`
+    of each row range read: one replica's rows are not what a CRC32 was recorded of, so the replicas
+    check their pieces joined (:func:`check_pieces`). A torch or safetensors file has neither rows to
+    read alone nor CRC32s: it is loaded whole and the rows copied out (no pieces)."""
     path = os.fspath(path)
+    want = _target_tensors(target)
+    for p, (first, part) in rows.items():
+        whole = want.get(p)
+        if (whole is None or not whole.dim() or part.shape[1:] != whole.shape[1:] or part.dtype != whole.dtype
+                or not (part.is_cpu and part.is_contiguous()) or not 0 <= first <= whole.shape[0] - part.shape[0]):
+            shape = list(whole.shape) if whole is not None else "no tensor"
+            raise CheckpointError(f"cannot read key '{_key(p)}' of '{path}' into rows {first}+{len(part)} of {shape}: "
+                                  "not a contiguous CPU dim-0 part of the target's tensor")
+    return _load_into(path, target, rows, None, verify, False, None)
+
+
+def _load_into(path: str, target: Any, rows: Rows, map_location: MapLocation, verify: bool, allow_pickle: bool,
+               skip: Optional[Callable[[tuple], bool]]) -> tuple[Any, list[Piece]]:
     want = _target_tensors(target)
     if check_path(path) != "h5":  # torch / safetensors: load, then copy in
         obj = load(path, map_location, verify=verify, allow_pickle=allow_pickle)
@@ -324,16 +355,28 @@ def load_into(
         _check_loaded_target(path, have, want)
         with torch.no_grad():
             for p, t in want.items():
-                t.copy_(have[p])
-        return obj
+                if p in rows:
+                    first, part = rows[p]
+                    part.copy_(have[p][first:first + len(part)])
+                else:
+                    t.copy_(have[p])
+        return map_leaves(obj, lambda leaf, p: rows[p][1] if p in rows else leaf), []
     tree, src = _open_source(path, verify)
     try:
         paths = tree_paths(tree)
         matched = _check_target(path, src, paths, want)
         values: list = []
+        pieces: list[Piece] = []
+        done: set[tuple[int, str]] = set()  # (destination, stored key): tied keys' rows are read once
         for i, spec in enumerate(src.specs):
             p = paths[i]
-            if p in matched:
+            if p in rows:
+                first, part = rows[p]
+                if (id(part), matched[p]["key"]) not in done:
+                    done.add((id(part), matched[p]["key"]))
+                    pieces += _read_rows(src, matched[p], first, part)
+                values.append(part)
+            elif p in matched:
                 _read_into_tensor(src, matched[p], want[p])
                 values.append(want[p])
             elif skip is not None and skip(p):
@@ -341,9 +384,35 @@ def load_into(
             else:
                 values.append(_value(src, spec, values, False, map_location, allow_pickle))
         src.wait()
-        return unflatten(tree, values)
+        return unflatten(tree, values), pieces
     finally:
         src.close()
+
+
+def _read_rows(src: H5Source, spec: dict, first: int, part: torch.Tensor) -> list[Piece]:
+    """Rows ``[first, first + len(part))`` of a stored tensor into ``part``; their CRC32 piece (none to
+    check: verify off, no CRC32 recorded, no bytes)."""
+    crc = src.read_rows_into(spec, first, len(part), part.detach().reshape(-1).view(torch.uint8).numpy())
+    row_bytes = spec["n"] // spec["shape"][0] if spec["n"] else 0
+    if not (src.verify and spec.get("crc") is not None and len(part) and row_bytes):
+        return []
+    return [Piece(0, spec["key"], first * row_bytes, len(part) * row_bytes, crc, spec["crc"], spec["n"])]
+
+
+def check_pieces(path: PathLike, pieces: list[Piece]) -> int:
+    """Join the replicas' row pieces (:func:`load_rows_into`, every replica's) per key and raise naming the
+    file and the keys whose joined CRC32 is not the recorded one; also for keys the pieces do not cover
+    whole (a split of the rows that leaves some unread: nothing would vouch for them). Returns how many
+    keys were checked."""
+    path = os.fspath(path)
+    joined = join(pieces)
+    raise_if_damaged(path, sorted(str(leaf) for (_, leaf), sound in joined.items() if sound is False))
+    uncovered = sorted(str(leaf) for (_, leaf), sound in joined.items() if sound is None)
+    if uncovered:
+        raise CheckpointError(f"checkpoint '{path}': the replicas read rows of '{uncovered[0]}' that do not cover it "
+                              f"({len(uncovered)} key(s)), so its CRC32 cannot be checked; its rows were split other "
+                              "than by torch.chunk over the replicas")
+    return len(joined)
 
 
 def _entry(spec: dict, specs: list[dict], src: H5Source) -> dict:

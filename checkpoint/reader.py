@@ -360,10 +360,12 @@ class H5Source:
             return 0
         if spec.get("off") is not None:
             return self._pread_all(spec, view, row * row_bytes, True)
-        ds = self.dataset(spec)  # rewritten by another tool (chunked, filtered): HDF5's own read of the slice
+        # Rewritten by another tool (chunked, filtered), or a vendor file's: HDF5's own read of the slice,
+        # straight into ``buf`` as the memory dtype (HDF5 converts a stored byte order other than the host's).
+        ds = self.dataset(spec)
         mem = np.dtype(spec.get("mem") or storage_dtype(spec))
-        part = self._hdf5_read(spec, ds, mem, shape, lambda: np.ascontiguousarray(ds[row:row + rows]))
-        view[:] = part.view(np.uint8).reshape(-1)
+        out = np.frombuffer(view, np.uint8).view(mem).reshape(rows, *shape[1:])
+        self._hdf5_read(spec, ds, mem, shape, lambda: ds.read_direct(out, np.s_[row:row + rows]))
         return crc32(view)
 
     def _hdf5_read(self, spec: dict, ds: Any, mem: np.dtype, shape: list, read: Callable[[], Any]) -> Any:

@@ -42,7 +42,7 @@ import torch
 from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint import h5
 from cs_run.checkpoint.atomic import TMP_SUFFIX, atomic_path, clean_stale_temps, fsync_path, remove, replace
-from cs_run.checkpoint.crc import crc32_combine
+from cs_run.checkpoint.crc import Piece, join
 from cs_run.checkpoint.h5 import TargetMismatchError
 from cs_run.checkpoint.reader import raise_if_damaged
 from cs_run.checkpoint.shard_index import (
@@ -282,21 +282,6 @@ def load(folder: str | os.PathLike, map_location: Any = None, *, verify: bool = 
     return map_tensors(state, lambda t: t.to(map_location) if not callable(map_location) else map_location(t, "cpu"))
 
 
-@dataclass(frozen=True)
-class Piece:
-    """The CRC32 of ``nbytes`` bytes from ``start`` of shard ``shard``'s stored leaf ``leaf`` (``total``
-    bytes, recorded CRC32 ``recorded``) as one replica read them; the replicas' pieces of a leaf, joined,
-    give its CRC32 (:func:`check_pieces`)."""
-
-    shard: int
-    leaf: int
-    start: int
-    nbytes: int
-    crc: int
-    recorded: Optional[int]
-    total: int
-
-
 def _rows_plan(index: dict, want: dict[tuple, Any]) -> tuple[list, dict[int, list]]:
     """The value of each stored leaf (the target's LocalShard or tensor, else a new whole tensor) and, per
     shard, ``(leaf, first row in the shard, rows, destination tensor, first row in it)`` of the rows to
@@ -382,31 +367,19 @@ def read_rows(folder: str | os.PathLike, target: Any, *, verify: bool = True) ->
 
 
 def check_pieces(folder: str | os.PathLike, pieces: list[Piece]) -> int:
-    """Join the :class:`Piece` CRC32s of each shard's leaf (every replica's) and raise naming the shard and
-    its keys where they differ from the recorded ones; returns how many leaves were checked (those whose
-    pieces cover them whole)."""
+    """Join the :class:`~cs_run.checkpoint.crc.Piece` CRC32s of each shard's leaf (every replica's) and raise
+    naming the shard and its keys where they differ from the recorded ones; returns how many leaves were
+    checked (those whose pieces cover them whole)."""
     folder = os.fspath(folder)
-    by_leaf: dict[tuple[int, int], list[Piece]] = {}
-    for piece in pieces:
-        by_leaf.setdefault((piece.shard, piece.leaf), []).append(piece)
+    joined = join(pieces)
     damaged: dict[int, list[str]] = {}
-    checked = 0
-    for (shard, leaf), parts in sorted(by_leaf.items()):
-        parts = sorted(set(parts), key=lambda x: x.start)
-        crc, end = 0, 0
-        for part in parts:
-            if part.start != end:
-                break
-            crc, end = crc32_combine(crc, part.crc, part.nbytes) if end else part.crc, end + part.nbytes
-        if end != parts[0].total or parts[0].start != 0:
-            continue  # not read whole by these replicas
-        checked += 1
-        if crc != parts[0].recorded:
+    for (shard, leaf), sound in sorted(joined.items()):
+        if sound is False:
             damaged.setdefault(shard, []).append(f"leaves.{leaf}")
     for shard, keys in sorted(damaged.items()):
         index = read_index(folder)
         raise_if_damaged(os.path.join(folder, index["shards"][shard]), keys)
-    return checked
+    return sum(1 for sound in joined.values() if sound is not None)
 
 
 def _target_tensors(target: Any) -> dict[tuple, torch.Tensor]:

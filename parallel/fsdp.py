@@ -15,15 +15,18 @@ accelerator (pinned host memory then).
 
 Checkpoints are sharded (:mod:`cs_run.checkpoint.sharded`): each replica writes its own rows of every
 sharded tensor into one folder, committed by ordinal 0 once all are written (:meth:`save_checkpoint`);
-no replica gathers the whole state to save. Loading a sharded folder, of any number of replicas, each
-replica reads only the rows it keeps, from the checkpoint shards that hold them (:meth:`read_checkpoint`);
-a one-file checkpoint is read whole and each replica keeps its shard.
+no replica gathers the whole state to save. Loading, each replica reads only the rows it keeps of every
+sharded tensor (:meth:`read_checkpoint`): from the shards that hold them of a sharded folder (of any
+number of replicas), or from a one-file checkpoint (``checkpoint_<step>.mdl`` of a data-parallel run or
+``cstorch.save``); so no host holds a whole copy of the model. Only a torch or safetensors file, which has
+no rows to read alone, is loaded whole by each replica.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 from typing import Any, Iterator, Optional
 
@@ -31,11 +34,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Shard
 
 from cs_run import replicas
 from cs_run.checkpoint import sharded
 from cs_run.checkpoint.atomic import resolve
+from cs_run.checkpoint.files import check_pieces, read_rows
 from cs_run.errors import CheckpointError, CsRunError, ParamsError
 from cs_run.parallel.strategy import ReplicaGroup, Strategy, map_tensors
 
@@ -176,15 +180,13 @@ class FullyShardedStrategy(Strategy):
             raise CheckpointError(f"cannot save checkpoint to '{path}': {error}")
 
     def read_checkpoint(self, path: Any, live: Any) -> Any:
-        """A sharded folder: each replica reads only its rows of every sharded tensor into a host buffer
-        (:func:`~cs_run.checkpoint.sharded.read_rows`), then copies them into its shard. One all-gather
-        carries every replica's CRC32 pieces (joined, they check every byte of every shard, which no replica
-        read whole when the world size grew) or its error: each replica raises the first error, so all stop,
-        or an autoload falls back to an older checkpoint, together. A one-file checkpoint: read whole, each
-        keeps its rows (:meth:`place_loaded`)."""
-        folder = resolve(os.fspath(path))
-        if not sharded.is_sharded(folder):
-            return super().read_checkpoint(path, live)
+        """Each replica reads only its rows of every sharded tensor into a host buffer, from a sharded
+        folder's shards or from one file (:func:`~cs_run.checkpoint.files.read_rows`), and copies them into
+        its shard; everything else (whole tensors, step, schedule, ...) is read whole. One all-gather
+        carries every replica's CRC32 pieces of the rows it read (joined, they check every byte of every
+        sharded tensor, which no replica read whole) or its error: each replica raises the first error, so
+        all stop, or an autoload falls back to an older checkpoint, together."""
+        found = resolve(os.fspath(path))
         seen: dict[int, sharded.LocalShard] = {}
 
         def rows(t: torch.Tensor) -> Any:
@@ -194,28 +196,27 @@ class FullyShardedStrategy(Strategy):
             return seen.get(id(t), t)
         state: Any = None
         try:
-            state, pieces = sharded.read_rows(folder, map_tensors(live, rows))
+            state, pieces = read_rows(found, map_tensors(live, rows))
             outcome: tuple[list, Optional[CheckpointError]] = (pieces, None)
         except CheckpointError as err:
             outcome = ([], err)
         except OSError as err:
-            outcome = ([], CheckpointError(f"cannot read checkpoint '{folder}': {err}"))
+            outcome = ([], CheckpointError(f"cannot read checkpoint '{found}': {err}"))
         results = replicas.all_gather_object(outcome)
         errors = [err for _, err in results if err is not None]
         if errors:
             raise errors[0]  # the same on every replica
-        sharded.check_pieces(folder, [piece for found, _ in results for piece in found])
+        check_pieces(found, [piece for mine, _ in results for piece in mine])
+        logger.info("checkpoint %s: this replica read its rows of %d sharded tensor(s) (%d of their %d bytes)", found,
+                    len(seen), sum(s.tensor.nbytes for s in seen.values()),
+                    sum(math.prod(s.shape) * s.tensor.element_size() for s in seen.values()))
         return _place(live, state)
 
     def load_target(self, target: Any, device: Optional[torch.device] = None) -> Any:
-        """An empty whole tensor for each sharded one (on the CPU, or ``meta`` for a shape check)."""
+        """An empty whole tensor for each sharded one (on the CPU, or ``meta`` for a shape check that reads no
+        data); :meth:`read_checkpoint` reads this replica's rows only."""
         return map_tensors(target, lambda t: torch.empty(t.shape, dtype=t.dtype, device=device or "cpu")
                            if isinstance(t, DTensor) else t)
-
-    def place_loaded(self, target: Any, loaded: Any) -> Any:
-        """Copies this replica's shard of each whole tensor read into the live sharded one (no
-        communication: every replica read the whole file) and returns ``loaded`` holding the live ones."""
-        return _place(target, loaded)
 
 
 def _rows(t: DTensor) -> tuple[int, int]:
@@ -255,11 +256,6 @@ def _place(live: Any, read: Any) -> Any:
     if isinstance(live, DTensor) and isinstance(read, sharded.LocalShard):  # this replica's rows, read alone
         with torch.no_grad():
             live.to_local().copy_(read.tensor)
-        return live
-    if isinstance(live, DTensor) and isinstance(read, torch.Tensor) and not isinstance(read, DTensor):
-        with torch.no_grad():
-            shard = distribute_tensor(read, live.device_mesh, live.placements, src_data_rank=None).to_local()
-            live.to_local().copy_(shard)
         return live
     if isinstance(live, dict) and isinstance(read, dict):
         return type(read)((k, _place(live.get(k), v)) for k, v in read.items())

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import h5py
 
+from cs_run.checkpoint import h5
+
 
 def flip_a_data_byte(path: Path) -> None:
     """Inverts one byte of the first stored tensor's data in ``path`` (its CRC32 no longer matches; the
@@ -18,4 +20,17 @@ def flip_a_data_byte(path: Path) -> None:
         fh.seek(offsets[0])
         byte = fh.read(1)
         fh.seek(offsets[0])
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+def flip_a_byte_of(path: Path, key: str, at: int) -> None:
+    """Inverts the byte ``at`` bytes into the stored data of key ``key`` of a cs-run file (at the offset its
+    spec records), e.g. in the rows only one replica of a sharded run reads."""
+    _, src = h5.open_source(str(path), verify=False)
+    spec = next(s for s in src.specs if s["key"] == key)
+    src.close()
+    with open(path, "r+b") as fh:
+        fh.seek(spec["off"] + at)
+        byte = fh.read(1)
+        fh.seek(spec["off"] + at)
         fh.write(bytes([byte[0] ^ 0xFF]))

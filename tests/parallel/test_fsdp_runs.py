@@ -1,7 +1,8 @@
 """sharding: fsdp on 2 replicas (gloo, CPU) of a tiny Llama-style decoder trains the same losses and weights as one
-unsharded process (AdamW, clipping, warmup + cosine, 30 steps), loads a checkpoint into its shards, and
-writes sharded checkpoints an unsharded process resumes exactly; the combinations that do not work are one
-params error each. Tolerance: see fsdp_helpers."""
+unsharded process (AdamW, clipping, warmup + cosine, 30 steps), loads a one-file checkpoint into its shards
+(each replica reading its rows only), stops both replicas with one error when a row only one of them reads
+is damaged, and writes sharded checkpoints an unsharded process resumes exactly; the combinations that do
+not work are one params error each. Tolerance: see fsdp_helpers."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 from click.testing import CliRunner
 from fsdp_helpers import STEPS, assert_same_losses, assert_same_weights, launch, losses, tensors, train_here, write_params
 
+import cs_run as cstorch
 from cs_run.frontends.cli import cli
+from tests.h5_damage import flip_a_byte_of
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +33,7 @@ def test_two_sharded_replicas_load_their_start_and_train_like_one_process(one, t
     result = launch(params, tmp_path / "md", "--num_csx", 2, "--sharding", "fsdp", "--checkpoint_path",
                     one / "md" / "checkpoint_0.mdl")
     assert "sharding: fsdp over 2 replica(s), 2 block(s)" in result.stderr
+    assert "checkpoint_0.mdl: this replica read its rows of" in result.stderr  # not the whole file
     assert_same_losses(one / "md", tmp_path / "md")
     assert_same_weights(one / "md" / "checkpoint_30.mdl", tmp_path / "md" / "checkpoint_30.mdl")
     # The sharded run's checkpoint is a folder of 2 shards: an unsharded process resumes from it.
@@ -45,6 +49,22 @@ def test_two_sharded_replicas_load_their_start_and_train_like_one_process(one, t
     assert "checkpoint_15.mdl" in evaluated and "checkpoint_30.mdl" in evaluated, evaluated
     assert_same_weights(one / "md" / "checkpoint_30.mdl", resumed / "checkpoint_30.mdl")
     assert tensors(one / "md" / "checkpoint_30.mdl").keys() == tensors(resumed / "checkpoint_30.mdl").keys()
+
+
+def test_a_damaged_row_only_one_replica_reads_of_a_one_file_start_stops_both(one, tmp_path):
+    """The one process's checkpoint_0.mdl with a byte flipped in the last row of a weight, a row replica 1
+    of 2 reads and replica 0 does not: neither replica's rows alone can be checked, their CRC32 pieces
+    joined can; both stop at the load with one line naming the file and key, and nothing is written."""
+    damaged = tmp_path / "damaged.mdl"
+    shutil.copy(one / "md" / "checkpoint_0.mdl", damaged)
+    key, weight = next((f"model.{k}", v) for k, v in cstorch.load(damaged)["model"].items() if v.dim() == 2)
+    flip_a_byte_of(damaged, key, weight.nbytes - 1)
+    result = launch(write_params(tmp_path / "params.yaml"), tmp_path / "md", "--num_csx", 2, "--sharding", "fsdp",
+                    "--checkpoint_path", damaged, check=False)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert result.returncode == 1 and len(errors) == 1, result.stderr[-3000:]
+    assert f"checkpoint '{damaged}' is damaged: checksum mismatch in '{key}'" in errors[0], errors[0]
+    assert not list((tmp_path / "md").glob("checkpoint_*"))
 
 
 def test_accumulated_micro_batches_reduce_scatter_once_per_step_and_train_like_one_process(tmp_path):
