@@ -35,7 +35,7 @@ __all__ = [
     "aot_compile", "aoti_cpu_runner", "c10d_functional", "cpu_isa_flags", "foreign_nodes_not_reordered",
     "inductor_build_fixes", "inductor_force_stride_order", "is_data_dependent_error", "load_compiled_artifact",
     "make_fx", "patched_isa_check_build", "proxy_node", "pytree", "raised_in_loop_reordering",
-    "save_compiled_artifact", "standalone_compile", "treespec_json_leaf", "treespec_json_node", "warn_degraded",
+    "save_compiled_artifact", "shut_down_loader_workers", "standalone_compile", "treespec_json_leaf", "treespec_json_node", "warn_degraded",
     "without_dynamo_wrapper", "without_loop_reordering_if_it_fails",
 ]
 
@@ -255,3 +255,18 @@ def patched_isa_check_build(wrap: Callable[[Callable[[Any, str], bool]], Callabl
         yield True
     finally:
         vec_isa.check_build = original
+
+
+# -- DataLoader --------------------------------------------------------------------------------------
+def shut_down_loader_workers(loader: Any) -> None:
+    """End the worker processes a ``torch.utils.data.DataLoader`` with ``persistent_workers`` keeps between
+    passes (its ``_iterator``), now, instead of whenever the garbage collector frees the loader: a finished
+    run's workers otherwise outlive it, and their shutdown can fall inside a later run (each worker joined
+    for up to 5 s, from wherever the collector ran). The loader stays usable: its next pass starts new
+    workers. Anything else, or a torch without that attribute, is left as it is."""
+    iterator = getattr(loader, "_iterator", None)
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is None:
+        return
+    shutdown()
+    loader._iterator = None

@@ -110,7 +110,7 @@ def _count(read_fd: int, grace: Optional[float], report: Report, done: threading
             data = os.read(read_fd, 64)
         except OSError:
             return
-        if not data:
+        if not data or done.is_set():  # closed, or the wake-up byte of the block's end
             return
         for signum in (b for b in data if b in _NAMES):
             if first is None:
@@ -149,7 +149,11 @@ def _watchdog(grace: Optional[float], report: Report) -> Iterator[None]:
     finally:
         done.set()
         signal.set_wakeup_fd(-1)
-        os.close(write_fd)  # the watchdog reads EOF (or sees done) and returns
+        # A child forked during the block (a DataLoader's persistent workers) holds a copy of write_fd, so
+        # closing ours is no EOF while it lives: a byte that is no signal number wakes the watchdog to see done.
+        with contextlib.suppress(OSError):
+            os.write(write_fd, b"\0")
+        os.close(write_fd)
 
 
 @contextlib.contextmanager

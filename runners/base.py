@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from cs_run import distributed, parallel
 from cs_run._logging import run_log
+from cs_run._torch_compat import shut_down_loader_workers
 from cs_run.backend import Backend
 from cs_run.batches import RateMeter, batch_size, loader_length, move_to_device
 from cs_run.creation import manual_seed
@@ -171,6 +172,8 @@ class PyTorchBaseRunner(RunnerHooks):
                 raise self.params.locate_error(e) from e.__cause__
             finally:
                 self._summaries.close()
+                for loader in (self._train_loader, self.evaluator.loader):  # persistent workers end with the run
+                    shut_down_loader_workers(loader)
 
     def _check_before_writing(self, mode: str) -> None:
         """What the run can refuse before it starts, refused before model_dir is made or written

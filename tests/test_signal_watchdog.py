@@ -6,6 +6,7 @@ tests/runners/test_interrupts.py.)"""
 
 from __future__ import annotations
 
+import multiprocessing
 import signal
 import socket
 import subprocess
@@ -98,15 +99,28 @@ def test_one_signal_without_grace_leaves_the_process_to_finish_its_work():
     assert _end(proc)[0] == 143
 
 
-def test_the_block_leaves_no_watchdog_and_gives_the_wakeup_fd_back():
+@pytest.mark.parametrize("child", [False, True], ids=["alone", "with-a-forked-child"])
+def test_the_block_leaves_no_watchdog_and_gives_the_wakeup_fd_back(child):
+    """Also when a process forked inside the block outlives it (a DataLoader's persistent workers keep
+    their copy of the watchdog's pipe open, so closing the parent's end is no end of file)."""
     before = set(threading.enumerate())
-    with interrupts.stop_on_signal():
-        watchdogs = [t for t in threading.enumerate() if t.name == "cs_run-signal-watchdog"]
-        assert len(watchdogs) == 1
-    watchdogs[0].join(LIMIT)
-    assert not watchdogs[0].is_alive()
-    assert set(threading.enumerate()) <= before
-    assert signal.set_wakeup_fd(-1) == -1  # nobody's fd left installed
+    forked = None
+    try:
+        with interrupts.stop_on_signal():
+            watchdogs = [t for t in threading.enumerate() if t.name == "cs_run-signal-watchdog"]
+            assert len(watchdogs) == 1
+            if child:
+                forked = multiprocessing.get_context("fork").Process(target=threading.Event().wait, daemon=True)
+                forked.start()
+        watchdogs[0].join(LIMIT)
+        assert not watchdogs[0].is_alive()
+        assert forked is None or forked.is_alive()  # it still holds the pipe: the watchdog ended regardless
+        assert set(threading.enumerate()) <= before
+        assert signal.set_wakeup_fd(-1) == -1  # nobody's fd left installed
+    finally:
+        if forked is not None:
+            forked.kill()
+            forked.join()
 
 
 def test_a_wakeup_fd_in_use_is_left_alone():

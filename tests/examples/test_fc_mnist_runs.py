@@ -62,3 +62,21 @@ def test_plot_of_a_real_run(tmp_path):
     assert result.exit_code == 0, result.output
     png = (tmp_path / "curves.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 5000
+
+
+def test_a_finished_run_leaves_no_loader_workers_behind(tmp_path):
+    """persistent_workers keeps a DataLoader's worker processes between passes; when the run ends they end,
+    although the runner (and its loaders) are still referenced, as in a notebook, and a second run on the same
+    runner starts its own."""
+    import multiprocessing
+
+    workers = {f"{split}.{key}": value for split in ("train_input", "eval_input")
+               for key, value in (("num_workers", 2), ("persistent_workers", True))}
+    before = set(multiprocessing.active_children())
+    runner, results = run_fc_mnist(tmp_path / "md", mode="train_and_eval", **workers,
+                                   **{"runconfig.max_steps": 3, "runconfig.eval_steps": 2})
+    assert results["eval/loss"] > 0 and runner.global_step == 3
+    assert set(multiprocessing.active_children()) <= before
+    runner.params.runconfig.max_steps = 5
+    runner.run("train")
+    assert runner.global_step == 5 and set(multiprocessing.active_children()) <= before
