@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
+from cs_run import parallel
 from cs_run._checks import unknown_key_error
 from cs_run._logging import setup_console_logging
 from cs_run.backend import Backend, resolve_backend
@@ -44,7 +45,8 @@ _LOGGING_KEYS = trainer_keys("logging")
 _NAMES = {f"runconfig.{key}": f"{argument}.{name}" for argument, keys in
           (("loop", _LOOP_KEYS), ("checkpoint", _CHECKPOINT_KEYS), ("logging", _LOGGING_KEYS))
           for name, key in keys.items()} | {"optimizer.grad_accum_steps": "loop.grad_accum_steps",
-                                            "train_input": "train_dataloader", "eval_input": "val_dataloader"}
+                                            "train_input": "train_dataloader", "eval_input": "val_dataloader",
+                                            "runconfig.sharding": "sharding", "runconfig.offload": "offload"}
 """The key paths the Trainer's arguments set, as the user wrote them (``loop.num_steps``, ``train_dataloader``
 for a dict input's section): messages about their values name these, also a data function's refusal of a
 dict input (:attr:`cs_run.params.Params.names`, :meth:`cs_run.params.Params.named`)."""
@@ -88,6 +90,10 @@ class Trainer:
             that builds its model per run needs one of the other forms), a callable returning one (or
             None; called once per run), or a params ``sparsity`` section (a level, a mapping or a list of
             them, as the YAML form gives it; built per run by :func:`cs_run.sparse.configure`).
+        sharding: How the ``num_csx`` replicas of ``backend``'s cluster_config hold the model: "none"
+            (data parallel) or "fsdp" (torch FSDP2, 1/N of the parameters, gradients and optimizer state
+            per replica; CPU and GPU): ``runconfig.sharding``.
+        offload: "cpu" keeps the sharded state in host memory (``runconfig.offload``); "none" by default.
         seed: Seeds every RNG before the model is built.
         runner: A runner class (or "module:Class") with hooks, e.g. ``on_eval_metrics``: a subclass of
             :class:`~cs_run.runners.PyTorchBaseRunner` serves every device.
@@ -101,7 +107,8 @@ class Trainer:
                  model_dir: str = "./model_dir", model: Any = None, optimizer: Any = None,
                  schedulers: Any = None, precision: Optional[dict] = None, loop: Optional[dict] = None,
                  checkpoint: Optional[dict] = None, logging: Union[dict, int, None] = None,
-                 seed: Optional[int] = None, runner: Union[str, type, None] = None, sparsity: Any = None) -> None:
+                 seed: Optional[int] = None, runner: Union[str, type, None] = None, sparsity: Any = None,
+                 sharding: str = "none", offload: str = "none") -> None:
         self.backend = resolve_backend(device=device, backend=backend)
         if model is None:
             raise ParamsError("Trainer: model is required (an nn.Module, a callable returning one, or a model "
@@ -115,7 +122,9 @@ class Trainer:
             raise ParamsError(f"Trainer: schedulers must be an LR scheduler or a callable (optimizer) -> scheduler, got "
                               f"{type(schedulers).__name__} {schedulers!r:.40}")
         self.model_dir = model_dir
-        self._runconfig = _runconfig(model_dir, self.backend, loop or {}, checkpoint or {}, logging, seed)
+        self._runconfig = _runconfig(model_dir, self.backend, loop or {}, checkpoint or {}, logging, seed,
+                                     {"sharding": sharding, "offload": offload})
+        _check_strategy(self._runconfig, self.backend)
         _console_logging(self._runconfig.logging)
         self._runner_class = runner
         precision = dict(precision or {})
@@ -205,12 +214,12 @@ def _console_logging(level: str) -> None:
 
 
 def _runconfig(model_dir: str, backend: Backend, loop: dict, checkpoint: dict, logging: Any,
-               seed: Optional[int]) -> RunConfig:
+               seed: Optional[int], strategy: dict) -> RunConfig:
     _reject_unknown("loop", loop, set(_LOOP_KEYS) | {"grad_accum_steps"})
     _reject_unknown("checkpoint", checkpoint, set(_CHECKPOINT_KEYS))
     log = {"log_steps": logging} if isinstance(logging, int) else dict(logging or {})
     _reject_unknown("logging", log, set(_LOGGING_KEYS))
-    rc: dict[str, Any] = {"model_dir": model_dir, "seed": seed}
+    rc: dict[str, Any] = {"model_dir": model_dir, "seed": seed, **strategy}
     for given, keys in ((loop, _LOOP_KEYS), (checkpoint, _CHECKPOINT_KEYS), (log, _LOGGING_KEYS)):
         rc.update({keys[k]: v for k, v in given.items() if k in keys})
     cc = backend.cluster_config  # num_csx replicas on every device
@@ -223,6 +232,16 @@ def _runconfig(model_dir: str, backend: Backend, loop: dict, checkpoint: dict, l
                           names=_NAMES, head=_HEAD)
     check_runconfig(built, names=_NAMES, head=_HEAD)
     return built
+
+
+def _check_strategy(rc: RunConfig, backend: Backend) -> None:
+    """sharding / offload against the backend (CSX traces data-parallel steps only), said in the Trainer's words
+    when it is constructed rather than at fit."""
+    try:
+        parallel.check_strategy(rc.sharding, rc.offload, rc.num_csx, backend.backend_type.name)
+    except ParamsError as e:
+        message = str(e).replace("runconfig.", "").replace("--device ", "device ").replace("(--sharding fsdp)", "")
+        raise ParamsError(_HEAD + message.replace("  ", " ")) from None
 
 
 def _model_parts(model: Any, precision: dict) -> tuple[ModelParams, Optional[Callable]]:

@@ -8,6 +8,7 @@ import yaml
 from torch.utils.data import DataLoader, TensorDataset
 
 import cs_run
+from cs_run.backend import _reset_for_tests
 from cs_run.frontends.trainer import Trainer, trainers_from_config
 
 
@@ -54,8 +55,6 @@ def test_one_backend_type_per_process_but_other_options_may_change(tmp_path):
 
 
 def fit(device, model_dir):
-    from cs_run.backend import _reset_for_tests
-
     with _reset_for_tests():
         model = WithLoss()
         optimizer = cs_run.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -134,6 +133,23 @@ def test_an_argument_of_the_wrong_kind_is_named(argument, value, message, tmp_pa
     with pytest.raises(ValueError, match=message):
         Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model,
                 optimizer=cs_run.optim.SGD(model.parameters(), lr=0.1), **{argument: value})
+
+
+@pytest.mark.parametrize("device, arguments, message", [
+    ("CPU", {"sharding": "zero3"}, r"^Trainer: sharding: 'zero3' is not one of none, fsdp$"),
+    ("CPU", {"offload": "gpu"}, r"^Trainer: offload: 'gpu' is not one of none, cpu$"),
+    ("CPU", {"sharding": 3}, r"^Trainer: sharding: expected a string, got int 3$"),
+    ("CSX", {"sharding": "fsdp"}, r"^Trainer: sharding: fsdp with device CSX: the CSX engine traces data-parallel "
+                                  r"steps only .*; use device CPU or GPU, or sharding: none and offload: none$"),
+    ("CSX", {"offload": "cpu"}, r"^Trainer: offload: cpu with device CSX: "),
+])
+def test_sharding_and_offload_the_backend_cannot_run_are_refused_when_the_trainer_is_made(device, arguments, message,
+                                                                                         tmp_path):
+    model = WithLoss()
+    with _reset_for_tests(), pytest.raises(ValueError, match=message):
+        Trainer(device=device, model_dir=str(tmp_path / "md"), model=model,
+                optimizer=cs_run.optim.SGD(model.parameters(), lr=0.1), **arguments)
+    assert not (tmp_path / "md").exists()
 
 
 def test_fit_takes_a_cstorch_dataloader_and_builds_it_once(tmp_path):
