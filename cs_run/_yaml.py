@@ -7,8 +7,13 @@ Python objects, with one error naming the file and line:
 * nesting deeper than :data:`MAX_DEPTH` (PyYAML would recurse until RecursionError);
 * more than :data:`MAX_VALUES` values once aliases are expanded (a "billion laughs" file); every node is
   visited once, however many aliases point at it;
-* a key that is not a string, or a key given twice in one mapping (both lines are named);
+* a key that is not a string;
 * a nan or infinite number anywhere (``.nan``, ``.inf``, ``1e999``).
+
+A key given twice in one mapping is the one exception that loads: the Model Zoo's own files have them
+(Cerebras-GPT's 256m_mup.yaml, Releases 2.0-2.3, twice with one value; Release 2.4's gemma2 27b file,
+``trainer.init.callbacks`` twice with two), and the vendor's loader, PyYAML's, keeps the last. So does
+cs-run, with a note of the run naming both lines (:func:`cs_run._logging.defer`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any, Optional
 
 import yaml
 
+from cs_run._logging import defer
 from cs_run.errors import ParamsError
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_VALUES", "read_text", "parse", "parse_value", "check_finite"]
@@ -154,10 +160,9 @@ class _Walk:
                 key = key_node.value
                 key_path = f"{path}.{key}" if path else key
                 if key in seen:
-                    raise ParamsError(f"params: duplicate key {key_path} ({self.at(seen[key])} and "
-                                      f"{self.at(key_node)}); keep one")
-                seen[key] = key_node
-                self.lines.setdefault(key_path, key_node.start_mark.line + 1)
+                    self._given_twice(key_path, seen[key], key_node, value_node)
+                seen[key] = (key_node, value_node)
+                self.lines[key_path] = key_node.start_mark.line + 1
                 size += self.node(value_node, key_path)
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
@@ -174,6 +179,19 @@ class _Walk:
                               f"({self.at(node)}); write the values out or use fewer nested aliases")
         self.sizes[id(node)] = size
         return size
+
+    def _given_twice(self, key_path: str, first: tuple, key_node, value_node) -> None:
+        """The last of a key given twice is its value (PyYAML's rule, the vendor's loader): the first one's
+        lines go, and the run notes it."""
+        first_key, first_value = first
+        for path in [p for p in self.lines if p.startswith((f"{key_path}.", f"{key_path}["))]:
+            del self.lines[path]
+        both = f"{self.at(first_key)} and {self.at(key_node)}"
+        if yaml.serialize(first_value) == yaml.serialize(value_node):
+            defer("cs_run.params", f"params: {key_path} is given twice with the same value ({both})")
+        else:
+            defer("cs_run.params", f"params: {key_path} is given twice ({both}); the last one is used, as the Model "
+                                   "Zoo's YAML loader does: delete the one you do not mean")
 
 
 _FLOAT = yaml.SafeLoader("")

@@ -412,16 +412,16 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
         raise ParamsError(f"params file not found: {path}")
     if path.is_dir():
         raise ParamsError(f"params path is a folder, expected a YAML file: {path}")
-    raw, lines = _yaml.parse(_yaml.read_text(path), str(path))
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ParamsError(f"params file must be a mapping of sections, got {type(raw).__name__} ({path})")
-    overridden = frozenset(k for k, v in (overrides or {}).items() if v is not None and v is not REMOVE)
-    for key in overridden:
-        _yaml.check_finite(overrides[key], key, " (set on the command line)")
-    located = Params.locator(str(path), lines, overridden)
-    with collecting_notes() as notes:
+    with collecting_notes() as notes:  # from the file's parse on (a key given twice)
+        raw, lines = _yaml.parse(_yaml.read_text(path), str(path))
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise ParamsError(f"params file must be a mapping of sections, got {type(raw).__name__} ({path})")
+        overridden = frozenset(k for k, v in (overrides or {}).items() if v is not None and v is not REMOVE)
+        for key in overridden:
+            _yaml.check_finite(overrides[key], key, " (set on the command line)")
+        located = Params.locator(str(path), lines, overridden)
         moves: dict[str, str] = {}
         raw = vendor_params.from_trainer_form(raw, located, moves)
         if moves:  # a trainer-form file: its flat keys' messages name the lines of the keys they came from

@@ -197,3 +197,52 @@ def test_an_exponent_without_a_dot_is_a_float_as_in_yaml_1_2(text, value):
     data, _ = _yaml.parse(f"model:\n  layer_norm_epsilon: {text}\n", "params.yaml")
     assert data["model"]["layer_norm_epsilon"] == value
     assert type(data["model"]["layer_norm_epsilon"]) is type(value)
+
+
+_TWICE = """train_input:
+  data_dir: data/train
+  batch_size: 32
+model:
+  name: fc_mnist
+  depth: 2
+  hidden_size: 16
+optimizer:
+  optimizer_type: SGD
+  learning_rate: 0.1
+  momentum: 0.9
+runconfig:
+  max_steps: 10
+"""
+
+
+@pytest.mark.parametrize("text, key, value, note", [
+    # Cerebras-GPT 256m_mup.yaml of Releases 2.0-2.3: one initializer key twice, with one value.
+    (_TWICE.replace("  depth: 2\n", "  depth: 2\n  depth: 2\n"), "model.depth", 2,
+     "params: model.depth is given twice with the same value ({f}:6 and {f}:7)"),
+    # Release 2.4's gemma2 27b file: trainer.init.callbacks twice with two lists; the vendor keeps the last.
+    (_TWICE.replace("  momentum: 0.9\n", "  momentum: 0.9\n  momentum: 0.5\n"), "optimizer.momentum", 0.5,
+     "params: optimizer.momentum is given twice ({f}:11 and {f}:12); the last one is used, as the Model Zoo's YAML "
+     "loader does: delete the one you do not mean"),
+    (_TWICE + "runconfig:\n  max_steps: 3\n", "runconfig.max_steps", 3,
+     "params: runconfig is given twice ({f}:12 and {f}:14); the last one is used"),
+])
+def test_a_key_given_twice_keeps_the_last_as_the_vendors_loader_and_notes_it(tmp_path, text, key, value, note):
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    params = load(path)
+    section, name = key.split(".")
+    assert params.to_dict()[section][name] == value == yaml.safe_load(text)[section][name]  # PyYAML's value
+    noted = [message for _, message in params.notes]
+    assert any(m.startswith(note.format(f=path)) for m in noted), noted
+
+
+def test_a_key_given_twice_is_located_at_its_last_line(tmp_path):
+    """Messages name the line of the value in use; the first value's nested keys are forgotten."""
+    path = tmp_path / "params.yaml"
+    path.write_text(_TWICE.replace("runconfig:\n  max_steps: 10\n", "runconfig:\n  max_steps: 10\n  log_steps: 5\n"
+                                   "runconfig:\n  max_steps: -1\n"))
+    with pytest.raises(ParamsError, match=rf"runconfig.max_steps.*\({path}:16\)"):
+        load(path)
+    path.write_text(_TWICE.replace("runconfig:\n  max_steps: 10\n", "runconfig:\n  log_stepz: 5\n"
+                                   "runconfig:\n  max_steps: 10\n"))
+    assert load(path).runconfig.max_steps == 10  # the misspelled key went with the first section
