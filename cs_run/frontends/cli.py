@@ -115,7 +115,7 @@ class LazyGroup(ErrorGroup):
         """The command list, with the subsystems' short help from the table (nothing imported)."""
         width = formatter.width - 6 - max(len(name) for name in self.list_commands(ctx))
         rows = [(name, self.commands[name].get_short_help_str(width) if name in self.commands
-                 else click.utils.make_default_short_help(SUBSYSTEMS[name][1], width))
+                 else click.Command(name, help=SUBSYSTEMS[name][1]).get_short_help_str(width))  # click's shortening
                 for name in self.list_commands(ctx)]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
