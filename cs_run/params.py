@@ -27,7 +27,7 @@ from cs_run._checks import check_value, unknown_key_message
 from cs_run._logging import Note, collecting_notes, defer
 from cs_run.cluster_options import ClusterOptions
 from cs_run.errors import CsRunError, ParamsError
-from cs_run.registry import apply_model_defaults
+from cs_run.registry import apply_model_defaults, sections_reading_data_processor
 from cs_run.schedule import MIN_STEPS, check_step_options
 from cs_run.sparsity_params import check_sparsity
 
@@ -434,7 +434,7 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
         _resolve_relative_paths(raw, path.parent)
         if overrides:
             apply_overrides(raw, overrides)
-        vendor_params.normalize(raw, located, _RUNCONFIG_KEYS)
+        vendor_params.normalize(raw, located, _RUNCONFIG_KEYS, sections_reading_data_processor(raw))
         params = validate_params(raw, locate=located)
     params.source, params.lines, params.overridden, params.notes = str(path), lines, overridden, notes
     params.given_by = dict(given_by or {})
@@ -455,7 +455,7 @@ def params_from_dict(raw: dict, *, base_dir: str | os.PathLike | None = None, so
     with collecting_notes() as notes:
         raw = vendor_params.from_trainer_form(raw)
         _resolve_relative_paths(raw, Path(base_dir) if base_dir is not None else Path.cwd())
-        vendor_params.normalize(raw, lambda key: where, _RUNCONFIG_KEYS)
+        vendor_params.normalize(raw, lambda key: where, _RUNCONFIG_KEYS, sections_reading_data_processor(raw))
         params = validate_params(raw, locate=lambda key: where)
     params.source, params.notes = source, notes
     params.runconfig.model_dir = str(Path(params.runconfig.model_dir).expanduser().resolve())

@@ -131,6 +131,21 @@ def apply_model_defaults(raw: dict, locate=lambda key: "") -> dict:
     return raw
 
 
+def sections_reading_data_processor(raw: dict) -> frozenset[str]:
+    """The input sections whose loader is the named model's own data, which reads ``data_processor`` (the GPT
+    data: GptHDF5DataProcessor or GptHDF5MapDataProcessor, with its mixture, data_subset, ...): there the key
+    is passed on to the data function, elsewhere it is the vendor's class name with no effect here."""
+    model = raw.get("model")
+    if not isinstance(model, dict):
+        return frozenset()
+    _discover()
+    spec = _MODELS.get(model.get("name"))
+    if spec is None or not spec.data_processors:
+        return frozenset()
+    return frozenset(name for name in ("train_input", "eval_input")
+                     if isinstance(raw.get(name), dict) and not raw[name].get("data_fn"))
+
+
 def registered_models() -> list[str]:
     _discover()
     return sorted(_MODELS)

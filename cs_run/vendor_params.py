@@ -256,12 +256,14 @@ def _check_unknown(raw: dict, section: str, table: dict, own: list, locate) -> N
             raise ParamsError(unknown_key_message(path, key, own + sorted(table), where=locate(path)))
 
 
-def normalize(raw: dict, locate=lambda key: "", runconfig_keys: Optional[list] = None) -> dict:
+def normalize(raw: dict, locate=lambda key: "", runconfig_keys: Optional[list] = None,
+              data_processor_read: frozenset = frozenset()) -> dict:
     """Bring a flat vendor params dict (any release) into cs-run's sections, in place; returns it.
 
     The trainer form must go through :func:`from_trainer_form` first. ``runconfig_keys``: cs-run's own
     runconfig keys (for the did-you-mean of an unknown key; without them unknown keys are left to the
-    section's own validation).
+    section's own validation). ``data_processor_read``: the input sections whose data function reads
+    ``data_processor`` (:func:`cs_run.registry.sections_reading_data_processor`); it stays in those.
     """
     csconfig = raw.pop("csconfig", None)
     if csconfig is not None:
@@ -281,7 +283,8 @@ def normalize(raw: dict, locate=lambda key: "", runconfig_keys: Optional[list] =
         _check_unknown(raw, "runconfig", RUNCONFIG_KEYS, list(runconfig_keys), locate)
     _apply_table(raw, "runconfig", RUNCONFIG_KEYS, locate)
     for section in ("train_input", "eval_input"):
-        _apply_table(raw, section, INPUT_KEYS, locate)
+        _apply_table(raw, section, {k: v for k, v in INPUT_KEYS.items()
+                                    if k != "data_processor" or section not in data_processor_read}, locate)
     _apply_table(raw, "model", MODEL_KEYS, locate)
     _apply_table(raw, "optimizer", OPTIMIZER_KEYS, locate)
     return raw

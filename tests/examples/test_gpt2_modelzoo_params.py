@@ -103,3 +103,28 @@ def test_model_zoo_gpt2_small_keys_validate_and_train(tmp_path):
     assert runner.global_step == 16 and math.isfinite(initial["eval/loss"])
     assert set(initial) >= {"eval/lm_perplexity", "eval/accuracy"}
     assert torch.isfinite(torch.tensor(initial["eval/lm_perplexity"]))
+
+
+def test_a_params_files_map_data_processor_reads_its_mixture_and_subset(tmp_path, caplog):
+    """data_processor: GptHDF5MapDataProcessor in a params file (Release 2.2's jais_30b_phase1 trains on a
+    mixture with it) is passed to the GPT data function, which then reads mixture and data_subset; an
+    fc_mnist file's data_processor stays a recorded vendor class name (tests/vendor)."""
+    write_vendor_shards(tmp_path / "a", random_samples(40, 16, 64), per_file=20)
+    write_vendor_shards(tmp_path / "b", random_samples(40, 16, 64, seed=2), per_file=20)
+    write_vendor_shards(tmp_path / "val", random_samples(16, 16, 64, seed=1), per_file=16)
+    text = MODELZOO_GPT2.format(train="unused", val=tmp_path / "val", model_dir=tmp_path / "md")
+    mixture = (f'    mixture:\n      - data_dir: "{tmp_path / "a"}"\n        weight: 0.75\n'
+               f'      - data_dir: "{tmp_path / "b"}"\n        weight: 0.25\n        data_subset: "0.0-0.5"\n')
+    text = text.replace('    data_processor: "GptHDF5DataProcessor"\n    data_dir: "unused"\n',
+                        '    data_processor: "GptHDF5MapDataProcessor"\n' + mixture, 1)
+    path = tmp_path / "params.yaml"
+    path.write_text(text.replace("max_steps: 16", "max_steps: 4"))
+    params = load_params(path)
+    assert params.to_dict()["train_input"]["data_processor"] == "GptHDF5MapDataProcessor"
+    assert params.to_dict()["eval_input"]["data_processor"] == "GptHDF5DataProcessor"
+    with caplog.at_level("INFO", logger="cs_run"):
+        PyTorchBaseRunner.create(params, device="CPU").run("train")
+    # The Model Zoo's epoch of a mixture shows every sample of each reader: max(40 / 0.75, 20 / 0.25) = 80, the
+    # 20 being b's first half (data_subset); without the subset it would be 160.
+    assert "GPT data (train, GptHDF5MapDataProcessor): 80 samples of 16 tokens in 4 shard(s) of a mixture" in caplog.text
+    assert "GPT data (eval" not in caplog.text  # train only
