@@ -115,6 +115,11 @@ RUNCONFIG_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "job_time_sec": ("recorded", _APPLIANCE, ("integer", "null")),
     "disable_version_check": ("recorded", _APPLIANCE, ("boolean", "null")),
     "hf_cache_dir": ("recorded", "nothing is downloaded at run time", ("string", "null")),
+    # R_1.7's GPT-3 files carry these TF Estimator keys; the vendor's PyTorch runner reads neither
+    "log_step_count_steps": ("recorded", "a TF Estimator key the Model Zoo's PyTorch runner never read; the "
+                             "logging interval is log_steps", ("integer", "null")),
+    "save_checkpoint_steps": ("recorded", "a TF Estimator key the Model Zoo's PyTorch runner never read; the "
+                              "checkpoint interval is checkpoint_steps", ("integer", "null")),
     **{k: ("recorded", _APPLIANCE, ("integer", "null")) for k in (
         "compile_crd_memory_gi", "execute_crd_memory_gi", "wrk_memory_gi", "act_memory_gi", "cmd_memory_gi",
         "wgt_memory_gi", "chf_memory_gi")},

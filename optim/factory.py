@@ -110,9 +110,11 @@ def _match_kwargs(cls: type, skip: int, given: dict[str, Any], aliases: dict[str
                 continue
             raise ParamsError(f"{where}.{key}: unknown key for {cls.__name__}; expected one of "
                               f"{', '.join(named)}{_did_you_mean(str(key), named)}")
-        if target in kwargs:
-            raise ParamsError(f"{where}.{key}: {target!r} is given twice (as {key!r} and another spelling)")
-        kwargs[target] = _coerce(value, named[target].default)
+        coerced = _coerce(value, named[target].default)
+        if target in kwargs and kwargs[target] != coerced:  # one value twice (R_1.7's steps and decay_steps): one
+            raise ParamsError(f"{where}.{key}: {target!r} is given twice with different values (as {key!r} and "
+                              f"another spelling: {coerced!r} and {kwargs[target]!r}); keep one")
+        kwargs[target] = coerced
     return kwargs, named
 
 

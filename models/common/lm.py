@@ -51,6 +51,12 @@ HARDWARE_KEYS = {
     "fold_rope_consts": "folds the rotary tables into compile-time constants on Cerebras; same values here",
     "use_experimental_flex_api": "builds the mask with a Cerebras compile-time sparsity hint; same mask here",
     "boundary_casting": "a Cerebras precision-boundary option; no effect here",
+    # Releases 1.7-2.0
+    "precision_opt_level": "the Cerebras compiler's precision level (read from model by Releases 1.7-1.9); no effect "
+                           "here",
+    "allow_multireplica": "allows the Cerebras compiler's several model copies on one system; no effect here",
+    "alibi_implementation": "picks one of the Model Zoo's two ways to build the same alibi bias; same bias here",
+    "tf_summary": "read by no Model Zoo PyTorch code; no effect here",
 }
 _logged: set = set()
 _FAMILY_ARGS = ("parallel_attention", "untied_layer_norm", "initializer_rules")
@@ -215,7 +221,9 @@ def assemble(
     temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
     compute_eval_metrics: bool = True,
     # Release 1.x
-    use_position_embedding: bool = True,
+    use_position_embedding: bool = True, use_rms_norm: Optional[bool] = None,
+    precision_opt_level: Optional[int] = None, allow_multireplica: Optional[bool] = None,
+    alibi_implementation: Optional[Literal["expand", "embedding"]] = None, tf_summary: Optional[bool] = None,
     *, parallel_attention: bool = False, untied_layer_norm: bool = True, initializer_rules: str = "gpt2",
 ) -> DecoderLMModel:
     """The decoder LM of these keys; :func:`build_model` is this without the last three, which a family
@@ -226,6 +234,10 @@ def assemble(
     config = {k: v for k, v in locals().items() if k not in _FAMILY_ARGS}
     if not use_position_embedding:  # Release 1.x's way to say position_embedding_type: null
         position_embedding_type = config["position_embedding_type"] = None
+    if use_rms_norm:  # Release 1.9's way to say norm_type: rmsnorm (its gpt2 model: RMSNorm if use_rms_norm)
+        if norm_type not in ("layernorm", "rmsnorm"):
+            raise ValueError(f"use_rms_norm: true and norm_type: {norm_type} name two norms; keep norm_type")
+        norm_type = config["norm_type"] = "rmsnorm"
     for key in HARDWARE_KEYS:
         if config[key] not in (None, False) and key not in _logged:
             _logged.add(key)

@@ -182,3 +182,25 @@ def test_a_data_processor_gpt2_does_not_read_is_a_params_error(tmp_path):
     with pytest.raises(ParamsError, match=r"(train|eval)_input.data_processor: 'GptTextDataProcessor' is not one gpt2's "
                                           r"data reads.*p.yaml:\d+"):
         load_params(path)
+
+
+def test_release_1_9s_use_rms_norm_is_norm_type_rmsnorm():
+    """Release 1.9's gpt2 model: ``norm_class = RMSNorm if use_rms_norm else nn.LayerNorm`` (its llama files
+    set use_rms_norm: True); the same weights and logits as norm_type: rmsnorm."""
+    ids = batch()["input_ids"]
+    legacy, modern = make(use_rms_norm=True), make(norm_type="rmsnorm")
+    assert type(legacy.model.ln_f) is type(modern.model.ln_f) is not type(make().model.ln_f)
+    torch.testing.assert_close(legacy.model(ids), modern.model(ids), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="use_rms_norm: true and norm_type: biasless-layernorm name two norms"):
+        make(use_rms_norm=True, norm_type="biasless-layernorm")
+
+
+@pytest.mark.parametrize("key, value, base", [
+    ("precision_opt_level", 1, {}), ("allow_multireplica", False, {}), ("tf_summary", False, {}),
+    ("alibi_implementation", "expand", {"position_embedding_type": "alibi"}),
+    ("alibi_implementation", "embedding", {"position_embedding_type": "alibi"}),
+])
+def test_release_1_x_cerebras_only_model_keys_change_nothing(key, value, base):
+    """Keys of Releases 1.7-2.0 files that steer only the Cerebras compiler (or nothing): the same model."""
+    ids = batch()["input_ids"]
+    torch.testing.assert_close(make(**base, **{key: value}).model(ids), make(**base).model(ids), rtol=0, atol=0)

@@ -164,5 +164,19 @@ def test_scheduler_errors_name_index_and_key(learning_rate, regex):
         csoptim.configure_lr_scheduler(csoptim.SGD(SmallNet().parameters(), lr=0.1), learning_rate)
 
 
+def test_one_value_under_two_spellings_is_that_value_and_two_values_are_refused():
+    """R_1.7's gpt2_small_ws.yaml gives a schedule both steps and decay_steps, equal (its PyTorchBaseModel copies
+    steps over decay_steps); equal values are one setting, different ones an error naming both."""
+    linear = {"scheduler": "Linear", "initial_learning_rate": 0.1, "end_learning_rate": 0.0}
+    both = csoptim.configure_lr_scheduler(csoptim.SGD(SmallNet().parameters(), lr=0.1),
+                                          {**linear, "steps": 4, "decay_steps": 4})
+    one = csoptim.configure_lr_scheduler(csoptim.SGD(SmallNet().parameters(), lr=0.1), {**linear, "steps": 4})
+    assert (type(both), both.total_iters) == (type(one), one.total_iters) == (ls.LinearLR, 4)
+    with pytest.raises(ParamsError, match=r"^learning_rate.decay_steps: 'total_iters' is given twice with different "
+                                          r"values \(as 'decay_steps' and another spelling: 5 and 4\); keep one"):
+        csoptim.configure_lr_scheduler(csoptim.SGD(SmallNet().parameters(), lr=0.1),
+                                       {**linear, "steps": 4, "decay_steps": 5})
+
+
 def test_none_means_no_scheduler():
     assert csoptim.configure_lr_scheduler(csoptim.SGD(SmallNet().parameters(), lr=0.1), None) is None
