@@ -74,9 +74,9 @@ CASES = [
      "        - LinearLR:  # <- here (the entry: its total_iters is missing)\n            initial_learning_rate: 0.0\n"
      "            end_learning_rate: 0.001",
      r"params: optimizer.learning_rate.SequentialLR.schedulers\[0\].LinearLR.total_iters: missing"),
-    ("            end_learning_rate: 0.001", "            end_lr: 0.001\n            end_learning_rate: 0.001  # <- here",
+    ("            end_learning_rate: 0.001", "            end_lr: 0.002\n            end_learning_rate: 0.001  # <- here",
      r"params: optimizer.learning_rate.SequentialLR.schedulers\[0\].LinearLR.end_learning_rate: 'end_learning_rate' "
-     r"is given twice"),
+     r"is given twice with different values"),
     ("      hidden_size: 16", "      hidden_sise: 16  # <- here", r"params: unknown key model.hidden_sise"),
     ("      max_gradient_norm: 1.0", "      max_gradient_norm: -1.0  # <- here",
      r"params: optimizer.max_gradient_norm: must be > 0"),
