@@ -74,6 +74,11 @@ class Strategy:
 
     # ---------------------------------------------------------------------------------- model
 
+    def build(self, builder: Any, device: torch.device) -> torch.nn.Module:
+        """The run's model from ``builder`` (``whole()`` / ``on_meta()``: runners' ``ModelBuild``), placed
+        (:meth:`place`). Data parallel: every replica builds it whole."""
+        return self.place(builder.whole()[0], device)
+
     def place(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         """The newly built ``model`` where it waits for :meth:`shard`. Data parallel: on the device, whole."""
         return model.to(device)
