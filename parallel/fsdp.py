@@ -342,8 +342,9 @@ def _tensor_state(module: torch.nn.Module) -> dict[str, Any]:
             return v.detach().cpu()
         return {k: t.detach().cpu() for k, t in v.items()}
     return {"buffers": {k: host(b) for k, b in module._buffers.items() if b is not None},
-            "attrs": {k: host(v) for k, v in vars(module).items() if isinstance(v, torch.Tensor) or (
-                isinstance(v, dict) and v and all(isinstance(t, torch.Tensor) for t in v.values()))}}
+            "attrs": {k: host(v) for k, v in vars(module).items() if k not in ("_parameters", "_buffers") and (
+                isinstance(v, torch.Tensor) or (isinstance(v, dict) and v and all(
+                    isinstance(t, torch.Tensor) for t in v.values())))}}
 
 
 def _set_tensor_state(module: torch.nn.Module, state: dict[str, Any]) -> None:
