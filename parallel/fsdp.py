@@ -28,8 +28,10 @@ import contextlib
 import logging
 import math
 import os
+import random
 from typing import Any, Iterator, Optional
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
@@ -77,12 +79,63 @@ class FullyShardedStrategy(Strategy):
         in it and reduce-scatters gradients in float32; the sharded parameters, optimizer state and
         checkpoints stay float32. None: parameters as they are."""
         self._mesh: Any = None
+        self._values: Optional[list[torch.Tensor]] = None
+        """Between :meth:`build` and :meth:`shard`, when the other replicas built on meta: ordinal 0's whole
+        parameters (its own model's; an empty list elsewhere), whose values :meth:`shard` sends to every shard."""
 
     def traced_group(self) -> Optional[ReplicaGroup]:
         """Never: the CSX engine traces whole-model steps (its in-graph all-reduce is data parallel)."""
         raise ParamsError(f"params: runconfig.sharding: the CSX engine traces whole-model steps, not "
                           f"sharding={self.sharding} / offload={self.offload}; run those on --device CPU or GPU, or "
                           "set sharding: none and offload: none for --device CSX")
+
+    def build(self, builder: Any, device: torch.device) -> torch.nn.Module:
+        """Ordinal 0 builds the model whole (one process's initialisation); every other replica builds it on the
+        meta device (no storage), so one host holds one whole copy, not one per replica. :meth:`shard` then
+        sends ordinal 0's values to every shard, and every replica continues with ordinal 0's random streams
+        (a meta build draws nothing). A model the others cannot build on meta (values read in its
+        ``__init__``): every replica builds it whole, as without meta initialisation, with one warning."""
+        if not replicas.joined() or dist.get_world_size() == 1:
+            return self.place(builder.whole()[0], device)
+        streams = _streams()
+        failed: Optional[BaseException] = None
+        model: Any = None
+        made: list = []
+        why: Optional[str] = None
+        if self.ordinal == 0:
+            try:
+                model, made = builder.whole()
+            except BaseException as exc:  # noqa: BLE001  (raised below, once the others know)
+                failed = exc
+        else:
+            model, made, why = builder.on_meta()
+        on_meta = model is not None and any(t.is_meta for t in [*model.parameters(), *model.buffers()])
+        outcomes = replicas.all_gather_object((failed is not None, why, on_meta, len(made)))
+        if failed is not None:
+            raise failed
+        whys = [(rank, w) for rank, (_, w, _, _) in enumerate(outcomes) if w]
+        counts = {n for *_, n in outcomes}
+        if whys or len(counts) > 1 or any(f for f, *_ in outcomes):
+            if self.ordinal == 0 and (whys or len(counts) > 1):
+                rank, reason = whys[0] if whys else (1, "the replicas' builds made different numbers of metrics")
+                logger.warning("sharding: fsdp: replica %d cannot build the model on the meta device (%s): every replica "
+                               "builds the whole model before sharding it", rank, reason)
+            if self.ordinal != 0:
+                _set_streams(streams)  # as if the meta build never ran
+                model = builder.whole()[0]
+            return self.place(model, device)
+        if not any(m for _, _, m, _ in outcomes):  # a model built before (the Trainer's): whole everywhere already
+            return self.place(model, device)
+        _set_streams(replicas.broadcast_object(_streams() if self.ordinal == 0 else None))
+        for metric in made:  # small: whole on every replica, as the whole build's
+            state = replicas.broadcast_object(_tensor_state(metric) if self.ordinal == 0 else None)
+            if self.ordinal != 0:
+                _set_tensor_state(metric, state)
+        built = sum(p.nbytes for p in model.parameters() if not p.is_meta)
+        logger.info("sharding: fsdp: replica %d built %d bytes of parameters%s", self.ordinal, built,
+                    "" if self.ordinal == 0 else " (on the meta device; its shards get ordinal 0's values)")
+        self._values = [p.detach() for p in model.parameters()] if self.ordinal == 0 else []
+        return self.place(model, device)
 
     def place(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         """In host memory: :meth:`shard` moves it to the device one block at a time (FSDP2 moves each unit's
@@ -106,11 +159,37 @@ class FullyShardedStrategy(Strategy):
         for unit in units:
             fully_shard(unit, **kwargs)
         fully_shard(model, **kwargs)
+        if self._values is not None:
+            self._fill(model, torch.device("cpu") if self.offload == "cpu" else device)
         logger.info("sharding: fsdp over %d replica(s), %d block(s) + the model's other parameters%s%s",
                     dist.get_world_size(), len(units), "; offload: cpu" if self.offload == "cpu" else "",
                     f"; mixed precision: {_name(self.param_dtype)} parameters, float32 gradient reductions"
                     if self.param_dtype is not None else "")
         return model
+
+    def _fill(self, model: torch.nn.Module, device: torch.device) -> None:
+        """Ordinal 0's values into every replica's shards and buffers, one whole tensor at a time (a broadcast,
+        then each keeps its rows): the replicas built on meta get storage here, never a whole model."""
+        values, self._values = self._values or [], None
+        if any(t.is_meta for t in [*model.parameters(), *model.buffers()]):
+            model.to_empty(device=device)
+        comm = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        with torch.no_grad():
+            for i, p in enumerate(model.parameters()):
+                whole = values[i].to(comm) if values else torch.empty(p.shape, dtype=p.dtype, device=comm)
+                dist.broadcast(whole, src=0)
+                if isinstance(p, DTensor):
+                    offset, rows = _rows(p)
+                    p.to_local().copy_(whole[offset:offset + rows])
+                else:
+                    p.copy_(whole)
+                del whole
+                if values:
+                    values[i] = None  # type: ignore[call-overload]  (ordinal 0's whole copy goes tensor by tensor)
+            for b in model.buffers():
+                whole = b.to(comm)
+                dist.broadcast(whole, src=0)
+                b.copy_(whole)
 
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         """The sharded model itself: its hooks gather and reduce-scatter (no DDP on top)."""
@@ -237,6 +316,40 @@ def _local_rows(t: DTensor) -> sharded.LocalShard:
     """This replica's rows of a sharded DTensor (:func:`_rows`), on the host."""
     offset, _ = _rows(t)
     return sharded.LocalShard(t.to_local().detach().cpu(), tuple(t.shape), offset)
+
+
+def _streams() -> dict[str, Any]:
+    """The random streams a model build draws from: torch's CPU (and this device's CUDA) generator, numpy's,
+    Python's."""
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_streams(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["random"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def _tensor_state(module: torch.nn.Module) -> dict[str, Any]:
+    """A small module's own tensors (a metric's state buffers and initial values), on the host."""
+    def host(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return v.detach().cpu()
+        return {k: t.detach().cpu() for k, t in v.items()}
+    return {"buffers": {k: host(b) for k, b in module._buffers.items() if b is not None},
+            "attrs": {k: host(v) for k, v in vars(module).items() if k not in ("_parameters", "_buffers") and (
+                isinstance(v, torch.Tensor) or (isinstance(v, dict) and v and all(
+                    isinstance(t, torch.Tensor) for t in v.values())))}}
+
+
+def _set_tensor_state(module: torch.nn.Module, state: dict[str, Any]) -> None:
+    module._buffers.update(state["buffers"])
+    vars(module).update(state["attrs"])
 
 
 def _name(dtype: torch.dtype) -> str:

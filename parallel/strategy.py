@@ -3,7 +3,8 @@
 Every decision that depends on how the model is spread over the ``num_csx`` replicas is a method here,
 so the runners, ``cstorch.compile`` and ``cstorch.save`` ask the strategy instead of knowing the answer:
 
-* the model: :meth:`Strategy.shard` (before the optimizer is built on its parameters),
+* the model: :meth:`Strategy.build` (whole, or on the meta device on the replicas that :meth:`Strategy.shard`
+  fills from ordinal 0), :meth:`Strategy.shard` (before the optimizer is built on its parameters),
   :meth:`Strategy.wrap` (what the eager train step calls) and :meth:`Strategy.holding_gradients` (its
   micro-batches but the last, accumulated without a reduction);
 * who writes (:attr:`Strategy.writes`: model_dir, logs, summaries, checkpoints);
@@ -73,6 +74,11 @@ class Strategy:
         return replicas.is_master()
 
     # ---------------------------------------------------------------------------------- model
+
+    def build(self, builder: Any, device: torch.device) -> torch.nn.Module:
+        """The run's model from ``builder`` (``whole()`` / ``on_meta()``: runners' ``ModelBuild``), placed
+        (:meth:`place`). Data parallel: every replica builds it whole."""
+        return self.place(builder.whole()[0], device)
 
     def place(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         """The newly built ``model`` where it waits for :meth:`shard`. Data parallel: on the device, whole."""

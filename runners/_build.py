@@ -14,6 +14,7 @@ from cs_run import optim, sparse
 from cs_run.amp import build_grad_scaler as build
 from cs_run.amp import resolve_mixed_precision
 from cs_run.errors import ParamsError
+from cs_run.metrics.metric import Metric, MetricSet, discarded_registrations, register_metric
 from cs_run.optim.factory import PARAM_GROUP_KEYS
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params
 from cs_run.resolve import LEARNING_RATE, data_function, model_function, params_error
@@ -21,7 +22,7 @@ from cs_run.runners._step import StepConfig
 from cs_run.sparsity_params import check_sparsity
 from cs_run.utils.streaming import StreamingLoader
 
-__all__ = ["build_model", "build_dataloader", "build_optimizer", "build_lr_scheduler",
+__all__ = ["ModelBuild", "build_model", "build_dataloader", "build_optimizer", "build_lr_scheduler",
            "build_grad_scaler", "build_sparsity", "build_training_parts", "build_step_config",
            "resolve_autocast_dtype"]
 
@@ -38,6 +39,55 @@ def build_model(params: Params, model_fn: Optional[Callable[[dict], torch.nn.Mod
         raise ParamsError(f"params: model.name: {params.model.name!r} returned {type(model).__name__}, "
                           "expected a torch.nn.Module whose forward(batch) returns the loss")
     return model
+
+
+class ModelBuild:
+    """The run's model build for :meth:`~cs_run.parallel.strategy.Strategy.build`: whole (real storage) or on
+    the meta device (shapes only, no storage; a sharded replica that gets its values from ordinal 0). Each
+    returns the model and the metrics its build made (registered as the run's, in registration order)."""
+
+    def __init__(self, params: Params, model_fn: Optional[Callable] = None) -> None:
+        self.params, self.model_fn = params, model_fn
+
+    def whole(self) -> tuple[torch.nn.Module, list[Metric]]:
+        made = MetricSet()
+        with made.collecting():
+            model = build_model(self.params, self.model_fn)
+        return model, list(made.metrics().values())
+
+    def on_meta(self) -> tuple[Optional[torch.nn.Module], list[Metric], Optional[str]]:
+        """``(model, metrics, None)``, or ``(None, [], why not)`` when the model's code cannot run without
+        values (``.item()``, data-dependent shapes), makes tensors off the meta device or keeps a tensor
+        outside its parameters and buffers. A model built before (the Trainer's module) comes back as it is.
+        A failed build leaves no metric registered."""
+        made = MetricSet()
+        try:
+            with discarded_registrations(), made.collecting(), torch.device("meta"):
+                model = build_model(self.params, self.model_fn)
+        except Exception as exc:  # noqa: BLE001  (the whole build reports its own errors)
+            return None, [], f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+        metrics = list(made.metrics().values())
+        why = _not_meta(model, metrics)
+        if why is None:
+            for metric in metrics:
+                register_metric(metric)  # the run's metrics, as a whole build's
+        return (None, [], why) if why else (model, metrics, None)
+
+
+def _not_meta(model: torch.nn.Module, metrics: list[Metric]) -> Optional[str]:
+    """Why ``model`` (built on meta) cannot take its values from ordinal 0's, or None."""
+    tensors = {id(t): (n, t) for n, t in [*model.named_parameters(), *model.named_buffers()]}.values()
+    real = [n for n, t in tensors if not t.is_meta]
+    if real and len(real) < len(tensors):
+        return f"'{real[0]}' was made off the meta device"
+    skip = {id(m) for m in metrics}  # their tensors come from ordinal 0 whole
+    for name, module in model.named_modules():
+        if id(module) in skip:
+            continue
+        for attr, value in vars(module).items():
+            if isinstance(value, torch.Tensor) and value.is_meta:
+                return f"module '{name or type(model).__name__}' keeps tensor '{attr}' outside its parameters and buffers"
+    return None
 
 
 def build_dataloader(params: Params, split: str,

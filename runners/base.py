@@ -84,7 +84,7 @@ class PyTorchBaseRunner(RunnerHooks):
         self.step_config = _build.build_step_config(params, self.torch_device, self.device_type)
         self.strategy = parallel.build_strategy(rc.sharding, rc.offload, self.step_config.autocast_dtype)  # bf16: FSDP2's too
         with self.evaluator.metrics.collecting():  # the model's metrics are the run's
-            self.model = self.strategy.place(_build.build_model(params, model_fn), self.torch_device)
+            self.model = self.strategy.build(_build.ModelBuild(params, model_fn), self.torch_device)  # fsdp: on meta but ordinal 0
         self.evaluator.metrics.add_module(self.model)
         self.sparsity = _build.build_sparsity(params, self.model, sparsity_fn)  # the section's / Trainer's, or None
         self.model = self.strategy.shard(self.model, self.torch_device)  # before the optimizer holds its parameters

@@ -2,7 +2,8 @@
 replicas: one that also writes the all-gathered one-file form beside each sharded checkpoint (the
 reference a conversion must equal), one whose replica 1 stalls inside a sharded save (so a test can kill
 it there, or let the collective timeout end the job), one whose replica 1 alone finds a nan in its shard,
-one that counts its gradient reduce-scatters."""
+one that counts its gradient reduce-scatters
+(and the parameter bytes it built before sharding)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 import cs_run as cstorch
 from cs_run.checkpoint import sharded
+from cs_run.parallel.fsdp import FullyShardedStrategy
 from cs_run.runners import PyTorchRunner
 from cs_run.runners._checkpoints import nonfinite_keys
 
@@ -87,10 +90,27 @@ class NonFiniteShardRunner(PyTorchRunner):
 class CountingReduceScatterRunner(PyTorchRunner):
     """Counts FSDP2's gradient reduce-scatters (``torch.distributed.reduce_scatter_single``, what its
     default reduce-scatter calls) in this replica; at each checkpoint writes ``<step> <count>`` to
-    ``<model_dir>/../reduce_scatters_<ordinal>``."""
+    ``<model_dir>/../reduce_scatters_<ordinal>``. Also counts the bytes of parameters with storage (not
+    on the meta device) that modules register while the strategy builds the model (before sharding), and
+    writes them to ``<model_dir>/../built_<ordinal>``."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        built, build = [0], FullyShardedStrategy.build
+
+        def registered(module: torch.nn.Module, name: str, param: Any) -> None:
+            if param is not None and not param.is_meta:
+                built[0] += param.nbytes
+
+        def counted_build(strategy: FullyShardedStrategy, *a: Any) -> torch.nn.Module:
+            hook = torch.nn.modules.module.register_module_parameter_registration_hook(registered)
+            try:
+                return build(strategy, *a)
+            finally:
+                hook.remove()
+
+        FullyShardedStrategy.build = counted_build  # this replica process only
         super().__init__(*args, **kwargs)
+        (Path(self.model_dir).parent / f"built_{self.strategy.ordinal}").write_text(str(built[0]))
         count, original, save, runner = [0], dist.reduce_scatter_single, self.checkpoints.save, self
 
         def counting(*a: Any, **k: Any) -> Any:

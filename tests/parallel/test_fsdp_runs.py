@@ -76,6 +76,13 @@ def test_accumulated_micro_batches_reduce_scatter_once_per_step_and_train_like_o
     counting = write_params(tmp_path / "two.yaml", grad_accum_steps=2, checkpoint_steps=STEPS,
                             runner="sharded_runners:CountingReduceScatterRunner")  # patches the replicas only
     launch(counting, tmp_path / "two", "--num_csx", 2, "--sharding", "fsdp")
+    # Replica 1 built the model on the meta device (no parameter storage before sharding, counted as modules
+    # register their parameters), replica 0 the whole model; the shards got replica 0's values, so both
+    # trained like the one process (above and below: the same losses and weights).
+    whole = sum(t.nbytes for t in {id(p): p for p in cstorch.load(tmp_path / "one" / f"checkpoint_{STEPS}.mdl")["model"].values()}.values())
+    assert [int((tmp_path / f"built_{rank}").read_text()) for rank in range(2)] == [whole, 0]
+    assert_same_losses(tmp_path / "one", tmp_path / "two")
+    assert_same_weights(tmp_path / "one" / f"checkpoint_{STEPS}.mdl", tmp_path / "two" / f"checkpoint_{STEPS}.mdl")
     for rank in range(2):
         assert (tmp_path / f"reduce_scatters_{rank}").read_text() == f"{STEPS} {3 * STEPS}"
     assert_same_losses(tmp_path / "one", tmp_path / "two")
