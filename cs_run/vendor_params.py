@@ -136,6 +136,8 @@ INPUT_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "split": ("recorded", "the section decides the split (train_input: train, eval_input: eval)", ("string",)),
     "micro_batch_size": ("recorded", "vendor CSX micro-batching; use optimizer.grad_accum_steps",
                          ("integer", "string", "object", "null")),
+    "mixed_precision": ("recorded", "an input's copy (R_1.7-1.9 GPT-3 files) the vendor's data processors never "
+                        "read; the precision is model.mixed_precision", ("boolean", "null")),
 }
 # model keys of the vendor files that are not cs-run ModelParams fields (passed to the model function).
 MODEL_KEYS: dict[str, tuple[str, str, tuple[str, ...]]] = {

@@ -50,6 +50,8 @@ def build_model(
     stop_sequences: Optional[Union[int, list]] = None, max_tokens: Optional[int] = None,
     temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
     compute_eval_metrics: bool = True,
+    # Releases 1.7-1.9 (their gpt-neox, gptj and falcon files)
+    precision_opt_level: Optional[int] = None,
 ) -> DecoderLMModel:
     """Model function of ``gptj``, ``gpt-neox`` and ``falcon``. Raises ValueError naming the key."""
     if position_embedding_type == "alibi":
@@ -84,5 +86,5 @@ def build_model(
         pos_scaling_extra_args=pos_scaling_extra_args, moe=moe, dtype=dtype, loss_scaling=loss_scaling,
         loss_weight=loss_weight, start_token=start_token, loop_dim=loop_dim, stop_sequences=stop_sequences,
         max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-        compute_eval_metrics=compute_eval_metrics,
+        compute_eval_metrics=compute_eval_metrics, precision_opt_level=precision_opt_level,
         parallel_attention=True, untied_layer_norm=use_untied_layer_norm, initializer_rules="gptj")

@@ -12,6 +12,7 @@ from gpt2_helpers import random_samples, tiny_params, write_vendor_shards
 from cs_run.errors import ParamsError
 from cs_run.metrics import Metric
 from cs_run.models.common import decoder, lm
+from cs_run.models.gptj import model as gptj_model
 from cs_run.params import load_params
 from cs_run.resolve import resolve_params
 from cs_run.runners import PyTorchBaseRunner
@@ -204,3 +205,14 @@ def test_release_1_x_cerebras_only_model_keys_change_nothing(key, value, base):
     """Keys of Releases 1.7-2.0 files that steer only the Cerebras compiler (or nothing): the same model."""
     ids = batch()["input_ids"]
     torch.testing.assert_close(make(**base, **{key: value}).model(ids), make(**base).model(ids), rtol=0, atol=0)
+
+
+def test_the_gptj_familys_release_1_x_files_precision_opt_level_changes_nothing():
+    """R_1.7-1.9's gpt-neox, gptj and falcon files set model.precision_opt_level (gptj's own schema)."""
+    ids = batch()["input_ids"]
+    sizes = {k: v for k, v in SIZES.items() if k != "attention_type"}
+    torch.manual_seed(0)
+    with_key = gptj_model.build_model(**sizes, rotary_dim=4, precision_opt_level=1)
+    torch.manual_seed(0)
+    without = gptj_model.build_model(**sizes, rotary_dim=4)
+    torch.testing.assert_close(with_key.eval().model(ids), without.eval().model(ids), rtol=0, atol=0)  # no dropout
