@@ -13,16 +13,15 @@ from pathlib import Path
 
 __all__ = ["own_roots", "library_roots", "user_frames", "is_user_file"]
 
-_OWN_PACKAGES = ("cs_run.runners", "cs_run.optim", "cs_run.checkpoint", "cs_run.examples", "cs_run.models")
-"""cs-run's packages installed from top-level folders (setup.cfg package_dir), beside cs_run itself."""
-
 
 def own_roots() -> tuple[str, ...]:
-    """cs-run's own package folders (an error raised in them is cs-run's, not the user's)."""
+    """cs-run's own package folders (an error raised in them is cs-run's, not the user's): the cs_run package
+    and every package of it installed from a top-level folder (setup.cfg package_dir: runners/, parallel/,
+    models/, ...), read from the loaded modules so a new folder needs no list here."""
     roots = {str(Path(__file__).resolve().parent)}  # the cs_run package
-    for name in _OWN_PACKAGES:
-        module = sys.modules.get(name)
-        roots.update(str(Path(p).resolve()) for p in getattr(module, "__path__", []))
+    for name, module in list(sys.modules.items()):
+        if name.startswith("cs_run."):
+            roots.update(str(Path(p).resolve()) for p in getattr(module, "__path__", None) or [])
     return tuple(root + os.sep for root in roots)
 
 

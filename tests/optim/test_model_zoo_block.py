@@ -107,7 +107,8 @@ def test_fc_mnist_block_equals_torch_sgd():
 @pytest.mark.parametrize("block,regex", [
     ({"learning_rate": 0.1}, r"optimizer.optimizer_type: missing"),
     ({"optimizer_type": "SGD", "learning_rate": 0.1, "momentun": 0.9}, r"optimizer.momentun: unknown key for SGD.*did you mean 'momentum'"),
-    ({"optimizer_type": "AdamW", "learning_rate": 0.1, "epsilon": 1e-8, "eps": 1e-8}, r"'eps' is given twice"),
+    ({"optimizer_type": "AdamW", "learning_rate": 0.1, "epsilon": 1e-8, "eps": 1e-6},
+     r"'eps' is given twice with different values"),
     ("SGD", r"optimizer: expected a mapping, got str"),
 ])
 def test_bad_blocks_name_the_key(block, regex):
