@@ -51,6 +51,8 @@ def test_two_sharded_replicas_load_their_start_and_train_like_one_process(one, t
     assert tensors(one / "md" / "checkpoint_30.mdl").keys() == tensors(resumed / "checkpoint_30.mdl").keys()
 
 
+@pytest.mark.sweep  # a 2-replica launch, ~23 s on CI's 2 cores: make test-sweep (the joined check of the rows is
+# shown in one process in make test: tests/checkpoint/test_rows.py)
 def test_a_damaged_row_only_one_replica_reads_of_a_one_file_start_stops_both(one, tmp_path):
     """The one process's checkpoint_0.mdl with a byte flipped in the last row of a weight, a row replica 1
     of 2 reads and replica 0 does not: neither replica's rows alone can be checked, their CRC32 pieces
