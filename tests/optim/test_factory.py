@@ -67,7 +67,7 @@ def test_optimizer_errors(kind, kwargs, regex):
 
 # The vendor's custom optimizer guide, written as its text describes: a subclass of cstorch.optim.Optimizer with params, defaults,
 # enable_global_step, preinitialize (cstorch creation ops), step (torch ops only), state_names_to_sparsify.
-class MyOptimizer(cs_run.optim.Optimizer):
+class MySignOptimizer(cs_run.optim.Optimizer):
     """Sign-SGD with momentum, only torch ops in step; compliant per the vendor's custom optimizer guide."""
 
     def __init__(self, params, lr=0.01, momentum=0.9):
@@ -95,15 +95,17 @@ class MyOptimizer(cs_run.optim.Optimizer):
 
 
 def test_custom_optimizer_from_a_params_file(tmp_path):
-    """``optimizer_type: MyOptimizer`` in a params file builds the user's class (the vendor's custom optimizer guide)."""
+    """``optimizer_type: MySignOptimizer`` in a params file builds the user's class (the vendor's custom optimizer
+    guide). Its name is its own: tests/conftest.py has a MyOptimizer too, and a second import of conftest
+    (``from conftest import`` in tests/checkpoint) makes that one the latest definition on a worker that ran it."""
     path = tmp_path / "params.yaml"
-    path.write_text("optimizer:\n  optimizer_type: myoptimizer\n  momentum: 0.5\n  learning_rate: 0.1\n")
+    path.write_text("optimizer:\n  optimizer_type: mysignoptimizer\n  momentum: 0.5\n  learning_rate: 0.1\n")
     block = yaml.safe_load(path.read_text())["optimizer"]
     learning_rate = block.pop("learning_rate")
     model = SmallNet()
     opt = csoptim.configure_optimizer(block.pop("optimizer_type"), model.parameters(), **block)
     sched = csoptim.configure_lr_scheduler(opt, learning_rate)
-    assert type(opt) is MyOptimizer and opt.defaults["momentum"] == 0.5
+    assert type(opt) is MySignOptimizer and opt.defaults["momentum"] == 0.5
     before = model.w1.detach().clone()
     train(model, opt, batches(3), sched)
     assert float(opt.state[model.w1]["step"]) == 3
