@@ -11,7 +11,7 @@ export OMP_NUM_THREADS ?= 1
 setup: $(STAMP)
 
 # torch is installed explicitly first: a loose requirement on a bare machine would fetch a CUDA build.
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
@@ -73,7 +73,7 @@ CHECK_DISK_2_14 = free=$$(df -Pk . | awk 'NR==2 {print int($$4 / 1048576)}'); \
 disk-for-torch-2.14:
 	@$(CHECK_DISK_2_14)
 
-$(VENV_2_14)/.installed: setup.cfg pyproject.toml
+$(VENV_2_14)/.installed: setup.cfg setup.py pyproject.toml
 	@$(CHECK_DISK_2_14)
 	$(PYTHON) -m venv $(VENV_2_14)
 	$(VENV_2_14)/bin/python -m pip install -q --no-cache-dir --upgrade pip && \
