@@ -27,6 +27,7 @@ from cs_run._checks import check_value, unknown_key_message
 from cs_run._logging import Note, collecting_notes, defer
 from cs_run.cluster_options import ClusterOptions
 from cs_run.errors import CsRunError, ParamsError
+from cs_run.lora_params import check_lora_params
 from cs_run.registry import apply_model_defaults, sections_reading_data_processor
 from cs_run.schedule import MIN_STEPS, check_step_options
 from cs_run.sparsity_params import check_sparsity
@@ -115,6 +116,8 @@ class ModelParams:
     """With mixed_precision, use bfloat16 instead of float16."""
     fp16_type: Optional[str] = field(default=None, metadata={"choices": ("float16", "bfloat16", "cbfloat16")})
     """With mixed_precision, the half type by name (overrides use_bfloat16)."""
+    lora_params: Union[dict, list, None] = None
+    """LoRA adapters for any model (the Model Zoo's ``Lora`` callback; :mod:`cs_run.lora_params`)."""
     extra: dict = field(default_factory=dict)
     """Keys of the model function itself, validated against its signature."""
 
@@ -537,6 +540,7 @@ def validate_params(raw: dict, *, locate=lambda key: "") -> Params:
         sections[name] = build_section(cls, name, value, locate)
     if sections["model"] is None:
         raise ParamsError("params: missing required section 'model' (needs at least model.name)")
+    check_lora_params(sections["model"].lora_params, "model.lora_params", locate)
     if sections["runconfig"] is None:
         sections["runconfig"] = RunConfig()
     _check_cross_keys(sections, locate)

@@ -421,12 +421,13 @@ _NOTED_CALLBACKS = {
 
 def _callbacks(value: Any, out: dict, moves: dict, locate) -> None:
     """``trainer.init.callbacks``: flag callbacks noted per flag, LoadCheckpointStates as
-    runconfig.load_checkpoint_states, LogSparsity as the sparsity section's add_summaries; any other
+    runconfig.load_checkpoint_states, LogSparsity as the sparsity section's add_summaries, Lora as
+    model.lora_params; any other
     callback is an error naming it."""
     if not isinstance(value, list):
         raise ParamsError(f"params: trainer.init.callbacks: expected a list of '<CallbackName>: {{...}}', got "
                           f"{type(value).__name__}{locate('trainer.init.callbacks')}")
-    known = [*_FLAG_CALLBACKS, *_NOTED_CALLBACKS, "LoadCheckpointStates", "LogSparsity"]
+    known = [*_FLAG_CALLBACKS, *_NOTED_CALLBACKS, "LoadCheckpointStates", "LogSparsity", "Lora"]
     for i, entry in enumerate(value):
         path = f"trainer.init.callbacks[{i}]"
         if not isinstance(entry, dict) or len(entry) != 1:
@@ -449,6 +450,15 @@ def _callbacks(value: Any, out: dict, moves: dict, locate) -> None:
             if args:
                 raise ParamsError(f"params: {path}.LogSparsity: takes no arguments, got {sorted(args)}{locate(path)}")
             moves["sparsity.add_summaries"] = f"{path}.LogSparsity"
+        elif name == "Lora":  # the vendor's TRAINER_PARAMS_TO_LEGACY pair: model.lora_params
+            unknown = sorted(set(args) - {"lora_params"})
+            if unknown:
+                raise ParamsError(unknown_key_message(f"{path}.{name}.{unknown[0]}", unknown[0], ["lora_params"],
+                                                      where=locate(f"{path}.{name}")))
+            if "lora_params" not in args:
+                raise ParamsError(f"params: {path}.Lora: needs lora_params (r, alpha, ...){locate(path)}")
+            _set(out, "model.lora_params", args["lora_params"])
+            moves["model.lora_params"] = f"{path}.{name}.lora_params"
         elif name == "LoadCheckpointStates":
             unknown = set(args) - {"load_checkpoint_states"}
             if unknown:

@@ -14,7 +14,9 @@ from cs_run import optim, sparse
 from cs_run.amp import build_grad_scaler as build
 from cs_run.amp import resolve_mixed_precision
 from cs_run.errors import ParamsError
+from cs_run.lora_params import check_lora_params
 from cs_run.metrics.metric import Metric, MetricSet, discarded_registrations, register_metric
+from cs_run.models.common.lora import apply_lora
 from cs_run.optim.factory import PARAM_GROUP_KEYS
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params
 from cs_run.resolve import LEARNING_RATE, data_function, model_function, params_error
@@ -38,6 +40,8 @@ def build_model(params: Params, model_fn: Optional[Callable[[dict], torch.nn.Mod
     if not isinstance(model, torch.nn.Module):
         raise ParamsError(f"params: model.name: {params.model.name!r} returned {type(model).__name__}, "
                           "expected a torch.nn.Module whose forward(batch) returns the loss")
+    if params.model.lora_params is not None:  # the vendor's Lora callback wraps the model function the same way
+        apply_lora(model, check_lora_params(params.model.lora_params))
     return model
 
 
