@@ -53,11 +53,14 @@ ACTIVATIONS: dict[str, Callable] = {
     "squared_relu": squared_relu, "mish": F.mish, "linear": linear, "sigmoid": torch.sigmoid, "relu6": F.relu6,
     "liglu": lambda x1, x2: x1 * x2,
     "geglu": lambda x1, x2: x1 * F.gelu(x2),
+    # not a Model Zoo name: GEGLU on the tanh GELU of transformers' gelu_pytorch_tanh (every published Gemma 2),
+    # which the vendor's converter maps to the erf geglu; convert --from hf writes it so the logits match
+    "geglu_tanh": lambda x1, x2: x1 * F.gelu(x2, approximate="tanh"),
     "reglu": lambda x1, x2: x1 * F.relu(x2),
     "swiglu": lambda x1, x2: x1 * F.silu(x2),
     "swiglu_clamped": swiglu_clamped,
 }
-GLU_ACTIVATIONS = frozenset({"liglu", "geglu", "reglu", "swiglu", "swiglu_clamped"})
+GLU_ACTIVATIONS = frozenset({"liglu", "geglu", "geglu_tanh", "reglu", "swiglu", "swiglu_clamped"})
 
 
 def is_glu(name: str) -> bool:

@@ -19,14 +19,17 @@ __all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict"
 
 NORMS = (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm1_post"),
          ("pre_feedforward_layernorm", "norm3"), ("post_feedforward_layernorm", "norm3_post"))
-_ACTIVATIONS = {"gelu": "geglu"}  # gelu_pytorch_tanh (HF's default) has no Model Zoo GLU equivalent
+_ACTIVATIONS = {"gelu": "geglu", "gelu_pytorch_tanh": "geglu_tanh"}
+"""HF hidden_activation -> nonlinearity. gelu_pytorch_tanh (transformers' default, every published Gemma 2)
+has no Model Zoo GLU (the vendor's converter makes it the erf geglu, a different model): geglu_tanh is exact."""
 
 
 def model_keys_from_hf_config(cfg: dict) -> dict:
     act = cfg.get("hidden_activation") or cfg.get("hidden_act")
     if act not in _ACTIVATIONS:
-        raise CheckpointError(f"config.json: hidden_activation {act!r}: the Model Zoo's gemma2 gates with geglu "
-                              "(erf GELU); only 'gelu' converts exactly")
+        raise CheckpointError(f"config.json: hidden_activation {act!r}: gemma2 gates with geglu (erf GELU) or "
+                              f"geglu_tanh (gelu_pytorch_tanh); only {' and '.join(map(repr, _ACTIVATIONS))} "
+                              "convert exactly")
     layer_types = cfg.get("layer_types") or []
     if layer_types and layer_types[0] != "sliding_attention":
         raise CheckpointError("config.json: layer_types must alternate starting with sliding_attention")
@@ -56,8 +59,12 @@ def hf_config(config: dict) -> dict:
     out = llama_hf.hf_config({**config, "name": "llama"})
     head_dim = out["head_dim"]
     alpha = config["attention_logits_alpha"] or 1.0
-    out.update(architectures=["Gemma2ForCausalLM"], model_type="gemma2", hidden_activation="gelu",
-               hidden_act="gelu", query_pre_attn_scalar=round(head_dim / alpha ** 2),  # HF: an int
+    activation = {v: k for k, v in _ACTIVATIONS.items()}.get(config["nonlinearity"])
+    if activation is None:
+        raise CheckpointError(f"params: model.nonlinearity: {config['nonlinearity']!r} has no Hugging Face Gemma 2 "
+                              f"activation; gemma2 exports {' and '.join(_ACTIVATIONS.values())}")
+    out.update(architectures=["Gemma2ForCausalLM"], model_type="gemma2", hidden_activation=activation,
+               hidden_act=activation, query_pre_attn_scalar=round(head_dim / alpha ** 2),  # HF: an int
                attn_logit_softcapping=config["attention_logit_softcapping"],
                final_logit_softcapping=config["final_logit_softcapping"],
                sliding_window=config["attention_sliding_window_length"])

@@ -50,6 +50,9 @@ FAMILIES = [
                  dict(hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, head_dim=16, hidden_activation="gelu", sliding_window=6,
                       max_position_embeddings=64, query_pre_attn_scalar=24), id="gemma2"),
+    pytest.param("Gemma2Config", "Gemma2ForCausalLM", "gemma2",  # transformers' defaults, as published Gemma 2s:
+                 dict(hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,  # tanh GELU
+                      num_key_value_heads=2, head_dim=16, max_position_embeddings=64), id="gemma2-published-defaults"),
     pytest.param("GPTJConfig", "GPTJForCausalLM", "gptj",
                  dict(n_positions=64, n_embd=64, n_layer=2, n_head=4, n_inner=96, rotary_dim=8, resid_pdrop=0.0,
                       embd_pdrop=0.0, attn_pdrop=0.0), id="gptj"),
