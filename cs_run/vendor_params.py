@@ -194,7 +194,11 @@ TRAINER_RECORDED = {
     "init.loggers": "vendor Trainer loggers (summaries go to model_dir)",
     "validate": "the eval dataloader comes from fit.val_dataloader (--mode eval runs it)",
     "validate_all": "the eval dataloader comes from fit.val_dataloader (--mode eval_all runs it)",
+    "init.backend.csx.debug": "the vendor CSX backend's compiler / appliance debug flags",
+    "init.backend.csx.performance": "the vendor CSX backend's appliance performance flags",
 }
+CHECKPOINT_NAME = "checkpoint_{step}.mdl"
+"""The vendor Checkpoint callback's default ``checkpoint_name``: the only naming cs-run writes and autoloads."""
 
 RECORDED: dict[str, Any] = {}
 """Every vendor key recorded (no effect here) by :func:`normalize` in this process, by key path."""
@@ -358,18 +362,26 @@ def from_trainer_form(raw: dict, locate=lambda key: "", moves: Optional[dict] = 
             if path in TRAINER_KEYS:
                 _set(out, TRAINER_KEYS[path], value)
                 moves[TRAINER_KEYS[path]] = f"trainer.{path}"
-            elif path in TRAINER_RECORDED:
-                _record(f"trainer.{path}", value, TRAINER_RECORDED[path])
+            elif path in TRAINER_RECORDED or any(path.startswith(r + ".") for r in TRAINER_RECORDED):
+                # a dotted key (the vendor's ``backend: {csx.debug.<flag>: ...}``) under a recorded one is recorded
+                recorded = max((r for r in TRAINER_RECORDED if path == r or path.startswith(r + ".")), key=len)
+                _record(f"trainer.{path}", value, TRAINER_RECORDED[recorded])
             elif path == "init.sparsity":  # the legacy layout's top-level section (the vendor's TRAINER_PARAMS_TO_LEGACY)
                 if value is not None:
                     out["sparsity"] = value
                     moves["sparsity"] = "trainer.init.sparsity"
             elif path == "init.callbacks":
                 _callbacks(value, out, moves, locate)
+            elif path == "init.checkpoint.checkpoint_name":
+                if value != CHECKPOINT_NAME:
+                    raise ParamsError(f"params: trainer.{path}: {value!r}: cs-run names checkpoints {CHECKPOINT_NAME} "
+                                      f"(and autoloads that name); remove the key or set it to that"
+                                      f"{locate(f'trainer.{path}')}")
+                _record(f"trainer.{path}", value, "the vendor's default name, the one cs-run writes")
             elif path in ("init.model", "init.optimizer", "init.schedulers", "fit.train_dataloader",
                           "fit.val_dataloader"):
                 continue
-            elif isinstance(value, dict) and any(k.startswith(path + ".") for k in TRAINER_KEYS):
+            elif isinstance(value, dict) and any(k.startswith(path + ".") for k in (*TRAINER_KEYS, *TRAINER_RECORDED)):
                 walk(value, path)
             else:
                 prefix_keys = {k[len(prefix) + 1:].split(".")[0] for k in (*TRAINER_KEYS, *TRAINER_RECORDED)
@@ -422,12 +434,12 @@ _NOTED_CALLBACKS = {
 def _callbacks(value: Any, out: dict, moves: dict, locate) -> None:
     """``trainer.init.callbacks``: flag callbacks noted per flag, LoadCheckpointStates as
     runconfig.load_checkpoint_states, LogSparsity as the sparsity section's add_summaries, Lora as
-    model.lora_params; any other
+    model.lora_params, KeepNCheckpoints as runconfig.max_checkpoints; any other
     callback is an error naming it."""
     if not isinstance(value, list):
         raise ParamsError(f"params: trainer.init.callbacks: expected a list of '<CallbackName>: {{...}}', got "
                           f"{type(value).__name__}{locate('trainer.init.callbacks')}")
-    known = [*_FLAG_CALLBACKS, *_NOTED_CALLBACKS, "LoadCheckpointStates", "LogSparsity", "Lora"]
+    known = [*_FLAG_CALLBACKS, *_NOTED_CALLBACKS, "LoadCheckpointStates", "LogSparsity", "Lora", "KeepNCheckpoints"]
     for i, entry in enumerate(value):
         path = f"trainer.init.callbacks[{i}]"
         if not isinstance(entry, dict) or len(entry) != 1:
@@ -450,11 +462,18 @@ def _callbacks(value: Any, out: dict, moves: dict, locate) -> None:
             if args:
                 raise ParamsError(f"params: {path}.LogSparsity: takes no arguments, got {sorted(args)}{locate(path)}")
             moves["sparsity.add_summaries"] = f"{path}.LogSparsity"
+        elif name == "KeepNCheckpoints":  # the vendor's TRAINER_PARAMS_TO_LEGACY pair: runconfig.max_checkpoints
+            unknown = sorted(set(args) - {"n"})
+            if unknown:
+                raise ParamsError(unknown_key_message(f"{path}.{name}.{unknown[0]}", unknown[0], ["n"],
+                                                      where=locate(f"{path}.{name}.{unknown[0]}")))
+            _set(out, "runconfig.max_checkpoints", args.get("n"))
+            moves["runconfig.max_checkpoints"] = f"{path}.{name}.n"
         elif name == "Lora":  # the vendor's TRAINER_PARAMS_TO_LEGACY pair: model.lora_params
             unknown = sorted(set(args) - {"lora_params"})
             if unknown:
                 raise ParamsError(unknown_key_message(f"{path}.{name}.{unknown[0]}", unknown[0], ["lora_params"],
-                                                      where=locate(f"{path}.{name}")))
+                                                      where=locate(f"{path}.{name}.{unknown[0]}")))
             if "lora_params" not in args:
                 raise ParamsError(f"params: {path}.Lora: needs lora_params (r, alpha, ...){locate(path)}")
             _set(out, "model.lora_params", args["lora_params"])

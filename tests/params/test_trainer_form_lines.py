@@ -85,6 +85,15 @@ CASES = [
     ("      log_steps: 1", "      log_steps: 1\n    callbacks:\n    - ScopedTrainFlags:\n"
                            "        csx.other.micro_batch_size: 2  # <- here",
      r"params: trainer.init.callbacks\[0\].ScopedTrainFlags.csx.other.micro_batch_size: unknown flag"),
+    ("      log_steps: 1", "      log_steps: 1\n    callbacks:\n    - KeepNCheckpoints:\n        m: 2  # <- here",
+     r"params: unknown key trainer.init.callbacks\[0\].KeepNCheckpoints.m; valid keys: n"),
+    ("      log_steps: 1", "      log_steps: 1\n    callbacks:\n    - KeepNCheckpoints:\n        n: 0  # <- here",
+     r"params: runconfig.max_checkpoints: must be >= 1"),
+    ("      steps: 5", "      steps: 5\n      checkpoint_name: ckpt_{step}.mdl  # <- here",
+     r"params: trainer.init.checkpoint.checkpoint_name: 'ckpt_\{step\}.mdl': cs-run names checkpoints "
+     r"checkpoint_\{step\}.mdl"),
+    ("      max_steps: 5", "      max_steps: 5\n    backend:\n      csx.other.flag: 1  # <- here",
+     r"params: unknown key trainer.init.backend.csx.other.flag"),
     # the Model Zoo's gpt3 sparsity files' section (cs_run.sparsity_params checks it)
     ("      log_steps: 1", "      log_steps: 1\n    sparsity:\n      algorithm: rigl\n      sparsity: 0.75\n"
                            "      update:\n        freq: 0  # <- here",
@@ -120,7 +129,10 @@ def test_the_good_file_resolves(tmp_path):
     text = BASE.replace("{model_dir}", str(tmp_path / "m")).replace("{data}", str(tmp_path)).replace(
         "      log_steps: 1", "      log_steps: 1\n    callbacks:\n    - GlobalFlags:\n        csx.debug.execute_crd_memory_gi: 50\n"
         "    - ScopedTrainFlags:\n        csx.performance.micro_batch_size: 2\n    - ComputeNorm: {}\n"
-        "    - LoadCheckpointStates:\n        load_checkpoint_states: model")
+        "    - LoadCheckpointStates:\n        load_checkpoint_states: model\n    - KeepNCheckpoints:\n        n: 2").replace(
+        "      steps: 5", "      steps: 5\n      checkpoint_name: checkpoint_{step}.mdl").replace(
+        "      max_steps: 5", "      max_steps: 5\n    backend:\n      backend_type: CSX\n"
+        "      csx.debug.implicit_cast_cb16_to_fp32: True")
     path = tmp_path / "params.yaml"
     path.write_text(text)
     params = load_params(path)
@@ -128,6 +140,9 @@ def test_the_good_file_resolves(tmp_path):
     assert params.optimizer.learning_rate["SequentialLR"]["schedulers"][1]["LinearLR"]["total_iters"] == 3
     assert params.train_input.data_dir == [str(tmp_path)]
     assert params.runconfig.load_checkpoint_states == "model"
+    assert params.runconfig.max_checkpoints == 2  # KeepNCheckpoints: the vendor's runconfig.max_checkpoints
     noted = " ".join(message for _, message in params.notes)
+    assert "trainer.init.backend.csx.debug.implicit_cast_cb16_to_fp32 = True" in noted  # ViT's dotted backend key
+    assert "trainer.init.checkpoint.checkpoint_name = 'checkpoint_{step}.mdl'" in noted
     assert "trainer.init.callbacks[1].ScopedTrainFlags.csx.performance.micro_batch_size = 2" in noted
     assert "the whole batch runs at once here" in noted and "ComputeNorm" in noted
