@@ -92,13 +92,15 @@ class Checkpointer:
     def check_start_fits(self, path: Optional[Path], training: bool) -> Optional[Path]:
         """The checkpoint the run starts from (``path`` or, autoloading, an older fallback), checked against
         the model (keys, dtypes, shapes; no tensor data read) before model_dir is written; None when it
-        starts fresh. A damaged autoload candidate is left to the load, which skips it with a warning."""
+        starts fresh. Only what the load will read is checked: the states runconfig.load_checkpoint_states
+        names, of those the checkpoint holds (a model-only checkpoint starts the optimizer fresh). A damaged
+        autoload candidate is left to the load, which skips it with a warning."""
         if path is None:
             return None
         runner = self._runner
-        target = self._target(training)
         for candidate in self._candidates(path, training):
             try:
+                target = self._loaded_part(self._target(training), candidate, training)
                 check_target(candidate, runner.strategy.load_target(target, torch.device("meta")))
                 return candidate
             except TargetMismatchError as e:
@@ -108,6 +110,28 @@ class Checkpointer:
                 if self.explicit or not training:
                     raise
         return None
+
+    def _loaded_part(self, target: dict[str, Any], path: Path, training: bool) -> dict[str, Any]:
+        """The part of ``target`` a load of ``path`` reads: with runconfig.load_checkpoint_states, the states
+        it names (one the checkpoint lacks is an error naming the key, before anything is written);
+        otherwise every state of the target the checkpoint holds, the model's always (so a checkpoint of
+        another model is still refused by its first key). An evaluation reads the model only."""
+        wanted = self._runner.options.load_states
+        if not training:
+            return target
+        held = _checkpoints.stored_states(path)
+        if wanted is not None:
+            self._check_wanted(wanted, held, path)
+            return {k: v for k, v in target.items() if k in wanted}
+        return {k: v for k, v in target.items() if k == "model" or k in held}
+
+    def _check_wanted(self, wanted: frozenset[str], held: set[str], path: Path) -> None:
+        """The Model Zoo's LoadCheckpointStates: a state name the checkpoint does not hold is an error."""
+        unknown = sorted(wanted - held)
+        if unknown:
+            params = self._runner.params
+            raise ParamsError(f"params: runconfig.load_checkpoint_states: {', '.join(unknown)} not in {path.name}, "
+                              f"which holds {', '.join(sorted(held))}{params.where('runconfig.load_checkpoint_states')}")
 
     def check_all_fit(self) -> None:
         """eval_all: every checkpoint in model_dir fits the model (keys, dtypes, shapes; no tensor data
@@ -141,10 +165,9 @@ class Checkpointer:
             logger.info("Loaded weights of %s (global step %d)", path, runner.global_step)
             return
         wanted = runner.options.load_states
-        live = {k: v for k, v in self._target(training=True).items() if wanted is None or k in wanted}
         for candidate in self._candidates(path, training=True):
             try:
-                state = self._read(candidate, live)
+                state = self._read(candidate, self._loaded_part(self._target(training=True), candidate, True))
                 path = candidate
                 break
             except TargetMismatchError as e:  # an older fallback of another model (run() checked the newest)
@@ -159,6 +182,7 @@ class Checkpointer:
         if wanted is not None:
             state = self._keep_states(state, wanted, path)
         self._restore(state)
+        self._log_fresh_states(state)
         logger.info("Resuming from checkpoint %s at global step %d", path, runner.global_step)
 
     def _restore(self, state: dict[str, Any]) -> None:
@@ -183,16 +207,28 @@ class Checkpointer:
     def _keep_states(self, state: dict[str, Any], wanted: frozenset[str], path: Path) -> dict[str, Any]:
         """The Model Zoo's LoadCheckpointStates: only ``wanted`` states of the checkpoint; the rest start
         fresh. A name the checkpoint does not hold is an error naming the key."""
-        params = self._runner.params
-        unknown = sorted(wanted - set(state))
-        if unknown:
-            raise ParamsError(f"params: runconfig.load_checkpoint_states: {', '.join(unknown)} not in {path.name}, "
-                              f"which holds {', '.join(sorted(state))}{params.where('runconfig.load_checkpoint_states')}")
+        self._check_wanted(wanted, set(state), path)
         dropped = sorted(set(state) - wanted)
         if dropped:
             logger.info("Not loading %s of %s (runconfig.load_checkpoint_states: %s)", ", ".join(dropped), path.name,
                         ", ".join(sorted(wanted)))
         return {k: v for k, v in state.items() if k in wanted}
+
+    def _log_fresh_states(self, state: dict[str, Any]) -> None:
+        """Each part of the run that the loaded state has nothing for starts as built, logged in the Model
+        Zoo trainer's words (its optimizer, scheduler, precision and dataloader callbacks)."""
+        runner = self._runner
+        for key, part, line in (
+                ("optimizer", runner.optimizer, "optimizer state not found in the checkpoint. Using default "
+                                                "preinitialized state."),
+                ("lr_scheduler", runner.lr_scheduler, "Scheduler state not found in the checkpoint. Using default "
+                                                      "initialized state."),
+                ("grad_scaler", runner.grad_scaler, "Gradient scaler state not found in the checkpoint. Using "
+                                                    "default initialized state."),
+                ("dataloader", runner._train_loader, "Dataloader state not found in the checkpoint. DataLoaders "
+                                                     "will yield samples from the beginning.")):
+            if part is not None and key not in state:
+                logger.info(line)
 
     def restore_data_position(self, loader: Any) -> None:
         """Put the train loader where the checkpoint's data position says (see

@@ -16,7 +16,7 @@ from cs_run.checkpoint.atomic import aside_of, resolve
 from cs_run.errors import CheckpointError, CsRunError, ParamsError
 from cs_run.params import Params
 
-__all__ = ["check_start_checkpoint", "not_this_models", "stored_step", "checkpoint_path",
+__all__ = ["check_start_checkpoint", "not_this_models", "stored_step", "stored_states", "checkpoint_path",
            "list_checkpoints", "latest_checkpoint", "load_checkpoint", "prune_checkpoints",
            "nonfinite_keys", "newest_finite_checkpoint"]
 
@@ -83,6 +83,12 @@ def not_this_models(params: Params, err: CheckpointError, autoloaded: bool, trai
 def stored_step(path: Path) -> int:
     """The global step a checkpoint was saved at (0 when it records none, as a load reads it)."""
     return checkpoint.info(str(path))["global_step"] or 0
+
+
+def stored_states(path: Path) -> set[str]:
+    """The top-level states a checkpoint holds (``model``, ``optimizer``, ``global_step``, ...), from its
+    header alone: a model-only checkpoint (a converted Hugging Face model) holds ``model`` only."""
+    return {k["key"].split(".", 1)[0] for k in checkpoint.info(str(path))["keys"]}
 
 
 def checkpoint_path(model_dir: str | Path, step: int) -> Path:
