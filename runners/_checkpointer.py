@@ -22,7 +22,7 @@ from cs_run.checkpoint import check_target
 from cs_run.checkpoint.atomic import resolve
 from cs_run.checkpoint.h5 import TargetMismatchError
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
-from cs_run.runners import _checkpoints
+from cs_run.runners import _checkpoints, _hf_start
 from cs_run.runners._rng import capture_rng_state, restore_rng_state
 from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, load_state, replica_state
 
@@ -51,6 +51,7 @@ class Checkpointer:
         self.saved: tuple[int, Optional[Path]] = (-1, None)
         self.epoch_start_rng: Optional[dict] = None
         self.pending_resume: Optional[dict] = None
+        self._in_memory: Optional[tuple[Path, dict[str, Any]]] = None  # a Hugging Face start, converted
 
     @property
     def explicit(self) -> bool:
@@ -98,6 +99,12 @@ class Checkpointer:
         if path is None:
             return None
         runner = self._runner
+        if _hf_start.is_hf_folder(path):  # named by the user: no fallbacks
+            self._in_memory = None
+            state = _hf_start.hf_start_state(runner, _checkpoints.given_as(runner.params), path)
+            _check_same_tensors(path, state["model"], self._target(False)["model"])
+            self._in_memory = (path, state)
+            return path
         for candidate in self._candidates(path, training):
             try:
                 target = self._loaded_part(self._target(training), candidate, training)
@@ -150,6 +157,12 @@ class Checkpointer:
 
     def _read(self, path: Path, live: dict[str, Any]) -> dict[str, Any]:
         """The one read of a checkpoint: ``live``'s tensors are read in place, the rest returned."""
+        if self._in_memory is not None and path == self._in_memory[0]:  # a Hugging Face folder, converted
+            model = self._in_memory[1]["model"]
+            with torch.no_grad():
+                for key, tensor in live["model"].items():
+                    tensor.copy_(model[key])
+            return {"model": live["model"]}
         return self._runner.strategy.read_checkpoint(path, live)  # sharded: each replica its rows
 
     def load(self, path: Optional[Path], training: bool = True) -> None:
@@ -183,7 +196,10 @@ class Checkpointer:
             state = self._keep_states(state, wanted, path)
         self._restore(state)
         self._log_fresh_states(state)
-        logger.info("Resuming from checkpoint %s at global step %d", path, runner.global_step)
+        if set(state) == {"model"}:
+            logger.info("Starting from the weights of %s (a model-only checkpoint) at global step 0", path)
+        else:
+            logger.info("Resuming from checkpoint %s at global step %d", path, runner.global_step)
 
     def _restore(self, state: dict[str, Any]) -> None:
         """The loaded state's step, optimizer, schedule, scaler and early stopping into the run; its data
@@ -314,6 +330,17 @@ class Checkpointer:
             _checkpoints.prune_checkpoints(runner.model_dir, runner.params.runconfig.max_checkpoints)
             runner.on_checkpoint_saved(str(path), step)
         return path
+
+
+def _check_same_tensors(path: Path, loaded: dict[str, Any], live: dict[str, Any]) -> None:
+    """The converted weights of ``path`` are the model's tensors, name for name and shape for shape."""
+    for key in sorted(set(loaded) | set(live)):
+        have, want = loaded.get(key), live.get(key)
+        if have is None or want is None or tuple(have.shape) != tuple(want.shape):
+            got = "nothing" if have is None else f"shape {list(have.shape)}"
+            raise CheckpointError(f"Hugging Face folder {path}: {key}: gives {got}, the model "
+                                  f"{'has no such tensor' if want is None else list(want.shape)}; convert it with "
+                                  f"{_hf_start.convert_command(path)} and use its params")
 
 
 def _data_topology() -> dict[str, int]:
