@@ -11,7 +11,6 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-
 from cs_run.checkpoint import load, save
 from cs_run.checkpoint.convert import convert
 from cs_run.frontends.cli import cli
