@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cs_run.checkpoint.hf_folder import is_hf_folder, read_config
-from cs_run.errors import ParamsError
+from cs_run.errors import CheckpointError, ParamsError
 from cs_run.registry import hf_converter
 
 if TYPE_CHECKING:
@@ -38,7 +38,10 @@ def check_hf_folder(head: str, path: Path) -> None:
         CheckpointError: config.json is unreadable (one line naming it).
         ParamsError: its model_type has no converter, naming ``head`` (where the path was given).
     """
-    model_type = read_config(Path(path) / "config.json").get("model_type")
+    try:
+        model_type = read_config(Path(path) / "config.json").get("model_type")
+    except CheckpointError as e:
+        raise CheckpointError(f"{head}: {e}") from None
     try:
         hf_converter(model_type, f"{head}: {path} is a Hugging Face folder of model_type")
     except ParamsError as e:

@@ -122,7 +122,7 @@ def checkpoint() -> None:
               help="hf: SRC is a Hugging Face folder (its config.json's model_type names the model, e.g. gpt2); "
                    "writes the checkpoint DST and DST's .yaml params.")
 @click.option("--params", "params_path", type=click.Path(dir_okay=False, exists=True),
-              help="With --to hf: the run's params (default: params_resolved.yaml beside SRC, else SRC's .yaml).")
+              help="With --to hf: the run's params (default: params_resolved.yaml beside SRC).")
 @click.option("--allow-pickle", is_flag=True, help="Read and write pickled objects (trusted files only).")
 @click.option("--no-verify", is_flag=True,
               help="Skip the CRC32 check of every tensor of SRC (on by default: a damaged tensor is an error).")

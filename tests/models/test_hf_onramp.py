@@ -97,7 +97,8 @@ def test_a_hugging_face_folder_that_cannot_start_the_run_is_one_line(hf, tmp_pat
     result, lines = _train(hf, tmp_path / "run", folder, *extra)
     assert result.exit_code in (1, 2), result.output
     errors = [line for line in lines if line.startswith("Error:")]
-    assert len(errors) == 1 and expected in errors[0], result.output
+    assert len(errors) == 1 and errors[0].startswith("Error: --checkpoint_path: ") and expected in errors[0], \
+        result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "run").exists()  # refused before model_dir was made
 
