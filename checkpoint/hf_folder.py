@@ -41,8 +41,10 @@ def is_hf_folder(path: str | os.PathLike) -> bool:
     return path.is_dir() and os.path.lexists(path / "config.json") and not (path / "index.json").exists()
 
 
-def read_config(path: str | os.PathLike, what: str = "Hugging Face config") -> dict[str, Any]:
-    """The JSON object in ``path`` (a ``config.json``, ``tokenizer_config.json``, ...).
+def read_config(path: str | os.PathLike, what: str = "Hugging Face config",
+                max_bytes: int = _MAX_CONFIG_BYTES) -> dict[str, Any]:
+    """The JSON object in ``path`` (a ``config.json``, ``tokenizer_config.json``, ...; ``max_bytes``: larger
+    for a ``tokenizer.json``, which holds the vocabulary).
 
     Raises:
         CheckpointError: one line naming the file: missing, not a regular file, too large, not JSON, nested
@@ -55,12 +57,11 @@ def read_config(path: str | os.PathLike, what: str = "Hugging Face config") -> d
         raise CheckpointError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
     if not stat.S_ISREG(st.st_mode):  # a FIFO or a device would block or never end
         raise CheckpointError(f"{path}: not a regular file; a {what} is a JSON file")
-    if st.st_size > _MAX_CONFIG_BYTES:
-        raise CheckpointError(f"{path}: {st.st_size} bytes; a {what} is a small JSON file (at most "
-                              f"{_MAX_CONFIG_BYTES >> 20} MiB)")
+    if st.st_size > max_bytes:
+        raise CheckpointError(f"{path}: {st.st_size} bytes; a {what} is at most {max_bytes >> 20} MiB")
     try:
         with open(path, "rb") as fh:
-            cfg = json.loads(fh.read(_MAX_CONFIG_BYTES + 1))
+            cfg = json.loads(fh.read(max_bytes + 1))
     except RecursionError:
         raise CheckpointError(f"{path}: nested too deeply to be a {what}; give the file written with the "
                               "model") from None

@@ -197,7 +197,7 @@ class Checkpointer:
         self._restore(state)
         self._log_fresh_states(state)
         if set(state) == {"model"}:
-            logger.info("Starting from the weights of %s (a model-only checkpoint) at global step 0", path)
+            logger.info("Starting from the weights of %s at global step 0 (no training state loaded)", path)
         else:
             logger.info("Resuming from checkpoint %s at global step %d", path, runner.global_step)
 

@@ -460,7 +460,8 @@ def _generation_config(side: list[Path]) -> dict:
         return read_config(by_name[GENERATION_CONFIG], "generation config")
     out: dict[str, Any] = {"_from_model_config": True}
     if "tokenizer.json" in by_name and "tokenizer_config.json" in by_name:
-        tok, cfg = read_config(by_name["tokenizer.json"], "tokenizer"), read_config(by_name["tokenizer_config.json"])
+        tok = read_config(by_name["tokenizer.json"], "tokenizer", max_bytes=1 << 30)  # Gemma's: 34 MB
+        cfg = read_config(by_name["tokenizer_config.json"], "tokenizer config")
         vocab = {t.get("content"): t.get("id") for t in tok.get("added_tokens") or [] if isinstance(t, dict)}
         model_vocab = (tok.get("model") or {}).get("vocab")
         if isinstance(model_vocab, dict):

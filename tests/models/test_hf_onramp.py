@@ -201,3 +201,21 @@ def test_from_hf_writes_a_params_file_that_runs_once_its_data_is_named(hf, tmp_p
     assert len(errors) == 1 and "data_dir: not set; set train_input.data_dir to a folder of *.h5 shards" in errors[0]
     assert "llama.yaml:" in errors[0]  # the placeholder's line
     assert not (tmp_path / "run").exists()
+
+
+def test_to_hf_writes_the_tokenizers_special_token_ids_into_a_new_generation_config(tmp_path):
+    """Without a generation_config.json beside the model, --to hf writes transformers' from-model-config form
+    with the bos and eos ids of the tokenizer it copies (the reference: transformers' own tokenizer)."""
+    transformers = pytest.importorskip("transformers")
+    folder = tiny_llama_folder(tmp_path / "tiny_llama")
+    (folder / "generation_config.json").unlink()
+    result, _ = _invoke("checkpoint", "convert", "--from", "hf", folder, tmp_path / "llama.mdl")
+    assert result.exit_code == 0, result.output
+    result, _ = _invoke("checkpoint", "convert", tmp_path / "llama.mdl", tmp_path / "back", "--to", "hf")
+    assert result.exit_code == 0, result.output
+    assert set(os.listdir(tmp_path / "back")) == NEW_SET | {"tokenizer.json", "tokenizer_config.json"}
+    generation = json.loads((tmp_path / "back" / "generation_config.json").read_text())
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    assert generation == {"_from_model_config": True, "bos_token_id": tok.bos_token_id,
+                          "eos_token_id": tok.eos_token_id}
+    assert transformers.GenerationConfig.from_pretrained(tmp_path / "back").eos_token_id == tok.eos_token_id
