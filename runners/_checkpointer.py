@@ -22,7 +22,7 @@ from cs_run.checkpoint import check_target
 from cs_run.checkpoint.atomic import resolve
 from cs_run.checkpoint.h5 import TargetMismatchError
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
-from cs_run.runners import _checkpoints
+from cs_run.runners import _checkpoints, _hf_start
 from cs_run.runners._rng import capture_rng_state, restore_rng_state
 from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, load_state, replica_state
 
@@ -51,6 +51,7 @@ class Checkpointer:
         self.saved: tuple[int, Optional[Path]] = (-1, None)
         self.epoch_start_rng: Optional[dict] = None
         self.pending_resume: Optional[dict] = None
+        self._in_memory: Optional[tuple[Path, dict[str, Any]]] = None  # a Hugging Face start, converted
 
     @property
     def explicit(self) -> bool:
@@ -92,13 +93,21 @@ class Checkpointer:
     def check_start_fits(self, path: Optional[Path], training: bool) -> Optional[Path]:
         """The checkpoint the run starts from (``path`` or, autoloading, an older fallback), checked against
         the model (keys, dtypes, shapes; no tensor data read) before model_dir is written; None when it
-        starts fresh. A damaged autoload candidate is left to the load, which skips it with a warning."""
+        starts fresh. Only what the load will read is checked: the states runconfig.load_checkpoint_states
+        names, of those the checkpoint holds (a model-only checkpoint starts the optimizer fresh). A damaged
+        autoload candidate is left to the load, which skips it with a warning."""
         if path is None:
             return None
         runner = self._runner
-        target = self._target(training)
+        if _hf_start.is_hf_folder(path):  # named by the user: no fallbacks
+            self._in_memory = None
+            state = _hf_start.hf_start_state(runner, _checkpoints.given_as(runner.params), path)
+            _check_same_tensors(path, state["model"], self._target(False)["model"])
+            self._in_memory = (path, state)
+            return path
         for candidate in self._candidates(path, training):
             try:
+                target = self._loaded_part(self._target(training), candidate, training)
                 check_target(candidate, runner.strategy.load_target(target, torch.device("meta")))
                 return candidate
             except TargetMismatchError as e:
@@ -108,6 +117,28 @@ class Checkpointer:
                 if self.explicit or not training:
                     raise
         return None
+
+    def _loaded_part(self, target: dict[str, Any], path: Path, training: bool) -> dict[str, Any]:
+        """The part of ``target`` a load of ``path`` reads: with runconfig.load_checkpoint_states, the states
+        it names (one the checkpoint lacks is an error naming the key, before anything is written);
+        otherwise every state of the target the checkpoint holds, the model's always (so a checkpoint of
+        another model is still refused by its first key). An evaluation reads the model only."""
+        wanted = self._runner.options.load_states
+        if not training:
+            return target
+        held = _checkpoints.stored_states(path)
+        if wanted is not None:
+            self._check_wanted(wanted, held, path)
+            return {k: v for k, v in target.items() if k in wanted}
+        return {k: v for k, v in target.items() if k == "model" or k in held}
+
+    def _check_wanted(self, wanted: frozenset[str], held: set[str], path: Path) -> None:
+        """The Model Zoo's LoadCheckpointStates: a state name the checkpoint does not hold is an error."""
+        unknown = sorted(wanted - held)
+        if unknown:
+            params = self._runner.params
+            raise ParamsError(f"params: runconfig.load_checkpoint_states: {', '.join(unknown)} not in {path.name}, "
+                              f"which holds {', '.join(sorted(held))}{params.where('runconfig.load_checkpoint_states')}")
 
     def check_all_fit(self) -> None:
         """eval_all: every checkpoint in model_dir fits the model (keys, dtypes, shapes; no tensor data
@@ -126,6 +157,12 @@ class Checkpointer:
 
     def _read(self, path: Path, live: dict[str, Any]) -> dict[str, Any]:
         """The one read of a checkpoint: ``live``'s tensors are read in place, the rest returned."""
+        if self._in_memory is not None and path == self._in_memory[0]:  # a Hugging Face folder, converted
+            model = self._in_memory[1]["model"]
+            with torch.no_grad():
+                for key, tensor in live["model"].items():
+                    tensor.copy_(model[key])
+            return {"model": live["model"]}
         return self._runner.strategy.read_checkpoint(path, live)  # sharded: each replica its rows
 
     def load(self, path: Optional[Path], training: bool = True) -> None:
@@ -141,10 +178,9 @@ class Checkpointer:
             logger.info("Loaded weights of %s (global step %d)", path, runner.global_step)
             return
         wanted = runner.options.load_states
-        live = {k: v for k, v in self._target(training=True).items() if wanted is None or k in wanted}
         for candidate in self._candidates(path, training=True):
             try:
-                state = self._read(candidate, live)
+                state = self._read(candidate, self._loaded_part(self._target(training=True), candidate, True))
                 path = candidate
                 break
             except TargetMismatchError as e:  # an older fallback of another model (run() checked the newest)
@@ -159,7 +195,11 @@ class Checkpointer:
         if wanted is not None:
             state = self._keep_states(state, wanted, path)
         self._restore(state)
-        logger.info("Resuming from checkpoint %s at global step %d", path, runner.global_step)
+        self._log_fresh_states(state)
+        if set(state) == {"model"}:
+            logger.info("Starting from the weights of %s at global step 0 (no training state loaded)", path)
+        else:
+            logger.info("Resuming from checkpoint %s at global step %d", path, runner.global_step)
 
     def _restore(self, state: dict[str, Any]) -> None:
         """The loaded state's step, optimizer, schedule, scaler and early stopping into the run; its data
@@ -183,16 +223,28 @@ class Checkpointer:
     def _keep_states(self, state: dict[str, Any], wanted: frozenset[str], path: Path) -> dict[str, Any]:
         """The Model Zoo's LoadCheckpointStates: only ``wanted`` states of the checkpoint; the rest start
         fresh. A name the checkpoint does not hold is an error naming the key."""
-        params = self._runner.params
-        unknown = sorted(wanted - set(state))
-        if unknown:
-            raise ParamsError(f"params: runconfig.load_checkpoint_states: {', '.join(unknown)} not in {path.name}, "
-                              f"which holds {', '.join(sorted(state))}{params.where('runconfig.load_checkpoint_states')}")
+        self._check_wanted(wanted, set(state), path)
         dropped = sorted(set(state) - wanted)
         if dropped:
             logger.info("Not loading %s of %s (runconfig.load_checkpoint_states: %s)", ", ".join(dropped), path.name,
                         ", ".join(sorted(wanted)))
         return {k: v for k, v in state.items() if k in wanted}
+
+    def _log_fresh_states(self, state: dict[str, Any]) -> None:
+        """Each part of the run that the loaded state has nothing for starts as built, logged in the Model
+        Zoo trainer's words (its optimizer, scheduler, precision and dataloader callbacks)."""
+        runner = self._runner
+        for key, part, line in (
+                ("optimizer", runner.optimizer, "optimizer state not found in the checkpoint. Using default "
+                                                "preinitialized state."),
+                ("lr_scheduler", runner.lr_scheduler, "Scheduler state not found in the checkpoint. Using default "
+                                                      "initialized state."),
+                ("grad_scaler", runner.grad_scaler, "Gradient scaler state not found in the checkpoint. Using "
+                                                    "default initialized state."),
+                ("dataloader", runner._train_loader, "Dataloader state not found in the checkpoint. DataLoaders "
+                                                     "will yield samples from the beginning.")):
+            if part is not None and key not in state:
+                logger.info(line)
 
     def restore_data_position(self, loader: Any) -> None:
         """Put the train loader where the checkpoint's data position says (see
@@ -278,6 +330,17 @@ class Checkpointer:
             _checkpoints.prune_checkpoints(runner.model_dir, runner.params.runconfig.max_checkpoints)
             runner.on_checkpoint_saved(str(path), step)
         return path
+
+
+def _check_same_tensors(path: Path, loaded: dict[str, Any], live: dict[str, Any]) -> None:
+    """The converted weights of ``path`` are the model's tensors, name for name and shape for shape."""
+    for key in sorted(set(loaded) | set(live)):
+        have, want = loaded.get(key), live.get(key)
+        if have is None or want is None or tuple(have.shape) != tuple(want.shape):
+            got = "nothing" if have is None else f"shape {list(have.shape)}"
+            raise CheckpointError(f"Hugging Face folder {path}: {key}: gives {got}, the model "
+                                  f"{'has no such tensor' if want is None else list(want.shape)}; convert it with "
+                                  f"{_hf_start.convert_command(path)} and use its params")
 
 
 def _data_topology() -> dict[str, int]:

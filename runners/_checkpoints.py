@@ -13,10 +13,12 @@ import torch
 from cs_run import checkpoint
 from cs_run.checkpoint import sharded
 from cs_run.checkpoint.atomic import aside_of, resolve
+from cs_run.checkpoint.hf_folder import is_hf_folder
 from cs_run.errors import CheckpointError, CsRunError, ParamsError
 from cs_run.params import Params
+from cs_run.runners._hf_start import check_hf_folder
 
-__all__ = ["check_start_checkpoint", "not_this_models", "stored_step", "checkpoint_path",
+__all__ = ["check_start_checkpoint", "given_as", "not_this_models", "stored_step", "stored_states", "checkpoint_path",
            "list_checkpoints", "latest_checkpoint", "load_checkpoint", "prune_checkpoints",
            "nonfinite_keys", "newest_finite_checkpoint"]
 
@@ -38,6 +40,9 @@ def check_start_checkpoint(params: Params, path: Optional[Path]) -> None:
     if path is None:
         return
     head, where = _given(params, "runconfig.checkpoint_path")
+    if is_hf_folder(path):  # converted in memory once the model is built, when it is the params' model
+        check_hf_folder(head, path)
+        return
     try:
         checkpoint.check_checkpoint_file(path)
     except checkpoint.NotACheckpointError as e:
@@ -46,6 +51,11 @@ def check_start_checkpoint(params: Params, path: Optional[Path]) -> None:
         raise ParamsError(f"{head}: {e}; {fix}") from None
     except CheckpointError as e:
         raise CheckpointError(f"{head}: {e}{where}") from None
+
+
+def given_as(params: Params) -> str:
+    """How the user named the start checkpoint: ``--checkpoint_path``, ``--resume``, or the params key."""
+    return _given(params, "runconfig.checkpoint_path")[0]
 
 
 def _given(params: Params, key: str) -> tuple[str, str]:
@@ -81,8 +91,19 @@ def not_this_models(params: Params, err: CheckpointError, autoloaded: bool, trai
 
 
 def stored_step(path: Path) -> int:
-    """The global step a checkpoint was saved at (0 when it records none, as a load reads it)."""
+    """The global step a checkpoint was saved at (0 when it records none, as a load reads it; a Hugging
+    Face folder records none)."""
+    if is_hf_folder(path):
+        return 0
     return checkpoint.info(str(path))["global_step"] or 0
+
+
+def stored_states(path: Path) -> set[str]:
+    """The top-level states a checkpoint holds (``model``, ``optimizer``, ``global_step``, ...), from its
+    header alone: a model-only checkpoint (a converted Hugging Face model, or its folder) holds ``model`` only."""
+    if is_hf_folder(path):
+        return {"model"}
+    return {k["key"].split(".", 1)[0] for k in checkpoint.info(str(path))["keys"]}
 
 
 def checkpoint_path(model_dir: str | Path, step: int) -> Path:

@@ -7,6 +7,7 @@ bad input), whether the group runs on its own or inside ``cs-run``.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -14,6 +15,7 @@ import click
 import numpy as np
 import yaml
 
+from cs_run.checkpoint import hf_folder
 from cs_run.checkpoint.convert import convert as run_convert
 from cs_run.checkpoint.files import info as run_info
 from cs_run.checkpoint.reader import raise_if_damaged
@@ -42,33 +44,65 @@ def _show(value: object, dtype: str | None) -> str:
     return repr(value)
 
 
-def _run_model_keys(checkpoint: Path, params_path: Optional[str]) -> dict:
-    """The ``model:`` section of the run that wrote ``checkpoint`` (--params, else params_resolved.yaml beside it),
-    its model named as a run would (a Model Zoo file without model.name by its data_processor)."""
-    path = Path(params_path) if params_path else checkpoint.parent / "params_resolved.yaml"
-    if not path.is_file():
-        raise ParamsError(f"checkpoint convert --to hf: no params for {checkpoint} (no {path.name} beside it); "
-                          "give --params with the run's params file")
+def _run_params(checkpoint: Path, params_path: Optional[str]) -> Path:
+    """The params of the model in ``checkpoint``: --params, else the run's params_resolved.yaml beside it, else
+    the params file ``convert --from hf`` wrote beside it (the checkpoint's name with .yaml)."""
+    if params_path:
+        return Path(params_path)
+    for path in (checkpoint.parent / "params_resolved.yaml", checkpoint.with_suffix(".yaml")):
+        if path.is_file():
+            return path
+    raise ParamsError(f"checkpoint convert --to hf: no params for {checkpoint} (neither params_resolved.yaml nor "
+                      f"{checkpoint.with_suffix('.yaml').name} beside it); give --params with the run's params file")
+
+
+def _read_params(path: Path) -> dict:
     try:
         raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ParamsError(f"{path}: not valid YAML ({e})") from None
-    model = (apply_model_defaults(raw) if isinstance(raw, dict) else {}).get("model")
+    except (yaml.YAMLError, RecursionError) as e:
+        raise ParamsError(f"{path}: not valid YAML ({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
+            from None
+    except OSError as e:
+        raise ParamsError(f"{path}: cannot read it ({e.strerror or e})") from None
+    return raw if isinstance(raw, dict) else {}
+
+
+def _model_keys(path: Path) -> dict:
+    """The ``model:`` section of the params at ``path``, its model named as a run would (a Model Zoo file
+    without model.name by its data_processor)."""
+    model = apply_model_defaults(_read_params(path)).get("model")
     if not isinstance(model, dict):
         raise ParamsError(f"{path}: no model: section (checkpoint convert --to hf needs the run's model keys)")
     return model
 
 
+def _tokenizer_files(checkpoint: Path, params: Path) -> list[Path]:
+    """The tokenizer files (and generation config) that go with the model: beside the params file (where
+    ``--from hf`` put them), else beside the params file of the newest run in the checkpoint's model_dir
+    (its runs/ records), else the tokenizer.json ``cs-run data preprocess`` wrote above train_input.data_dir."""
+    folders = [params.parent]
+    if params.name == "params_resolved.yaml":
+        for record in sorted((checkpoint.parent / "runs").glob("*.yaml"), reverse=True):
+            source = _read_params(record).get("params_file")
+            if isinstance(source, str) and source:
+                folders.append(Path(source).parent)
+                break
+        data_dir = (_read_params(params).get("train_input") or {}).get("data_dir")
+        if isinstance(data_dir, str) and data_dir:
+            folders.append(Path(data_dir).parent)
+    for folder in folders:
+        found = hf_folder.side_files(folder)
+        if any(p.name == "tokenizer.json" for p in found):
+            return found
+    return []
+
+
 def _hf_model_type(hf_dir: Path) -> Any:
     cfg_path = hf_dir / "config.json"
-    if not cfg_path.is_file():
+    if not os.path.lexists(cfg_path):
         raise CheckpointError(f"--from hf: {cfg_path} not found (expected a Hugging Face model folder with "
                               "config.json and its weights)")
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except ValueError as e:
-        raise CheckpointError(f"{cfg_path}: not valid JSON ({e})") from None
-    return cfg.get("model_type") if isinstance(cfg, dict) else None
+    return hf_folder.read_config(cfg_path).get("model_type")
 
 
 @click.group(name="checkpoint", cls=ErrorGroup)
@@ -103,7 +137,9 @@ def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: 
 
     A .pt written here loads with torch.load(weights_only=True); numpy values in it are tagged dicts
     that cs-run turns back into numpy values."""
-    outputs = [Path(dst)] + ([Path(dst).with_suffix(".yaml")] if from_ == "hf" else [])
+    side = hf_folder.side_files(src) if from_ == "hf" and Path(src).is_dir() else []
+    outputs = [Path(dst)] + ([Path(dst).with_suffix(".yaml")] + [Path(dst).parent / p.name for p in side]
+                             if from_ == "hf" else [])
     existing = [str(p) for p in outputs if p.exists() or p.is_symlink()]
     # a checkpoint is the product of a run: never replaced by a typo (SRC itself: reported below)
     if existing and not overwrite and Path(dst).resolve() != Path(src).resolve():
@@ -113,13 +149,20 @@ def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: 
         if to == "hf" and from_ == "hf":
             raise click.UsageError("give --to hf or --from hf, not both")
         if to == "hf":  # the model's own converter (cs_run.registry), named by the run's params
-            keys = _run_model_keys(Path(src), params_path)
-            where = f"params: model.name (of {params_path or Path(src).parent / 'params_resolved.yaml'})"
-            click.echo(f"wrote {hf_converter(keys.get('name'), where).to_hf(src, dst, keys)} (Hugging Face)")
+            params = _run_params(Path(src), params_path)
+            keys = _model_keys(params)
+            side = _tokenizer_files(Path(src), params)
+            out = hf_converter(keys.get("name"), f"params: model.name (of {params})").to_hf(src, dst, keys, side)
+            names = [p.name for p in side if p.name != hf_folder.GENERATION_CONFIG]
+            click.echo(f"wrote {out} (Hugging Face: config.json, model.safetensors, generation_config.json"
+                       f"{', ' + ', '.join(names) if names else '; no tokenizer found beside ' + str(params)}) "
+                       f"with the model of {params}")
         else:
             where = f"{Path(src) / 'config.json'}: model_type"
             checkpoint, params = hf_converter(_hf_model_type(Path(src)), where).from_hf(src, dst)
-            click.echo(f"wrote {checkpoint} (h5) and its model params {params}")
+            copied = hf_folder.copy_side_files(side, Path(dst).parent)
+            click.echo(f"wrote {checkpoint} (h5) and its params {params}"
+                       + (f"; copied {', '.join(p.name for p in copied)} beside it" if copied else ""))
         return
 
     fmt = run_convert(src, dst, to, allow_pickle=allow_pickle, verify=not no_verify, shards=shards)

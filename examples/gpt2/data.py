@@ -232,6 +232,10 @@ def _map_dataset(split: str, data_dir: Union[str, list, None], mixture: Optional
     if num_samples is not None and (isinstance(num_samples, bool) or not isinstance(num_samples, int)
                                     or num_samples < 1):
         raise ValueError(f"num_samples: expected a positive integer (samples per epoch), got {num_samples!r}")
+    if data_dir is None and mixture is None:  # e.g. the placeholder of a params file convert --from hf wrote
+        raise ValueError(f"data_dir: not set; set {split}_input.data_dir to a folder of *.h5 shards (cs-run data "
+                         f"preprocess -o DIR writes DIR/train and DIR/val), e.g. --set {split}_input.data_dir=DIR/"
+                         f"{'train' if split == 'train' else 'val'}")
     if (data_dir is None) == (mixture is None):
         raise ValueError("data_dir: give exactly one of data_dir and mixture (a list of {data_dir, weight})")
     if mixture is None:

@@ -12,7 +12,9 @@ header checks, checkpoint and params, the read-back of ``--to hf``) is the adapt
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Container, Iterable, Optional
@@ -22,12 +24,14 @@ import yaml
 from torch import nn
 
 from cs_run.checkpoint import load, save
+from cs_run.checkpoint.atomic import atomic_path
+from cs_run.checkpoint.hf_folder import GENERATION_CONFIG, read_config, replaced_folder
 from cs_run.errors import CheckpointError, ParamsError
 from cs_run.registry import check_function_keys, get_model_spec, resolve_object
 
 __all__ = ["interleave_rotary", "deinterleave_rotary", "split_qkv_per_head", "fuse_qkv_per_head", "assign", "Taker",
            "give_renamed", "give_lm_head", "build", "HFAdapter", "load_checkpoint_model", "WEIGHTS", "HF_BUFFERS", "check_weights",
-           "safetensors_module"]
+           "safetensors_module", "runnable_params"]
 
 
 def interleave_rotary(w: torch.Tensor, heads: int, rotary_dim: int) -> torch.Tensor:
@@ -227,14 +231,10 @@ def _check_header(found: dict[str, tuple], keys: dict, to_state_dict, where: str
                   "layer count, sizes, tie_word_embeddings")
 
 
-def _check_expressible(model, model_keys: dict, hf_cfg: dict, keys_of) -> None:
-    """The HF config says everything the model computes: the model its keys build has the same resolved
-    keys (dropout, initializers and other knobs that change no eval output aside).
-
-    Raises:
-        ParamsError: naming the first model key the HF family cannot express.
-    """
-    back_keys = keys_of(hf_cfg)
+def _first_difference(model, model_keys: dict, back_keys: dict) -> Optional[tuple[str, Any, Any]]:
+    """``(key, ours, theirs)`` of the first computed key (dropout, initializers and other knobs that change no
+    eval output aside) whose value in ``model`` (built of ``model_keys``) differs from the model ``back_keys``
+    build; a section's key (moe) is named with its sub-key. None: the two compute the same."""
     back = {**back_keys, **build(back_keys, meta=True).config}
     for key, value in {**model_keys, **model.config}.items():  # raw keys: those a family keeps out of config
         if key == "name" or any(word in key for word in _NOT_COMPUTED) or back.get(key) == value or \
@@ -245,9 +245,21 @@ def _check_expressible(model, model_keys: dict, hf_cfg: dict, keys_of) -> None:
                       and not any(word in sub for word in _NOT_COMPUTED)]
             if not differ:
                 continue
-            key, value, theirs = f"{key}.{differ[0]}", value.get(differ[0]), back[key].get(differ[0])
-        else:
-            theirs = back.get(key)
+            return f"{key}.{differ[0]}", value.get(differ[0]), back[key].get(differ[0])
+        return key, value, back.get(key)
+    return None
+
+
+def _check_expressible(model, model_keys: dict, hf_cfg: dict, keys_of) -> None:
+    """The HF config says everything the model computes: the model its keys build has the same resolved
+    keys (see :func:`_first_difference`).
+
+    Raises:
+        ParamsError: naming the first model key the HF family cannot express.
+    """
+    differs = _first_difference(model, model_keys, keys_of(hf_cfg))
+    if differs:
+        key, value, theirs = differs
         raise ParamsError(f"params: model.{key}: {value!r} has no Hugging Face {hf_cfg['model_type']} equivalent "
                           f"(its config gives {theirs!r}); convert a model without it")
 
@@ -302,17 +314,31 @@ class HFAdapter:
     what: str = "model"  # what a checkpoint that does not fit the params is said not to match
 
     def from_hf(self, hf_dir: str | Path, dst: str | Path, params_out: Optional[str | Path] = None) -> tuple[Path, Path]:
-        """``--from hf``: the checkpoint ``dst`` and, beside it (or at ``params_out``), its params (the
-        ``model:`` section) of an HF folder; nothing is written unless the whole folder converts."""
+        """``--from hf``: the checkpoint ``dst`` of an HF folder and, beside it (or at ``params_out``), a
+        runnable params file (:func:`runnable_params`); nothing is written unless the whole folder converts."""
         hf_dir, dst = Path(hf_dir), Path(dst)
+        keys, model = self.read(hf_dir)
+        params_out = Path(params_out) if params_out else dst.with_suffix(".yaml")
+        save({"model": model.state_dict()}, str(dst))
+        text = runnable_params(keys, hf_dir, dst)
+        with atomic_path(str(params_out)) as tmp:
+            Path(tmp).write_text(text)
+        return dst, params_out
+
+    def read(self, hf_dir: str | Path) -> tuple[dict, nn.Module]:
+        """The model keys of an HF folder's ``config.json`` and the model they build, holding the folder's
+        weights (checked against the config both ways before anything is allocated); nothing is written."""
+        hf_dir = Path(hf_dir)
         cfg_path, weights_path = hf_dir / "config.json", hf_dir / WEIGHTS
         for path in (cfg_path, weights_path):
-            if not path.is_file():
+            if not os.path.lexists(path):
                 raise CheckpointError(f"--from hf: {path} not found (expected a Hugging Face {self.label or 'model'} "
                                       f"folder with config.json and {WEIGHTS})")
         keys = self._read_keys(cfg_path)
         st = safetensors_module()
         try:  # the header alone: shapes are compared before anything is allocated
+            if not weights_path.is_file():
+                raise OSError("not a regular file")
             with st.safe_open(str(weights_path), "pt") as f:
                 header = {k: f.get_slice(k) for k in f.keys() if not k.endswith(self.buffers)}
                 found = {k: tuple(part.get_shape()) for k, part in header.items()}
@@ -333,35 +359,47 @@ class HFAdapter:
         except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
             raise CheckpointError(f"{weights_path}: not a readable safetensors file ({e})") from None
         self.load_state_dict(model, {k: v for k, v in tensors.items() if not k.endswith(self.buffers)})
-        save({"model": model.state_dict()}, str(dst))
-        params_out = Path(params_out) if params_out else dst.with_suffix(".yaml")
-        params_out.write_text(yaml.safe_dump({"model": keys}, sort_keys=False))
-        return dst, params_out
+        return keys, model
 
-    def to_hf(self, checkpoint: str | Path, out_dir: str | Path, model_keys: dict) -> Path:
-        """``--to hf``: ``out_dir/config.json`` (:attr:`hf_config` of the resolved keys) and
-        ``out_dir/model.safetensors`` of a checkpoint whose model ``model_keys`` (the run's ``model:``) describe."""
-        out_dir = Path(out_dir)
+    def first_difference(self, model, model_keys: dict, hf_dir: str | Path) -> Optional[str]:
+        """Why the HF folder's model is not ``model`` (built of the params' ``model_keys``): the first computed
+        key whose value differs, as ``model.KEY: ours (config.json: theirs)``; None when the folder's
+        config builds a model that computes the same."""
+        keys = self._read_keys(Path(hf_dir) / "config.json")
+        differs = _first_difference(model, model_keys, keys)
+        return None if differs is None else f"model.{differs[0]}: {differs[1]!r} (config.json: {differs[2]!r})"
+
+    def to_hf(self, checkpoint: str | Path, out_dir: str | Path, model_keys: dict,
+              side: Iterable[Path] = ()) -> Path:
+        """``--to hf``: the folder ``out_dir`` of ``config.json`` (:attr:`hf_config` of the resolved keys),
+        ``model.safetensors`` of a checkpoint whose model ``model_keys`` (the run's ``model:``) describe,
+        ``generation_config.json`` and the tokenizer files among ``side``. The folder is built whole under a
+        temporary name beside ``out_dir`` and renamed in (:func:`replaced_folder`): an existing ``out_dir``
+        stays whole until then and keeps no file of its own."""
         model = load_checkpoint_model(checkpoint, model_keys, self.what)
         # the resolved keys, plus the raw ones a family keeps out of them (gptj's use_untied_layer_norm)
         config = self.hf_config({**model_keys, **model.config, "name": model_keys["name"]})
         self.check_expressible(model, model_keys, config)
         st = safetensors_module()
-        out_dir.mkdir(parents=True, exist_ok=True)
+        side = list(side)
         tensors = {k: v.detach().contiguous().clone() for k, v in self.to_state_dict(model).items()}
-        st.save_file(tensors, str(out_dir / WEIGHTS), metadata={"format": "pt"})
-        (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        return out_dir
+        generation = _generation_config(side)
+        with replaced_folder(out_dir) as tmp:
+            try:
+                st.save_file(tensors, str(tmp / WEIGHTS), metadata={"format": "pt"})
+                (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+                (tmp / GENERATION_CONFIG).write_text(json.dumps(generation, indent=2) + "\n")
+                for src in side:
+                    if src.name != GENERATION_CONFIG:
+                        shutil.copyfile(src, tmp / src.name)
+            except OSError as e:
+                raise CheckpointError(f"cannot write {out_dir}: {e.strerror or e} (the old folder, if any, is "
+                                      "unchanged)") from None
+        return Path(out_dir)
 
     def _read_keys(self, cfg_path: Path) -> dict:
         """The model keys of ``config.json``, or one error saying what in it is unusable."""
-        try:
-            cfg: dict[str, Any] = json.loads(cfg_path.read_text())
-        except ValueError as e:
-            raise CheckpointError(f"{cfg_path}: not valid JSON ({e})") from None
-        if not isinstance(cfg, dict):
-            raise CheckpointError(f"{cfg_path}: expected a JSON object of {self.label or 'model'} settings, got "
-                                  f"{type(cfg).__name__}")
+        cfg = read_config(cfg_path, f"{self.label or 'Hugging Face'} config")
         try:
             return self.keys_of(cfg)
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:  # a key absent, or not a usable number
@@ -381,3 +419,56 @@ class HFAdapter:
     def check_expressible(self, model, model_keys: dict, config: dict) -> None:
         """The HF ``config`` read back builds the model; see :func:`_check_expressible`."""
         _check_expressible(model, model_keys, config, self.keys_of)
+
+
+# ------------------------------------------------------------------ what travels with a converted model
+
+def runnable_params(model_keys: dict, hf_dir: Path, checkpoint: Path) -> str:
+    """The params file ``--from hf`` writes beside the checkpoint: the folder's ``model:`` keys plus what a
+    fine-tuning run needs (GptHDF5MapDataProcessor inputs, AdamW, a linear warmup into a cosine decay, a
+    runconfig), so it runs as written once the two data_dir placeholders name shards."""
+    def data(shuffle: bool) -> dict:
+        return {"data_processor": "GptHDF5MapDataProcessor", "data_dir": None, "batch_size": 8,
+                "shuffle": shuffle, **({"shuffle_seed": 1} if shuffle else {}), "num_workers": 0}
+    sections = {
+        "train_input": data(True),
+        "eval_input": data(False),
+        "model": model_keys,
+        "optimizer": {"optimizer_type": "AdamW", "beta1": 0.9, "beta2": 0.95, "epsilon": 1.0e-8,
+                      "weight_decay_rate": 0.01, "max_gradient_norm": 1.0,
+                      "learning_rate": [{"scheduler": "Linear", "initial_learning_rate": 0.0,
+                                         "end_learning_rate": 1.0e-4, "total_iters": 100},
+                                        {"scheduler": "CosineDecay", "initial_learning_rate": 1.0e-4,
+                                         "end_learning_rate": 1.0e-5, "total_iters": 900}]},
+        "runconfig": {"max_steps": 1000, "log_steps": 10, "checkpoint_steps": 200, "seed": 1},
+    }
+    head = (f"# {model_keys['name']} converted from the Hugging Face folder {hf_dir} "
+            f"(cs-run checkpoint convert --from hf).\n"
+            f"# Fine-tune with: cs-run train --params THIS_FILE --checkpoint_path {checkpoint} --model_dir DIR\n"
+            "# after setting train_input.data_dir and eval_input.data_dir to shards\n"
+            "# tokenized with the tokenizer.json written beside this file:\n"
+            "#   cs-run data preprocess TEXT_FILES -o DIR --tokenizer tokenizer.json --eval_fraction 0.05\n")
+    text = "".join(yaml.safe_dump({k: v}, sort_keys=False) + "\n" for k, v in sections.items())
+    return head + text.replace("  data_dir: null\n", "  data_dir: null  # SET ME: a folder of *.h5 shards\n")
+
+
+def _generation_config(side: list[Path]) -> dict:
+    """``generation_config.json`` for ``--to hf``: the one among ``side`` (the files that came with the model),
+    else transformers' from-model-config form with the tokenizer's bos and eos token ids where it names them."""
+    by_name = {p.name: p for p in side}
+    if GENERATION_CONFIG in by_name:
+        return read_config(by_name[GENERATION_CONFIG], "generation config")
+    out: dict[str, Any] = {"_from_model_config": True}
+    if "tokenizer.json" in by_name and "tokenizer_config.json" in by_name:
+        tok = read_config(by_name["tokenizer.json"], "tokenizer", max_bytes=1 << 30)  # Gemma's: 34 MB
+        cfg = read_config(by_name["tokenizer_config.json"], "tokenizer config")
+        vocab = {t.get("content"): t.get("id") for t in tok.get("added_tokens") or [] if isinstance(t, dict)}
+        model_vocab = (tok.get("model") or {}).get("vocab")
+        if isinstance(model_vocab, dict):
+            vocab = {**model_vocab, **vocab}
+        for name in ("bos_token", "eos_token", "pad_token"):
+            token = cfg.get(name)
+            token = token.get("content") if isinstance(token, dict) else token
+            if isinstance(vocab.get(token), int):
+                out[f"{name}_id"] = vocab[token]
+    return out

@@ -497,7 +497,8 @@ HF_CASES = [
     HfCase("hidden-is-bool", _config(n_embd=True), 1, "config.json: n_embd: expected a positive integer, got True"),
     HfCase("heads-do-not-divide", _config(n_head=5), 1, "config.json: n_embd 24 is not a multiple of n_head 5"),
     HfCase("config-not-json", lambda d: (d / "config.json").write_text("{"), 1, "{c}: not valid JSON"),
-    HfCase("config-a-list", lambda d: (d / "config.json").write_text("[1]"), 2, "model_type: None has no"),
+    HfCase("config-a-list", lambda d: (d / "config.json").write_text("[1]"), 1,
+           "{c}: expected a JSON object of settings, got list"),
     HfCase("weights-not-safetensors", lambda d: (d / "model.safetensors").write_bytes(b"garbage" * 10), 1,
            "{w}: not a readable safetensors file"),
     HfCase("weights-truncated", lambda d: (d / "model.safetensors").write_bytes(
