@@ -16,7 +16,10 @@ from typing import Any, Callable, Optional
 from cs_run._checks import unknown_key_message
 from cs_run.errors import ParamsError
 
-__all__ = ["LoraConfig", "check_lora_params"]
+__all__ = ["LoraConfig", "check_lora_params", "LORA_SUFFIXES"]
+
+LORA_SUFFIXES = (".lora_A", ".lora_B")
+"""The adapters' state-dict name endings (the vendor's); every other parameter of a LoRA model is frozen."""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from cs_run.checkpoint import check_target
 from cs_run.checkpoint.atomic import resolve
 from cs_run.checkpoint.h5 import TargetMismatchError
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
+from cs_run.lora_params import LORA_SUFFIXES
 from cs_run.runners import _checkpoints, _hf_start
 from cs_run.runners._rng import capture_rng_state, restore_rng_state
 from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, load_state, replica_state
@@ -52,6 +53,7 @@ class Checkpointer:
         self.epoch_start_rng: Optional[dict] = None
         self.pending_resume: Optional[dict] = None
         self._in_memory: Optional[tuple[Path, dict[str, Any]]] = None  # a Hugging Face start, converted
+        self._fresh_adapters_logged = False
 
     @property
     def explicit(self) -> bool:
@@ -74,14 +76,55 @@ class Checkpointer:
         self.start = runner.strategy.broadcast_object(latest)  # every replica resumes from ordinal 0's choice
         return self.start
 
-    def _target(self, training: bool) -> dict[str, Any]:
+    def _target(self, training: bool, held: Optional[set[str]] = None) -> dict[str, Any]:
         """The live tensors a start checkpoint goes into: the model's, and the optimizer's to train
-        (read in place; with a sharded strategy through :meth:`Strategy.load_target`)."""
+        (read in place; with a sharded strategy through :meth:`Strategy.load_target`). ``held``: the model
+        keys of the checkpoint, when LoRA adapters it lacks altogether start from their initialisation."""
         runner = self._runner
-        target = {"model": runner.model.state_dict()}
+        target = {"model": self._without_fresh_adapters(runner.model.state_dict(), held)}
         if training and runner.optimizer is not None:
             target["optimizer"] = runner.optimizer.state_dict()  # state tensors are read in place
         return target
+
+    def _without_fresh_adapters(self, model: dict[str, Any], held: Optional[set[str]]) -> dict[str, Any]:
+        """A LoRA run starting from its base model's weights (a checkpoint with no ``lora_A``/``lora_B`` at
+        all) reads the base weights; its adapters keep their initialisation (B = 0: the model starts as the
+        checkpoint's). A checkpoint with some adapters must hold them all (the fit check names the rest)."""
+        if not self._adapters_fresh(held):
+            return model
+        adapters = [k for k in model if k.endswith(LORA_SUFFIXES)]
+        if not self._fresh_adapters_logged:
+            self._fresh_adapters_logged = True
+            logger.info("LoRA: the start checkpoint holds no adapters, so this run fine-tunes its weights: they load, "
+                        "the %d adapter tensors start from their initialisation (lora_B = 0: the model starts as the "
+                        "checkpoint's), and unless runconfig.load_checkpoint_states says otherwise nothing else loads",
+                        len(adapters))
+        return {k: v for k, v in model.items() if k not in adapters}
+
+    def _adapters_fresh(self, held: Optional[set[str]]) -> bool:
+        """The model has LoRA adapters and the start checkpoint (its model keys ``held``) has none of them."""
+        adapters = [k for k in self._runner.model.state_dict() if k.endswith(LORA_SUFFIXES)]
+        return held is not None and bool(adapters) and not any(k in held for k in adapters)
+
+    def _wanted_states(self, path: Path) -> Optional[frozenset[str]]:
+        """runconfig.load_checkpoint_states; when unset, a LoRA fine-tune's start from a checkpoint without
+        adapters reads the weights only (its optimizer state is of another parameter list)."""
+        wanted = self._runner.options.load_states
+        if wanted is None and self._adapters_fresh(self._model_keys(path)):
+            return frozenset({"model"})
+        return wanted
+
+    def _model_keys(self, path: Path) -> Optional[set[str]]:
+        """The start checkpoint's model keys when the model has LoRA adapters (the only reader of them), else
+        None; a Hugging Face folder's are its converted state's, a damaged file's None (the read reports it)."""
+        if not any(k.endswith(LORA_SUFFIXES) for k in self._runner.model.state_dict()):
+            return None
+        if self._in_memory is not None and path == self._in_memory[0]:
+            return set(self._in_memory[1]["model"])
+        try:
+            return _checkpoints.stored_model_keys(path)
+        except CheckpointError:
+            return None
 
     def _candidates(self, path: Path, training: bool) -> list[Path]:
         """The checkpoints a start from ``path`` tries, in order: autoload (training) falls back past
@@ -102,12 +145,12 @@ class Checkpointer:
         if _hf_start.is_hf_folder(path):  # named by the user: no fallbacks
             self._in_memory = None
             state = _hf_start.hf_start_state(runner, _checkpoints.given_as(runner.params), path)
-            _check_same_tensors(path, state["model"], self._target(False)["model"])
+            _check_same_tensors(path, state["model"], self._target(False, set(state["model"]))["model"])
             self._in_memory = (path, state)
             return path
         for candidate in self._candidates(path, training):
             try:
-                target = self._loaded_part(self._target(training), candidate, training)
+                target = self._loaded_part(self._target(training, self._model_keys(candidate)), candidate, training)
                 check_target(candidate, runner.strategy.load_target(target, torch.device("meta")))
                 return candidate
             except TargetMismatchError as e:
@@ -123,7 +166,7 @@ class Checkpointer:
         it names (one the checkpoint lacks is an error naming the key, before anything is written);
         otherwise every state of the target the checkpoint holds, the model's always (so a checkpoint of
         another model is still refused by its first key). An evaluation reads the model only."""
-        wanted = self._runner.options.load_states
+        wanted = self._wanted_states(path)
         if not training:
             return target
         held = _checkpoints.stored_states(path)
@@ -173,14 +216,14 @@ class Checkpointer:
             return
         runner = self._runner
         if not training:
-            state = self._read(path, self._target(training=False))
+            state = self._read(path, self._target(training=False, held=self._model_keys(path)))
             runner.progress.global_step = int(state.get("global_step", 0))
             logger.info("Loaded weights of %s (global step %d)", path, runner.global_step)
             return
-        wanted = runner.options.load_states
         for candidate in self._candidates(path, training=True):
             try:
-                state = self._read(candidate, self._loaded_part(self._target(training=True), candidate, True))
+                state = self._read(candidate, self._loaded_part(self._target(True, self._model_keys(candidate)),
+                                                                candidate, True))
                 path = candidate
                 break
             except TargetMismatchError as e:  # an older fallback of another model (run() checked the newest)
@@ -192,6 +235,7 @@ class Checkpointer:
         else:
             raise CheckpointError(f"no checkpoint in {runner.model_dir} can be read (see the warnings above); use "
                                   "another --model_dir or --set runconfig.autoload_checkpoint=false to start fresh")
+        wanted = self._wanted_states(path)
         if wanted is not None:
             state = self._keep_states(state, wanted, path)
         self._restore(state)

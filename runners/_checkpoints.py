@@ -106,6 +106,11 @@ def stored_states(path: Path) -> set[str]:
     return {k["key"].split(".", 1)[0] for k in checkpoint.info(str(path))["keys"]}
 
 
+def stored_model_keys(path: Path) -> set[str]:
+    """The ``model`` tensor names a checkpoint file or sharded folder holds, from its header alone."""
+    return {k["key"][len("model."):] for k in checkpoint.info(str(path))["keys"] if k["key"].startswith("model.")}
+
+
 def checkpoint_path(model_dir: str | Path, step: int) -> Path:
     return Path(model_dir) / f"checkpoint_{step}.mdl"
 

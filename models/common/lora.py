@@ -20,14 +20,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from cs_run.errors import ParamsError
-from cs_run.lora_params import LoraConfig
+from cs_run.lora_params import LORA_SUFFIXES, LoraConfig
 
 __all__ = ["LoRALinear", "LoRAEmbedding", "apply_lora", "folded_state_dict", "LORA_SUFFIXES"]
 
 logger = logging.getLogger(__name__)
-
-LORA_SUFFIXES = (".lora_A", ".lora_B")
-"""The adapters' state-dict name endings; every other parameter of a LoRA model is frozen."""
 
 
 class LoRALinear(nn.Linear):

@@ -194,3 +194,28 @@ def test_the_first_matching_config_wins_per_layer():
     assert attention.lora_A.shape[0] == 2
     ffn = [m for n, m in model.named_modules() if n.endswith("ffn.ffn.0.linear_layer")]
     assert ffn and ffn[0].lora_A.shape[0] == 3
+
+
+def test_a_lora_run_starts_from_its_base_models_checkpoint_with_fresh_adapters(tmp_path, shards, caplog):
+    """Fine-tuning a pretrained model: the base checkpoint has no adapters; its weights load, the adapters start
+    from their initialisation (B = 0), and the frozen weights end the run equal to the checkpoint's."""
+    import logging  # noqa: PLC0415
+
+    base, _ = run(tmp_path, shards, "CPU", "base", mode="train", runconfig={"max_steps": 2, "checkpoint_steps": 2})
+    start = tmp_path / "base" / "checkpoint_2.mdl"
+    caplog.set_level(logging.INFO, logger="cs_run.runners")
+    tuned, _ = run(tmp_path, shards, "CPU", "tuned", mode="train", model={"lora_params": LORA},
+                   runconfig={"max_steps": 3, "checkpoint_path": str(start)})
+    assert any("the start checkpoint holds no adapters" in r.getMessage() for r in caplog.records)
+    for key, value in weights(tuned).items():
+        if key.endswith(".lora_B"):
+            assert not torch.equal(value, torch.zeros_like(value)), key
+        elif not key.endswith(".lora_A"):
+            assert torch.equal(value, weights(base)[key]), key
+    from cs_run.checkpoint import load, save  # noqa: PLC0415
+    state = load(str(tmp_path / "tuned" / "checkpoint_3.mdl"))
+    some = {k: v for k, v in state["model"].items() if not k.endswith(".lora_B")}  # adapters half there
+    save({"model": some}, str(tmp_path / "half.mdl"))
+    with pytest.raises(Exception, match=r"lora_B"):
+        run(tmp_path, shards, "CPU", "half", mode="train", model={"lora_params": LORA},
+            runconfig={"max_steps": 3, "checkpoint_path": str(tmp_path / "half.mdl")})
