@@ -76,7 +76,7 @@ def check_path(path: str) -> str:
         raise NotACheckpointError(f"checkpoint '{path}' is a directory, not a checkpoint file")
     what = not_regular(path)
     if what is not None:
-        raise NotACheckpointError(f"checkpoint '{path}' is {what}, not a regular file; give a checkpoint file")
+        raise NotACheckpointError(f"checkpoint '{path}' is {what}, not a regular file")
     try:
         with open(path, "rb") as fh:
             head = fh.read(16)
