@@ -31,7 +31,7 @@ import torch
 from click.testing import CliRunner
 
 import cs_run as cstorch
-from cs_run.checkpoint import files, sharded
+from cs_run.checkpoint import files, shard_identity, sharded
 from cs_run.checkpoint.tree import map_leaves
 from cs_run.errors import CheckpointError
 from cs_run.frontends.cli import cli
@@ -294,7 +294,7 @@ def test_a_folder_written_before_the_identity_loads_with_one_note(tmp_path, capl
     folder = tmp_path / "old.mdl"
     shutil.copytree(V1, folder)
     assert json.loads((folder / "index.json").read_text())["version"] == 1
-    sharded._NOTED.discard(str(folder))
+    shard_identity._NOTED.discard(str(folder))
     with caplog.at_level(logging.WARNING, logger="cs_run.checkpoint.sharded"):
         _assert_same(cstorch.load(folder), _v1_state())
         target = {"model": {k: torch.zeros_like(v) for k, v in _v1_state()["model"].items()}}
@@ -345,7 +345,7 @@ def test_a_run_autoloads_a_folder_written_before_the_identity(runs, tmp_path):
     md = tmp_path / "md"
     shutil.copytree(runs["md"], md)
     _as_written_before(md / "checkpoint_10.mdl")
-    sharded._NOTED.discard(str(md / "checkpoint_10.mdl"))
+    shard_identity._NOTED.discard(str(md / "checkpoint_10.mdl"))
     result = _invoke("train", *runs["base"], "--model_dir", md, "--max_steps", 15)
     assert result.exit_code == 0, result.output
     log = (md / "run.log").read_text()
