@@ -32,8 +32,9 @@ def shard_name(rank: int, world_size: int) -> str:
 
 
 def is_sharded(path: str | os.PathLike) -> bool:
-    """True for a folder holding an index (a committed sharded checkpoint)."""
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, INDEX))
+    """True for a folder holding an index (a committed sharded checkpoint; one whose index is no regular
+    file too, so that reading it is the error, an autoload falls back past it and a save replaces it)."""
+    return os.path.isdir(path) and os.path.lexists(os.path.join(path, INDEX))
 
 
 def rows_of(rank: int, world_size: int, length: int) -> tuple[int, int]:

@@ -141,6 +141,9 @@ CASES = {
     "a shard that is a symlink to /dev/zero": Case(
         lambda d, _: (_shard(d, 1).unlink(), os.symlink("/dev/zero", _shard(d, 1))), "shard_00001_of_00002.h5",
         ("a character device, not a regular file",)),
+    "an index that is a FIFO": Case(
+        lambda d, _: ((d / "index.json").unlink(), os.mkfifo(d / "index.json")), "index.json",
+        ("the index is a FIFO (named pipe), not a regular file",)),
     "the index names other shapes": Case(
         lambda d, _: _edit_index(d, lambda i: _first_matrix(i)["shape"].__setitem__(1, _first_matrix(i)["shape"][1] + 1)),
         "shard_00000_of_00002.h5", ("in this shard but the index says float32[4, 7]",)),
