@@ -13,6 +13,10 @@ File attributes
                             half-parsed).
     ``__complete__``        ``1``; the success marker, set after every dataset and the spec are written
                             and fsynced. A file without it is "incomplete" and is never loaded.
+    A shard of a sharded checkpoint (:mod:`cs_run.checkpoint.sharded`) also carries its save's identity:
+    ``__checkpoint_id__``   the save's random id (32 hex digits), the same in every shard and the index.
+    ``__checkpoint_step__`` integer, the saved global step (-1 when the state records none).
+    ``__shard_rank__``      integer, which shard of the save this file is.
 
 Datasets
     One dataset per leaf, directly under the root group, named after the leaf's *flattened key*: the
@@ -58,8 +62,11 @@ import torch
 
 __all__ = [
     "ALIGNMENT",
+    "ATTR_CHECKPOINT_ID",
+    "ATTR_CHECKPOINT_STEP",
     "ATTR_COMPLETE",
     "ATTR_FORMAT",
+    "ATTR_SHARD_RANK",
     "ATTR_STRUCTURE",
     "ATTR_STRUCTURE_CRC",
     "ATTR_TYPE",
@@ -82,6 +89,9 @@ ATTR_STRUCTURE = "__structure__"
 ATTR_STRUCTURE_CRC = "__structure_crc32__"
 ATTR_COMPLETE = "__complete__"
 ATTR_TYPE = "__type__"
+ATTR_CHECKPOINT_ID = "__checkpoint_id__"  # shards of a sharded checkpoint only
+ATTR_CHECKPOINT_STEP = "__checkpoint_step__"
+ATTR_SHARD_RANK = "__shard_rank__"
 
 # Every dataset starts on a 64-byte boundary, so a memory-mapped tensor is aligned for any dtype/SIMD.
 ALIGNMENT = 64

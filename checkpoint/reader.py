@@ -20,6 +20,7 @@ import json
 import math
 import mmap
 import os
+import stat
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +36,7 @@ from cs_run.checkpoint.spec import check_spec
 from cs_run.errors import CheckpointError
 
 __all__ = ["H5Source", "NotACheckpointError", "check_path",
-           "has_data", "one_line", "open_h5", "raise_if_damaged", "read_spec", "storage_dtype"]
+           "has_data", "not_regular", "one_line", "open_h5", "raise_if_damaged", "read_spec", "storage_dtype"]
 
 
 def one_line(err: BaseException) -> str:
@@ -49,12 +50,33 @@ class NotACheckpointError(CheckpointError):
     damage (truncated, corrupted, incomplete), the path itself is what is wrong."""
 
 
+_NOT_REGULAR = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def not_regular(path: str) -> str | None:
+    """What ``path`` (its symlinks followed) is when it exists but is no regular file or folder, else None:
+    opening a FIFO blocks until a writer comes, and a device such as /dev/zero never ends, so neither
+    may be opened as a checkpoint."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return next((what for test, what in _NOT_REGULAR if test(mode)), "not a regular file")
+
+
 def check_path(path: str) -> str:
-    """Refuse a missing path, a folder or an empty file; return the sniffed format."""
+    """Refuse a missing path, a folder, anything but a regular file (checked before it is opened) or an
+    empty file; return the sniffed format."""
     if not os.path.exists(path):
         raise NotACheckpointError(f"checkpoint '{path}' does not exist")
     if os.path.isdir(path):
         raise NotACheckpointError(f"checkpoint '{path}' is a directory, not a checkpoint file")
+    what = not_regular(path)
+    if what is not None:
+        raise NotACheckpointError(f"checkpoint '{path}' is {what}, not a regular file")
     try:
         with open(path, "rb") as fh:
             head = fh.read(16)

@@ -1,7 +1,12 @@
 """The index of a sharded checkpoint folder (:mod:`cs_run.checkpoint.sharded`): its name, the shard
 file names, torch.chunk's row split, and the reading of ``index.json`` with every field checked (type,
-range, shard names that are exactly ``shard_<r>_of_<N>.h5``, rows that tile each shape) before any shard
-is opened. JSON only: nothing in a checkpoint folder is unpickled."""
+range, shard names that are exactly ``shard_<r>_of_<N>.h5``, rows that tile each shape, the save's
+identity) before any shard is opened. JSON only: nothing in a checkpoint folder is unpickled.
+
+Version 2 (this one writes it) adds the save's identity, which binds each shard to the index: the
+save's random ``checkpoint_id`` and ``step`` (also in every shard's attributes) and ``shard_crc32``, each
+shard's ``__structure_crc32__`` (its spec, which records every tensor's CRC32). Version 1 indexes, written
+before, have none and are still read (:func:`cs_run.checkpoint.sharded` notes it)."""
 
 from __future__ import annotations
 
@@ -10,14 +15,14 @@ import os
 from typing import Any
 
 from cs_run.checkpoint import format as fmt
-from cs_run.checkpoint.reader import NotACheckpointError
+from cs_run.checkpoint.reader import NotACheckpointError, not_regular
 from cs_run.errors import CheckpointError
 
 __all__ = ["FORMAT", "INDEX", "VERSION", "check_index", "is_sharded", "key_of", "read_index", "rows_of", "shard_name"]
 
 INDEX = "index.json"
 FORMAT = "cs_run.sharded_checkpoint"
-VERSION = 1
+VERSION = 2  # 2: the save's identity (checkpoint_id, step, shard_crc32); 1 is still read
 _MAX_INDEX_BYTES = 64 << 20  # an index names each tensor once: far below this for any real model
 _MAX_WORLD = 1 << 16
 
@@ -27,8 +32,9 @@ def shard_name(rank: int, world_size: int) -> str:
 
 
 def is_sharded(path: str | os.PathLike) -> bool:
-    """True for a folder holding an index (a committed sharded checkpoint)."""
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, INDEX))
+    """True for a folder holding an index (a committed sharded checkpoint; one whose index is no regular
+    file too, so that reading it is the error, an autoload falls back past it and a save replaces it)."""
+    return os.path.isdir(path) and os.path.lexists(os.path.join(path, INDEX))
 
 
 def rows_of(rank: int, world_size: int, length: int) -> tuple[int, int]:
@@ -59,6 +65,9 @@ def read_index(folder: str | os.PathLike) -> dict:
     where = os.path.join(folder, INDEX)
     if not os.path.isdir(folder):
         raise NotACheckpointError(f"checkpoint '{folder}' does not exist")
+    what = not_regular(where)
+    if what is not None:
+        raise bad(where, f"the index is {what}, not a regular file; copy the whole folder, or use another checkpoint")
     if not os.path.isfile(where):
         raise NotACheckpointError(f"checkpoint '{folder}' is a directory, not a checkpoint file or a sharded "
                                   f"checkpoint's folder (it has no {INDEX})")
@@ -94,6 +103,8 @@ def check_index(where: str, index: Any) -> None:
         count = len(shards) if isinstance(shards, list) else shards
         raise bad(where, f"world_size {world} but the index names {count!r} shards, not "
                           f"{shard_name(0, world)} .. {shard_name(world - 1, world)}")
+    if index["version"] >= 2:
+        _check_identity(where, index, world)
     leaves = index.get("leaves")
     if not isinstance(leaves, list):
         raise bad(where, "\"leaves\" is not a list")
@@ -130,3 +141,15 @@ def _check_leaf(where: str, key: str, leaf: dict, world: int) -> None:
         offset += count
     if offset != shape[0]:
         raise bad(where, f"key '{key}': the shards hold {offset} rows of its shape {shape}")
+
+
+def _check_identity(where: str, index: dict, world: int) -> None:
+    """A version 2 index's identity of the save: its id, its step, every shard's spec CRC32."""
+    ident = index.get("checkpoint_id")
+    if not (isinstance(ident, str) and len(ident) == 32 and all(c in "0123456789abcdef" for c in ident)):
+        raise bad(where, f"\"checkpoint_id\" {ident!r} is not the 32 hex digits of a save's id")
+    if not _is_int(index.get("step"), -1):
+        raise bad(where, f"\"step\" {index.get('step')!r} is not a global step")
+    crcs = index.get("shard_crc32")
+    if not isinstance(crcs, list) or len(crcs) != world or not all(_is_int(c, 0, 0xFFFFFFFF) for c in crcs):
+        raise bad(where, f"\"shard_crc32\" must give a CRC32 for each of the {world} shards")

@@ -16,6 +16,10 @@ names, for each sharded tensor in ``leaves`` order, its key path, dtype, global 
 file names. The index is JSON, never a pickle: torch.distributed.checkpoint's ``.metadata`` is read with
 ``pickle.load``, which the project's no-unpickling rule excludes, so cs-run writes this form instead.
 
+Identity: every shard records its save's random id, step and rank, the index the id, the step and each
+shard's spec CRC32; every read checks each shard it opens against the index before it uses a tensor byte
+(:mod:`cs_run.checkpoint.shard_identity`), so a folder mixing files of different saves is one error.
+
 Commit: ordinal 0 makes a temporary folder (``.checkpoint_<step>.mdl.<pid>.<token>.cs-run-tmp``), every
 replica writes its shard into it (each file itself atomic), all meet, ordinal 0 writes the index and
 renames the folder to its final name. A save killed at any point leaves a temporary that the next save
@@ -32,7 +36,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import secrets
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -44,7 +47,8 @@ from cs_run.checkpoint import h5
 from cs_run.checkpoint.atomic import TMP_SUFFIX, atomic_path, clean_stale_temps, fsync_path, remove, replace
 from cs_run.checkpoint.crc import Piece, join
 from cs_run.checkpoint.h5 import TargetMismatchError
-from cs_run.checkpoint.reader import raise_if_damaged
+from cs_run.checkpoint.reader import H5Source, not_regular, raise_if_damaged
+from cs_run.checkpoint.shard_identity import Identity, check_shard, header_of, new_identity, read_header
 from cs_run.checkpoint.shard_index import (
     FORMAT,
     INDEX,
@@ -57,13 +61,13 @@ from cs_run.checkpoint.shard_index import (
     rows_of,
     shard_name,
 )
-from cs_run.checkpoint.tree import flatten, leaf_paths, map_leaves, map_tensors, tree_paths
+from cs_run.checkpoint.tree import flatten, leaf_paths, map_leaves, map_tensors
 from cs_run.checkpoint.writer import write_file
 from cs_run.errors import CheckpointError
 
-__all__ = ["INDEX", "LocalShard", "Piece", "check", "check_pieces", "check_target", "commit", "discard", "info", "is_sharded",
-           "load", "load_into", "new_temp_folder", "read_index", "read_rows", "rows_of", "save_unsharded_as", "shard_name",
-           "write_shard"]
+__all__ = ["INDEX", "Identity", "LocalShard", "Piece", "check", "check_pieces", "check_target", "commit", "discard", "info",
+           "is_sharded", "load", "load_into", "new_identity", "new_temp_folder", "read_index", "read_rows", "rows_of",
+           "save_unsharded_as", "shard_name", "write_shard"]
 
 
 @dataclass(frozen=True)
@@ -98,10 +102,11 @@ def new_temp_folder(final: str | os.PathLike) -> str:
     return tmp
 
 
-def write_shard(tmp: str, state: Any, rank: int, world_size: int) -> list[dict]:
+def write_shard(tmp: str, state: Any, rank: int, world_size: int, identity: Identity) -> dict:
     """Write this replica's shard of ``state`` (its :class:`LocalShard` leaves; ordinal 0 also the rest)
-    into ``tmp``; returns its manifest: per sharded leaf the key path, dtype, global shape and its rows,
-    or ``tied`` (the same LocalShard object under a second path, stored once)."""
+    into ``tmp``, with the save's ``identity``; returns its manifest: the identity, the shard's spec CRC32
+    and, per sharded leaf, the key path, dtype, global shape and its rows, or ``tied`` (the same LocalShard
+    object under a second path, stored once)."""
     found: list[tuple[tuple, LocalShard]] = []
     rest = _split(state, found)
     manifest: list[dict] = []
@@ -126,24 +131,31 @@ def write_shard(tmp: str, state: Any, rank: int, world_size: int) -> list[dict]:
     # Straight into the private temporary folder (the folder's rename is the commit): no per-file temporary,
     # and no sweep of the folder for stale ones, which on several hosts could take a live replica's for dead.
     path = os.path.join(tmp, shard_name(rank, world_size))
-    write_file(path, tree, leaves, None)
+    crc = write_file(path, tree, leaves, None, {fmt.ATTR_CHECKPOINT_ID: identity.checkpoint_id,
+                                                fmt.ATTR_CHECKPOINT_STEP: identity.step, fmt.ATTR_SHARD_RANK: rank})
     fsync_path(path)
-    return manifest
+    return {"checkpoint_id": identity.checkpoint_id, "step": identity.step, "crc32": crc, "leaves": manifest}
 
 
-def commit(tmp: str, final: str | os.PathLike, manifests: list[list[dict]]) -> None:
+def commit(tmp: str, final: str | os.PathLike, manifests: list[dict]) -> None:
     """Ordinal 0, once every replica wrote its shard: write the index from their ``manifests`` (one per
-    rank), then rename ``tmp`` to ``final`` (replacing an older checkpoint of that name)."""
+    rank, :func:`write_shard`'s), then rename ``tmp`` to ``final`` (replacing an older checkpoint of that name)."""
     final = os.path.abspath(final)
+    first = manifests[0]
+    if any((m["checkpoint_id"], m["step"]) != (first["checkpoint_id"], first["step"]) for m in manifests):
+        raise CheckpointError(f"cannot save checkpoint to '{final}': the replicas wrote their shards with different "
+                              "identities (each replica must get ordinal 0's)")
     leaves = []
-    for i, entry in enumerate(manifests[0]):
+    for i, entry in enumerate(first["leaves"]):
         if "tied" in entry:
             leaves.append(entry)
             continue
-        rows = [m[i]["rows"] for m in manifests]
+        rows = [m["leaves"][i]["rows"] for m in manifests]
         leaves.append({"path": entry["path"], "dtype": entry["dtype"], "shape": entry["shape"], "rows": rows})
     index = {"format": FORMAT, "version": VERSION, "world_size": len(manifests),
-             "shards": [shard_name(r, len(manifests)) for r in range(len(manifests))], "leaves": leaves}
+             "shards": [shard_name(r, len(manifests)) for r in range(len(manifests))],
+             "checkpoint_id": first["checkpoint_id"], "step": first["step"],
+             "shard_crc32": [m["crc32"] for m in manifests], "leaves": leaves}
     check_index(os.path.join(tmp, INDEX), index)  # what a reader will ask of it, before it commits
     with atomic_path(os.path.join(tmp, INDEX)) as index_tmp, open(index_tmp, "w") as fh:
         json.dump(index, fh)
@@ -174,8 +186,9 @@ def save_unsharded_as(state: Any, final: str | os.PathLike, world_size: int,
         return map_leaves(state, visit)
 
     tmp = new_temp_folder(final)
+    identity = new_identity(state)
     try:
-        manifests = [write_shard(tmp, shards_of(rank), rank, world_size) for rank in range(world_size)]
+        manifests = [write_shard(tmp, shards_of(rank), rank, world_size, identity) for rank in range(world_size)]
         commit(tmp, final, manifests)
     except BaseException:
         discard(tmp)
@@ -185,47 +198,32 @@ def save_unsharded_as(state: Any, final: str | os.PathLike, world_size: int,
 # ------------------------------------------------------------------------------------------ reading
 
 def _shard_path(folder: str, index: dict, rank: int) -> str:
+    """The path of shard ``rank``: a regular file (a FIFO would block the open, a device never end)."""
     path = os.path.join(folder, index["shards"][rank])
+    what = not_regular(path)
+    if what is not None:
+        raise bad(path, f"the shard is {what}, not a regular file; copy the whole folder, or use another checkpoint")
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint '{folder}': shard '{path}' is missing (the index names "
                               f"{index['world_size']} shards); copy the whole folder, or use another checkpoint")
     return path
 
 
-def _check_shard(path: str, index: dict, rank: int, leaves: list[tuple[str, list]], has_state: bool) -> None:
-    """A shard's ``leaves`` (dtype name, shape each) and state are what the index says shard ``rank`` holds:
-    a shard of another checkpoint, or an index naming another shape, is an error naming the shard and key."""
-    stored = [leaf for leaf in index["leaves"] if "tied" not in leaf]
-    if len(leaves) != len(stored) or (rank == 0) != has_state:
-        raise bad(path, f"not shard {rank} of the index beside it (it should hold {len(stored)} leaves"
-                         f"{' and the state' if rank == 0 else ''}); the index and the shards are of different checkpoints")
-    for leaf, (dtype, shape) in zip(stored, leaves):
-        want = [leaf["rows"][rank][1], *leaf["shape"][1:]]
-        if dtype != leaf["dtype"] or list(shape) != want:
-            raise bad(path, f"key '{key_of(leaf['path'])}' is {dtype}{list(shape)} in this shard but the index says "
-                             f"{leaf['dtype']}{want} (rows {leaf['rows'][rank][0]}.. of {leaf['shape']}); "
-                             "the index and the shards are of different checkpoints")
+def _check_folder(folder: str, index: dict) -> None:
+    """:func:`~cs_run.checkpoint.shard_identity.check_shard` of every shard (headers only: no tensor data is read)."""
+    for rank in range(index["world_size"]):
+        path = _shard_path(folder, index, rank)
+        check_shard(path, index, rank, read_header(path))
 
 
-def _read_shard(folder: str, index: dict, rank: int, verify: bool, lazy: bool) -> tuple[str, list, Any]:
-    """(path, leaves, state or None) of one shard, checked against the index (:func:`_check_shard`)."""
+def _read_shard(folder: str, index: dict, rank: int, verify: bool, lazy: bool) -> tuple[list, Any]:
+    """(leaves, state or None) of one shard that :func:`_check_folder` passed."""
     path = _shard_path(folder, index, rank)
     content = h5.load(path, lazy=lazy, verify=verify)
     leaves = content.get("leaves") if isinstance(content, dict) else None
     if not isinstance(leaves, list) or not all(isinstance(t, torch.Tensor) for t in leaves):
         raise bad(path, "not a shard of a sharded checkpoint (no list of tensors under 'leaves')")
-    _check_shard(path, index, rank, [(fmt.torch_dtype_name(t.dtype), list(t.shape)) for t in leaves],
-                 "state" in content)
-    return path, leaves, content.get("state")
-
-
-def _described_shard(path: str, index: dict, rank: int, verify: bool) -> dict:
-    """:func:`cs_run.checkpoint.h5.info` of one shard (headers; CRC32s with ``verify``), checked against the index."""
-    described = h5.info(path, verify=verify)
-    leaves = [(k.get("dtype"), k.get("shape", [])) for k in described["keys"]
-              if re.fullmatch(r"leaves\.\d+", k["key"])]
-    _check_shard(path, index, rank, leaves, any(k["key"].startswith("state.") for k in described["keys"]))
-    return described
+    return leaves, content.get("state")
 
 
 def _insert(tree: Any, path: list, value: Any, where: str) -> Any:
@@ -244,12 +242,12 @@ def _insert(tree: Any, path: list, value: Any, where: str) -> Any:
 
 def _assemble(folder: str, index: dict, verify: bool, into: Optional[dict] = None) -> Any:
     """The state with every sharded tensor whole: concatenated from the shards, or copied into ``into``
-    (key path -> tensor) where the target has the tensor."""
+    (key path -> tensor) where the target has the tensor. The caller has checked the folder (:func:`_check_folder`)."""
     stored = [leaf for leaf in index["leaves"] if "tied" not in leaf]
     locals_: list[list] = []
     state = None
     for rank in range(index["world_size"]):
-        _, leaves, rank_state = _read_shard(folder, index, rank, verify, lazy=True)
+        leaves, rank_state = _read_shard(folder, index, rank, verify, lazy=True)
         locals_.append(leaves)
         state = rank_state if rank == 0 else state
     where = os.path.join(folder, INDEX)
@@ -276,7 +274,9 @@ def load(folder: str | os.PathLike, map_location: Any = None, *, verify: bool = 
     """The saved state with every sharded tensor whole (what :func:`cs_run.checkpoint.load` of a one-file
     checkpoint of the same state returns); every shard's CRC32s are checked (``verify``)."""
     folder = os.fspath(folder)
-    state = _assemble(folder, read_index(folder), verify)
+    index = read_index(folder)
+    _check_folder(folder, index)
+    state = _assemble(folder, index, verify)
     if map_location is None:
         return state
     return map_tensors(state, lambda t: t.to(map_location) if not callable(map_location) else map_location(t, "cpu"))
@@ -305,30 +305,40 @@ def _rows_plan(index: dict, want: dict[tuple, Any]) -> tuple[list, dict[int, lis
     return values, plan
 
 
-def _read_planned_rows(folder: str, index: dict, rank: int, reads: list, verify: bool) -> list[Piece]:
-    """Read the planned rows of shard ``rank`` (headers checked against the index first)."""
-    path = _shard_path(folder, index, rank)
-    tree, src = h5.open_source(path, verify=False)  # CRC32s are checked by pieces (check_pieces)
+def _read_planned_rows(src: H5Source, rank: int, reads: list, verify: bool) -> list[Piece]:
+    """Read the planned rows of shard ``rank`` (opened as ``src``, checked against the index)."""
+    pieces = []
+    stored = _stored_specs(src)
+    for i, row, rows, dest, at in reads:
+        spec = stored[i]
+        out = dest[at:at + rows]
+        crc = src.read_rows_into(spec, row, rows, out.detach().reshape(-1).view(torch.uint8).numpy())
+        if verify and spec.get("crc") is not None:
+            row_bytes = spec["n"] // spec["shape"][0]
+            pieces.append(Piece(rank, i, row * row_bytes, rows * row_bytes, crc, spec["crc"], spec["n"]))
+    return pieces
+
+
+def _stored_specs(src: H5Source) -> list[dict]:
+    """The spec of each ``leaves.<i>`` of a checked shard (a tie resolved to the spec holding the bytes)."""
+    by_key = {spec["key"]: src.specs[spec["tied"]] if "tied" in spec else spec for spec in src.specs}
+    return [by_key[f"leaves.{i}"] for i in range(sum(1 for k in by_key if k.startswith("leaves.")))]
+
+
+def _open_checked(folder: str, index: dict, ranks: list[int]) -> dict[int, H5Source]:
+    """Shards ``ranks`` opened, each checked against the index (:func:`~cs_run.checkpoint.shard_identity.check_shard`) before any is read;
+    the caller closes them."""
+    opened: dict[int, H5Source] = {}
     try:
-        paths = tree_paths(tree)
-        # a leaf stored as a tie to another (the writer stores equal views once: empty shards) reads its bytes
-        specs = {paths[j]: src.specs[spec["tied"]] if "tied" in spec else spec for j, spec in enumerate(src.specs)}
-        stored = [specs.get(("leaves", j)) for j in range(sum(1 for p in specs if p[0] == "leaves"))]
-        if not all(spec is not None and spec["type"].startswith("torch.") for spec in stored):
-            raise bad(path, "not a shard of a sharded checkpoint (no list of tensors under 'leaves')")
-        _check_shard(path, index, rank, [(spec["type"][len("torch."):], spec["shape"]) for spec in stored],
-                     any(p[0] == "state" for p in specs))
-        pieces = []
-        for i, row, rows, dest, at in reads:
-            spec = stored[i]
-            out = dest[at:at + rows]
-            crc = src.read_rows_into(spec, row, rows, out.detach().reshape(-1).view(torch.uint8).numpy())
-            if verify and spec.get("crc") is not None:
-                row_bytes = spec["n"] // spec["shape"][0]
-                pieces.append(Piece(rank, i, row * row_bytes, rows * row_bytes, crc, spec["crc"], spec["n"]))
-        return pieces
-    finally:
-        src.close()
+        for rank in ranks:
+            path = _shard_path(folder, index, rank)
+            tree, opened[rank] = h5.open_source(path, verify=False)  # CRC32s are checked by pieces (check_pieces)
+            check_shard(path, index, rank, header_of(path, tree, opened[rank]))
+    except BaseException:
+        for src in opened.values():
+            src.close()
+        raise
+    return opened
 
 
 def read_rows(folder: str | os.PathLike, target: Any, *, verify: bool = True) -> tuple[Any, list[Piece]]:
@@ -337,21 +347,30 @@ def read_rows(folder: str | os.PathLike, target: Any, *, verify: bool = True) ->
     world size differs), the target's whole tensors read in place and the others whole; shard 0's state
     (whole tensors, step, schedule, ...) read by every caller. Returns it with the CRC32 :class:`Piece` of
     every byte range read: a replica checks its pieces joined with the other replicas' (:func:`check_pieces`),
-    since one replica's rows of a shard need not be the whole of it."""
+    since one replica's rows of a shard need not be the whole of it.
+
+    The shards it reads (shard 0 and those its rows overlap) are checked against the index
+    (:func:`~cs_run.checkpoint.shard_identity.check_shard`: headers and attributes, no tensor data) before any row is read; every shard
+    holding rows is read, so checked, by some replica."""
     folder = os.fspath(folder)
     index = read_index(folder)
     want = {p: t for p, t in leaf_paths(target).items() if isinstance(t, (torch.Tensor, LocalShard))}
-    _check_target(folder, index, {p: torch.empty(t.shape, dtype=t.tensor.dtype, device="meta")
-                                  if isinstance(t, LocalShard) else t for p, t in want.items()})
     for p, t in want.items():
         if isinstance(t, LocalShard) and (t.tensor.shape[1:] != t.shape[1:] or not t.tensor.is_contiguous()
                                           or not 0 <= t.offset <= t.shape[0] - t.tensor.shape[0]):
             raise CheckpointError(f"cannot read key '{key_of(p)}' into rows {t.offset}+{t.tensor.shape[0]} of "
                                   f"{list(t.shape)}: not a contiguous dim-0 shard of it")
     values, plan = _rows_plan(index, want)
-    pieces: list[Piece] = []
-    for rank in sorted({0, *plan}):
-        pieces += _read_planned_rows(folder, index, rank, plan.get(rank, []), verify)
+    opened = _open_checked(folder, index, sorted({0, *plan}))
+    try:
+        _check_target(folder, index, {p: torch.empty(t.shape, dtype=t.tensor.dtype, device="meta")
+                                      if isinstance(t, LocalShard) else t for p, t in want.items()})
+        pieces: list[Piece] = []
+        for rank, src in opened.items():
+            pieces += _read_planned_rows(src, rank, plan.get(rank, []), verify)
+    finally:
+        for src in opened.values():
+            src.close()
     in_shards = {tuple(leaf["path"]) for leaf in index["leaves"]}
     whole = {p: t for p, t in want.items() if isinstance(t, torch.Tensor) and p not in in_shards}
     shard0 = _shard_path(folder, index, 0)
@@ -417,9 +436,13 @@ def _nest(flat: dict[tuple, torch.Tensor]) -> dict:
 
 
 def check_target(folder: str | os.PathLike, target: Any) -> None:
-    """:func:`cs_run.checkpoint.h5.check_target` for a sharded folder: the index and shard 0's header only."""
+    """:func:`cs_run.checkpoint.h5.check_target` for a sharded folder: every shard's header is checked against
+    the index first (:func:`_check_folder`), so a damaged or mixed folder is damage (an autoload falls back
+    past it), never a model mismatch; then the target against the index and shard 0's header. No tensor data."""
     folder = os.fspath(folder)
-    _check_target(folder, read_index(folder), _target_tensors(target))
+    index = read_index(folder)
+    _check_folder(folder, index)
+    _check_target(folder, index, _target_tensors(target))
 
 
 def load_into(folder: str | os.PathLike, target: Any, *, verify: bool = True) -> Any:
@@ -428,6 +451,7 @@ def load_into(folder: str | os.PathLike, target: Any, *, verify: bool = True) ->
     folder = os.fspath(folder)
     index = read_index(folder)
     want = _target_tensors(target)
+    _check_folder(folder, index)  # damage before a mismatch, as check_target
     _check_target(folder, index, want)
     state = _assemble(folder, index, verify, into=want)
     have = leaf_paths(state)
@@ -442,23 +466,23 @@ def check(folder: str | os.PathLike) -> None:
     """Raise unless ``folder`` is a committed sharded checkpoint whose index is sound and whose shard
     files are all there and readable (headers only: no tensor data is read)."""
     folder = os.fspath(folder)
-    index = read_index(folder)
-    for rank in range(index["world_size"]):
-        _described_shard(_shard_path(folder, index, rank), index, rank, verify=False)
+    _check_folder(folder, read_index(folder))
 
 
 def info(folder: str | os.PathLike, verify: bool = False) -> dict:
     """:func:`cs_run.checkpoint.h5.info` of the assembled state: each sharded tensor with its global shape
-    (and the shard count in ``world_size``); with ``verify`` every shard's CRC32s are checked."""
+    (and the shard count in ``world_size``); with ``verify`` every shard's CRC32s are checked. The folder is
+    checked as every read checks it (:func:`_check_folder`), so what info passes a load reads."""
     folder = os.fspath(folder)
     index = read_index(folder)
+    _check_folder(folder, index)
     shard0 = info0 = None
     damaged: list[str] = []
     unverified: list[str] = []
     verified = 0
     for rank in range(index["world_size"]):
         path = _shard_path(folder, index, rank)
-        described = _described_shard(path, index, rank, verify)
+        described = h5.info(path, verify=verify)
         if rank == 0:
             shard0, info0 = path, described
         if verify:
@@ -480,7 +504,7 @@ def info(folder: str | os.PathLike, verify: bool = False) -> dict:
             if "tied" in leaf:
                 entry["tied_to"] = key_of(base["path"])
         keys.append(entry)
-    out = {"path": folder, "format": FORMAT, "version": VERSION, "world_size": index["world_size"], "keys": keys,
+    out = {"path": folder, "format": FORMAT, "version": index["version"], "world_size": index["world_size"], "keys": keys,
            "num_tensors": sum(1 for k in keys if k["type"] in ("tensor", "ndarray") and "tied_to" not in k),
            "total_bytes": sum(k["nbytes"] for k in keys), **h5.summarize(keys)}
     if verify:

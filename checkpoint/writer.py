@@ -15,6 +15,7 @@ import json
 import os
 import struct
 import zlib
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -274,11 +275,13 @@ def _write_leaves(writer: _LeafWriter, leaves: list[Leaf], tree: Any) -> bytes:
     return "".join(('{"tree":', _to_json(tree), ',"leaves":[', ",".join(entries), "]}")).encode()
 
 
-def write_file(tmp: str, tree: Any, leaves: list[Leaf], compression: str | None) -> None:
-    """Write the whole checkpoint to ``tmp``: datasets, then spec, fsync, then the completion marker."""
+def write_file(tmp: str, tree: Any, leaves: list[Leaf], compression: str | None,
+               attrs: Mapping[str, str | int] | None = None) -> int:
+    """Write the whole checkpoint to ``tmp``: datasets, then spec (and ``attrs``, extra file attributes: a
+    shard's identity), fsync, then the completion marker. Returns the spec's CRC32 (``__structure_crc32__``)."""
+    extra = dict(attrs or {})
     if compression is not None:
-        _write_with_h5py(tmp, tree, leaves, compression)
-        return
+        return _write_with_h5py(tmp, tree, leaves, compression, extra)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         writer = _EncodedWriter(fd, leaves)
@@ -286,18 +289,21 @@ def write_file(tmp: str, tree: Any, leaves: list[Leaf], compression: str | None)
         int64 = datatype_message(np.dtype("<i8"))
         marker = Attr(fmt.ATTR_COMPLETE, int64, struct.pack("<q", 1))
         slot = writer.encoder.finish(
-            {fmt.ATTR_FORMAT: fmt.FORMAT_NAME.encode(), fmt.ATTR_STRUCTURE: doc},
+            {fmt.ATTR_FORMAT: fmt.FORMAT_NAME.encode(), fmt.ATTR_STRUCTURE: doc,
+             **{k: v.encode() for k, v in extra.items() if isinstance(v, str)}},
             [Attr(fmt.ATTR_VERSION, int64, struct.pack("<q", fmt.FORMAT_VERSION)),
-             Attr(fmt.ATTR_STRUCTURE_CRC, int64, struct.pack("<q", zlib.crc32(doc)))],
+             Attr(fmt.ATTR_STRUCTURE_CRC, int64, struct.pack("<q", zlib.crc32(doc))),
+             *(Attr(k, int64, struct.pack("<q", v)) for k, v in extra.items() if not isinstance(v, str))],
             reserve=marker,
         )
         os.fsync(fd)  # all data and the spec are durable before the marker exists
         writer.encoder.write_reserved(slot, marker)
     finally:
         os.close(fd)
+    return zlib.crc32(doc)
 
 
-def _write_with_h5py(tmp: str, tree: Any, leaves: list[Leaf], compression: str) -> None:
+def _write_with_h5py(tmp: str, tree: Any, leaves: list[Leaf], compression: str, attrs: dict[str, str | int]) -> int:
     import h5py
 
     with h5py.File(tmp, "x", libver=("v110", "latest")) as f:
@@ -306,6 +312,9 @@ def _write_with_h5py(tmp: str, tree: Any, leaves: list[Leaf], compression: str) 
         f.attrs[fmt.ATTR_VERSION] = fmt.FORMAT_VERSION
         f.attrs[fmt.ATTR_STRUCTURE] = doc.decode()
         f.attrs[fmt.ATTR_STRUCTURE_CRC] = zlib.crc32(doc)
+        for key, value in attrs.items():
+            f.attrs[key] = value if isinstance(value, str) else np.int64(value)
         f.flush()
         fsync_path(tmp)
         f.attrs[fmt.ATTR_COMPLETE] = 1
+    return zlib.crc32(doc)

@@ -239,10 +239,11 @@ class FullyShardedStrategy(Strategy):
         all meet (a replica that failed is named), ordinal 0 writes the index and renames the folder to
         ``path``, all meet again. A replica killed at any point leaves no folder under ``path`` (the others
         wait in the collective until the launcher stops them, at most the collective timeout)."""
-        tmp, error = replicas.broadcast_object(_attempt(sharded.new_temp_folder, path) if self.writes else None)
+        begun, error = replicas.broadcast_object(_attempt(_begin_save, path, state) if self.writes else None)
         if error:
             raise CheckpointError(f"cannot save checkpoint to '{path}': {error}")
-        written = _attempt(sharded.write_shard, tmp, state, self.ordinal, self.world_size)
+        tmp, identity = begun  # every shard records ordinal 0's identity of this save
+        written = _attempt(sharded.write_shard, tmp, state, self.ordinal, self.world_size, identity)
         results = replicas.all_gather_object(written)  # every shard is written, or failed
         failed = [(rank, err) for rank, (_, err) in enumerate(results) if err]
         committed: tuple[Any, Optional[str]] = (None, None)
@@ -363,6 +364,11 @@ def _attempt(fn: Any, *args: Any) -> tuple[Any, Optional[str]]:
         return fn(*args), None
     except (CsRunError, OSError) as err:
         return None, str(err)
+
+
+def _begin_save(path: Any, state: Any) -> tuple[str, sharded.Identity]:
+    """Ordinal 0's start of a sharded save: its temporary folder and the save's identity."""
+    return sharded.new_temp_folder(path), sharded.new_identity(state)
 
 
 def _place(live: Any, read: Any) -> Any:

@@ -311,11 +311,12 @@ def test_rows_are_read_from_a_shard_that_stores_two_leaves_as_one(tmp_path):
     weight = torch.arange(8.0).reshape(4, 2)
     folder = tmp_path / "c.mdl"
     tmp = sharded.new_temp_folder(folder)
+    identity = sharded.new_identity({})
     manifests = []
     for rank in range(2):
         local = weight[2 * rank:2 * rank + 2]
         state = {"model": {k: sharded.LocalShard(local, (4, 2), 2 * rank) for k in ("ln_f.weight", "norm.weight")}}
-        manifests.append(sharded.write_shard(tmp, state, rank, 2))
+        manifests.append(sharded.write_shard(tmp, state, rank, 2, identity))
     sharded.commit(tmp, folder, manifests)
     _, src = h5.open_source(str(_shard(folder, 1)))
     src.close()

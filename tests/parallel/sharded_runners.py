@@ -52,8 +52,8 @@ class StallingSaveRunner(PyTorchRunner):
             return
         write, runner = sharded.write_shard, self
 
-        def stalling(tmp: str, state: Any, rank: int, world_size: int) -> list[dict]:
-            manifest = write(tmp, state, rank, world_size)
+        def stalling(tmp: str, state: Any, rank: int, world_size: int, identity: sharded.Identity) -> dict:
+            manifest = write(tmp, state, rank, world_size, identity)
             if runner.global_step == STALL_STEP:
                 (Path(runner.model_dir).parent / "stalled").write_text(str(os.getpid()))
                 time.sleep(600)
