@@ -228,7 +228,6 @@ def test_accumulated_micro_batches_all_reduce_once(batches):
 
 def _finished(tmp_path, rank, exitcode):
     """A replica whose run completed (cs_run.replicas.record_finished wrote its file) and then failed on its way out."""
-    failure = _failure(tmp_path, rank, exitcode)
     path = tmp_path / f"finished_{rank}.json"
     path.write_text(json.dumps({"message": "finished", "timestamp": 20, "cs_run": {"finished": True, "time": 20.0}}))
     return ProcessFailure(local_rank=rank, pid=1000 + rank, exitcode=exitcode, error_file=str(path))
