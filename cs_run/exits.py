@@ -182,10 +182,11 @@ class ErrorGroup(click.Group):
 
 
 def _exit(code: int) -> NoReturn:
-    """Exit with ``code``; a replica of several ends its process without the interpreter's finalization
-    (:func:`cs_run.replicas.end_process`: its process groups' threads outlive it)."""
+    """Exit with ``code``; a replica (torchrun's or the launcher's) ends its process without the interpreter's
+    finalization (:func:`cs_run.replicas.end_process`: its process groups' threads outlive it). A process
+    that only has a group of its own (``join_alone``, e.g. a test running commands in-process) exits as usual."""
     replicas = _replicas()
-    if replicas is not None and replicas.joined():
+    if replicas is not None and replicas.in_replica_env() and replicas.joined():
         replicas.end_process(code)
     sys.exit(code)
 
