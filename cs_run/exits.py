@@ -173,8 +173,22 @@ class ErrorGroup(click.Group):
         except BaseException as exc:  # noqa: BLE001 - every failure is reported the one way
             if isinstance(exc, _Interrupt):
                 exc = exc.args[0]  # the interrupt knows its step and signal
-            sys.exit(report(exc))
-        sys.exit(result if isinstance(result, int) else 0)
+            _exit(report(exc))
+        code = result if isinstance(result, int) else 0
+        replicas = _replicas()
+        if code == 0 and replicas is not None and replicas.in_replica_env():
+            replicas.record_finished()
+        _exit(code)
+
+
+def _exit(code: int) -> NoReturn:
+    """Exit with ``code``; a replica (torchrun's or the launcher's) ends its process without the interpreter's
+    finalization (:func:`cs_run.replicas.end_process`: its process groups' threads outlive it). A process
+    that only has a group of its own (``join_alone``, e.g. a test running commands in-process) exits as usual."""
+    replicas = _replicas()
+    if replicas is not None and replicas.in_replica_env() and replicas.joined():
+        replicas.end_process(code)
+    sys.exit(code)
 
 
 class ArgumentParser(argparse.ArgumentParser):

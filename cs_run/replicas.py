@@ -24,6 +24,7 @@ import re
 import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
 import weakref
@@ -39,9 +40,9 @@ from torch.nn.parallel import DistributedDataParallel
 from cs_run.errors import ParamsError
 
 __all__ = ["DEFAULT_COLLECTIVE_TIMEOUT", "JOIN_ENV", "ReplicatedModule", "all_reduce_sum", "broadcast_object",
-           "cuda_index", "in_replica_env", "is_master", "join_alone", "joined", "launch", "lost_peer", "max_values", "mean_value",
-           "ordinal", "record_failure", "replicate", "report_end", "reports_to_launcher", "split_batch", "start",
-           "stop_grace", "sum_values", "teardown", "world_size"]
+           "cuda_index", "end_process", "in_replica_env", "is_master", "join_alone", "joined", "launch", "lost_peer",
+           "max_values", "mean_value", "ordinal", "record_failure", "record_finished", "replicate", "report_end",
+           "reports_to_launcher", "split_batch", "start", "stop_grace", "sum_values", "teardown", "world_size"]
 
 logger = logging.getLogger(__name__)
 
@@ -179,6 +180,34 @@ def teardown() -> None:
             dist.destroy_process_group()
 
 
+def end_process(exit_code: int) -> NoReturn:
+    """End this replica's process with ``exit_code`` as the interpreter begins its exit (non-daemon threads
+    joined, atexit handlers run: :func:`teardown`, the logs' flush), then ``os._exit`` instead of the
+    interpreter's finalization, so a finished run cannot abort there. A replica that succeeded first meets
+    the others in a barrier: the process ends only when no peer can need it in a collective.
+
+    Why: the process groups outlive :func:`teardown` (torch keeps a reference that destroy_process_group does
+    not drop; their ``pt_gloo_runloop`` threads are still there after it and a gc), so their gloo workers live
+    until the process ends. A worker releases a collective's Work only after waking the waiting thread, and
+    when that Work holds the last reference to a tensor whose Python object torch preserved (Python let go
+    first), freeing it takes the GIL. A foreign thread taking the GIL of a finalizing interpreter is ended by
+    pthread_exit, whose unwinding through the noexcept destructor calls std::terminate ("terminate called
+    without an active exception", SIGABRT). Replica 1 of a sharded run met it most: its last act is the
+    broadcast that commits the checkpoint, and it exits at once.
+    """
+    if exit_code == 0 and joined():
+        with contextlib.suppress(Exception):  # gloo's barrier also waits for this replica's pending collectives
+            dist.barrier()  # no replica leaves while a peer may still need it in a collective
+    shutdown = getattr(threading, "_shutdown", None)  # what Py_FinalizeEx does first: join non-daemon threads
+    if shutdown is not None:
+        shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(exit_code)
+
+
 # ----------------------------------------------------------------------------------------- launch
 
 def launch(num_replicas: int, timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT) -> NoReturn:
@@ -227,13 +256,12 @@ def _failure_line(error: ChildFailedError, num_replicas: int) -> tuple[str, int]
     """The one line about the replica that failed first, and the exit code the job ends with; no line
     when the replicas were interrupted (a signal: ordinal 0 logged where it stopped and what it saved)."""
     codes = {f.exitcode for f in error.failures.values()}
-    recorded = any(isinstance(f.error_file_data, dict) and f.error_file_data.get("cs_run")
-                   for f in error.failures.values())
+    recorded = any(_own_record(f) for f in error.failures.values())
     if not recorded and codes <= set(_INTERRUPT_CODES):
         return "", max(codes)
     def first(item: tuple[int, Any]) -> tuple[int, float, int]:
         rank, failure = item
-        own = failure.error_file_data.get("cs_run") if isinstance(failure.error_file_data, dict) else None
+        own = _own_record(failure)
         # A cause before a consequence: a recorded error, then a death (a signal, an exit without a record),
         # then a replica stopped by SIGTERM / SIGINT - what the agent sends the rest once one has failed, so
         # most likely its doing - and last a replica that only lost its peers. Among equals the earliest,
@@ -245,14 +273,28 @@ def _failure_line(error: ChildFailedError, num_replicas: int) -> tuple[str, int]
         return (kind, own["time"] if own else failure.timestamp, rank)
 
     rank, failure = min(error.failures.items(), key=first)
-    own = failure.error_file_data.get("cs_run") if isinstance(failure.error_file_data, dict) else None
+    own = _own_record(failure)
     rerun = "all replicas were stopped; rerun the same command to resume from the newest checkpoint"
+    if any(_record(f).get("finished") for f in error.failures.values()):  # replicas step together: all ended
+        rerun = "after the run had completed: its last checkpoint is written, nothing to rerun"
     if own:
         return f"replica {rank} of {num_replicas} failed: {own['line']} ({rerun})", int(own["exit_code"]) or 1
     if failure.exitcode < 0:
         return (f"replica {rank} of {num_replicas} was killed by signal {failure.signal_name()} ({rerun})", 1)
     return (f"replica {rank} of {num_replicas} exited with code {failure.exitcode} (its output is above; {rerun})",
             failure.exitcode or 1)
+
+
+def _record(failure: Any) -> dict:
+    """What a replica recorded for the launcher (:func:`record_failure`, :func:`record_finished`), or {}."""
+    data = failure.error_file_data
+    return (data.get("cs_run") or {}) if isinstance(data, dict) else {}
+
+
+def _own_record(failure: Any) -> Optional[dict]:
+    """A replica's recorded error, if it recorded one (a finished run is not an error)."""
+    own = _record(failure)
+    return own if own and not own.get("finished") else None
 
 
 def _stopped_by_interrupt(exitcode: int) -> bool:
@@ -302,6 +344,18 @@ def record_failure(line: str, exit_code: int, peer_lost: bool = False) -> None:
     with contextlib.suppress(OSError):
         with open(path, "w") as fh:
             json.dump(data, fh)
+
+
+def record_finished() -> None:
+    """Note for the launcher that this replica's run completed (read only if the process then fails on its
+    way out): its ``Error:`` line then says the run ended, not to rerun a command that has nothing to do."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    now = time.time()
+    with contextlib.suppress(OSError):
+        with open(path, "w") as fh:
+            json.dump({"message": "finished", "timestamp": int(now), "cs_run": {"finished": True, "time": now}}, fh)
 
 
 def _record_uncaught_exceptions() -> None:

@@ -6,10 +6,14 @@ dataset ``data`` of shape ``[n_examples, 3, max_sequence_length]`` — rows ``in
 ``attention_mask`` (the loss mask) and ``labels`` — and an ``n_examples`` attribute. An optional
 ``data_params.json`` beside the files may name the rows (``"features"``).
 
-As in the Model Zoo, ``batch_size`` is the effective batch over all streamers and the files are
-sharded over streaming ranks (file ``i`` goes to rank ``i % num_streamers``). Unlike its buffered
-shuffle, samples are drawn as a full permutation from the loader's generator, so the runner's RNG
-checkpoint replays the exact order on resume.
+As in the Model Zoo, ``batch_size`` is the effective batch over all streamers. Unlike its file-by-file
+sharding (file ``i`` to rank ``i % num_streamers``), the samples of all files are split over the streaming
+ranks as torch's ``DistributedSampler`` splits them (:func:`~cs_run.examples.gpt2.hdf5_map.replica_share`:
+every ``num_streamers``-th sample, the remainder left out with ``drop_last_batch``, else wrapped round),
+so every replica steps the same number of batches whatever the shards' sizes (replicas step together:
+one with more batches would wait for the others). Unlike its buffered shuffle, samples are drawn as a
+full permutation of the rank's share from the loader's generator, so the runner's RNG checkpoint replays
+the exact order on resume.
 
 A token id the model cannot embed would fail deep inside a step (an IndexError on the CPU, a device
 assert on CUDA) without naming the data. Every sample is checked on the host as it is read, against
@@ -34,7 +38,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from cs_run.distributed import get_streaming_batch_size, get_streaming_rank, num_streamers
 from cs_run.errors import DataError
-from cs_run.examples.gpt2.hdf5_map import H5Reader, Mixture, shard_files
+from cs_run.examples.gpt2.hdf5_map import H5Reader, Mixture, replica_share, shard_files
 from cs_run.examples.gpt2.transforms import build_collate
 
 __all__ = ["GptHDF5Dataset", "build_dataloader", "DATA_PROCESSORS", "FEATURES"]
@@ -68,19 +72,16 @@ def _features(data_dir: Union[str, list], given: Optional[list]) -> list[str]:
 
 
 class GptHDF5Dataset(Dataset):
-    """Samples of the shards assigned to one streaming rank, as dicts of int32 tensors.
+    """One streaming rank's share of the shards' samples (:func:`replica_share` of them all, ``drop_last``
+    deciding drop or wrap), as dicts of int32 tensors.
 
     Files are opened lazily, once per process (DataLoader workers each open their own handles).
     """
 
     def __init__(self, data_dir: Union[str, list], rank: int = 0, num_ranks: int = 1,
                  features: Optional[list] = None, max_sequence_length: Optional[int] = None,
-                 vocab_size: Optional[int] = None) -> None:
-        all_files = shard_files(data_dir)
-        if len(all_files) < num_ranks:
-            raise ValueError(f"data_dir: {len(all_files)} shard file(s) for {num_ranks} streamers; every streamer "
-                             "needs at least one file (write more, smaller shards)")
-        self.files = all_files[rank::num_ranks]
+                 vocab_size: Optional[int] = None, drop_last: bool = True) -> None:
+        self.files = shard_files(data_dir)
         names = _features(data_dir, features)
         self.feature_rows = {name: i for i, name in enumerate(names)}
         missing = [f for f in FEATURES if f not in self.feature_rows]
@@ -99,6 +100,8 @@ class GptHDF5Dataset(Dataset):
                              f"sequences of {msl} tokens")
         self.max_sequence_length = msl
         self.offsets = np.cumsum([0] + counts)
+        self.samples = replica_share(int(self.offsets[-1]), rank, num_ranks, drop_last)
+        """This rank's positions among all files' samples (position ``p`` is sample ``p % total``)."""
         self._handles: dict[int, h5py.File] = {}
         self._pid = os.getpid()
 
@@ -128,7 +131,7 @@ class GptHDF5Dataset(Dataset):
             raise ValueError(f"data_dir: {path} is not a readable HDF5 file ({_one_line(e)})") from None
 
     def __len__(self) -> int:
-        return int(self.offsets[-1])
+        return len(self.samples)
 
     def _file(self, i: int) -> h5py.File:
         if os.getpid() != self._pid:  # a forked worker: never share the parent's HDF5 handles
@@ -140,8 +143,9 @@ class GptHDF5Dataset(Dataset):
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if not 0 <= index < len(self):
             raise IndexError(index)
-        i = int(np.searchsorted(self.offsets, index, side="right")) - 1
-        local = int(index - self.offsets[i])
+        sample = self.samples[index] % int(self.offsets[-1])
+        i = int(np.searchsorted(self.offsets, sample, side="right")) - 1
+        local = int(sample - self.offsets[i])
         try:
             row = np.asarray(self._file(i)["data"][local], dtype=np.int32)
         except _H5_ERRORS as e:
@@ -198,20 +202,23 @@ class _MapSamples(Dataset):
     """GptHDF5MapDataProcessor's samples: a reader's rows as feature dicts (corpus rows shifted by one)."""
 
     def __init__(self, reader: Union[H5Reader, Mixture], num_samples: Optional[int] = None, rank: int = 0,
-                 num_ranks: int = 1, vocab_size: Optional[int] = None, where: object = "data_dir") -> None:
+                 num_ranks: int = 1, vocab_size: Optional[int] = None, where: object = "data_dir",
+                 drop_last: bool = True) -> None:
         self.reader, self.by_sample = reader, reader.by_sample
         self.vocab_size, self.where = vocab_size, where
         self.max_sequence_length = reader.sequence_length
         if len(reader) == 0:
             raise ValueError("data_dir: the shards hold no sample of max_sequence_length tokens")
-        self.samples = range(rank, len(reader) if num_samples is None else num_samples, num_ranks)
-        """This streamer's share of the epoch (num_samples: the Model Zoo's epoch size, cycling the data)."""
+        self.epoch = len(reader) if num_samples is None else num_samples
+        """The Model Zoo's epoch size (num_samples, cycling the data), else the reader's samples."""
+        self.samples = replica_share(self.epoch, rank, num_ranks, drop_last)
+        """This streamer's share of the epoch (position ``p`` is sample ``p % epoch``)."""
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        sample = self.samples[index] % len(self.reader)
+        sample = self.samples[index] % self.epoch % len(self.reader)
         row = self.reader[sample]
         # the sample layout: input_ids (row 0) and labels (row 2, where -100 means "not scored"); a corpus row
         ids = np.concatenate([row[0], row[2][row[2] != _IGNORE_INDEX]]) if self.by_sample else row
@@ -228,7 +235,8 @@ class _MapSamples(Dataset):
 
 def _map_dataset(split: str, data_dir: Union[str, list, None], mixture: Optional[list], shuffle: bool,
                  shuffle_seed: Optional[int], max_sequence_length: Optional[int], data_subset: Optional[str],
-                 sort_files: bool, num_samples: Optional[int], vocab_size: Optional[int] = None) -> _MapSamples:
+                 sort_files: bool, num_samples: Optional[int], vocab_size: Optional[int] = None,
+                 drop_last: bool = True) -> _MapSamples:
     if num_samples is not None and (isinstance(num_samples, bool) or not isinstance(num_samples, int)
                                     or num_samples < 1):
         raise ValueError(f"num_samples: expected a positive integer (samples per epoch), got {num_samples!r}")
@@ -256,7 +264,19 @@ def _map_dataset(split: str, data_dir: Union[str, list, None], mixture: Optional
         raise ValueError(f"data_dir: the shards hold {reader.features} rows per sample; expected input_ids, "
                          "attention_mask, labels")
     return _MapSamples(reader, num_samples, get_streaming_rank(), num_streamers(), vocab_size,
-                       data_dir if mixture is None else "the mixture's data_dirs")
+                       data_dir if mixture is None else "the mixture's data_dirs", drop_last)
+
+
+def _log_share(split: str, total: int, share: int, streamers: int) -> None:
+    """Says how the epoch was evened over the streamers (ordinal 0 logs: the others log errors only)."""
+    if streamers == 1:
+        return
+    left = total - share * streamers
+    how = (f"the last {left} left out, as torch's DistributedSampler(drop_last=True)" if left > 0 else
+           f"the first {-left} wrapped round, as torch's DistributedSampler(drop_last=False)" if left < 0 else
+           "an even split")
+    logger.info("GPT data (%s): %d of the %d samples to each of %d streamers (%s)", split, share, total, streamers,
+                how)
 
 
 def build_dataloader(split: str, data_dir: Union[str, list, None] = None, batch_size: int = 128,
@@ -301,10 +321,13 @@ def build_dataloader(split: str, data_dir: Union[str, list, None] = None, batch_
     collate = build_collate(data_transforms)
     map_only = {"mixture": mixture, "data_subset": data_subset, "num_samples": num_samples,
                 "sort_files": None if sort_files else sort_files}
+    drop = drop_last_batch if drop_last is None else drop_last
     if data_processor == "GptHDF5MapDataProcessor":
-        dataset: Dataset = _map_dataset(split, data_dir, mixture, shuffle, shuffle_seed, max_sequence_length,
-                                        data_subset, sort_files, num_samples, vocab_size)
+        dataset: Union[_MapSamples, GptHDF5Dataset] = _map_dataset(
+            split, data_dir, mixture, shuffle, shuffle_seed, max_sequence_length, data_subset, sort_files,
+            num_samples, vocab_size, drop)
         files = len(getattr(dataset.reader, "files", ())) or sum(len(r.files) for r in dataset.reader.readers)
+        total = dataset.epoch
     else:
         given = [key for key, value in map_only.items() if value is not None]
         if given:
@@ -313,16 +336,18 @@ def build_dataloader(split: str, data_dir: Union[str, list, None] = None, batch_
         if data_dir is None:
             raise ValueError("data_dir: missing; the folder (or list of folders) holding the *.h5 shards")
         dataset = GptHDF5Dataset(data_dir, get_streaming_rank(), num_streamers(), features, max_sequence_length,
-                                 vocab_size)
+                                 vocab_size, drop)
         files = len(dataset.files)
+        total = int(dataset.offsets[-1])
     per_stream = get_streaming_batch_size(batch_size)
-    drop = drop_last_batch if drop_last is None else drop_last
     if drop and len(dataset) < per_stream:
-        raise ValueError(f"batch_size: {per_stream} per streamer but the {split} shards hold {len(dataset)} samples "
-                         "(with drop_last_batch no batch would be produced)")
+        share = f" per streamer ({total} over {num_streamers()})" if num_streamers() > 1 else ""
+        raise ValueError(f"batch_size: {per_stream} per streamer but the {split} shards hold {len(dataset)} samples"
+                         f"{share} (with drop_last_batch no batch would be produced)")
     generator = torch.Generator().manual_seed(shuffle_seed) if shuffle_seed is not None else None
     extra = {"prefetch_factor": prefetch_factor, "persistent_workers": persistent_workers} if num_workers else {}
-    logger.info("GPT data (%s, %s): %d samples of %d tokens in %d shard(s) of %s", split, data_processor, len(dataset),
+    logger.info("GPT data (%s, %s): %d samples of %d tokens in %d shard(s) of %s", split, data_processor, total,
                 dataset.max_sequence_length, files, data_dir if mixture is None else "a mixture")
+    _log_share(split, total, len(dataset), num_streamers())
     return DataLoader(dataset, batch_size=per_stream, shuffle=shuffle, drop_last=drop, num_workers=num_workers,
                       generator=generator, collate_fn=collate, **extra)

@@ -24,7 +24,7 @@ from typing import Optional, Union
 import h5py  # noqa: TID253 - this data module reads HDF5 files; loaded only with the GPT data
 import numpy as np
 
-__all__ = ["H5Reader", "Mixture", "DataSubset", "shard_files"]
+__all__ = ["H5Reader", "Mixture", "DataSubset", "replica_share", "shard_files"]
 
 
 def shard_files(data_dirs: Union[str, list], sort: bool = True) -> list[Path]:
@@ -40,6 +40,17 @@ def shard_files(data_dirs: Union[str, list], sort: bool = True) -> list[Path]:
         raise ValueError(f"data_dir: no *.h5 files in {', '.join(map(str, dirs))}; write shards with "
                          "`cs-run data preprocess` or the Model Zoo's hdf5_preprocessing scripts")
     return sorted(files) if sort else files
+
+
+def replica_share(num_samples: int, rank: int, num_ranks: int, drop: bool) -> range:
+    """Rank ``rank``'s positions in an epoch of ``num_samples`` (a position ``p`` is sample ``p % num_samples``),
+    evened as torch's ``DistributedSampler(shuffle=False)`` does, so every replica steps the same number of
+    batches whatever the shards' sizes: with ``drop`` the last ``num_samples % num_ranks`` samples are left
+    out (``num_samples // num_ranks`` each, disjoint), else the first ones are wrapped round to fill the last
+    row (``ceil(num_samples / num_ranks)`` each, together covering every sample). Each rank takes every
+    ``num_ranks``-th position from its own, so the split depends only on the counts, known before a step."""
+    each = num_samples // num_ranks if drop else -(-num_samples // num_ranks)
+    return range(rank, each * num_ranks, num_ranks)
 
 
 class DataSubset:

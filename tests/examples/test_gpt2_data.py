@@ -63,20 +63,6 @@ def test_shuffle_is_a_seeded_permutation_independent_of_workers(tmp_path):
     assert order(num_workers=2, prefetch_factor=2, persistent_workers=True) == plain
 
 
-def test_files_are_sharded_by_streaming_rank(tmp_path, monkeypatch):
-    samples = random_samples(30, 8, 64)
-    write_vendor_shards(tmp_path, samples, per_file=6)  # 5 files
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    seen = []
-    for rank, files in ((0, 3), (1, 2)):
-        monkeypatch.setenv("RANK", str(rank))
-        loader = data.build_dataloader("eval", data_dir=str(tmp_path), batch_size=4, shuffle=False,
-                                       drop_last_batch=False)
-        assert len(loader.dataset.files) == files and loader.batch_size == 2  # effective batch over 2 streamers
-        seen += [tuple(r["input_ids"]) for r in all_rows(loader)]
-    assert sorted(seen) == sorted(tuple(s[0]) for s in samples)
-
-
 @pytest.mark.parametrize("damage,message", [
     ("no_files", "no \\*.h5 files"),
     ("no_data", "has no dataset 'data'"),

@@ -224,3 +224,25 @@ def test_accumulated_micro_batches_all_reduce_once(batches):
             return "ddp's no_sync"
     assert Strategy().holding_gradients(FakeDDP()) == "ddp's no_sync"
     assert isinstance(Strategy().holding_gradients(model), contextlib.nullcontext)
+
+
+def _finished(tmp_path, rank, exitcode):
+    """A replica whose run completed (cs_run.replicas.record_finished wrote its file) and then failed on its way out."""
+    path = tmp_path / f"finished_{rank}.json"
+    path.write_text(json.dumps({"message": "finished", "timestamp": 20, "cs_run": {"finished": True, "time": 20.0}}))
+    return ProcessFailure(local_rank=rank, pid=1000 + rank, exitcode=exitcode, error_file=str(path))
+
+
+DONE = "after the run had completed: its last checkpoint is written, nothing to rerun"
+
+
+@pytest.mark.parametrize("failures,line", [
+    # finished, then killed on the way out (the SIGABRT of a teardown): no rerun advice, the run reached its end
+    (lambda p: {1: _finished(p, 1, -signal.SIGABRT)}, f"replica 1 of 2 was killed by signal SIGABRT ({DONE})"),
+    (lambda p: {0: _finished(p, 0, 1)}, f"replica 0 of 2 exited with code 1 (its output is above; {DONE})"),
+    # one replica finished and died, the other then lost its peer: still the completed run
+    (lambda p: {0: _failure(p, 0, 1, ("replica 0 of 2 lost its peers in a collective", 1, 30.0), peer_lost=True),
+                1: _finished(p, 1, -signal.SIGABRT)}, f"replica 1 of 2 was killed by signal SIGABRT ({DONE})"),
+])
+def test_a_replica_that_fails_after_its_run_completed_is_not_told_to_rerun(tmp_path, failures, line):
+    assert replicas._failure_line(ChildFailedError("x", failures(tmp_path)), 2) == (line, 1)
