@@ -81,11 +81,14 @@ def _click_option(option: RunOption):
 def run_command_options(command: str):
     """The flags of one run command: --params, --device, the declaration's flags that change something
     this command does (cs_run.frontends.options.command_options), and --set for any other key."""
+    device, device_help = "CPU", "Eager CPU or GPU, or CSX: the traced, compiled engine (on CUDA if present)."
+    if COMMAND_USES[command] == ("trace",):  # validate-only, compile-only: they check the CSX engine's trace
+        device, device_help = "CSX", "The CSX engine, which this command checks (CPU or GPU given: CSX all the same)."
     options = [
         click.option("--params", "-p", "params_path", type=click.Path(dir_okay=False, path_type=Path), cls=Flag,
                      default_text="the bundled fc_mnist params", help="Params YAML (Model Zoo layout)."),
-        click.option("--device", type=click.Choice(["CPU", "GPU", "CSX"], case_sensitive=False), default="CPU",
-                     show_default=True, help="Eager CPU or GPU, or CSX: the traced, compiled engine (on CUDA if present)."),
+        click.option("--device", type=click.Choice(["CPU", "GPU", "CSX"], case_sensitive=False), default=device,
+                     show_default=True, help=device_help),
         *[_click_option(option) for option in command_options(command)],
         click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", cls=Flag, default_text="none",
                      help="Override any params key, e.g. --set runconfig.log_steps=10; KEY=null removes it (repeatable). "

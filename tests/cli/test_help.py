@@ -209,3 +209,11 @@ def test_convert_help_names_every_model_with_a_hugging_face_converter():
     assert len(with_one) >= 10
     for name, spec in with_one.items():
         assert all(f" {n}" in text for n in (name, *spec.hf_model_types)), name
+
+
+@pytest.mark.parametrize("command", ["validate-only", "compile-only"])
+def test_the_trace_only_commands_show_the_device_they_use(command, workdir):
+    """They always trace on CSX: their --device default says so (it said CPU)."""
+    assert _parse((command,), [])["device"] == "CSX"
+    text = " ".join(invoke(command, "--help").output.split())
+    assert "[default: CSX]" in text and "[default: CPU]" not in text
