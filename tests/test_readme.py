@@ -77,3 +77,44 @@ def test_readme_commands_run_in_order_on_a_fresh_clone(tmp_path):
     assert sorted(p.name for p in (clone / "model_dir" / "fc_mnist").glob("checkpoint_*.mdl")) == \
         ["checkpoint_100.mdl", "checkpoint_50.mdl"]
     assert (clone / "resolved.yaml").read_text().count("max_steps: 10") == 1
+
+
+MOVED_TO_DOCS = ("docs/performance.md", "docs/vendor-compatibility.md", "docs/replicas.md")
+"""Pages that hold what the README once did (benchmarks, vendor compatibility, replicas in full): the README
+links them, and their commands are checked as the README's are."""
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a page's headings (lower case, punctuation dropped, spaces as hyphens)."""
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)  # a '# comment' in a block is no heading
+    return {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            for line in text.splitlines() if line.startswith("#")}
+
+
+def test_anchor_rule_is_githubs():
+    assert re.sub(r"[^\w\- ]", "", "fc_mnist's `model` keys".lower()).replace(" ", "-") == "fc_mnists-model-keys"
+
+
+@pytest.mark.parametrize("page", ["README.md", *MOVED_TO_DOCS])
+def test_links_to_pages_and_headings_resolve(page):
+    """Every link of the README and of the pages its text moved to reaches an existing page and heading."""
+    source = ROOT / page
+    links = re.findall(r"\]\(([^)\s]+\.md)(#[^)\s]*)?\)", source.read_text())
+    assert links or page != "README.md"
+    for target, anchor in links:
+        path = (source.parent / target).resolve()
+        assert path.is_file(), f"{page}: {target} does not exist"
+        if anchor:
+            assert anchor[1:] in _anchors(path), f"{page}: {target}{anchor}: no such heading"
+
+
+def test_the_readme_links_the_pages_its_text_moved_to():
+    text = (ROOT / "README.md").read_text()
+    assert all(f"]({page}" in text for page in MOVED_TO_DOCS)
+
+
+@pytest.mark.parametrize("page", MOVED_TO_DOCS)
+def test_the_moved_pages_commands_say_why_they_are_not_run(page):
+    """tests/test_readme.py runs the README's blocks only: a block moved out must say where it is tested."""
+    blocks = readme_blocks((ROOT / page).read_text())
+    assert all(not runs for _, _, runs in blocks), [line for line, _, runs in blocks if runs]

@@ -21,6 +21,7 @@ from cs_run.checkpoint.files import info as run_info
 from cs_run.checkpoint.reader import raise_if_damaged
 from cs_run.errors import CheckpointError, ParamsError
 from cs_run.exits import ErrorGroup
+from cs_run.frontends.help_format import Flag, HelpCommand
 from cs_run.registry import apply_model_defaults, hf_converter
 
 __all__ = ["checkpoint"]
@@ -110,30 +111,52 @@ def checkpoint() -> None:
     """Inspect and convert checkpoints (H5, torch pickle, safetensors)."""
 
 
-@checkpoint.command()
+HF_FAMILIES = ("gpt2, gptj, gpt-neox (model_type gpt_neox), llama, mistral, mixtral, gemma2, falcon, bloom, "
+               "starcoder and santacoder (model_type gpt_bigcode), mpt")
+"""The Hugging Face model_types ``--from hf`` reads and the families ``--to hf`` writes (the models with a
+Hugging Face converter: models/*/hf.py; tests/cli/test_help.py checks this against the registry)."""
+
+
+@checkpoint.command(cls=HelpCommand, examples=[
+    ("a run's checkpoint as a torch file (the format from DST's extension)",
+     "cs-run checkpoint convert model_dir/fc_mnist/checkpoint_100.mdl weights.pt"),
+    ("to safetensors, trusting SRC (no CRC32 check)",
+     "cs-run checkpoint convert checkpoint_100.mdl weights.safetensors --no_verify"),
+    ("a file the vendor's cstorch.load reads", "cs-run checkpoint convert checkpoint_100.mdl vendor.mdl --to vendor"),
+    ("a Hugging Face folder to a checkpoint and its model: params (llama.yaml)",
+     "cs-run checkpoint convert hf_llama llama.mdl --from hf"),
+    ("a decoder run's checkpoint to a Hugging Face folder (its params_resolved.yaml names the model)",
+     "cs-run checkpoint convert model_dir/checkpoint_30.mdl hf_dir --to hf"),
+    ("a sharded run's checkpoint folder to one file, and back to 4 shards",
+     "cs-run checkpoint convert model_dir/checkpoint_30.mdl whole.mdl"),
+    ("", "cs-run checkpoint convert whole.mdl four.mdl --to sharded --shards 4"),
+])
 @click.argument("src", type=click.Path(dir_okay=True))
 @click.argument("dst", type=click.Path())
 @click.option("--to", "to", type=click.Choice(["h5", "torch", "safetensors", "vendor", "hf", "sharded"]), default=None,
-              help="Target format (default: from DST's extension: .h5/.mdl, .pt/.pth/.bin, .safetensors); "
-                   "vendor: the vendor's format 0.5, read by cerebras.pytorch's cstorch.load; "
+              cls=Flag, default_text="from DST's extension: .h5/.mdl, .pt/.pth/.bin, .safetensors",
+              help="Target format. vendor: the vendor's format 0.5, read by cerebras.pytorch's cstorch.load; "
                    "sharded: a sharded checkpoint folder DST of --shards N shards, as N sharded replicas write; "
-                   "hf: a Hugging Face folder DST (config.json + model.safetensors) of a model with a converter (gpt2).")
-@click.option("--from", "from_", type=click.Choice(["hf"]), default=None,
-              help="hf: SRC is a Hugging Face folder (its config.json's model_type names the model, e.g. gpt2); "
-                   "writes the checkpoint DST and DST's .yaml params.")
-@click.option("--params", "params_path", type=click.Path(dir_okay=False, exists=True),
-              help="With --to hf: the run's params (default: params_resolved.yaml beside SRC).")
-@click.option("--allow-pickle", is_flag=True, help="Read and write pickled objects (trusted files only).")
-@click.option("--no-verify", is_flag=True,
-              help="Skip the CRC32 check of every tensor of SRC (on by default: a damaged tensor is an error).")
-@click.option("--overwrite", is_flag=True, help="Replace DST when it exists (without it, an existing DST is refused).")
-@click.option("--shards", type=click.IntRange(1, 65536), default=None,
+                   f"hf: a Hugging Face folder DST (config.json + model.safetensors) of a run of {HF_FAMILIES}.")
+@click.option("--from", "from_", type=click.Choice(["hf"]), default=None, cls=Flag,
+              default_text="SRC's own format, read from it",
+              help=f"hf: SRC is a Hugging Face folder (config.json + weights) of {HF_FAMILIES}; writes the "
+                   "checkpoint DST and DST's .yaml params.")
+@click.option("--params", "params_path", type=click.Path(dir_okay=False, exists=True), cls=Flag,
+              default_text="params_resolved.yaml beside SRC", help="With --to hf: the run's params.")
+@click.option("--allow_pickle", is_flag=True, cls=Flag, default_text="off",
+              help="Read and write pickled objects (trusted files only).")
+@click.option("--no_verify", is_flag=True, cls=Flag, default_text="off: every tensor's CRC32 is checked",
+              help="Skip the CRC32 check of every tensor of SRC (a damaged tensor is an error).")
+@click.option("--overwrite", is_flag=True, cls=Flag, default_text="off: an existing DST is refused",
+              help="Replace DST when it exists.")
+@click.option("--shards", type=click.IntRange(1, 65536), default=None, cls=Flag, default_text="none",
               help="With --to sharded: the number of shards (replicas) DST is written for.")
 def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: str | None, allow_pickle: bool,
             no_verify: bool, overwrite: bool, shards: int | None) -> None:
     """Convert checkpoint SRC to DST (H5 <-> torch pickle <-> safetensors; --to vendor: the vendor's format 0.5;
-    gpt2 <-> Hugging Face with --to hf / --from hf). SRC may be a sharded run's checkpoint folder (read
-    whole: e.g. to one .mdl file); --to sharded --shards N writes one.
+    a decoder family's checkpoint <-> Hugging Face with --to hf / --from hf). SRC may be a sharded run's
+    checkpoint folder (read whole: e.g. to one .mdl file); --to sharded --shards N writes one.
 
     A .pt written here loads with torch.load(weights_only=True); numpy values in it are tagged dicts
     that cs-run turns back into numpy values."""
@@ -169,10 +192,15 @@ def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: 
     click.echo(f"wrote {dst} ({fmt})")
 
 
-@checkpoint.command()
+@checkpoint.command(cls=HelpCommand, examples=[
+    ("format, global step, parameter count and every key", "cs-run checkpoint info model_dir/fc_mnist/checkpoint_100.mdl"),
+    ("also check every tensor's CRC32 (exit 1 naming damaged keys)",
+     "cs-run checkpoint info model_dir/fc_mnist/checkpoint_100.mdl --verify"),
+    ("the same description as JSON", "cs-run checkpoint info model_dir/fc_mnist/checkpoint_100.mdl --json")])
 @click.argument("path", type=click.Path(exists=True, dir_okay=True))
-@click.option("--json", "as_json", is_flag=True, help="Print the description as JSON.")
-@click.option("--verify", is_flag=True, help="Check every tensor's CRC32; exit 1 naming damaged keys.")
+@click.option("--json", "as_json", is_flag=True, cls=Flag, default_text="off", help="Print the description as JSON.")
+@click.option("--verify", is_flag=True, cls=Flag, default_text="off",
+              help="Check every tensor's CRC32; exit 1 naming damaged keys.")
 def info(path: str, as_json: bool, verify: bool) -> None:
     """Show the checkpoint at PATH: its format, global step and parameter count, then every key with
     its type, dtype and shape (or value) and size."""

@@ -19,6 +19,7 @@ import cs_run
 from cs_run._logging import setup_console_logging
 from cs_run.errors import CsRunError, ParamsError
 from cs_run.exits import ErrorGroup
+from cs_run.frontends.help_format import OPTIONS, Flag, HelpCommand
 from cs_run.frontends.options import COMMAND_USES, RunOption, command_options, flag_names, flag_overrides
 from cs_run.params import load_params, params_yaml, parse_override
 
@@ -29,10 +30,37 @@ def default_params_path() -> Path:
     return Path(str(resources.files("cs_run.examples") / "fc_mnist" / "params.yaml"))
 
 
+UNSET = {"max_steps": "no cap", "eval_steps": "the whole eval loader", "seed": "not seeded",
+         "checkpoint_path": "the newest in model_dir", "runner": "the device's runner",
+         "compile_dir": "model_dir/cached_compile", "compile_tier": "auto"}
+"""What a runconfig key left unset (None) means, where "none" would not say it."""
+
+SECTIONS = {"num_csx": "Replicas and sharding", "sharding": "Replicas and sharding", "offload": "Replicas and sharding",
+            "collective_timeout": "Replicas and sharding", "num_workers_per_csx": "Replicas and sharding",
+            "compile_dir": "CSX engine", "compile_tier": "CSX engine"}
+"""The help section of a run flag that is not under Options (appliance-only flags: :data:`APPLIANCE`)."""
+
+APPLIANCE = "Appliance only"
+SECTION_NOTES = {APPLIANCE: "Checked and recorded in the resolved params; they change nothing off a Cerebras "
+                            "appliance (the run log names them once)."}
+
+
+def _default_text(option: RunOption) -> str:
+    """Where a run flag's value comes from when it is not given: its runconfig key, else the key's default."""
+    if option.kind == "bool":
+        return "off"
+    if option.name == "resume":
+        return "from runconfig.checkpoint_path / autoload_checkpoint, else auto"
+    unset = UNSET.get(option.key) or ("none" if option.default in (None, ()) else str(option.default))
+    return f"from runconfig.{option.key}, else {unset}"
+
+
 def _click_option(option: RunOption):
     """A flag of the declaration as a click option (type, range, choices and help from the field)."""
+    section = APPLIANCE if option.appliance_only else SECTIONS.get(option.name, OPTIONS)
+    common = {"cls": Flag, "section": section, "default_text": _default_text(option)}
     if option.kind == "bool":
-        return click.option(f"--{option.name}", option.dest, is_flag=True, default=None, help=option.help)
+        return click.option(f"--{option.name}", option.dest, is_flag=True, default=None, help=option.help, **common)
     if option.kind == "int":
         kind: Any = click.IntRange(min=option.minimum, max=option.maximum)
     elif option.kind == "choice":
@@ -46,19 +74,23 @@ def _click_option(option: RunOption):
     else:
         kind = str
     return click.option(f"--{option.name}", option.dest, type=kind, multiple=option.kind == "list",
-                        metavar=option.metavar, help=option.help + (" (repeatable)" if option.kind == "list" else ""))
+                        metavar=option.metavar, help=option.help + (" (repeatable)" if option.kind == "list" else ""),
+                        **common)
 
 
 def run_command_options(command: str):
     """The flags of one run command: --params, --device, the declaration's flags that change something
     this command does (cs_run.frontends.options.command_options), and --set for any other key."""
+    device, device_help = "CPU", "Eager CPU or GPU, or CSX: the traced, compiled engine (on CUDA if present)."
+    if COMMAND_USES[command] == ("trace",):  # validate-only, compile-only: they check the CSX engine's trace
+        device, device_help = "CSX", "The CSX engine, which this command checks (CPU or GPU given: CSX all the same)."
     options = [
-        click.option("--params", "-p", "params_path", type=click.Path(dir_okay=False, path_type=Path),
-                     help="Params YAML (Model Zoo layout). Default: the bundled fc_mnist params."),
-        click.option("--device", type=click.Choice(["CPU", "GPU", "CSX"], case_sensitive=False), default="CPU",
-                     show_default=True, help="Eager CPU or GPU, or CSX: the traced, compiled engine (on CUDA if present)."),
+        click.option("--params", "-p", "params_path", type=click.Path(dir_okay=False, path_type=Path), cls=Flag,
+                     default_text="the bundled fc_mnist params", help="Params YAML (Model Zoo layout)."),
+        click.option("--device", type=click.Choice(["CPU", "GPU", "CSX"], case_sensitive=False), default=device,
+                     show_default=True, help=device_help),
         *[_click_option(option) for option in command_options(command)],
-        click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+        click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", cls=Flag, default_text="none",
                      help="Override any params key, e.g. --set runconfig.log_steps=10; KEY=null removes it (repeatable). "
                           "Precedence: params file < --set < a flag."),
     ]
@@ -71,13 +103,16 @@ def run_command_options(command: str):
     return decorate
 
 
-class RunCommand(click.Command):
+class RunCommand(HelpCommand):
     """A run command whose refusal of another command's flag says which commands take it."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, section_notes=SECTION_NOTES, **kwargs)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
             return super().parse_args(ctx, args)
-        except click.NoSuchOption as e:
+        except click.NoSuchOption as e:  # its option_name is normalized: the declared spelling
             takers = [name for name in COMMAND_USES if any(f"--{o.name}" == e.option_name
                                                             for o in command_options(name))]
             if not takers:
@@ -158,8 +193,59 @@ def _run(mode: str, options: dict[str, Any], extra_flags: Optional[dict] = None)
             click.echo(f"{key} = {value:.5f}")
 
 
+EXAMPLES = {
+    "train": [
+        ("the bundled fc_mnist params, 50 steps; the same command with --max_steps 100 resumes at 50",
+         "cs-run train --model_dir model_dir/fc_mnist --max_steps 50"),
+        ("your params file on the CSX engine, one key overridden",
+         "cs-run train --params params.yaml --device CSX --set optimizer.learning_rate=0.02"),
+        ("a new run from an earlier checkpoint, into another folder",
+         "cs-run train --model_dir model_dir/branch --resume model_dir/fc_mnist/checkpoint_50.mdl --max_steps 70"),
+        ("2 replicas, the model sharded over them (FSDP2)",
+         "cs-run train --params params.yaml --num_csx 2 --sharding fsdp"),
+        ("the resolved params (file, --set and flags applied) as YAML; runs nothing",
+         "cs-run train --max_steps 10 --print_config"),
+    ],
+    "eval": [
+        ("the newest checkpoint in model_dir on eval_input",
+         "cs-run eval --model_dir model_dir/fc_mnist"),
+        ("one checkpoint, 10 eval batches",
+         "cs-run eval --model_dir model_dir/fc_mnist --checkpoint_path model_dir/fc_mnist/checkpoint_50.mdl "
+         "--eval_steps 10"),
+    ],
+    "train-and-eval": [
+        ("what make run does: 400 steps of fc_mnist from step 0, then eval/loss and eval/accuracy",
+         "cs-run train-and-eval --model_dir model_dir/quickstart --resume none"),
+        ("a seeded run with another learning rate",
+         "cs-run train-and-eval --model_dir model_dir/lr_0.02 --max_steps 40 --seed 2 --set optimizer.learning_rate=0.02"),
+        ("evaluate every 100 steps and stop once eval/loss stops improving",
+         "cs-run train-and-eval --params params.yaml --set runconfig.eval_frequency=100 "
+         "--set runconfig.early_stopping_metric=eval/loss"),
+    ],
+    "eval-all": [
+        ("every checkpoint in model_dir, oldest first",
+         "cs-run eval-all --model_dir model_dir/fc_mnist"),
+        ("the same on the CSX engine's fx tier",
+         "cs-run eval-all --model_dir model_dir/fc_mnist --device CSX --compile_tier fx"),
+    ],
+    "validate-only": [
+        ("trace the training step: its graph summary, or the compliance error at your file:line",
+         "cs-run validate-only --params params.yaml"),
+        ("trace the eval step instead",
+         "cs-run validate-only --params params.yaml --mode eval"),
+    ],
+    "compile-only": [
+        ("compile the training step into model_dir/cached_compile, so the next CSX run starts at once",
+         "cs-run compile-only --params params.yaml --compile_tier inductor"),
+        ("a compile cache shared by several runs",
+         "cs-run compile-only --params params.yaml --compile_dir cache/"),
+    ],
+}
+"""Each run command's Examples block (tests/cli/test_help.py parses every one)."""
+
+
 def _mode_command(name: str, mode: str, summary: str):
-    @cli.command(name, cls=RunCommand, help=summary)
+    @cli.command(name, cls=RunCommand, help=summary, examples=EXAMPLES[name])
     @run_command_options(name)
     def command(**options: Any) -> None:
         _run(mode, options)
@@ -174,7 +260,7 @@ eval_all = _mode_command("eval-all", "eval_all", "Evaluate every checkpoint in m
 
 
 def _trace_only_command(name: str, key: str, summary: str):
-    @cli.command(name, cls=RunCommand, help=summary)
+    @cli.command(name, cls=RunCommand, help=summary, examples=EXAMPLES[name])
     @click.option("--mode", type=click.Choice(["train", "eval"]), default="train", show_default=True,
                   help="Which step to trace.")
     @run_command_options(name)
@@ -206,12 +292,15 @@ writes the shards in a clone; the starter's data folder, relative to its own fol
 writes the shards there). The prefix is checked, so a change of the bundled file cannot go unnoticed."""
 
 
-@cli.command("init")
+@cli.command("init", cls=HelpCommand, examples=[
+    ("a small CNN project to make your own, then train it",
+     "cs-run init my_model && cs-run train --params my_model/params.yaml --max_steps 100"),
+    ("the bundled GPT-2 example's params file", "cs-run init my_gpt2 --example gpt2")])
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--example", type=click.Choice(sorted(STARTERS)), default="custom_model", show_default=True,
               help="custom_model: params.yaml, model.py and data.py of a small CNN to make your own; fc_mnist, "
                    "gpt2: the bundled example's params.yaml.")
-@click.option("--force", is_flag=True, help="Overwrite files of the same names in FOLDER.")
+@click.option("--force", is_flag=True, cls=Flag, default_text="off", help="Overwrite files of the same names in FOLDER.")
 def init(folder: Path, example: str, force: bool) -> None:
     """Write a starter project into FOLDER (created if needed): a params file, and for custom_model the
     model and data functions it names. Then: cs-run train --params FOLDER/params.yaml"""

@@ -41,7 +41,7 @@ COMMAND_USES = {"train": ("train",), "eval": ("eval",), "train-and-eval": ("trai
 @dataclass(frozen=True)
 class RunOption:
     """One flag: a runconfig key (``--name``), or one of the few flags that are not a key (``resume``,
-    ``print-config``, declared in :data:`EXTRA_OPTIONS`)."""
+    ``print_config``, declared in :data:`EXTRA_OPTIONS`)."""
 
     name: str
     kind: str
@@ -65,10 +65,14 @@ class RunOption:
     metavar: Optional[str] = None
     uses: tuple = USES
     """The run commands' jobs (:data:`USES`) it changes; ``cs-run`` commands without them refuse it."""
+    default: Any = None
+    """The runconfig key's default: the value when neither the flag nor the params file gives one."""
+    appliance_only: bool = False
+    """It configures only the vendor's appliance (checked and recorded; changes nothing here)."""
 
     @property
     def dest(self) -> str:
-        """The Python name of its value (``print-config`` -> ``print_config``)."""
+        """The Python name of its value (a flag's declared spelling, ``print_config``)."""
         return self.name.replace("-", "_")
 
 
@@ -77,7 +81,7 @@ EXTRA_OPTIONS = (
               help="Where training starts: auto (the newest checkpoint in model_dir, the default), none (fresh "
                    "weights; model_dir's checkpoints are left alone) or a checkpoint file (runconfig "
                    "autoload_checkpoint / checkpoint_path)."),
-    RunOption(name="print-config", kind="bool", run_py=False,
+    RunOption(name="print_config", kind="bool", run_py=False,
               help="Print the resolved params (file, --set and flags applied, defaults filled in) as YAML and "
                    "exit without running."),
 )
@@ -129,7 +133,9 @@ def run_options() -> tuple[RunOption, ...]:
         out.append(RunOption(name=f.name, key=f.name, kind=_kind(hints[f.name], f.metadata), help=docs.get(f.name, ""),
                              cli=flag.get("cli", True), short=flag.get("short"), minimum=f.metadata.get("min"),
                              maximum=f.metadata.get("max"), choices=tuple(f.metadata.get("choices", ())),
-                             path=flag.get("path"), metavar=flag.get("metavar"), uses=tuple(flag.get("uses", USES))))
+                             path=flag.get("path"), metavar=flag.get("metavar"), uses=tuple(flag.get("uses", USES)),
+                             default=tuple(f.default_factory()) if f.default is dataclasses.MISSING else f.default,
+                             appliance_only=f.metadata.get("appliance_only", False)))
     return tuple(out) + EXTRA_OPTIONS
 
 

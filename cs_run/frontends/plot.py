@@ -24,6 +24,7 @@ from typing import Any
 import click
 
 from cs_run.errors import CsRunError, ParamsError
+from cs_run.frontends.help_format import Flag, HelpCommand
 from cs_run.summaries import ScalarRow, read_scalar_rows
 
 __all__ = ["Segment", "attach_evals", "load_segments", "make_figure", "plot", "plot_scalars",
@@ -241,7 +242,10 @@ def plot_scalars(
     return output_png
 
 
-@click.command("plot")
+@click.command("plot", cls=HelpCommand, examples=[
+    ("loss, lr and eval curves of one run", "cs-run plot model_dir/fc_mnist -o curves.png"),
+    ("two runs overlaid, logarithmic y", "cs-run plot model_dir/fc_mnist model_dir/csx --logy -o cpu_vs_csx.png"),
+    ("only some tags", "cs-run plot model_dir/fc_mnist --tags loss,lr")])
 @click.argument(
     "model_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path)
 )
@@ -250,14 +254,18 @@ def plot_scalars(
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="PNG to write (default: MODEL_DIR/scalars.png; scalars.png here for several MODEL_DIRS).",
+    cls=Flag,
+    default_text="MODEL_DIR/scalars.png; scalars.png here for several MODEL_DIRS",
+    help="PNG to write.",
 )
 @click.option(
     "--tags",
     default=None,
-    help="Comma-separated tags to draw (default: all), e.g. loss,lr.",
+    cls=Flag,
+    default_text="all",
+    help="Comma-separated tags to draw, e.g. loss,lr.",
 )
-@click.option("--logy", is_flag=True, help="Logarithmic y axes (panels with values <= 0 stay linear).")
+@click.option("--logy", is_flag=True, cls=Flag, default_text="off", help="Logarithmic y axes (panels with values <= 0 stay linear).")
 def plot(model_dirs: tuple[Path, ...], output: Path | None, tags: str | None, logy: bool) -> None:
     """Render the train/eval scalars of MODEL_DIRS as one PNG (needs the 'plot' extra).
 

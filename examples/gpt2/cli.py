@@ -12,6 +12,7 @@ import click
 from cs_run.examples.gpt2.preprocess import collect_documents, stdlib_documents
 from cs_run.examples.gpt2.preprocess import preprocess as run
 from cs_run.exits import ErrorGroup
+from cs_run.frontends.help_format import Flag, HelpCommand
 
 __all__ = ["data"]
 
@@ -21,19 +22,26 @@ def data() -> None:
     """Prepare training data."""
 
 
-@data.command()
+@data.command(cls=HelpCommand, examples=[
+    ("what make run-gpt2 shards: this Python's standard library sources, 5% held out for validation",
+     "cs-run data preprocess --stdlib -o data --max_seq_length 128 --vocab_size 4096 --eval_fraction 0.05"),
+    ("your text files and folders, with an existing tokenizer",
+     "cs-run data preprocess corpus/ notes.txt -o data --tokenizer tokenizer.json"),
+    ("write again over the shards already there (swapped in at the end)",
+     "cs-run data preprocess corpus/ -o data --pattern '*.md' --overwrite")])
 @click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--output", "--output_dir", "-o", "output_dir", required=True, metavar="OUTPUT_DIR",
+@click.option("--output", "--output_dir", "-o", "output_dir", required=True, cls=Flag, metavar="OUTPUT_DIR",
               type=click.Path(file_okay=False, path_type=Path),
               help="Writes OUTPUT_DIR/train (and val) shards and OUTPUT_DIR/tokenizer.json (-o is --output in "
                    "every cs-run command).")
-@click.option("--stdlib", is_flag=True,
+@click.option("--stdlib", is_flag=True, cls=Flag, default_text="off",
               help="Also take the running Python's top-level standard library modules as documents.")
 @click.option("--pattern", multiple=True, default=("*.txt",), show_default=True,
               help="File patterns searched in input folders (repeatable).")
-@click.option("--max_seq_length", type=click.IntRange(min=2), default=128, show_default=True)
+@click.option("--max_seq_length", type=click.IntRange(min=2), default=128, show_default=True,
+              help="Tokens per sample (the shards' max_sequence_length).")
 @click.option("--tokenizer", "tokenizer_path", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="An existing tokenizers JSON file; without it a byte-level BPE is trained on the train files.")
+              cls=Flag, default_text="a byte-level BPE trained on the train files", help="An existing tokenizers JSON file.")
 @click.option("--vocab_size", type=click.IntRange(min=257), default=8192, show_default=True,
               help="Vocabulary of the trained tokenizer.")
 @click.option("--eval_fraction", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
@@ -41,7 +49,7 @@ def data() -> None:
 @click.option("--files_per_record", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Samples per .h5 shard.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the train/val document split.")
-@click.option("--overwrite", is_flag=True,
+@click.option("--overwrite", is_flag=True, cls=Flag, default_text="off: an OUTPUT_DIR holding shards is refused",
               help="Replace the shards and tokenizer.json already in OUTPUT_DIR (the new ones are swapped in at the "
                    "end: a failure keeps the old).")
 def preprocess(inputs: tuple[Path, ...], output_dir: Path, stdlib: bool, pattern: tuple[str, ...],

@@ -113,7 +113,7 @@ def test_pt_written_by_convert_loads_with_weights_only_and_converts_back_lossles
 
 def test_pt_refuses_pickled_objects_by_key(tmp_path):
     save({"ok": torch.ones(1), "obj": {1, 2}}, tmp_path / "p.mdl", allow_pickle=True)
-    result = _run("convert", tmp_path / "p.mdl", tmp_path / "p.pt", "--allow-pickle")
+    result = _run("convert", tmp_path / "p.mdl", tmp_path / "p.pt", "--allow_pickle")
     assert result.exit_code == 1 and "key 'obj'" in result.output and result.output.count("\n") == 1
     assert not (tmp_path / "p.pt").exists()
 

@@ -15,18 +15,18 @@ _CLUSTER = ["--num_csx", "--max_wgt_servers", "--max_act_per_csx", "--num_worker
 FLAGS = {
     "train": ["--model_dir", "--max_steps", "--num_steps", "--num_epochs", "--seed", "--checkpoint_path", "--logging",
               "--runner", "--sharding", "--offload", "--compile_dir", "--compile_tier", *_CLUSTER, "--resume",
-              "--print-config"],
+              "--print_config"],
     "eval": ["--model_dir", "--eval_steps", "--seed", "--checkpoint_path", "--logging", "--runner", "--sharding",
-             "--offload", "--compile_dir", "--compile_tier", *_CLUSTER, "--print-config"],
+             "--offload", "--compile_dir", "--compile_tier", *_CLUSTER, "--print_config"],
     "train-and-eval": ["--model_dir", "--max_steps", "--num_steps", "--num_epochs", "--eval_steps", "--seed",
                        "--checkpoint_path", "--logging", "--runner", "--sharding", "--offload", "--compile_dir",
                        "--compile_tier", *_CLUSTER,
-                       "--resume", "--print-config"],
+                       "--resume", "--print_config"],
     "eval-all": ["--model_dir", "--eval_steps", "--seed", "--logging", "--runner", "--sharding", "--offload",
                  "--compile_dir", "--compile_tier",
-                 *_CLUSTER, "--print-config"],
+                 *_CLUSTER, "--print_config"],
     "validate-only": ["--mode", "--model_dir", "--logging", "--runner", "--compile_dir", "--compile_tier", *_CLUSTER,
-                      "--print-config"],
+                      "--print_config"],
 }
 FLAGS["compile-only"] = FLAGS["validate-only"]
 

@@ -1,4 +1,4 @@
-"""Per-command flags, one meaning per short option, --resume, --print-config, and the params file's folder
+"""Per-command flags, one meaning per short option, --resume, --print_config, and the params file's folder
 on sys.path."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def test_print_config_prints_the_resolved_params_and_runs_nothing(toy_project, t
     md = tmp_path / "md"
     before = sorted(tmp_path.rglob("*"))
     result = invoke("train", "--params", toy_project, "--model_dir", md, "--seed", 11, "--set", "model.hidden=5",
-                    "--print-config")
+                    "--print_config")
     assert result.exit_code == 0, result.output
     printed = yaml.safe_load(result.output)
     expected = load_params(toy_project, {"runconfig.model_dir": str(md), "runconfig.seed": 11, "model.hidden": 5})
@@ -84,7 +84,7 @@ def test_print_config_prints_the_resolved_params_and_runs_nothing(toy_project, t
 
 
 def test_print_config_of_a_bad_params_file_is_the_params_error(toy_project, tmp_path):
-    result = invoke("eval", "--params", toy_project, "--set", "runconfig.log_stesp=3", "--print-config")
+    result = invoke("eval", "--params", toy_project, "--set", "runconfig.log_stesp=3", "--print_config")
     assert result.exit_code == 2 and "did you mean 'log_steps'" in _one_error_line(result)
 
 
