@@ -12,6 +12,7 @@ header checks, checkpoint and params, the read-back of ``--to hf``) is the adapt
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -27,11 +28,15 @@ from cs_run.checkpoint import load, save
 from cs_run.checkpoint.atomic import atomic_path
 from cs_run.checkpoint.hf_folder import GENERATION_CONFIG, read_config, replaced_folder
 from cs_run.errors import CheckpointError, ParamsError
+from cs_run.lora_params import check_lora_params
+from cs_run.models.common.lora import apply_lora, folded_state_dict
 from cs_run.registry import check_function_keys, get_model_spec, resolve_object
 
 __all__ = ["interleave_rotary", "deinterleave_rotary", "split_qkv_per_head", "fuse_qkv_per_head", "assign", "Taker",
            "give_renamed", "give_lm_head", "build", "HFAdapter", "load_checkpoint_model", "WEIGHTS", "HF_BUFFERS", "check_weights",
            "safetensors_module", "runnable_params"]
+
+logger = logging.getLogger(__name__)
 
 
 def interleave_rotary(w: torch.Tensor, heads: int, rotary_dim: int) -> torch.Tensor:
@@ -264,8 +269,9 @@ def _check_expressible(model, model_keys: dict, hf_cfg: dict, keys_of) -> None:
                           f"(its config gives {theirs!r}); convert a model without it")
 
 
-def load_checkpoint_model(checkpoint: str | Path, model_keys: dict, what: str = "model"):
-    """The model ``model_keys`` describe, with the weights of ``checkpoint`` (every key, every shape).
+def load_checkpoint_model(checkpoint: str | Path, model_keys: dict, what: str = "model", lora: Any = None):
+    """The model ``model_keys`` describe, with the weights of ``checkpoint`` (every key, every shape); with
+    ``lora`` (the run's model.lora_params), the checkpoint's adapters folded into them.
 
     Raises:
         CheckpointError: the file is missing, holds no model weights, or does not fit the params' ``what``.
@@ -274,6 +280,8 @@ def load_checkpoint_model(checkpoint: str | Path, model_keys: dict, what: str = 
     if not checkpoint.exists():  # a file, or a sharded run's checkpoint folder
         raise CheckpointError(f"checkpoint convert --to hf: {checkpoint} not found")
     model = build(model_keys)
+    if lora is not None:  # a LoRA run's checkpoint: its adapters, folded into the weights below
+        apply_lora(model, check_lora_params(lora))
     state = load(str(checkpoint))
     weights = state.get("model", state) if isinstance(state, dict) else None
     if not isinstance(weights, dict):
@@ -287,7 +295,22 @@ def load_checkpoint_model(checkpoint: str | Path, model_keys: dict, what: str = 
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {checkpoint} does not match the params' {what}: missing "
                               f"{', '.join(missing[:3]) or 'none'}; unexpected {', '.join(unexpected[:3]) or 'none'}")
-    return model
+    return model if lora is None else _folded(model, model_keys)
+
+
+def _folded(model: nn.Module, model_keys: dict) -> nn.Module:
+    """The plain model whose weights are ``model``'s with its LoRA adapters folded in (the vendor's
+    fold_lora_checkpoint). An adapted embedding tied to the LM head unties them, as the vendor's fold does:
+    the head keeps the unadapted weights (what the LoRA model computed), the embedding the folded ones."""
+    folded = folded_state_dict(model)
+    plain = build(model_keys)
+    plain.load_state_dict(folded)
+    if any(not torch.equal(value, folded[key]) for key, value in plain.state_dict().items()):
+        logger.warning("LoRA: the adapted embedding is tied to the LM head; the export unties them "
+                       "(share_embedding_weights: false, tie_word_embeddings: false), as the vendor's fold does")
+        plain = build({**model_keys, "share_embedding_weights": False})
+        plain.load_state_dict(folded)
+    return plain
 
 
 def _same_layout(names: Iterable[str]) -> dict:
@@ -376,7 +399,9 @@ class HFAdapter:
         ``generation_config.json`` and the tokenizer files among ``side``. The folder is built whole under a
         temporary name beside ``out_dir`` and renamed in (:func:`replaced_folder`): an existing ``out_dir``
         stays whole until then and keeps no file of its own."""
-        model = load_checkpoint_model(checkpoint, model_keys, self.what)
+        lora = model_keys.get("lora_params")  # the adapters are folded in: the export is a plain model
+        model_keys = {k: v for k, v in model_keys.items() if k != "lora_params"}
+        model = load_checkpoint_model(checkpoint, model_keys, self.what, lora)
         # the resolved keys, plus the raw ones a family keeps out of them (gptj's use_untied_layer_norm)
         config = self.hf_config({**model_keys, **model.config, "name": model_keys["name"]})
         self.check_expressible(model, model_keys, config)

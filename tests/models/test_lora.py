@@ -219,3 +219,26 @@ def test_a_lora_run_starts_from_its_base_models_checkpoint_with_fresh_adapters(t
     with pytest.raises(Exception, match=r"lora_B"):
         run(tmp_path, shards, "CPU", "half", mode="train", model={"lora_params": LORA},
             runconfig={"max_steps": 3, "checkpoint_path": str(tmp_path / "half.mdl")})
+
+
+@pytest.mark.parametrize("targets", [["MultiheadAttention"], ["EmbeddingLayer"]], ids=["attention", "tied-embedding"])
+def test_convert_to_hf_folds_the_adapters_and_transformers_computes_the_lora_models_logits(tmp_path, shards, targets):
+    """The vendor's fold_lora_checkpoint, as the --to hf export: transformers on the folder computes what the
+    LoRA model computed. gpt2 ties its LM head to the embedding: an adapted embedding unties them."""
+    transformers = pytest.importorskip("transformers")
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from cs_run.frontends.checkpoint_cli import checkpoint as checkpoint_cli  # noqa: PLC0415
+
+    lora = {"r": 2, "alpha": 4, "target_modules": targets}
+    tuned, _ = run(tmp_path, shards, "CPU", "tuned", mode="train", model={"lora_params": lora, "dropout_rate": 0.0},
+                   runconfig={"max_steps": 3, "checkpoint_steps": 3})
+    result = CliRunner().invoke(checkpoint_cli, ["convert", "--to", "hf", str(tmp_path / "tuned" / "checkpoint_3.mdl"),
+                                                 str(tmp_path / "hf")])
+    assert result.exit_code == 0, result.output
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf")).eval()
+    ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+    tuned.model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(hf(input_ids=ids).logits, tuned.model.model(ids), rtol=1e-5, atol=1e-5)
+    assert hf.config.tie_word_embeddings is (targets != ["EmbeddingLayer"])
