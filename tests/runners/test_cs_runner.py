@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 
 import pytest
 import torch
@@ -112,7 +113,8 @@ def test_validate_only_then_compile_only_then_cache_hit(toy_project, tmp_path):
     ok = invoke("validate-only", "--params", toy_project, "--model_dir", md)
     assert ok.exit_code == 0, ok.output
     assert "graph:" in ok.output and "parameter elements" in ok.output
-    assert not list(md.glob("checkpoint_*")) and not (md / "cached_compile").exists()
+    assert not list(md.glob("checkpoint_*")) and not os.listdir(os.environ["CS_RUN_CACHE_DIR"])
+    assert ok.output.count("graph:") == 1  # the summary once: the engine's "traced" line
     compiled = invoke("compile-only", "--params", toy_project, "--model_dir", md)
     assert compiled.exit_code == 0, compiled.output
     assert "compile cache miss" in compiled.output
@@ -141,7 +143,8 @@ def test_trace_only_commands_work_with_a_user_csx_runner_subclass(toy_project, t
     assert result.exit_code == 0, result.output
     assert "graph:" in result.output and "parameter elements" in result.output
     assert not list(md.glob("checkpoint_*"))
-    assert (md / "cached_compile").exists() == (command == "compile-only")
+    assert bool(os.listdir(os.environ["CS_RUN_CACHE_DIR"])) == (command == "compile-only")  # the per-user cache
+    assert result.output.count("graph:") == 1  # the summary once, not also in the runner's line and on stdout
     runner = make_runner(toy_project, "CSX", runner="toy_models:RecordingCSRunner",
                          **{"runconfig.model_dir": str(tmp_path / "api"), f"runconfig.{key}": True})
     module = importlib.import_module("toy_models")
