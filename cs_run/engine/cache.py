@@ -11,9 +11,10 @@ passes, AOT build, torch shims). Writers never expose a partial file (temp + ren
 runs can share the folder.
 Each entry is a folder holding ``graph.py`` (the fx code, for reading) and ``summary.json`` (which
 names its key: an entry under another name is not a hit); an entry's presence is what the log's
-"compile cache hit" means: this graph was compiled into this compile_dir before. For the inductor tier, ``artifacts/`` holds the saved build a later process loads
-instead of compiling (the trace still runs: it gives the key): on CPU the step's library
-``<key>.<sha256>.aoti.so`` (``aot.py``), elsewhere inductor's artifact ``<key>.inductor.bin``.
+"compile cache hit" means: this graph was compiled into this compile_dir before. For the inductor
+tier, ``artifacts/`` holds the saved build a later process loads instead of compiling (the trace still
+runs: it gives the key): on CPU the step's library ``<key>.<sha256>.aoti.so`` (``aot.py``), elsewhere
+inductor's artifact ``<key>.inductor.bin``.
 Inductor's own caches live in ``compile_dir/inductor``; the fx tier rebuilds in milliseconds.
 """
 

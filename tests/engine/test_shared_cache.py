@@ -12,8 +12,8 @@ import torch
 
 from cs_run.engine import CompiledStep, EngineOptions, cache
 from cs_run.engine.cache import CompileCache, default_cache_dir, graph_key
-from cs_run.engine.trace import trace_step
 from cs_run.engine.state import discover_state
+from cs_run.engine.trace import trace_step
 
 HOME = "/home/someone"
 # env (None: unset) -> the folder: CS_RUN_CACHE_DIR wins, then XDG_CACHE_HOME (absolute only, as the XDG
