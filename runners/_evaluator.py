@@ -161,8 +161,10 @@ class Evaluator:
     def steps_left(self) -> Optional[int]:
         """Eval steps still to run, the current one included: the rest of this evaluation and, while training
         evaluates, those of its evaluations to come (as long as this one); None outside an evaluation of
-        known length. What the CSX engine's tier auto weighs against an inductor build."""
-        if self._position is None or self._position[1] is None:
+        known length, and with replicas (their eval shards may differ in length, and tier auto's decision is a
+        collective every replica must reach at the same step). What the CSX engine's tier auto weighs against
+        an inductor build."""
+        if self._position is None or self._position[1] is None or self._runner.strategy.world_size > 1:
             return None
         done, total = self._position
         progress, later = self._runner.progress, 0
