@@ -84,9 +84,9 @@ def _inductor_missing(device: torch.device) -> str:
     return ""
 
 
-# A cold inductor build on CPU: seconds = _BUILD_BASE + _BUILD_PER_OP x graph ops, measured on a 2-core
-# host (fc_mnist's train step, ~60 ops: ~25 s; its eval step: ~15 s). The compile cache's record of the
-# builds this host made scales it to the host (estimate_inductor_seconds).
+# A cold inductor build on CPU: seconds ~ _BUILD_BASE + _BUILD_PER_OP x graph ops, fitted on a shared 2-core
+# host (fc_mnist's train step, 65 ops: 23-62 s, the first build of a process; its eval step, 24 ops: 11-12 s
+# after it). The compile cache's record of the builds this host made scales it (estimate_inductor_seconds).
 _BUILD_BASE, _BUILD_PER_OP = 12.0, 0.2
 PAYOFF_SAMPLES = 5  # timed fx steps before the auto tier decides whether inductor can pay
 
