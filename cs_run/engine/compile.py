@@ -116,9 +116,9 @@ def compile_graph(traced: TracedStep, batch: list[torch.Tensor], tier: str, cach
     if tier != "auto":
         executable = _build(traced, batch, tier, cache, recompiles, label)
         return graphed(executable) if graphed else executable
-    fx = graphed(traced.gm) if graphed else traced.gm
     left = steps_left() if steps_left is not None else None
     if left is not None and not _inductor_saved(traced, batch, cache, device):
+        fx = graphed(traced.gm) if graphed else traced.gm
         agree = collectives.agree_choice if traced.replicas is not None else None
         if left <= PAYOFF_SAMPLES + 1:  # shorter than the timing itself: nothing to decide (same on every replica)
             logger.info("compile_tier auto: %s runs on tier fx (%d steps left: too few to time, let alone win "
