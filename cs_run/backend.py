@@ -18,6 +18,7 @@ import torch
 
 from cs_run import replicas
 from cs_run.distributed import ClusterConfig, set_num_workers_per_csx
+from cs_run.engine.cache import default_cache_dir
 from cs_run.engine.step import EngineOptions
 from cs_run.errors import BackendError, ParamsError
 from cs_run.params import CompileTier
@@ -74,7 +75,8 @@ class Backend:
     Args:
         backend_type: ``"CPU"``, ``"GPU"`` or ``"CSX"``.
         artifact_dir: Where run artifacts go (default ``./cerebras_logs``).
-        compile_dir: Compile cache (default ``<artifact_dir>/cached_compile``).
+        compile_dir: Compile cache (default: the per-user cache every run shares,
+            ``engine.cache.default_cache_dir()``: ``$CS_RUN_CACHE_DIR`` or ``~/.cache/cs-run``).
         compile_only: CSX steps are traced and compiled into the cache, never executed.
         validate_only: CSX steps are only traced (compliance checked, graph reported).
         cluster_config: A :class:`~cs_run.distributed.ClusterConfig` (or a dict of its fields).
@@ -101,8 +103,7 @@ class Backend:
             raise ParamsError("compile_only and validate_only are mutually exclusive; set at most one")
         self.backend_type = BackendType(_normalize_type(backend_type))
         self.artifact_dir = str(artifact_dir)
-        self.compile_dir = str(compile_dir) if compile_dir is not None else os.path.join(self.artifact_dir,
-                                                                                          "cached_compile")
+        self.compile_dir = str(compile_dir) if compile_dir is not None else default_cache_dir()
         self.compile_only, self.validate_only = bool(compile_only), bool(validate_only)
         if isinstance(cluster_config, dict):
             cluster_config = ClusterConfig(**cluster_config)

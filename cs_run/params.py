@@ -235,7 +235,8 @@ class RunConfig(ClusterOptions):
     device for its forward and backward (FSDP2's CPUOffloadPolicy); also with one replica."""
     # ---- CSX: the lazy-traced engine (the cluster keys come from ClusterOptions)
     compile_dir: Optional[str] = field(default=None, metadata={"flag": {"path": "dir", "uses": _ENGINE_USES}})
-    """Compile cache of the CSX engine (default: model_dir/cached_compile)."""
+    """Compile cache of the CSX engine (default: the per-user cache every run shares, $CS_RUN_CACHE_DIR or
+    ~/.cache/cs-run)."""
     compile_only: bool = field(default=False, metadata={"flag": {"cli": False}})
     """Trace and compile the step into compile_dir; run nothing (exclusive with validate_only)."""
     validate_only: bool = field(default=False, metadata={"flag": {"cli": False}})

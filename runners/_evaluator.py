@@ -50,6 +50,7 @@ class Evaluator:
         self.loader: Any = None
         self.during_training = False
         self.last: tuple[int, dict[str, float]] = (-1, {})
+        self._position: Optional[tuple[int, Optional[int]]] = None  # (steps done, steps) of the evaluation running
 
     def begin_run(self, mode: str) -> None:
         """A run in ``mode`` starts: it evaluates during training only if it is train_and_eval (the Model Zoo's
@@ -95,6 +96,7 @@ class Evaluator:
         total_loss, steps = None, 0
         with runner._progress("Eval", total_steps) as bar:
             for batch in loader:
+                self._position = (steps, total_steps)
                 if total_steps is not None and steps >= total_steps:
                     break
                 if runner._stop.requested:  # a signal during a periodic eval: the train loop saves and stops
@@ -107,6 +109,7 @@ class Evaluator:
                 runner.on_eval_batch_end(loss, 0, steps)
                 total_loss = loss.float() if total_loss is None else total_loss + loss.float()
                 bar.update(1)
+        self._position = None
         if steps == 0:
             raise _no_eval_batch(runner.params)
         early_exit = available is not None and steps < available
@@ -141,8 +144,7 @@ class Evaluator:
             return {}
         runner = self._runner
         progress = runner.progress
-        frequency = runner.params.runconfig.eval_frequency
-        every = math.ceil(frequency * progress.run_steps) if isinstance(frequency, float) else frequency
+        every = self._every()
         if not every or progress.run_step % every != 0 or progress.run_step == progress.run_steps:
             return {}
         with preserved_rng(getattr(runner._train_loader, "generator", None)):  # the last step's: final()
@@ -150,6 +152,27 @@ class Evaluator:
         self.last = (progress.global_step, results)
         runner.model.train()
         return results
+
+    def _every(self) -> Optional[int]:
+        """train_and_eval's evaluation interval in steps (eval_frequency: a count or a fraction of the run)."""
+        frequency, run_steps = self._runner.params.runconfig.eval_frequency, self._runner.progress.run_steps
+        return math.ceil(frequency * run_steps) if isinstance(frequency, float) else frequency
+
+    def steps_left(self) -> Optional[int]:
+        """Eval steps still to run, the current one included: the rest of this evaluation and, while training
+        evaluates, those of its evaluations to come (as long as this one); None outside an evaluation of
+        known length, and with replicas (their eval shards may differ in length, and tier auto's decision is a
+        collective every replica must reach at the same step). What the CSX engine's tier auto weighs against
+        an inductor build."""
+        if self._position is None or self._position[1] is None or self._runner.strategy.world_size > 1:
+            return None
+        done, total = self._position
+        progress, later = self._runner.progress, 0
+        if self.during_training and progress.run_start is not None and progress.run_step < progress.run_steps:
+            every = self._every()
+            periodic = (progress.run_steps - 1) // every - progress.run_step // every if every else 0
+            later = periodic + 1  # and the final one
+        return total - done + later * total
 
     def final(self) -> dict[str, float]:
         """train_and_eval's results: the evaluation of the final weights, run now unless training ended

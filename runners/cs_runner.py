@@ -52,8 +52,7 @@ def create_backend(params: Params, options: Optional[RunOptions] = None) -> Back
             logger.info("runconfig.%s=%s is recorded in the resolved params but has no effect on this machine "
                         "(it configures the Cerebras appliance)", key, value)
     cluster = ClusterConfig(**{f.name: getattr(rc, f.name) for f in dataclasses.fields(ClusterOptions)})
-    compile_dir = rc.compile_dir or f"{rc.model_dir}/cached_compile"
-    return make_backend("CSX", artifact_dir=rc.model_dir, compile_dir=compile_dir, compile_only=rc.compile_only,
+    return make_backend("CSX", artifact_dir=rc.model_dir, compile_dir=rc.compile_dir, compile_only=rc.compile_only,
                         validate_only=rc.validate_only, cluster_config=cluster,
                         compile_tier=rc.compile_tier if options is None else options.compile_tier)
 
@@ -89,6 +88,10 @@ class PyTorchCSRunner(PyTorchBaseRunner):
         self._bad_loss: Optional[torch.Tensor] = None
         self._cs_train_step = self._compiled_train_step() if self.optimizer is not None else None
         self._cs_eval_step = self._compiled_eval_step()
+        # How many steps are left is what tier auto weighs against an inductor build (engine/compile.py).
+        if self._cs_train_step is not None:
+            self._cs_train_step.steps_left = self._train_steps_left
+        self._cs_eval_step.steps_left = self.evaluator.steps_left
 
     # The compiled functions close over the model, optimizer, schedule and scaler: the engine finds their
     # tensors through the closure and makes them graph state. Python settings are frozen at the trace.
@@ -100,6 +103,11 @@ class PyTorchCSRunner(PyTorchBaseRunner):
     def _compiled_eval_step(self) -> CompiledStep:
         step = functools.partial(eval_step, self.model, config=self.step_config)
         return CompiledStep(_named(step, "csx_eval_step"), self.backend.engine_options())
+
+    def _train_steps_left(self) -> Optional[int]:
+        """This training run's steps still to run, the current one included; None outside training."""
+        progress = self.progress
+        return None if progress.run_start is None else progress.run_steps - progress.run_step
 
     def _train_step(self, micro_batches: list) -> torch.Tensor:
         return self._cs_train_step(micro_batches)
@@ -132,8 +140,9 @@ class PyTorchCSRunner(PyTorchBaseRunner):
             logger.info("cs-run %s of the %s step, model_dir %s", what, mode, self.model_dir)
             self.model.train(mode == "train")
             step_fn(batches if mode == "train" else batches[0])
-            summary = step_fn.last_summary
-            logger.info("%s passed: %s", what, summary.format())
+            summary = step_fn.last_summary  # the engine's "traced" line above has logged it: said once
+            logger.info("%s passed: the %s step traced%s", what, mode,
+                        "" if self.backend.validate_only else " and compiled")
             return {"summary": summary.format(), "graph": summary}
 
     def _track_loss(self, loss: torch.Tensor, step: int) -> None:

@@ -5,7 +5,10 @@ Torch is pinned to one thread: results stay deterministic and two-core CI hosts 
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
@@ -17,10 +20,22 @@ _TEST_CUDA = os.environ.get("CS_RUN_TEST_CUDA") == "1"
 if not _TEST_CUDA:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
+# The suite never writes the user's compile cache (~/.cache/cs-run): the whole session, its subprocesses
+# too, points it at a temporary folder, and each test gets its own (_own_compile_cache) so no test hits a
+# compile an earlier one made.
+os.environ["CS_RUN_CACHE_DIR"] = tempfile.mkdtemp(prefix="cs_run_test_cache_")
+atexit.register(shutil.rmtree, os.environ["CS_RUN_CACHE_DIR"], True)
+
 from cs_run import distributed  # noqa: E402  (after the GPU is hidden)
 from cs_run.engine import compile as engine_compile  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _own_compile_cache(monkeypatch, tmp_path_factory):
+    """Each test's default compile cache is a fresh folder of its own (see CS_RUN_CACHE_DIR above)."""
+    monkeypatch.setenv("CS_RUN_CACHE_DIR", str(tmp_path_factory.mktemp("compile_cache")))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,14 +1,20 @@
 """The record of compiled steps under ``compile_dir`` (docs/architecture.md#contracts).
 
-A compiled step is keyed by a hash of the graph's generated code, the values of the small constants
-it embeds, the input signature (shapes, dtypes, devices of state and batch), the data-parallel replicas
-(world size and backend: the graph's all-reduce depends on them), the tier and the torch version;
-for inductor also the host's CPU flags, torch's thread count and the source of the graph passes.
-Each entry is a folder holding ``graph.py`` (the fx code, for reading) and ``summary.json``; an entry's
-presence is what the log's "compile cache hit" means: this graph was compiled into this
-compile_dir before. For the inductor tier, ``artifacts/`` holds the saved build a later process loads
-instead of compiling (the trace still runs: it gives the key): on CPU the step's library
-``<key>.<sha256>.aoti.so`` (``aot.py``), elsewhere inductor's artifact ``<key>.inductor.bin``.
+The default compile_dir is one per user, shared by every model_dir (:func:`default_cache_dir`, as
+torch.compile's cache is), so the same graph compiles once on a host, not once per run folder. That is
+safe because a compiled step is keyed by everything it depends on: a hash of the graph's generated code,
+the bytes of every constant it embeds, the input signature (shapes, strides, dtypes, devices of state
+and batch), the data-parallel replicas (world size and backend: the graph's all-reduce depends on
+them), the tier, the torch and cs-run versions; for inductor also the host's CPU flags (or the CUDA
+device's name and capability), torch's thread count and the source of the engine's lowering (graph
+passes, AOT build, torch shims). Writers never expose a partial file (temp + rename), so concurrent
+runs can share the folder.
+Each entry is a folder holding ``graph.py`` (the fx code, for reading) and ``summary.json`` (which
+names its key: an entry under another name is not a hit); an entry's presence is what the log's
+"compile cache hit" means: this graph was compiled into this compile_dir before. For the inductor
+tier, ``artifacts/`` holds the saved build a later process loads instead of compiling (the trace still
+runs: it gives the key): on CPU the step's library ``<key>.<sha256>.aoti.so`` (``aot.py``), elsewhere
+inductor's artifact ``<key>.inductor.bin``.
 Inductor's own caches live in ``compile_dir/inductor``; the fx tier rebuilds in milliseconds.
 """
 
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -29,38 +36,73 @@ from typing import Any
 import torch
 
 from cs_run import _torch_compat
-from cs_run.engine import passes
+from cs_run.engine import aot, passes
 from cs_run.engine.collectives import cache_key as replicas_key
 from cs_run.engine.trace import TracedStep
 
-__all__ = ["CompileCache", "graph_key", "open_cache"]
+__all__ = ["CACHE_DIR_ENV", "CompileCache", "default_cache_dir", "graph_key", "open_cache"]
 
 logger = logging.getLogger(__name__)
+CACHE_DIR_ENV = "CS_RUN_CACHE_DIR"
+
+
+def default_cache_dir() -> str:
+    """The per-user compile cache every run shares unless given a compile_dir: ``$CS_RUN_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/cs-run``, else ``~/.cache/cs-run`` (the XDG rule torch.compile's cache follows too)."""
+    explicit = os.environ.get(CACHE_DIR_ENV)
+    if explicit:
+        return os.path.abspath(os.path.expanduser(explicit))
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = xdg if xdg and os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "cs-run")
 
 
 def graph_key(traced: TracedStep, batch: list[torch.Tensor], tier: str) -> str:
-    """Hash of graph code + constants + input signature + replicas + tier + torch version."""
+    """Hash of graph code + constants + input signature + replicas + tier + torch and cs-run versions
+    (+ for inductor: the host's CPU or CUDA device, threads, the lowering's source)."""
     h = hashlib.sha256()
     h.update(traced.gm.code.encode())
     for name, buf in sorted(traced.gm.named_buffers()) + sorted(
         (n, getattr(traced.gm, n)) for n in dir(traced.gm) if n.startswith("_tensor_constant")
     ):
         h.update(name.encode())
-        if isinstance(buf, torch.Tensor) and buf.numel() <= 4096:
-            h.update(buf.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes() if buf.numel() else b"")  # 0-d too
+        if isinstance(buf, torch.Tensor):  # every byte: a compiled library embeds its constants' values
+            h.update(f"{tuple(buf.shape)}|{buf.dtype}".encode())
+            if buf.numel():
+                h.update(buf.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     for t in traced.state.tensors + batch:
         h.update(f"{tuple(t.shape)}|{tuple(t.stride())}|{t.dtype}|{t.device.type}|{t.requires_grad};".encode())
-    h.update(f"{replicas_key(traced.replicas)}|{tier}|{torch.__version__}".encode())
-    if tier != "fx":  # inductor's kernels use the CPU they were built on (and parallelise for the thread
+    h.update(f"{replicas_key(traced.replicas)}|{tier}|{torch.__version__}|cs-run {_cs_run_version()}".encode())
+    if tier != "fx":  # inductor's kernels use the CPU (or GPU) they were built on (and parallelise for the thread
         # count of the building process: built with one thread they are serial); it compiles the rewritten graph
-        h.update(f"{_host_cpu()}|{torch.get_num_threads()}|{_passes_digest()}".encode())
+        devices = {t.device for t in traced.state.tensors + batch}
+        h.update(f"{_host_cpu()}|{_cuda_devices(devices)}|{torch.get_num_threads()}|{_lowering_digest()}".encode())
     return h.hexdigest()[:32]
 
 
 @functools.lru_cache(maxsize=1)
-def _passes_digest() -> str:
-    """The graph passes' source: inductor compiles the traced graph as they rewrite it (``passes.py``)."""
-    return hashlib.sha256(Path(passes.__file__).read_bytes()).hexdigest()[:16]
+def _cs_run_version() -> str:
+    try:
+        return importlib.metadata.version("cs-run")
+    except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path: the sources' digest still counts
+        return "unknown"
+
+
+def _cuda_devices(devices: set[torch.device]) -> str:
+    """The name and compute capability of each CUDA device the step uses (its kernels are built for them)."""
+    return ",".join(f"{torch.cuda.get_device_name(d)}:{torch.cuda.get_device_capability(d)}"
+                    for d in sorted(devices, key=str) if d.type == "cuda")
+
+
+@functools.lru_cache(maxsize=1)
+def _lowering_digest() -> str:
+    """The source of what turns a traced graph into an inductor build: the graph passes (inductor compiles
+    the graph as they rewrite it), the AOT build and torch's shims; a development tree changes them
+    without a new version number."""
+    h = hashlib.sha256()
+    for module in (passes, aot, _torch_compat):
+        h.update(Path(module.__file__).read_bytes())
+    return h.hexdigest()[:16]
 
 
 @functools.lru_cache(maxsize=1)
@@ -85,11 +127,16 @@ def open_cache(compile_dir: str | os.PathLike) -> CompileCache | None:
     cache = CompileCache(compile_dir)
     problem = cache.problem()
     if not problem:
+        try:  # a new (per-user) cache folder is the user's alone: others cannot plant libraries to load
+            cache.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            problem = f"cannot make {cache.root} ({exc.strerror})"
+    if not problem:
         return cache
     if (str(cache.root), problem) not in _WARNED:
         _WARNED.add((str(cache.root), problem))
         logger.warning("compile cache: %s; compiling without the cache in %s (nothing is reused or saved); "
-                       "give --compile_dir a writable folder", problem, cache.root)
+                       "give --compile_dir a writable folder (or set %s)", problem, cache.root, CACHE_DIR_ENV)
     return None
 
 
@@ -137,11 +184,15 @@ class CompileCache:
         return ""
 
     def has(self, key: str) -> bool:
-        return (self.entries / key / "summary.json").is_file()
+        """Whether ``key``'s graph was compiled here before: its entry names that key."""
+        try:
+            return json.loads((self.entries / key / "summary.json").read_text()).get("key") == key
+        except (OSError, ValueError, AttributeError):  # missing, unreadable, or not this cache's record
+            return False
 
-    def store(self, key: str, traced: TracedStep, tier: str, compile_seconds: float) -> Path:
+    def store(self, key: str, traced: TracedStep, tier: str, compile_seconds: float, how: str = "compiled") -> Path:
         final = self.entries / key
-        if final.exists():
+        if self.has(key):
             return final
         try:
             self.entries.mkdir(parents=True, exist_ok=True)
@@ -151,10 +202,38 @@ class CompileCache:
             return final
         try:
             (tmp / "graph.py").write_text(traced.gm.code)
-            record = asdict(traced.summary) | {"tier": tier, "compile_seconds": compile_seconds,
-                                               "torch": torch.__version__}
+            record = asdict(traced.summary) | {"key": key, "tier": tier, "how": how, "compile_seconds": compile_seconds,
+                                               "torch": torch.__version__, "cs_run": _cs_run_version()}
             (tmp / "summary.json").write_text(json.dumps(record, indent=1, default=str))
+            if final.exists() and not self.has(key):  # a stale or foreign entry under this name: replaced
+                shutil.rmtree(final, ignore_errors=True)
             os.rename(tmp, final)
         except OSError:  # another process stored it first, or the disk is full
             shutil.rmtree(tmp, ignore_errors=True)
         return final
+
+    def inductor_builds(self, newest: int = 20) -> list[tuple[int, float]]:
+        """``(graph ops, seconds)`` of the inductor builds recorded here (compiled, not loaded), newest first:
+        what this host's builds cost (``compile.estimate_inductor_seconds``)."""
+        try:
+            entries = sorted(self.entries.glob("*/summary.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        except OSError:
+            return []
+        builds = []
+        for path in entries:
+            try:
+                record = json.loads(path.read_text())
+                if record.get("tier") == "inductor" and record.get("how") == "compiled":
+                    builds.append((int(record["num_ops"]), float(record["compile_seconds"])))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):  # a damaged record: not evidence
+                continue
+            if len(builds) >= newest:
+                break
+        return builds
+
+    def inductor_saved(self, key: str, device: torch.device) -> bool:
+        """Whether an inductor build of ``key`` is saved here (loading it costs about nothing): on CPU a
+        library whose digest checks (``aot.find_artifact``), elsewhere inductor's artifact file."""
+        if device.type == "cpu":
+            return aot.find_artifact(self.artifacts_dir, key) is not None
+        return self.artifact_path(key).is_file()

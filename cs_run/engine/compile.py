@@ -15,7 +15,9 @@ Tiers:
   graph's key, and a later process loads it instead of compiling (``COUNTS``).
 * ``"auto"`` (the default) — builds both and lets the first real steps decide (``trial.TierTrial``):
   it never keeps a tier that its own trial measured slower. Without a C++ compiler (CPU) or triton
-  (CUDA) it is fx, and says why.
+  (CUDA) it is fx, and says why. Where inductor's build is not saved in the compile cache and the run
+  says how many steps are left (``steps_left``), it runs fx first and builds inductor only if those
+  steps could win the build back (``trial.PayoffGate``; the build's cost from :func:`estimate_inductor_seconds`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import json
 import logging
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -35,15 +38,17 @@ from typing import Any, Callable, Iterator
 import torch
 
 from cs_run import _torch_compat
+from cs_run.batches import compile_time
 from cs_run.engine import aot, collectives, passes
 from cs_run.engine.cache import CompileCache, graph_key
 from cs_run.engine.cudagraph import GraphedStep, capture_blocker
 from cs_run.engine.progress import compiling
 from cs_run.engine.trace import TracedStep
-from cs_run.engine.trial import TierTrial
+from cs_run.engine.trial import PayoffGate, TierTrial
 from cs_run.params import CompileTier
 
-__all__ = ["COUNTS", "DEFAULT_TIER", "compile_graph", "inductor_cache_dir", "resolve_tier"]
+__all__ = ["COUNTS", "DEFAULT_TIER", "compile_graph", "estimate_inductor_seconds", "inductor_cache_dir",
+           "resolve_tier"]
 
 logger = logging.getLogger(__name__)
 DEFAULT_TIER = CompileTier.AUTO
@@ -79,33 +84,87 @@ def _inductor_missing(device: torch.device) -> str:
     return ""
 
 
+# A cold inductor build on CPU: seconds ~ _BUILD_BASE + _BUILD_PER_OP x graph ops, fitted on a shared 2-core
+# host (fc_mnist's train step, 65 ops: 23-62 s, the first build of a process; its eval step, 24 ops: 11-12 s
+# after it). The compile cache's record of the builds this host made scales it (estimate_inductor_seconds).
+_BUILD_BASE, _BUILD_PER_OP = 12.0, 0.2
+PAYOFF_SAMPLES = 5  # timed fx steps before the auto tier decides whether inductor can pay
+
+
+def estimate_inductor_seconds(num_ops: int, cache: CompileCache | None) -> float:
+    """What a cold inductor build of a graph of ``num_ops`` ops costs here: the size model above, scaled
+    by how this host's recorded builds (the compile cache's, newest first) compared with the model."""
+    model = _BUILD_BASE + _BUILD_PER_OP * num_ops
+    history = cache.inductor_builds() if cache is not None else []
+    if not history:
+        return model
+    return model * statistics.median(seconds / (_BUILD_BASE + _BUILD_PER_OP * ops) for ops, seconds in history)
+
+
 def compile_graph(traced: TracedStep, batch: list[torch.Tensor], tier: str, cache: CompileCache | None,
-                  recompiles: int = 0, label: str = "step", cuda_graphs: bool = True) -> Callable[..., Any]:
+                  recompiles: int = 0, label: str = "step", cuda_graphs: bool = True,
+                  steps_left: Callable[[], int | None] | None = None) -> Callable[..., Any]:
     """Builds the executable for ``traced`` (``tier`` already resolved) and logs what it did.
 
     On a CUDA device (and ``cuda_graphs``) each executable replays as one CUDA graph where the graph
-    allows it (``cudagraph.py``; otherwise the reason is logged and it runs without one).
+    allows it (``cudagraph.py``; otherwise the reason is logged and it runs without one). ``steps_left``
+    (the steps the run still takes, this one included; None or returning None: unknown) lets tier auto
+    skip an inductor build the run cannot win back (see the module docstring).
     """
     device = traced.state.tensors[0].device if traced.state.tensors else None
     graphed = _graph_wrapper(traced, batch, device, label) if cuda_graphs else None
-    if tier == "auto":
-        executables: dict[str, Callable[..., Any]] = {"fx": traced.gm}
-        failed = ""
-        try:
-            executables["inductor"] = _build(traced, batch, "inductor", cache, recompiles, label)
-        except Exception as exc:  # noqa: BLE001  (any lowering failure: fx still runs the step)
-            failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        if traced.replicas is not None:  # replicas must run the same tier: one failure -> fx everywhere
-            failed = collectives.first_failure(failed)
-        if failed:
-            logger.warning("compile_tier auto: %s runs on tier fx: the inductor build failed (%s)", label, failed)
-            return graphed(traced.gm) if graphed else traced.gm
-        if graphed:
-            executables = {k: graphed(v) for k, v in executables.items()}
+    if tier != "auto":
+        executable = _build(traced, batch, tier, cache, recompiles, label)
+        return graphed(executable) if graphed else executable
+    left = steps_left() if steps_left is not None else None
+    if left is not None and not _inductor_saved(traced, batch, cache, device):
+        fx = graphed(traced.gm) if graphed else traced.gm
         agree = collectives.agree_choice if traced.replicas is not None else None
-        return TierTrial(executables, device=device, label=label, agree=agree)
-    executable = _build(traced, batch, tier, cache, recompiles, label)
-    return graphed(executable) if graphed else executable
+        if left <= PAYOFF_SAMPLES + 1:  # shorter than the timing itself: nothing to decide (same on every replica)
+            logger.info("compile_tier auto: %s runs on tier fx (%d steps left: too few to time, let alone win "
+                        "back an inductor build)", label, left)
+            return fx
+        _build(traced, batch, "fx", cache, recompiles, label)  # the fx build's log line and cache record
+
+        def build() -> Callable[..., Any]:
+            with compile_time():  # a compile inside a step: left out of the throughput, as the trace's
+                return _auto(traced, batch, cache, recompiles, label, graphed)
+
+        return PayoffGate(fx, build, steps_left=steps_left, samples=PAYOFF_SAMPLES, device=device, label=label,
+                          compile_seconds=estimate_inductor_seconds(traced.summary.num_ops, cache), agree=agree)
+    return _auto(traced, batch, cache, recompiles, label, graphed)
+
+
+def _inductor_saved(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache | None,
+                    device: torch.device | None) -> bool:
+    """Whether inductor's build of this step is in the cache (loading it costs about nothing); with
+    replicas, ordinal 0's answer (a replica that lacks it builds it, the others wait)."""
+    saved = cache is not None and cache.inductor_saved(graph_key(traced, batch, "inductor"),
+                                                       device or torch.device("cpu"))
+    if traced.replicas is not None:
+        saved = collectives.agree_choice("saved" if saved else "") == "saved"
+    return saved
+
+
+def _auto(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache | None, recompiles: int, label: str,
+          graphed: Callable[[Callable[..., Any]], Callable[..., Any]] | None) -> Callable[..., Any]:
+    """Both tiers built and the trial between them (``trial.TierTrial``); fx alone if inductor's build failed."""
+    executables: dict[str, Callable[..., Any]] = {"fx": traced.gm}
+    failed = ""
+    try:
+        executables["inductor"] = _build(traced, batch, "inductor", cache, recompiles, label)
+    except Exception as exc:  # noqa: BLE001  (any lowering failure: fx still runs the step)
+        failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    if traced.replicas is not None:  # replicas must run the same tier: one failure -> fx everywhere
+        failed = collectives.first_failure(failed)
+    if failed:
+        logger.warning("compile_tier auto: %s runs on tier fx: the inductor build failed (%s)", label, failed)
+        return graphed(traced.gm) if graphed else traced.gm
+    if graphed:
+        executables = {k: graphed(v) for k, v in executables.items()}
+    agree = collectives.agree_choice if traced.replicas is not None else None
+    return TierTrial(executables, device=traced.state.tensors[0].device if traced.state.tensors else None,
+                     label=label, agree=agree)
 
 
 def _graph_wrapper(traced: TracedStep, batch: list[torch.Tensor], device: torch.device | None,
@@ -133,7 +192,7 @@ def _build(traced: TracedStep, batch: list[torch.Tensor], tier: str, cache: Comp
         executable, how = _inductor(traced, batch, cache, key, label)
     seconds = time.perf_counter() - t0
     if cache is not None:
-        cache.store(key, traced, tier, seconds)
+        cache.store(key, traced, tier, seconds, how)
     logger.info("compile cache %s: %d ops, %d state tensors, tier %s, %s in %.2fs, recompiles %d (key %s)",
                 "hit" if hit else "miss", traced.summary.num_ops, traced.summary.num_state_tensors, tier, how,
                 seconds, recompiles, key[:12])

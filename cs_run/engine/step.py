@@ -17,7 +17,7 @@ import torch
 
 from cs_run._torch_compat import pytree
 from cs_run.batches import compile_time, move_to_device
-from cs_run.engine import collectives
+from cs_run.engine import closures, collectives
 from cs_run.engine.cache import open_cache
 from cs_run.engine.compile import compile_graph, resolve_tier
 from cs_run.engine.replay import replay
@@ -74,6 +74,15 @@ class CompiledStep:
         self.recompiles = 0
         self.num_traces = 0
         self.last_summary: GraphSummary | None = None
+        self.steps_left: Callable[[], int | None] | None = None
+        """The steps its run still takes, the current one included (None: unknown), which tier auto weighs
+        against an inductor build (``compile.py``); set by the runner, else the running loop's
+        (``DataExecutor.steps_left``)."""
+
+    def _steps_left(self) -> int | None:
+        if self.steps_left is not None:
+            return self.steps_left()
+        return getattr(closures.current_loop(), "steps_left", None)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         leaves, spec = pytree.tree_flatten((args, kwargs))  # once per call: this is the replay's hot path
@@ -120,8 +129,8 @@ class CompiledStep:
                 if not self.options.compile_only:
                     collectives.broadcast_model_state(traced.state)
             cache = open_cache(self.options.compile_dir) if self.options.compile_dir else None
-            executable = compile_graph(traced, batch, tier, cache, self.recompiles,
-                                       label=_name(self._fn), cuda_graphs=self.options.cuda_graphs)
+            executable = compile_graph(traced, batch, tier, cache, self.recompiles, label=_name(self._fn),
+                                       cuda_graphs=self.options.cuda_graphs, steps_left=self._steps_left)
         if stale:
             self._executables.clear()
         self._executables[sig] = (traced, executable)

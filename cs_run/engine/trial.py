@@ -10,6 +10,11 @@ the reason are logged once. On CUDA the device is synchronised around trial step
 With data-parallel replicas (``agree``) every replica must run the same tier at every step (the
 tiers' last bits differ, and the replicas' weights must not), so the trial ends at a step count
 (``max_samples`` each) and ordinal 0's choice is broadcast (docs/architecture.md#replicas-on-csx).
+
+A short run cannot win back an inductor build (tens of seconds for a step that fx runs in a
+millisecond), so where the build is not saved in the compile cache and the run's length is known,
+:class:`PayoffGate` runs fx first, times it, and builds inductor (then the trial) only when the steps
+left could save more than the build costs even if inductor took no time at all (:func:`payoff`).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["TierTrial"]
+__all__ = ["PayoffGate", "TierTrial", "payoff"]
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +107,95 @@ class TierTrial:
         if self._agree is not None:
             self.reason = f"ordinal 0's trial chose it for every replica (here: {best} {self.reason})"
         logger.info("compile_tier auto: %s runs on tier %s: %s", self._label, agreed, self.reason)
+
+    def _sync(self) -> None:
+        if self._cuda:
+            torch.cuda.synchronize()
+
+
+def payoff(steps_left: int, fx_step_seconds: float, compile_seconds: float) -> tuple[str, str]:
+    """``("fx", why)`` when ``steps_left`` steps of ``fx_step_seconds`` each could not save the
+    ``compile_seconds`` an inductor build costs even if inductor ran them in no time; else
+    ``("inductor", why)``: build it and let the trial decide. Pure: the measured numbers come in."""
+    most = steps_left * fx_step_seconds
+    why = (f"{steps_left} steps left x {fx_step_seconds * 1e3:.3g} ms/step could save at most {most:.3g} s; "
+           f"compiling inductor takes ~{compile_seconds:.3g} s")
+    return ("fx", why) if most <= compile_seconds else ("inductor", why)
+
+
+class PayoffGate:
+    """``compile_tier: auto`` where inductor's build is not saved: fx first, inductor only if it can pay.
+
+    The first call is an untimed warm-up, the next ``samples`` calls are timed fx steps; then
+    :func:`payoff` decides from ``steps_left()`` (the steps still to run, this one included) and the
+    median fx step. fx: the gate runs fx from then on. inductor: ``build()`` makes what runs from
+    then on (the tier trial of both, or fx where the build failed). One log line says which and why.
+
+    Args:
+        fx: The fx executable.
+        build: Builds inductor and returns the executable to run from then on (called at most once).
+        steps_left: The steps still to run, this one included (None: unknown, build inductor).
+        compile_seconds: The estimated cost of the inductor build.
+        samples: Timed fx steps before the decision.
+        device / clock / label: As :class:`TierTrial`'s.
+        agree: With data-parallel replicas, maps this replica's decision to ordinal 0's (every replica
+            decides at the same step, so all run the same tier).
+    """
+
+    def __init__(self, fx: Callable[..., Any], build: Callable[[], Callable[..., Any]], *,
+                 steps_left: Callable[[], int | None], compile_seconds: float, samples: int = 5,
+                 device: torch.device | None = None, clock: Callable[[], float] = time.perf_counter,
+                 label: str = "step", agree: Callable[[str], str] | None = None) -> None:
+        self._fx, self._build, self._steps_left = fx, build, steps_left
+        self.compile_seconds, self.samples = compile_seconds, samples
+        self._clock, self._label, self._agree = clock, label, agree
+        self._cuda = device is not None and device.type == "cuda"
+        self.fx_times: list[float] = []
+        self._warm = False
+        self.decision: str | None = None  # "fx" or "inductor" once decided
+        self.reason = ""
+        self.then: Callable[..., Any] | None = None  # what runs after the decision
+
+    @property
+    def choice(self) -> str | None:
+        """The tier the step runs on for good (None while deciding, or while the trial after it runs)."""
+        if self.then is None:
+            return None
+        return getattr(self.then, "choice", "fx")  # a TierTrial, or fx itself
+
+    def __call__(self, *inputs: torch.Tensor) -> Any:
+        if self.then is not None:
+            return self.then(*inputs)
+        if not self._warm:  # first call: lazy allocations; not representative
+            self._warm = True
+            return self._fx(*inputs)
+        self._sync()
+        t0 = self._clock()
+        out = self._fx(*inputs)
+        self._sync()
+        self.fx_times.append(self._clock() - t0)
+        if len(self.fx_times) >= self.samples:
+            self._decide()
+        return out
+
+    def _decide(self) -> None:
+        left = self._steps_left()
+        if left is None:
+            decision, why = "inductor", "the run's length is unknown"
+        else:  # this step has run: the steps after it are what inductor could speed up
+            decision, why = payoff(max(left - 1, 0), statistics.median(self.fx_times), self.compile_seconds)
+        if self._agree is not None:
+            agreed = self._agree(decision)
+            if agreed != decision:
+                why = f"ordinal 0 decided it for every replica (here: {decision}, {why})"
+            decision = agreed
+        self.decision, self.reason = decision, why
+        if decision == "fx":
+            logger.info("compile_tier auto: %s runs on tier fx (%s)", self._label, why)
+            self.then = self._fx
+        else:
+            logger.info("compile_tier auto: %s builds tier inductor to time it against fx (%s)", self._label, why)
+            self.then = self._build()
 
     def _sync(self) -> None:
         if self._cuda:

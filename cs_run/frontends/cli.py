@@ -182,8 +182,7 @@ def _run(mode: str, options: dict[str, Any], extra_flags: Optional[dict] = None)
     results = runner.run(mode)
     if not cs_run.replicas.is_master():  # ordinal 0 reports for all replicas
         return
-    if "summary" in results:  # compile-only / validate-only
-        click.echo(results["summary"])
+    if "summary" in results:  # compile-only / validate-only: the run's log has the graph summary, once
         return
     for key, value in (results or {}).items():
         if isinstance(value, dict):

@@ -242,6 +242,11 @@ class DataExecutor:
         return self._stop.requested or is_final_step(self.user_iteration, self.num_steps)
 
     @property
+    def steps_left(self) -> int:
+        """Steps still to run, the current one included (what the CSX engine's tier auto weighs)."""
+        return self.num_steps - max(self._iteration, 0)
+
+    @property
     def on_checkpoint_step(self) -> bool:
         """True when weights may be fetched (see :func:`cs_run.schedule.is_checkpoint_step`), and once a
         signal asked the loop to stop (docs/architecture.md#interrupts)."""

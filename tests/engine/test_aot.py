@@ -183,11 +183,11 @@ def test_a_failed_ahead_of_time_build_falls_back_to_the_wrapper_form(monkeypatch
 
 def test_an_inductor_build_is_keyed_on_the_cpu_threads_and_graph_passes(monkeypatch):
     """A saved library runs that CPU's instructions, parallelised for the builder's thread count, and was
-    compiled from the graph as passes.py rewrote it: another CPU, thread count or version of the passes
+    compiled from the graph as passes.py rewrote it: another CPU, thread count or version of the lowering
     must not load it. fx depends on none of them."""
     traced, x = _traced_linear_step()
     keys = {tier: cache.graph_key(traced, [x], tier) for tier in ("fx", "inductor")}
-    for owner, name in ((cache, "_host_cpu"), (cache, "_passes_digest"), (torch, "get_num_threads")):
+    for owner, name in ((cache, "_host_cpu"), (cache, "_lowering_digest"), (torch, "get_num_threads")):
         with monkeypatch.context() as m:
             m.setattr(owner, name, lambda: 1234)
             assert cache.graph_key(traced, [x], "inductor") != keys["inductor"], name

@@ -102,7 +102,7 @@ def test_an_unusable_compile_dir_costs_the_cache_not_the_run(name, part, make, p
         assert len([p for p in (root / "cs_run_cache").iterdir() if (p / "summary.json").is_file()]) == 1
     else:
         assert warnings == [f"compile cache: {blocker} {problem}; compiling without the cache in {root} (nothing is "
-                            "reused or saved); give --compile_dir a writable folder"]
+                            "reused or saved); give --compile_dir a writable folder (or set CS_RUN_CACHE_DIR)"]
 
 
 def test_the_warning_comes_once_per_folder_and_reason(tmp_path, caplog):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -112,7 +114,8 @@ def test_validate_only_then_compile_only_then_cache_hit(toy_project, tmp_path):
     ok = invoke("validate-only", "--params", toy_project, "--model_dir", md)
     assert ok.exit_code == 0, ok.output
     assert "graph:" in ok.output and "parameter elements" in ok.output
-    assert not list(md.glob("checkpoint_*")) and not (md / "cached_compile").exists()
+    assert not list(md.glob("checkpoint_*")) and not os.listdir(os.environ["CS_RUN_CACHE_DIR"])
+    assert ok.output.count("graph:") == 1  # the summary once: the engine's "traced" line
     compiled = invoke("compile-only", "--params", toy_project, "--model_dir", md)
     assert compiled.exit_code == 0, compiled.output
     assert "compile cache miss" in compiled.output
@@ -141,7 +144,8 @@ def test_trace_only_commands_work_with_a_user_csx_runner_subclass(toy_project, t
     assert result.exit_code == 0, result.output
     assert "graph:" in result.output and "parameter elements" in result.output
     assert not list(md.glob("checkpoint_*"))
-    assert (md / "cached_compile").exists() == (command == "compile-only")
+    assert bool(os.listdir(os.environ["CS_RUN_CACHE_DIR"])) == (command == "compile-only")  # the per-user cache
+    assert result.output.count("graph:") == 1  # the summary once, not also in the runner's line and on stdout
     runner = make_runner(toy_project, "CSX", runner="toy_models:RecordingCSRunner",
                          **{"runconfig.model_dir": str(tmp_path / "api"), f"runconfig.{key}": True})
     module = importlib.import_module("toy_models")
@@ -152,3 +156,54 @@ def test_trace_only_commands_work_with_a_user_csx_runner_subclass(toy_project, t
     assert results["graph"].num_ops > 0 and module.CALLS == []  # traced, nothing ran: no hook, same weights
     for name, value in weights(runner).items():
         torch.testing.assert_close(value, before[name], rtol=0, atol=0)
+
+
+def test_a_second_model_dir_with_the_same_graph_hits_the_shared_cache(toy_project, tmp_path):
+    """The default compile cache is the user's (CS_RUN_CACHE_DIR here), not model_dir's: a new run folder
+    finds the graph an earlier folder's run compiled."""
+    runs = [invoke("train", "--device", "CSX", "--params", toy_project, "--model_dir", tmp_path / md, "--max_steps", 3)
+            for md in ("first", "second")]
+    assert all(r.exit_code == 0 for r in runs), [r.output for r in runs]
+    assert "compile cache miss" in runs[0].output and "compile cache hit" not in runs[0].output
+    assert "compile cache hit" in runs[1].output and "compile cache miss" not in runs[1].output
+    assert not [p for p in tmp_path.rglob("*") if p.name in ("cached_compile", "cs_run_cache", "artifacts")]
+    assert (Path(os.environ["CS_RUN_CACHE_DIR"]) / "cs_run_cache").is_dir()
+
+
+@pytest.mark.slow
+def test_a_second_model_dir_compiles_nothing(toy_project, tmp_path):
+    """One inductor build (compile-only in one folder); a default-tier run in another folder loads it: no
+    compile (counted by the engine, not read from logs), and tier auto keeps its trial since loading is free."""
+    from cs_run.engine import compile as engine_compile
+
+    if engine_compile.resolve_tier("auto", torch.device("cpu")) != "auto":
+        pytest.skip("no C++ compiler: inductor cannot build here")
+    counts = engine_compile.COUNTS
+    before = dict(counts)
+    built = invoke("compile-only", "--params", toy_project, "--model_dir", tmp_path / "a", "--compile_tier", "inductor")
+    assert built.exit_code == 0, built.output
+    assert counts["inductor_compile"] == before.get("inductor_compile", 0) + 1
+    before = dict(counts)
+    trained = invoke("train", "--device", "CSX", "--params", toy_project, "--model_dir", tmp_path / "b",
+                     "--compile_tier", "auto", "--max_steps", 8)
+    assert trained.exit_code == 0, trained.output
+    assert counts["inductor_compile"] == before.get("inductor_compile", 0)  # nothing compiled
+    assert counts["inductor_load"] == before.get("inductor_load", 0) + 1
+    assert "tier inductor, loaded" in trained.output and "runs on tier fx (" not in trained.output
+
+
+def test_a_short_run_on_the_default_tier_compiles_no_inductor(toy_project, tmp_path):
+    """20 train steps and a 4-batch evaluation cannot win back an inductor build: both steps run on fx,
+    each saying why in one line, and nothing is built (the engine's count)."""
+    from cs_run.engine import compile as engine_compile
+
+    before = dict(engine_compile.COUNTS)
+    result = invoke("train-and-eval", "--device", "CSX", "--params", toy_project, "--model_dir", tmp_path / "md",
+                    "--compile_tier", "auto", "--max_steps", 20)
+    assert result.exit_code == 0, result.output
+    assert dict(engine_compile.COUNTS) == before
+    if engine_compile.resolve_tier("auto", torch.device("cpu")) == "auto":  # else fx for want of a compiler
+        lines = [line for line in result.output.splitlines() if "compile_tier auto:" in line]
+        assert len(lines) == 2, lines
+        assert "csx_train_step runs on tier fx (14 steps left x " in lines[0] and "compiling inductor takes ~" in lines[0]
+        assert "csx_eval_step runs on tier fx (4 steps left: too few to time" in lines[1]
