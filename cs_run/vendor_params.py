@@ -431,6 +431,15 @@ _NOTED_CALLBACKS = {
 }
 
 
+_REQUIRED = object()
+_ONE_KEY_CALLBACKS = {
+    "LoadCheckpointStates": ("load_checkpoint_states", "runconfig.load_checkpoint_states", "all"),
+    "KeepNCheckpoints": ("n", "runconfig.max_checkpoints", None),
+    "Lora": ("lora_params", "model.lora_params", _REQUIRED),
+}
+"""Callbacks that stand for one legacy key: name -> (their argument, the flat key, its default)."""
+
+
 def _callbacks(value: Any, out: dict, moves: dict, locate) -> None:
     """``trainer.init.callbacks``: flag callbacks noted per flag, LoadCheckpointStates as
     runconfig.load_checkpoint_states, LogSparsity as the sparsity section's add_summaries, Lora as
@@ -439,7 +448,7 @@ def _callbacks(value: Any, out: dict, moves: dict, locate) -> None:
     if not isinstance(value, list):
         raise ParamsError(f"params: trainer.init.callbacks: expected a list of '<CallbackName>: {{...}}', got "
                           f"{type(value).__name__}{locate('trainer.init.callbacks')}")
-    known = [*_FLAG_CALLBACKS, *_NOTED_CALLBACKS, "LoadCheckpointStates", "LogSparsity", "Lora", "KeepNCheckpoints"]
+    known = [*_FLAG_CALLBACKS, *_NOTED_CALLBACKS, *_ONE_KEY_CALLBACKS, "LogSparsity"]
     for i, entry in enumerate(value):
         path = f"trainer.init.callbacks[{i}]"
         if not isinstance(entry, dict) or len(entry) != 1:
@@ -462,29 +471,16 @@ def _callbacks(value: Any, out: dict, moves: dict, locate) -> None:
             if args:
                 raise ParamsError(f"params: {path}.LogSparsity: takes no arguments, got {sorted(args)}{locate(path)}")
             moves["sparsity.add_summaries"] = f"{path}.LogSparsity"
-        elif name == "KeepNCheckpoints":  # the vendor's TRAINER_PARAMS_TO_LEGACY pair: runconfig.max_checkpoints
-            unknown = sorted(set(args) - {"n"})
+        elif name in _ONE_KEY_CALLBACKS:  # the vendor's TRAINER_PARAMS_TO_LEGACY pairs
+            argument, flat, default = _ONE_KEY_CALLBACKS[name]
+            unknown = sorted(set(args) - {argument})
             if unknown:
-                raise ParamsError(unknown_key_message(f"{path}.{name}.{unknown[0]}", unknown[0], ["n"],
+                raise ParamsError(unknown_key_message(f"{path}.{name}.{unknown[0]}", unknown[0], [argument],
                                                       where=locate(f"{path}.{name}.{unknown[0]}")))
-            _set(out, "runconfig.max_checkpoints", args.get("n"))
-            moves["runconfig.max_checkpoints"] = f"{path}.{name}.n"
-        elif name == "Lora":  # the vendor's TRAINER_PARAMS_TO_LEGACY pair: model.lora_params
-            unknown = sorted(set(args) - {"lora_params"})
-            if unknown:
-                raise ParamsError(unknown_key_message(f"{path}.{name}.{unknown[0]}", unknown[0], ["lora_params"],
-                                                      where=locate(f"{path}.{name}.{unknown[0]}")))
-            if "lora_params" not in args:
-                raise ParamsError(f"params: {path}.Lora: needs lora_params (r, alpha, ...){locate(path)}")
-            _set(out, "model.lora_params", args["lora_params"])
-            moves["model.lora_params"] = f"{path}.{name}.lora_params"
-        elif name == "LoadCheckpointStates":
-            unknown = set(args) - {"load_checkpoint_states"}
-            if unknown:
-                raise ParamsError(unknown_key_message(f"{path}.{name}.{sorted(unknown)[0]}", sorted(unknown)[0],
-                                                      ["load_checkpoint_states"], where=locate(f"{path}.{name}")))
-            _set(out, "runconfig.load_checkpoint_states", args.get("load_checkpoint_states", "all"))
-            moves["runconfig.load_checkpoint_states"] = f"{path}.{name}.load_checkpoint_states"
+            if argument not in args and default is _REQUIRED:
+                raise ParamsError(f"params: {path}.{name}: needs {argument}{locate(path)}")
+            _set(out, flat, args.get(argument, default))
+            moves[flat] = f"{path}.{name}.{argument}"
         else:
             raise ParamsError(unknown_key_message(f"{path}.{name}", name, known, where=locate(path))
                               .replace("unknown key", "unknown callback", 1))
