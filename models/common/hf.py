@@ -26,7 +26,8 @@ from cs_run.errors import CheckpointError, ParamsError
 from cs_run.registry import check_function_keys, get_model_spec, resolve_object
 
 __all__ = ["interleave_rotary", "deinterleave_rotary", "split_qkv_per_head", "fuse_qkv_per_head", "assign", "Taker",
-           "give_renamed", "give_lm_head", "build", "HFAdapter", "load_checkpoint_model", "WEIGHTS", "HF_BUFFERS", "check_weights",
+           "give_renamed", "give_lm_head", "build", "HFAdapter", "load_checkpoint_model", "load_weights", "WEIGHTS",
+           "HF_BUFFERS", "check_weights",
            "safetensors_module"]
 
 
@@ -261,7 +262,11 @@ def load_checkpoint_model(checkpoint: str | Path, model_keys: dict, what: str = 
     checkpoint = Path(checkpoint)
     if not checkpoint.exists():  # a file, or a sharded run's checkpoint folder
         raise CheckpointError(f"checkpoint convert --to hf: {checkpoint} not found")
-    model = build(model_keys)
+    return load_weights(build(model_keys), checkpoint, what)
+
+
+def load_weights(model, checkpoint: str | Path, what: str = "model"):
+    """``model`` with the weights of ``checkpoint`` (every key, every shape); see :func:`load_checkpoint_model`."""
     state = load(str(checkpoint))
     weights = state.get("model", state) if isinstance(state, dict) else None
     if not isinstance(weights, dict):

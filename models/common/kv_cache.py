@@ -69,11 +69,3 @@ class KVCache:
         k[:, :, self._start:self.length] = keys
         v[:, :, self._start:self.length] = values
         return k[:, :, :self.length], v[:, :, :self.length]
-
-    def select(self, rows: torch.Tensor) -> None:
-        """Keep only the sequences ``rows`` (indices into the batch), dropping finished ones."""
-        self.positions, self.valid = self.positions[rows], self.valid[rows]
-        self.next_position = self.next_position[rows]
-        self._keys = {i: t[rows] for i, t in self._keys.items()}
-        self._values = {i: t[rows] for i, t in self._values.items()}
-        self.batch = len(rows)
