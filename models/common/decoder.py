@@ -182,7 +182,7 @@ class DecoderLM(nn.Module):
         sliding = position_mask(positions, k_positions, k_valid, x.dtype, window, sinks) \
             if self.sliding_window_every_other_layer else full
         rotary = self.embedding_layer.rotary
-        if rotary is not None:
+        if rotary is not None and len(self.transformer_decoder.layers):  # no layers: nothing rotates
             rotary = rotary.at(positions, self.transformer_decoder.layers[0].self_attn.head_dim)
         bias = self.embedding_layer.position_bias_at(positions, k_positions)
         for i, layer in enumerate(self.transformer_decoder.layers):

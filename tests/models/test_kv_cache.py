@@ -56,6 +56,7 @@ VARIATIONS = {
     "mup-layer-idx-dot-product": dict(mup_base_hidden_size=16, mup_base_filter_size=24, embeddings_scale=2.0,
                                       scale_qk_dot_by_layer_idx=True, attention_type="dot_product",
                                       embedding_layer_norm=True),
+    "no-layers-rotary": {**ROPE, "num_hidden_layers": 0},
     "gptj-parallel": "gptj",
     "falcon-parallel-tied-norm": "falcon",
 }
