@@ -162,12 +162,13 @@ class DecoderLM(nn.Module):
         logits = self._logits(x)
         return (logits, routing) if routing else logits
 
-    def decode(self, input_ids: torch.Tensor, cache: KVCache,
-               attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def decode(self, input_ids: torch.Tensor, cache: KVCache, attention_mask: Optional[torch.Tensor] = None,
+               last_only: bool = False) -> torch.Tensor:
         """Incremental decoding: the logits [batch, seq, vocab] of ``input_ids`` [batch, seq] following the
         tokens ``cache`` holds, which then holds these too (a prompt's prefill, then one token at a time).
         ``attention_mask`` [batch, seq] marks left padding with 0. Each token's logits equal :meth:`forward`'s
-        at its position of the whole sequence (up to float rounding); MoE routing is not returned."""
+        at its position of the whole sequence (up to float rounding); MoE routing is not returned.
+        ``last_only``: the last column's logits only, [batch, 1, vocab] (a prefill skips the LM head elsewhere)."""
         positions = cache.advance(attention_mask, input_ids.shape[1])
         last = int(cache.next_position.max()) - 1  # host sync: once per decoding step
         limit = self.embedding_layer.max_position_embeddings
@@ -187,4 +188,4 @@ class DecoderLM(nn.Module):
         bias = self.embedding_layer.position_bias_at(positions, k_positions)
         for i, layer in enumerate(self.transformer_decoder.layers):
             x, _ = layer(x, sliding if self._windowed(i) else full, rotary, bias, i, causal=False, cache=cache)
-        return self._logits(x)
+        return self._logits(x[:, -1:] if last_only else x)

@@ -161,7 +161,7 @@ def _generate_batch(lm: DecoderLM, prompts: Sequence[Sequence[int]], config: Gen
         mask[row, longest - len(prompt):] = 1
     ids, mask = ids.to(device), mask.to(device)
     cache = KVCache(len(prompts), longest + config.max_new_tokens, device)
-    logits = lm.decode(ids, cache, mask)[:, -1]
+    logits = lm.decode(ids, cache, mask, last_only=True)[:, -1]
     out: list[list[int]] = [[] for _ in prompts]
     texts: list[Optional[str]] = [None] * len(prompts)
     reasons: list[Optional[str]] = [None] * len(prompts)

@@ -130,3 +130,12 @@ def test_the_cache_refuses_tokens_past_its_length():
     cache.advance(None, 3)
     with pytest.raises(ValueError, match="holds 3 tokens per sequence; 3 are cached and 1 more do not fit"):
         cache.advance(None, 1)
+
+
+@torch.no_grad()
+def test_last_only_gives_the_last_column_s_logits():
+    lm = _model("gemma2")
+    ids = torch.randint(0, V, (2, SEQ), generator=torch.Generator().manual_seed(5))
+    last = lm.decode(ids, KVCache(2, SEQ), last_only=True)
+    assert last.shape == (2, 1, V)
+    torch.testing.assert_close(last, _full(lm, ids)[:, -1:], **TOL)
