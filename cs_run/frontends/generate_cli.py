@@ -168,8 +168,8 @@ def generate_command(params: Path, checkpoint_path: Path, tokenizer: Path, promp
     try:
         config = GenerationConfig(
             max_new_tokens=max_new_tokens or keys.get("max_tokens") or 64,
-            do_sample=any(v is not None for v in (temperature, top_k, top_p)), temperature=temperature or 1.0,
-            top_k=top_k, top_p=top_p, seed=seed, eos_token_ids=eos_token_id or folder_eos, stop_strings=stop,
+            do_sample=any((temperature, top_k, top_p)), temperature=temperature or 1.0,  # 0/None: unset (the vendor's)
+            top_k=top_k or None, top_p=top_p or None, seed=seed, eos_token_ids=eos_token_id or folder_eos, stop_strings=stop,
             pad_token_id=(eos_token_id or folder_eos or (0,))[0], batch_size=batch_size)
         prompts = [tok.encode(text).ids for text in texts]
         results = generate(lm, prompts, config, lambda ids: tok.decode(ids, skip_special_tokens=True))

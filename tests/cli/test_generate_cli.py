@@ -115,3 +115,15 @@ def test_bad_inputs_are_one_error_line(files, tmp_path, change, message, code):
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert result.exit_code == code, result.output
     assert len(errors) == 1 and re.search(message, errors[0]), result.output
+
+
+def test_zero_sampling_keys_in_the_params_mean_greedy_as_in_the_model_zoo(files, tmp_path):
+    root = files[0]
+    greedy = _lines(_run(files, "--prompt", "w5 w17 w3", "--max_new_tokens", 6))[0]["tokens"]
+    params = tmp_path / "zeros.yaml"
+    params.write_text(yaml.safe_dump({"model": {**KEYS, "temperature": 0, "top_k": 0, "top_p": None}}))
+    for seed in ("1", "2"):
+        got = _lines(CliRunner().invoke(cli, ["generate", "--params", str(params), "--checkpoint_path",
+                                              str(root / "model.mdl"), "--tokenizer", str(root / "tok"), "--prompt",
+                                              "w5 w17 w3", "--max_new_tokens", "6", "--seed", seed]))[0]
+        assert got["tokens"] == greedy
