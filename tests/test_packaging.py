@@ -105,6 +105,7 @@ def _run_without(module: str, *args: str, cwd: Path) -> subprocess.CompletedProc
     ("matplotlib", "plot", ["plot", "{md}"]),
     ("safetensors", "safetensors", ["checkpoint", "convert", "{ckpt}", "w.safetensors"]),
     ("tokenizers", "text", ["data", "preprocess", "--stdlib", "-o", "shards"]),
+    ("lm_eval", "eval", ["lm-eval", "--params", "p.yaml", "--checkpoint_path", "{ckpt}", "--tasks", "t"]),
 ])
 def test_a_missing_optional_package_is_one_error_line_naming_its_extra(module, extra, args, tmp_path):
     import cs_run

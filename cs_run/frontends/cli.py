@@ -127,6 +127,10 @@ SUBSYSTEMS = {
     "exec": ("cs_run.frontends.compat.cli:exec_command", "Run a vendor script with cerebras.pytorch, cerebras_pytorch, "
              "modelzoo.common.pytorch and cerebras.modelzoo resolved to cs-run (this process only); ARGS go to the "
              "script."),
+    "generate": ("cs_run.frontends.generate_cli:generate_command", "Continue prompts with a decoder checkpoint "
+                 "(greedy or sampled, KV-cached); one JSON line per prompt."),
+    "lm-eval": ("cs_run.frontends.lm_eval_cli:lm_eval_command", "Evaluate a decoder checkpoint on "
+                "lm-evaluation-harness tasks (needs the 'eval' extra)."),
     "plot": ("cs_run.frontends.plot:plot", "Render the train/eval scalars of MODEL_DIRS as one PNG (needs the 'plot' extra)."),
 }
 """Commands owned by other modules, as ``module:attribute`` and the short help ``cs-run --help`` lists

@@ -43,3 +43,8 @@ class AlibiPositionEmbeddingLayer(nn.Module):
         k = torch.arange(key_length, device=self.slopes.device, dtype=torch.float32)[None, :]
         distance = torch.abs(k - q)
         return (self.slopes / -self.scaling_factor).unsqueeze(1) * distance.unsqueeze(0)
+
+    def bias_at(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> torch.Tensor:
+        """The bias at each sequence's own positions ([batch, q], [batch, k]): [batch, num_heads, q, k]."""
+        distance = torch.abs(k_positions[:, None, :].to(torch.float32) - q_positions[:, :, None].to(torch.float32))
+        return (self.slopes / -self.scaling_factor).unsqueeze(1)[None] * distance[:, None]

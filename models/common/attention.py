@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cs_run.models.common.initializers import make_initializer
+from cs_run.models.common.kv_cache import KVCache
 from cs_run.models.common.rotary import RotaryEmbedding
 
 __all__ = ["MultiheadAttention"]
@@ -86,8 +87,9 @@ class MultiheadAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, rotary: Optional[RotaryEmbedding] = None,
                 position_bias: Optional[torch.Tensor] = None, layer_idx: int = 0,
-                causal: bool = False) -> torch.Tensor:
-        """``causal``: ``mask`` is the plain causal mask (no window), so a fused kernel may apply it itself."""
+                causal: bool = False, cache: Optional[KVCache] = None) -> torch.Tensor:
+        """``causal``: ``mask`` is the plain causal mask (no window), so a fused kernel may apply it itself.
+        ``cache``: incremental decoding; ``x`` is the new tokens, which attend to the cached ones too."""
         b, s, _ = x.shape
         q = self.proj_q_dense_layer(x).view(b, s, self.num_heads, self.head_dim)
         k = self.proj_k_dense_layer(x).view(b, s, self.num_kv_groups, self.head_dim)
@@ -95,6 +97,8 @@ class MultiheadAttention(nn.Module):
         if rotary is not None:
             q, k = rotary.rotate(q), rotary.rotate(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if cache is not None:  # the grouped heads are cached as they are, repeated below
+            k, v = cache.update(layer_idx, k, v)
         if self.num_kv_groups != self.num_heads:  # each group serves num_heads / groups consecutive heads
             repeat = self.num_heads // self.num_kv_groups
             k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)

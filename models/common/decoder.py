@@ -17,9 +17,11 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from cs_run.errors import DataError
 from cs_run.models.common.attention import MultiheadAttention
 from cs_run.models.common.embeddings import EmbeddingLayer
-from cs_run.models.common.masks import causal_mask
+from cs_run.models.common.kv_cache import KVCache
+from cs_run.models.common.masks import causal_mask, position_mask
 from cs_run.models.common.norms import reset_norm
 
 __all__ = ["TransformerDecoderLayer", "TransformerDecoder", "DecoderLM"]
@@ -43,9 +45,10 @@ class TransformerDecoderLayer(nn.Module):
                 reset_norm(n)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, rotary=None, position_bias=None,
-                layer_idx: int = 0, causal: bool = False) -> tuple[torch.Tensor, Optional[tuple]]:
+                layer_idx: int = 0, causal: bool = False, cache: Optional[KVCache] = None
+                ) -> tuple[torch.Tensor, Optional[tuple]]:
         normed = self.norm1(x)
-        attn = self.dropout1(self.self_attn(normed, mask, rotary, position_bias, layer_idx, causal))
+        attn = self.dropout1(self.self_attn(normed, mask, rotary, position_bias, layer_idx, causal, cache=cache))
         if self.parallel:  # GPTJDecoderLayer: x + attn(norm1(x)) + ffn(norm3(x) or norm1(x))
             return x + self.ffn(self.norm3(x) if self.norm3 is not None else normed) + attn, None
         if self.norm1_post is not None:
@@ -124,27 +127,65 @@ class DecoderLM(nn.Module):
         return (causal_mask(length, x.device, x.dtype),
                 causal_mask(length, x.device, x.dtype, self.sliding_window, self.sink_tokens))
 
-    def forward(self, input_ids: torch.Tensor):
-        x = self.embedding_layer(input_ids)
+    def _windowed(self, i: int) -> bool:
+        """Whether layer ``i`` attends through the sliding window."""
+        return self.sliding_window is not None and (
+            not self.sliding_window_every_other_layer or (i % 2 == 0) == self.sliding_window_first)
+
+    def _embedded(self, x: torch.Tensor) -> torch.Tensor:
         if self.embedding_ln_f is not None:
             x = self.embedding_ln_f(x)
         if self.embeddings_scale != 1.0:
             x = x * self.embeddings_scale
-        x = self.drop_embd(x)
+        return self.drop_embd(x)
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(self.ln_f(x))
+        if self.output_logits_scale:
+            logits = logits * self.output_logits_scale
+        if self.final_logit_softcapping:
+            logits = torch.tanh(logits / self.final_logit_softcapping) * self.final_logit_softcapping
+        return logits
+
+    def forward(self, input_ids: torch.Tensor):
+        x = self._embedded(self.embedding_layer(input_ids))
         length = input_ids.shape[1]
         full, sliding = self._masks(length, x)
         rotary = self.embedding_layer.rotary
         bias = self.embedding_layer.position_bias(length)
         routing = []
         for i, layer in enumerate(self.transformer_decoder.layers):
-            windowed = self.sliding_window is not None and (
-                not self.sliding_window_every_other_layer or (i % 2 == 0) == self.sliding_window_first)
+            windowed = self._windowed(i)
             x, r = layer(x, sliding if windowed else full, rotary, bias, i, causal=not windowed)
             if r is not None:
                 routing.append(r)
-        logits = self.lm_head(self.ln_f(x))
-        if self.output_logits_scale:
-            logits = logits * self.output_logits_scale
-        if self.final_logit_softcapping:
-            logits = torch.tanh(logits / self.final_logit_softcapping) * self.final_logit_softcapping
+        logits = self._logits(x)
         return (logits, routing) if routing else logits
+
+    def decode(self, input_ids: torch.Tensor, cache: KVCache, attention_mask: Optional[torch.Tensor] = None,
+               last_only: bool = False) -> torch.Tensor:
+        """Incremental decoding: the logits [batch, seq, vocab] of ``input_ids`` [batch, seq] following the
+        tokens ``cache`` holds, which then holds these too (a prompt's prefill, then one token at a time).
+        ``attention_mask`` [batch, seq] marks left padding with 0. Each token's logits equal :meth:`forward`'s
+        at its position of the whole sequence (up to float rounding); MoE routing is not returned.
+        ``last_only``: the last column's logits only, [batch, 1, vocab] (a prefill skips the LM head elsewhere)."""
+        positions = cache.advance(attention_mask, input_ids.shape[1])
+        last = int(cache.next_position.max()) - 1  # host sync: once per decoding step
+        limit = self.embedding_layer.max_position_embeddings
+        if last >= limit:
+            raise DataError(f"position {last} is past model.max_position_embeddings ({limit}); generate fewer "
+                            "tokens or give a shorter prompt")
+        x = self._embedded(self.embedding_layer.embed_at(input_ids, positions))
+        k_positions, k_valid = cache.keys_positions()
+        window, sinks = self.sliding_window, self.sink_tokens
+        full = position_mask(positions, k_positions, k_valid, x.dtype,
+                             None if self.sliding_window_every_other_layer else window, sinks)
+        sliding = position_mask(positions, k_positions, k_valid, x.dtype, window, sinks) \
+            if self.sliding_window_every_other_layer else full
+        rotary = self.embedding_layer.rotary
+        if rotary is not None and len(self.transformer_decoder.layers):  # no layers: nothing rotates
+            rotary = rotary.at(positions, self.transformer_decoder.layers[0].self_attn.head_dim)
+        bias = self.embedding_layer.position_bias_at(positions, k_positions)
+        for i, layer in enumerate(self.transformer_decoder.layers):
+            x, _ = layer(x, sliding if self._windowed(i) else full, rotary, bias, i, causal=False, cache=cache)
+        return self._logits(x[:, -1:] if last_only else x)

@@ -113,3 +113,18 @@ class EmbeddingLayer(nn.Module):
     def position_bias(self, length: int) -> Optional[torch.Tensor]:
         """ALiBi's [heads, q, k] logit bias, or None."""
         return self.position_embed_helper(length, length) if self.position_embed_helper is not None else None
+
+    def embed_at(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` for tokens at each sequence's own ``positions`` [batch, seq] (incremental decoding)."""
+        x = self.word_embeddings(input_ids)
+        if isinstance(self.position_embeddings, LearnedPositionEmbeddingLayer):
+            x = x + self.position_embeddings.embed.weight[self.position_embeddings.offset + positions].to(x.dtype)
+        elif isinstance(self.position_embeddings, FixedPositionEmbeddingLayer):
+            x = x + self.position_embeddings.fpe[positions].to(x.dtype)
+        return x
+
+    def position_bias_at(self, q_positions: torch.Tensor, k_positions: torch.Tensor) -> Optional[torch.Tensor]:
+        """ALiBi's [batch, heads, q, k] logit bias at the sequences' own positions, or None."""
+        if self.position_embed_helper is None:
+            return None
+        return self.position_embed_helper.bias_at(q_positions, k_positions)

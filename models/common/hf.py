@@ -33,8 +33,8 @@ from cs_run.models.common.lora import apply_lora, folded_state_dict
 from cs_run.registry import check_function_keys, get_model_spec, resolve_object
 
 __all__ = ["interleave_rotary", "deinterleave_rotary", "split_qkv_per_head", "fuse_qkv_per_head", "assign", "Taker",
-           "give_renamed", "give_lm_head", "build", "HFAdapter", "load_checkpoint_model", "WEIGHTS", "HF_BUFFERS", "check_weights",
-           "safetensors_module", "runnable_params"]
+           "give_renamed", "give_lm_head", "build", "HFAdapter", "load_checkpoint_model", "load_weights", "WEIGHTS",
+           "HF_BUFFERS", "check_weights", "safetensors_module", "runnable_params"]
 
 logger = logging.getLogger(__name__)
 
@@ -282,6 +282,12 @@ def load_checkpoint_model(checkpoint: str | Path, model_keys: dict, what: str = 
     model = build(model_keys)
     if lora is not None:  # a LoRA run's checkpoint: its adapters, folded into the weights below
         apply_lora(model, check_lora_params(lora))
+    load_weights(model, checkpoint, what)
+    return model if lora is None else _folded(model, model_keys)
+
+
+def load_weights(model, checkpoint: str | Path, what: str = "model"):
+    """``model`` with the weights of ``checkpoint`` (every key, every shape); see :func:`load_checkpoint_model`."""
     state = load(str(checkpoint))
     weights = state.get("model", state) if isinstance(state, dict) else None
     if not isinstance(weights, dict):
@@ -295,7 +301,7 @@ def load_checkpoint_model(checkpoint: str | Path, model_keys: dict, what: str = 
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {checkpoint} does not match the params' {what}: missing "
                               f"{', '.join(missing[:3]) or 'none'}; unexpected {', '.join(unexpected[:3]) or 'none'}")
-    return model if lora is None else _folded(model, model_keys)
+    return model
 
 
 def _folded(model: nn.Module, model_keys: dict) -> nn.Module:

@@ -9,7 +9,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["causal_mask"]
+__all__ = ["causal_mask", "position_mask"]
 
 
 def causal_mask(seq_len: int, device: torch.device, dtype: torch.dtype, window: Optional[int] = None,
@@ -24,3 +24,20 @@ def causal_mask(seq_len: int, device: torch.device, dtype: torch.dtype, window: 
             outside = outside & (k >= sink_tokens)
         masked = masked | outside
     return torch.zeros(seq_len, seq_len, device=device, dtype=dtype).masked_fill(masked, torch.finfo(dtype).min)
+
+
+def position_mask(q_positions: torch.Tensor, k_positions: torch.Tensor, k_valid: torch.Tensor, dtype: torch.dtype,
+                  window: Optional[int] = None, sink_tokens: Optional[int] = None) -> torch.Tensor:
+    """:func:`causal_mask`'s rule over each sequence's own token positions (incremental decoding with a
+    KV cache, left-padded batches): [batch, 1, queries, keys] for queries at ``q_positions`` [batch, q]
+    and the cached keys at ``k_positions`` [batch, k], of which ``k_valid`` are tokens (False: padding,
+    never attended). With positions 0..n-1 and every key valid it equals ``causal_mask(n, ...)``."""
+    q, k = q_positions[:, :, None], k_positions[:, None, :]
+    masked = (k > q) | ~k_valid[:, None, :]
+    if window is not None:
+        outside = q - k > window - 1
+        if sink_tokens:
+            outside = outside & (k >= sink_tokens)
+        masked = masked | outside
+    zeros = torch.zeros(masked.shape, device=q_positions.device, dtype=dtype)
+    return zeros.masked_fill(masked, torch.finfo(dtype).min)[:, None]

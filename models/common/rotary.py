@@ -19,7 +19,7 @@ import torch
 
 from cs_run.errors import DataError
 
-__all__ = ["RotaryEmbedding", "rotate_every_two", "SCALING_TYPES", "check_scaling"]
+__all__ = ["RotaryEmbedding", "PositionedRotary", "rotate_every_two", "SCALING_TYPES", "check_scaling"]
 
 SCALING_TYPES = ("linear", "yarn", "llama3", "longrope")
 _EXTRA_ARGS = {
@@ -97,9 +97,12 @@ class RotaryEmbedding:
 
     def sin_cos(self, seq_len: int, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """[seq_len, head_dim] tables; dims past rotary_dim get sin 0, cos 1 (left as they are)."""
+        return self._tables(torch.arange(seq_len, device=device, dtype=torch.float32), head_dim, device)
+
+    def _tables(self, t: torch.Tensor, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tables at positions ``t`` (float32, any shape): [*t.shape, head_dim]."""
         pair = (torch.arange(head_dim, device=device) // 2).to(torch.float32)
         inv_freq = torch.exp(pair * (-math.log(self.theta) * 2 / self.rotary_dim))
-        t = torch.arange(seq_len, device=device, dtype=torch.float32)
         mscale = 1.0
         if self.scaling_type == "linear":
             t = t / self.scaling_factor
@@ -109,7 +112,7 @@ class RotaryEmbedding:
             inv_freq, mscale = _yarn(inv_freq, pair, self.rotary_dim, self.theta, self.scaling_factor, self.extra)
         else:
             inv_freq, mscale = self._longrope(pair, head_dim, device)
-        angles = t[:, None] * inv_freq[None, :]
+        angles = t[..., None] * inv_freq
         sin, cos = torch.sin(angles) * mscale, torch.cos(angles) * mscale
         if head_dim != self.rotary_dim:
             keep = torch.arange(head_dim, device=device) < self.rotary_dim
@@ -134,6 +137,11 @@ class RotaryEmbedding:
             mscale = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
         return 1.0 / (ext * self.theta ** (2 * pair / self.rotary_dim)), mscale
 
+    def at(self, positions: torch.Tensor, head_dim: int) -> "PositionedRotary":
+        """This RoPE at each sequence's own ``positions`` [batch, seq] (incremental decoding, left padding)."""
+        sin, cos = self._tables(positions.to(torch.float32), head_dim, positions.device)
+        return PositionedRotary(sin[:, :, None, :], cos[:, :, None, :])
+
     def rotate(self, x: torch.Tensor) -> torch.Tensor:
         """Rotate ``x`` of shape [batch, seq, heads, head_dim]."""
         seq_len, head_dim = x.shape[1], x.shape[-1]
@@ -144,3 +152,13 @@ class RotaryEmbedding:
         sin, cos = self.sin_cos(seq_len, head_dim, x.device)
         sin, cos = sin[None, :, None, :], cos[None, :, None, :]
         return (x * cos.to(x.dtype) + rotate_every_two(x) * sin.to(x.dtype)).to(x.dtype)
+
+
+class PositionedRotary:
+    """:meth:`RotaryEmbedding.rotate` with tables already taken at given positions ([batch, seq, 1, head_dim])."""
+
+    def __init__(self, sin: torch.Tensor, cos: torch.Tensor) -> None:
+        self.sin, self.cos = sin, cos
+
+    def rotate(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * self.cos.to(x.dtype) + rotate_every_two(x) * self.sin.to(x.dtype)).to(x.dtype)

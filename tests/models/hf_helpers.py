@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+import yaml
 
-from cs_run.registry import get_model_spec, resolve_object
+from cs_run.checkpoint import save
+from cs_run.registry import get_model_spec, hf_converter, resolve_object
 
 # float32 on CPU: the two implementations order their sums differently (SDPA vs matmul, fused vs split
 # projections), a few ulps per op over 2 layers; 1e-5 is ~100x that and far below any real difference.
@@ -55,3 +57,23 @@ def assert_same(hf, model, vocab: int, seq: int, batch: int = 2) -> None:
     logits, loss = ours_logits_and_loss(model, ids)
     torch.testing.assert_close(logits, hf_logits, **TOL)
     torch.testing.assert_close(loss, hf_loss, **TOL)
+
+
+def cs_run_weights_as_transformers(tmp_path, config_cls: str, model_cls: str, name: str, **config):
+    """(cs-run DecoderLM, transformers model) with the same weights, cs-run's own: the family's model keys come
+    from a tiny transformers config through ``checkpoint convert --from hf``, a model of those keys gets random
+    weights (std 0.1, norms about 1), and ``--to hf`` writes them as the transformers folder ``tmp_path/hf``."""
+    transformers = pytest.importorskip("transformers")
+    converter = hf_converter(name, "test")
+    tiny_hf(config_cls, model_cls, **config).save_pretrained(str(tmp_path / "shape"))
+    _, params = converter.from_hf(tmp_path / "shape", tmp_path / "shape.mdl")
+    keys = yaml.safe_load(params.read_text())["model"]
+    torch.manual_seed(7)
+    model = build(keys)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(torch.randn_like(p) * 0.1 + (1.0 if p.ndim == 1 and "norm" in n else 0.0))
+    save({"model": model.state_dict()}, str(tmp_path / "ours.mdl"))
+    converter.to_hf(tmp_path / "ours.mdl", tmp_path / "hf", keys)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf")).eval()
+    return model.model.eval(), hf

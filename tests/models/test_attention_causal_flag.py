@@ -30,7 +30,8 @@ def test_causal_flag_is_true_exactly_for_the_plain_causal_mask(window, monkeypat
     seen = []
     forward = MultiheadAttention.forward
 
-    def spy(self, x, mask, rotary=None, position_bias=None, layer_idx=0, causal=False):
+    def spy(self, x, mask, rotary=None, position_bias=None, layer_idx=0, causal=False, cache=None):
+        assert cache is None  # the training forward: no KV cache
         seen.append((layer_idx, mask.clone(), causal))
         return forward(self, x, mask, rotary, position_bias, layer_idx, causal)
 

@@ -242,3 +242,7 @@ def test_convert_to_hf_folds_the_adapters_and_transformers_computes_the_lora_mod
     with torch.no_grad():
         torch.testing.assert_close(hf(input_ids=ids).logits, tuned.model.model(ids), rtol=1e-5, atol=1e-5)
     assert hf.config.tie_word_embeddings is (targets != ["EmbeddingLayer"])
+    from cs_run.frontends.generate_cli import load_decoder  # noqa: PLC0415 (generate and lm-eval build it so)
+    lm, _ = load_decoder(tmp_path / "tuned" / "params_resolved.yaml", tmp_path / "tuned" / "checkpoint_3.mdl")
+    with torch.no_grad():
+        torch.testing.assert_close(lm(ids), tuned.model.model(ids), rtol=1e-5, atol=1e-5)
