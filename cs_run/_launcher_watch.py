@@ -11,17 +11,20 @@ a checkpoint's commit rename, :func:`check_alive` asks the kernel whether the pa
 (``getppid``, exact when asked), so a replica whose thread has not run yet (the main thread holds the GIL in
 a long write) still commits no checkpoint after its launcher ended.
 
-Not ``prctl(PR_SET_PDEATHSIG)``: the kernel sends that signal when the *thread* that forked the child ends,
-not the process, so a launcher that starts its replicas from a short-lived thread would kill healthy ones;
-and it is of use only if set before the parent died, which a process started by exec cannot know, while
-``getppid`` asked after the pidfd is open can (:func:`watch`).
+Not ``prctl(PR_SET_PDEATHSIG)`` while it runs: the kernel sends that signal when the *thread* that forked
+the child ends, not the process, so a launcher that starts its replicas from a short-lived thread would
+kill healthy ones. Only a replica that exits arms it (:func:`on_exit`): Python's finalization stops daemon
+threads, and an exit can take seconds (a process group's teardown), during which only the kernel can
+still end it with its launcher.
 
 A leaf module: the standard library only.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import ctypes
 import os
 import select
 import signal
@@ -29,10 +32,11 @@ import threading
 import time
 from typing import Callable, Optional
 
-__all__ = ["LAUNCHER_PID_ENV", "LauncherGone", "check_alive", "gone", "watch", "watch_launcher"]
+__all__ = ["LAUNCHER_PID_ENV", "LauncherGone", "check_alive", "gone", "on_exit", "watch", "watch_launcher"]
 
 LAUNCHER_PID_ENV = "CS_RUN_LAUNCHER_PID"
 """Set by cs-run's launch (cs_run.replicas) for its replicas: the pid they end with."""
+_PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 _POLL_S = 0.2  # seconds between checks of the parent pid where no pidfd can be had
 _PARENT_AT_IMPORT = os.getppid()  # torchrun's agent, in a replica it started (the first moment cs_run runs)
 _watched: Optional[tuple[int, int]] = None  # (launcher pid, pid of the process that watches it)
@@ -58,6 +62,7 @@ def watch(launcher: int, on_gone: Callable[[int], None]) -> bool:
             os.close(fd)
         return False
     _watched = (launcher, os.getpid())
+    atexit.register(on_exit)
     threading.Thread(target=_wait, args=(launcher, fd, on_gone), name="cs_run-launcher-watch", daemon=True).start()
     return True
 
@@ -119,6 +124,24 @@ def _end(launcher: int) -> None:
             os.write(2, f"Error: the launcher (pid {launcher}) of these replicas has ended, so they end at once; "
                         "the newest complete checkpoint is kept; rerun the same command to resume from it\n".encode())
     os._exit(128 + signal.SIGHUP)
+
+
+def on_exit() -> None:
+    """At exit (an atexit handler; cs_run.replicas registers it again after its teardown, so it runs first):
+    a replica whose launcher is gone ends now, skipping a teardown that would wait on peers; else the kernel
+    is asked to SIGKILL it when the launcher dies (``PR_SET_PDEATHSIG``), because once Python finalizes, the
+    watching thread can no longer run. Armed only now, the parent-thread caveat (module docstring) costs at
+    most the end of an exit."""
+    launcher = _gone_launcher()
+    if launcher is not None:
+        _end(launcher)
+    watched = _watched
+    if watched is None or watched[1] != os.getpid():
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != watched[0]:  # died before the prctl: the signal will not come
+        _end(watched[0])
 
 
 def gone() -> bool:

@@ -158,6 +158,7 @@ def _join(device_type: str, timeout_s: int) -> None:
     dist.init_process_group("nccl" if cuda else "gloo", init_method="env://", timeout=timeout)
     _HOST_GROUP = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
     atexit.register(teardown)
+    atexit.register(_launcher_watch.on_exit)  # runs before the teardown: a replica without launcher skips it
     _record_uncaught_exceptions()
     if not is_master():  # one console log: ordinal 0's (the replicas run the same code; the others print errors)
         logging.getLogger("cs_run").setLevel(logging.ERROR)

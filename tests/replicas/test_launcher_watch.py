@@ -46,6 +46,13 @@ while case == "gone before the replica imports cs_run" and not os.path.exists(os
     time.sleep(0.01)
 import cs_run
 open(os.path.join(folder, "ready"), "w").close()
+if case == "exits while its replica finalizes":
+    class Finalizer:  # the replica's interpreter finalizes (daemon threads stopped) for 30 s
+        def __del__(self, mark=os.path.join(folder, "finalizing"), open=open, sleep=time.sleep):
+            open(mark, "w").close()
+            sleep(30)
+    keep = Finalizer()
+    sys.exit(3)
 time.sleep(30)
 sys.exit(3)
 """
@@ -59,7 +66,7 @@ def wait_for(path):
         time.sleep(0.01)
 alive_with_launcher = None
 if case != "gone before the replica imports cs_run":
-    wait_for(os.path.join(folder, "ready"))
+    wait_for(os.path.join(folder, "finalizing" if case == "exits while its replica finalizes" else "ready"))
     time.sleep(0.5)
     alive_with_launcher = open(f"/proc/{replica}/stat").read().rsplit(")", 1)[1].split()[0] not in "ZX"
 if case == "exits":
@@ -82,7 +89,7 @@ print(json.dumps({"code": os.waitstatus_to_exitcode(status) if pid else None, "a
 '''
 
 CASES = ["SIGKILL", "SIGTERM", "exits", "gone before the replica imports cs_run", "no pidfd",
-         "started by a thread that ended"]
+         "started by a thread that ended", "exits while its replica finalizes"]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -92,12 +99,16 @@ def test_a_replica_ends_with_its_launcher_however_it_ends(case, tmp_path):
                             env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     outcome = json.loads(result.stdout)
-    # 129 (128 + SIGHUP) is the watch's own exit; the replica would sleep 30 s and exit 3 without it.
-    assert outcome["code"] == 128 + 1, outcome
+    # 129 (128 + SIGHUP) is the watch's own exit; the replica would sleep 30 s and exit 3 without it. A replica
+    # that finalizes cannot run its watching thread: the kernel kills it (armed at exit, PR_SET_PDEATHSIG).
+    finalizing = case == "exits while its replica finalizes"
+    assert outcome["code"] == (-9 if finalizing else 128 + 1), outcome
     assert outcome["after"] < 3, outcome  # a pidfd wakes at once, the fallback polls every 0.2 s
     # A parent-death signal would have ended the replica with the thread that started it.
     assert outcome["alive_with_launcher"] is (None if case == "gone before the replica imports cs_run" else True)
     err = (tmp_path / "replica.err").read_text()
+    if finalizing:
+        return
     assert err.startswith("Error: the launcher (pid ") and "has ended, so they end at once" in err, err
 
 
