@@ -100,9 +100,9 @@ def _ended(pid: int) -> bool:
 def watch_launcher() -> None:
     """In a process an elastic agent started (cs-run's launch, torchrun: ``TORCHELASTIC_RUN_ID``, a session
     of its own), end with that agent: watch it, or end now when it has already ended. The agent is this
-    process's parent: the one launch() names, else the parent this module found at import. Called at the
-    first import and again by the replica's start (once per process). A process a replica starts, and a
-    wrapper script's child (a script should ``exec`` its command), is not a replica and watches nothing."""
+    process's parent: the one launch() names, else the parent this module found at import. Called once, at
+    the module's first import. A process a replica starts, and a wrapper script's child (a script should
+    ``exec`` its command), is not a replica and watches nothing."""
     if (_watched is not None and _watched[1] == os.getpid()) or "TORCHELASTIC_RUN_ID" not in os.environ \
             or os.getsid(0) != os.getpid():
         return
