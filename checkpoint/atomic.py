@@ -11,6 +11,9 @@ old one to its *aside* name ``.<name>.cs-run-aside``, which the readers recognis
 renames the new one in and removes the aside. A crash between the two renames leaves the old checkpoint
 whole under the aside name; the next read finds it there and the next save of that name renames it back
 first (:func:`recover_aside`). Asides are never swept as stale temporaries.
+
+A replica whose launcher has ended commits nothing: :func:`replace` asks right before its first rename
+(:mod:`cs_run._launcher_watch`) and raises instead, leaving the temporary to be removed.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import secrets
 import shutil
 import time
 from collections.abc import Iterator
+
+from cs_run import _launcher_watch
 
 __all__ = ["ASIDE_SUFFIX", "TMP_SUFFIX", "aside_of", "aside_path", "atomic_path", "clean_stale_temps", "fsync_path", "recover_aside",
            "remove", "replace", "resolve"]
@@ -156,6 +161,7 @@ def replace(tmp: str, final: str | os.PathLike, folder_ok: bool = True) -> None:
     recover_aside(final)
     if os.path.isdir(final) and not os.path.islink(final) and not folder_ok:
         raise IsADirectoryError(f"'{final}' is a directory")
+    _launcher_watch.check_alive(f"checkpoint {final}")  # the last moment before the commit (LauncherGone)
     if not os.path.lexists(final) or not (os.path.isdir(tmp) or os.path.isdir(final)):
         os.replace(tmp, final)
         fsync_path(folder, directory=True)  # make the rename itself durable

@@ -11,7 +11,10 @@ import importlib.util
 import sys
 import types
 
-from cs_run import _version_check  # first: a clear error on a torch this code was not run with
+from cs_run import (  # before anything else; neither imports torch
+    _launcher_watch,  # noqa: F401  a replica (torch's elastic agent started it) ends with its launcher
+    _version_check,  # a clear error on a torch this code was not run with
+)
 
 __version__ = "0.1.0"
 

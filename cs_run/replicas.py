@@ -9,7 +9,9 @@ run), waits for them and exits with their result, so the caller's code after the
 the launcher. A failed replica stops the others (the agent locally, the collective timeout across
 machines) and the launcher prints one ``Error:`` line naming it.
 
-A leaf module: it imports only torch and cs_run.errors.
+A replica started by an elastic agent ends when the agent does, however it ends (cs_run._launcher_watch).
+
+It imports only torch, cs_run.errors and cs_run._launcher_watch.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from torch.nn.parallel import DistributedDataParallel
 
+from cs_run import _launcher_watch
 from cs_run.errors import ParamsError
 
 __all__ = ["DEFAULT_COLLECTIVE_TIMEOUT", "JOIN_ENV", "ReplicatedModule", "all_reduce_sum", "broadcast_object",
@@ -156,6 +159,7 @@ def _join(device_type: str, timeout_s: int) -> None:
     dist.init_process_group("nccl" if cuda else "gloo", init_method="env://", timeout=timeout)
     _HOST_GROUP = dist.new_group(backend="gloo", timeout=timeout) if cuda else None
     atexit.register(teardown)
+    atexit.register(_launcher_watch.on_exit)  # runs before the teardown: a replica without launcher skips it
     _record_uncaught_exceptions()
     if not is_master():  # one console log: ordinal 0's (the replicas run the same code; the others print errors)
         logging.getLogger("cs_run").setLevel(logging.ERROR)
@@ -230,6 +234,7 @@ def launch(num_replicas: int, timeout_s: int = DEFAULT_COLLECTIVE_TIMEOUT) -> No
                           f"{num_replicas} processes, which is not possible from an interactive session or a test; "
                           f"run it as a script or command, or under torchrun --nproc_per_node {num_replicas}")
     os.environ[_LAUNCHER_ENV] = "1"
+    os.environ[_launcher_watch.LAUNCHER_PID_ENV] = str(os.getpid())  # the replicas end with this process
     for name in [n for n in logging.root.manager.loggerDict if n.startswith("torch.distributed.elastic")]:
         logging.getLogger(name).setLevel(logging.CRITICAL)  # the agent's own reports would repeat ours at length
     with tempfile.TemporaryDirectory(prefix="cs_run_replicas_") as logs:

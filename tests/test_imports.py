@@ -216,12 +216,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("parallel", ("cs_run.parallel",)),
     ("replicas", ("cs_run.replicas",)),
     ("leaves", ("cs_run.optim", "cs_run.checkpoint", "cs_run.creation", "cs_run.errors", "cs_run._checks",
-                "cs_run._frames", "cs_run._logging", "cs_run._yaml", "cs_run._version_check", "cs_run._torch_compat")),
+                "cs_run._frames", "cs_run._logging", "cs_run._yaml", "cs_run._version_check", "cs_run._torch_compat",
+                "cs_run._launcher_watch")),
 ]
 """The front ends (the command line, ``run()``, ``Trainer``, the vendor import paths) live in
 cs_run/frontends/ and only there: every other module of cs_run/ is the core below the runners. The package's
 ``__init__`` (``cs_run``, the public names ``import cs_run as cstorch`` loads on first use) is a front end too:
-it imports nothing at module level but the version check, and the CLI reaches the runners through it lazily."""
+it imports nothing at module level but the version check and the launcher watch, and the CLI reaches the runners through it lazily."""
 
 
 def layer_of(module: str) -> int:
