@@ -29,6 +29,15 @@ def default_params_path() -> Path:
     return Path(str(resources.files("cs_run.examples") / "fc_mnist" / "params.yaml"))
 
 
+class _Path(click.Path):
+    """click.Path that refuses an empty value (``--model_dir ''`` would be the current folder)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty path (it would be the current folder); give a name", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def _click_option(option: RunOption):
     """A flag of the declaration as a click option (type, range, choices and help from the field)."""
     if option.kind == "bool":
@@ -38,11 +47,11 @@ def _click_option(option: RunOption):
     elif option.kind == "choice":
         kind = click.Choice(option.choices, case_sensitive=False)
     elif option.path == "dir":
-        kind = click.Path(file_okay=False, path_type=Path)
+        kind = _Path(file_okay=False, path_type=Path)
     elif option.path == "file":
-        kind = click.Path(dir_okay=False, path_type=Path)
+        kind = _Path(dir_okay=False, path_type=Path)
     elif option.path == "checkpoint":  # a file, or a sharded run's checkpoint folder
-        kind = click.Path(path_type=Path)
+        kind = _Path(path_type=Path)
     else:
         kind = str
     return click.option(f"--{option.name}", option.dest, type=kind, multiple=option.kind == "list",
@@ -53,7 +62,7 @@ def run_command_options(command: str):
     """The flags of one run command: --params, --device, the declaration's flags that change something
     this command does (cs_run.frontends.options.command_options), and --set for any other key."""
     options = [
-        click.option("--params", "-p", "params_path", type=click.Path(dir_okay=False, path_type=Path),
+        click.option("--params", "-p", "params_path", type=_Path(dir_okay=False, path_type=Path),
                      help="Params YAML (Model Zoo layout). Default: the bundled fc_mnist params."),
         click.option("--device", type=click.Choice(["CPU", "GPU", "CSX"], case_sensitive=False), default="CPU",
                      show_default=True, help="Eager CPU or GPU, or CSX: the traced, compiled engine (on CUDA if present)."),
