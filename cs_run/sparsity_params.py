@@ -316,9 +316,11 @@ def _check_update(value: Any, key: str, locate) -> None:
         if v is None and name == "stop":
             continue
         low = 1 if name == "freq" else 0
-        if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= _INT64_MAX:
-            raise ParamsError(f"params: {key}.{name}: expected an integer >= {low} and < 2**63, got {v!r}"
-                              f"{locate(f'{key}.{name}')}")
+        if not isinstance(v, int) or isinstance(v, bool) or v < low:
+            raise ParamsError(f"params: {key}.{name}: expected an integer >= {low}, got {v!r}{locate(f'{key}.{name}')}")
+        if v > _INT64_MAX:
+            raise ParamsError(f"params: {key}.{name}: expected an integer < 2**63 (steps are counted in int64), got "
+                              f"{v!r}{locate(f'{key}.{name}')}")
     start, stop = value.get("start") or 0, value.get("stop")
     if stop is not None and stop <= start:
         raise ParamsError(f"params: {key}.stop: {stop} is not after start {start}, so the masks never update; give a "

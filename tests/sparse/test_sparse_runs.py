@@ -192,7 +192,8 @@ BAD = [
     ({"algorithm": "rigl", "sparsity": 0.5, "drop_fraction": {"type": "cosine", "init": 0.3, "half_period": 9,
                                                                "minimum": -0.2}}, r"got -0.2 \(minimum\)"),
     ({"algorithm": "rigl", "sparsity": 0.5, "update": {"freq": 2**70}},
-     r"params: sparsity.update.freq: expected an integer >= 1 and < 2\*\*63, got 1180591620717411303424"),
+     r"params: sparsity.update.freq: expected an integer < 2\*\*63 \(steps are counted in int64\), got "
+     r"1180591620717411303424"),
     ({"algorithm": "rigl", "sparsity": 0.5, "update": {"freq": 2**63 - 1}}, None),
     ({"algorithm": "rigl", "sparsity": 0.5, "update": {"steps": [3, 2**64]}}, r"sparsity.update.steps: expected a list"),
     ({"groups": 5}, r"params: sparsity.groups: expected a mapping \{params: \{algorithm: ..., sparsity: ...\}\}"),
