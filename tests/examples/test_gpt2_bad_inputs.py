@@ -142,6 +142,8 @@ PREP_CASES = [
          old=True, setup=lambda tmp, out: (out / "train" / "notes.txt").write_text("mine")),
     Prep("overwrite-bad-tokenizer-file", ["{in}", "--overwrite", "--tokenizer", "{bad}/tok.json"], 2,
          "--tokenizer {bad}/tok.json: not a tokenizers JSON file", files={"tok.json": b"{}"}, old=True),
+    Prep("tokenizer-fifo", ["{in}", "--tokenizer", "{bad}/tok.json"], 2, "--tokenizer {bad}/tok.json is not a regular "
+         "file", setup=lambda tmp, out: os.mkfifo(tmp / "bad" / "tok.json")),  # the reader blocked on it
     Prep("overwrite-tokenizer-without-eos", ["{in}", "--overwrite", "--tokenizer", "{bad}/no_eos.json"], 2,
          "the tokenizer has no <|endoftext|> token", old=True, setup=_tokenizer_without_eos),
     Prep("overwrite-full-disk-at-tokenizer", ["{in}", "--overwrite"], 1,
