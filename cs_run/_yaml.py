@@ -3,11 +3,12 @@
 A params file is a small document a person wrote. Anything else is refused before it is built into
 Python objects, with one error naming the file and line:
 
-* more than :data:`MAX_BYTES` bytes (``--params /dev/zero`` reads at most that much), or not UTF-8;
+* not a regular file (a FIFO would block, ``/dev/zero`` never ends), more than :data:`MAX_BYTES` bytes,
+  or not UTF-8;
 * nesting deeper than :data:`MAX_DEPTH` (PyYAML would recurse until RecursionError);
 * more than :data:`MAX_VALUES` values once aliases are expanded (a "billion laughs" file); every node is
   visited once, however many aliases point at it;
-* a key that is not a string;
+* a key that is not a string, a control character (NUL), an alias inside the value it names (a loop);
 * a nan or infinite number anywhere (``.nan``, ``.inf``, ``1e999``).
 
 A key given twice in one mapping is the one exception that loads: the Model Zoo's own files have them
@@ -18,9 +19,11 @@ cs-run, with a note of the run naming both lines (:func:`cs_run._logging.defer`)
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
+import stat
 from typing import Any, Optional
 
 import yaml
@@ -28,7 +31,7 @@ import yaml
 from cs_run._logging import defer
 from cs_run.errors import ParamsError
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_VALUES", "read_text", "parse", "parse_value", "check_finite"]
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_VALUES", "check_regular_file", "read_text", "parse", "parse_value", "check_finite"]
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 64
@@ -66,13 +69,44 @@ _Loader.add_implicit_resolver(
     list("-+0123456789"))
 
 
+def _shown(path: str | os.PathLike) -> str:
+    """``path`` for a one-line message (a 5000-character path is cut in the middle)."""
+    text = str(path)
+    return text if len(text) <= 200 else f"{text[:100]}...{text[-80:]} ({len(text)} characters)"
+
+
+def check_regular_file(path: str | os.PathLike) -> None:
+    """Refuse a params path that is missing, a folder, or not a regular file (a FIFO would block the read
+    until a writer came; a device never ends), before it is opened.
+
+    Raises:
+        ParamsError: naming the path and what it is.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            raise ParamsError(f"params file not found: {_shown(path)}") from None
+        raise ParamsError(f"params file cannot be read: {_shown(path)} ({e.strerror or e}); check the --params "
+                          "path") from None
+    if stat.S_ISDIR(mode):
+        raise ParamsError(f"params path is a folder, expected a YAML file: {_shown(path)}")
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or \
+            stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+        raise ParamsError(f"params file {_shown(path)} is {kind}, not a regular file; write the params to a file "
+                          "and give its path")
+
+
 def read_text(path: str | os.PathLike) -> str:
-    """The file's text: at most MAX_BYTES, UTF-8. Raises ParamsError naming the file (and line)."""
+    """The file's text: a regular file (:func:`check_regular_file`), at most MAX_BYTES, UTF-8. Raises
+    ParamsError naming the file (and line)."""
+    check_regular_file(path)
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES + 1)
     except OSError as e:
-        raise ParamsError(f"params file cannot be read: {path} ({e.strerror or e})") from None
+        raise ParamsError(f"params file cannot be read: {_shown(path)} ({e.strerror or e})") from None
     if len(data) > MAX_BYTES:
         raise ParamsError(f"params file is larger than {MAX_BYTES // (1 << 20)} MiB ({path}); a params file is a "
                           "short YAML document, check the --params path")
@@ -90,7 +124,13 @@ def parse(text: str, where: Optional[str], prefix: str = "") -> tuple[Any, dict[
     ``where`` names the file in messages (None: a ``--set`` value, "set on the command line"); key
     paths start at ``prefix`` and are dotted, list items ``[i]``: ``optimizer.learning_rate[0].total_iters``.
     """
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as e:  # a control character (NUL, ...): the reader refuses the whole text
+        at = f"{where}:{text.count(chr(10), 0, e.position) + 1}" if where else "set on the command line"
+        code = e.character if isinstance(e.character, int) else ord(text[e.position])
+        raise ParamsError(f"params file is not valid YAML ({at}): character #x{code:04x} is not allowed in YAML "
+                          "text; remove it (the file may be binary or damaged)") from None
     try:
         try:
             node = loader.get_single_node()
@@ -137,15 +177,30 @@ class _Walk:
     def __init__(self, where: Optional[str], lines: dict[str, int]) -> None:
         self.where, self.lines = where, lines
         self.sizes: dict[int, int] = {}  # node id -> values below it, aliases expanded (each node once)
+        self.open: set[int] = set()  # the nodes being walked: an alias to one of them is a loop
 
     def at(self, node) -> str:
         return f"{self.where}:{node.start_mark.line + 1}" if self.where else "set on the command line"
 
     def node(self, node, path: str) -> int:
+        if id(node) in self.open:  # PyYAML builds it as a value holding itself; every reader would recurse
+            raise ParamsError(f"params: {path or 'value'}: a YAML alias to a value that holds it (a loop, "
+                              f"{self.at(node)}); write the value out instead of the alias")
         known = self.sizes.get(id(node))
         if known is not None:  # an alias: its size counts again, its nodes are not walked again
             return known
-        self.sizes[id(node)] = 1  # a node that holds an alias to itself counts once
+        self.open.add(id(node))
+        try:
+            size = self._children(node, path)
+        finally:
+            self.open.discard(id(node))
+        if size > MAX_VALUES:
+            raise ParamsError(f"params: more than {MAX_VALUES} values once YAML aliases are expanded "
+                              f"({self.at(node)}); write the values out or use fewer nested aliases")
+        self.sizes[id(node)] = size
+        return size
+
+    def _children(self, node, path: str) -> int:
         size = 1
         if isinstance(node, yaml.MappingNode):
             seen: dict[str, Any] = {}
@@ -174,10 +229,6 @@ class _Walk:
             if not math.isfinite(value):
                 raise ParamsError(f"params: {path or 'value'}: expected a finite number, got {node.value} "
                                   f"({self.at(node)})")
-        if size > MAX_VALUES:
-            raise ParamsError(f"params: more than {MAX_VALUES} values once YAML aliases are expanded "
-                              f"({self.at(node)}); write the values out or use fewer nested aliases")
-        self.sizes[id(node)] = size
         return size
 
     def _given_twice(self, key_path: str, first: tuple, key_node, value_node) -> None:

@@ -412,10 +412,6 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
         ParamsError: with the key path, the file and line (or "set on the command line"), and the fix.
     """
     path = Path(path)
-    if not path.exists():
-        raise ParamsError(f"params file not found: {path}")
-    if path.is_dir():
-        raise ParamsError(f"params path is a folder, expected a YAML file: {path}")
     with collecting_notes() as notes:  # from the file's parse on (a key given twice)
         raw, lines = _yaml.parse(_yaml.read_text(path), str(path))
         if raw is None:
@@ -435,9 +431,11 @@ def load_params(path: str | os.PathLike, overrides: dict[str, Any] | None = None
             raw = defaults_fn(raw)
 
         raw = apply_model_defaults(raw, located)
+        _refuse_empty_paths(raw, located)
         _resolve_relative_paths(raw, path.parent)
         if overrides:
             apply_overrides(raw, overrides)
+            _refuse_empty_paths(raw, located)
         vendor_params.normalize(raw, located, _RUNCONFIG_KEYS, sections_reading_data_processor(raw))
         params = validate_params(raw, locate=located)
     params.source, params.lines, params.overridden, params.notes = str(path), lines, overridden, notes
@@ -458,6 +456,7 @@ def params_from_dict(raw: dict, *, base_dir: str | os.PathLike | None = None, so
     where = f" ({source})" if source else ""
     with collecting_notes() as notes:
         raw = vendor_params.from_trainer_form(raw)
+        _refuse_empty_paths(raw, lambda key: where)
         _resolve_relative_paths(raw, Path(base_dir) if base_dir is not None else Path.cwd())
         vendor_params.normalize(raw, lambda key: where, _RUNCONFIG_KEYS, sections_reading_data_processor(raw))
         params = validate_params(raw, locate=lambda key: where)
@@ -529,7 +528,8 @@ def validate_params(raw: dict, *, locate=lambda key: "") -> Params:
             raise ParamsError(unknown_key_message(name, name, SECTIONS, where=locate(name)))
     sections: dict[str, Any] = {}
     if raw.get("sparsity") is not None:
-        check_sparsity(raw["sparsity"], "sparsity", locate)
+        runconfig = raw.get("runconfig") if isinstance(raw.get("runconfig"), dict) else {}
+        check_sparsity(raw["sparsity"], "sparsity", locate, max_steps=runconfig.get("max_steps"))
         sections["sparsity"] = raw["sparsity"]
     for name, cls in _SECTION_TYPES.items():
         value = raw.get(name)
@@ -641,6 +641,20 @@ def resolve_data_dir(value: str, params_dir: Path, key: str = "data_dir") -> str
                         "(relative to the params file)")
         return str(from_params)
     return str(from_cwd)
+
+
+def _refuse_empty_paths(raw: dict, locate) -> None:
+    """An empty path would resolve to the params file's (or the current) folder: a run into ``''`` wrote
+    its checkpoints among whatever was there."""
+    for section, key in sorted(_PATH_KEYS | _PATH_LIST_KEYS):
+        node = raw.get(section)
+        value = node.get(key) if isinstance(node, dict) else None
+        items = value if isinstance(value, list) else [value]
+        for i, item in enumerate(items):
+            if isinstance(item, str) and not item.strip():
+                where = f"{section}.{key}" + (f"[{i}]" if isinstance(value, list) else "")
+                raise ParamsError(f"params: {where}: an empty path (it would be the current folder); give a folder "
+                                  f"name such as ./{key}{locate(f'{section}.{key}')}")
 
 
 def _resolve_relative_paths(raw: dict, base: Path) -> None:

@@ -49,8 +49,8 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_sparsity(value: Any, key: str = "sparsity",
-                   locate: Callable[[str], str] = lambda key: "") -> list[tuple[str, dict]]:
+def check_sparsity(value: Any, key: str = "sparsity", locate: Callable[[str], str] = lambda key: "",
+                   max_steps: Optional[int] = None) -> list[tuple[str, dict]]:
     """The section as a list of (key path, algorithm config) pairs (``algorithm`` always set, ``schedule``
     renamed ``sparsity``, the 2.2 ``type`` renamed ``algorithm``; an entry with ``sparsity: null`` left
     out); an empty list for ``sparsity: null``.
@@ -59,6 +59,11 @@ def check_sparsity(value: Any, key: str = "sparsity",
     and its own level, schedules and ``init_method`` (a weight goes to the first entry whose filter
     matches it). The Python API's per-parameter mapping (``sparsity={param: level}``) is keyed by tensors
     and has no params-file form.
+
+    Values are checked for meaning, not only type: a level stays in [0, 1) and a drop fraction in [0, 1]
+    at every update step (a GMP schedule reaching 1.0 prunes every weight; the last update step is the
+    update's ``stop``, its last listed step, or ``max_steps`` when the run's length is known), an update
+    ``stop`` is after its ``start``, and steps fit the int64 step counter.
 
     Raises:
         ParamsError: an unknown key, algorithm, init method or schedule type, or a value out of range,
@@ -69,22 +74,34 @@ def check_sparsity(value: Any, key: str = "sparsity",
     if _number(value):
         value = {"sparsity": value}
     if isinstance(value, dict) and "groups" in value:  # the config classes' packed form: {groups: [{params: ...}]}
-        groups = value["groups"]
-        value = [{**{k: v for k, v in g.items() if k != "params"}, **(g.get("params") or {})}
-                 for g in (groups if isinstance(groups, list) else [groups])]
+        value = _unpack_groups(value["groups"], f"{key}.groups", locate)
     if isinstance(value, dict):
-        return [(key, c) for c in [_check_one(value, key, locate)] if c is not None]
+        return [(key, c) for c in [_check_one(value, key, locate, max_steps)] if c is not None]
     if isinstance(value, list):
         if not value:
             raise ParamsError(f"params: {key}: an empty list sparsifies nothing; give one mapping per algorithm or "
                               f"remove the section{locate(key)}")
         keys = [f"{key}[{i}]" for i in range(len(value))]
-        return [(k, c) for k, item in zip(keys, value) if (c := _check_one(item, k, locate)) is not None]
+        return [(k, c) for k, item in zip(keys, value) if (c := _check_one(item, k, locate, max_steps)) is not None]
     raise ParamsError(f"params: {key}: expected a sparsity level (a number), a mapping or a list of mappings, "
                       f"got {type(value).__name__}{locate(key)}")
 
 
-def _check_one(config: Any, key: str, locate) -> Optional[dict]:
+def _unpack_groups(groups: Any, key: str, locate) -> list:
+    """``{groups: [{params: {...}, ...}]}`` (one group may stand alone) as a list of entries."""
+    entries = groups if isinstance(groups, list) else [groups]
+    for i, group in enumerate(entries):
+        where = f"{key}[{i}]" if isinstance(groups, list) else key
+        if not isinstance(group, dict):
+            raise ParamsError(f"params: {where}: expected a mapping {{params: {{algorithm: ..., sparsity: ...}}}} "
+                              f"(a list of them for several groups), got {group!r}{locate(where)}")
+        if not isinstance(group.get("params") or {}, dict):
+            raise ParamsError(f"params: {where}.params: expected a mapping of the group's settings (algorithm, "
+                              f"sparsity, ...), got {group['params']!r}{locate(where + '.params')}")
+    return [{**{k: v for k, v in g.items() if k != "params"}, **(g.get("params") or {})} for g in entries]
+
+
+def _check_one(config: Any, key: str, locate, max_steps: Optional[int] = None) -> Optional[dict]:
     if _number(config):
         config = {"sparsity": config}
     if not isinstance(config, dict):
@@ -139,11 +156,12 @@ def _check_one(config: Any, key: str, locate) -> Optional[dict]:
                           f"got {flt!r}{locate(key + '.param_filter')}")
     if "update" in config:
         _check_update(config["update"], f"{key}.update", locate)
+    steps = _update_steps(config.get("update"), max_steps)
+    if not (isinstance(level, dict) and not all(isinstance(k, str) for k in level)):
+        _check_range(level, f"{key}.sparsity", locate, steps, closed=False)
     if "drop_fraction" in config:
         _check_schedule(config["drop_fraction"], f"{key}.drop_fraction", locate)
-        if _number(config["drop_fraction"]) and not 0 <= config["drop_fraction"] <= 1:
-            raise ParamsError(f"params: {key}.drop_fraction: must be between 0 and 1, got {config['drop_fraction']}"
-                              f"{locate(key + '.drop_fraction')}")
+        _check_range(config["drop_fraction"], f"{key}.drop_fraction", locate, steps, closed=True)
     balance = [b for b in ("balance_in_groups", "balance_out_groups") if config.get(b) is not None]
     if len(balance) > 1:
         raise ParamsError(f"params: {key}.balance_out_groups: give balance_in_groups or balance_out_groups, not both"
@@ -169,10 +187,6 @@ def _check_level(config: dict, algorithm: str, key: str, locate) -> None:
                                     and str(config["sparsity"].get("type")).lower() == "constant")):
             raise ParamsError(f"params: {key}.sparsity: gmp with a constant sparsity never changes the mask; use "
                               f"algorithm static, or a schedule (type: linear, exp, ...){locate(key + '.sparsity')}")
-    if _number(config["sparsity"]) and not 0 <= config["sparsity"] < 1:
-        raise ParamsError(f"params: {key}.sparsity: must be >= 0 and < 1, got {config['sparsity']}"
-                          f"{locate(key + '.sparsity')}")
-
 
 def _per_pattern_hint(config: dict) -> str:
     """The 2.2+ list a 2.0/2.1 ``param_name_patterns: {regex: {overrides}}`` section stands for, as the
@@ -225,6 +239,65 @@ def _check_schedule(value: Any, key: str, locate) -> None:
                           f"{locate(key + '.half_period')}")
 
 
+_INT64_MAX = 2**63 - 1  # the step counter and the update schedule's arithmetic are int64 tensors
+_FLOAT32_ONE = 1 - 2**-25  # a level at or above this is 1.0 in the float32 the masks are computed in
+
+
+def _update_steps(update: Any, max_steps: Optional[int]) -> tuple[int, Optional[int]]:
+    """The first and last steps whose masks a schedule sets (last None: not known before the run)."""
+    if isinstance(update, dict) and isinstance(update.get("steps"), list):
+        return min(update["steps"]), max(update["steps"])
+    update = update if isinstance(update, dict) else {}
+    start, freq, stop = update.get("start") or 0, update.get("freq") or 1, update.get("stop")
+    known = isinstance(max_steps, int) and not isinstance(max_steps, bool)
+    last = stop - 1 if stop is not None else (max_steps - 1 if known else None)
+    return start, (None if last is None or last < start else start + (last - start) // freq * freq)
+
+
+def _values(value: Any, steps: tuple[int, Optional[int]]) -> list[tuple[float, str]]:
+    """(value, where) at the extremes a schedule takes over its update steps (each type is monotone
+    between them, cosine bounded by init and minimum, cycling one of its values)."""
+    if _number(value):
+        return [(value, "")]
+    if isinstance(value, list):
+        return [(v, f" (its item {i})") for i, v in enumerate(value)]
+    kind = str(value.get("type")).lower()
+    if kind == "constant":
+        return [(value["value"], "")]
+    if kind == "cycling":
+        return [(v, f" (values[{i}])") for i, v in enumerate(value["values"])]
+    if kind == "cosine":
+        return [(value["init"], " (init)"), (value.get("minimum", 0.0), " (minimum)")]
+    formula = {"linear": lambda s: value["init"] + s * value["slope"],
+               "exp": lambda s: value.get("final", 1.0) - (value.get("final", 1.0) - value["init"]) *
+               math.exp(min(s * value["gamma"], 700.0)),
+               "power": lambda s: value["init"] * value["beta"] ** s}[kind]
+    out = []
+    for step in dict.fromkeys(s for s in steps if s is not None):
+        try:
+            out.append((formula(step), f" at step {step}"))
+        except OverflowError:
+            out.append((math.inf, f" at step {step}"))
+        if kind == "power" and value["beta"] < 0:  # alternates sign: the next step has the other one
+            out.append((formula(step + 1), f" at step {step + 1}"))
+    return out
+
+
+def _check_range(value: Any, key: str, locate, steps: tuple[int, Optional[int]], closed: bool) -> None:
+    """A level in [0, 1) (1.0 prunes every weight), a drop fraction in [0, 1], at every update step."""
+    if isinstance(value, dict) and str(value.get("type")).lower() not in SCHEDULE_TYPES:
+        return  # the Python API's per-parameter mapping: each value checked when the algorithm is made
+    for v, where in _values(value, steps):
+        top_ok = v <= 1 if closed else v < _FLOAT32_ONE
+        if not (v >= 0 and top_ok):
+            what = "must be between 0 and 1" if closed else "must be >= 0 and < 1"
+            fix = "" if _number(value) else "; change the schedule" + (
+                ", or stop its update (update.stop) before it gets there" if "step" in where else "")
+            why = "; a level of 1.0 prunes every weight" if fix and not closed and v >= 1 else ""
+            raise ParamsError(f"params: {key}: {what}, got {v if _number(value) else f'{v:g}'}{where}{why}{fix}"
+                              f"{locate(key)}")
+
+
 def _check_update(value: Any, key: str, locate) -> None:
     """When masks change: ``{freq, start, stop}`` or ``{steps: [...]}``."""
     if not isinstance(value, dict) or not ({"freq", "steps"} & set(value)):
@@ -235,16 +308,23 @@ def _check_update(value: Any, key: str, locate) -> None:
         if name not in valid:
             raise ParamsError(unknown_key_message(f"{key}.{name}", name, valid, where=locate(f"{key}.{name}")))
         if name == "steps":
-            if not isinstance(v, list) or not v or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                                           for s in v):
-                raise ParamsError(f"params: {key}.steps: expected a list of steps (integers >= 0), got {v!r}"
-                                  f"{locate(f'{key}.steps')}")
+            if not isinstance(v, list) or not v or not all(isinstance(s, int) and not isinstance(s, bool) and
+                                                           0 <= s <= _INT64_MAX for s in v):
+                raise ParamsError(f"params: {key}.steps: expected a list of steps (integers >= 0 and < 2**63), got "
+                                  f"{v!r}{locate(f'{key}.steps')}")
             continue
         if v is None and name == "stop":
             continue
         low = 1 if name == "freq" else 0
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
             raise ParamsError(f"params: {key}.{name}: expected an integer >= {low}, got {v!r}{locate(f'{key}.{name}')}")
+        if v > _INT64_MAX:
+            raise ParamsError(f"params: {key}.{name}: expected an integer < 2**63 (steps are counted in int64), got "
+                              f"{v!r}{locate(f'{key}.{name}')}")
+    start, stop = value.get("start") or 0, value.get("stop")
+    if stop is not None and stop <= start:
+        raise ParamsError(f"params: {key}.stop: {stop} is not after start {start}, so the masks never update; give a "
+                          f"stop > start (or none: update to the end){locate(f'{key}.stop')}")
 
 
 def summaries_wanted(value: Any) -> bool:

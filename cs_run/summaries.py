@@ -16,6 +16,7 @@ import csv
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -52,6 +53,25 @@ def _to_float(tag: str, value: Any) -> float:
         raise TypeError(
             f"ScalarWriter: value of {tag!r} must be a number or a one-element tensor, got {type(value).__name__}"
         ) from err
+
+
+def _leave_writer_thread_errors_to_the_run() -> None:
+    """tensorboard's event-file thread keeps a write error (model_dir made read-only or full mid-run) for
+    the run's next write, flush or close to raise, and then re-raises it in the thread, whose traceback
+    the default ``threading.excepthook`` printed before the run's one ``Error:`` line. That second report
+    is left out; every other thread's exceptions go to the hook as before."""
+    previous = threading.excepthook
+    if getattr(previous, "cs_run_tensorboard", False):
+        return
+
+    def hook(args: Any) -> None:
+        if getattr(args.thread, "exception", None) is args.exc_value and \
+                type(args.thread).__module__.startswith("tensorboard."):
+            return
+        previous(args)
+
+    hook.cs_run_tensorboard = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 class ScalarWriter:
@@ -91,6 +111,7 @@ class ScalarWriter:
                 raise
             logger.debug("tensorboard is not installed: writing %s only", self.csv_path)
             return None
+        _leave_writer_thread_errors_to_the_run()
         return SummaryWriter(log_dir=str(self.log_dir))
 
     @property

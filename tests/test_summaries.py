@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -97,3 +99,33 @@ def test_bad_values_and_closed_writer(tmp_path):
     with pytest.raises(RuntimeError, match="closed"):
         w.add_scalar("loss", 1.0, 1)
     assert read_scalars(tmp_path / "missing") == {}
+
+
+_FAILING_EVENT_FILE = r"""
+import sys
+from tensorboard.summary.writer import record_writer
+from cs_run.summaries import ScalarWriter
+
+writer = ScalarWriter(sys.argv[1], tensorboard=True)
+def refuse(self, data):  # what a model_dir made read-only mid-run gives the event-file thread
+    raise PermissionError(13, "Permission denied")
+record_writer.RecordWriter.write = refuse
+writer.add_scalar("loss", 1.0, 1)
+try:
+    writer.flush()
+    writer.add_scalar("loss", 1.0, 2)
+    writer.flush()
+except PermissionError as e:
+    print("the run got:", e)
+"""
+
+
+def test_a_failed_event_file_write_reaches_the_run_once_without_a_thread_traceback(tmp_path):
+    """tensorboard's writer thread re-raises its error after keeping it for the run: without cs-run's hook
+    its traceback ("Exception in thread") came before the run's Error line."""
+    pytest.importorskip("tensorboard")
+    done = subprocess.run([sys.executable, "-c", _FAILING_EVENT_FILE, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "the run got: [Errno 13] Permission denied" in done.stdout
+    assert "Traceback" not in done.stderr and "Exception in thread" not in done.stderr, done.stderr

@@ -32,7 +32,7 @@ def default_params_path() -> Path:
 
 UNSET = {"max_steps": "no cap", "eval_steps": "the whole eval loader", "seed": "not seeded",
          "checkpoint_path": "the newest in model_dir", "runner": "the device's runner",
-         "compile_dir": "model_dir/cached_compile", "compile_tier": "auto"}
+         "compile_dir": "the per-user cache ($CS_RUN_CACHE_DIR, else ~/.cache/cs-run)", "compile_tier": "auto"}
 """What a runconfig key left unset (None) means, where "none" would not say it."""
 
 SECTIONS = {"num_csx": "Replicas and sharding", "sharding": "Replicas and sharding", "offload": "Replicas and sharding",
@@ -55,6 +55,15 @@ def _default_text(option: RunOption) -> str:
     return f"from runconfig.{option.key}, else {unset}"
 
 
+class _Path(click.Path):
+    """click.Path that refuses an empty value (``--model_dir ''`` would be the current folder)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty path (it would be the current folder); give a name", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def _click_option(option: RunOption):
     """A flag of the declaration as a click option (type, range, choices and help from the field)."""
     section = APPLIANCE if option.appliance_only else SECTIONS.get(option.name, OPTIONS)
@@ -66,11 +75,11 @@ def _click_option(option: RunOption):
     elif option.kind == "choice":
         kind = click.Choice(option.choices, case_sensitive=False)
     elif option.path == "dir":
-        kind = click.Path(file_okay=False, path_type=Path)
+        kind = _Path(file_okay=False, path_type=Path)
     elif option.path == "file":
-        kind = click.Path(dir_okay=False, path_type=Path)
+        kind = _Path(dir_okay=False, path_type=Path)
     elif option.path == "checkpoint":  # a file, or a sharded run's checkpoint folder
-        kind = click.Path(path_type=Path)
+        kind = _Path(path_type=Path)
     else:
         kind = str
     return click.option(f"--{option.name}", option.dest, type=kind, multiple=option.kind == "list",
@@ -85,7 +94,7 @@ def run_command_options(command: str):
     if COMMAND_USES[command] == ("trace",):  # validate-only, compile-only: they check the CSX engine's trace
         device, device_help = "CSX", "The CSX engine, which this command checks (CPU or GPU given: CSX all the same)."
     options = [
-        click.option("--params", "-p", "params_path", type=click.Path(dir_okay=False, path_type=Path), cls=Flag,
+        click.option("--params", "-p", "params_path", type=_Path(dir_okay=False, path_type=Path), cls=Flag,
                      default_text="the bundled fc_mnist params", help="Params YAML (Model Zoo layout)."),
         click.option("--device", type=click.Choice(["CPU", "GPU", "CSX"], case_sensitive=False), default=device,
                      show_default=True, help=device_help),
@@ -238,9 +247,9 @@ EXAMPLES = {
          "cs-run validate-only --params params.yaml --mode eval"),
     ],
     "compile-only": [
-        ("compile the training step into model_dir/cached_compile, so the next CSX run starts at once",
+        ("compile the training step into the per-user cache, so the next CSX run of it starts at once",
          "cs-run compile-only --params params.yaml --compile_tier inductor"),
-        ("a compile cache shared by several runs",
+        ("a compile cache of its own (a folder the runs that should share it name)",
          "cs-run compile-only --params params.yaml --compile_dir cache/"),
     ],
 }

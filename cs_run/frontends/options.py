@@ -159,6 +159,9 @@ def flag_overrides(values: typing.Mapping[str, Any]) -> dict[str, Any]:
         value = values.get(option.dest)
         if option.key is None or value is None or (option.kind == "list" and not value):
             continue
+        if option.path and any(isinstance(v, str) and not v.strip() for v in (value if option.kind == "list"
+                                                                                else [value])):
+            raise ParamsError(f"--{option.name}: an empty path (it would be the current folder); give a name")
         if option.kind == "list":
             value = [_absolute(v) if option.path else str(v) for v in value]
         elif option.path:

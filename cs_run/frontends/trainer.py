@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import os
 from dataclasses import fields
 from typing import Any, Callable, Optional, Union
 
@@ -121,6 +122,9 @@ class Trainer:
         if schedulers is not None and not (callable(schedulers) or hasattr(schedulers, "step")):
             raise ParamsError(f"Trainer: schedulers must be an LR scheduler or a callable (optimizer) -> scheduler, got "
                               f"{type(schedulers).__name__} {schedulers!r:.40}")
+        if isinstance(model_dir, (str, os.PathLike)) and not os.fspath(model_dir).strip():
+            raise ParamsError("Trainer: model_dir: an empty path (it would be the current folder); give a folder name "
+                              "such as './model_dir'")
         self.model_dir = model_dir
         self._runconfig = _runconfig(model_dir, self.backend, loop or {}, checkpoint or {}, logging, seed,
                                      {"sharding": sharding, "offload": offload})

@@ -50,8 +50,8 @@ def data() -> None:
               help="Samples per .h5 shard.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the train/val document split.")
 @click.option("--overwrite", is_flag=True, cls=Flag, default_text="off: an OUTPUT_DIR holding shards is refused",
-              help="Replace the shards and tokenizer.json already in OUTPUT_DIR (the new ones are swapped in at the "
-                   "end: a failure keeps the old).")
+              help="Replace the shards and tokenizer.json already in OUTPUT_DIR (the new set is switched in at the "
+                   "end by one rename: a failure or a kill keeps the old; the old set's files are removed).")
 def preprocess(inputs: tuple[Path, ...], output_dir: Path, stdlib: bool, pattern: tuple[str, ...],
                max_seq_length: int, tokenizer_path: Optional[Path], vocab_size: int, eval_fraction: float,
                files_per_record: int, seed: int, overwrite: bool) -> None:

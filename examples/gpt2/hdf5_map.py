@@ -28,17 +28,23 @@ __all__ = ["H5Reader", "Mixture", "DataSubset", "replica_share", "shard_files"]
 
 
 def shard_files(data_dirs: Union[str, list], sort: bool = True) -> list[Path]:
-    """The *.h5 shards of a data_dir (a folder or a list of folders); refused: a non-folder, no shard."""
-    dirs = data_dirs if isinstance(data_dirs, list) else [data_dirs]
+    """The *.h5 shards of a data_dir (a folder or a list of folders); refused: a non-folder, a folder with
+    no shard (one rule for every folder: a list entry without shards is as wrong as a single one)."""
+    many = isinstance(data_dirs, list)
+    dirs = data_dirs if many else [data_dirs]
+    if many and not dirs:
+        raise ValueError("data_dir: an empty list; give the folder (or folders) holding the *.h5 shards")
     files: list[Path] = []
-    for folder in dirs:
+    for i, folder in enumerate(dirs):
+        where = f"data_dir[{i}]" if many else "data_dir"
         path = Path(folder)
         if not path.is_dir():
-            raise ValueError(f"data_dir: {folder} is not a folder (expected one holding the *.h5 shards)")
-        files.extend(path.glob("*.h5"))
-    if not files:
-        raise ValueError(f"data_dir: no *.h5 files in {', '.join(map(str, dirs))}; write shards with "
-                         "`cs-run data preprocess` or the Model Zoo's hdf5_preprocessing scripts")
+            raise ValueError(f"{where}: {folder} is not a folder (expected one holding the *.h5 shards)")
+        found = list(path.glob("*.h5"))
+        if not found:
+            raise ValueError(f"{where}: no *.h5 files in {folder}; write shards with `cs-run data preprocess` or the "
+                             "Model Zoo's hdf5_preprocessing scripts, or leave the folder out")
+        files.extend(found)
     return sorted(files) if sort else files
 
 

@@ -11,8 +11,9 @@ Nothing is downloaded: the tokenizer is trained on the training documents with t
 package (``pip install 'cs-run[text]'``) or read from a ``tokenizer.json`` given by path.
 
 Every input is checked to be UTF-8 text before anything is written. Output is written into a hidden
-staging folder inside the output folder and swapped in at the end (each split folder and the
-tokenizer by one rename), so a failure, ``--overwrite`` or not, leaves the old output as it was. Each
+staging folder inside the output folder and switched in at the end as one set (train, val and the
+tokenizer by one rename, :mod:`._output_set`), so a failure or a kill -9, ``--overwrite`` or not,
+leaves the old output or the new one, whole. Each
 shard records the largest token id it holds (``max_token_id``) and a Fletcher-32 checksum per chunk,
 so a reader refuses ids the model cannot embed before the first step, and damaged bytes by name.
 """
@@ -22,11 +23,9 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import random
 import shutil
 import sysconfig
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
@@ -36,6 +35,7 @@ import numpy as np
 from tqdm import tqdm
 
 from cs_run.errors import DataError, ParamsError
+from cs_run.examples.gpt2 import _output_set
 
 __all__ = ["PreprocessResult", "collect_documents", "stdlib_documents", "check_documents", "load_or_train_tokenizer",
            "pack_samples", "ShardWriter", "preprocess"]
@@ -235,11 +235,12 @@ def _write_split(name: str, docs: list[Path], folder: Path, tok, msl: int, eos_i
     return writer.n_examples, len(writer.files)
 
 
-def _check_output(output_dir: Path, splits: list[str], trains_tokenizer: bool, overwrite: bool) -> None:
-    """Refuse what would replace earlier output unasked, or lose a file that is not ours."""
+def _check_output(output_dir: Path, tokenizer_path: Optional[Path], overwrite: bool) -> None:
+    """Refuse what would replace earlier output unasked, or lose a file that is not ours. Every split of
+    the old set counts: the new set replaces the old one whole (an old val is not kept beside new train)."""
     if output_dir.exists() and not output_dir.is_dir():
         raise ParamsError(f"data preprocess: --output_dir {output_dir} is a file; give a folder")
-    for split in splits:
+    for split in ("train", "val"):
         folder = output_dir / split
         if not folder.exists():
             continue
@@ -254,40 +255,22 @@ def _check_output(output_dir: Path, splits: list[str], trains_tokenizer: bool, o
             raise ParamsError(f"data preprocess: {folder} already holds *.h5 shards; use another --output_dir "
                               "or --overwrite")
     saved = output_dir / "tokenizer.json"
-    if trains_tokenizer and saved.exists() and not overwrite:
+    same = tokenizer_path is not None and saved.is_file() and tokenizer_path.read_bytes() == saved.read_bytes()
+    if saved.exists() and not overwrite and not same:
         raise ParamsError(f"data preprocess: {saved} already exists; use another --output_dir, --overwrite, "
                           f"or --tokenizer {saved} to keep it")
 
 
-def _staging(output_dir: Path) -> Path:
-    """A fresh hidden folder inside ``output_dir`` (same filesystem: its contents move in by rename)."""
+def _staging(output_dir: Path) -> _output_set.Staging:
+    """A fresh hidden folder inside ``output_dir`` (same filesystem: it becomes the new set by rename), after
+    removing what killed runs left there."""
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=".preprocess-", dir=output_dir))
+        _output_set.clean_stale(output_dir)
+        return _output_set.Staging(output_dir)
     except OSError as e:
         raise ParamsError(f"data preprocess: cannot write to --output_dir {output_dir} ({e.strerror or e}); "
                           "choose a writable folder") from None
-
-
-def _swap_in(staging: Path, output_dir: Path, names: list[str]) -> None:
-    """Move ``staging/<name>`` to ``output_dir/<name>`` for every name, each by one rename; what was there
-    moves into ``staging/.old`` first. A failure moves everything back, so the old output stays whole."""
-    old = staging / ".old"
-    old.mkdir()
-    done: list[str] = []
-    try:
-        for name in names:
-            if (output_dir / name).exists():
-                os.rename(output_dir / name, old / name)
-            done.append(name)
-            os.rename(staging / name, output_dir / name)
-    except OSError:
-        for name in reversed(done):
-            if not (staging / name).exists() and (output_dir / name).exists():
-                os.rename(output_dir / name, staging / name)
-            if (old / name).exists():
-                os.rename(old / name, output_dir / name)
-        raise
 
 
 def preprocess(documents: list[Path], output_dir: Path, max_seq_length: int, *, vocab_size: int = 8192,
@@ -296,7 +279,8 @@ def preprocess(documents: list[Path], output_dir: Path, max_seq_length: int, *, 
     """Tokenize ``documents`` into ``output_dir/train`` (and ``output_dir/val``) shards.
 
     Documents are split by file: a seeded shuffle puts ``eval_fraction`` of them (at least one) in val.
-    A trained tokenizer is saved as ``output_dir/tokenizer.json``.
+    ``output_dir/tokenizer.json`` is the shards' tokenizer (trained here, or a copy of ``tokenizer_path``);
+    the three are one set, switched in by one rename, the old set's files removed.
 
     Raises:
         ParamsError: bad arguments, no documents, a document that is not UTF-8 text, an output folder
@@ -321,13 +305,18 @@ def preprocess(documents: list[Path], output_dir: Path, max_seq_length: int, *, 
     split_docs = {"train": docs[n_val:]}
     if n_val:
         split_docs["val"] = docs[:n_val]
-    _check_output(output_dir, list(split_docs), tokenizer_path is None, overwrite)
+    if tokenizer_path is not None and not tokenizer_path.is_file():  # a FIFO would hang the reader
+        raise ParamsError(f"data preprocess: --tokenizer {tokenizer_path} is not a regular file; give a tokenizers "
+                          "JSON file")
+    _check_output(output_dir, tokenizer_path, overwrite)
     created = not output_dir.exists()
-    staging = _staging(output_dir)
+    stage = _staging(output_dir)
+    staging = stage.path
     try:
-        names = list(split_docs) + ([] if tokenizer_path else ["tokenizer.json"])
         try:
             tok = load_or_train_tokenizer(tokenizer_path, split_docs["train"], vocab_size, staging / "tokenizer.json")
+            if tokenizer_path is not None:  # the set holds the tokenizer of its shards
+                shutil.copyfile(tokenizer_path, staging / "tokenizer.json")
             eos_id = tok.token_to_id(EOS_TOKEN)
             if eos_id is None:
                 raise ParamsError(f"data preprocess: the tokenizer has no {EOS_TOKEN} token (needed to separate "
@@ -337,12 +326,13 @@ def preprocess(documents: list[Path], output_dir: Path, max_seq_length: int, *, 
                 n, files = _write_split(split, part, staging / split, tok, max_seq_length, eos_id, files_per_record,
                                         progress)
                 splits[split] = (n, files, len(part))
-            _swap_in(staging, output_dir, names)
+            _output_set.switch(output_dir, staging)
         except OSError as e:
-            raise DataError(f"data preprocess: writing the output into {output_dir} failed ({e}); nothing in it was "
+            why = f"[Errno {e.errno}] {e.strerror}" if e.errno else str(e)
+            raise DataError(f"data preprocess: writing the output into {output_dir} failed ({why}); nothing in it was "
                             "changed (free space or choose another --output_dir)") from None
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        stage.close()
         if created and output_dir.is_dir() and not any(output_dir.iterdir()):
             output_dir.rmdir()
     return PreprocessResult(tokenizer_path or output_dir / "tokenizer.json", tok.get_vocab_size(), splits)

@@ -220,6 +220,13 @@ def _set_cases() -> list[Case]:
                  "(set on the command line)") for key, value in picked]
 
 
+def _bind_socket(tmp, md):
+    import socket
+
+    _bind_socket.sock = socket.socket(socket.AF_UNIX)
+    _bind_socket.sock.bind(str(tmp / "sock.yaml"))
+
+
 def _yaml_cases() -> list[Case]:
     laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8))
@@ -231,7 +238,32 @@ def _yaml_cases() -> list[Case]:
         Case("utf16", ["train", "--params", "{params}"], 2, "is not UTF-8 text", params=PARAMS.encode("utf-16")),
         Case("too-big", ["train", "--params", "{params}"], 2, "larger than 1 MiB",
              params=PARAMS + "#" * (1 << 20) + "\n"),
-        Case("dev-zero", ["train", "--params", "/dev/zero"], 2, "larger than 1 MiB"),
+        Case("dev-zero", ["train", "--params", "/dev/zero"], 2, "params file /dev/zero is a device, not a regular file"),
+        Case("fifo", ["train", "--params", "{tmp}/fifo.yaml"], 2, "fifo.yaml is a FIFO (named pipe), not a regular "
+             "file; write the params to a file", setup=lambda tmp, md: os.mkfifo(tmp / "fifo.yaml")),
+        Case("fifo-validate-only", ["validate-only", "--params", "{tmp}/fifo.yaml"], 2, "is a FIFO (named pipe)",
+             setup=lambda tmp, md: os.mkfifo(tmp / "fifo.yaml")),
+        Case("socket", ["train", "--params", "{tmp}/sock.yaml"], 2, "sock.yaml is a socket, not a regular file",
+             setup=_bind_socket),
+        Case("path-5000-characters", ["train", "--params", "{tmp}/" + "p" * 5000 + ".yaml"], 2,
+             "params file cannot be read: ", ),
+        Case("path-component-too-long", ["train", "--params", "{tmp}/" + "p" * 300 + "/params.yaml"], 2,
+             "(File name too long); check the --params path"),
+        Case("path-255-characters-missing", ["train", "--params", "{tmp}/" + "p" * 250 + ".yaml"], 2,
+             "params file not found: "),
+        Case("nul-byte", ["train", "--params", "{params}"], 2, "character #x0000 is not allowed in YAML text",
+             params=PARAMS.encode().replace(b"hidden: 8", b"hidden: 8\x00")),
+        Case("escape-byte", ["train", "--params", "{params}"], 2, "character #x001b is not allowed",
+             params=PARAMS.encode().replace(b"  hidden: 8\n", b"  hidden: 8\n  x: \x1b[0m\n")),
+        Case("nul-byte-line", ["train", "--params", "{params}"], 2, f"params.yaml:{PARAMS.splitlines().index('  momentum: 0.9') + 1}):",
+             params=PARAMS.encode().replace(b"momentum: 0.9", b"momentum: 0.9\x00")),
+        Case("self-alias-in-model", ["train", "--params", "{params}"], 2,
+             "params: model.me: a YAML alias to a value that holds it (a loop",
+             params=PARAMS.replace("model:\n", "model: &m\n").replace("  hidden: 8\n", "  hidden: 8\n  me: *m\n")),
+        Case("self-alias-in-list", ["train", "--params", "{params}"], 2, "params: model.deep[1]: a YAML alias to a "
+             "value that holds it", params=PARAMS.replace("  hidden: 8\n", "  hidden: 8\n  deep: &l [1, *l]\n")),
+        Case("alias-to-a-sibling-is-fine", ["train", "--params", "{params}"], 2, "unknown key model.copy; valid keys",
+             params=PARAMS.replace("  hidden: 8\n", "  hidden: &h 8\n  copy: *h\n"), key="model.copy"),
         Case("alias-bomb", ["train", "--params", "{params}"], 2, "values once YAML aliases are expanded",
              params=laughs),
         Case("alias-bomb-in-section", ["train", "--params", "{params}"], 2, "values once YAML aliases are expanded",
@@ -388,6 +420,21 @@ def _model_dir_cases() -> list[Case]:
              key="runconfig.model_dir", own_model_dir=True),
         Case("model-dir-under-a-file", ["train", "--params", "{params}", "--model_dir", "{tmp}/afile/md"], 2,
              "is not a folder, so", setup=make_file),
+        Case("model-dir-empty", ["train", "--params", "{params}", "--model_dir", ""], 2,
+             "Invalid value for '--model_dir': an empty path (it would be the current folder)"),
+        Case("model-dir-blank", ["eval", "--params", "{params}", "--model_dir", "  "], 2,
+             "Invalid value for '--model_dir': an empty path"),
+        Case("set-model-dir-empty", ["train", "--params", "{params}", "--set", "runconfig.model_dir=''"], 2,
+             "params: runconfig.model_dir: an empty path (it would be the current folder); give a folder name such as "
+             "./model_dir (set on the command line)", own_model_dir=True),
+        Case("file-model-dir-empty", ["train", "--params", "{params}"], 2, "params: runconfig.model_dir: an empty path",
+             params=lambda t: _set_line(t, "runconfig", "model_dir", '""'), key="runconfig.model_dir",
+             own_model_dir=True),
+        Case("file-data-dir-list-entry-empty", ["train", "--params", "{params}"], 2,
+             "params: train_input.data_dir[1]: an empty path", params=lambda t: _set_line(
+                 t, "train_input", "data_dir", '["data", ""]'), key="train_input.data_dir"),
+        Case("checkpoint-path-empty", ["train", "--params", "{params}", "--checkpoint_path", ""], 2,
+             "Invalid value for '--checkpoint_path': an empty path"),
         Case("model-dir-in-use", ["train", "--params", "{params}", "--model_dir", "{md}"], 1,
              "is in use by another cs-run run (pid 4242", setup=lock),
         Case("model-dir-in-use-eval", ["eval", "--params", "{params}", "--model_dir", "{md}"], 1,

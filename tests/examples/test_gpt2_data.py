@@ -175,3 +175,29 @@ def test_data_dir_may_be_a_list_of_folders_as_in_the_model_zoo(tmp_path):
     loader = data.build_dataloader("eval", data_dir=[str(tmp_path / "a"), str(tmp_path / "b")], batch_size=4,
                                    shuffle=False, drop_last_batch=False)
     assert sorted(tuple(r["input_ids"]) for r in all_rows(loader)) == sorted(tuple(s[0]) for s in a + b)
+
+
+@pytest.mark.parametrize("dirs,message", [
+    (["empty"], r"data_dir: no \*.h5 files in {tmp}/empty; write shards"),
+    ([["a", "empty"]], r"data_dir\[1\]: no \*.h5 files in {tmp}/empty; .* or leave the folder out"),
+    ([["a", "/etc"]], r"data_dir\[1\]: no \*.h5 files in /etc"),
+    ([["empty", "a"]], r"data_dir\[0\]: no \*.h5 files in {tmp}/empty"),
+    ([["a", "missing"]], r"data_dir\[1\]: {tmp}/missing is not a folder"),
+    ([["a", "a/examples_0.h5"]], r"data_dir\[1\]: {tmp}/a/examples_0.h5 is not a folder"),
+    ([[]], r"data_dir: an empty list; give the folder"),
+    ([["a", "b"]], None),  # every folder holds shards
+], ids=["single-empty", "list-entry-empty", "list-entry-etc", "first-entry-empty", "list-entry-missing",
+        "list-entry-file", "empty-list", "two-good"])
+def test_every_data_dir_folder_must_hold_shards(tmp_path, dirs, message):
+    """One rule for a folder alone or in a list: it holds *.h5 shards (a list entry without any was taken)."""
+    write_vendor_shards(tmp_path / "a", random_samples(4, 8, 64), per_file=4)
+    write_vendor_shards(tmp_path / "b", random_samples(4, 8, 64, seed=1), per_file=4)
+    (tmp_path / "empty").mkdir()
+    given = dirs[0]
+    data_dir = [str(tmp_path / d) for d in given] if isinstance(given, list) else str(tmp_path / given)
+    if message is None:
+        loader = data.build_dataloader("eval", data_dir=data_dir, batch_size=4, shuffle=False, drop_last_batch=False)
+        assert len(all_rows(loader)) == 8
+        return
+    with pytest.raises(ValueError, match=message.replace("{tmp}", str(tmp_path))):
+        data.build_dataloader("eval", data_dir=data_dir, batch_size=4)

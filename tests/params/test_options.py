@@ -95,6 +95,18 @@ def test_flag_overrides_keep_only_given_flags(tmp_path, monkeypatch):
                                      "runconfig.python_paths": [str(tmp_path / "p")]}
 
 
+@pytest.mark.parametrize("given,flag", [({"model_dir": ""}, "--model_dir"), ({"model_dir": "  "}, "--model_dir"),
+                                        ({"checkpoint_path": ""}, "--checkpoint_path"),
+                                        ({"python_paths": ("p", "")}, "--python_paths")])
+def test_an_empty_path_flag_is_refused(tmp_path, monkeypatch, given, flag):
+    """run.py (argparse) gives strings: '' would be made the current folder (a run wrote its checkpoints there)."""
+    from cs_run.errors import ParamsError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ParamsError, match=f"^{flag}: an empty path \\(it would be the current folder\\); give a name$"):
+        flag_overrides(given)
+
+
 def test_csx_backend_gets_every_cluster_option(toy_project, tmp_path):
     from cs_run.params import load_params
     from cs_run.runners.cs_runner import create_backend

@@ -120,6 +120,16 @@ def test_loader_and_optimizer_arguments_of_the_wrong_kind_name_the_argument(tmp_
     assert not (tmp_path / "md").exists()
 
 
+@pytest.mark.parametrize("model_dir", ["", "  "])
+def test_an_empty_model_dir_is_refused(model_dir, tmp_path, monkeypatch):
+    """'' would be the current folder: the run's checkpoints and logs among whatever is there."""
+    monkeypatch.chdir(tmp_path)
+    model = WithLoss()
+    with pytest.raises(ValueError, match=r"^Trainer: model_dir: an empty path \(it would be the current folder\)"):
+        Trainer(device="CPU", model_dir=model_dir, model=model, optimizer=cs_run.optim.SGD(model.parameters(), lr=0.1))
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("argument, value, message", [
     ("loop", 5, r"Trainer: loop must be a dict such as \{'num_steps': 100, 'eval_frequency': 10\}, got int 5"),
     ("checkpoint", True, r"Trainer: checkpoint must be a dict .*, got bool True"),

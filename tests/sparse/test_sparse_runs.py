@@ -115,6 +115,7 @@ def test_a_trainer_form_file_carries_its_sparsity_section(tmp_path):
     assert load_params(path).sparsity == SECTIONS["rigl"]
 
 
+LINEAR = {"type": "linear", "init": 0.0, "slope": 0.1}
 BAD = [
     ({"sparsity": 0.5, "magic": 1}, r"params: unknown key sparsity.magic; valid keys: .* \(algorithm static\)"),
     ({"algorithm": "magic", "sparsity": 0.5}, r"params: sparsity.algorithm: 'magic' is not one of static, gmp, set, rigl"),
@@ -164,6 +165,42 @@ BAD = [
     ([{"sparsity": 0.5}, {"algorithm": "set", "sparsity": 0.5, "update": {"steps": [3, -1]}}],
      r"params: sparsity\[1\].update.steps: expected a list of steps"),
     ("dense", r"params: sparsity: expected a sparsity level \(a number\), a mapping or a list of mappings, got str"),
+    # values checked for meaning (the runs have max_steps 12: the last update step is 11 unless update.stop says)
+    ({"algorithm": "gmp", "sparsity": LINEAR, "update": {"freq": 1, "start": 100, "stop": 50}},
+     r"params: sparsity.update.stop: 50 is not after start 100, so the masks never update"),
+    ({"algorithm": "gmp", "sparsity": LINEAR, "update": {"freq": 1, "start": 5, "stop": 5}},
+     r"params: sparsity.update.stop: 5 is not after start 5"),
+    ({"algorithm": "gmp", "sparsity": LINEAR, "update": {"freq": 1, "start": 5, "stop": 6}}, None),
+    ({"algorithm": "gmp", "sparsity": LINEAR}, r"params: sparsity.sparsity: must be >= 0 and < 1, got 1.1 at step 11; a "
+     r"level of 1.0 prunes every weight; change the schedule, or stop its update \(update.stop\) before it gets there"),
+    ({"algorithm": "gmp", "sparsity": LINEAR, "update": {"freq": 1, "stop": 11}}, r"got 1 at step 10; a level of 1.0"),
+    ({"algorithm": "gmp", "sparsity": LINEAR, "update": {"freq": 1, "stop": 10}}, None),  # 0.9 at step 9
+    ({"algorithm": "gmp", "sparsity": LINEAR, "update": {"steps": [2, 4, 10]}}, r"got 1 at step 10"),
+    ({"algorithm": "gmp", "sparsity": {"type": "linear", "init": 0.9, "slope": -0.1}},
+     r"params: sparsity.sparsity: must be >= 0 and < 1, got -0.2 at step 11"),
+    ({"algorithm": "gmp", "sparsity": {"type": "exp", "init": 0.0, "gamma": -0.5}}, None),  # 0.996 at step 11
+    ({"algorithm": "gmp", "sparsity": {"type": "exp", "init": 0.0, "gamma": -5.0}}, r"got 1 at step 11"),  # float32 1.0
+    ({"algorithm": "gmp", "sparsity": {"type": "power", "init": 0.1, "beta": 1.5}}, r"got 8.6\d* at step 11"),
+    ({"algorithm": "gmp", "sparsity": [0.3, 1.5]}, r"params: sparsity.sparsity: must be >= 0 and < 1, got 1.5 "
+     r"\(its item 1\)"),
+    ({"algorithm": "gmp", "sparsity": {"type": "cycling", "values": [0.3, 1.0]}}, r"got 1 \(values\[1\]\)"),
+    ({"algorithm": "gmp", "sparsity": [0.3, 0.99]}, None),
+    ({"algorithm": "set", "sparsity": 0.5, "drop_fraction": 1.0}, None),  # drop all and regrow: [0, 1] is closed
+    ({"algorithm": "set", "sparsity": 0.5, "drop_fraction": -0.1}, r"sparsity.drop_fraction: must be between 0 and 1"),
+    ({"algorithm": "set", "sparsity": 0.5, "drop_fraction": {"type": "constant", "value": 1.5}},
+     r"params: sparsity.drop_fraction: must be between 0 and 1, got 1.5; change the schedule"),
+    ({"algorithm": "rigl", "sparsity": 0.5, "drop_fraction": {"type": "cosine", "init": 0.3, "half_period": 9,
+                                                               "minimum": -0.2}}, r"got -0.2 \(minimum\)"),
+    ({"algorithm": "rigl", "sparsity": 0.5, "update": {"freq": 2**70}},
+     r"params: sparsity.update.freq: expected an integer < 2\*\*63 \(steps are counted in int64\), got "
+     r"1180591620717411303424"),
+    ({"algorithm": "rigl", "sparsity": 0.5, "update": {"freq": 2**63 - 1}}, None),
+    ({"algorithm": "rigl", "sparsity": 0.5, "update": {"steps": [3, 2**64]}}, r"sparsity.update.steps: expected a list"),
+    ({"groups": 5}, r"params: sparsity.groups: expected a mapping \{params: \{algorithm: ..., sparsity: ...\}\}"),
+    ({"groups": "x"}, r"params: sparsity.groups: expected a mapping .*, got 'x'"),
+    ({"groups": [{"params": 5}]}, r"params: sparsity.groups\[0\].params: expected a mapping of the group's settings"),
+    ({"groups": [{"params": {"sparsity": 0.5}}, 7]}, r"params: sparsity.groups\[1\]: expected a mapping"),
+    ({"groups": [{"params": {"sparsity": 0.5}}]}, None),
 ]
 
 
