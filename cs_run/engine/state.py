@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -190,6 +191,7 @@ def discover_state(fn: Callable, extra: tuple = ()) -> StateSet:
     found: dict[int, Any] = {}
     order: list[Any] = []
     _walk(fn, found, order, depth=0)
+    gc.collect()  # a registered object of an earlier run that only a reference cycle keeps is not this step's
     for obj in list(extra) + list(_REGISTRY.values()):
         _walk(obj, found, order, depth=0)
     state = StateSet()

@@ -21,6 +21,7 @@ import yaml
 
 from cs_run._logging import setup_console_logging
 from cs_run.errors import CheckpointError, ParamsError
+from cs_run.frontends.help_format import Flag, HelpCommand
 from cs_run.models.common.decoder import DecoderLM
 from cs_run.models.common.generate import GenerationConfig, generate
 from cs_run.models.common.hf import build, load_checkpoint_model
@@ -127,25 +128,37 @@ def _prompts(prompt: tuple[str, ...], prompt_file: Optional[Path]) -> list[str]:
     return texts
 
 
-@click.command("generate")
+@click.command("generate", cls=HelpCommand, examples=[
+    ('greedy continuations of two prompts',
+     'cs-run generate --params params.yaml --checkpoint_path checkpoint_100.mdl'
+     ' --tokenizer tokenizer.json --prompt "def main" --prompt "import"'),
+    ('sampled, 32 new tokens each, stopping at a blank line',
+     'cs-run generate --params params.yaml --checkpoint_path checkpoint_100.mdl'
+     ' --tokenizer tokenizer.json --prompt "Once" --temperature 0.8 --top_p 0.9 --seed 1 --max_new_tokens 32 --stop "\\n\\n"'),
+])
 @click.option("--params", "-p", "params", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Params YAML whose model: section the checkpoint's weights fit.")
 @click.option("--checkpoint_path", type=click.Path(path_type=Path), required=True, help="The model's checkpoint.")
 @click.option("--tokenizer", type=click.Path(path_type=Path), required=True,
               help="A tokenizer.json, or a Hugging Face folder with one (its eos ids are used too).")
-@click.option("--prompt", multiple=True, help="A prompt (repeatable).")
-@click.option("--prompt_file", type=click.Path(dir_okay=False, path_type=Path), help="Prompts, one per line.")
-@click.option("--max_new_tokens", type=click.IntRange(min=1), help="Tokens to add per prompt (default: "
-              "model.max_tokens, else 64).")
-@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), help="Sample at this temperature.")
-@click.option("--top_k", type=click.IntRange(min=1), help="Sample from the k most likely tokens.")
-@click.option("--top_p", type=click.FloatRange(min=0, max=1, min_open=True),
+@click.option("--prompt", cls=Flag, default_text='none (give --prompt or --prompt_file)', multiple=True, help="A prompt (repeatable).")
+@click.option("--prompt_file", cls=Flag, default_text='none',
+              type=click.Path(dir_okay=False, path_type=Path), help="Prompts, one per line.")
+@click.option("--max_new_tokens", cls=Flag, default_text='model.max_tokens, else 64',
+              type=click.IntRange(min=1), help="Tokens to add per prompt.")
+@click.option("--temperature", cls=Flag, default_text="greedy, unless the params' model.temperature",
+              type=click.FloatRange(min=0, min_open=True), help="Sample at this temperature.")
+@click.option("--top_k", cls=Flag, default_text='all tokens, unless model.top_k',
+              type=click.IntRange(min=1), help="Sample from the k most likely tokens.")
+@click.option("--top_p", cls=Flag, default_text='1, unless model.top_p', type=click.FloatRange(min=0, max=1, min_open=True),
               help="Sample from the most likely tokens whose probability reaches p.")
-@click.option("--seed", type=int, help="Seed of the sampling (default: random).")
-@click.option("--eos_token_id", type=int, multiple=True, help="Stop a sequence at this token (repeatable; default: "
-              "the tokenizer folder's eos ids).")
-@click.option("--stop", multiple=True, help="Stop a sequence at this string, cut from the text (repeatable).")
-@click.option("--batch_size", type=click.IntRange(min=1), help="Prompts decoded together, left-padded (default: all).")
+@click.option("--seed", cls=Flag, default_text='random', type=int, help="Seed of the sampling.")
+@click.option("--eos_token_id", cls=Flag, default_text="the tokenizer folder's eos ids",
+              type=int, multiple=True, help="Stop a sequence at this token (repeatable).")
+@click.option("--stop", cls=Flag, default_text='none',
+              multiple=True, help="Stop a sequence at this string, cut from the text (repeatable).")
+@click.option("--batch_size", cls=Flag, default_text='all prompts at once',
+              type=click.IntRange(min=1), help="Prompts decoded together, left-padded.")
 @click.option("--device", type=click.Choice(["CPU", "GPU"], case_sensitive=False), default="CPU", show_default=True)
 def generate_command(params: Path, checkpoint_path: Path, tokenizer: Path, prompt: tuple[str, ...],
                      prompt_file: Optional[Path], max_new_tokens: Optional[int], temperature: Optional[float],

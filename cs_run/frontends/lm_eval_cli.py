@@ -23,6 +23,7 @@ import click
 from cs_run._logging import setup_console_logging
 from cs_run.errors import ParamsError
 from cs_run.frontends.generate_cli import load_decoder, load_tokenizer, prefix_token_id, read_params
+from cs_run.frontends.help_format import Flag, HelpCommand
 from cs_run.models.common.decoder import DecoderLM
 from cs_run.models.common.generate import GenerationConfig, generate
 from cs_run.models.common.scoring import loglikelihoods
@@ -181,23 +182,34 @@ def _run_one(lm: DecoderLM, tokenizer: Path, eos: tuple[int, ...], batch_size: i
                                           indent=2, default=str) + "\n")
 
 
-@click.command("lm-eval")
+@click.command("lm-eval", cls=HelpCommand, examples=[
+    ('two harness tasks on a checkpoint',
+     'cs-run lm-eval --params params.yaml --checkpoint_path checkpoint_100.mdl --tokenizer tokenizer.json --tasks hellaswag,arc_easy'),
+    ('a task of your own from local files (no network), 100 examples',
+     'cs-run lm-eval --params params.yaml --checkpoint_path checkpoint_100.mdl'
+     ' --tokenizer tokenizer.json --tasks my_task --include_path x.dir --limit 100'),
+])
 @click.option("--params", "-p", "params", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Params YAML whose model: section the checkpoint's weights fit; a trainer-form file may hold "
                    "EleutherEvalHarness callbacks, run when --tasks is not given.")
 @click.option("--checkpoint_path", type=click.Path(path_type=Path), required=True, help="The model's checkpoint.")
-@click.option("--tokenizer", type=click.Path(path_type=Path),
+@click.option("--tokenizer", cls=Flag, default_text="the callback's tokenizer_file_path", type=click.Path(path_type=Path),
               help="A tokenizer.json, or a Hugging Face folder with one (its eos ids are used too); default: the "
                    "callback's tokenizer_file_path or pretrained_model_name_or_path.")
-@click.option("--tasks", help="Comma-separated lm-evaluation-harness task names.")
-@click.option("--include_path", type=click.Path(file_okay=False, exists=True, path_type=Path),
+@click.option("--tasks", cls=Flag, default_text="the params' EleutherEvalHarness callbacks",
+              help="Comma-separated lm-evaluation-harness task names.")
+@click.option("--include_path", cls=Flag, default_text="the harness' own tasks only",
+              type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="A folder of task YAML files to add to the harness' own.")
-@click.option("--num_fewshot", type=click.IntRange(min=0), help="Few-shot examples per prompt (the task's default).")
-@click.option("--limit", type=float, help="Examples per task: a count, or a fraction below 1.")
-@click.option("--batch_size", type=click.IntRange(min=1), help="Requests per forward (default: the callback's, else 8).")
-@click.option("--eos_token_id", type=int, multiple=True, help="The EOS id(s) (default: the callback's eos_id, else "
-              "the tokenizer folder's).")
-@click.option("--output_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the results as JSON.")
+@click.option("--num_fewshot", cls=Flag, default_text="the task's",
+              type=click.IntRange(min=0), help="Few-shot examples per prompt (the task's default).")
+@click.option("--limit", cls=Flag, default_text='every example', type=float, help="Examples per task: a count, or a fraction below 1.")
+@click.option("--batch_size", cls=Flag, default_text="the callback's, else 8",
+              type=click.IntRange(min=1), help="Requests per forward.")
+@click.option("--eos_token_id", cls=Flag, default_text="the callback's eos_id, else the tokenizer folder's",
+              type=int, multiple=True, help="The EOS id(s).")
+@click.option("--output_path", cls=Flag, default_text='none (printed only)',
+              type=click.Path(dir_okay=False, path_type=Path), help="Write the results as JSON.")
 @click.option("--device", type=click.Choice(["CPU", "GPU"], case_sensitive=False), default="CPU", show_default=True)
 def lm_eval_command(params: Path, checkpoint_path: Path, tokenizer: Optional[Path], tasks: Optional[str],
                     include_path: Optional[Path], num_fewshot: Optional[int], limit: Optional[float],

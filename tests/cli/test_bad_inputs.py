@@ -557,6 +557,9 @@ def test_full_disk_at_start_leaves_no_files(project):
     code = ("import resource, signal, sys\n"
             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
             "import cs_run.frontends.cli\n"
+            # torch's own import probes the temp folder when dill is installed (datasets, lm-eval bring it): a
+            # disk full before torch loads fails inside torch; what is tested is a full disk at the run's start
+            "import torch\n"
             "resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))\n"
             "cs_run.frontends.cli.main(sys.argv[1:])\n")
     result = subprocess.run([sys.executable, "-c", code, "train", "--params", str(params), "--model_dir", str(md)],

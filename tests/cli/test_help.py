@@ -33,12 +33,13 @@ def _commands(group=cli, path=()):
 COMMANDS = dict(_commands())
 OPTIONS = [(path, param) for path, command in COMMANDS.items() for param in command.params
            if isinstance(param, click.Option) and param.name != "help"]
-EXAMPLED = [*COMMAND_USES, "checkpoint convert", "checkpoint info", "data preprocess", "init", "plot"]
+EXAMPLED = [*COMMAND_USES, "checkpoint convert", "checkpoint info", "data preprocess", "init", "plot", "generate",
+            "lm-eval"]
 
 
 def test_the_walk_sees_every_command():
     assert {" ".join(path) for path in COMMANDS} == {*COMMAND_USES, "init", "exec", "plot", "checkpoint convert",
-                                                      "checkpoint info", "data preprocess"}
+                                                      "checkpoint info", "data preprocess", "generate", "lm-eval"}
     assert set(SUBSYSTEMS) <= {path[0] for path in COMMANDS}
 
 
