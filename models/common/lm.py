@@ -57,6 +57,9 @@ HARDWARE_KEYS = {
     "allow_multireplica": "allows the Cerebras compiler's several model copies on one system; no effect here",
     "alibi_implementation": "picks one of the Model Zoo's two ways to build the same alibi bias; same bias here",
     "tf_summary": "read by no Model Zoo PyTorch code; no effect here",
+    # Release 2.1's santacoder file (False there): read by no Model Zoo code, whose key is scale_qk_dot_by_layer_idx
+    "scale_by_layer_index": "read by no Model Zoo code (the layer-index scaling is scale_qk_dot_by_layer_idx); no "
+                            "effect here",
 }
 _logged: set = set()
 _FAMILY_ARGS = ("parallel_attention", "untied_layer_norm", "initializer_rules")
@@ -224,6 +227,7 @@ def assemble(
     use_position_embedding: bool = True, use_rms_norm: Optional[bool] = None,
     precision_opt_level: Optional[int] = None, allow_multireplica: Optional[bool] = None,
     alibi_implementation: Optional[Literal["expand", "embedding"]] = None, tf_summary: Optional[bool] = None,
+    scale_by_layer_index: Optional[bool] = None,
     *, parallel_attention: bool = False, untied_layer_norm: bool = True, initializer_rules: str = "gpt2",
 ) -> DecoderLMModel:
     """The decoder LM of these keys; :func:`build_model` is this without the last three, which a family

@@ -198,6 +198,7 @@ def test_release_1_9s_use_rms_norm_is_norm_type_rmsnorm():
 
 @pytest.mark.parametrize("key, value, base", [
     ("precision_opt_level", 1, {}), ("allow_multireplica", False, {}), ("tf_summary", False, {}),
+    ("scale_by_layer_index", False, {}), ("scale_by_layer_index", True, {}),  # Release 2.1's santacoder file
     ("alibi_implementation", "expand", {"position_embedding_type": "alibi"}),
     ("alibi_implementation", "embedding", {"position_embedding_type": "alibi"}),
 ])
