@@ -71,3 +71,20 @@ def input_fn(batch_size: int = 32, seed: int = 0) -> torch.utils.data.DataLoader
     """A seed-000 style input_fn: builds this worker's torch DataLoader."""
     return torch.utils.data.DataLoader(make_dataset(seed=seed), batch_size=batch_size, shuffle=False,
                                        drop_last=True)
+
+
+def make_sgd_step():
+    """A seeded two-layer model and its SGD-with-momentum step, ``(model, step(x) -> loss)``: the small step
+    the compile cache, tier and AOT tests build twice and compare."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    opt = TraceSafeSGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(x):
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return model, step

@@ -13,7 +13,7 @@ from cs_run.engine import CompiledStep, EngineOptions, aot, cache
 from cs_run.engine import compile as engine_compile
 from cs_run.engine.state import discover_state
 from cs_run.engine.trace import trace_step
-from tests.engine.helpers import TraceSafeSGD
+from tests.engine.helpers import TraceSafeSGD, make_sgd_step
 
 KEY = "0123456789abcdef0123456789abcdef"
 
@@ -102,30 +102,16 @@ def test_cpu_inductor_step_is_one_library_that_matches_eager_and_survives_damage
     if engine_compile.resolve_tier("auto", torch.device("cpu")) != "auto":
         pytest.skip("no C++ compiler: inductor cannot build here")
 
-    def make():
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-        opt = TraceSafeSGD(model.parameters(), lr=0.1, momentum=0.9)
-
-        def step(x):
-            loss = model(x).pow(2).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            return loss
-
-        return model, step
-
     def batches():
         for i in range(4):
             x = torch.randn(3, 4, generator=torch.Generator().manual_seed(i))
             yield x if i % 2 else torch.randn(4, 3).t().copy_(x)  # every other batch transposed in memory
 
-    ref_model, ref_step = make()
+    ref_model, ref_step = make_sgd_step()
     expected = [ref_step(x.contiguous()) for x in batches()]
     for attempt in ("built", "loaded", "rebuilt"):
         before = dict(engine_compile.COUNTS)
-        model, step = make()
+        model, step = make_sgd_step()
         compiled = CompiledStep(step, EngineOptions(compile_tier="inductor", compile_dir=str(tmp_path)))
         with caplog.at_level(logging.WARNING, logger="cs_run"):
             losses = [compiled(x) for x in batches()]

@@ -17,7 +17,7 @@ import torch
 
 from cs_run.engine import CompiledStep, EngineOptions, cache
 from cs_run.engine import compile as engine_compile
-from tests.engine.helpers import TraceSafeSGD
+from tests.engine.helpers import make_sgd_step
 
 PARTS = ("", "cs_run_cache", "artifacts", "inductor")  # "" is compile_dir itself
 
@@ -58,29 +58,14 @@ if os.geteuid() != 0:  # root writes into read-only folders
     CASES += [(f"{part or 'compile_dir'}-read-only", part, _read_only, "is not writable") for part in PARTS]
 
 
-def _make():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-    opt = TraceSafeSGD(model.parameters(), lr=0.1, momentum=0.9)
-
-    def step(x):
-        loss = model(x).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
-
-    return model, step
-
-
 def _batches():
     return [torch.randn(3, 4, generator=torch.Generator().manual_seed(i)) for i in range(3)]
 
 
 def _run(compile_dir, tier, caplog):
-    ref_model, ref_step = _make()
+    ref_model, ref_step = make_sgd_step()
     expected = [ref_step(x) for x in _batches()]
-    model, step = _make()
+    model, step = make_sgd_step()
     compiled = CompiledStep(step, EngineOptions(compile_tier=tier, compile_dir=str(compile_dir)))
     with caplog.at_level(logging.WARNING, logger="cs_run"):
         losses = [compiled(x) for x in _batches()]

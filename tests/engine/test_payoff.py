@@ -15,7 +15,7 @@ from cs_run.engine import CompiledStep, EngineOptions
 from cs_run.engine import compile as engine_compile
 from cs_run.engine.cache import CompileCache
 from cs_run.engine.trial import PayoffGate, TierTrial, payoff
-from tests.engine.helpers import TraceSafeSGD
+from tests.engine.helpers import make_sgd_step
 
 # steps left, fx ms/step, build seconds -> tier. "at most" is steps x fx time: inductor cannot run a step in
 # less than no time, so a run that cannot save the build even then never builds it.
@@ -123,21 +123,6 @@ def test_the_build_estimate_follows_the_graph_size_and_this_hosts_recorded_build
     assert engine_compile.estimate_inductor_seconds(20, cache) == pytest.approx(3 * small)  # a host 3x slower
 
 
-def make_step():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-    opt = TraceSafeSGD(model.parameters(), lr=0.1, momentum=0.9)
-
-    def step(x):
-        loss = model(x).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss
-
-    return model, step
-
-
 def batches(n):
     return [torch.randn(3, 4, generator=torch.Generator().manual_seed(i)) for i in range(n)]
 
@@ -164,8 +149,8 @@ def fake_inductor(monkeypatch):
 def test_compiled_step_builds_inductor_up_front_only_when_saved_or_of_unknown_length(
         steps, saved, expect, fake_inductor, monkeypatch, tmp_path):
     monkeypatch.setattr(CompileCache, "inductor_saved", lambda self, key, device: saved)
-    ref_model, ref_step = make_step()
-    model, step = make_step()
+    ref_model, ref_step = make_sgd_step()
+    model, step = make_sgd_step()
     compiled = CompiledStep(step, EngineOptions(compile_tier="auto", compile_dir=str(tmp_path)))
     compiled.steps_left = (lambda: steps) if steps else None
     for x in batches(20):
@@ -179,7 +164,7 @@ def test_compiled_step_builds_inductor_up_front_only_when_saved_or_of_unknown_le
 
 
 def test_a_run_shorter_than_the_timing_is_fx_at_once(fake_inductor, caplog, tmp_path):
-    _, step = make_step()
+    _, step = make_sgd_step()
     compiled = CompiledStep(step, EngineOptions(compile_tier="auto", compile_dir=str(tmp_path)))
     compiled.steps_left = lambda: 4
     with caplog.at_level(logging.INFO, logger="cs_run"):
@@ -193,7 +178,7 @@ def test_a_data_executor_loop_says_how_many_steps_are_left(fake_inductor, monkey
 
     monkeypatch.setattr(engine_compile, "DEFAULT_TIER", "auto")
     cstorch.backend("CSX", compile_dir=str(tmp_path / "cc"))
-    _, step = make_step()
+    _, step = make_sgd_step()
     traced = cstorch.trace(step)
     data = batches(30)
     executor = cstorch.utils.data.DataExecutor(data, num_steps=30)
