@@ -109,3 +109,14 @@ def weights(runner: PyTorchBaseRunner) -> dict[str, torch.Tensor]:
 def train_losses(runner: PyTorchBaseRunner) -> list[tuple[int, float]]:
     """(step, loss) of every log step, as the run wrote them to model_dir/train/scalars.csv."""
     return read_scalars(Path(runner.params.runconfig.model_dir) / "train")["loss"]
+
+
+WORDS = "the quick brown fox jumps over the lazy dog while the cat sleeps".split()
+
+
+def write_corpus(root: Path, documents: int = 8, words: int = 200) -> Path:
+    """``root/doc<i>.txt``: seeded text from :data:`WORDS`, the input the preprocess tests tokenize."""
+    rng = np.random.default_rng(0)
+    for i in range(documents):
+        (root / f"doc{i}.txt").write_text(" ".join(rng.choice(WORDS, words)) + "\n")
+    return root

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
-from gpt2_helpers import random_samples, tiny_params, write_vendor_shards
+from gpt2_helpers import WORDS, random_samples, tiny_params, write_corpus, write_vendor_shards
 
 from cs_run.errors import DataError
 from cs_run.examples.gpt2 import preprocess
@@ -34,7 +34,6 @@ from cs_run.examples.gpt2.data import GptHDF5Dataset
 from cs_run.frontends.cli import cli
 from cs_run.models.gpt2 import hf
 
-WORDS = "the quick brown fox jumps over the lazy dog while the cat sleeps".split()
 PREP_ARGS = ["--max_seq_length", "16", "--vocab_size", "300"]
 
 
@@ -156,11 +155,7 @@ PREP_CASES = [
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    rng = np.random.default_rng(0)
-    for i in range(8):
-        (root / f"doc{i}.txt").write_text(" ".join(rng.choice(WORDS, 200)) + "\n")
-    return root
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
+from gpt2_helpers import write_corpus
 
 from cs_run.errors import DataError
 from cs_run.examples.gpt2 import _output_set, preprocess
@@ -26,7 +26,6 @@ from cs_run.frontends.cli import cli
 
 pytest.importorskip("tokenizers")
 
-WORDS = "the quick brown fox jumps over the lazy dog while the cat sleeps".split()
 OLD_ARGS = ["--max_seq_length", "16", "--vocab_size", "300", "--eval_fraction", "0.25"]
 
 # Runs the new set (msl 8, vocab 280, no val: every name differs from the old set's) into argv[3]; argv[1]
@@ -81,11 +80,7 @@ def _leftovers(out: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    rng = np.random.default_rng(0)
-    for i in range(8):
-        (root / f"doc{i}.txt").write_text(" ".join(rng.choice(WORDS, 200)) + "\n")
-    return root
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
 
 
 @pytest.fixture(scope="module")
