@@ -54,6 +54,7 @@ class Checkpointer:
         self.pending_resume: Optional[dict] = None
         self._in_memory: Optional[tuple[Path, dict[str, Any]]] = None  # a Hugging Face start, converted
         self._fresh_adapters_logged = False
+        self._stored_model_keys: dict[Path, Optional[set[str]]] = {}  # a LoRA start's checkpoint headers, read once
 
     @property
     def explicit(self) -> bool:
@@ -121,10 +122,12 @@ class Checkpointer:
             return None
         if self._in_memory is not None and path == self._in_memory[0]:
             return set(self._in_memory[1]["model"])
-        try:
-            return _checkpoints.stored_model_keys(path)
-        except CheckpointError:
-            return None
+        if path not in self._stored_model_keys:  # the fit check, the start's states and its load each ask
+            try:
+                self._stored_model_keys[path] = _checkpoints.stored_model_keys(path)
+            except CheckpointError:
+                self._stored_model_keys[path] = None
+        return self._stored_model_keys[path]
 
     def _candidates(self, path: Path, training: bool) -> list[Path]:
         """The checkpoints a start from ``path`` tries, in order: autoload (training) falls back past
