@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import torch
 
-from cs_run.metrics.metric import STATE_DTYPE
+from cs_run.metrics.metric import STATE_DTYPE, Metric
 
 
 def check_same_shape(
@@ -34,6 +34,25 @@ def flat_weights(
             f"labels {tuple(labels.shape)}"
         )
     return weights.reshape(-1).to(STATE_DTYPE)
+
+
+def update_weights(
+    metric: Metric, labels: torch.Tensor, predictions: torch.Tensor, weights: torch.Tensor | None
+) -> torch.Tensor:
+    """The prologue of a labels/predictions metric's ``update``: the shapes checked, the state moved to
+    ``labels``' device, and ``weights`` flattened (:func:`flat_weights`); errors name the metric's class."""
+    name = type(metric).__name__
+    check_same_shape(name, labels, predictions)
+    metric._to_device_of(labels)
+    return flat_weights(name, labels, weights)
+
+
+def count_tokens(labels: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """How many elements count: every one of ``labels`` without weights, else those with a positive
+    (flat) weight, as the vendor's accuracy and perplexity count their denominators."""
+    if weights is None:
+        return torch.full((), labels.numel(), dtype=STATE_DTYPE, device=labels.device)
+    return (weights > 0).to(STATE_DTYPE).sum()
 
 
 def class_mask(

@@ -6,9 +6,9 @@ import torch
 
 from cs_run.metrics._utils import (
     check_num_classes,
-    check_same_shape,
+    count_tokens,
     divide_no_nan,
-    flat_weights,
+    update_weights,
 )
 from cs_run.metrics.metric import STATE_DTYPE, Metric
 
@@ -47,19 +47,12 @@ class AccuracyMetric(Metric):
         """
         if labels.shape != predictions.shape and labels.numel() == predictions.numel():
             predictions = predictions.reshape(labels.shape)
-        check_same_shape("AccuracyMetric", labels, predictions)
-        self._to_device_of(labels)
+        w = update_weights(self, labels, predictions, weights)
         correct = (labels == predictions).reshape(-1).to(STATE_DTYPE)
-        if weights is None:
-            num_tokens = torch.full(
-                (), labels.numel(), dtype=STATE_DTYPE, device=labels.device
-            )
-        else:
-            w = flat_weights("AccuracyMetric", labels, weights)
+        if weights is not None:
             correct = correct * w
-            num_tokens = (w > 0).to(STATE_DTYPE).sum()
         self.total_correct_predictions.add_(correct.sum())
-        self.total_num_tokens.add_(num_tokens)
+        self.total_num_tokens.add_(count_tokens(labels, None if weights is None else w))
 
     def compute(self) -> torch.Tensor:
         """Accuracy so far (NaN before any update)."""
@@ -99,9 +92,7 @@ class MeanPerClassAccuracyMetric(Metric):
         dtype: torch.dtype | None = None,
     ) -> None:
         """Accumulates one batch of class indices (any shape; flattened)."""
-        check_same_shape("MeanPerClassAccuracyMetric", labels, predictions)
-        self._to_device_of(labels)
-        w = flat_weights("MeanPerClassAccuracyMetric", labels, weights)
+        w = update_weights(self, labels, predictions, weights)
         flat_labels = labels.reshape(-1).long()
         correct = (flat_labels == predictions.reshape(-1).long()).to(STATE_DTYPE) * w
         self.total_per_class_correct_predictions.scatter_add_(0, flat_labels, correct)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from cs_run.metrics._utils import check_int, check_same_shape, divide_no_nan, flat_weights
+from cs_run.metrics._utils import check_int, divide_no_nan, update_weights
 from cs_run.metrics.metric import STATE_DTYPE, Metric
 
 __all__ = ["AUCMetric"]
@@ -85,9 +85,7 @@ class AUCMetric(Metric):
         dtype: torch.dtype | None = None,
     ) -> None:
         """Accumulates one batch of 0/1 labels and probabilities (same shape)."""
-        check_same_shape("AUCMetric", labels, predictions)
-        self._to_device_of(labels)
-        w = flat_weights("AUCMetric", labels, weights)
+        w = update_weights(self, labels, predictions, weights)
         # bucket b = number of thresholds strictly below the prediction
         bucket = torch.bucketize(
             predictions.reshape(-1).to(STATE_DTYPE), self.thresholds(labels.device)

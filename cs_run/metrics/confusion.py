@@ -12,11 +12,10 @@ import torch
 
 from cs_run.metrics._utils import (
     check_num_classes,
-    check_same_shape,
     class_mask,
     confusion_matrix,
     divide_no_nan,
-    flat_weights,
+    update_weights,
 )
 from cs_run.metrics.metric import STATE_DTYPE, Metric
 
@@ -47,10 +46,7 @@ class _ConfusionMatrixMetric(Metric):
         dtype: torch.dtype | None = None,
     ) -> None:
         """Accumulates one batch of class indices; weights of 0 mask elements."""
-        metric = type(self).__name__
-        check_same_shape(metric, labels, predictions)
-        self._to_device_of(labels)
-        w = flat_weights(metric, labels, weights)
+        w = update_weights(self, labels, predictions, weights)
         self.confusion_matrix.add_(
             confusion_matrix(labels, predictions, self.num_classes, w)
         )
