@@ -17,8 +17,8 @@ import torch
 from cs_run.checkpoint.format import torch_dtype_name
 from cs_run.errors import CheckpointError
 
-__all__ = ["Leaf", "UnsupportedValueError", "encode_key", "flatten", "leaf_paths", "map_leaves", "map_tensors", "tree_paths",
-           "unflatten"]
+__all__ = ["Leaf", "UnsupportedValueError", "encode_key", "flatten", "leaf_paths", "map_leaves", "map_tensors", "spec_tree",
+           "tree_paths", "unflatten"]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _NUMPY_KINDS = "biufc"  # bool, int, uint, float, complex: what HDF5 stores natively
@@ -172,6 +172,30 @@ def unflatten(tree: Any, values: list) -> Any:
     if "tuple" in tree:
         return tuple(unflatten(v, values) for v in tree["tuple"])
     raise CheckpointError(f"unknown node in structure spec: {sorted(tree)}")
+
+
+def spec_tree(root: Any, parts: Callable[[Any, tuple], tuple[str, list | None, list] | None],
+              encode: Callable[[Any], Any]) -> tuple[Any, list[str]]:
+    """cs-run's structure tree of another format's structure spec (the vendor's pytree TreeSpec, pickled or
+    JSON), and each leaf's flattened key in flatten order.
+
+    ``parts(node, scope)`` is None for a leaf, else the node's kind ("dict", "odict", "list", "tuple"), its
+    dict keys (None for a sequence) and its children; it raises on a container cs-run does not store.
+    ``encode`` turns a dict key into the spec's encoding (:func:`encode_key`'s form).
+    """
+    keys: list[str] = []
+
+    def walk(node: Any, scope: tuple) -> Any:
+        found = parts(node, scope)
+        if found is None:
+            keys.append(".".join(scope))
+            return len(keys) - 1
+        kind, names, children = found
+        if names is None:
+            return {kind: [walk(c, scope + (str(i),)) for i, c in enumerate(children)]}
+        return {kind: [[encode(k), walk(c, scope + (str(k),))] for k, c in zip(names, children)]}
+
+    return walk(root, ()), keys
 
 
 def leaf_paths(obj: Any) -> dict[tuple, Any]:
