@@ -194,8 +194,6 @@ class Adam(AdamBase):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, correct_bias=correct_bias,
                          amsgrad=amsgrad, maximize=maximize)
 
-    _weight_decay_is_l2 = True
-
 
 AdamBase.__doc__ = _docs.fill(AdamBase.__doc__)
 
