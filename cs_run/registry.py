@@ -60,8 +60,9 @@ class ModelSpec:
     builder: Optional[str] = None
     """``module:function`` building the nn.Module from one ``config_class`` object (no keywords)."""
     parallelize: Optional[str] = None
-    """Where a family's tensor-parallel plan goes: ``module:function(model, device_mesh, config)`` applying it,
-    as torchtitan's ``parallelize_fn``. None for every family today (data parallel and FSDP2 need none)."""
+    """Where a family's tensor-parallel plan goes: a ``module:function`` that applies it to a built model and
+    returns the model, as torchtitan's ``parallelize_fn`` (model, parallel dims, job config). None for every
+    family today: the run's ``Strategy`` (data parallel, FSDP2) needs no per-family plan."""
 
 
 logger = logging.getLogger(__name__)
