@@ -33,6 +33,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from cs_run import checkpoint, replicas
 from cs_run.checkpoint.tree import map_tensors
+from cs_run.parallel.layout import Offload, Sharding
 
 __all__ = ["ReplicaGroup", "Strategy", "map_tensors"]
 
@@ -51,8 +52,8 @@ class ReplicaGroup:
 class Strategy:
     """Data parallel (``runconfig.sharding: none``): whole replicas, gradients averaged."""
 
-    sharding = "none"
-    offload = "none"
+    sharding = Sharding.NONE
+    offload = Offload.NONE
 
     # ------------------------------------------------------------------------------- topology
 

@@ -374,7 +374,7 @@ class Checkpointer:
         self._write(state, path)
         if runner.strategy.writes:
             logger.info("Saved checkpoint %s", path)
-            _checkpoints.prune_checkpoints(runner.model_dir, runner.params.runconfig.max_checkpoints)
+            _checkpoints.prune_checkpoints(runner.model_dir, runner.options.max_checkpoints)
             runner.on_checkpoint_saved(str(path), step)
         return path
 
