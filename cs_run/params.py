@@ -25,7 +25,7 @@ import yaml
 from cs_run import _yaml, vendor_params
 from cs_run._checks import check_value, unknown_key_message
 from cs_run._logging import Note, collecting_notes, defer
-from cs_run.cluster_options import ClusterOptions
+from cs_run.cluster_config import ClusterOptions
 from cs_run.errors import CsRunError, ParamsError
 from cs_run.lora_params import check_lora_params
 from cs_run.parallel import Offload, Sharding
@@ -156,7 +156,7 @@ class OptimizerParams:
 
 
 _ENGINE_USES = ("train", "eval", "eval_all", "trace")
-"""The commands a CSX engine flag applies to: every run command (a flag's ``uses``, see cs_run.frontends.options)."""
+"""The commands a CSX engine flag applies to: every run command (a flag's ``uses``, see cs_run.frontends.flags)."""
 
 
 @dataclass
@@ -165,7 +165,7 @@ class RunConfig(ClusterOptions):
 
     The cluster keys (num_csx, python_paths, ...) are :class:`cs_run.distributed.ClusterOptions`'
     fields, embedded. A field whose metadata has ``flag`` is also a ``cs-run`` / run.py flag, and one
-    with ``trainer`` a key of the Trainer's argument of that name (:mod:`cs_run.frontends.options` generates them).
+    with ``trainer`` a key of the Trainer's argument of that name (:mod:`cs_run.frontends.flags` generates them).
     """
 
     model_dir: str = field(default="./model_dir", metadata={"flag": {"short": "-o", "path": "dir"}})

@@ -22,7 +22,7 @@ from cs_run.params import Params
 from cs_run.registry import resolve_object
 from cs_run.resolve import data_function, model_function, resolve_params
 from cs_run.runners import _checkpoints, _memory, _model_dir
-from cs_run.runners._options import RunOptions
+from cs_run.runners._run_options import RunOptions
 
 if TYPE_CHECKING:
     from cs_run.runners.base import PyTorchBaseRunner

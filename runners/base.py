@@ -33,10 +33,10 @@ from cs_run.runners import _build, _checkpoints, _create, _model_dir
 from cs_run.runners._checkpointer import Checkpointer
 from cs_run.runners._early_stopping import EarlyStopping
 from cs_run.runners._evaluator import Evaluator
-from cs_run.runners._options import TRAINING_MODES, RunOptions
 from cs_run.runners._progress import Progress
 from cs_run.runners._reporting import SparsityLog, Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
+from cs_run.runners._run_options import TRAINING_MODES, RunOptions
 from cs_run.runners._run_record import RunRecord
 from cs_run.runners.hooks import RunnerHooks
 from cs_run.schedule import StepBudget, is_checkpoint_step, is_log_step

@@ -28,7 +28,7 @@ from cs_run._checks import unknown_key_error
 from cs_run._logging import setup_console_logging
 from cs_run.backend import Backend, resolve_backend
 from cs_run.errors import ParamsError
-from cs_run.frontends.options import cluster_keys, trainer_keys
+from cs_run.frontends.flags import cluster_keys, trainer_keys
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params, RunConfig, build_section, check_runconfig
 from cs_run.runners import PyTorchBaseRunner, latest_checkpoint
 from cs_run.sparse import SparsityAlgorithm

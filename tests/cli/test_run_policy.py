@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from cs_run import checkpoint
 from cs_run.frontends.cli import cli
-from cs_run.frontends.options import COMMAND_USES, command_options, run_options
+from cs_run.frontends.flags import COMMAND_USES, command_options, run_options
 from cs_run.runners import PyTorchBaseRunner
 from cs_run.runners._model_dir import LOCK_NAME
 

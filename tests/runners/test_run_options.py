@@ -27,9 +27,9 @@ from cs_run.frontends import modelzoo
 from cs_run.frontends.cli import cli
 from cs_run.params import CompileTier, RunConfig, load_params
 from cs_run.runners import MODES, PyTorchBaseRunner
-from cs_run.runners import _options as options_module
-from cs_run.runners._options import RunOptions
+from cs_run.runners import _run_options as options_module
 from cs_run.runners._progress import Progress
+from cs_run.runners._run_options import RunOptions
 
 
 @pytest.fixture
