@@ -21,7 +21,7 @@ from cs_run.metrics import MetricSet
 from cs_run.params import Params
 from cs_run.registry import resolve_object
 from cs_run.resolve import data_function, model_function, resolve_params
-from cs_run.runners import _checkpoints, _memory, _model_dir
+from cs_run.runners import _checkpoint_files, _memory, _model_dir
 from cs_run.runners._run_options import RunOptions
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def _create(base: type["PyTorchBaseRunner"], params: Params, device: str, runner
         options = RunOptions.resolve(params, device)  # each run option, checked once and carried typed
         strategy = parallel.build_strategy(options.layout)  # to start the replicas; the runner builds its own
         if mode != "eval_all" and not options.trace_only:  # the modes that load it
-            _checkpoints.check_start_checkpoint(params, options.checkpoint_path)  # before anything is written
+            _checkpoint_files.check_start_checkpoint(params, options.checkpoint_path)  # before anything is written
         _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
         if strategy.writes:  # ordinal 0 holds model_dir's lock (docs/architecture.md#replicas)
             _model_dir.check_not_locked(rc.model_dir)

@@ -17,7 +17,7 @@ from cs_run.batches import loader_length
 from cs_run.errors import CheckpointError, ParamsError
 from cs_run.metrics import MetricSet
 from cs_run.params import Params
-from cs_run.runners import _build, _checkpoints
+from cs_run.runners import _build, _checkpoint_files
 from cs_run.runners._rng import preserved_rng
 
 if TYPE_CHECKING:
@@ -185,7 +185,7 @@ class Evaluator:
     def eval_all(self) -> dict[str, dict[str, float]]:
         """Evaluate every checkpoint in model_dir, oldest first; results keyed by step."""
         model_dir = self._runner.model_dir
-        found = _checkpoints.list_checkpoints(model_dir)
+        found = _checkpoint_files.list_checkpoints(model_dir)
         if not found:
             raise CheckpointError(f"eval_all: no checkpoint_<step>.mdl files in {model_dir}")
         results, bad = {}, []

@@ -29,7 +29,7 @@ from cs_run.errors import ParamsError, TrainingError
 from cs_run.exits import error_text
 from cs_run.interrupts import Aborted, Interrupted, StopFlag, stop_on_signal
 from cs_run.params import Params, save_params
-from cs_run.runners import _build, _checkpoints, _create, _model_dir
+from cs_run.runners import _build, _checkpoint_files, _create, _model_dir
 from cs_run.runners._checkpointer import Checkpointer
 from cs_run.runners._early_stopping import EarlyStopping
 from cs_run.runners._evaluator import Evaluator
@@ -146,7 +146,7 @@ class PyTorchBaseRunner(RunnerHooks):
                 self.options = self.options.for_mode(mode, self.params, self._data_fns)
             except ParamsError as e:
                 raise self.params.locate_error(e) from e.__cause__
-        if mode == "eval_all" and not _checkpoints.list_checkpoints(self.model_dir):  # a typo'd model_dir stays unmade
+        if mode == "eval_all" and not _checkpoint_files.list_checkpoints(self.model_dir):  # a typo'd model_dir stays unmade
             raise ParamsError(f"eval_all: no checkpoint_<step>.mdl files in {self.model_dir}; give the --model_dir "
                               "of a run that saved checkpoints")
         self.evaluator.begin_run(mode)
@@ -197,7 +197,7 @@ class PyTorchBaseRunner(RunnerHooks):
                 if self._early_stopping is not None:
                     self._early_stopping.check_metric(self.evaluator.names(), self.params.head,
                                                       self.params.name("runconfig.early_stopping_metric"))
-                self._step_budget(_checkpoints.stored_step(start) if start and self.options.loads_step else 0)
+                self._step_budget(_checkpoint_files.stored_step(start) if start and self.options.loads_step else 0)
             if mode != "train":  # built before training, so it leaves training's random streams as they were
                 with preserved_rng(getattr(self._train_loader, "generator", None)) if training else \
                         contextlib.nullcontext():
@@ -412,7 +412,7 @@ class PyTorchBaseRunner(RunnerHooks):
         """Called on log and checkpoint steps; runners that defer the per-step check raise here."""
 
     def _raise_bad_loss(self, value: float, step: int) -> None:
-        last = _checkpoints.newest_finite_checkpoint(self.model_dir)
+        last = _checkpoint_files.newest_finite_checkpoint(self.model_dir)
         kept = f"the newest checkpoint with finite weights is {last}" if last else \
             "no checkpoint with finite weights exists"
         raise TrainingError(f"loss is {value} at step {step}; training stopped and {kept}. Lower the "
