@@ -342,7 +342,7 @@ imported. Nothing else names a higher layer or an example."""
 def string_module_paths(modules: dict[str, Path]) -> dict[str, set[str]]:
     """module -> the project modules its string literals name: a whole string ``"pkg.mod:attr"`` or a dotted
     ``"cs_run.x.y"``, whose module part is a module of the tree (prose, f-strings' parts and other strings are not
-    module paths)."""
+    module paths). A ``"cs_run.x:attr"`` whose module is not in the tree is kept as written, to be reported."""
     found: dict[str, set[str]] = {}
     for name, path in modules.items():
         named = set()
@@ -352,16 +352,21 @@ def string_module_paths(modules: dict[str, Path]) -> dict[str, set[str]]:
                 target = match and match.group(1)
                 if target and target != name and target in modules and ("." in target or ":" in node.value):
                     named.add(target)
+                elif target and target.startswith("cs_run.") and ":" in node.value and target not in modules:
+                    named.add(node.value.strip())
         found[name] = named
     return found
 
 
 def crossing_strings(strings: dict[str, set[str]]) -> list[str]:
     """``module (layer) -> named (layer)`` for each string naming a higher layer, or an example from outside the
-    examples, that :data:`STRING_PATHS_ALLOWED` does not list."""
+    examples, that :data:`STRING_PATHS_ALLOWED` does not list, and for each ``module:attr`` naming no module."""
     out = []
     for m, targets in strings.items():
         for t in targets:
+            if ":" in t:  # kept as written: its module is not in the tree
+                out.append(f"{m} ({LAYERS[layer_of(m)][0]}) -> '{t}' (no such module)")
+                continue
             example = t.split(".")[:2] == ["cs_run", "examples"] and not m.startswith("cs_run.examples")
             if (layer_of(t) < layer_of(m) or example) and (m, t) not in STRING_PATHS_ALLOWED:
                 out.append(f"{m} ({LAYERS[layer_of(m)][0]}) -> '{t}' ({LAYERS[layer_of(t)][0]})")
@@ -375,7 +380,8 @@ def test_the_string_rule_finds_upward_and_example_paths(tmp_path):
     files["cs_run.models.common.family"].write_text(
         'DATA = "cs_run.examples.gpt2.data:build_dataloader"\nDOC = "see cs_run.errors for the types"\n')
     files["cs_run.errors"].write_text('def f():\n    return "cs_run.runners.base"\nNAME = f"{__name__}.x"\n')
-    files["cs_run.registry"].write_text('HOMES = ("cs_run.models.common.family", "cs_run.nowhere")\n')
+    files["cs_run.registry"].write_text('HOMES = ("cs_run.models.common.family", "cs_run.nowhere")\n'
+                                        'DATA = "cs_run.examples.gpt2.gone:build"\n')
     files["cs_run.runners.base"].write_text('LOGGER = "cs_run.errors"\n')
     strings = string_module_paths(files)
     assert strings["cs_run.models.common.family"] == {"cs_run.examples.gpt2.data"}  # not the prose
@@ -383,6 +389,7 @@ def test_the_string_rule_finds_upward_and_example_paths(tmp_path):
     assert crossing_strings(strings) == [
         "cs_run.errors (leaves) -> 'cs_run.runners.base' (runners)",
         "cs_run.models.common.family (models) -> 'cs_run.examples.gpt2.data' (entry points)",
+        "cs_run.registry (shared rules) -> 'cs_run.examples.gpt2.gone:build' (no such module)",
         "cs_run.registry (shared rules) -> 'cs_run.models.common.family' (models)"]
 
 
