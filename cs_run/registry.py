@@ -1,5 +1,8 @@
 """Where models and data come from: a registry of names, or ``module:attr`` strings.
 
+Models register by name (``model.name``), data functions by the Model Zoo data processor class names
+they serve (``data_processor``, :func:`register_data_processor`, next to each function in ``cs_run.data``).
+
 A model function takes the ``model`` section's own keys as keyword arguments and returns a
 ``torch.nn.Module`` whose ``forward(batch)`` returns the loss. A data function takes the input
 section's keys plus ``split`` ("train" or "eval") and returns a ``torch.utils.data.DataLoader``.
@@ -24,7 +27,8 @@ from cs_run._frames import is_user_file, own_roots
 from cs_run.errors import CsRunError, ParamsError
 
 __all__ = ["ModelSpec", "register_model", "apply_model_defaults", "get_model_spec", "hf_converter", "resolve_object",
-           "registered_models", "check_model_keys", "check_config_keys", "check_function_keys"]
+           "registered_models", "check_model_keys", "check_config_keys", "check_function_keys",
+           "register_data_processor", "data_processor_function", "registered_data_processors"]
 
 
 @dataclass(frozen=True)
@@ -38,10 +42,12 @@ class ModelSpec:
     """``module:function`` taking the ``model`` keys as keywords and returning the nn.Module: a family's is its
     builder applied to ``config_class(**keys)``; a ``module:function`` model name is its own."""
     data_fn: Optional[str] = None
-    """``module:function`` returning a split's DataLoader."""
+    """A registered data processor's name, or a ``module:function``, returning a split's DataLoader (a model
+    with ``data_processors`` reads the one its input names)."""
     data_processors: tuple = ()
-    """Model Zoo ``data_processor`` names of its inputs: a params file without model.name that names
-    one of them is this model's (a Model Zoo run.py is per model, so its files name no model)."""
+    """Model Zoo ``data_processor`` names of its inputs (registered data processors, the first the default):
+    an input reads the one it names, and a params file without model.name that names one of them is this
+    model's (a Model Zoo run.py is per model, so its files name no model)."""
     defaults_fn: Optional[str] = None
     """``module:function`` filling the model's Model Zoo defaults into the raw ``model`` dict."""
     hf_converter: Optional[str] = None
@@ -72,6 +78,11 @@ MODEL_PACKAGES = ("cs_run.models",)
 """Packages whose import registers models (cs-run's own model home); imported on the first lookup."""
 _discovered = False
 
+_DATA: dict[str, Callable[..., Any]] = {}
+DATA_PACKAGES = ("cs_run.data.processors",)
+"""Packages whose import registers data processors (cs-run's data home); imported on the first lookup."""
+_data_discovered = False
+
 
 def _discover() -> None:
     """Import the model packages once, so their families register themselves; the core names no model."""
@@ -89,6 +100,48 @@ def register_model(name: str, model_fn: str, data_fn: Optional[str] = None, data
     """Make ``model.name: <name>`` resolve to ``model_fn`` (and ``data_fn`` for its inputs); see :class:`ModelSpec`."""
     _MODELS[name] = ModelSpec(name, model_fn, data_fn, tuple(data_processors), defaults_fn, hf_converter,
                               tuple(input_keys), tuple(hf_model_types), config_class, builder, parallelize)
+
+
+def register_data_processor(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: the data function is the one of the Model Zoo data processor classes ``names`` (an input's
+    ``data_processor``). The function is returned unchanged: its signature is its section's schema."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for name in names:
+            if _DATA.get(name, fn) is not fn:
+                raise ValueError(f"data processor {name!r} is registered twice: {_DATA[name].__module__} and "
+                                 f"{fn.__module__}")
+            _DATA[name] = fn
+        return fn
+
+    return register
+
+
+def registered_data_processors() -> list[str]:
+    _discover_data()
+    return sorted(_DATA)
+
+
+def data_processor_function(name: str, where: str) -> Callable[..., Any]:
+    """The data function registered for data processor ``name``.
+
+    Raises:
+        ParamsError: none is; ``where`` says where the name came from.
+    """
+    _discover_data()
+    if name not in _DATA:
+        raise ParamsError(f"{where}: no data processor {name!r} is registered; registered: "
+                          f"{', '.join(sorted(_DATA)) or 'none'}")
+    return _DATA[name]
+
+
+def _discover_data() -> None:
+    """Import the data packages once, so their processors register themselves (see :func:`_discover`)."""
+    global _data_discovered
+    if not _data_discovered:
+        _data_discovered = True
+        for package in DATA_PACKAGES:
+            importlib.import_module(package)
 
 
 def hf_converter(name: Optional[str], where: str) -> Any:

@@ -28,7 +28,7 @@ from cs_run import optim
 from cs_run.errors import ParamsError
 from cs_run.optim.factory import PARAM_GROUP_KEYS
 from cs_run.params import InputParams, OptimizerParams, Params
-from cs_run.registry import check_function_keys, check_model_keys, get_model_spec, resolve_object
+from cs_run.registry import check_function_keys, check_model_keys, data_processor_function, get_model_spec, resolve_object
 
 __all__ = ["resolve_params", "apply_python_paths", "model_function", "data_function", "check_data_function",
            "check_optimizer_section"]
@@ -53,15 +53,22 @@ def model_function(params: Params) -> Callable[..., Any]:
 
 
 def data_function(params: Params, name: str) -> Callable[..., Any]:
-    """The data function of input section ``name``: its ``data_fn``, else the registered model's data."""
+    """The data function of input section ``name``: its ``data_fn``, else the registered model's data (the
+    data processor the section names, or the model's default)."""
     section: InputParams = getattr(params, name)
     if section.data_fn:
         return resolve_object(section.data_fn, key=f"{name}.data_fn")
     spec = get_model_spec(params.model.name)
+    key = f"{name}.data_fn"
+    if spec.data_processors:  # the processor the input names (checked against these at load), else the first
+        processor = section.extra.get("data_processor") or spec.data_processors[0]
+        return data_processor_function(processor, f"params: {name}.data_processor")
     if spec.data_fn is None:
-        raise ParamsError(f"params: {name}.data_fn: model {params.model.name!r} has no default data; set "
-                          f"{name}.data_fn to a 'module:function' returning a torch DataLoader")
-    return resolve_object(spec.data_fn, key=f"{name}.data_fn")
+        raise ParamsError(f"params: {key}: model {params.model.name!r} has no default data; set "
+                          f"{key} to a 'module:function' returning a torch DataLoader")
+    if ":" not in spec.data_fn:
+        return data_processor_function(spec.data_fn, f"params: {key}")
+    return resolve_object(spec.data_fn, key=key)
 
 
 def check_data_function(fn: Any, name: str, section: InputParams, locate: Callable[[str], str] = lambda key: "") -> None:

@@ -1,7 +1,9 @@
 """Import structure: every module imports on its own in a fresh interpreter, no module-level import cycle
 exists (ruff's PLC0415 keeps function-local imports out, except for the heavy optional packages), every
 module imports only its own layer and the layers below it (docs/architecture.md#layers), and no private
-module (``_name``) is imported from outside its package.
+module (``_name``) is imported from outside its package. Module paths written as strings (``"pkg.mod:attr"``,
+``"cs_run.x.y"``: what a registry or a lazy command table imports later) follow the same layer rule, and
+no module outside the examples names one.
 
 The package map (cs_run.runners is the runners/ folder, ...) is read from setup.cfg, the file that
 installs it.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import ast
 import configparser
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -207,6 +210,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("front ends", ("cs_run", "cs_run.frontends")),
     ("runners", ("cs_run.runners",)),
     ("models", ("cs_run.models",)),
+    ("data", ("cs_run.data",)),
     ("cstorch API", ("cs_run.tracing", "cs_run.utils", "cs_run.backend", "cs_run.distributed", "cs_run.amp",
                      "cs_run.metrics", "cs_run.saving", "cs_run.experimental", "cs_run.sparse")),
     ("engine", ("cs_run.engine",)),
@@ -266,7 +270,8 @@ def test_the_layer_rule_finds_upward_and_private_imports():
     assert upward_imports(graph) == ["cs_run.checkpoint.h5 (leaves) -> cs_run.replicas (replicas)",
                                      "cs_run.params (shared rules) -> cs_run.frontends.options (front ends)"]
     assert layer_of("cs_run.__main__") == 0 and layer_of("cs_run") == layer_of("cs_run.frontends.compat.trainer") == 1
-    assert layer_of("cs_run.models.gpt2") == 3 and layer_of("cs_run.optim._docs") == 9
+    assert layer_of("cs_run.models.gpt2") == 3 and layer_of("cs_run.data.readers") == 4
+    assert layer_of("cs_run.optim._docs") == 10
     assert private_imports(graph, {"cs_run", "cs_run.frontends"}) == {
         ("cs_run.frontends.trainer", "cs_run.runners._checkpoints"),
         ("cs_run.frontends.compat.cli", "cs_run.engine._private")}
@@ -279,7 +284,7 @@ def test_the_front_ends_are_the_frontends_folder_and_the_core_sits_below_the_run
     # front door back into the core's folder, and a front end elsewhere would leave the folder's promise
     runners = layer_of("cs_run.runners")
     core = [m for m in modules if m.startswith("cs_run.") and m.split(".")[1] not in
-            {"frontends", "runners", "examples", "models", "optim", "checkpoint", "parallel", "__main__"}]
+            {"frontends", "runners", "examples", "models", "data", "optim", "checkpoint", "parallel", "__main__"}]
     assert core and [m for m in core if layer_of(m) <= runners] == []
     assert {m for m in modules if layer_of(m) == layer_of("cs_run.frontends")} == \
         {"cs_run"} | {m for m in modules if m.startswith("cs_run.frontends")}
@@ -313,3 +318,85 @@ def test_the_docs_show_the_same_layers_in_the_same_order():
     section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ")]
     assert rows[1:] == [name for name, _ in LAYERS]  # rows[0] is the header
+
+
+_MODULE_PATH = re.compile(r"([A-Za-z_][\w.]*)(?::[A-Za-z_][\w.]*)?")
+
+STRING_PATHS_ALLOWED = {
+    ("cs_run.registry", "cs_run.models"): "the model registry imports the model home once, on its first lookup, so "
+                                          "the families register themselves (the core names no model)",
+    ("cs_run.registry", "cs_run.data.processors"): "the data processor registry imports the data home's processors "
+                                                   "once, on its first lookup, so they register themselves",
+    ("cs_run.frontends.cli", "cs_run.examples"): "cs-run init and the default --params copy the examples' files "
+                                                 "(package resources, not code)",
+    ("cs_run._yaml", "cs_run.params"): "a logger's name: the duplicate-key notes are logged as the params reader's "
+                                       "(nothing is imported)",
+    ("cs_run.engine.state", "cs_run.tracing"): "a function's __module__ compared: cstorch.trace's wrapper is walked "
+                                               "through to the user's step (nothing is imported)",
+}
+"""(module, named module) pairs whose string may cross the layers upward, and why: the discovery of a registry's
+homes, the front end that copies the bundled examples, and two names that are compared or logged under, never
+imported. Nothing else names a higher layer or an example."""
+
+
+def string_module_paths(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the project modules its string literals name: a whole string ``"pkg.mod:attr"`` or a dotted
+    ``"cs_run.x.y"``, whose module part is a module of the tree (prose, f-strings' parts and other strings are not
+    module paths). A ``"cs_run.x:attr"`` whose module is not in the tree is kept as written, to be reported."""
+    found: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        named = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                match = _MODULE_PATH.fullmatch(node.value.strip())
+                target = match and match.group(1)
+                if target and target != name and target in modules and ("." in target or ":" in node.value):
+                    named.add(target)
+                elif target and target.startswith("cs_run.") and ":" in node.value and target not in modules:
+                    named.add(node.value.strip())
+        found[name] = named
+    return found
+
+
+def crossing_strings(strings: dict[str, set[str]]) -> list[str]:
+    """``module (layer) -> named (layer)`` for each string naming a higher layer, or an example from outside the
+    examples, that :data:`STRING_PATHS_ALLOWED` does not list, and for each ``module:attr`` naming no module."""
+    out = []
+    for m, targets in strings.items():
+        for t in targets:
+            if ":" in t:  # kept as written: its module is not in the tree
+                out.append(f"{m} ({LAYERS[layer_of(m)][0]}) -> '{t}' (no such module)")
+                continue
+            example = t.split(".")[:2] == ["cs_run", "examples"] and not m.startswith("cs_run.examples")
+            if (layer_of(t) < layer_of(m) or example) and (m, t) not in STRING_PATHS_ALLOWED:
+                out.append(f"{m} ({LAYERS[layer_of(m)][0]}) -> '{t}' ({LAYERS[layer_of(t)][0]})")
+    return sorted(out)
+
+
+def test_the_string_rule_finds_upward_and_example_paths(tmp_path):
+    files = {name: tmp_path / f"{name}.py" for name in ("cs_run.models.common.family", "cs_run.examples.gpt2.data",
+                                                         "cs_run.runners.base", "cs_run.registry", "cs_run.errors")}
+    files["cs_run.examples.gpt2.data"].write_text("")
+    files["cs_run.models.common.family"].write_text(
+        'DATA = "cs_run.examples.gpt2.data:build_dataloader"\nDOC = "see cs_run.errors for the types"\n')
+    files["cs_run.errors"].write_text('def f():\n    return "cs_run.runners.base"\nNAME = f"{__name__}.x"\n')
+    files["cs_run.registry"].write_text('HOMES = ("cs_run.models.common.family", "cs_run.nowhere")\n'
+                                        'DATA = "cs_run.examples.gpt2.gone:build"\n')
+    files["cs_run.runners.base"].write_text('LOGGER = "cs_run.errors"\n')
+    strings = string_module_paths(files)
+    assert strings["cs_run.models.common.family"] == {"cs_run.examples.gpt2.data"}  # not the prose
+    assert strings["cs_run.errors"] == {"cs_run.runners.base"} and strings["cs_run.runners.base"] == {"cs_run.errors"}
+    assert crossing_strings(strings) == [
+        "cs_run.errors (leaves) -> 'cs_run.runners.base' (runners)",
+        "cs_run.models.common.family (models) -> 'cs_run.examples.gpt2.data' (entry points)",
+        "cs_run.registry (shared rules) -> 'cs_run.examples.gpt2.gone:build' (no such module)",
+        "cs_run.registry (shared rules) -> 'cs_run.models.common.family' (models)"]
+
+
+def test_no_module_names_a_higher_layer_or_an_example_in_a_string(modules):
+    strings = string_module_paths(modules)
+    found = crossing_strings(strings)
+    assert found == [], "module paths in strings that cross the layers (docs/architecture.md#layers):\n" + \
+        "\n".join(found)
+    stale = [pair for pair in STRING_PATHS_ALLOWED if pair[1] not in strings.get(pair[0], ())]
+    assert stale == [], f"STRING_PATHS_ALLOWED lists strings no longer written: {stale}"

@@ -127,7 +127,7 @@ class BagOfTokens(torch.nn.Module):
 def build_model(vocab_size=512, **keys):
     return BagOfTokens(vocab_size)
 '''
-DATA_FN = "cs_run.examples.gpt2.data:build_dataloader"
+DATA_FN = "cs_run.data.processors.gpt_hdf5:build_dataloader"
 
 
 def _stub(model: dict, inputs: list, folder: Path) -> None:

@@ -132,7 +132,7 @@ class RunCommand(HelpCommand):
 
 SUBSYSTEMS = {
     "checkpoint": ("cs_run.frontends.checkpoint_cli:checkpoint", "Inspect and convert checkpoints (H5, torch pickle, safetensors)."),
-    "data": ("cs_run.examples.gpt2.cli:data", "Prepare training data."),
+    "data": ("cs_run.frontends.data_cli:data", "Prepare training data."),
     "exec": ("cs_run.frontends.compat.cli:exec_command", "Run a vendor script with cerebras.pytorch, cerebras_pytorch, "
              "modelzoo.common.pytorch and cerebras.modelzoo resolved to cs-run (this process only); ARGS go to the "
              "script."),

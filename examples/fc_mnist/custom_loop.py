@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 
 import cs_run as cstorch
-from cs_run.models.fc_mnist.data import build_dataloader
+from cs_run.data.processors.mnist import build_dataloader
 from cs_run.models.fc_mnist.model import MNIST
 
 logger = logging.getLogger(__name__)

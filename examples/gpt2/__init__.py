@@ -1,1 +1,2 @@
-"""gpt2: the Model Zoo's GPT-2 (params ``model:`` keys, GptHDF5DataProcessor shards), trainable offline."""
+"""gpt2: the Model Zoo's GPT-2 params file (its ``model:`` keys; GptHDF5DataProcessor shards, read by
+``cs_run.data`` and written by ``cs-run data preprocess``), trainable offline."""

@@ -2,4 +2,6 @@
 
 from cs_run.registry import register_model
 
-register_model("fc_mnist", "cs_run.models.fc_mnist.model:build_model", "cs_run.models.fc_mnist.data:build_dataloader")
+# its data: the Model Zoo's MNISTDataProcessor (cs_run.data.processors.mnist), named as the model's one data
+# function (not as data_processors): an input's data_processor key stays recorded with no effect, as before
+register_model("fc_mnist", "cs_run.models.fc_mnist.model:build_model", "MNISTDataProcessor")

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from cs_run.models.fc_mnist import data, model
+from cs_run.data.processors import mnist as data
+from cs_run.models.fc_mnist import model
 
 
 def write_idx(path, array: np.ndarray, compress=False):

@@ -28,9 +28,9 @@ import yaml
 from click.testing import CliRunner
 from gpt2_helpers import WORDS, random_samples, tiny_params, write_corpus, write_vendor_shards
 
+from cs_run.data.preprocessing import text_to_hdf5 as preprocess
+from cs_run.data.readers.hdf5_samples import GptHDF5Dataset
 from cs_run.errors import DataError
-from cs_run.examples.gpt2 import preprocess
-from cs_run.examples.gpt2.data import GptHDF5Dataset
 from cs_run.frontends.cli import cli
 from cs_run.models.gpt2 import hf
 

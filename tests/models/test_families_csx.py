@@ -27,7 +27,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cs_run.models.common.family import LM_DATA_FN
+from cs_run.models.common.family import LM_DATA_PROCESSORS
 from cs_run.registry import get_model_spec, registered_models
 from tests.examples.gpt2_helpers import OPTIMIZER, run, tiny_shards, train_losses, weights
 
@@ -147,7 +147,7 @@ def train(tmp_path, shards, family: str, device: str, model: dict, tier: str = "
 
 
 def test_every_registered_decoder_family_has_a_case():
-    decoders = {name for name in registered_models() if get_model_spec(name).data_fn == LM_DATA_FN}
+    decoders = {name for name in registered_models() if get_model_spec(name).data_processors == LM_DATA_PROCESSORS}
     assert decoders == set(FAMILIES)
 
 

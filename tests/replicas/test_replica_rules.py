@@ -16,10 +16,10 @@ from torch.utils.data import RandomSampler
 import cs_run as cstorch
 from cs_run import replicas
 from cs_run.backend import _reset_for_tests
+from cs_run.data.processors.mnist import ShardSampler
 from cs_run.errors import ParamsError
 from cs_run.exits import report
 from cs_run.frontends.cli import cli
-from cs_run.models.fc_mnist.data import ShardSampler
 
 
 def invoke(*args):

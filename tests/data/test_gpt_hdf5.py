@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from gpt2_helpers import random_samples, vendor_features, write_vendor_shards
 
-from cs_run.examples.gpt2 import data
-from cs_run.examples.gpt2.preprocess import pack_samples
+from cs_run.data.preprocessing.text_to_hdf5 import pack_samples
+from cs_run.data.processors import gpt_hdf5 as data
 from cs_run.frontends.cli import cli
+from tests.examples.gpt2_helpers import random_samples, vendor_features, write_vendor_shards
 
 
 def all_rows(loader):

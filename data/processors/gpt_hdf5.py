@@ -1,184 +1,39 @@
-"""GptHDF5DataProcessor: the Model Zoo's GPT HDF5 shards as a torch DataLoader.
+"""GptHDF5DataProcessor and GptHDF5MapDataProcessor: the Model Zoo's GPT HDF5 shards as a torch DataLoader.
 
-The layout is the one the Model Zoo's ``hdf5_preprocessing`` scripts write and its
-``HDF5IterableDataset`` reads (Release 1.9): every ``*.h5`` file in ``data_dir`` holds an integer
-dataset ``data`` of shape ``[n_examples, 3, max_sequence_length]`` — rows ``input_ids``,
-``attention_mask`` (the loss mask) and ``labels`` — and an ``n_examples`` attribute. An optional
-``data_params.json`` beside the files may name the rows (``"features"``).
+GptHDF5DataProcessor reads the sample layout (:mod:`cs_run.data.readers.hdf5_samples`),
+GptHDF5MapDataProcessor also the corpus layout, mixtures and subsets (:mod:`cs_run.data.readers.hdf5_map`).
 
 As in the Model Zoo, ``batch_size`` is the effective batch over all streamers. Unlike its file-by-file
 sharding (file ``i`` to rank ``i % num_streamers``), the samples of all files are split over the streaming
-ranks as torch's ``DistributedSampler`` splits them (:func:`~cs_run.examples.gpt2.hdf5_map.replica_share`:
+ranks as torch's ``DistributedSampler`` splits them (:func:`~cs_run.data.readers.hdf5_map.replica_share`:
 every ``num_streamers``-th sample, the remainder left out with ``drop_last_batch``, else wrapped round),
 so every replica steps the same number of batches whatever the shards' sizes (replicas step together:
 one with more batches would wait for the others). Unlike its buffered shuffle, samples are drawn as a
 full permutation of the rank's share from the loader's generator, so the runner's RNG checkpoint replays
-the exact order on resume.
-
-A token id the model cannot embed would fail deep inside a step (an IndexError on the CPU, a device
-assert on CUDA) without naming the data. Every sample is checked on the host as it is read, against
-``vocab_size`` (model.vocab_size, passed by the registry as the Model Zoo's ``set_defaults`` does):
-a min and a max over ``2 * max_sequence_length`` ints per sample, next to the HDF5 decompression,
-and no device sync. Shards written by ``cs-run data preprocess`` also record their largest id
-(``max_token_id``), so such a mismatch is refused when the shards are opened, before the first step.
+the exact order on resume. Every token id read is checked against model.vocab_size on the host.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-from pathlib import Path
 from typing import Optional, Union
 
-import h5py  # noqa: TID253 - this data module reads and writes HDF5 files; loaded only with the gpt2 example
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from cs_run.data.readers.hdf5_map import H5Reader, Mixture, replica_share
+from cs_run.data.readers.hdf5_samples import FEATURES, IGNORE_INDEX, GptHDF5Dataset
+from cs_run.data.transforms import build_collate
 from cs_run.distributed import get_streaming_batch_size, get_streaming_rank, num_streamers
 from cs_run.errors import DataError
-from cs_run.examples.gpt2.hdf5_map import H5Reader, Mixture, replica_share, shard_files
-from cs_run.examples.gpt2.transforms import build_collate
+from cs_run.registry import register_data_processor
 
 __all__ = ["GptHDF5Dataset", "build_dataloader", "DATA_PROCESSORS", "FEATURES"]
 
 logger = logging.getLogger(__name__)
 
-FEATURES = ("input_ids", "attention_mask", "labels")
-_IGNORE_INDEX = -100  # a label cross_entropy skips (its default ignore_index)
-# what h5py raises for a damaged file, by the HDF5 error class (found by overwriting every 32 bytes of a shard)
-_H5_ERRORS = (OSError, KeyError, RuntimeError, ValueError, TypeError)
 DATA_PROCESSORS = ("GptHDF5DataProcessor", "GptHDF5MapDataProcessor")
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
-
-
-def _features(data_dir: Union[str, list], given: Optional[list]) -> list[str]:
-    if given:
-        return list(given)
-    if not isinstance(data_dir, list):
-        path = Path(data_dir) / "data_params.json"
-        if path.is_file():
-            try:
-                named = json.loads(path.read_text()).get("features")
-            except (OSError, ValueError, AttributeError):
-                named = None
-            if isinstance(named, list) and named:
-                return named
-    return list(FEATURES)
-
-
-class GptHDF5Dataset(Dataset):
-    """One streaming rank's share of the shards' samples (:func:`replica_share` of them all, ``drop_last``
-    deciding drop or wrap), as dicts of int32 tensors.
-
-    Files are opened lazily, once per process (DataLoader workers each open their own handles).
-    """
-
-    def __init__(self, data_dir: Union[str, list], rank: int = 0, num_ranks: int = 1,
-                 features: Optional[list] = None, max_sequence_length: Optional[int] = None,
-                 vocab_size: Optional[int] = None, drop_last: bool = True) -> None:
-        self.files = shard_files(data_dir)
-        names = _features(data_dir, features)
-        self.feature_rows = {name: i for i, name in enumerate(names)}
-        missing = [f for f in FEATURES if f not in self.feature_rows]
-        if missing:
-            raise ValueError(f"features: the shards' rows {names} lack {', '.join(missing)}")
-        self.vocab_size = vocab_size
-        counts, msl = [], None
-        for path in self.files:
-            n, file_msl = self._check_file(path, len(names), vocab_size)
-            if msl is not None and file_msl != msl:
-                raise ValueError(f"data_dir: {path.name} has max_sequence_length {file_msl}, other shards {msl}")
-            msl = file_msl
-            counts.append(n)
-        if max_sequence_length is not None and max_sequence_length != msl:
-            raise ValueError(f"max_sequence_length: {max_sequence_length} but the shards in data_dir hold "
-                             f"sequences of {msl} tokens")
-        self.max_sequence_length = msl
-        self.offsets = np.cumsum([0] + counts)
-        self.samples = replica_share(int(self.offsets[-1]), rank, num_ranks, drop_last)
-        """This rank's positions among all files' samples (position ``p`` is sample ``p % total``)."""
-        self._handles: dict[int, h5py.File] = {}
-        self._pid = os.getpid()
-
-    @staticmethod
-    def _check_file(path: Path, rows: int, vocab_size: Optional[int]) -> tuple[int, int]:
-        try:
-            with h5py.File(path, "r") as f:
-                if "data" not in f:
-                    raise ValueError(f"data_dir: {path} has no dataset 'data' (keys: {', '.join(f.keys())})")
-                d = f["data"]
-                if d.ndim != 3 or d.shape[1] != rows or not np.issubdtype(d.dtype, np.integer):
-                    raise ValueError(f"data_dir: {path} 'data' is {d.dtype}{list(d.shape)}; expected integers of "
-                                     f"shape [n_examples, {rows}, max_sequence_length]")
-                n = int(f.attrs.get("n_examples", d.shape[0]))
-                if not 0 <= n <= d.shape[0]:
-                    raise ValueError(f"data_dir: {path} attribute n_examples={n} but 'data' holds {d.shape[0]} rows")
-                top = f.attrs.get("max_token_id")
-                if vocab_size is not None and top is not None and int(top) >= vocab_size:
-                    raise ValueError(f"data_dir: {path} holds token ids up to {int(top)} (its max_token_id), but "
-                                     f"model.vocab_size is {vocab_size}; set model.vocab_size to at least "
-                                     f"{int(top) + 1} (the tokenizer's size) or write the shards with a smaller "
-                                     "--vocab_size")
-                return n, int(d.shape[2])
-        except _H5_ERRORS as e:
-            if isinstance(e, ValueError) and str(e).startswith("data_dir: "):
-                raise  # one of the checks above
-            raise ValueError(f"data_dir: {path} is not a readable HDF5 file ({_one_line(e)})") from None
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def _file(self, i: int) -> h5py.File:
-        if os.getpid() != self._pid:  # a forked worker: never share the parent's HDF5 handles
-            self._handles, self._pid = {}, os.getpid()
-        if i not in self._handles:
-            self._handles[i] = h5py.File(self.files[i], "r")
-        return self._handles[i]
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        sample = self.samples[index] % int(self.offsets[-1])
-        i = int(np.searchsorted(self.offsets, sample, side="right")) - 1
-        local = int(sample - self.offsets[i])
-        try:
-            row = np.asarray(self._file(i)["data"][local], dtype=np.int32)
-        except _H5_ERRORS as e:
-            raise DataError(f"data_dir: {self.files[i]}: sample {local} cannot be read ({_one_line(e)}); the shard "
-                            "is damaged: write it again (cs-run data preprocess) or remove it from data_dir") from None
-        ids, labels = row[self.feature_rows["input_ids"]], row[self.feature_rows["labels"]]
-        high = self.vocab_size if self.vocab_size is not None else np.iinfo(np.int32).max
-        negative_label = labels.min() < 0 and ((labels < 0) & (labels != _IGNORE_INDEX)).any()
-        if ids.min() < 0 or max(ids.max(), labels.max()) >= high or negative_label:
-            self._bad_token(self.files[i], local, row)
-        return {name: torch.from_numpy(row[self.feature_rows[name]].copy()) for name in FEATURES}
-
-    def _bad_token(self, path: Path, local: int, row: np.ndarray) -> None:
-        """The error for the first token id of the sample that the model cannot embed (or score)."""
-        vocab = self.vocab_size
-        for name in ("input_ids", "labels"):
-            values = row[self.feature_rows[name]]
-            bad = (values < 0) | (values >= vocab if vocab is not None else False)
-            if name == "labels":
-                bad &= values != _IGNORE_INDEX
-            where = np.flatnonzero(bad)
-            if where.size:
-                token, at = int(values[where[0]]), int(where[0])
-                break
-        fix = (f"ids must be in [0, model.vocab_size={vocab}): set model.vocab_size to at least {token + 1} or write "
-               "the shards with this vocabulary" if token >= 0 else "token ids are never negative: the shard is "
-               "damaged; write it again")
-        raise DataError(f"data_dir: {path}: sample {local} holds token id {token} in {name} (position {at}); {fix}")
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_handles"] = {}
-        return state
 
 
 _NO_EFFECT = {
@@ -221,7 +76,7 @@ class _MapSamples(Dataset):
         sample = self.samples[index] % self.epoch % len(self.reader)
         row = self.reader[sample]
         # the sample layout: input_ids (row 0) and labels (row 2, where -100 means "not scored"); a corpus row
-        ids = np.concatenate([row[0], row[2][row[2] != _IGNORE_INDEX]]) if self.by_sample else row
+        ids = np.concatenate([row[0], row[2][row[2] != IGNORE_INDEX]]) if self.by_sample else row
         if self.vocab_size is not None and ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
             bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
             raise DataError(f"data_dir: {self.where}: sample {sample} holds token id {bad}; ids must be in "
@@ -279,6 +134,7 @@ def _log_share(split: str, total: int, share: int, streamers: int) -> None:
                 how)
 
 
+@register_data_processor(*DATA_PROCESSORS)
 def build_dataloader(split: str, data_dir: Union[str, list, None] = None, batch_size: int = 128,
                      data_processor: str = "GptHDF5DataProcessor", shuffle: bool = True,
                      shuffle_seed: Optional[int] = None, drop_last_batch: bool = True, drop_last: Optional[bool] = None,
@@ -294,9 +150,9 @@ def build_dataloader(split: str, data_dir: Union[str, list, None] = None, batch_
 
     ``GptHDF5DataProcessor`` reads the sample layout ``[n, 3, msl]``; ``GptHDF5MapDataProcessor`` also
     the corpus layout, ``mixture``, ``data_subset``, ``num_samples`` and ``sort_files`` (see
-    :mod:`cs_run.examples.gpt2.hdf5_map`). ``data_dir`` is a folder or a list of folders. ``drop_last``
+    :mod:`cs_run.data.readers.hdf5_map`). ``data_dir`` is a folder or a list of folders. ``drop_last``
     is the Model Zoo's name for ``drop_last_batch``; ``data_transforms`` run on every batch
-    (:mod:`cs_run.examples.gpt2.transforms`). ``shuffle_buffer`` is accepted and has no effect (samples
+    (:mod:`cs_run.data.transforms`). ``shuffle_buffer`` is accepted and has no effect (samples
     are shuffled as a full permutation); ``use_worker_cache``, ``repeat`` and ``use_multiple_workers``
     change nothing here and are noted once. ``vocab_size`` is model.vocab_size (the registry copies it
     here): every token id read is checked against it on the host, so an id the model cannot embed is an

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
-import h5py  # noqa: TID253 - this data module reads and writes HDF5 files; loaded only with the gpt2 example
+import h5py  # noqa: TID253 - this data module reads and writes HDF5 files; loaded only by data preprocess
 import numpy as np
 from tqdm import tqdm
 
+from cs_run.data.preprocessing import _output_set
 from cs_run.errors import DataError, ParamsError
-from cs_run.examples.gpt2 import _output_set
 
 __all__ = ["PreprocessResult", "collect_documents", "stdlib_documents", "check_documents", "load_or_train_tokenizer",
            "pack_samples", "ShardWriter", "preprocess"]

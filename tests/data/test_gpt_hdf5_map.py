@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from cs_run.examples.gpt2 import data
-from cs_run.examples.gpt2.hdf5_map import DataSubset
+from cs_run.data.processors import gpt_hdf5 as data
+from cs_run.data.readers.hdf5_map import DataSubset
 
 MAP = "GptHDF5MapDataProcessor"
 

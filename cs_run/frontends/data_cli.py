@@ -9,8 +9,8 @@ from typing import Optional
 
 import click
 
-from cs_run.examples.gpt2.preprocess import collect_documents, stdlib_documents
-from cs_run.examples.gpt2.preprocess import preprocess as run
+from cs_run.data.preprocessing.text_to_hdf5 import collect_documents, stdlib_documents
+from cs_run.data.preprocessing.text_to_hdf5 import preprocess as run
 from cs_run.exits import ErrorGroup
 from cs_run.frontends.help_format import Flag, HelpCommand
 

@@ -1,4 +1,5 @@
-"""fc_mnist data: MNIST IDX files from ``data_dir``, or (when asked for) scikit-learn's bundled digits.
+"""MNISTDataProcessor (fc_mnist's data): MNIST IDX files from ``data_dir``, or (when asked for)
+scikit-learn's bundled digits.
 
 Nothing is downloaded. MNIST files (``train-images-idx3-ubyte[.gz]`` / ``t10k-...``) are looked for in
 ``data_dir`` and ``data_dir/MNIST/raw`` (torchvision's layout, where the vendor's fc_mnist keeps them).
@@ -30,6 +31,7 @@ from cs_run import amp
 from cs_run.backend import use_cs
 from cs_run.distributed import get_streaming_batch_size, get_streaming_rank, num_streamers
 from cs_run.errors import CsRunError, ParamsError
+from cs_run.registry import register_data_processor
 from cs_run.vendor_params import BUNDLED_DATA
 
 __all__ = ["build_dataloader", "read_idx", "load_mnist_idx", "load_digits_as_mnist", "ShardSampler"]
@@ -130,6 +132,7 @@ class ShardSampler(Sampler[int]):
         return max(0, (usable - self.shard + self.num_shards - 1) // self.num_shards)
 
 
+@register_data_processor("MNISTDataProcessor")
 def build_dataloader(split: str, batch_size: int = 128, data_dir: Optional[str] = None, shuffle: bool = True,
                      shuffle_seed: Optional[int] = None, drop_last_batch: bool = True, num_workers: int = 0,
                      prefetch_factor: Optional[int] = None, persistent_workers: bool = False,

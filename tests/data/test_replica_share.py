@@ -8,10 +8,10 @@ from __future__ import annotations
 import logging
 
 import pytest
-from gpt2_helpers import vendor_features, write_vendor_shards
 from torch.utils.data import DistributedSampler
 
-from cs_run.examples.gpt2 import data
+from cs_run.data.processors import gpt_hdf5 as data
+from tests.examples.gpt2_helpers import vendor_features, write_vendor_shards
 
 MSL = 8
 
@@ -78,7 +78,7 @@ def test_a_shuffled_share_is_a_permutation_of_the_same_samples_and_the_split_is_
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
     kwargs = dict(data_dir=str(tmp_path), batch_size=2, drop_last_batch=True, data_processor=processor)
-    with caplog.at_level(logging.INFO, logger="cs_run.examples.gpt2.data"):
+    with caplog.at_level(logging.INFO, logger="cs_run.data.processors.gpt_hdf5"):
         shuffled = _firsts(data.build_dataloader("train", shuffle=True, shuffle_seed=1, **kwargs))
     plain = _firsts(data.build_dataloader("train", shuffle=False, **kwargs))
     assert sorted(shuffled) == sorted(plain) == list(range(1, 30, 2)) and shuffled != plain

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from gpt2_helpers import write_corpus
 
+from cs_run.data.preprocessing import _output_set
+from cs_run.data.preprocessing import text_to_hdf5 as preprocess
 from cs_run.errors import DataError
-from cs_run.examples.gpt2 import _output_set, preprocess
 from cs_run.frontends.cli import cli
+from tests.examples.gpt2_helpers import write_corpus
 
 pytest.importorskip("tokenizers")
 
@@ -33,7 +34,8 @@ OLD_ARGS = ["--max_seq_length", "16", "--vocab_size", "300", "--eval_fraction", 
 _KILLED_RUN = r"""
 import os, signal, sys
 from pathlib import Path
-from cs_run.examples.gpt2 import _output_set, preprocess
+from cs_run.data.preprocessing import _output_set
+from cs_run.data.preprocessing import text_to_hdf5 as preprocess
 
 at, calls = int(sys.argv[1]), [0]
 
