@@ -1,0 +1,146 @@
+"""The config's inputs: which files, their records, the read hook, and the vendor's read chunks.
+
+Files are found as the vendor's tool finds them (every ``*.jsonl``, ``*.json.gz``, ``*.jsonl.zst``,
+``*.txt``, ``*.parquet`` under the source folder, recursively, in sorted order; ``.jsonl.gz`` too).
+A record keeps only the hook's ``*_key`` columns (a number becomes its string); a .txt line is a
+record whose ``text`` column is the line. Records are grouped into read chunks of about
+``read_chunk_size`` bytes, counted as the vendor counts them, because the output files are named
+after the chunk count. A line that is not JSON is one error with its file and line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import numbers
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from cs_run.errors import DataError, ParamsError
+
+__all__ = ["HOOKS", "find_files", "read_chunks", "resolve_hook"]
+
+SUFFIXES = (".jsonl", ".json.gz", ".jsonl.zst", ".txt", ".parquet", ".jsonl.gz")
+_VENDOR_HOOKS = "cerebras.modelzoo.data_preparation.data_preprocessing.hooks"
+
+
+def text_read_hook(example: dict, **kwargs: Any) -> list[dict]:
+    """One text region: the record's ``text_key`` value, stripped (the vendor's text_read_hook)."""
+    key = kwargs.get("text_key")
+    if key is None:
+        raise ParamsError("data preprocess --config: text_read_hook needs read_hook_kwargs.text_key")
+    return [{"content": [{"text": (example.get(key) or "").strip()}]}]
+
+
+HOOKS: dict[str, Callable[..., list[dict]]] = {"text_read_hook": text_read_hook}
+"""The vendor's read hooks cs-run runs, by function name (the module is the vendor's hooks module)."""
+
+
+def resolve_hook(name: str, where: str) -> Callable[..., list[dict]]:
+    """The hook a dotted name (``module:function`` or ``module.function``) names."""
+    module, sep, func = name.rpartition(":") if ":" in name else name.rpartition(".")
+    if module == _VENDOR_HOOKS and func in HOOKS:
+        return HOOKS[func]
+    raise ParamsError(f"data preprocess --config: processing.read_hook {name!r} is not a hook cs-run runs ({where}); "
+                      f"use one of {', '.join(f'{_VENDOR_HOOKS}:{h}' for h in HOOKS)}")
+
+
+def find_files(source: str) -> list[str]:
+    """The input files under ``source``, sorted, as the vendor lists them."""
+    found = {str(p) for suffix in SUFFIXES for p in Path(source).rglob(f"*{suffix}")}
+    return sorted(found)
+
+
+def _data_size(value: Any) -> int:
+    """Bytes of a value as the vendor's reader counts them (utf-8 text, sys.getsizeof of numbers)."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        return len(value.encode("utf-8"))
+    if isinstance(value, bytes):
+        return len(value)
+    if isinstance(value, (list, tuple)):
+        return sum(_data_size(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_data_size(k) + _data_size(v) for k, v in value.items())
+    if isinstance(value, (int, float, bool, complex)):
+        return sys.getsizeof(value)
+    return 0
+
+
+def _open_text(path: str) -> io.TextIOBase:
+    if path.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
+    if path.endswith(".zst"):
+        try:
+            import zstandard  # noqa: PLC0415  (optional: only .zst inputs need it)
+        except ImportError:
+            raise ParamsError(f"data preprocess --config: {path} is zstandard-compressed and the zstandard package "
+                              "is not installed; pip install zstandard or decompress it") from None
+        return io.TextIOWrapper(zstandard.ZstdDecompressor().stream_reader(open(path, "rb")), encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def _rows(path: str) -> Iterator[dict]:
+    """The file's records as dicts."""
+    try:
+        if path.endswith(".parquet"):
+            try:
+                import pyarrow.parquet as pq  # noqa: PLC0415  (optional: only .parquet inputs need it)
+            except ImportError:
+                raise ParamsError(f"data preprocess --config: {path} is parquet and pyarrow is not installed; pip "
+                                  "install pyarrow") from None
+            yield from pq.read_table(path).to_pylist()
+            return
+        with _open_text(path) as f:
+            if path.endswith(".txt"):
+                for line in f.read().splitlines():
+                    yield {"text": line}
+                return
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError as e:
+                    raise DataError(f"data preprocess --config: {path}:{number} is not a JSON line ({e.msg}); fix the "
+                                    "line or remove it") from None
+                if not isinstance(row, dict):
+                    raise DataError(f"data preprocess --config: {path}:{number} is a JSON {type(row).__name__}, not an "
+                                    "object; each line must be one {\"key\": value} record")
+                yield row
+    except UnicodeDecodeError as e:
+        raise DataError(f"data preprocess --config: {path} is not UTF-8 text ({e.reason} at byte {e.start}); save it as "
+                        "UTF-8") from None
+    except (OSError, EOFError) as e:
+        raise DataError(f"data preprocess --config: {path} cannot be read ({e}); check the file") from None
+
+
+def read_chunks(files: list[str], keys: list[str], hook: Callable[..., list[dict]], hook_kwargs: dict,
+                chunk_size: int) -> Iterator[list[list[dict]]]:
+    """The hook's output per record, grouped into the vendor's read chunks (one list per chunk).
+
+    A chunk closes before a record that would take it past ``chunk_size`` bytes; the last chunk of a file
+    continues into the next file, as the vendor's reader carries it over.
+    """
+    chunk: list[list[dict]] = []
+    size = 0
+    for path in files:
+        for row in _rows(path):
+            entry = {k: str(row[k]) if isinstance(row.get(k), numbers.Number) else row.get(k) for k in keys}
+            entry_size = sum(_data_size(v) for v in entry.values())
+            if size + entry_size > chunk_size and size != 0:
+                yield chunk
+                chunk, size = [], 0
+            chunk.append(hook(entry, **hook_kwargs))
+            size += _data_size(entry)  # the vendor's chunk counts the keys' bytes too
+    if size > 0:
+        yield chunk
+
+
+def input_bytes(files: list[str]) -> int:
+    """Total size of the inputs (for the progress bar's total)."""
+    return sum(os.path.getsize(f) for f in files)
