@@ -117,6 +117,8 @@ BAD = [
      ParamsError, r"resume_from_checkpoint is not run by cs-run yet"),
     ("ftfy-missing", lambda t, d: t.replace("use_ftfy: false", "use_ftfy: true"), ParamsError,
      r"use_ftfy is true but the ftfy package is not installed"),
+    ("wikitext-not-yet", lambda t, d: t.replace("wikitext_detokenize: false", "wikitext_detokenize: true"),
+     ParamsError, r"processing\.wikitext_detokenize is not run by cs-run's --config yet .*yaml:\d+\); set it to false"),
     ("bad-json-line", None, DataError, r"bad\.jsonl:2 is not a JSON line"),
 ]
 

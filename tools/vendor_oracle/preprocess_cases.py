@@ -11,6 +11,7 @@ sequences. `use_ftfy` is turned off (ftfy is not a cs-run dependency; with it in
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import os
 
@@ -45,14 +46,31 @@ CHAT_TEMPLATE = (
     "{% endif %}{% endfor %}"
 )
 
-# (case id, vendor config file, {dotted key: value} overrides; "<IN>", "<OUT>", "<TOK>" are filled in)
-CASES: list[tuple[str, str, dict]] = [
-    ("hf_pretraining_packed", "hf_autoregressive_lm_preprocessing.yaml", {
+# (case id, vendor config file, input folder, {dotted key: value} overrides; "<IN>", "<OUT>", "<TOK>" are
+# filled in with the input folder, the output folder and the tokenizer folder)
+CASES: list[tuple[str, str, str, dict]] = [
+    ("hf_pretraining_packed", "hf_autoregressive_lm_preprocessing.yaml", "text", {
         "processing.max_seq_length": 16,
     }),
-    ("hf_pretraining_unpacked", "hf_autoregressive_lm_preprocessing.yaml", {
+    ("hf_pretraining_unpacked", "hf_autoregressive_lm_preprocessing.yaml", "text", {
         "processing.max_seq_length": 16,
         "dataset.pack_sequences": False,
+    }),
+    ("hf_pretraining_short_seq", "hf_autoregressive_lm_preprocessing.yaml", "text", {
+        "processing.max_seq_length": 16,
+        "processing.short_seq_prob": 0.5,
+        "processing.seed": 3,
+    }),
+    # a .txt and a .json.gz, read in 1 KiB chunks and written every 1 KiB: several files, chunks across files
+    ("hf_pretraining_txt_gz_chunks", "hf_autoregressive_lm_preprocessing.yaml", "mixed", {
+        "processing.max_seq_length": 16,
+        "processing.read_chunk_size": 1,
+        "processing.write_chunk_size": 1,
+    }),
+    ("gpt2_pretraining", "autoregressive_lm_preprocessing.yaml", "text", {
+        "processing.max_seq_length": 16,
+        "processing.tokenizer_params.encoder_file": "<TOK>/encoder.json",
+        "processing.tokenizer_params.vocab_file": "<TOK>/vocab.bpe",
     }),
 ]
 
@@ -60,7 +78,6 @@ CASES: list[tuple[str, str, dict]] = [
 _COMMON = {
     "setup.data.source": "<IN>",
     "setup.output_dir": "<OUT>",
-    "processing.huggingface_tokenizer": "<TOK>",
     "processing.use_ftfy": False,
 }
 
@@ -91,6 +108,10 @@ def build_tokenizer(folder: str) -> None:
     }
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
         json.dump(config, f, indent=1)
+    # the same BPE as gpt2's two files (custom_tokenizer: gpt2tokenizer reads encoder.json + vocab.bpe)
+    vocab_path, merges_path = tok.model.save(folder)
+    os.replace(vocab_path, os.path.join(folder, "encoder.json"))
+    os.replace(merges_path, os.path.join(folder, "vocab.bpe"))
 
 
 def write_inputs(folder: str) -> None:
@@ -103,11 +124,13 @@ def write_inputs(folder: str) -> None:
     with open(os.path.join(folder, "prompt_completion", "pairs.jsonl"), "w") as f:
         for pair in PROMPT_COMPLETION:
             f.write(json.dumps(pair) + "\n")
-
-
-def case_input(case_id: str) -> str:
-    """The input subfolder a case reads."""
-    return "prompt_completion" if "finetuning" in case_id else "text"
+    os.makedirs(os.path.join(folder, "mixed"), exist_ok=True)
+    with open(os.path.join(folder, "mixed", "a_lines.txt"), "w") as f:
+        for i in range(12):  # about 1.1 KiB: more than one 1 KiB read chunk
+            f.write(TEXT_DOCS[i % len(TEXT_DOCS)] + "\n")
+    with gzip.open(os.path.join(folder, "mixed", "b_docs.json.gz"), "wt", encoding="utf-8") as f:
+        for i, doc in enumerate(TEXT_DOCS):
+            f.write(json.dumps({"text": doc, "id": i}) + "\n")
 
 
 def _set(params: dict, dotted: str, value) -> None:
@@ -118,10 +141,17 @@ def _set(params: dict, dotted: str, value) -> None:
     node[last] = value
 
 
-def case_params(vendor_config: dict, case_id: str, overrides: dict, inputs: str, out: str, tok: str) -> dict:
-    """The vendor's config with this case's keys set and the placeholders filled."""
+def case_params(vendor_config: dict, input_name: str, overrides: dict, inputs: str, out: str, tok: str) -> dict:
+    """The vendor's config with this case's keys set and the placeholders filled (a hub tokenizer name
+    becomes the local folder)."""
     params = copy.deepcopy(vendor_config)
-    fill = {"<IN>": os.path.join(inputs, case_input(case_id)), "<OUT>": out, "<TOK>": tok}
-    for dotted, value in {**_COMMON, **overrides}.items():
-        _set(params, dotted, fill.get(value, value) if isinstance(value, str) else value)
+    common = dict(_COMMON)
+    if "huggingface_tokenizer" in params.get("processing", {}):
+        common["processing.huggingface_tokenizer"] = "<TOK>"
+    fill = {"<IN>": f"{inputs}/{input_name}", "<OUT>": out, "<TOK>": tok}
+    for dotted, value in {**common, **overrides}.items():
+        if isinstance(value, str):
+            for mark, path in fill.items():
+                value = value.replace(mark, path)
+        _set(params, dotted, value)
     return params

@@ -45,7 +45,7 @@ def main(mzsrc: str, out_root: str) -> None:
     pc.write_inputs(inputs)
     pc.build_tokenizer(tok)
     only = set(sys.argv[3:])
-    for case_id, config_name, overrides in pc.CASES:
+    for case_id, config_name, input_name, overrides in pc.CASES:
         if only and case_id not in only:
             continue
         with open(os.path.join(mzsrc, pc.CONFIG_DIR, config_name)) as f:
@@ -54,10 +54,10 @@ def main(mzsrc: str, out_root: str) -> None:
         shutil.rmtree(case_dir, ignore_errors=True)
         os.makedirs(case_dir)
         with open(os.path.join(case_dir, "config.yaml"), "w") as f:  # the test fills the placeholders
-            yaml.safe_dump(pc.case_params(vendor_config, case_id, overrides, "<IN>", "<OUT>", "<TOK>"), f)
+            yaml.safe_dump(pc.case_params(vendor_config, input_name, overrides, "<IN>", "<OUT>", "<TOK>"), f)
         with tempfile.TemporaryDirectory() as work:
             out = os.path.join(work, "out")
-            params = pc.case_params(vendor_config, case_id, overrides, os.path.abspath(inputs), out,
+            params = pc.case_params(vendor_config, input_name, overrides, os.path.abspath(inputs), out,
                                     os.path.abspath(tok))
             _run_vendor(mzsrc, params, work)
             for path in sorted(glob.glob(os.path.join(out, "*.h5")) + [os.path.join(out, "data_params.json")]):

@@ -243,8 +243,10 @@ def load_config(path: str) -> PreprocessConfig:
         if processing.get(key, "int32") != "int32":
             raise _fail(path, lines, f"processing.{key}", f"is {processing[key]!r}", "cs-run writes int32 (the "
                         "vendor's writer stores i4 whatever it is); remove it")
-    if processing.get("inverted_mask") or processing.get("token_limit") or processing.get("shuffle"):
-        key = next(k for k in ("inverted_mask", "token_limit", "shuffle") if processing.get(k))
+    not_yet = ("inverted_mask", "token_limit", "shuffle", "wikitext_detokenize", "semantic_loss_weight",
+               "semantic_drop_mask", "semantic_attention_mask")
+    if any(processing.get(k) for k in not_yet):
+        key = next(k for k in not_yet if processing.get(k))
         raise _fail(path, lines, f"processing.{key}", "is not run by cs-run's --config yet", "set it to false")
 
     return PreprocessConfig(

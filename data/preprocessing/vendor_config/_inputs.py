@@ -1,7 +1,8 @@
 """The config's inputs: which files, their records, the read hook, and the vendor's read chunks.
 
-Files are found as the vendor's tool finds them (every ``*.jsonl``, ``*.json.gz``, ``*.jsonl.zst``,
-``*.txt``, ``*.parquet`` under the source folder, recursively, in sorted order; ``.jsonl.gz`` too).
+Files are found as the vendor's tool finds them: every ``*.jsonl``, ``*.json.gz``, ``*.jsonl.zst``,
+``*.txt``, ``*.parquet`` under the source folder, recursively, in sorted order. A ``*.jsonl.gz`` is not
+one of them (the vendor skips it, so cs-run does too, with a warning naming it: rename it ``.json.gz``).
 A record keeps only the hook's ``*_key`` columns (a number becomes its string); a .txt line is a
 record whose ``text`` column is the line. Records are grouped into read chunks of about
 ``read_chunk_size`` bytes, counted as the vendor counts them, because the output files are named
@@ -13,6 +14,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import logging
 import numbers
 import os
 import sys
@@ -23,7 +25,8 @@ from cs_run.errors import DataError, ParamsError
 
 __all__ = ["HOOKS", "find_files", "read_chunks", "resolve_hook"]
 
-SUFFIXES = (".jsonl", ".json.gz", ".jsonl.zst", ".txt", ".parquet", ".jsonl.gz")
+SUFFIXES = (".jsonl", ".json.gz", ".jsonl.zst", ".txt", ".parquet")
+logger = logging.getLogger(__name__)
 _VENDOR_HOOKS = "cerebras.modelzoo.data_preparation.data_preprocessing.hooks"
 
 
@@ -51,6 +54,9 @@ def resolve_hook(name: str, where: str) -> Callable[..., list[dict]]:
 def find_files(source: str) -> list[str]:
     """The input files under ``source``, sorted, as the vendor lists them."""
     found = {str(p) for suffix in SUFFIXES for p in Path(source).rglob(f"*{suffix}")}
+    for skipped in sorted(Path(source).rglob("*.jsonl.gz")):
+        logger.warning("data preprocess --config: %s is not read (the Model Zoo's tool reads .json.gz, not .jsonl.gz; "
+                       "rename it to include it)", skipped)
     return sorted(found)
 
 
