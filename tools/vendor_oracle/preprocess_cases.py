@@ -32,7 +32,11 @@ PROMPT_COMPLETION = [
     {"prompt": "Summarize: the fox jumps over the dog.", "completion": "A fox jumps."},
     {"prompt": "Translate to French: good morning", "completion": "bonjour"},
     {"prompt": "What is two plus two?", "completion": "Four, which is the sum of two and two."},
+    {"prompt": "A prompt with no completion", "completion": ""},  # skipped, counted as raw_docs_skipped
+    {"prompt": "Hi", "completion": "Yo"},  # under min_sequence_len: dropped
 ]
+# a record over max_seq_length (32): dropped where truncate_to_msl is not set
+LONG_PROMPT = {"prompt": " ".join(TEXT_DOCS[:3]), "completion": "Too long to keep."}
 
 # what the tokenizer is trained on (every character the inputs use, so there are no unknown bytes)
 _TRAIN_TEXT = TEXT_DOCS + [d["prompt"] + " " + d["completion"] for d in PROMPT_COMPLETION]
@@ -66,6 +70,21 @@ CASES: list[tuple[str, str, str, dict]] = [
         "processing.max_seq_length": 16,
         "processing.read_chunk_size": 1,
         "processing.write_chunk_size": 1,
+    }),
+    # neoxtokenizer (a tokenizers JSON), sep_token null, truncate_to_msl set (no record needs it)
+    ("summarization", "summarization_preprocessing.yaml", "prompt_completion", {
+        "processing.max_seq_length": 32,
+        "processing.tokenizer_params.encoder_file": "<TOK>/tokenizer.json",
+        "processing.read_hook_kwargs": {"prompt_key": "prompt", "completion_key": "completion"},
+    }),
+    # gpt2tokenizer, sep_token "<SEP>", a record over max_seq_length dropped. The config's read_hook
+    # (hooks:prompt_completion_key) is no function of the vendor's hooks module: its own tool stops on it.
+    ("curation_corpus_summarization", "curation_corpus_summarization_preprocessing.yaml", "prompt_completion_long", {
+        "processing.max_seq_length": 32,
+        "processing.tokenizer_params.encoder_file": "<TOK>/encoder.json",
+        "processing.tokenizer_params.vocab_file": "<TOK>/vocab.bpe",
+        "processing.read_hook": "cerebras.modelzoo.data_preparation.data_preprocessing.hooks:"
+                                "prompt_completion_text_read_hook",
     }),
     ("gpt2_pretraining", "autoregressive_lm_preprocessing.yaml", "text", {
         "processing.max_seq_length": 16,
@@ -124,6 +143,10 @@ def write_inputs(folder: str) -> None:
     with open(os.path.join(folder, "prompt_completion", "pairs.jsonl"), "w") as f:
         for pair in PROMPT_COMPLETION:
             f.write(json.dumps(pair) + "\n")
+    os.makedirs(os.path.join(folder, "prompt_completion_long"), exist_ok=True)
+    with open(os.path.join(folder, "prompt_completion_long", "pairs.jsonl"), "w") as f:
+        for pair in PROMPT_COMPLETION + [LONG_PROMPT]:
+            f.write(json.dumps({"article_content": pair["prompt"], "summary": pair["completion"]}) + "\n")
     os.makedirs(os.path.join(folder, "mixed"), exist_ok=True)
     with open(os.path.join(folder, "mixed", "a_lines.txt"), "w") as f:
         for i in range(12):  # about 1.1 KiB: more than one 1 KiB read chunk

@@ -40,7 +40,7 @@ DATASET_KEYS = {
     "split_text_to_tokenize", "chunk_len_to_split", "remove_bos_in_chunks",
 }
 MODES = ("pretraining", "finetuning", "dpo", "nlg", "embedding_training", "embedding_generation", "custom")
-RUN_MODES = ("pretraining",)
+RUN_MODES = ("pretraining", "finetuning")
 """The modes cs-run runs today; the others are named in their error."""
 
 _VENDOR_HOOKS = "cerebras.modelzoo.data_preparation.data_preprocessing.hooks"
@@ -57,7 +57,7 @@ class PreprocessConfig:
     source: str
     output_dir: str
     tokenizer: str
-    tokenizer_kind: str  # "huggingface" or "gpt2"
+    tokenizer_kind: str  # "huggingface", "gpt2" or "neox"
     gpt2_files: tuple[str, str] = ("", "")  # (encoder.json, vocab.bpe) of custom_tokenizer gpt2tokenizer
     max_seq_length: int = 2048
     short_seq_prob: float = 0.0
@@ -73,6 +73,8 @@ class PreprocessConfig:
     write_chunk_size: int = 1024 * 1024
     eos_id: Optional[int] = None
     pad_id: Optional[int] = None
+    sep_token: object = ...  # finetuning's separator: ... (unset: the tokenizer's), None (none) or a string
+    truncate_to_msl: object = None
     resume: bool = False
     skip_jsonl_errors: bool = False
     lines: dict = field(default_factory=dict)
@@ -213,9 +215,15 @@ def load_config(path: str) -> PreprocessConfig:
                 raise _fail(path, lines, f"processing.tokenizer_params.{key}", f"is {value!r}, not a file",
                             "give the gpt2 encoder.json (encoder_file) and vocab.bpe (vocab_file)")
         tokenizer, tokenizer_kind, gpt2_files = "", "gpt2", (encoder, vocab)
+    elif custom == "neoxtokenizer":
+        encoder = tok_params.get("encoder_file")
+        if not isinstance(encoder, str) or not os.path.isfile(encoder):
+            raise _fail(path, lines, "processing.tokenizer_params.encoder_file", f"is {encoder!r}, not a file",
+                        "give the neox tokenizer's JSON file")
+        tokenizer, tokenizer_kind = encoder, "neox"
     else:
         raise _fail(path, lines, "processing.custom_tokenizer", f"is {custom!r}, which cs-run does not load",
-                    "use gpt2tokenizer, or huggingface_tokenizer with a local folder")
+                    "use gpt2tokenizer or neoxtokenizer, or huggingface_tokenizer with a local folder")
 
     msl = _typed(processing, "max_seq_length", int, "processing", path, lines, 2048)
     if msl < 2:
@@ -258,6 +266,8 @@ def load_config(path: str) -> PreprocessConfig:
         use_ftfy=use_ftfy, ftfy_normalizer=_typed(processing, "ftfy_normalizer", str, "processing", path, lines, "NFC"),
         wikitext_detokenize=_typed(processing, "wikitext_detokenize", bool, "processing", path, lines, False),
         read_hook=hook, read_hook_kwargs=dict(hook_kwargs),
+        sep_token=_typed(dataset, "sep_token", str, "dataset", path, lines) if "sep_token" in dataset else ...,
+        truncate_to_msl=dataset.get("truncate_to_msl"),
         read_chunk_size=processing.get("read_chunk_size", 1024) * 1024,
         write_chunk_size=processing.get("write_chunk_size", 1024) * 1024,
         eos_id=processing.get("eos_id"), pad_id=processing.get("pad_id"),

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 
 from cs_run.errors import DataError, ParamsError
 
-__all__ = ["HOOKS", "find_files", "read_chunks", "resolve_hook"]
+__all__ = ["HOOKS", "MODE_HOOKS", "find_files", "read_chunks", "resolve_hook"]
 
 SUFFIXES = (".jsonl", ".json.gz", ".jsonl.zst", ".txt", ".parquet")
 logger = logging.getLogger(__name__)
@@ -38,17 +38,32 @@ def text_read_hook(example: dict, **kwargs: Any) -> list[dict]:
     return [{"content": [{"text": (example.get(key) or "").strip()}]}]
 
 
-HOOKS: dict[str, Callable[..., list[dict]]] = {"text_read_hook": text_read_hook}
+def prompt_completion_text_read_hook(example: dict, **kwargs: Any) -> list[dict]:
+    """A prompt turn and a completion turn from ``prompt_key`` / ``completion_key`` (not stripped)."""
+    prompt, completion = kwargs.get("prompt_key"), kwargs.get("completion_key")
+    if prompt is None or completion is None:
+        raise ParamsError("data preprocess --config: prompt_completion_text_read_hook needs read_hook_kwargs.prompt_key "
+                          "and completion_key")
+    return [{"type": "prompt", "content": [{"text": example.get(prompt)}]},
+            {"type": "completion", "content": [{"text": example.get(completion)}]}]
+
+
+HOOKS: dict[str, Callable[..., list[dict]]] = {
+    "text_read_hook": text_read_hook,
+    "prompt_completion_text_read_hook": prompt_completion_text_read_hook,
+}
+MODE_HOOKS = {"pretraining": ("text_read_hook",), "finetuning": ("prompt_completion_text_read_hook",)}
 """The vendor's read hooks cs-run runs, by function name (the module is the vendor's hooks module)."""
 
 
-def resolve_hook(name: str, where: str) -> Callable[..., list[dict]]:
-    """The hook a dotted name (``module:function`` or ``module.function``) names."""
-    module, sep, func = name.rpartition(":") if ":" in name else name.rpartition(".")
-    if module == _VENDOR_HOOKS and func in HOOKS:
+def resolve_hook(name: str, mode: str, where: str) -> Callable[..., list[dict]]:
+    """The hook a dotted name (``module:function`` or ``module.function``) names, for ``mode``."""
+    module, _, func = name.rpartition(":") if ":" in name else name.rpartition(".")
+    usable = MODE_HOOKS.get(mode, ())
+    if module == _VENDOR_HOOKS and func in usable:
         return HOOKS[func]
-    raise ParamsError(f"data preprocess --config: processing.read_hook {name!r} is not a hook cs-run runs ({where}); "
-                      f"use one of {', '.join(f'{_VENDOR_HOOKS}:{h}' for h in HOOKS)}")
+    raise ParamsError(f"data preprocess --config: processing.read_hook {name!r} is not a hook cs-run runs in mode {mode} "
+                      f"({where}); use {' or '.join(f'{_VENDOR_HOOKS}:{h}' for h in usable)}")
 
 
 def find_files(source: str) -> list[str]:
@@ -90,8 +105,8 @@ def _open_text(path: str) -> io.TextIOBase:
     return open(path, encoding="utf-8")
 
 
-def _rows(path: str) -> Iterator[dict]:
-    """The file's records as dicts."""
+def _rows(path: str) -> Iterator[tuple[int, dict]]:
+    """The file's records as dicts, with their line (row, for parquet) numbers."""
     try:
         if path.endswith(".parquet"):
             try:
@@ -99,12 +114,12 @@ def _rows(path: str) -> Iterator[dict]:
             except ImportError:
                 raise ParamsError(f"data preprocess --config: {path} is parquet and pyarrow is not installed; pip "
                                   "install pyarrow") from None
-            yield from pq.read_table(path).to_pylist()
+            yield from enumerate(pq.read_table(path).to_pylist(), 1)
             return
         with _open_text(path) as f:
             if path.endswith(".txt"):
-                for line in f.read().splitlines():
-                    yield {"text": line}
+                for number, line in enumerate(f.read().splitlines(), 1):
+                    yield number, {"text": line}
                 return
             for number, line in enumerate(f, 1):
                 if not line.strip():
@@ -117,7 +132,7 @@ def _rows(path: str) -> Iterator[dict]:
                 if not isinstance(row, dict):
                     raise DataError(f"data preprocess --config: {path}:{number} is a JSON {type(row).__name__}, not an "
                                     "object; each line must be one {\"key\": value} record")
-                yield row
+                yield number, row
     except UnicodeDecodeError as e:
         raise DataError(f"data preprocess --config: {path} is not UTF-8 text ({e.reason} at byte {e.start}); save it as "
                         "UTF-8") from None
@@ -126,22 +141,22 @@ def _rows(path: str) -> Iterator[dict]:
 
 
 def read_chunks(files: list[str], keys: list[str], hook: Callable[..., list[dict]], hook_kwargs: dict,
-                chunk_size: int) -> Iterator[list[list[dict]]]:
-    """The hook's output per record, grouped into the vendor's read chunks (one list per chunk).
+                chunk_size: int) -> Iterator[list[tuple[str, list[dict]]]]:
+    """The hook's output per record (with the record's ``file:line``), grouped into the vendor's read chunks.
 
     A chunk closes before a record that would take it past ``chunk_size`` bytes; the last chunk of a file
     continues into the next file, as the vendor's reader carries it over.
     """
-    chunk: list[list[dict]] = []
+    chunk: list[tuple[str, list[dict]]] = []
     size = 0
     for path in files:
-        for row in _rows(path):
+        for number, row in _rows(path):
             entry = {k: str(row[k]) if isinstance(row.get(k), numbers.Number) else row.get(k) for k in keys}
             entry_size = sum(_data_size(v) for v in entry.values())
             if size + entry_size > chunk_size and size != 0:
                 yield chunk
                 chunk, size = [], 0
-            chunk.append(hook(entry, **hook_kwargs))
+            chunk.append((f"{path}:{number}", hook(entry, **hook_kwargs)))
             size += _data_size(entry)  # the vendor's chunk counts the keys' bytes too
     if size > 0:
         yield chunk

@@ -48,6 +48,18 @@ def clean_text(text: str, use_ftfy: bool, normalizer: str) -> str:
     return text
 
 
+def sample_stats(sample: np.ndarray, tok: LoadedTokenizer, msl: int, stats: dict) -> None:
+    """Add one sample's token counts to ``stats`` (the vendor's get_data_stats: pad and non-pad inputs,
+    loss-valid and masked positions)."""
+    stats["num_pad_tokens"] += int((sample[0] == tok.pad_id).sum())
+    stats["non_pad_tokens"] += int(np.logical_and(sample[0] != tok.eos_id, sample[0] != tok.pad_id).sum())
+    stats["num_tokens"] += msl
+    loss_valid = int(sample[1].sum())
+    stats["loss_valid_tokens"] += loss_valid
+    stats["num_masked_tokens"] += msl - loss_valid
+    stats["n_examples"] += 1
+
+
 def _token_end(offsets: list[tuple[int, int]], start: int, end: int) -> Optional[int]:
     """Index of the last token inside a text region ending at character ``end`` (trailing special tokens,
     whose offsets are (0, 0), fall outside it)."""
@@ -136,13 +148,7 @@ class PretrainingSamples:
         sample[0] = piece[:-1] + [self.tok.pad_id] * pad
         sample[1] = [1] * n + [0] * pad
         sample[2] = piece[1:] + [self.tok.pad_id] * pad
-        stats["num_pad_tokens"] += int((sample[0] == self.tok.pad_id).sum())
-        stats["non_pad_tokens"] += int(np.logical_and(sample[0] != self.tok.eos_id, sample[0] != self.tok.pad_id).sum())
-        stats["num_tokens"] += self.msl
-        loss_valid = int(sample[1].sum())
-        stats["loss_valid_tokens"] += loss_valid
-        stats["num_masked_tokens"] += self.msl - loss_valid
-        stats["n_examples"] += 1
+        sample_stats(sample, self.tok, self.msl, stats)
         return sample
 
     def _emit(self, pieces: list[list[int]], stats: dict) -> list[np.ndarray]:
@@ -151,8 +157,8 @@ class PretrainingSamples:
         out = [s for s in (self._sample(p, stats) for p in pieces) if s is not None]
         return out
 
-    def document(self, entries: list[dict], stats: dict) -> list[np.ndarray]:
-        """The samples one record's hook output makes; adds its counts to ``stats``."""
+    def document(self, entries: list[dict], stats: dict, where: str = "") -> list[np.ndarray]:
+        """The samples one record's hook output (from ``where``, file:line) makes; adds its counts to ``stats``."""
         text = self._text(entries, stats)
         if text == "":
             return []

@@ -30,6 +30,12 @@ class LoadedTokenizer:
     eos_id: Optional[int]
     pad_id: Optional[int]
     vocab_size: int
+    sep_token: Optional[str] = None  # the tokenizer's own sep token (finetuning's default separator)
+
+    @property
+    def eos_token(self) -> Optional[str]:
+        """The eos id's token text (finetuning appends it to the completion as text)."""
+        return None if self.eos_id is None else self.backend.id_to_token(self.eos_id)
 
     def encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Token ids (special tokens added as the tokenizer's post-processor says) and character offsets."""
@@ -45,7 +51,7 @@ def _token_name(value: Any) -> Optional[str]:
 
 def _special_names(folder: str) -> dict[str, Optional[str]]:
     """eos / pad token names from tokenizer_config.json, then special_tokens_map.json (the first that names it)."""
-    names: dict[str, Optional[str]] = {"eos_token": None, "pad_token": None}
+    names: dict[str, Optional[str]] = {"eos_token": None, "pad_token": None, "sep_token": None}
     for fname in ("tokenizer_config.json", "special_tokens_map.json"):
         path = os.path.join(folder, fname)
         if not os.path.isfile(path):
@@ -75,12 +81,18 @@ def load_tokenizer(kind: str, path: str, gpt2_files: tuple[str, str], eos_overri
             backend.decoder = decoders.ByteLevel()
             backend.add_special_tokens([GPT2_EOS])
             eos = pad = backend.token_to_id(GPT2_EOS)
+            sep = None
+        elif kind == "neox":  # a tokenizers JSON; eos <|endoftext|>, pad <|padding|> (else eos)
+            backend = Tokenizer.from_file(path)
+            eos, pad, sep = backend.token_to_id(GPT2_EOS), backend.token_to_id("<|padding|>"), None
+            pad = eos if pad is None else pad
         else:
             backend = Tokenizer.from_file(path)
             names = _special_names(os.path.dirname(path))
             eos = backend.token_to_id(names["eos_token"]) if names["eos_token"] else None
             pad = backend.token_to_id(names["pad_token"]) if names["pad_token"] else None
             pad = eos if pad is None else pad
+            sep = names["sep_token"]
     except Exception as e:  # tokenizers raises a bare Exception on a damaged file
         raise ParamsError(f"data preprocess --config: the tokenizer cannot be loaded ({where}): {e}; give a "
                           "tokenizer saved by Hugging Face tokenizers") from None
@@ -92,4 +104,4 @@ def load_tokenizer(kind: str, path: str, gpt2_files: tuple[str, str], eos_overri
             eos = pad
         elif pad != eos and kind == "gpt2":
             pad = eos  # the vendor keeps gpt2's pad equal to its eos
-    return LoadedTokenizer(backend, eos, pad, backend.get_vocab_size(with_added_tokens=True))
+    return LoadedTokenizer(backend, eos, pad, backend.get_vocab_size(with_added_tokens=True), sep)

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from cs_run.errors import ParamsError
 
-from . import _inputs, _output, _pretraining
+from . import _finetuning, _inputs, _output, _pretraining
 from ._config import load_config
 from ._tokenizer import load_tokenizer
 
@@ -45,7 +45,7 @@ def preprocess_config(path: str, progress: bool = False) -> PreprocessSummary:
         raise ParamsError(f"data preprocess --config: processing.resume_from_checkpoint is not run by cs-run yet "
                           f"({cfg.at('processing.resume_from_checkpoint')}); set it to false and run again")
     _output.check_output_dir(cfg.output_dir, cfg.at("setup.output_dir"))
-    hook = _inputs.resolve_hook(cfg.read_hook, cfg.at("processing.read_hook"))
+    hook = _inputs.resolve_hook(cfg.read_hook, cfg.mode, cfg.at("processing.read_hook"))
     files = _inputs.find_files(cfg.source)
     if not files:
         raise ParamsError(f"data preprocess --config: setup.data.source {cfg.source} holds no "
@@ -55,23 +55,30 @@ def preprocess_config(path: str, progress: bool = False) -> PreprocessSummary:
     if cfg.params["setup"].get("processes", 1) != 1:
         logger.info("setup.processes %s: cs-run writes the layout of processes: 1 (one process reads every file)",
                     cfg.params["setup"]["processes"])
-    gen = _pretraining.PretrainingSamples(
-        tok, max_seq_length=cfg.max_seq_length, pack_sequences=cfg.pack_sequences,
-        short_seq_prob=cfg.short_seq_prob, seed=cfg.seed, min_sequence_len=cfg.min_sequence_len,
-        use_ftfy=cfg.use_ftfy, ftfy_normalizer=cfg.ftfy_normalizer)
+    if cfg.mode == "finetuning":
+        gen = _finetuning.FinetuningSamples(
+            tok, max_seq_length=cfg.max_seq_length, min_sequence_len=cfg.min_sequence_len, use_ftfy=cfg.use_ftfy,
+            ftfy_normalizer=cfg.ftfy_normalizer, sep_token=cfg.sep_token, truncate_to_msl=cfg.truncate_to_msl)
+        stats_keys = _finetuning.STATS_KEYS
+    else:
+        gen = _pretraining.PretrainingSamples(
+            tok, max_seq_length=cfg.max_seq_length, pack_sequences=cfg.pack_sequences,
+            short_seq_prob=cfg.short_seq_prob, seed=cfg.seed, min_sequence_len=cfg.min_sequence_len,
+            use_ftfy=cfg.use_ftfy, ftfy_normalizer=cfg.ftfy_normalizer)
+        stats_keys = _pretraining.STATS_KEYS
     keys = [v for k, v in cfg.read_hook_kwargs.items() if str(k).endswith("_key")]
 
     out = _output.Output(cfg.output_dir, cfg.params)
     try:
-        stats = dict.fromkeys(_pretraining.STATS_KEYS, 0)
+        stats = dict.fromkeys(stats_keys, 0)
         buffer: list[np.ndarray] = []
         chunk_no = 0
         bar = tqdm(total=_inputs.input_bytes(files), unit="B", unit_scale=True, desc="preprocess",
                    disable=not progress, file=sys.stderr)
         for chunk in _inputs.read_chunks(files, keys, hook, cfg.read_hook_kwargs, cfg.read_chunk_size):
             chunk_stats: dict = defaultdict(int)
-            samples = [s for entries in chunk for s in gen.document(entries, chunk_stats)]
-            bar.update(sum(len(str(e)) for e in chunk))
+            samples = [s for where, entries in chunk for s in gen.document(entries, chunk_stats, where)]
+            bar.update(sum(len(str(e)) for _, e in chunk))
             if samples:  # a chunk that made no sample adds nothing, its counts included (as the vendor)
                 for key, value in chunk_stats.items():
                     stats[key] += value
