@@ -38,6 +38,18 @@ PROMPT_COMPLETION = [
 # a record over max_seq_length (32): dropped where truncate_to_msl is not set
 LONG_PROMPT = {"prompt": " ".join(TEXT_DOCS[:3]), "completion": "Too long to keep."}
 
+CHATS = [
+    {"messages": [{"role": "system", "content": "You are terse."},
+                  {"role": "user", "content": "What does the fox do?"},
+                  {"role": "assistant", "content": "It jumps over the dog."},
+                  {"role": "user", "content": " And the dog? "},
+                  {"role": "assistant", "content": "The dog sleeps in the sun."}]},
+    {"messages": [{"role": "user", "content": "Translate to French: good morning"},
+                  {"role": "assistant", "content": "bonjour"}]},
+    {"messages": [{"role": "user", "content": "An odd number of turns"}]},  # the hook drops it
+    {"messages": [{"role": "user", "content": "No answer"}, {"role": "assistant", "content": ""}]},  # skipped
+]
+
 # what the tokenizer is trained on (every character the inputs use, so there are no unknown bytes)
 _TRAIN_TEXT = TEXT_DOCS + [d["prompt"] + " " + d["completion"] for d in PROMPT_COMPLETION]
 
@@ -45,7 +57,8 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>", "<|user|>", "<|assistant|>"]
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
-    "{% if message['role'] == 'user' %}{{ '<|user|>' + message['content'] }}"
+    "{% if message['role'] == 'system' %}{{ message['content'] + '\\n' }}"
+    "{% elif message['role'] == 'user' %}{{ '<|user|>' + message['content'] }}"
     "{% elif message['role'] == 'assistant' %}{{ '<|assistant|>' + message['content'] + eos_token }}"
     "{% endif %}{% endfor %}"
 )
@@ -85,6 +98,10 @@ CASES: list[tuple[str, str, str, dict]] = [
         "processing.tokenizer_params.vocab_file": "<TOK>/vocab.bpe",
         "processing.read_hook": "cerebras.modelzoo.data_preparation.data_preprocessing.hooks:"
                                 "prompt_completion_text_read_hook",
+    }),
+    # multi-turn chat through the tokenizer folder's chat template; loss on the assistant's words and eos
+    ("multi_turn_dialogue", "multi_turn_dialogue_preprocessing.yaml", "chat", {
+        "processing.max_seq_length": 48,
     }),
     ("gpt2_pretraining", "autoregressive_lm_preprocessing.yaml", "text", {
         "processing.max_seq_length": 16,
@@ -143,6 +160,10 @@ def write_inputs(folder: str) -> None:
     with open(os.path.join(folder, "prompt_completion", "pairs.jsonl"), "w") as f:
         for pair in PROMPT_COMPLETION:
             f.write(json.dumps(pair) + "\n")
+    os.makedirs(os.path.join(folder, "chat"), exist_ok=True)
+    with open(os.path.join(folder, "chat", "dialogues.jsonl"), "w") as f:
+        for chat in CHATS:
+            f.write(json.dumps(chat) + "\n")
     os.makedirs(os.path.join(folder, "prompt_completion_long"), exist_ok=True)
     with open(os.path.join(folder, "prompt_completion_long", "pairs.jsonl"), "w") as f:
         for pair in PROMPT_COMPLETION + [LONG_PROMPT]:

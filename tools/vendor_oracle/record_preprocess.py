@@ -5,7 +5,8 @@ Run by a developer in a separate venv that can run the Model Zoo's Release_2.10.
 
     git --git-dir=MODELZOO_GIT archive Release_2.10.0 src | tar -x -C /tmp/mzsrc
     python3.11 -m venv /tmp/mzprep && /tmp/mzprep/bin/pip install datasets pydantic rich psutil \\
-        pyarrow zstandard h5py numpy transformers tokenizers pillow pyyaml tqdm jsonschema pandas ftfy
+        pyarrow zstandard h5py numpy tokenizers pillow pyyaml tqdm jsonschema pandas ftfy jinja2 \\
+        transformers==4.57.1 tokenizers==0.22.1 datasets==3.6.0 h5py==3.13.0 pydantic==2.8.2 "numpy<2"
     /tmp/mzprep/bin/python tools/vendor_oracle/record_preprocess.py /tmp/mzsrc tests/data/vendor_preprocess
 
 It writes the inputs, a tiny tokenizer folder, and for each case of preprocess_cases.CASES the config it

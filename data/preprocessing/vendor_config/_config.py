@@ -29,7 +29,7 @@ PROCESSING_KEYS = {
     "read_hook_kwargs", "shuffle_seed", "shuffle", "use_ftfy", "ftfy_normalizer", "wikitext_detokenize",
     "UNSAFE_skip_jsonl_decoding_errors", "read_chunk_size", "write_chunk_size", "min_sequence_len",
     "input_ids_dtype", "input_mask_dtype", "inverted_mask", "token_limit", "max_chunk_size",
-    "write_remainder", "fraction_of_RAM_alloted", "semantic_loss_weight", "semantic_drop_mask",
+    "write_remainder", "fraction_of_RAM_alloted", "end_of_turn_token", "semantic_loss_weight", "semantic_drop_mask",
     "semantic_attention_mask", "display_pbar", "files_per_record", "output_name",
 }
 DATASET_KEYS = {
@@ -75,6 +75,8 @@ class PreprocessConfig:
     pad_id: Optional[int] = None
     sep_token: object = ...  # finetuning's separator: ... (unset: the tokenizer's), None (none) or a string
     truncate_to_msl: object = None
+    chat_template: Optional[str] = None
+    end_of_turn_token: Optional[str] = None
     resume: bool = False
     skip_jsonl_errors: bool = False
     lines: dict = field(default_factory=dict)
@@ -268,6 +270,8 @@ def load_config(path: str) -> PreprocessConfig:
         read_hook=hook, read_hook_kwargs=dict(hook_kwargs),
         sep_token=_typed(dataset, "sep_token", str, "dataset", path, lines) if "sep_token" in dataset else ...,
         truncate_to_msl=dataset.get("truncate_to_msl"),
+        chat_template=_typed(dataset, "chat_template", str, "dataset", path, lines),
+        end_of_turn_token=_typed(processing, "end_of_turn_token", str, "processing", path, lines),
         read_chunk_size=processing.get("read_chunk_size", 1024) * 1024,
         write_chunk_size=processing.get("write_chunk_size", 1024) * 1024,
         eos_id=processing.get("eos_id"), pad_id=processing.get("pad_id"),

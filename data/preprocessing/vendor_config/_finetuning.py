@@ -37,18 +37,24 @@ def _token_start(offsets: list[tuple[int, int]], start_at: int, start: int) -> O
     return None
 
 
+def _occurrences(text: str, token: str, at: int) -> list[tuple[int, int]]:
+    """Non-overlapping (start, end) of ``token`` in ``text`` from ``at``."""
+    found = []
+    while at < len(text):
+        hit = text.find(token, at)
+        if hit == -1:
+            break
+        at = hit + len(token)
+        found.append((hit, at))
+    return found
+
+
 def _extend_to_eos(text: str, regions: list[list], eos: Optional[str]) -> None:
     """Each eos that follows a region (before the next one starts) joins that region: the completion's
     closing eos is learned. ``regions`` are [start, end, loss] character ranges, changed in place."""
     if not regions or not eos:
         return
-    found, at = [], regions[0][0]
-    while at < len(text):
-        hit = text.find(eos, at)
-        if hit == -1:
-            break
-        at = hit + len(eos)
-        found.append((hit, at))
+    found = _occurrences(text, eos, regions[0][0])
     e = r = 0
     while e < len(found) and r < len(regions):
         eos_start, eos_end = found[e]
@@ -70,7 +76,8 @@ class FinetuningSamples:
     """Records in, one padded sample each."""
 
     def __init__(self, tok: LoadedTokenizer, *, max_seq_length: int, min_sequence_len: int, use_ftfy: bool,
-                 ftfy_normalizer: str, sep_token, truncate_to_msl) -> None:
+                 ftfy_normalizer: str, sep_token, truncate_to_msl, chat_template: Optional[str] = None,
+                 end_of_turn_token: Optional[str] = None) -> None:
         self.tok = tok
         self.msl = max_seq_length
         self.min_len = min_sequence_len
@@ -79,10 +86,16 @@ class FinetuningSamples:
         self.sep = sep_token if sep_token is not ... else (tok.sep_token or _DEFAULT_SEP)
         self.truncate = truncate_to_msl
         self.eos = tok.eos_token if tok.eos_id is not None else tok.backend.id_to_token(tok.pad_id)
+        self.template = chat_template or tok.chat_template
+        self.end_of_turn = end_of_turn_token
 
     def document(self, entries: list[dict], stats: dict, where: str = "") -> list[np.ndarray]:
         """The sample one record's hook output makes (none or one); adds its counts to ``stats``."""
+        if not entries:  # the hook dropped the record (an odd number of chat turns, ...): not counted
+            return []
         stats["total_raw_docs"] += 1
+        if entries[0]["type"] not in ("prompt", "completion"):
+            return self._chat(entries, stats, where)
         text, regions, length = "", [], 0
         for turn in entries:
             role = turn["type"]
@@ -108,14 +121,88 @@ class FinetuningSamples:
             return []
         _extend_to_eos(text, regions, self.eos)
         ids, offsets = self.tok.encode(text)
+        return self._finish(ids, offsets, regions, stats, where)
+
+    def _chat(self, entries: list[dict], stats: dict, where: str) -> list[np.ndarray]:
+        """A conversation through the tokenizer's chat template: loss on what the assistant said (and the
+        end-of-turn token after it), none on the system prompt, the user and the template's own text."""
+        messages, regions = [], []
+        for index, turn in enumerate(entries):
+            (_, value), = turn["content"][0].items()
+            if not value:
+                stats["raw_docs_skipped"] += 1
+                return []
+            cleaned = clean_text(value, self.use_ftfy, self.normalizer)
+            stats["raw_chars_count"] += len(value)
+            stats["raw_bytes_count"] += len(value.encode("utf-8"))
+            stats["normalized_chars_count"] += len(cleaned)
+            stats["normalized_bytes_count"] += len(cleaned.encode("utf-8"))
+            marker = f"<{index}_text>"  # finds the turn in the rendered text, then removed
+            messages.append({"role": turn["type"], "content": marker + cleaned})
+            regions.append((marker, len(cleaned), 1 if turn["type"] == "assistant" else 0))
+        text = self.render(messages, where)
+        spans, at = [], 0
+        for marker, length, loss in regions:
+            start = text.find(marker, at)
+            if start == -1:
+                raise DataError(f"data preprocess --config: the chat template dropped a turn of {where}; use a template "
+                                "that writes every message's content")
+            text = text.replace(marker, "")
+            spans.append([start, start + length, loss])
+            at = start + length
+        turn_token = self._extend_turns(text, spans)
+        ids, offsets = self.tok.encode(text, add_special_tokens=False)
+        return self._finish(ids, offsets, spans, stats, where, turn_token)
+
+    def _extend_turns(self, text: str, spans: list[list]) -> list[bool]:
+        """Which turns also take the one token after them (the template's end-of-turn), by the vendor's rule:
+        with at most one eos in the text, a turn followed by template text, and the last turn when text follows."""
+        eos = self.end_of_turn or self.eos
+        _extend_to_eos(text, spans, eos)
+        count = 0 if not eos else len(_occurrences(text, eos, spans[0][0] if spans else 0))
+        extra = [False] * len(spans)
+        if count > 1:
+            return extra
+        for i in range(1, len(spans)):
+            if spans[i - 1][1] != spans[i][0]:
+                extra[i - 1] = True
+            if i == len(spans) - 1 and spans[i][1] < len(text):
+                extra[i] = True
+        return extra
+
+    def render(self, messages: list[dict], where: str) -> str:
+        """The chat template rendered as transformers renders it (sandboxed jinja2, trim_blocks, lstrip_blocks)."""
+        if self.template is None:
+            raise DataError(f"data preprocess --config: {where} is a conversation and the tokenizer has no chat "
+                            "template; set dataset.chat_template or use a tokenizer folder whose tokenizer_config.json "
+                            "has one")
+        import jinja2.sandbox  # noqa: PLC0415  (optional: only chat data needs it)
+
+        def raise_exception(message):
+            raise jinja2.exceptions.TemplateError(message)
+
+        env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                           extensions=["jinja2.ext.loopcontrols"])
+        env.globals["raise_exception"] = raise_exception
+        try:
+            return env.from_string(self.template).render(messages=messages, add_generation_prompt=False,
+                                                         **self.tok.special_tokens)
+        except jinja2.exceptions.TemplateError as e:
+            raise DataError(f"data preprocess --config: the chat template fails on {where} ({e}); fix the template "
+                            "or the record") from None
+
+    def _finish(self, ids: list[int], offsets: list, spans: list[list], stats: dict, where: str,
+                turn_token: Optional[list[bool]] = None) -> list[np.ndarray]:
         mask = [0] * len(ids)
         at = 0
-        for start, end, loss in regions:
+        for index, (start, end, loss) in enumerate(spans):
             first = _token_start(offsets, at, start)
             last = None if first is None else _token_end(offsets, first, end)
             if last is None:
                 raise DataError(f"data preprocess --config: the tokenizer's offsets do not cover a region of {where}; "
                                 "use a Hugging Face fast tokenizer")
+            if turn_token and turn_token[index]:
+                last += 1
             for i in range(first, min(last + 1, len(ids))):
                 mask[i] = loss
             at = last + 1

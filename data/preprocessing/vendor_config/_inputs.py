@@ -48,11 +48,39 @@ def prompt_completion_text_read_hook(example: dict, **kwargs: Any) -> list[dict]
             {"type": "completion", "content": [{"text": example.get(completion)}]}]
 
 
+def chat_read_hook(example: dict, **kwargs: Any) -> list[dict]:
+    """A conversation's turns (an optional system prompt, then user / assistant pairs), each stripped; a
+    record with an odd number of turns or two turns in a row by one role gives nothing (the vendor's rules)."""
+    key, role_key, content_key = (kwargs.get(k) for k in ("multi_turn_key", "multi_turn_role_key",
+                                                           "multi_turn_content_key"))
+    if key is None or role_key is None or content_key is None:
+        raise ParamsError("data preprocess --config: chat_read_hook needs read_hook_kwargs.multi_turn_key, "
+                          "multi_turn_role_key and multi_turn_content_key")
+    turns = example.get(key) or []
+    if not turns:
+        return []
+    out = []
+    if turns[0].get(role_key) == "system":
+        if turns[0].get(content_key):
+            out.append({"type": "system", "content": [{"text": turns[0].get(content_key)}]})
+        turns = turns[1:]
+    if len(turns) % 2:
+        return []
+    for user, assistant in zip(turns[::2], turns[1::2]):
+        if user.get(role_key) == assistant.get(role_key):
+            return []
+        for turn in (user, assistant):
+            content = turn.get(content_key)
+            out.append({"type": turn.get(role_key), "content": [{"text": content.strip() if content else content}]})
+    return out
+
+
 HOOKS: dict[str, Callable[..., list[dict]]] = {
+    "chat_read_hook": chat_read_hook,
     "text_read_hook": text_read_hook,
     "prompt_completion_text_read_hook": prompt_completion_text_read_hook,
 }
-MODE_HOOKS = {"pretraining": ("text_read_hook",), "finetuning": ("prompt_completion_text_read_hook",)}
+MODE_HOOKS = {"pretraining": ("text_read_hook",), "finetuning": ("prompt_completion_text_read_hook", "chat_read_hook")}
 """The vendor's read hooks cs-run runs, by function name (the module is the vendor's hooks module)."""
 
 

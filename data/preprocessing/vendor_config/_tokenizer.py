@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from cs_run.errors import ParamsError
@@ -20,6 +20,7 @@ from cs_run.errors import ParamsError
 __all__ = ["LoadedTokenizer", "load_tokenizer"]
 
 GPT2_EOS = "<|endoftext|>"
+_SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "chat_template")
 
 
 @dataclass
@@ -31,15 +32,18 @@ class LoadedTokenizer:
     pad_id: Optional[int]
     vocab_size: int
     sep_token: Optional[str] = None  # the tokenizer's own sep token (finetuning's default separator)
+    chat_template: Optional[str] = None  # tokenizer_config.json's chat_template
+    special_tokens: dict = field(default_factory=dict)  # bos_token, eos_token, ... as a chat template sees them
 
     @property
     def eos_token(self) -> Optional[str]:
         """The eos id's token text (finetuning appends it to the completion as text)."""
         return None if self.eos_id is None else self.backend.id_to_token(self.eos_id)
 
-    def encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-        """Token ids (special tokens added as the tokenizer's post-processor says) and character offsets."""
-        enc = self.backend.encode(text)
+    def encode(self, text: str, add_special_tokens: bool = True) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids (special tokens added as the tokenizer's post-processor says, unless not asked) and
+        character offsets."""
+        enc = self.backend.encode(text, add_special_tokens=add_special_tokens)
         return list(enc.ids), list(enc.offsets)
 
 
@@ -51,7 +55,7 @@ def _token_name(value: Any) -> Optional[str]:
 
 def _special_names(folder: str) -> dict[str, Optional[str]]:
     """eos / pad token names from tokenizer_config.json, then special_tokens_map.json (the first that names it)."""
-    names: dict[str, Optional[str]] = {"eos_token": None, "pad_token": None, "sep_token": None}
+    names: dict[str, Optional[str]] = dict.fromkeys(_SPECIAL, None)
     for fname in ("tokenizer_config.json", "special_tokens_map.json"):
         path = os.path.join(folder, fname)
         if not os.path.isfile(path):
@@ -64,7 +68,7 @@ def _special_names(folder: str) -> dict[str, Optional[str]]:
                 from None
         for key in names:
             if names[key] is None:
-                names[key] = _token_name(data.get(key))
+                names[key] = data.get(key) if key == "chat_template" else _token_name(data.get(key))
     return names
 
 
@@ -81,10 +85,10 @@ def load_tokenizer(kind: str, path: str, gpt2_files: tuple[str, str], eos_overri
             backend.decoder = decoders.ByteLevel()
             backend.add_special_tokens([GPT2_EOS])
             eos = pad = backend.token_to_id(GPT2_EOS)
-            sep = None
+            names = {"bos_token": GPT2_EOS, "eos_token": GPT2_EOS, "unk_token": GPT2_EOS}
         elif kind == "neox":  # a tokenizers JSON; eos <|endoftext|>, pad <|padding|> (else eos)
             backend = Tokenizer.from_file(path)
-            eos, pad, sep = backend.token_to_id(GPT2_EOS), backend.token_to_id("<|padding|>"), None
+            eos, pad, names = backend.token_to_id(GPT2_EOS), backend.token_to_id("<|padding|>"), {}
             pad = eos if pad is None else pad
         else:
             backend = Tokenizer.from_file(path)
@@ -92,7 +96,6 @@ def load_tokenizer(kind: str, path: str, gpt2_files: tuple[str, str], eos_overri
             eos = backend.token_to_id(names["eos_token"]) if names["eos_token"] else None
             pad = backend.token_to_id(names["pad_token"]) if names["pad_token"] else None
             pad = eos if pad is None else pad
-            sep = names["sep_token"]
     except Exception as e:  # tokenizers raises a bare Exception on a damaged file
         raise ParamsError(f"data preprocess --config: the tokenizer cannot be loaded ({where}): {e}; give a "
                           "tokenizer saved by Hugging Face tokenizers") from None
@@ -104,4 +107,6 @@ def load_tokenizer(kind: str, path: str, gpt2_files: tuple[str, str], eos_overri
             eos = pad
         elif pad != eos and kind == "gpt2":
             pad = eos  # the vendor keeps gpt2's pad equal to its eos
-    return LoadedTokenizer(backend, eos, pad, backend.get_vocab_size(with_added_tokens=True), sep)
+    special = {k: v for k, v in names.items() if k != "chat_template" and v is not None}
+    return LoadedTokenizer(backend, eos, pad, backend.get_vocab_size(with_added_tokens=True), names.get("sep_token"),
+                           names.get("chat_template"), special)

@@ -58,7 +58,8 @@ def preprocess_config(path: str, progress: bool = False) -> PreprocessSummary:
     if cfg.mode == "finetuning":
         gen = _finetuning.FinetuningSamples(
             tok, max_seq_length=cfg.max_seq_length, min_sequence_len=cfg.min_sequence_len, use_ftfy=cfg.use_ftfy,
-            ftfy_normalizer=cfg.ftfy_normalizer, sep_token=cfg.sep_token, truncate_to_msl=cfg.truncate_to_msl)
+            ftfy_normalizer=cfg.ftfy_normalizer, sep_token=cfg.sep_token, truncate_to_msl=cfg.truncate_to_msl,
+            chat_template=cfg.chat_template, end_of_turn_token=cfg.end_of_turn_token)
         stats_keys = _finetuning.STATS_KEYS
     else:
         gen = _pretraining.PretrainingSamples(
