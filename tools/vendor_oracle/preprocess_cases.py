@@ -50,6 +50,18 @@ CHATS = [
     {"messages": [{"role": "user", "content": "No answer"}, {"role": "assistant", "content": ""}]},  # skipped
 ]
 
+DPO = [
+    {"prompt": "What does the fox do?", "chosen": "It jumps over the dog.", "rejected": "It sleeps."},
+    {"prompt": " ".join(TEXT_DOCS[:2]), "chosen": "A fox, a dog and a wafer.", "rejected": "No idea."},  # truncated
+    {"prompt": "Translate to French: good morning", "chosen": "bonjour", "rejected": "good morning"},
+]
+DPO_CHAT = [
+    {"chosen": [{"role": "user", "content": "What is two plus two?"}, {"role": "assistant", "content": "Four."}],
+     "rejected": [{"role": "user", "content": "What is two plus two?"}, {"role": "assistant", "content": "Five."}]},
+    {"chosen": [{"role": "user", "content": "Say hi"}, {"role": "assistant", "content": "Hi there."}],
+     "rejected": [{"role": "user", "content": "Say hi"}, {"role": "assistant", "content": "Go away."}]},
+]
+
 # what the tokenizer is trained on (every character the inputs use, so there are no unknown bytes)
 _TRAIN_TEXT = TEXT_DOCS + [d["prompt"] + " " + d["completion"] for d in PROMPT_COMPLETION]
 
@@ -102,6 +114,17 @@ CASES: list[tuple[str, str, str, dict]] = [
     # multi-turn chat through the tokenizer folder's chat template; loss on the assistant's words and eos
     ("multi_turn_dialogue", "multi_turn_dialogue_preprocessing.yaml", "chat", {
         "processing.max_seq_length": 48,
+    }),
+    # prompt / chosen / rejected strings; a long prompt cut to max_prompt_length, then its answer
+    ("dpo", "dpo_preprocessing.yaml", "dpo", {
+        "processing.max_seq_length": 40,
+        "dataset.max_prompt_length": 8,
+        "processing.read_hook_kwargs": {"prompt_key": "prompt", "chosen_key": "chosen", "rejected_key": "rejected"},
+    }),
+    # chosen / rejected as chat lists (the first message is the prompt)
+    ("dpo_chat_lists", "dpo_preprocessing.yaml", "dpo_chat", {
+        "processing.max_seq_length": 40,
+        "processing.read_hook_kwargs": {"chosen_key": "chosen", "rejected_key": "rejected"},
     }),
     ("gpt2_pretraining", "autoregressive_lm_preprocessing.yaml", "text", {
         "processing.max_seq_length": 16,
@@ -164,6 +187,11 @@ def write_inputs(folder: str) -> None:
     with open(os.path.join(folder, "chat", "dialogues.jsonl"), "w") as f:
         for chat in CHATS:
             f.write(json.dumps(chat) + "\n")
+    for name, records in (("dpo", DPO), ("dpo_chat", DPO_CHAT)):
+        os.makedirs(os.path.join(folder, name), exist_ok=True)
+        with open(os.path.join(folder, name, "pairs.jsonl"), "w") as f:
+            for record in records:
+                f.write(json.dumps(record) + "\n")
     os.makedirs(os.path.join(folder, "prompt_completion_long"), exist_ok=True)
     with open(os.path.join(folder, "prompt_completion_long", "pairs.jsonl"), "w") as f:
         for pair in PROMPT_COMPLETION + [LONG_PROMPT]:

@@ -37,10 +37,10 @@ DATASET_KEYS = {
     "user_role", "assistant_role", "chat_template", "fim_rate", "spm_rate", "fim_prefix_tok",
     "fim_middle_tok", "fim_suffix_tok", "num_patches", "max_num_img", "image_token", "use_single_image_token",
     "register_special_image_token", "mlm_with_gather", "mlm_fraction", "ignore_index", "excluded_tokens",
-    "split_text_to_tokenize", "chunk_len_to_split", "remove_bos_in_chunks",
+    "split_text_to_tokenize", "chunk_len_to_split", "remove_bos_in_chunks", "max_prompt_length", "response_delimiter",
 }
 MODES = ("pretraining", "finetuning", "dpo", "nlg", "embedding_training", "embedding_generation", "custom")
-RUN_MODES = ("pretraining", "finetuning")
+RUN_MODES = ("pretraining", "finetuning", "dpo")
 """The modes cs-run runs today; the others are named in their error."""
 
 _VENDOR_HOOKS = "cerebras.modelzoo.data_preparation.data_preprocessing.hooks"
@@ -76,6 +76,8 @@ class PreprocessConfig:
     sep_token: object = ...  # finetuning's separator: ... (unset: the tokenizer's), None (none) or a string
     truncate_to_msl: object = None
     chat_template: Optional[str] = None
+    max_prompt_length: int = 512
+    response_delimiter: str = "<response>"
     end_of_turn_token: Optional[str] = None
     resume: bool = False
     skip_jsonl_errors: bool = False
@@ -271,6 +273,8 @@ def load_config(path: str) -> PreprocessConfig:
         sep_token=_typed(dataset, "sep_token", str, "dataset", path, lines) if "sep_token" in dataset else ...,
         truncate_to_msl=dataset.get("truncate_to_msl"),
         chat_template=_typed(dataset, "chat_template", str, "dataset", path, lines),
+        max_prompt_length=_typed(dataset, "max_prompt_length", int, "dataset", path, lines, 512),
+        response_delimiter=_typed(dataset, "response_delimiter", str, "dataset", path, lines, "<response>"),
         end_of_turn_token=_typed(processing, "end_of_turn_token", str, "processing", path, lines),
         read_chunk_size=processing.get("read_chunk_size", 1024) * 1024,
         write_chunk_size=processing.get("write_chunk_size", 1024) * 1024,

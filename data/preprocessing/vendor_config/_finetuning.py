@@ -21,7 +21,7 @@ from cs_run.errors import DataError
 from ._pretraining import _token_end, clean_text, sample_stats
 from ._tokenizer import LoadedTokenizer
 
-__all__ = ["FinetuningSamples", "STATS_KEYS"]
+__all__ = ["FinetuningSamples", "STATS_KEYS", "render_chat"]
 
 _DEFAULT_SEP = "<|sep|>"
 STATS_KEYS = ["normalized_bytes_count", "normalized_chars_count", "raw_bytes_count", "raw_chars_count",
@@ -35,6 +35,28 @@ def _token_start(offsets: list[tuple[int, int]], start_at: int, start: int) -> O
         if offsets[i][0] <= start < offsets[i][1] or offsets[i][0] > start:
             return i
     return None
+
+
+def render_chat(template: Optional[str], messages: list[dict], special_tokens: dict, where: str) -> str:
+    """A chat template rendered as transformers renders it (sandboxed jinja2, trim_blocks, lstrip_blocks,
+    the tokenizer's special tokens as variables, no generation prompt)."""
+    if template is None:
+        raise DataError(f"data preprocess --config: {where} is a conversation and the tokenizer has no chat "
+                        "template; set dataset.chat_template or use a tokenizer folder whose tokenizer_config.json "
+                        "has one")
+    import jinja2.sandbox  # noqa: PLC0415  (optional: only chat data needs it)
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                       extensions=["jinja2.ext.loopcontrols"])
+    env.globals["raise_exception"] = raise_exception
+    try:
+        return env.from_string(template).render(messages=messages, add_generation_prompt=False, **special_tokens)
+    except jinja2.exceptions.TemplateError as e:
+        raise DataError(f"data preprocess --config: the chat template fails on {where} ({e}); fix the template "
+                        "or the record") from None
 
 
 def _occurrences(text: str, token: str, at: int) -> list[tuple[int, int]]:
@@ -171,25 +193,7 @@ class FinetuningSamples:
         return extra
 
     def render(self, messages: list[dict], where: str) -> str:
-        """The chat template rendered as transformers renders it (sandboxed jinja2, trim_blocks, lstrip_blocks)."""
-        if self.template is None:
-            raise DataError(f"data preprocess --config: {where} is a conversation and the tokenizer has no chat "
-                            "template; set dataset.chat_template or use a tokenizer folder whose tokenizer_config.json "
-                            "has one")
-        import jinja2.sandbox  # noqa: PLC0415  (optional: only chat data needs it)
-
-        def raise_exception(message):
-            raise jinja2.exceptions.TemplateError(message)
-
-        env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                                           extensions=["jinja2.ext.loopcontrols"])
-        env.globals["raise_exception"] = raise_exception
-        try:
-            return env.from_string(self.template).render(messages=messages, add_generation_prompt=False,
-                                                         **self.tok.special_tokens)
-        except jinja2.exceptions.TemplateError as e:
-            raise DataError(f"data preprocess --config: the chat template fails on {where} ({e}); fix the template "
-                            "or the record") from None
+        return render_chat(self.template, messages, self.tok.special_tokens, where)
 
     def _finish(self, ids: list[int], offsets: list, spans: list[list], stats: dict, where: str,
                 turn_token: Optional[list[bool]] = None) -> list[np.ndarray]:

@@ -75,12 +75,43 @@ def chat_read_hook(example: dict, **kwargs: Any) -> list[dict]:
     return out
 
 
+def dpo_read_hook(example: dict, **kwargs: Any) -> list[dict]:
+    """Prompt, chosen and rejected turns: from three strings (``prompt_key`` given), from two strings split at
+    the last ``assistant_role`` (default ``assistant:``, no prompt_key), or from two chat lists (the first
+    message is the prompt, the second the answer). Anything else gives nothing."""
+    prompt_key, chosen_key, rejected_key = (kwargs.get(k) for k in ("prompt_key", "chosen_key", "rejected_key"))
+    role = kwargs.get("assistant_role", "assistant:")
+
+    def turns(prompt, chosen, rejected):
+        return [{"type": t, "content": [{"text": v}]} for t, v in
+                (("prompt", prompt), ("chosen", chosen), ("rejected", rejected))]
+
+    if all(isinstance(k, str) and isinstance(v, str) for k, v in example.items()):
+        if prompt_key:
+            return turns(example.get(prompt_key, ""), example.get(chosen_key, ""), example.get(rejected_key, ""))
+        chosen, rejected = example.get(chosen_key, ""), example.get(rejected_key, "")
+        cut = chosen.lower().rfind(role)
+        if cut == -1:
+            return []
+        cut += len(role)
+        return turns(chosen[:cut], chosen[cut:], rejected[cut:])
+    if all(isinstance(k, str) and isinstance(v, list) for k, v in example.items()):
+        chosen, rejected = example.get(chosen_key), example.get(rejected_key)
+        if not chosen or not rejected:
+            raise DataError(f"data preprocess --config: a DPO record has no {chosen_key if not chosen else rejected_key} "
+                            "list; give both chosen and rejected conversations")
+        return turns(chosen[0]["content"], chosen[1]["content"], rejected[1]["content"])
+    return []
+
+
 HOOKS: dict[str, Callable[..., list[dict]]] = {
+    "dpo_read_hook": dpo_read_hook,
     "chat_read_hook": chat_read_hook,
     "text_read_hook": text_read_hook,
     "prompt_completion_text_read_hook": prompt_completion_text_read_hook,
 }
-MODE_HOOKS = {"pretraining": ("text_read_hook",), "finetuning": ("prompt_completion_text_read_hook", "chat_read_hook")}
+MODE_HOOKS = {"pretraining": ("text_read_hook",), "finetuning": ("prompt_completion_text_read_hook", "chat_read_hook"),
+              "dpo": ("dpo_read_hook",)}
 """The vendor's read hooks cs-run runs, by function name (the module is the vendor's hooks module)."""
 
 

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from cs_run.errors import ParamsError
 
-from . import _finetuning, _inputs, _output, _pretraining
+from . import _dpo, _finetuning, _inputs, _output, _pretraining
 from ._config import load_config
 from ._tokenizer import load_tokenizer
 
@@ -55,7 +55,16 @@ def preprocess_config(path: str, progress: bool = False) -> PreprocessSummary:
     if cfg.params["setup"].get("processes", 1) != 1:
         logger.info("setup.processes %s: cs-run writes the layout of processes: 1 (one process reads every file)",
                     cfg.params["setup"]["processes"])
-    if cfg.mode == "finetuning":
+    features = _pretraining.FEATURES
+    if cfg.mode == "dpo":
+        if cfg.chat_template:
+            logger.warning("dataset.chat_template is not applied in mode dpo (nor by the Model Zoo's tool): the "
+                           "tokenizer's own chat template renders the records")
+        gen = _dpo.DpoSamples(tok, max_seq_length=cfg.max_seq_length, max_prompt_length=cfg.max_prompt_length,
+                              use_ftfy=cfg.use_ftfy, ftfy_normalizer=cfg.ftfy_normalizer,
+                              response_delimiter=cfg.response_delimiter)
+        stats_keys, features = _pretraining.STATS_KEYS, _dpo.DPO_FEATURES
+    elif cfg.mode == "finetuning":
         gen = _finetuning.FinetuningSamples(
             tok, max_seq_length=cfg.max_seq_length, min_sequence_len=cfg.min_sequence_len, use_ftfy=cfg.use_ftfy,
             ftfy_normalizer=cfg.ftfy_normalizer, sep_token=cfg.sep_token, truncate_to_msl=cfg.truncate_to_msl,
@@ -98,7 +107,7 @@ def preprocess_config(path: str, progress: bool = False) -> PreprocessSummary:
                         "n_examples"):
                 stats[key] += rest_stats.get(key, 0)
         out.write_params({"eos_id": tok.eos_id, "pad_id": tok.pad_id, "vocab_size": tok.vocab_size},
-                         _pretraining.FEATURES, stats)
+                         features, stats)
         out.commit()
     except OSError as e:
         out.close()
