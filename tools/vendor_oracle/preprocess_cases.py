@@ -126,6 +126,15 @@ CASES: list[tuple[str, str, str, dict]] = [
         "processing.max_seq_length": 40,
         "processing.read_hook_kwargs": {"chosen_key": "chosen", "rejected_key": "rejected"},
     }),
+    # as shipped this config sets no training_objective: the vendor runs plain pretraining (its fim_* keys
+    # unused) with neoxtokenizer and eos_id 0 (pad follows eos)
+    ("fim_aug_as_shipped", "fim_aug_preprocessing.yaml", "text", {
+        "processing.max_seq_length": 16,
+        "processing.tokenizer_params.encoder_file": "<TOK>/tokenizer.json",
+    }),
+    ("hf_pretraining_parquet", "hf_autoregressive_lm_preprocessing.yaml", "parquet", {
+        "processing.max_seq_length": 16,
+    }),
     ("gpt2_pretraining", "autoregressive_lm_preprocessing.yaml", "text", {
         "processing.max_seq_length": 16,
         "processing.tokenizer_params.encoder_file": "<TOK>/encoder.json",
@@ -192,6 +201,12 @@ def write_inputs(folder: str) -> None:
         with open(os.path.join(folder, name, "pairs.jsonl"), "w") as f:
             for record in records:
                 f.write(json.dumps(record) + "\n")
+    os.makedirs(os.path.join(folder, "parquet"), exist_ok=True)
+    import pyarrow as pa  # noqa: PLC0415  (the recorder only: tests read the written file)
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    pq.write_table(pa.table({"text": TEXT_DOCS[::-1], "n": list(range(len(TEXT_DOCS)))}),
+                   os.path.join(folder, "parquet", "docs.parquet"))
     os.makedirs(os.path.join(folder, "prompt_completion_long"), exist_ok=True)
     with open(os.path.join(folder, "prompt_completion_long", "pairs.jsonl"), "w") as f:
         for pair in PROMPT_COMPLETION + [LONG_PROMPT]:

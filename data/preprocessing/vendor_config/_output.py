@@ -10,16 +10,19 @@ the ``post-process`` counts (keys sorted, indent 4, as the vendor writes it).
 
 Everything is written into a hidden staging folder inside the output folder and moved into place only
 when the whole run succeeded (data_params.json last): a failure or a kill leaves what was there before.
+A killed run's staging folder is removed by the next run (a live run's is locked and left alone).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
 import shutil
 import sys
 import tempfile
+from typing import Optional
 
 import numpy as np
 
@@ -59,6 +62,37 @@ def check_output_dir(output_dir: str, where: str) -> None:
                           f"({where}); choose another output_dir or move them away")
 
 
+def _clean_stale(output_dir: str) -> None:
+    """Remove the staging folders of killed runs (a live run holds its folder's lock and is left alone)."""
+    for name in os.listdir(output_dir):
+        path = os.path.join(output_dir, name)
+        if not name.startswith(STAGING_PREFIX) or not os.path.isdir(path) or os.path.islink(path):
+            continue
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue
+        finally:
+            os.close(fd)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def finished_run(output_dir: str) -> Optional[tuple[list[str], int, int]]:
+    """(the .h5 files, n_examples, vocab_size) of the finished run in ``output_dir``, or None when there is none."""
+    path = os.path.join(output_dir, "data_params.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            params = json.load(f)
+        n, vocab = params["post-process"]["n_examples"], params["processing"]["vocab_size"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ParamsError(f"data preprocess --config: {path} is not the data_params.json of a finished run ({e!r}); "
+                          "move the folder away or choose another output_dir") from None
+    return sorted(n for n in os.listdir(output_dir) if n.endswith(".h5")), n, vocab
+
+
 class Output:
     """A staging folder that becomes the output files on :meth:`commit`."""
 
@@ -67,7 +101,10 @@ class Output:
         self.params = params
         try:
             os.makedirs(output_dir, exist_ok=True)
+            _clean_stale(output_dir)
             self.stage = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=output_dir)
+            self._fd = os.open(self.stage, os.O_RDONLY | os.O_DIRECTORY)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)  # held until close: another run's clean-up leaves this folder
         except OSError as e:
             raise ParamsError(f"data preprocess --config: cannot write to setup.output_dir {output_dir} "
                               f"({e.strerror or e}); choose a writable folder") from None
@@ -105,6 +142,7 @@ class Output:
 
     def close(self) -> None:
         shutil.rmtree(self.stage, ignore_errors=True)
+        os.close(self._fd)
 
 
 def write_failed(output_dir: str, e: OSError) -> DataError:

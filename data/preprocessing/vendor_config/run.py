@@ -41,9 +41,16 @@ def preprocess_config(path: str, progress: bool = False) -> PreprocessSummary:
     """Run the config at ``path``. Raises ParamsError (bad config, inputs or output folder) or DataError
     (an unreadable input line, a failed write); on either the output folder is as it was."""
     cfg = load_config(path)
+    done = _output.finished_run(cfg.output_dir)
+    if cfg.resume and done is not None:
+        # The output appears only whole (staged), so a folder holding data_params.json is a finished run: resuming
+        # it has nothing left to do. An interrupted run left nothing there and starts over below.
+        logger.info("data preprocess: %s already holds a finished run (data_params.json); nothing to resume",
+                    cfg.output_dir)
+        return PreprocessSummary(cfg.output_dir, *done)
     if cfg.resume:
-        raise ParamsError(f"data preprocess --config: processing.resume_from_checkpoint is not run by cs-run yet "
-                          f"({cfg.at('processing.resume_from_checkpoint')}); set it to false and run again")
+        logger.info("data preprocess: no finished run in %s; an interrupted run leaves nothing behind (its output is "
+                    "staged), so this one starts from the first input", cfg.output_dir)
     _output.check_output_dir(cfg.output_dir, cfg.at("setup.output_dir"))
     hook = _inputs.resolve_hook(cfg.read_hook, cfg.mode, cfg.at("processing.read_hook"))
     files = _inputs.find_files(cfg.source)
