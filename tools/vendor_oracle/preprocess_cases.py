@@ -142,6 +142,23 @@ CASES: list[tuple[str, str, str, dict]] = [
     }),
 ]
 
+# The Release_2.10.0 configs no case above runs, and why (cs-run's --config refuses each with one line).
+DEFERRED: dict[str, str] = {
+    "bert_pretraining_config.yaml": "bert pretraining: the families work (issue 39)",
+    "esm2_preprocessing_pre_training.yaml": "esm2 masked-LM (training_objective mlm): the families work",
+    "llava_phase_1_llama3.yaml": "multimodal (llava): out of scope",
+    "llava_phase_2_preproc.yaml": "multimodal (llava): out of scope",
+    "llava_single_image_token.yaml": "multimodal: out of scope (it also has no setup.mode or data)",
+    "mllama_preproc_using_llava_phase_2.yaml": "multimodal (mllama): out of scope",
+    "multimodal_pretraining_conceptual_captions.yaml": "multimodal, a Hugging Face hub dataset: out of scope",
+    "nlg_preprocessing.yaml": "mode nlg: the vendor's own NLGTokenGenerator raises NameError ('successful') on "
+                              "every record, so there is no output to match; cs-run refuses the mode",
+    "wikitext103_lm_preprocessing.yaml": "wikitext_detokenize: not run by cs-run yet",
+    "finetuning_data_split.yaml": "setup.data_splits: not run by cs-run yet",
+    "finetuning_context_split.yaml": "setup.context_splits: not run by cs-run yet",
+    "pretraining_data_context_split.yaml": "setup.data_splits with context_splits: not run by cs-run yet",
+}
+
 # the keys every case sets (inputs, outputs, tokenizer, no ftfy)
 _COMMON = {
     "setup.data.source": "<IN>",
