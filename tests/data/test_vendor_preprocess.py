@@ -150,6 +150,23 @@ def test_bad_config_is_one_line(case_id, edit, kind, message, tmp_path: Path) ->
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]  # nothing written, nothing lost
 
 
+def test_unsafe_skip_leaves_a_bad_line_out(tmp_path: Path) -> None:
+    """UNSAFE_skip_jsonl_decoding_errors: the bad line is left out, and the rest equals a run without it."""
+    inputs = tmp_path / "inputs"
+    shutil.copytree(GOLDEN / "inputs", inputs)
+    lines = (inputs / "text" / "docs.jsonl").read_text().splitlines(keepends=True)
+    (inputs / "text" / "docs.jsonl").write_text("".join(lines[:2] + ['{"text": oops}\n'] + lines[2:]))
+    out = tmp_path / "out"
+    config = _config("hf_pretraining_packed", tmp_path, out)
+    config.write_text(config.read_text().replace(str(GOLDEN / "inputs"), str(inputs))
+                      .replace("UNSAFE_skip_jsonl_decoding_errors: false", "UNSAFE_skip_jsonl_decoding_errors: true"))
+    preprocess_config(str(config))
+    got, want = _h5(out), _h5(GOLDEN / "hf_pretraining_packed")
+    assert {k: v[0] for k, v in got.items()} == {k: v[0] for k, v in want.items()}
+    for name in want:
+        np.testing.assert_array_equal(got[name][1]["data"][0], want[name][1]["data"][0])
+
+
 def test_existing_output_is_kept(tmp_path: Path) -> None:
     out = tmp_path / "out"
     config = _config("hf_pretraining_packed", tmp_path, out)

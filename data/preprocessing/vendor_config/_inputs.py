@@ -164,7 +164,7 @@ def _open_text(path: str) -> io.TextIOBase:
     return open(path, encoding="utf-8")
 
 
-def _rows(path: str) -> Iterator[tuple[int, dict]]:
+def _rows(path: str, skip_bad: bool = False) -> Iterator[tuple[int, dict]]:
     """The file's records as dicts, with their line (row, for parquet) numbers."""
     try:
         if path.endswith(".parquet"):
@@ -186,6 +186,10 @@ def _rows(path: str) -> Iterator[tuple[int, dict]]:
                 try:
                     row = json.loads(line)
                 except ValueError as e:
+                    if skip_bad:  # processing.UNSAFE_skip_jsonl_decoding_errors: the line is left out, named
+                        logger.warning("data preprocess --config: %s:%d is not a JSON line (%s); skipped", path, number,
+                                       e.msg)
+                        continue
                     raise DataError(f"data preprocess --config: {path}:{number} is not a JSON line ({e.msg}); fix the "
                                     "line or remove it") from None
                 if not isinstance(row, dict):
@@ -200,16 +204,18 @@ def _rows(path: str) -> Iterator[tuple[int, dict]]:
 
 
 def read_chunks(files: list[str], keys: list[str], hook: Callable[..., list[dict]], hook_kwargs: dict,
-                chunk_size: int) -> Iterator[list[tuple[str, list[dict]]]]:
+                chunk_size: int, skip_bad: bool = False) -> Iterator[list[tuple[str, list[dict]]]]:
     """The hook's output per record (with the record's ``file:line``), grouped into the vendor's read chunks.
 
     A chunk closes before a record that would take it past ``chunk_size`` bytes; the last chunk of a file
-    continues into the next file, as the vendor's reader carries it over.
+    continues into the next file, as the vendor's reader carries it over. A line that is not JSON is an
+    error naming it, or with ``skip_bad`` (UNSAFE_skip_jsonl_decoding_errors) a warning naming it, and
+    left out (the vendor's reader reads the flag and does not use it: its JSON loader stops the file there).
     """
     chunk: list[tuple[str, list[dict]]] = []
     size = 0
     for path in files:
-        for number, row in _rows(path):
+        for number, row in _rows(path, skip_bad):
             entry = {k: str(row[k]) if isinstance(row.get(k), numbers.Number) else row.get(k) for k in keys}
             entry_size = sum(_data_size(v) for v in entry.values())
             if size + entry_size > chunk_size and size != 0:
