@@ -18,7 +18,7 @@ import numpy as np
 
 from cs_run.errors import DataError
 
-from ._pretraining import _token_end, clean_text, sample_stats
+from ._pretraining import _token_end, clean_and_count, sample_stats
 from ._tokenizer import LoadedTokenizer
 
 __all__ = ["FinetuningSamples", "STATS_KEYS", "render_chat"]
@@ -44,7 +44,11 @@ def render_chat(template: Optional[str], messages: list[dict], special_tokens: d
         raise DataError(f"data preprocess --config: {where} is a conversation and the tokenizer has no chat "
                         "template; set dataset.chat_template or use a tokenizer folder whose tokenizer_config.json "
                         "has one")
-    import jinja2.sandbox  # noqa: PLC0415  (optional: only chat data needs it)
+    try:
+        import jinja2.sandbox  # noqa: PLC0415  (optional: only chat data needs it)
+    except ImportError:
+        raise DataError(f"data preprocess --config: {where} needs its chat template rendered and jinja2 is not "
+                        "installed; pip install jinja2") from None
 
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
@@ -126,11 +130,7 @@ class FinetuningSamples:
                 if not value:
                     stats["raw_docs_skipped"] += 1
                     return []
-                cleaned = clean_text(value, self.use_ftfy, self.normalizer)
-                stats["raw_chars_count"] += len(value)
-                stats["raw_bytes_count"] += len(value.encode("utf-8"))
-                stats["normalized_chars_count"] += len(cleaned)
-                stats["normalized_bytes_count"] += len(cleaned.encode("utf-8"))
+                cleaned = clean_and_count(value, self.use_ftfy, self.normalizer, stats)
                 regions.append([length, length + len(cleaned), 1 if role == "completion" else 0])
                 length += len(cleaned)
                 if role == "prompt":
@@ -154,11 +154,7 @@ class FinetuningSamples:
             if not value:
                 stats["raw_docs_skipped"] += 1
                 return []
-            cleaned = clean_text(value, self.use_ftfy, self.normalizer)
-            stats["raw_chars_count"] += len(value)
-            stats["raw_bytes_count"] += len(value.encode("utf-8"))
-            stats["normalized_chars_count"] += len(cleaned)
-            stats["normalized_bytes_count"] += len(cleaned.encode("utf-8"))
+            cleaned = clean_and_count(value, self.use_ftfy, self.normalizer, stats)
             marker = f"<{index}_text>"  # finds the turn in the rendered text, then removed
             messages.append({"role": turn["type"], "content": marker + cleaned})
             regions.append((marker, len(cleaned), 1 if turn["type"] == "assistant" else 0))

@@ -48,6 +48,16 @@ def clean_text(text: str, use_ftfy: bool, normalizer: str) -> str:
     return text
 
 
+def clean_and_count(value: str, use_ftfy: bool, normalizer: str, stats: dict) -> str:
+    """The cleaned text of one region, its raw and cleaned sizes added to ``stats`` (chars and utf-8 bytes)."""
+    cleaned = clean_text(value, use_ftfy, normalizer)
+    stats["raw_chars_count"] += len(value)
+    stats["raw_bytes_count"] += len(value.encode("utf-8"))
+    stats["normalized_chars_count"] += len(cleaned)
+    stats["normalized_bytes_count"] += len(cleaned.encode("utf-8"))
+    return cleaned
+
+
 def sample_stats(sample: np.ndarray, tok: LoadedTokenizer, msl: int, stats: dict) -> None:
     """Add one sample's token counts to ``stats`` (the vendor's get_data_stats: pad and non-pad inputs,
     loss-valid and masked positions)."""
@@ -96,12 +106,7 @@ class PretrainingSamples:
                 (key, value), = part.items()
                 if not value:
                     continue
-                cleaned = clean_text(value, self.use_ftfy, self.normalizer)
-                stats["raw_chars_count"] += len(value)
-                stats["raw_bytes_count"] += len(value.encode("utf-8"))
-                stats["normalized_chars_count"] += len(cleaned)
-                stats["normalized_bytes_count"] += len(cleaned.encode("utf-8"))
-                parts.append(cleaned)
+                parts.append(clean_and_count(value, self.use_ftfy, self.normalizer, stats))
         if len(parts) > 1:
             raise ParamsError("data preprocess --config: a read hook gave several text regions per record; cs-run's "
                               "pretraining takes one (text_read_hook)")
