@@ -127,6 +127,34 @@ BAD = [
 ]
 
 
+# (case id, recorded case whose config reads the line, input folder, the bad line, what the one line must say)
+BAD_RECORDS = [
+    ("text-not-a-string", "hf_pretraining_packed", "text", '{"text": {"a": 1}}',
+     r"docs2\.jsonl:2 does not have the shape the read hook text_read_hook reads \(AttributeError"),
+    ("chat-turn-not-a-mapping", "multi_turn_dialogue", "chat", '{"messages": ["hi", "there"]}',
+     r"docs2\.jsonl:2 does not have the shape the read hook chat_read_hook reads \(AttributeError"),
+    ("dpo-list-too-short", "dpo_chat_lists", "dpo_chat", '{"chosen": [{"content": "q"}], "rejected": [{"content": "q"}]}',
+     r"docs2\.jsonl:2 does not have the shape the read hook dpo_read_hook reads \(IndexError"),
+    ("completion-a-list", "summarization", "prompt_completion", '{"prompt": "p", "completion": ["a"]}',
+     r"docs2\.jsonl:2 has a list where prompt_completion_text_read_hook reads text"),
+]
+
+
+@pytest.mark.parametrize("case_id,golden,folder,line,message", BAD_RECORDS, ids=[b[0] for b in BAD_RECORDS])
+def test_bad_record_is_one_line(case_id, golden, folder, line, message, tmp_path: Path) -> None:
+    inputs = tmp_path / "inputs"
+    shutil.copytree(GOLDEN / "inputs", inputs)
+    first = (inputs / folder).glob("*.jsonl").__next__().read_text().splitlines()[0]
+    (inputs / folder / "docs2.jsonl").write_text(first + "\n" + line + "\n")
+    out = tmp_path / "out"
+    config = _config(golden, tmp_path, out)
+    config.write_text(config.read_text().replace(str(GOLDEN / "inputs"), str(inputs)))
+    with pytest.raises(DataError, match=message) as info:
+        preprocess_config(str(config))
+    assert "\n" not in str(info.value)
+    assert not out.exists() or not [p for p in out.iterdir()]
+
+
 @pytest.mark.parametrize("case_id,edit,kind,message", BAD, ids=[b[0] for b in BAD])
 def test_bad_config_is_one_line(case_id, edit, kind, message, tmp_path: Path) -> None:
     if case_id == "ftfy-missing" and _has("ftfy"):

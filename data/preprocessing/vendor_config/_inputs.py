@@ -221,7 +221,19 @@ def read_chunks(files: list[str], keys: list[str], hook: Callable[..., list[dict
             if size + entry_size > chunk_size and size != 0:
                 yield chunk
                 chunk, size = [], 0
-            chunk.append((f"{path}:{number}", hook(entry, **hook_kwargs)))
+            try:
+                turns = hook(entry, **hook_kwargs)
+            except (KeyError, IndexError, TypeError, AttributeError) as e:
+                raise DataError(f"data preprocess --config: {path}:{number} does not have the shape the read hook "
+                                f"{hook.__name__} reads ({type(e).__name__}: {e}); fix the record or the "
+                                "read_hook_kwargs keys") from None
+            for turn in turns:
+                for part in turn["content"]:
+                    value = next(iter(part.values()))
+                    if value is not None and not isinstance(value, str):
+                        raise DataError(f"data preprocess --config: {path}:{number} has a {type(value).__name__} where "
+                                        f"{hook.__name__} reads text; give a string")
+            chunk.append((f"{path}:{number}", turns))
             size += _data_size(entry)  # the vendor's chunk counts the keys' bytes too
     if size > 0:
         yield chunk
