@@ -16,7 +16,6 @@ import io
 import json
 import logging
 import numbers
-import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -238,7 +237,3 @@ def read_chunks(files: list[str], keys: list[str], hook: Callable[..., list[dict
     if size > 0:
         yield chunk
 
-
-def input_bytes(files: list[str]) -> int:
-    """Total size of the inputs (for the progress bar's total)."""
-    return sum(os.path.getsize(f) for f in files)

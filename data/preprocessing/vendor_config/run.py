@@ -90,13 +90,12 @@ def preprocess_config(path: str, progress: bool = False) -> PreprocessSummary:
         stats = dict.fromkeys(stats_keys, 0)
         buffer: list[np.ndarray] = []
         chunk_no = 0
-        bar = tqdm(total=_inputs.input_bytes(files), unit="B", unit_scale=True, desc="preprocess",
-                   disable=not progress, file=sys.stderr)
+        bar = tqdm(unit=" records", desc=f"preprocess ({len(files)} files)", disable=not progress, file=sys.stderr)
         for chunk in _inputs.read_chunks(files, keys, hook, cfg.read_hook_kwargs, cfg.read_chunk_size,
                                           cfg.skip_jsonl_errors):
             chunk_stats: dict = defaultdict(int)
             samples = [s for where, entries in chunk for s in gen.document(entries, chunk_stats, where)]
-            bar.update(sum(len(str(e)) for _, e in chunk))
+            bar.update(len(chunk))
             if samples:  # a chunk that made no sample adds nothing, its counts included (as the vendor)
                 for key, value in chunk_stats.items():
                     stats[key] += value
