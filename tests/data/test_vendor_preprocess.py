@@ -123,6 +123,10 @@ BAD = [
      r"use_ftfy is true but the ftfy package is not installed"),
     ("wikitext-not-yet", lambda t, d: t.replace("wikitext_detokenize: false", "wikitext_detokenize: true"),
      ParamsError, r"processing\.wikitext_detokenize is not run by cs-run's --config yet .*yaml:\d+\); set it to false"),
+    ("data-splits-not-yet", lambda t, d: t.replace("  processes: 1", "  processes: 1\n  data_splits: {train: {split_fraction: 1.0}}"),
+     ParamsError, r"setup\.data_splits is not run by cs-run's --config yet .*yaml:\d+"),
+    ("context-splits-not-yet", lambda t, d: t.replace("  processes: 1", "  processes: 1\n  context_splits: {MSL_List: [1K]}"),
+     ParamsError, r"setup\.context_splits is not run by cs-run's --config yet .*yaml:\d+"),
     ("bad-json-line", None, DataError, r"bad\.jsonl:2 is not a JSON line"),
 ]
 
