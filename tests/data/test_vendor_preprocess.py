@@ -4,9 +4,9 @@ tests/data/vendor_preprocess/ holds, per case of tools/vendor_oracle/preprocess_
 the Model Zoo's Release_2.10.0 preprocessing ran (paths as ``<IN>``/``<OUT>``/``<TOK>``), its .h5 files and
 its data_params.json, recorded by tools/vendor_oracle/record_preprocess.py, with the inputs and tokenizer
 it read. cs-run runs the same config on the same files; the .h5 names, arrays (exactly: ids and masks
-are integers) and attributes must be equal, and data_params.json too except the keys that hold this
-machine's paths (setup.output_dir, setup.data.source, processing.huggingface_tokenizer): they name
-where the files were, not what was made.
+are integers) and attributes must be equal, and data_params.json too except the keys that hold the
+recording machine's paths (setup.output_dir, setup.data.source, processing.huggingface_tokenizer,
+processing.tokenizer_params.encoder_file / vocab_file): they name where the files were, not what was made.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ import preprocess_cases as pc  # noqa: E402
 from cs_run.data.preprocessing.vendor_config import preprocess_config  # noqa: E402
 from cs_run.errors import DataError, ParamsError  # noqa: E402
 
-PATH_KEYS = [("setup", "output_dir"), ("setup", "data", "source"), ("processing", "huggingface_tokenizer")]
+PATH_KEYS = [("setup", "output_dir"), ("setup", "data", "source"), ("processing", "huggingface_tokenizer"),
+             ("processing", "tokenizer_params", "encoder_file"), ("processing", "tokenizer_params", "vocab_file")]
 
 
 def _config(case_id: str, tmp_path: Path, out: Path) -> Path:
