@@ -1,0 +1,267 @@
+"""``cs-run data preprocess --config``: the vendor's own output on the same inputs is the reference.
+
+tests/data/vendor_preprocess/ holds, per case of tools/vendor_oracle/preprocess_cases.CASES, the config
+the Model Zoo's Release_2.10.0 preprocessing ran (paths as ``<IN>``/``<OUT>``/``<TOK>``), its .h5 files and
+its data_params.json, recorded by tools/vendor_oracle/record_preprocess.py, with the inputs and tokenizer
+it read. cs-run runs the same config on the same files; the .h5 names, arrays (exactly: ids and masks
+are integers) and attributes must be equal, and data_params.json too except the keys that hold the
+recording machine's paths (setup.output_dir, setup.data.source, processing.huggingface_tokenizer,
+processing.tokenizer_params.encoder_file / vocab_file): they name where the files were, not what was made.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "data" / "vendor_preprocess"
+sys.path.insert(0, str(ROOT / "tools" / "vendor_oracle"))
+import preprocess_cases as pc  # noqa: E402
+
+from cs_run.data.preprocessing.vendor_config import preprocess_config  # noqa: E402
+from cs_run.data.processors.gpt_hdf5 import build_dataloader  # noqa: E402
+from cs_run.errors import DataError, ParamsError  # noqa: E402
+
+PATH_KEYS = [("setup", "output_dir"), ("setup", "data", "source"), ("processing", "huggingface_tokenizer"),
+             ("processing", "tokenizer_params", "encoder_file"), ("processing", "tokenizer_params", "vocab_file")]
+
+
+def _config(case_id: str, tmp_path: Path, out: Path) -> Path:
+    """The recorded config with this test's paths filled in."""
+    text = (GOLDEN / case_id / "config.yaml").read_text()
+    text = text.replace("<IN>", str(GOLDEN / "inputs")).replace("<OUT>", str(out))
+    text = text.replace("<TOK>", str(GOLDEN / "tokenizer"))
+    path = tmp_path / f"{case_id}.yaml"
+    path.write_text(text)
+    return path
+
+
+def _h5(folder: Path) -> dict[str, tuple[dict, dict]]:
+    import h5py
+
+    found = {}
+    for f in sorted(folder.glob("*.h5")):
+        with h5py.File(f, "r") as h:
+            found[f.name] = (dict(h.attrs), {k: (h[k][()], h[k].dtype, h[k].chunks) for k in h})
+    return found
+
+
+def _drop_paths(params: dict) -> dict:
+    for keys in PATH_KEYS:
+        node = params
+        for key in keys[:-1]:
+            node = node.get(key, {})
+        node.pop(keys[-1], None)
+    return params
+
+
+@pytest.mark.parametrize("case_id", [c[0] for c in pc.CASES])
+def test_matches_vendor(case_id: str, tmp_path: Path) -> None:
+    if "parquet" in case_id:
+        pytest.importorskip("pyarrow")
+    out = tmp_path / "out"
+    preprocess_config(str(_config(case_id, tmp_path, out)))
+    want, got = _h5(GOLDEN / case_id), _h5(out)
+    assert sorted(got) == sorted(want)
+    for name, (attrs, data) in want.items():
+        got_attrs, got_data = got[name]
+        assert got_attrs == attrs, name
+        assert sorted(got_data) == sorted(data), name
+        for key, (array, dtype, chunks) in data.items():
+            assert got_data[key][1] == dtype and got_data[key][2] == chunks, (name, key)
+            np.testing.assert_array_equal(got_data[key][0], array, err_msg=f"{name}:{key}")
+    want_params = _drop_paths(json.loads((GOLDEN / case_id / "data_params.json").read_text()))
+    got_params = _drop_paths(json.loads((out / "data_params.json").read_text()))
+    assert got_params == want_params
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no staging folder left
+
+
+def test_cli_runs_config(tmp_path: Path) -> None:
+    from cs_run.frontends.cli import cli
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["data", "preprocess", "--config", str(_config("hf_pretraining_packed", tmp_path,
+                                                                                       out))])
+    assert result.exit_code == 0, result.output
+    golden = GOLDEN / "hf_pretraining_packed"
+    n = json.loads((golden / "data_params.json").read_text())["post-process"]["n_examples"]
+    assert f"{n} samples in {len(list(golden.glob('*.h5')))} file(s)" in result.output
+    assert (out / "data_params.json").is_file()
+
+
+# (case id, edit of the packed case's config text or files, error type, what the one line must say)
+BAD = [
+    ("unknown-section", lambda t, d: t + "extra:\n  a: 1\n", ParamsError, r"extra is not a section .*yaml:\d+"),
+    ("unknown-key", lambda t, d: t.replace("  seed: 0", "  sead: 0"), ParamsError,
+     r"processing\.sead is not a key .*yaml:\d+\); remove it or fix its spelling"),
+    ("mode-nlg-not-yet", lambda t, d: t.replace("mode: pretraining", "mode: nlg"), ParamsError,
+     r"setup\.mode is 'nlg', which cs-run's --config does not run yet .*yaml:\d+"),
+    ("hook-of-another-mode", lambda t, d: t.replace("hooks:text_read_hook", "hooks:dpo_read_hook"), ParamsError,
+     r"read_hook '.*hooks:dpo_read_hook' is not a hook cs-run runs in mode pretraining .*use .*text_read_hook"),
+    ("mode-unknown", lambda t, d: t.replace("mode: pretraining", "mode: pretrain"), ParamsError,
+     r"setup\.mode is 'pretrain' .*use one of pretraining"),
+    ("multimodal", lambda t, d: t.replace("  pack_sequences: true", "  pack_sequences: true\n  is_multimodal: true"),
+     ParamsError, r"dataset\.is_multimodal asks for multimodal preprocessing"),
+    ("bert", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: bert_pretraining"),
+     ParamsError, r"dataset\.training_objective is 'bert_pretraining' \(bert / esm2"),
+    ("esm2-mlm", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: mlm"),
+     ParamsError, r"training_objective is 'mlm' \(bert / esm2"),
+    ("msl-type", lambda t, d: t.replace("max_seq_length: 16", "max_seq_length: sixteen"), ParamsError,
+     r"processing\.max_seq_length is 'sixteen' .*yaml:\d+\); give an integer"),
+    ("tokenizer-hub-name", lambda t, d: t.replace(str(GOLDEN / "tokenizer"), "tiiuae/falcon-7b"), ParamsError,
+     r"huggingface_tokenizer is 'tiiuae/falcon-7b', not a local folder .*downloads nothing"),
+    ("source-missing", lambda t, d: t.replace(str(GOLDEN / "inputs"), "/nonexistent"), ParamsError,
+     r"setup\.data\.source is '/nonexistent/text', not a folder"),
+    ("hook-unknown", lambda t, d: t.replace("hooks:text_read_hook", "hooks:my_hook"), ParamsError,
+     r"read_hook '.*hooks:my_hook' is not a hook cs-run runs .*yaml:\d+"),
+    ("ftfy-missing", lambda t, d: t.replace("use_ftfy: false", "use_ftfy: true"), ParamsError,
+     r"use_ftfy is true but the ftfy package is not installed"),
+    ("wikitext-not-yet", lambda t, d: t.replace("wikitext_detokenize: false", "wikitext_detokenize: true"),
+     ParamsError, r"processing\.wikitext_detokenize is not run by cs-run's --config yet .*yaml:\d+\); set it to false"),
+    ("data-splits-not-yet", lambda t, d: t.replace("  processes: 1", "  processes: 1\n  data_splits: {train: {split_fraction: 1.0}}"),
+     ParamsError, r"setup\.data_splits is not run by cs-run's --config yet .*yaml:\d+"),
+    ("context-splits-not-yet", lambda t, d: t.replace("  processes: 1", "  processes: 1\n  context_splits: {MSL_List: [1K]}"),
+     ParamsError, r"setup\.context_splits is not run by cs-run's --config yet .*yaml:\d+"),
+    ("bad-json-line", None, DataError, r"bad\.jsonl:2 is not a JSON line"),
+]
+
+
+# (case id, recorded case whose config reads the line, input folder, the bad line, what the one line must say)
+BAD_RECORDS = [
+    ("text-not-a-string", "hf_pretraining_packed", "text", '{"text": {"a": 1}}',
+     r"docs2\.jsonl:2 does not have the shape the read hook text_read_hook reads \(AttributeError"),
+    ("chat-turn-not-a-mapping", "multi_turn_dialogue", "chat", '{"messages": ["hi", "there"]}',
+     r"docs2\.jsonl:2 does not have the shape the read hook chat_read_hook reads \(AttributeError"),
+    ("dpo-list-too-short", "dpo_chat_lists", "dpo_chat", '{"chosen": [{"content": "q"}], "rejected": [{"content": "q"}]}',
+     r"docs2\.jsonl:2 does not have the shape the read hook dpo_read_hook reads \(IndexError"),
+    ("completion-a-list", "summarization", "prompt_completion", '{"prompt": "p", "completion": ["a"]}',
+     r"docs2\.jsonl:2 has a list where prompt_completion_text_read_hook reads text"),
+]
+
+
+@pytest.mark.parametrize("case_id,golden,folder,line,message", BAD_RECORDS, ids=[b[0] for b in BAD_RECORDS])
+def test_bad_record_is_one_line(case_id, golden, folder, line, message, tmp_path: Path) -> None:
+    inputs = tmp_path / "inputs"
+    shutil.copytree(GOLDEN / "inputs", inputs)
+    first = (inputs / folder).glob("*.jsonl").__next__().read_text().splitlines()[0]
+    (inputs / folder / "docs2.jsonl").write_text(first + "\n" + line + "\n")
+    out = tmp_path / "out"
+    config = _config(golden, tmp_path, out)
+    config.write_text(config.read_text().replace(str(GOLDEN / "inputs"), str(inputs)))
+    with pytest.raises(DataError, match=message) as info:
+        preprocess_config(str(config))
+    assert "\n" not in str(info.value)
+    assert not out.exists() or not [p for p in out.iterdir()]
+
+
+@pytest.mark.parametrize("case_id,edit,kind,message", BAD, ids=[b[0] for b in BAD])
+def test_bad_config_is_one_line(case_id, edit, kind, message, tmp_path: Path) -> None:
+    if case_id == "ftfy-missing" and _has("ftfy"):
+        pytest.skip("ftfy is installed here: use_ftfy true runs")
+    out = tmp_path / "out"
+    config = _config("hf_pretraining_packed", tmp_path, out)
+    text = config.read_text()
+    if edit is None:  # a damaged input line: the inputs are a copy with one bad line
+        inputs = tmp_path / "inputs"
+        shutil.copytree(GOLDEN / "inputs", inputs)
+        (inputs / "text" / "bad.jsonl").write_text('{"text": "fine line of text here"}\n{"text": oops}\n')
+        text = text.replace(str(GOLDEN / "inputs"), str(inputs))
+    else:
+        text = edit(text, tmp_path)
+    config.write_text(text)
+    out.mkdir()
+    (out / "keep.txt").write_text("earlier work")
+    with pytest.raises(kind, match=message) as info:
+        preprocess_config(str(config))
+    assert "\n" not in str(info.value)
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]  # nothing written, nothing lost
+
+
+def test_unsafe_skip_leaves_a_bad_line_out(tmp_path: Path) -> None:
+    """UNSAFE_skip_jsonl_decoding_errors: the bad line is left out, and the rest equals a run without it."""
+    inputs = tmp_path / "inputs"
+    shutil.copytree(GOLDEN / "inputs", inputs)
+    lines = (inputs / "text" / "docs.jsonl").read_text().splitlines(keepends=True)
+    (inputs / "text" / "docs.jsonl").write_text("".join(lines[:2] + ['{"text": oops}\n'] + lines[2:]))
+    out = tmp_path / "out"
+    config = _config("hf_pretraining_packed", tmp_path, out)
+    config.write_text(config.read_text().replace(str(GOLDEN / "inputs"), str(inputs))
+                      .replace("UNSAFE_skip_jsonl_decoding_errors: false", "UNSAFE_skip_jsonl_decoding_errors: true"))
+    preprocess_config(str(config))
+    got, want = _h5(out), _h5(GOLDEN / "hf_pretraining_packed")
+    assert {k: v[0] for k, v in got.items()} == {k: v[0] for k, v in want.items()}
+    for name in want:
+        np.testing.assert_array_equal(got[name][1]["data"][0], want[name][1]["data"][0])
+
+
+def test_existing_output_is_kept(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    config = _config("hf_pretraining_packed", tmp_path, out)
+    preprocess_config(str(config))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(ParamsError, match=r"already holds data_params\.json, output_chunk_0_1\.h5"):
+        preprocess_config(str(config))
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_resume(tmp_path: Path) -> None:
+    """resume_from_checkpoint: a folder with no finished run starts over and matches the vendor (whose flag falls
+    back the same way); a finished run is left as it is."""
+    out = tmp_path / "out"
+    config = _config("hf_pretraining_packed", tmp_path, out)
+    config.write_text(config.read_text().replace("resume_from_checkpoint: false", "resume_from_checkpoint: true"))
+    (out / ".preprocess-killed").mkdir(parents=True)  # what a kill -9 leaves: a staging folder, no output
+    first = preprocess_config(str(config))
+    want = _h5(GOLDEN / "hf_pretraining_packed")
+    assert {k: v[0] for k, v in _h5(out).items()} == {k: v[0] for k, v in want.items()}
+    assert not (out / ".preprocess-killed").exists()  # the killed run's staging folder is cleaned up
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    again = preprocess_config(str(config))
+    assert again == first
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
+RELEASE_CONFIGS = [  # Release_2.10.0 src/cerebras/modelzoo/data_preparation/data_preprocessing/configs/
+    "autoregressive_lm_preprocessing.yaml", "bert_pretraining_config.yaml",
+    "curation_corpus_summarization_preprocessing.yaml", "dpo_preprocessing.yaml",
+    "esm2_preprocessing_pre_training.yaml", "fim_aug_preprocessing.yaml", "finetuning_context_split.yaml",
+    "finetuning_data_split.yaml", "hf_autoregressive_lm_preprocessing.yaml", "llava_phase_1_llama3.yaml",
+    "llava_phase_2_preproc.yaml", "llava_single_image_token.yaml", "mllama_preproc_using_llava_phase_2.yaml",
+    "multi_turn_dialogue_preprocessing.yaml", "multimodal_pretraining_conceptual_captions.yaml",
+    "nlg_preprocessing.yaml", "pretraining_data_context_split.yaml", "summarization_preprocessing.yaml",
+    "wikitext103_lm_preprocessing.yaml",
+]
+
+
+def test_every_release_config_is_matched_or_named():
+    """Each of the 19 configs is either run against the vendor (a case) or deferred with its reason."""
+    matched = {c[1] for c in pc.CASES}
+    assert len(RELEASE_CONFIGS) == 19
+    assert matched | set(pc.DEFERRED) == set(RELEASE_CONFIGS)
+    assert not matched & set(pc.DEFERRED)
+
+
+def test_output_trains_in_cs_run(tmp_path: Path) -> None:
+    """The GPT data processor reads a --config output folder as it is: its batches are the written samples."""
+    out = tmp_path / "out"
+    preprocess_config(str(_config("hf_pretraining_txt_gz_chunks", tmp_path, out)))
+    written = np.concatenate([data["data"][0] for _, data in _h5(out).values()])
+    loader = build_dataloader("train", data_dir=str(out), batch_size=4, shuffle=False, drop_last_batch=False)
+    batches = list(loader)
+    assert sum(len(b["input_ids"]) for b in batches) == len(written)
+    got = {tuple(row) for b in batches for row in b["input_ids"].tolist()}
+    assert got == {tuple(row) for row in written[:, 0].tolist()}
+    assert {tuple(r) for b in batches for r in b["labels"].tolist()} == {tuple(r) for r in written[:, 2].tolist()}
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None

@@ -1,0 +1,70 @@
+"""Record the vendor's `data_preprocess` outputs on small local inputs as golden files.
+
+Run by a developer in a separate venv that can run the Model Zoo's Release_2.10.0 preprocessing on CPU
+(never in CI, never a dependency of cs-run)::
+
+    git --git-dir=MODELZOO_GIT archive Release_2.10.0 src | tar -x -C /tmp/mzsrc
+    python3.11 -m venv /tmp/mzprep && /tmp/mzprep/bin/pip install datasets pydantic rich psutil \\
+        pyarrow zstandard h5py numpy tokenizers pillow pyyaml tqdm jsonschema pandas ftfy jinja2 \\
+        transformers==4.57.1 tokenizers==0.22.1 datasets==3.6.0 h5py==3.13.0 pydantic==2.8.2 "numpy<2"
+    /tmp/mzprep/bin/python tools/vendor_oracle/record_preprocess.py /tmp/mzsrc tests/data/vendor_preprocess
+
+It writes the inputs, a tiny tokenizer folder, and for each case of preprocess_cases.CASES the config it
+ran (placeholders `<IN>`/`<OUT>`/`<TOK>` in place of this machine's paths), the vendor's .h5 files and its
+data_params.json. tests/data/test_vendor_preprocess.py runs cs-run on the same config and compares.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import preprocess_cases as pc  # noqa: E402
+
+
+def _run_vendor(mzsrc: str, params: dict, work: str) -> None:
+    config = os.path.join(work, "config.yaml")
+    with open(config, "w") as f:
+        yaml.safe_dump(params, f)
+    env = dict(os.environ, PYTHONPATH=os.path.join(mzsrc, "src"), HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1")
+    cmd = [sys.executable, "-m", "cerebras.modelzoo.data_preparation.data_preprocessing.preprocess_data",
+           "--config", config]
+    subprocess.run(cmd, check=True, env=env, cwd=work)
+
+
+def main(mzsrc: str, out_root: str) -> None:
+    inputs = os.path.join(out_root, "inputs")
+    tok = os.path.join(out_root, "tokenizer")
+    pc.write_inputs(inputs)
+    pc.build_tokenizer(tok)
+    only = set(sys.argv[3:])
+    for case_id, config_name, input_name, overrides in pc.CASES:
+        if only and case_id not in only:
+            continue
+        with open(os.path.join(mzsrc, pc.CONFIG_DIR, config_name)) as f:
+            vendor_config = yaml.safe_load(f)
+        case_dir = os.path.join(out_root, case_id)
+        shutil.rmtree(case_dir, ignore_errors=True)
+        os.makedirs(case_dir)
+        with open(os.path.join(case_dir, "config.yaml"), "w") as f:  # the test fills the placeholders
+            yaml.safe_dump(pc.case_params(vendor_config, input_name, overrides, "<IN>", "<OUT>", "<TOK>"), f)
+        with tempfile.TemporaryDirectory() as work:
+            out = os.path.join(work, "out")
+            params = pc.case_params(vendor_config, input_name, overrides, os.path.abspath(inputs), out,
+                                    os.path.abspath(tok))
+            _run_vendor(mzsrc, params, work)
+            for path in sorted(glob.glob(os.path.join(out, "*.h5")) + [os.path.join(out, "data_params.json")]):
+                shutil.copy(path, case_dir)
+        print(f"{case_id}: {sorted(os.listdir(case_dir))}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
