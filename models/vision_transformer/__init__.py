@@ -5,4 +5,6 @@ from cs_run.registry import register_model
 
 register_model("vision_transformer", "cs_run.models.vision_transformer.model:build_model",
                "cs_run.data.processors.imagenet:build_dataloader", data_processors=("ImageNet1KProcessor",),
-               hf_converter="cs_run.models.vision_transformer.hf", hf_model_types=("vit",))
+               hf_converter="cs_run.models.vision_transformer.hf", hf_model_types=("vit",),
+               config_class="cs_run.models.vision_transformer.config:VisionTransformerConfig",
+               builder="cs_run.models.vision_transformer.model:build")

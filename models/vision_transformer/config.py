@@ -6,8 +6,9 @@ reuse it); :class:`VisionTransformerConfig` adds the classifier's.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from cs_run.models.common.activations import ACTIVATIONS
 from cs_run.models.common.initializers import initializer_spec, truncated_normal
@@ -15,6 +16,16 @@ from cs_run.models.common.initializers import initializer_spec, truncated_normal
 __all__ = ["ViTModelConfig", "VisionTransformerConfig"]
 
 Initializer = Optional[Union[str, dict]]
+
+
+def key(default: Any, since: str, doc: str) -> Any:
+    """A ``model:`` key's field (models/common/config.py's ``key``, with a copied default for a list or dict):
+    its default, the first Model Zoo release whose vision_transformer code names it, its meaning."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata={"since": since, "doc": doc})
+    return field(default=default, metadata={"since": since, "doc": doc})
+
+
 _EMBEDDING_INITS = ("projection_initializer", "position_embedding_initializer", "cls_token_initializer")
 
 
@@ -22,54 +33,49 @@ _EMBEDDING_INITS = ("projection_initializer", "position_embedding_initializer", 
 class ViTModelConfig:
     """The ViT trunk: patch embedding, encoder, optional pooler."""
 
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_heads: int = 12
-    filter_size: int = 3072
-    image_size: list = field(default_factory=lambda: [224, 224])
-    patch_size: list = field(default_factory=lambda: [16, 16])
-    num_channels: int = 3
-    layer_norm_epsilon: float = 1.0e-5
-    nonlinearity: str = "gelu"
-    pooler_nonlinearity: Optional[str] = None
-    """None: ``nonlinearity``."""
-    dropout_rate: float = 0.1
-    attention_dropout_rate: float = 0.0
-    embedding_dropout_rate: float = 0.0
-    attention_module: str = "aiayn_attention"
-    extra_attention_params: dict = field(default_factory=dict)
-    """``num_kv_groups`` with ``attention_module: multiquery_attention``."""
-    attention_type: str = "scaled_dot_product"
-    attention_softmax_fp32: bool = True
-    use_projection_bias_in_attention: bool = True
-    use_ffn_bias_in_attention: bool = True
-    use_ffn_bias: bool = True
-    norm_first: bool = True
-    use_final_layer_norm: bool = True
-    position_embedding_type: Optional[str] = "learned"
-    """``learned`` or None here (the vendor's ``fixed`` sin-cos table is not built)."""
-    interpolate_position_embedding: Optional[dict] = None
-    use_conv_patchified_embedding: bool = False
-    """A Conv2d over patches; else a Linear over patches flattened as (row, column, channel)."""
-    prepend_cls_token: bool = True
-    use_post_embed_layer_norm: bool = False
-    use_embed_proj_bias: bool = True
-    use_encoder_pooler_layer: bool = False
-    use_masked_patches: bool = False
-    initializer_range: float = 0.02
-    default_initializer: Initializer = None
-    """None: truncated normal, std ``initializer_range``, cut at two std (the other initializers' default)."""
-    attention_initializer: Initializer = None
-    ffn_initializer: Initializer = None
-    pooler_initializer: Initializer = None
-    projection_initializer: Initializer = None
-    position_embedding_initializer: Initializer = None
-    cls_token_initializer: Initializer = None
-    image_layer_idx: Optional[int] = None
-    layerscale_value: Optional[float] = None
-    stochastic_depth_drop_prob: float = 0.0
-    stochastic_depth_drop_prob_schedule: str = "linear"
-    stochastic_depth_mode: str = "batch"
+    hidden_size: int = key(768, "2.2.0", 'model width')
+    num_hidden_layers: int = key(12, "2.2.0", 'encoder layers')
+    num_heads: int = key(12, "2.2.0", 'attention heads')
+    filter_size: int = key(3072, "2.2.0", 'FFN inner width')
+    image_size: list = key([224, 224], "2.2.0", 'input [height, width]')
+    patch_size: list = key([16, 16], "2.2.0", 'patch [height, width]')
+    num_channels: int = key(3, "2.2.0", 'input channels')
+    layer_norm_epsilon: float = key(1.0e-5, "2.2.0", "layer norms' epsilon")
+    nonlinearity: str = key("gelu", "2.2.0", 'FFN activation')
+    pooler_nonlinearity: Optional[str] = key(None, "2.2.0", 'pooler activation; None: nonlinearity')
+    dropout_rate: float = key(0.1, "2.2.0", 'attention-output and FFN dropout')
+    attention_dropout_rate: float = key(0.0, "2.2.0", 'attention-probability dropout')
+    embedding_dropout_rate: float = key(0.0, "2.2.0", 'dropout after the embeddings')
+    attention_module: str = key("aiayn_attention", "2.2.0", 'aiayn_attention or multiquery_attention (see extra_attention_params)')
+    extra_attention_params: dict = key({}, "2.2.0", 'num_kv_groups of multiquery_attention')
+    attention_type: str = key("scaled_dot_product", "2.2.0", 'scaled_dot_product divides q by sqrt(head width)')
+    attention_softmax_fp32: bool = key(True, "2.2.0", 'softmax in float32 under mixed precision')
+    use_projection_bias_in_attention: bool = key(True, "2.2.0", 'q/k/v biases')
+    use_ffn_bias_in_attention: bool = key(True, "2.2.0", 'attention output bias')
+    use_ffn_bias: bool = key(True, "2.2.0", 'FFN and pooler biases')
+    norm_first: bool = key(True, "2.2.0", 'pre-norm blocks (post-norm when false)')
+    use_final_layer_norm: bool = key(True, "2.2.0", 'a layer norm after the last block')
+    position_embedding_type: Optional[str] = key("learned", "2.2.0", "learned, or None (the vendor's fixed sin-cos is refused here)")
+    interpolate_position_embedding: Optional[dict] = key(None, "2.4.0", "the vendor's position interpolation; refused here (null only)")
+    use_conv_patchified_embedding: bool = key(False, "2.2.0", 'a Conv2d patch projection; else a Linear over (row, column, channel)')
+    prepend_cls_token: bool = key(True, "2.2.0", "a learned cls token first (its position row is the table's last)")
+    use_post_embed_layer_norm: bool = key(False, "2.2.0", 'a layer norm after the embeddings')
+    use_embed_proj_bias: bool = key(True, "2.2.0", "the patch projection's bias")
+    use_encoder_pooler_layer: bool = key(False, "2.2.0", "a dense + activation pooler on the first token; else the first token's state")
+    use_masked_patches: bool = key(False, "2.4.0", 'a mask_token replacing masked patches (DINOv2)')
+    initializer_range: float = key(0.02, "2.2.0", 'std of the default truncated normal (cut at two std)')
+    default_initializer: Initializer = key(None, "2.2.0", "None: truncated normal of initializer_range (classifier, fallback)")
+    attention_initializer: Initializer = key(None, "2.2.0", 'None: default_initializer')
+    ffn_initializer: Initializer = key(None, "2.2.0", 'None: default_initializer')
+    pooler_initializer: Initializer = key(None, "2.2.0", 'None: default_initializer')
+    projection_initializer: Initializer = key(None, "2.2.0", 'None: truncated normal of initializer_range')
+    position_embedding_initializer: Initializer = key(None, "2.2.0", 'None: truncated normal of initializer_range')
+    cls_token_initializer: Initializer = key(None, "2.3.1", 'None: truncated normal of initializer_range')
+    image_layer_idx: Optional[int] = key(None, "2.3.0", 'the layer whose features a multimodal model takes (negative from the end)')
+    layerscale_value: Optional[float] = key(None, "2.3.1", 'per-channel residual-branch scales starting at this value; None: none')
+    stochastic_depth_drop_prob: float = key(0.0, "2.3.1", "residual-branch drop probability while training (last layer's, with linear)")
+    stochastic_depth_drop_prob_schedule: str = key("linear", "2.3.1", 'linear (0 .. p over the layers) or constant')
+    stochastic_depth_mode: str = key("batch", "2.3.1", 'batch (one draw per batch) or row (per sample)')
 
     def __post_init__(self) -> None:
         """Every check once, naming its key (ValueError: the registry words it as a params error)."""
@@ -133,14 +139,12 @@ class ViTModelConfig:
 class VisionTransformerConfig(ViTModelConfig):
     """``model.name: vision_transformer``: the trunk, a linear classifier on the pooled state, cross entropy."""
 
-    num_classes: int = 2
-    attention_dropout_rate: float = 0.1
-    use_bias_in_output: bool = True
-    use_dinov2_classifier: bool = False
-    """Classify the cls token concatenated with the patch tokens' mean."""
-    freeze: Optional[list] = None
-    """Regular expressions; parameters whose names match one are not trained."""
-    compute_eval_metrics: bool = True
+    num_classes: int = key(2, "2.2.0", 'classes')
+    attention_dropout_rate: float = key(0.1, "2.2.0", 'attention-probability dropout')
+    use_bias_in_output: bool = key(True, "2.2.0", "the classifier's bias")
+    use_dinov2_classifier: bool = key(False, "2.3.1", "classify the cls token with the patch tokens' mean")
+    freeze: Optional[list] = key(None, "2.4.3", 'regular expressions; matching parameters are not trained')
+    compute_eval_metrics: bool = key(True, "2.2.0", 'eval/accuracy_cls in eval')
 
     def __post_init__(self) -> None:
         super().__post_init__()

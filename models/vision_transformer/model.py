@@ -8,7 +8,6 @@ Checkpoint keys are the vendor's: ``model.vit_model.*`` (the trunk), ``model.cla
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import re
 import typing
 
@@ -19,7 +18,7 @@ from cs_run.metrics import AccuracyMetric
 from cs_run.models.vision_transformer.config import VisionTransformerConfig
 from cs_run.models.vision_transformer.trunk import ViTModel, _Dense
 
-__all__ = ["ViTClassificationModel", "ViTClassificationWrapperModel", "build_model"]
+__all__ = ["ViTClassificationModel", "ViTClassificationWrapperModel", "build", "build_model"]
 
 
 class ViTClassificationModel(nn.Module):
@@ -75,15 +74,12 @@ def _freeze(model: nn.Module, patterns: list) -> None:
             param.requires_grad_(False)
 
 
+def build(config: VisionTransformerConfig) -> ViTClassificationWrapperModel:
+    """Builder of ``model.name: vision_transformer`` (ModelSpec.builder): the model of one config object."""
+    return ViTClassificationWrapperModel(config)
+
+
 def build_model(**keys: typing.Any) -> ViTClassificationWrapperModel:
-    """Model function of ``model.name: vision_transformer``; its parameters (the fields of
-    :class:`VisionTransformerConfig`) are the valid ``model:`` keys."""
-    return ViTClassificationWrapperModel(VisionTransformerConfig(**keys))
-
-
-_HINTS = typing.get_type_hints(VisionTransformerConfig)
-build_model.__signature__ = inspect.Signature([
-    inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=_HINTS[f.name],
-                      default=f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
-    for f in dataclasses.fields(VisionTransformerConfig)], return_annotation=ViTClassificationWrapperModel)
-build_model.__annotations__ = {f.name: _HINTS[f.name] for f in dataclasses.fields(VisionTransformerConfig)}
+    """Model function of ``model.name: vision_transformer``: the ``model:`` keys (checked against
+    :class:`VisionTransformerConfig`, their schema) as a config, built."""
+    return build(VisionTransformerConfig(**keys))
