@@ -46,6 +46,8 @@ OPTIONAL_PACKAGES = {
     "hdf5plugin": ("hdf5plugin", "vendor"),
     "zlib_ng": ("zlib-ng", "fast-crc"),
     "lm_eval": ("lm-eval", "eval"),
+    "PIL": ("pillow", "vision"),
+    "torchvision": ("torchvision", "vision"),
 }
 """Optional import name -> (pip package, the setup.cfg extra that installs it), for the one-line error
 of a missing one (tests/test_packaging.py checks it against setup.cfg)."""

@@ -171,6 +171,7 @@ def config_table(config_class: type) -> str:
     hints = typing.get_type_hints(config_class)
     rows = ["| key | type | default | since | meaning |", "|---|---|---|---|---|"]
     for name, f in config_fields(config_class).items():
-        rows.append(f"| `{name}` | `{_type_text(hints[name])}` | `{f.default!r}` | {f.metadata.get('since', '')} "
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # a list's copy
+        rows.append(f"| `{name}` | `{_type_text(hints[name])}` | `{default!r}` | {f.metadata.get('since', '')} "
                     f"| {f.metadata.get('doc', '')} |")
     return "\n".join(rows) + "\n"

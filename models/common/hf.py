@@ -226,7 +226,7 @@ def _check_header(found: dict[str, tuple], keys: dict, to_state_dict, where: str
         CheckpointError: one line naming the missing, unused and misshaped tensors and what to fix.
     """
     layers = keys["num_hidden_layers"]
-    in_file = sorted({int(m.group(1)) for name in found if (m := re.search(r"\.(?:h|layers|blocks)\.(\d+)\.", name))})
+    in_file = sorted({int(m.group(1)) for name in found if (m := re.search(r"\.(?:h|layers?|blocks)\.(\d+)\.", name))})
     meta = build({**keys, "num_hidden_layers": min(layers, len(found))}, meta=True)
     expected = {k: tuple(v.shape) for k, v in to_state_dict(meta).items()}
     optional = {}
@@ -343,6 +343,8 @@ class HFAdapter:
     buffers: tuple[str, ...] = HF_BUFFERS  # endings of the HF buffers a file may hold beside the weights
     label: str = ""  # the family, in what is said of its folder ("GPT-2"); empty: "model"
     what: str = "model"  # what a checkpoint that does not fit the params is said not to match
+    # the params file --from hf writes (model keys, HF folder, checkpoint) -> text; None: runnable_params (GPT data)
+    params_text: Optional[Callable[[dict, Path, Path], str]] = None
 
     def from_hf(self, hf_dir: str | Path, dst: str | Path, params_out: Optional[str | Path] = None) -> tuple[Path, Path]:
         """``--from hf``: the checkpoint ``dst`` of an HF folder and, beside it (or at ``params_out``), a
@@ -351,7 +353,7 @@ class HFAdapter:
         keys, model = self.read(hf_dir)
         params_out = Path(params_out) if params_out else dst.with_suffix(".yaml")
         save({"model": model.state_dict()}, str(dst))
-        text = runnable_params(keys, hf_dir, dst)
+        text = (self.params_text or runnable_params)(keys, hf_dir, dst)
         with atomic_path(str(params_out)) as tmp:
             Path(tmp).write_text(text)
         return dst, params_out
