@@ -206,7 +206,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("entry points", ("cs_run.__main__", "cs_run.examples")),
     ("front ends", ("cs_run", "cs_run.frontends")),
     ("runners", ("cs_run.runners",)),
-    ("models", ("cs_run.models",)),
+    ("models", ("cs_run.models", "cs_run.data")),
     ("cstorch API", ("cs_run.tracing", "cs_run.utils", "cs_run.backend", "cs_run.distributed", "cs_run.amp",
                      "cs_run.metrics", "cs_run.saving", "cs_run.experimental", "cs_run.sparse")),
     ("engine", ("cs_run.engine",)),
