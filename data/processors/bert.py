@@ -154,8 +154,8 @@ class BertCSVDynamicMaskDataset(IterableDataset):
             self.files.append((path, min(rows, left)))
             left -= rows
         self.batch_size, self.drop_last = batch_size, drop_last
-        self.vocab, self.vocab_size, self.oov_id = build_vocab(vocab_file, do_lower, oov_token)
-        case = str.lower if do_lower else str
+        case = str.lower if do_lower else str  # do_lower: the special tokens are lowercased too
+        self.vocab, self.vocab_size, self.oov_id = build_vocab(vocab_file, do_lower, case(oov_token))
         self.do_lower = do_lower
         self.exclude = [case(t) for t in exclude_from_masking]
         self.mask_id = self.vocab.get(case(mask_token), self.oov_id)

@@ -82,7 +82,7 @@ def test_csv_batches_are_the_rows_with_vendor_masking(tmp_path):
 def test_csv_without_nsp_reads_tokens_only_and_scales_mlm_loss(tmp_path):
     rows = _rows()
     _write_csv(tmp_path / "d", rows, fields=("tokens",))
-    batch = next(iter(_csv_loader(tmp_path, disable_nsp=True, dynamic_mlm_scale=True)))
+    batch = next(iter(_csv_loader(tmp_path, disable_nsp=True, dynamic_mlm_scale=True, do_lower=True)))
     assert "token_type_ids" not in batch and "next_sentence_label" not in batch
     assert torch.allclose(batch["mlm_loss_scale"], 3 / batch["masked_lm_mask"].sum().float().expand(3, 1))
 
