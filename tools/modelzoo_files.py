@@ -9,6 +9,11 @@ tallies the first ``Error:`` line of every file::
     cs-run data preprocess --stdlib -o /tmp/mz/shards --max_seq_length 64 --vocab_size 512 --eval_fraction 0.1
     python tools/modelzoo_files.py --shards /tmp/mz/shards --out /tmp/mz/run [--command train] [--device CSX]
 
+bert's files read CSV data (BertCSVDynamicMaskDataProcessor; a vocab_file moves to --shards/vocab.txt and
+max_predictions_per_seq to 10): ``--write-bert-csv`` writes random word-piece pairs in the vendor's layout::
+
+    python tools/modelzoo_files.py --shards /tmp/mz/bert --write-bert-csv --match nlp/bert/configs/ --command train
+
 ``--tag`` takes any release (older ones keep their files under ``transformers/pytorch/<family>/``);
 ``--name-from-folder`` names the model of a file without ``model.name`` by its family folder, as the
 vendor's per-family ``run.py`` does. ``--json FILE`` writes every file's result; the table printed
@@ -37,11 +42,13 @@ from cs_run._yaml import parse as parse_yaml
 
 MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
 FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
-            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt")
-"""Decoder LM families (models/nlp/<family>/...); encoders (bert, t5, transformer, ...) are left out."""
+            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert")
+"""Model families (models/nlp/<family>/...): the decoder LMs and bert (its pretraining files and its heads'
+files, the heads' data not read yet); t5, transformer, ... are left out."""
 
 MODEL_SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "filter_size": 128, "vocab_size": 512,
                "max_position_embeddings": 64, "rotary_dim": 16}
+MAX_PREDICTIONS = 10  # bert's max_predictions_per_seq: 15% of the 64-token sequence
 KV_GROUPS = 2
 SINK_TOKENS = 4
 BATCH_SIZE = 4
@@ -101,6 +108,10 @@ def _shrink_input(section: dict, data_dir: str) -> None:
         section["max_sequence_length"] = MODEL_SIZES["max_position_embeddings"]
     if section.get("vocab_size") is not None:
         section["vocab_size"] = MODEL_SIZES["vocab_size"]
+    if section.get("max_predictions_per_seq") is not None:
+        section["max_predictions_per_seq"] = MAX_PREDICTIONS
+    if section.get("vocab_file") is not None:  # bert's CSV data: the word pieces of --shards (write_bert_csv)
+        section["vocab_file"] = str(Path(data_dir).parent / "vocab.txt")
     for transform in section.get("data_transforms") or ():
         if isinstance(transform, dict) and transform.get("name") == "add_sink_tokens":
             # sizes: the sinks fit the shrunk sequence (shards of max_position_embeddings - SINK_TOKENS
@@ -192,6 +203,31 @@ def shrink(raw: dict, shards: Path, model_dir: Path, stub: bool = False) -> dict
     return raw
 
 
+def write_bert_csv(out: Path, rows: int = 64, seed: int = 0) -> None:
+    """BERT CSV data in the layout of the Model Zoo's create_csv.py (Release 2.10 lines 224-273, 320-326):
+    ``train/`` and ``val/`` with ``meta.dat`` and a CSV of ``tokens``, ``segment_ids``, ``is_random_next``
+    (sentence pairs of random word pieces, at most 64 tokens), and ``vocab.txt`` of 512 word pieces."""
+    import csv  # noqa: PLC0415 - only this mode writes CSV
+    import random  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words = specials + [f"w{i}" if i % 4 else f"##p{i}" for i in range(MODEL_SIZES["vocab_size"] - len(specials))]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "vocab.txt").write_text("\n".join(words) + "\n")
+    for split in ("train", "val"):
+        (out / split).mkdir(exist_ok=True)
+        with open(out / split / "part_0.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=["tokens", "segment_ids", "is_random_next"])
+            writer.writeheader()
+            for _ in range(rows):
+                a, b = rng.randint(4, 30), rng.randint(4, 29)
+                tokens = ["[CLS]", *rng.choices(words[5:], k=a), "[SEP]", *rng.choices(words[5:], k=b), "[SEP]"]
+                writer.writerow({"tokens": str(tokens), "segment_ids": str([0] * (a + 2) + [1] * (b + 1)),
+                                 "is_random_next": rng.randint(0, 1)})
+        (out / split / "meta.dat").write_text(f"part_0.csv {rows}\n")
+
+
 def first_error(output: str, rc: int) -> str:
     """The first ``Error:`` line, or a traceback's last line, or ``ok``."""
     for line in output.splitlines():
@@ -279,7 +315,11 @@ def main() -> int:
     parser.add_argument("--name-from-folder", action="store_true",
                         help="give a file without model.name its family's name, as the vendor's run.py does")
     parser.add_argument("--in-process", action="store_true", help="run every file in this process, one at a time")
+    parser.add_argument("--write-bert-csv", action="store_true",
+                        help="first write BERT CSV data (train/, val/, vocab.txt) to --shards (for --match bert/)")
     args = parser.parse_args()
+    if args.write_bert_csv:
+        write_bert_csv(Path(args.shards))
     jobs = [(name, tag) for tag in (args.tag or ["Release_2.10.0"]) for name in decoder_files(tag, args.mirror)
             if args.match in name]
     if args.in_process:
