@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from cs_run.errors import ParamsError
+from cs_run.models.common.family import LM_DATA_PROCESSORS
 from cs_run.models.common.keys_doc import models_markdown
 from cs_run.registry import check_model_keys, get_model_spec, registered_models, resolve_object
 
 ROOT = Path(__file__).resolve().parents[2]
-FAMILIES = [n for n in registered_models() if n not in ("fc_mnist", "vision_transformer")]  # the decoders
+FAMILIES = [n for n in registered_models() if get_model_spec(n).data_processors == LM_DATA_PROCESSORS]  # the decoders
 TINY = dict(num_hidden_layers=2, hidden_size=32, num_heads=4, filter_size=64, vocab_size=97, max_position_embeddings=32,
             rotary_dim=4, dropout_rate=0.0, attention_dropout_rate=0.0)
 RELEASE = re.compile(r"^[12]\.\d+\.\d+$")
