@@ -32,9 +32,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from cs_run.metrics import MeanMetric
+from cs_run.models.common.family import LM_DATA_PROCESSORS
 from cs_run.models.common.lm import DecoderLMModel
 from cs_run.models.dpo.loss import DPOLoss, DPOLossType
-from cs_run.registry import check_function_keys, get_model_spec, resolve_object
+from cs_run.registry import check_function_keys, get_model_spec, registered_models, resolve_object
 from cs_run.utils.tensorboard import summarize_scalar
 
 __all__ = ["DPOModel", "build_model", "dpo_parameters", "model_defaults", "sequence_logps"]
@@ -74,6 +75,10 @@ def _build_policy(keys: dict) -> DecoderLMModel:
     if name == "dpo":
         raise ValueError("policy_model.name: 'dpo' cannot be its own policy; name a decoder family")
     spec = get_model_spec(name)
+    if not set(spec.data_processors) & set(LM_DATA_PROCESSORS):
+        decoders = [n for n in registered_models() if set(get_model_spec(n).data_processors) & set(LM_DATA_PROCESSORS)]
+        raise ValueError(f"policy_model.name: {name!r} is not a decoder language model; DPO trains one of "
+                         f"{', '.join(decoders)}")
     fn = resolve_object(spec.model_fn, key="model.policy_model.name")
     if spec.defaults_fn:
         resolve_object(spec.defaults_fn, key="model.policy_model.name")(keys)
@@ -84,8 +89,7 @@ def _build_policy(keys: dict) -> DecoderLMModel:
     except (TypeError, ValueError) as e:
         raise ValueError(f"policy_model.{e}") from None
     if not isinstance(policy, DecoderLMModel):
-        raise ValueError(f"policy_model.name: {name!r} is not a decoder language model; DPO trains one of the "
-                         "decoder families (gpt2, gpt3, llama, mistral, mixtral, falcon, ...)")
+        raise ValueError(f"policy_model.name: {name!r} built a {type(policy).__name__}, not a decoder language model")
     return policy
 
 
