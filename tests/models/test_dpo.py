@@ -48,7 +48,7 @@ def _trl_loss(loss_type: str, beta: float, pc, pr, rc, rr, chosen_len, rejected_
     """trl's DPOTrainer loss (trl 1.16 ``_compute_loss``) on given summed log-probs: its method run with the
     attributes it reads, a stand-in model whose per-token log-probs sum to ``pc``/``pr`` and the reference's
     log-probs given as precomputed (``ref_chosen_logps``), as trl takes them with ``precompute_ref_logps``."""
-    from trl import DPOTrainer  # noqa: PLC0415 (a test reference, imported with it)
+    DPOTrainer = pytest.importorskip("trl").DPOTrainer  # noqa: N806 (the test extra's reference, as peft is)
 
     b, length = pc.shape[0], 12
     completion = torch.zeros(2 * b, length, dtype=pc.dtype)
@@ -107,6 +107,8 @@ def test_dpop_and_reference_free_follow_the_vendors_formulas_by_hand():
 
 
 def test_the_processor_reads_the_token_generators_rows_and_labels_are_the_shifted_tokens(tmp_path):
+    """The shards are the vendor's layout (Release_2.10.0 data_preparation/data_preprocessing/dpo_token_generator.py
+    lines 428-501, see dpo_helpers); one pair is checked against that generator's rule written out by hand."""
     from cs_run.data.processors.dpo import FEATURES, build_dataloader  # noqa: PLC0415 (h5py loads with it)
 
     write_dpo_shards(tmp_path / "train", pairs=3, seed=4)
