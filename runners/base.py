@@ -257,6 +257,7 @@ class PyTorchBaseRunner(RunnerHooks):
         if self.strategy.writes:  # now, not earlier: a run refused before its first step keeps the previous run's
             save_params(self.params, self.model_dir)
         self.model.train()
+        pop_summarized_scalars()  # a model's scalars summarized outside this run's steps are not this run's
         self._rate = RateMeter(window=rc.log_steps or budget.steps)
         self._compile_reported = False
         self._rate.start()

@@ -228,8 +228,12 @@ def test_the_release_dpo_params_train_10_steps_as_computed_by_hand(recipe):
     """Every pair of the shard is in each batch (4 pairs, batch 4): the fixed batch's loss and summaries at
     step k+1 are those of checkpoint_k's policy and reference, by hand, within 1e-6 (the first is ln 2: the
     reference is the policy's copy)."""
+    from cs_run.utils.tensorboard import summarize_scalar  # noqa: PLC0415
+
+    summarize_scalar("stale_scalar", 1.0)  # summarized before the run (another model's forward): not the run's
     model_dir = _train(recipe, "cpu")
     train = read_scalars(model_dir / "train")
+    assert "stale_scalar" not in train
     losses = [v for _, v in train["loss"]]
     assert len(losses) == 10 and all(math.isfinite(v) for v in losses)
     assert losses[-1] < losses[0] and abs(losses[0] - math.log(2)) < 1e-6
@@ -323,3 +327,54 @@ def test_bad_dpo_params_are_one_error_line_naming_the_key(recipe, name, setting,
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert re.fullmatch(r"Error: " + message + r".*", lines[0]), lines[0]
     assert not list((recipe / f"bad_{name}").glob("checkpoint_*"))
+
+
+# ----------------------------------------------------------------------------------------------- the model
+
+
+def _tiny_dpo(dpo: dict, dropout: float = 0.0):
+    from cs_run.models.dpo.model import build_model  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    policy = dict(POLICY, name="mistral", dropout_rate=dropout, attention_dropout_rate=dropout)
+    return build_model(policy_model=policy, dpo=dpo)
+
+
+@pytest.mark.parametrize("loss_type", ["sigmoid", "hinge", "ipo", "dpop"])
+def test_each_loss_type_of_the_model_is_its_formula_on_log_probs_by_hand(tmp_path, loss_type):
+    """A policy moved off its reference: the model's loss is the vendor's formula on each answer's log-prob by
+    hand (log-softmax at the labels under the mask, summed; averaged over the mask for ipo), in float32."""
+    model = _tiny_dpo({"beta": 0.5, "loss_type": loss_type}).train()
+    with torch.no_grad():
+        for p in model.policy_model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    write_dpo_shards(tmp_path / "train", pairs=4, seed=3)
+    batch = _batch(tmp_path / "train")
+    logps = {}
+    for role, lm in (("policy", model.policy_model), ("ref", model.ref_model)):
+        for side in ("chosen", "rejected"):
+            mask = batch[f"{side}_attention_mask"].double()
+            logits = lm.model(batch[f"{side}_input_ids"]).detach().double()
+            picked = torch.log_softmax(logits, -1).gather(-1, batch[f"{side}_labels"].long().unsqueeze(-1)).squeeze(-1)
+            total = (picked * mask).sum(-1)
+            logps[role, side] = (total / mask.sum(-1) if loss_type == "ipo" else total).tolist()
+    beta, expected = 0.5, []
+    for pc, pr, rc, rr in zip(*(logps[k] for k in (("policy", "chosen"), ("policy", "rejected"), ("ref", "chosen"),
+                                                   ("ref", "rejected")))):
+        h = (pc - pr) - (rc - rr)
+        expected.append({"sigmoid": math.log1p(math.exp(-beta * h)), "hinge": max(0.0, 1 - beta * h),
+                         "ipo": (h - 1 / (2 * beta)) ** 2,
+                         "dpop": math.log1p(math.exp(-beta * (h - 5.0 * max(0.0, rc - pc))))}[loss_type])
+    got = float(model(batch).detach())
+    assert abs(got - sum(expected) / 4) < 1e-5 * max(1.0, abs(got))
+
+
+def test_the_reference_is_frozen_in_eval_mode_and_dropout_follows_disable_dropout():
+    dropouts = lambda module: {m.p for m in module.modules() if isinstance(m, torch.nn.Dropout)}  # noqa: E731
+    off = _tiny_dpo({}, dropout=0.3).train()
+    assert dropouts(off.policy_model) == dropouts(off.ref_model) == {0.0}
+    on = _tiny_dpo({"disable_dropout": False}, dropout=0.3).train()
+    assert 0.3 in dropouts(on.policy_model) and on.policy_model.training
+    assert not on.ref_model.training and not any(p.requires_grad for p in on.ref_model.parameters())
+    free = _tiny_dpo({"reference_free": True})
+    assert free.ref_model is None and not any(k.startswith("ref_model.") for k in free.state_dict())
