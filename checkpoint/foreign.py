@@ -26,7 +26,7 @@ from cs_run.checkpoint.atomic import atomic_path
 from cs_run.checkpoint.placement import finish_tensor
 from cs_run.checkpoint.reader import one_line
 from cs_run.checkpoint.spec import check_tree, numpy_dtype
-from cs_run.checkpoint.tree import flatten, unflatten
+from cs_run.checkpoint.tree import flatten, map_leaves, unflatten
 from cs_run.errors import CheckpointError, ParamsError
 
 __all__ = ["FORMATS", "format_for_path", "info_foreign", "load_foreign", "save_safetensors", "save_torch"]
@@ -133,18 +133,6 @@ def _load_safetensors(path: str) -> Any:
     return unflatten(doc["tree"], values)
 
 
-def _map_leaves(obj: Any, fn: Any) -> Any:
-    """``obj`` with every non-container leaf replaced by ``fn(leaf)`` (containers and their types kept)."""
-    if type(obj) in (dict, collections.OrderedDict):
-        out = type(obj)((k, _map_leaves(v, fn)) for k, v in obj.items())
-        if hasattr(obj, "_metadata"):
-            out._metadata = obj._metadata  # type: ignore[attr-defined]
-        return out
-    if type(obj) in (list, tuple):
-        return type(obj)(_map_leaves(v, fn) for v in obj)
-    return fn(obj)
-
-
 def _numpy_to_tagged(value: Any) -> Any:
     if isinstance(value, (np.ndarray, np.generic)):
         arr = np.asarray(value)
@@ -169,17 +157,7 @@ def _tagged_to_numpy(path: str, node: Any) -> Any:
 
 def _untag(path: str, obj: Any) -> Any:
     """Numpy values a cs-run torch file holds as tagged dicts, back as numpy values."""
-    if type(obj) in (dict, collections.OrderedDict):
-        value = _tagged_to_numpy(path, obj)
-        if value is not None:
-            return value
-        out = type(obj)((k, _untag(path, v)) for k, v in obj.items())
-        if hasattr(obj, "_metadata"):
-            out._metadata = obj._metadata  # type: ignore[attr-defined]
-        return out
-    if type(obj) in (list, tuple):
-        return type(obj)(_untag(path, v) for v in obj)
-    return obj
+    return map_leaves(obj, lambda leaf, _: leaf, plain=True, replace=lambda node: _tagged_to_numpy(path, node))
 
 
 def load_foreign(path: str, kind: str, map_location: Any = None, allow_pickle: bool = False) -> Any:
@@ -233,7 +211,7 @@ def save_torch(obj: Any, path: str) -> None:
     reads: numpy values are tagged (see the module doc); pickled objects are refused by key."""
     _, leaves = flatten(obj)  # raises naming the key of anything that would need pickle
     if any(leaf.kind in ("ndarray", "npscalar") for leaf in leaves):
-        obj = _map_leaves(obj, _numpy_to_tagged)
+        obj = map_leaves(obj, lambda leaf, _: _numpy_to_tagged(leaf), plain=True)
     sink = _WriteErrors()
     try:
         with atomic_path(path) as tmp, open(tmp, "wb") as fh:

@@ -10,8 +10,10 @@ HDF5 reads or anyone allocates.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,21 @@ def _refuse(path: str, key: str, what: str) -> CheckpointError:
         f"checkpoint '{path}': key '{key}' is {what}; cs-run reads only data stored inside the checkpoint "
         "file, so it refuses this file (re-save the checkpoint from a trusted copy)"
     )
+
+
+@contextlib.contextmanager
+def _unreadable(path: str, what: str) -> Iterator[None]:
+    """Any error inside but a CheckpointError becomes "``what`` is unreadable" with the first line of its
+    message (h5py's span several): a damaged object header or attribute fails deep in HDF5."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except Exception as err:
+        msg = str(err).strip().splitlines()
+        raise CheckpointError(
+            f"checkpoint '{path}' is corrupted: {what} is unreadable ({msg[0] if msg else err!r})"
+        ) from err
 
 
 def root_links(f: Any) -> dict[bytes, tuple[int, int]]:
@@ -68,7 +85,7 @@ def open_dataset(path: str, f: Any, links: dict, name: str, key: str, file_size:
     from h5py import h5d, h5o
 
     raw = _link(path, links, name, key)
-    try:
+    with _unreadable(path, f"dataset of key '{key}'"):
         oid = h5o.open(f.id, raw)
         if not isinstance(oid, h5d.DatasetID):
             raise CheckpointError(f"checkpoint '{path}' is corrupted: key '{key}' names a group, not a dataset")
@@ -102,13 +119,6 @@ def open_dataset(path: str, f: Any, links: dict, name: str, key: str, file_size:
         elif layout != h5d.COMPACT:
             raise _refuse(path, key, f"stored with HDF5 layout {layout}")
         return ds
-    except CheckpointError:
-        raise
-    except Exception as err:
-        msg = str(err).strip().splitlines()
-        raise CheckpointError(
-            f"checkpoint '{path}' is corrupted: dataset of key '{key}' is unreadable ({msg[0] if msg else err!r})"
-        ) from err
 
 
 def attr_value(path: str, obj: Any, name: str, limit: int, default: Any = None) -> Any:
@@ -117,7 +127,7 @@ def attr_value(path: str, obj: Any, name: str, limit: int, default: Any = None) 
     from h5py import h5a
 
     raw = name.encode()
-    try:
+    with _unreadable(path, f"attribute {name}"):
         if not h5a.exists(obj.id, raw):
             return default
         attr = h5a.open(obj.id, raw)
@@ -125,13 +135,6 @@ def attr_value(path: str, obj: Any, name: str, limit: int, default: Any = None) 
         if math.prod(shape) * attr.dtype.itemsize > limit:
             raise CheckpointError(f"checkpoint '{path}' is corrupted: attribute {name} claims {shape} items")
         return obj.attrs[name]
-    except CheckpointError:
-        raise
-    except Exception as err:
-        msg = str(err).strip().splitlines()
-        raise CheckpointError(
-            f"checkpoint '{path}' is corrupted: attribute {name} is unreadable ({msg[0] if msg else err!r})"
-        ) from err
 
 
 _PREFIX = struct.Struct("<BBHI I")

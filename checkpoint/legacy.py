@@ -34,7 +34,7 @@ from cs_run._torch_compat import PYTREE_PICKLED_LEAVES, PYTREE_PICKLED_NODES
 from cs_run.checkpoint import h5_checks
 from cs_run.checkpoint.format import TORCH_DTYPES
 from cs_run.checkpoint.spec import check_tree
-from cs_run.checkpoint.tree import encode_key
+from cs_run.checkpoint.tree import encode_key, spec_tree
 from cs_run.errors import CheckpointError
 
 __all__ = ["LEGACY_MAX_VERSION", "describe", "is_legacy"]
@@ -121,17 +121,15 @@ def is_legacy(path: str, f: Any, links: dict) -> bool:
         raise CheckpointError(f"checkpoint '{path}' is corrupted: object {first!r} is unreadable") from err
 
 
-def _spec_tree(node: _SpecStub, keys: list[str], scope: tuple) -> Any:
-    """Our structure tree from a TreeSpec stand-in; appends each leaf's flattened key to ``keys``."""
+def _spec_parts(node: _SpecStub, scope: tuple) -> tuple[str, list | None, list] | None:
+    """:func:`~cs_run.checkpoint.tree.spec_tree`'s view of a TreeSpec stand-in node."""
     if node.is_leaf:
-        keys.append(".".join(scope))
-        return len(keys) - 1
+        return None
     tp, context, children = node.parts()
     if tp in (dict, collections.OrderedDict):
-        items = [[encode_key(k, "spec"), _spec_tree(c, keys, scope + (str(k),))] for k, c in zip(context, children)]
-        return {"dict" if tp is dict else "odict": items}
+        return "dict" if tp is dict else "odict", list(context), children
     if tp in (list, tuple):
-        return {tp.__name__: [_spec_tree(c, keys, scope + (str(i),)) for i, c in enumerate(children)]}
+        return tp.__name__, None, children
     raise pickle.UnpicklingError(f"unsupported container {tp!r} in spec")
 
 
@@ -141,8 +139,7 @@ def _read_tree(path: str, f: Any) -> tuple[Any, list[str]]:
         try:
             text = raw.decode() if isinstance(raw, bytes) else str(raw)
             root = _SpecUnpickler(io.BytesIO(bytes.fromhex(text))).load()
-            keys: list[str] = []
-            return _spec_tree(root, keys, ()), keys
+            return spec_tree(root, _spec_parts, lambda k: encode_key(k, "spec"))
         except Exception as err:  # noqa: BLE001 - fall back to the flat key listing
             logger.warning("checkpoint %s: cannot read its __spec__ (%s); returning a flat dict", path, err)
     keys = [unquote(name) for name in f]

@@ -18,7 +18,7 @@ from cs_run.checkpoint import format as fmt
 from cs_run.checkpoint.reader import NotACheckpointError, not_regular
 from cs_run.errors import CheckpointError
 
-__all__ = ["FORMAT", "INDEX", "VERSION", "check_index", "is_sharded", "key_of", "read_index", "rows_of", "shard_name"]
+__all__ = ["FORMAT", "INDEX", "VERSION", "check_index", "check_regular", "is_sharded", "key_of", "read_index", "rows_of", "shard_name"]
 
 INDEX = "index.json"
 FORMAT = "cs_run.sharded_checkpoint"
@@ -54,6 +54,14 @@ def bad(where: str, what: str) -> CheckpointError:
     return CheckpointError(f"checkpoint '{where}': {what}")
 
 
+def check_regular(path: str, what: str) -> None:
+    """Refuses a ``path`` of the folder (``what``: the index, a shard) that is no regular file: a FIFO would
+    block the open, a device never end."""
+    kind = not_regular(path)
+    if kind is not None:
+        raise bad(path, f"{what} is {kind}, not a regular file; copy the whole folder, or use another checkpoint")
+
+
 def read_index(folder: str | os.PathLike) -> dict:
     """The checked index of a sharded checkpoint folder.
 
@@ -65,9 +73,7 @@ def read_index(folder: str | os.PathLike) -> dict:
     where = os.path.join(folder, INDEX)
     if not os.path.isdir(folder):
         raise NotACheckpointError(f"checkpoint '{folder}' does not exist")
-    what = not_regular(where)
-    if what is not None:
-        raise bad(where, f"the index is {what}, not a regular file; copy the whole folder, or use another checkpoint")
+    check_regular(where, "the index")
     if not os.path.isfile(where):
         raise NotACheckpointError(f"checkpoint '{folder}' is a directory, not a checkpoint file or a sharded "
                                   f"checkpoint's folder (it has no {INDEX})")

@@ -47,7 +47,7 @@ from cs_run.checkpoint import h5
 from cs_run.checkpoint.atomic import TMP_SUFFIX, atomic_path, clean_stale_temps, fsync_path, remove, replace
 from cs_run.checkpoint.crc import Piece, join
 from cs_run.checkpoint.h5 import TargetMismatchError
-from cs_run.checkpoint.reader import H5Source, not_regular, raise_if_damaged
+from cs_run.checkpoint.reader import H5Source, raise_if_damaged
 from cs_run.checkpoint.shard_identity import Identity, check_shard, header_of, new_identity, read_header
 from cs_run.checkpoint.shard_index import (
     FORMAT,
@@ -55,6 +55,7 @@ from cs_run.checkpoint.shard_index import (
     VERSION,
     bad,
     check_index,
+    check_regular,
     is_sharded,
     key_of,
     read_index,
@@ -200,9 +201,7 @@ def save_unsharded_as(state: Any, final: str | os.PathLike, world_size: int,
 def _shard_path(folder: str, index: dict, rank: int) -> str:
     """The path of shard ``rank``: a regular file (a FIFO would block the open, a device never end)."""
     path = os.path.join(folder, index["shards"][rank])
-    what = not_regular(path)
-    if what is not None:
-        raise bad(path, f"the shard is {what}, not a regular file; copy the whole folder, or use another checkpoint")
+    check_regular(path, "the shard")
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint '{folder}': shard '{path}' is missing (the index names "
                               f"{index['world_size']} shards); copy the whole folder, or use another checkpoint")

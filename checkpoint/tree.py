@@ -17,8 +17,8 @@ import torch
 from cs_run.checkpoint.format import torch_dtype_name
 from cs_run.errors import CheckpointError
 
-__all__ = ["Leaf", "UnsupportedValueError", "encode_key", "flatten", "leaf_paths", "map_leaves", "map_tensors", "tree_paths",
-           "unflatten"]
+__all__ = ["Leaf", "UnsupportedValueError", "encode_key", "flatten", "leaf_paths", "map_leaves", "map_tensors", "spec_tree",
+           "tree_paths", "unflatten"]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _NUMPY_KINDS = "biufc"  # bool, int, uint, float, complex: what HDF5 stores natively
@@ -174,21 +174,35 @@ def unflatten(tree: Any, values: list) -> Any:
     raise CheckpointError(f"unknown node in structure spec: {sorted(tree)}")
 
 
+def spec_tree(root: Any, parts: Callable[[Any, tuple], tuple[str, list | None, list] | None],
+              encode: Callable[[Any], Any]) -> tuple[Any, list[str]]:
+    """cs-run's structure tree of another format's structure spec (the vendor's pytree TreeSpec, pickled or
+    JSON), and each leaf's flattened key in flatten order.
+
+    ``parts(node, scope)`` is None for a leaf, else the node's kind ("dict", "odict", "list", "tuple"), its
+    dict keys (None for a sequence) and its children; it raises on a container cs-run does not store.
+    ``encode`` turns a dict key into the spec's encoding (:func:`encode_key`'s form).
+    """
+    keys: list[str] = []
+
+    def walk(node: Any, scope: tuple) -> Any:
+        found = parts(node, scope)
+        if found is None:
+            keys.append(".".join(scope))
+            return len(keys) - 1
+        kind, names, children = found
+        if names is None:
+            return {kind: [walk(c, scope + (str(i),)) for i, c in enumerate(children)]}
+        return {kind: [[encode(k), walk(c, scope + (str(k),))] for k, c in zip(names, children)]}
+
+    return walk(root, ()), keys
+
+
 def leaf_paths(obj: Any) -> dict[tuple, Any]:
-    """path -> leaf for a nested dict/list/tuple (the target of ``load_into``); no validation."""
+    """path -> leaf for a nested dict/list/tuple (the target of ``load_into``; :func:`map_leaves`'
+    containers and paths); no validation."""
     out: dict[tuple, Any] = {}
-
-    def visit(value: Any, path: tuple) -> None:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                visit(v, path + (k,))
-        elif type(value) in (list, tuple):
-            for i, v in enumerate(value):
-                visit(v, path + (i,))
-        else:
-            out[path] = value
-
-    visit(obj, ())
+    map_leaves(obj, lambda leaf, path: out.__setitem__(path, leaf))
     return out
 
 
@@ -211,15 +225,33 @@ def tree_paths(tree: Any) -> dict[int, tuple]:
     return out
 
 
-def map_leaves(tree: Any, fn: Callable[[Any, tuple], Any], path: tuple = ()) -> Any:
+_PLAIN = (dict, collections.OrderedDict, list, tuple)
+
+
+def map_leaves(tree: Any, fn: Callable[[Any, tuple], Any], path: tuple = (), *, plain: bool = False,
+               replace: Callable[[Any], Any] | None = None) -> Any:
     """``tree`` with every leaf (anything but a dict, list or tuple) replaced by ``fn(leaf, key_path)``,
     containers rebuilt in the tree's order (dict order is insertion order, the same on every replica:
-    collectives inside ``fn`` line up)."""
+    collectives inside ``fn`` line up). A namedtuple is a leaf.
+
+    ``plain`` (a torch file's rule): only dict, OrderedDict, list and tuple themselves are containers
+    (a subclass is a leaf), an OrderedDict keeps its ``_metadata`` (a state dict's versions), and
+    ``replace(node)``, when given, is asked first: a result other than None stands for the whole node.
+    """
+    if plain:
+        if type(tree) not in _PLAIN:
+            return fn(tree, path)
+        found = replace(tree) if replace is not None else None
+        if found is not None:
+            return found
+    elif not isinstance(tree, dict) and not (isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields")):
+        return fn(tree, path)
     if isinstance(tree, dict):
-        return type(tree)((k, map_leaves(v, fn, (*path, k))) for k, v in tree.items())
-    if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
-        return type(tree)(map_leaves(v, fn, (*path, i)) for i, v in enumerate(tree))
-    return fn(tree, path)
+        out = type(tree)((k, map_leaves(v, fn, (*path, k), plain=plain, replace=replace)) for k, v in tree.items())
+        if plain and hasattr(tree, "_metadata"):
+            out._metadata = tree._metadata  # type: ignore[attr-defined]
+        return out
+    return type(tree)(map_leaves(v, fn, (*path, i), plain=plain, replace=replace) for i, v in enumerate(tree))
 
 
 def map_tensors(tree: Any, fn: Callable[[torch.Tensor], Any]) -> Any:

@@ -30,7 +30,7 @@ import torch
 
 from cs_run._torch_compat import TREESPEC_PROTOCOL, treespec_json_leaf, treespec_json_node
 from cs_run.checkpoint.atomic import atomic_path
-from cs_run.checkpoint.tree import flatten
+from cs_run.checkpoint.tree import flatten, spec_tree
 from cs_run.errors import CheckpointError
 
 __all__ = ["VENDOR_VERSION", "describe", "is_vendor_format", "save"]
@@ -63,22 +63,20 @@ def _text(value: Any) -> str:
 
 
 # -- reading --------------------------------------------------------------------------------------
-def _tree(path: str, node: dict, scope: tuple, keys: list[str]) -> Any:
-    """cs-run's structure tree from a pytree treespec node; appends leaf keys in flatten order."""
-    kind = node.get("type")
-    children = node.get("children_spec", [])
-    if kind is None:
-        keys.append(".".join(scope))
-        return len(keys) - 1
-    if kind not in _CONTAINERS:
-        raise CheckpointError(f"checkpoint '{path}': container type {kind!r} at '{'.'.join(scope)}' is not "
-                              "supported (dict, OrderedDict, list and tuple are)")
-    if _CONTAINERS[kind] is dict:
-        context = json.loads(node["context"])
-        items = [[_encode_key(k), _tree(path, c, scope + (str(k),), keys)] for k, c in zip(context, children)]
-        return {"dict" if kind == "builtins.dict" else "odict": items}
-    nodes = [_tree(path, c, scope + (str(i),), keys) for i, c in enumerate(children)]
-    return {"list" if kind == "builtins.list" else "tuple": nodes}
+def _tree_parts(path: str) -> Any:
+    """:func:`~cs_run.checkpoint.tree.spec_tree`'s view of a pytree treespec JSON node of file ``path``."""
+    def parts(node: dict, scope: tuple) -> tuple[str, list | None, list] | None:
+        kind = node.get("type")
+        if kind is None:
+            return None
+        if kind not in _CONTAINERS:
+            raise CheckpointError(f"checkpoint '{path}': container type {kind!r} at '{'.'.join(scope)}' is not "
+                                  "supported (dict, OrderedDict, list and tuple are)")
+        children = node.get("children_spec", [])
+        if _CONTAINERS[kind] is dict:
+            return "dict" if kind == "builtins.dict" else "odict", json.loads(node["context"]), children
+        return "list" if kind == "builtins.list" else "tuple", None, children
+    return parts
 
 
 def _encode_key(key: Any) -> Any:
@@ -174,8 +172,7 @@ def describe(path: str, f: Any) -> tuple[Any, list[dict]]:
         if treespec[0] != TREESPEC_PROTOCOL:
             raise CheckpointError(f"checkpoint '{path}': vendor treespec protocol {treespec[0]} (cs-run reads "
                                   f"{TREESPEC_PROTOCOL})")
-        keys: list[str] = []
-        tree = _tree(path, treespec[1], (), keys)
+        tree, keys = spec_tree(treespec[1], _tree_parts(path), _encode_key)
         specs: list[dict] = []
         for key in keys:
             specs.append(_leaf(path, f, key, keys, specs))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Iterator
 
 from cs_run import replicas
-from cs_run.cluster_options import ClusterOptions
+from cs_run.cluster_config import ClusterOptions
 
 __all__ = [
     "ClusterConfig",

@@ -25,9 +25,10 @@ import yaml
 from cs_run import _yaml, vendor_params
 from cs_run._checks import check_value, unknown_key_message
 from cs_run._logging import Note, collecting_notes, defer
-from cs_run.cluster_options import ClusterOptions
+from cs_run.cluster_config import ClusterOptions
 from cs_run.errors import CsRunError, ParamsError
 from cs_run.lora_params import check_lora_params
+from cs_run.parallel import Offload, Sharding
 from cs_run.registry import apply_model_defaults, sections_reading_data_processor
 from cs_run.schedule import MIN_STEPS, check_step_options
 from cs_run.sparsity_params import check_sparsity
@@ -155,7 +156,7 @@ class OptimizerParams:
 
 
 _ENGINE_USES = ("train", "eval", "eval_all", "trace")
-"""The commands a CSX engine flag applies to: every run command (a flag's ``uses``, see cs_run.frontends.options)."""
+"""The commands a CSX engine flag applies to: every run command (a flag's ``uses``, see cs_run.frontends.flags)."""
 
 
 @dataclass
@@ -164,7 +165,7 @@ class RunConfig(ClusterOptions):
 
     The cluster keys (num_csx, python_paths, ...) are :class:`cs_run.distributed.ClusterOptions`'
     fields, embedded. A field whose metadata has ``flag`` is also a ``cs-run`` / run.py flag, and one
-    with ``trainer`` a key of the Trainer's argument of that name (:mod:`cs_run.frontends.options` generates them).
+    with ``trainer`` a key of the Trainer's argument of that name (:mod:`cs_run.frontends.flags` generates them).
     """
 
     model_dir: str = field(default="./model_dir", metadata={"flag": {"short": "-o", "path": "dir"}})
@@ -225,11 +226,11 @@ class RunConfig(ClusterOptions):
     """A custom runner class as ``module:Class`` (a subclass of one of cs-run's runners)."""
     disable_progress_bar: bool = field(default=False, metadata={"trainer": "logging"})
     """Hide the tqdm progress bars (they are hidden anyway when stderr is not a terminal)."""
-    sharding: str = field(default="none", metadata={"choices": ("none", "fsdp"),
+    sharding: str = field(default=Sharding.NONE.value, metadata={"choices": tuple(s.value for s in Sharding),
                                                     "flag": {"uses": ("train", "eval", "eval_all")}})
     """How the num_csx replicas hold the model: none (data parallel: each holds all of it) or fsdp (torch
     FSDP2: parameters, gradients and optimizer state sharded 1/N per replica; CPU and GPU devices)."""
-    offload: str = field(default="none", metadata={"choices": ("none", "cpu"),
+    offload: str = field(default=Offload.NONE.value, metadata={"choices": tuple(o.value for o in Offload),
                                                    "flag": {"uses": ("train", "eval", "eval_all")}})
     """cpu: keep the (sharded) parameters and optimizer state in host memory and copy each block to the
     device for its forward and backward (FSDP2's CPUOffloadPolicy); also with one replica."""

@@ -3,7 +3,9 @@
 A model function takes the ``model`` section's own keys as keyword arguments and returns a
 ``torch.nn.Module`` whose ``forward(batch)`` returns the loss. A data function takes the input
 section's keys plus ``split`` ("train" or "eval") and returns a ``torch.utils.data.DataLoader``.
-Their signatures are the schema of those keys: unknown keys and wrong types are reported by key path.
+A registered family declares its ``model`` keys once, as a config dataclass (:attr:`ModelSpec.config_class`),
+which is their schema; a function's signature is the schema of the keys of a model or data function
+named by ``module:function``. Unknown keys and wrong types are reported by key path.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import inspect
 import logging
 import traceback
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
@@ -22,16 +24,19 @@ from cs_run._frames import is_user_file, own_roots
 from cs_run.errors import CsRunError, ParamsError
 
 __all__ = ["ModelSpec", "register_model", "apply_model_defaults", "get_model_spec", "hf_converter", "resolve_object",
-           "registered_models"]
+           "registered_models", "check_model_keys", "check_config_keys", "check_function_keys"]
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A registered model: how to build it and where its data comes from by default."""
+    """A registered model family (after torchtitan's ModelSpec): its typed config, its builder, its Hugging Face
+    adapter, the data it reads and, later, its tensor-parallel plan. Every part is a ``module:attr`` string,
+    imported only when used, so the registry (a shared-rules module) imports no model code."""
 
     name: str
     model_fn: str
-    """``module:function`` returning the nn.Module (imported only when used)."""
+    """``module:function`` taking the ``model`` keys as keywords and returning the nn.Module: a family's is its
+    builder applied to ``config_class(**keys)``; a ``module:function`` model name is its own."""
     data_fn: Optional[str] = None
     """``module:function`` returning a split's DataLoader."""
     data_processors: tuple = ()
@@ -48,6 +53,16 @@ class ModelSpec:
     Model Zoo's ``set_defaults`` passes model.vocab_size to the data loader): gpt2's data checks token ids."""
     hf_model_types: tuple = ()
     """Hugging Face ``config.json`` ``model_type`` values (beside ``name``) that ``hf_converter`` reads."""
+    config_class: Optional[str] = None
+    """``module:Class``, the family's ``model`` keys declared once as a dataclass (types, defaults, the release
+    that introduced each, their meaning): the params check, the builder and docs/models.md read it. None: the
+    keys of ``model_fn``'s signature."""
+    builder: Optional[str] = None
+    """``module:function`` building the nn.Module from one ``config_class`` object (no keywords)."""
+    parallelize: Optional[str] = None
+    """Where a family's tensor-parallel plan goes: a ``module:function`` that applies it to a built model and
+    returns the model, as torchtitan's ``parallelize_fn`` (model, parallel dims, job config). None for every
+    family today: the run's ``Strategy`` (data parallel, FSDP2) needs no per-family plan."""
 
 
 logger = logging.getLogger(__name__)
@@ -69,10 +84,11 @@ def _discover() -> None:
 
 def register_model(name: str, model_fn: str, data_fn: Optional[str] = None, data_processors: tuple = (),
                    defaults_fn: Optional[str] = None, hf_converter: Optional[str] = None,
-                   input_keys: tuple = (), hf_model_types: tuple = ()) -> None:
-    """Make ``model.name: <name>`` resolve to ``model_fn`` (and ``data_fn`` for its inputs)."""
+                   input_keys: tuple = (), hf_model_types: tuple = (), config_class: Optional[str] = None,
+                   builder: Optional[str] = None, parallelize: Optional[str] = None) -> None:
+    """Make ``model.name: <name>`` resolve to ``model_fn`` (and ``data_fn`` for its inputs); see :class:`ModelSpec`."""
     _MODELS[name] = ModelSpec(name, model_fn, data_fn, tuple(data_processors), defaults_fn, hf_converter,
-                              tuple(input_keys), tuple(hf_model_types))
+                              tuple(input_keys), tuple(hf_model_types), config_class, builder, parallelize)
 
 
 def hf_converter(name: Optional[str], where: str) -> Any:
@@ -214,6 +230,36 @@ def _import_failure(name: str, e: BaseException, where: str) -> Optional[ParamsE
     return ParamsError(f"params: {where}importing {name!r} failed at {filename}:{line}: {text}")
 
 
+def check_model_keys(spec: ModelSpec, values: dict, locate, section_keys: Iterable[str] = ()) -> None:
+    """Validate the ``model`` section's extra keys against the family's config class, or, for a model without
+    one (a ``module:function`` name), against its function's signature."""
+    if spec.config_class:
+        check_config_keys(resolve_object(spec.config_class, key="model.name"), values, "model", locate, section_keys)
+    else:
+        check_function_keys(resolve_object(spec.model_fn, key="model.name"), values, "model", set(), locate,
+                            section_keys)
+
+
+def check_config_keys(config_class: type, values: dict, section: str, locate, section_keys: Iterable[str] = ()) -> None:
+    """Validate a section's extra keys against a config dataclass's fields: names and types (every field has a
+    default). ``section_keys`` are listed with the fields among the valid ones when a key is unknown."""
+    hints = typing.get_type_hints(config_class)
+    _check_keys({f.name: f for f in fields(config_class)}, hints, False, values, section, locate, section_keys)
+
+
+def _check_keys(named: dict, hints: dict, accepts_any: bool, values: dict, section: str, locate,
+                section_keys: Iterable[str]) -> None:
+    """Each key of ``values`` is one of ``named`` (unless ``accepts_any``) and of its type in ``hints``."""
+    for key, value in values.items():
+        key_path = f"{section}.{key}"
+        if key not in named:
+            if accepts_any:
+                continue
+            raise unknown_key_error(key_path, key, list(named) + list(section_keys), locate(key_path))
+        if key in hints and value is not None:
+            check_value(key_path, value, hints[key], where=locate(key_path))
+
+
 def check_function_keys(fn: Callable, values: dict, section: str, reserved: set[str], locate,
                         section_keys: Iterable[str] = ()) -> None:
     """Validate a section's extra keys against ``fn``'s signature: names, required ones, types.
@@ -229,14 +275,7 @@ def check_function_keys(fn: Callable, values: dict, section: str, reserved: set[
         hints = typing.get_type_hints(fn)
     except Exception:  # unresolvable annotations: skip type checks, keep name checks
         hints = {}
-    for key, value in values.items():
-        key_path = f"{section}.{key}"
-        if key not in named:
-            if accepts_any:
-                continue
-            raise unknown_key_error(key_path, key, list(named) + list(section_keys), locate(key_path))
-        if key in hints and value is not None:
-            check_value(key_path, value, hints[key], where=locate(key_path))
+    _check_keys(named, hints, accepts_any, values, section, locate, section_keys)
     for name, p in named.items():
         if p.default is p.empty and name not in values:
             raise ParamsError(f"params: missing required key {section}.{name} "

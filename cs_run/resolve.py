@@ -3,7 +3,8 @@
 :func:`cs_run.params.load_params` only reads and validates; this second step, run the same way by
 every entry point (``cs-run``, the Model Zoo ``run()``, the Trainer: all through
 ``PyTorchBaseRunner.create``), puts ``runconfig.python_paths`` and the params file's folder on
-``sys.path``, imports the model and data functions, checks the data functions' contract and the
+``sys.path``, imports the model and data functions, checks the data functions' contract, the model keys
+against the family's config class (a ``module:function`` model's against its signature), the input
 sections' own keys against the signatures and the optimizer section against its classes, all before
 any of the user's functions is called. Errors name file:line.
 
@@ -27,7 +28,7 @@ from cs_run import optim
 from cs_run.errors import ParamsError
 from cs_run.optim.factory import PARAM_GROUP_KEYS
 from cs_run.params import InputParams, OptimizerParams, Params
-from cs_run.registry import check_function_keys, get_model_spec, resolve_object
+from cs_run.registry import check_function_keys, check_model_keys, get_model_spec, resolve_object
 
 __all__ = ["resolve_params", "apply_python_paths", "model_function", "data_function", "check_data_function",
            "check_optimizer_section"]
@@ -160,8 +161,8 @@ def resolve_params(params: Params, *, model_fn: Optional[Callable] = None,
     data_fns = data_fns or {}
     try:
         if model_fn is None:
-            check_function_keys(model_function(params), params.model.extra, "model", set(), params.where,
-                                _own_keys(params.model))
+            check_model_keys(get_model_spec(params.model.name), params.model.extra, params.where,
+                             _own_keys(params.model))
         for split, name in (("train", "train_input"), ("eval", "eval_input")):
             section = getattr(params, name)
             if section is not None and data_fns.get(split) is None:

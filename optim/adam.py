@@ -55,6 +55,11 @@ class AdamBase(_CoreOptimizer):
     {compliant}
     """
 
+    _weight_decay_is_l2: bool | None = None
+    """What a ``weight_decay`` means: True (:class:`Adam`) an L2 rate, stored as the group's
+    ``l2_regularization_rate`` with its own ``weight_decay`` 0.0, as the vendor stores it; False
+    (:class:`AdamW`) the decoupled decay, with no L2; None (this class) each as given."""
+
     def __init__(
         self,
         params: ParamsT,
@@ -67,9 +72,31 @@ class AdamBase(_CoreOptimizer):
         amsgrad: bool = False,
         maximize: bool = False,
     ) -> None:
+        if self._weight_decay_is_l2:
+            weight_decay, l2_regularization_rate = 0.0, weight_decay
+        elif self._weight_decay_is_l2 is False:
+            l2_regularization_rate = 0.0
         super().__init__(params, _checked_defaults(
             lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, l2_regularization_rate=l2_regularization_rate,
             correct_bias=correct_bias, amsgrad=amsgrad, maximize=maximize))
+
+    def _vendor_groups(self, groups: list[dict[str, Any]]) -> None:
+        """Param groups (a new one's, or a state dict's: the vendor's or torch.optim's) in this class's
+        form: ``weight_decay`` per :attr:`_weight_decay_is_l2`, ``correct_bias`` True where absent."""
+        for group in groups:
+            if self._weight_decay_is_l2:
+                group.setdefault("l2_regularization_rate", group.pop("weight_decay", 0.0))
+                group["weight_decay"] = 0.0
+            elif self._weight_decay_is_l2 is False:
+                group["l2_regularization_rate"] = 0.0
+            group.setdefault("correct_bias", True)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """An Adam group's own ``weight_decay`` means L2, as in the constructor."""
+        if self._weight_decay_is_l2 and "weight_decay" in param_group and "l2_regularization_rate" not in param_group:
+            param_group = dict(param_group)
+            self._vendor_groups([param_group])
+        super().add_param_group(param_group)
 
     def preinitialize(self) -> None:
         for group in self.param_groups:
@@ -104,7 +131,10 @@ class AdamBase(_CoreOptimizer):
                  l2_regularization_rate=group["l2_regularization_rate"])
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Also loads a torch.optim/HuggingFace Adam(W) state: ``step`` becomes ``beta^step``."""
+        """Also loads a torch.optim/HuggingFace Adam(W) state: ``step`` becomes ``beta^step``; the groups
+        are read as :meth:`_vendor_groups` says."""
+        if self._weight_decay_is_l2 is not None:
+            self._vendor_groups(state_dict["param_groups"])
         for index, state in state_dict["state"].items():
             if "step" in state and "beta1_power" not in state:
                 step = float(state.pop("step"))
@@ -123,6 +153,8 @@ class AdamW(AdamBase):
     to torch's ``p *= 1 - lr * weight_decay`` up to rounding).
     """
 
+    _weight_decay_is_l2 = False
+
     def __init__(
         self,
         params: ParamsT,
@@ -134,14 +166,8 @@ class AdamW(AdamBase):
         amsgrad: bool = False,
         maximize: bool = False,
     ) -> None:
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, l2_regularization_rate=0.0,
-                         correct_bias=correct_bias, amsgrad=amsgrad, maximize=maximize)
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        for group in state_dict["param_groups"]:
-            group["l2_regularization_rate"] = 0.0
-            group.setdefault("correct_bias", True)
-        super().load_state_dict(state_dict)
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, correct_bias=correct_bias,
+                         amsgrad=amsgrad, maximize=maximize)
 
 
 class Adam(AdamBase):
@@ -152,6 +178,8 @@ class Adam(AdamBase):
     kept) defaults to True; the vendor's Adam always corrects.
     """
 
+    _weight_decay_is_l2 = True
+
     def __init__(
         self,
         params: ParamsT,
@@ -163,26 +191,8 @@ class Adam(AdamBase):
         maximize: bool = False,
         correct_bias: bool = True,
     ) -> None:
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=0.0, l2_regularization_rate=weight_decay,
-                         correct_bias=correct_bias, amsgrad=amsgrad, maximize=maximize)
-
-    @staticmethod
-    def _l2_from_weight_decay(groups: list[dict[str, Any]]) -> None:
-        for group in groups:
-            group.setdefault("l2_regularization_rate", group.pop("weight_decay", 0.0))
-            group["weight_decay"] = 0.0
-            group.setdefault("correct_bias", True)
-
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        """A group's own ``weight_decay`` means L2 here, as in the constructor."""
-        if "weight_decay" in param_group and "l2_regularization_rate" not in param_group:
-            param_group = dict(param_group)
-            self._l2_from_weight_decay([param_group])
-        super().add_param_group(param_group)
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._l2_from_weight_decay(state_dict["param_groups"])
-        super().load_state_dict(state_dict)
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, correct_bias=correct_bias,
+                         amsgrad=amsgrad, maximize=maximize)
 
 
 AdamBase.__doc__ = _docs.fill(AdamBase.__doc__)

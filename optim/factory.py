@@ -55,14 +55,18 @@ def _did_you_mean(name: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def _unknown_class(where: str, name: Any, table: dict[str, type]) -> ParamsError:
+    """The error for a class name ``table`` (lower-case name -> class) lacks: the known names, a close one."""
+    names = sorted({c.__name__ for c in table.values()}, key=str.lower)
+    return ParamsError(f"{where}: unknown {name!r}; expected one of {', '.join(names)}{_did_you_mean(str(name), names)}")
+
+
 def resolve_optimizer_class(optimizer_type: str, where: str = "optimizer.optimizer_type") -> type[Optimizer]:
     """The Optimizer subclass named ``optimizer_type`` (any case; the latest definition wins)."""
     table = {cls.__name__.lower(): cls for cls in _all_subclasses(Optimizer) if not inspect.isabstract(cls)}
     cls = table.get(str(optimizer_type).lower())
     if cls is None:
-        names = sorted({c.__name__ for c in table.values()}, key=str.lower)
-        raise ParamsError(f"{where}: unknown {optimizer_type!r}; expected one of {', '.join(names)}"
-                          f"{_did_you_mean(str(optimizer_type), names)}")
+        raise _unknown_class(where, optimizer_type, table)
     return cls
 
 
@@ -76,9 +80,7 @@ def resolve_scheduler_class(name: str, where: str = "learning_rate.scheduler") -
     key = str(name).lower()
     cls = table.get(key) or table.get(key + "lr")
     if cls is None:
-        names = sorted({c.__name__ for c in table.values()}, key=str.lower)
-        raise ParamsError(f"{where}: unknown {name!r}; expected one of {', '.join(names)}"
-                          f"{_did_you_mean(str(name), names)}")
+        raise _unknown_class(where, name, table)
     return cls
 
 

@@ -43,6 +43,7 @@ from cs_run.checkpoint import sharded
 from cs_run.checkpoint.atomic import resolve
 from cs_run.checkpoint.files import check_pieces, read_rows
 from cs_run.errors import CheckpointError, CsRunError, ParamsError
+from cs_run.parallel.layout import Offload, Sharding
 from cs_run.parallel.strategy import ReplicaGroup, Strategy, map_tensors
 
 __all__ = ["FullyShardedStrategy", "shard_units"]
@@ -70,10 +71,10 @@ def shard_units(model: torch.nn.Module) -> list[torch.nn.Module]:
 class FullyShardedStrategy(Strategy):
     """FSDP2 over the replicas: each holds 1/N of the parameters, gradients and optimizer state."""
 
-    sharding = "fsdp"
+    sharding = Sharding.FSDP
 
-    def __init__(self, offload: str = "none", param_dtype: Optional[torch.dtype] = None) -> None:
-        self.offload = offload
+    def __init__(self, offload: str = Offload.NONE, param_dtype: Optional[torch.dtype] = None) -> None:
+        self.offload = Offload(offload)
         self.param_dtype = param_dtype
         """bfloat16 when the params ask for it: FSDP2's MixedPrecisionPolicy gathers each block's parameters
         in it and reduce-scatters gradients in float32; the sharded parameters, optimizer state and
@@ -151,7 +152,7 @@ class FullyShardedStrategy(Strategy):
             replicas.join_alone(device.type)
         self._mesh = init_device_mesh(device.type, (dist.get_world_size(),))
         # pin_memory needs an accelerator; on a CPU run the host memory is the device's anyway.
-        policy = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if self.offload == "cpu" else None
+        policy = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if self.offload is Offload.CPU else None
         kwargs: dict[str, Any] = {"mesh": self._mesh, **({"offload_policy": policy} if policy else {})}
         if self.param_dtype is not None:
             kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=self.param_dtype, reduce_dtype=torch.float32)
@@ -160,9 +161,9 @@ class FullyShardedStrategy(Strategy):
             fully_shard(unit, **kwargs)
         fully_shard(model, **kwargs)
         if self._values is not None:
-            self._fill(model, torch.device("cpu") if self.offload == "cpu" else device)
+            self._fill(model, torch.device("cpu") if self.offload is Offload.CPU else device)
         logger.info("sharding: fsdp over %d replica(s), %d block(s) + the model's other parameters%s%s",
-                    dist.get_world_size(), len(units), "; offload: cpu" if self.offload == "cpu" else "",
+                    dist.get_world_size(), len(units), "; offload: cpu" if self.offload is Offload.CPU else "",
                     f"; mixed precision: {_name(self.param_dtype)} parameters, float32 gradient reductions"
                     if self.param_dtype is not None else "")
         return model

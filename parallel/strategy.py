@@ -17,7 +17,7 @@ so the runners, ``cstorch.compile`` and ``cstorch.save`` ask the strategy instea
 
 This class is ``sharding: none``, data parallel: every replica holds the whole model and optimizer
 state, the eager step runs through torch DDP (:func:`cs_run.replicas.replicate`) and the CSX engine
-traces the all-reduce into its graph (``engine/collectives``). ``fsdp`` is :mod:`cs_run.parallel.fsdp`.
+traces the all-reduce into its graph (``engine/replica_sync``). ``fsdp`` is :mod:`cs_run.parallel.fsdp`.
 The process machinery (launch, join, the host group) stays in :mod:`cs_run.replicas`.
 """
 
@@ -33,6 +33,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from cs_run import checkpoint, replicas
 from cs_run.checkpoint.tree import map_tensors
+from cs_run.parallel.layout import Offload, Sharding
 
 __all__ = ["ReplicaGroup", "Strategy", "map_tensors"]
 
@@ -51,8 +52,8 @@ class ReplicaGroup:
 class Strategy:
     """Data parallel (``runconfig.sharding: none``): whole replicas, gradients averaged."""
 
-    sharding = "none"
-    offload = "none"
+    sharding = Sharding.NONE
+    offload = Offload.NONE
 
     # ------------------------------------------------------------------------------- topology
 

@@ -2,8 +2,8 @@
 
 from cs_run.runners._build import build_lr_scheduler as build_lr_scheduler
 from cs_run.runners._build import build_optimizer as build_optimizer
-from cs_run.runners._checkpoints import latest_checkpoint as latest_checkpoint
-from cs_run.runners._options import MODES as MODES
+from cs_run.runners._checkpoint_files import latest_checkpoint as latest_checkpoint
+from cs_run.runners._run_options import MODES as MODES
 from cs_run.runners.base import PyTorchBaseRunner as PyTorchBaseRunner
 from cs_run.runners.cs_runner import PyTorchCSCompiler as PyTorchCSCompiler
 from cs_run.runners.cs_runner import PyTorchCSRunner as PyTorchCSRunner

@@ -18,6 +18,7 @@ from cs_run.lora_params import check_lora_params
 from cs_run.metrics.metric import Metric, MetricSet, discarded_registrations, register_metric
 from cs_run.models.common.lora import apply_lora
 from cs_run.optim.factory import PARAM_GROUP_KEYS
+from cs_run.parallel import DATA_PARALLEL, Layout, Sharding
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params
 from cs_run.resolve import LEARNING_RATE, data_function, model_function, params_error
 from cs_run.runners._step import StepConfig
@@ -156,7 +157,8 @@ def build_optimizer(opt: OptimizerParams, model: torch.nn.Module) -> torch.optim
 
 
 def build_sparsity(params: Params, model: torch.nn.Module,
-                   sparsity_fn: Optional[Callable] = None) -> Optional[sparse.SparsityAlgorithm]:
+                   sparsity_fn: Optional[Callable] = None, layout: Layout = DATA_PARALLEL
+                   ) -> Optional[sparse.SparsityAlgorithm]:
     """The ``sparsity`` section's algorithm (or ``sparsity_fn()``'s, the Trainer's ``sparsity=``) applied to
     the model (masks made, pruned weights zeroed), or None.
 
@@ -164,8 +166,8 @@ def build_sparsity(params: Params, model: torch.nn.Module,
     if params.sparsity is None and sparsity_fn is None:
         return None
     given = "Trainer: sparsity" if sparsity_fn is not None else "params: sparsity"
-    if params.runconfig.sharding != "none":
-        raise ParamsError(f"{given}: sparse weights with runconfig.sharding={params.runconfig.sharding} are "
+    if layout.sharding is not Sharding.NONE:
+        raise ParamsError(f"{given}: sparse weights with runconfig.sharding={layout.sharding} are "
                           f"not supported (the masks are whole tensors); use sharding none{params.where('sparsity')}")
     if sparsity_fn is not None:
         return _apply_given_sparsity(sparsity_fn(), model)

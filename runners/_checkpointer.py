@@ -5,7 +5,7 @@ resolves the start checkpoint once (``start``, one broadcast among replicas), kn
 it (``explicit``), and reads and writes a checkpoint in one place each (:meth:`_read`, :meth:`_write`), so
 how a checkpoint is stored (one file, or each replica its shard) changes there and nowhere else. The file
 format is :mod:`cs_run.checkpoint`'s; the names and listing of model_dir's checkpoints are
-:mod:`cs_run.runners._checkpoints`'.
+:mod:`cs_run.runners._checkpoint_files`'.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from cs_run.checkpoint.atomic import resolve
 from cs_run.checkpoint.h5 import TargetMismatchError
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.lora_params import LORA_SUFFIXES
-from cs_run.runners import _checkpoints, _hf_start
+from cs_run.runners import _checkpoint_files, _hf_start
 from cs_run.runners._rng import capture_rng_state, restore_rng_state
 from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, load_state, replica_state
 
@@ -73,7 +73,7 @@ class Checkpointer:
                 raise ParamsError(f"params: runconfig.checkpoint_path: no such file {path}")
             self.start = path
             return path
-        latest = _checkpoints.latest_checkpoint(runner.model_dir) if runner.options.autoload_checkpoint else None
+        latest = _checkpoint_files.latest_checkpoint(runner.model_dir) if runner.options.autoload_checkpoint else None
         self.start = runner.strategy.broadcast_object(latest)  # every replica resumes from ordinal 0's choice
         return self.start
 
@@ -124,7 +124,7 @@ class Checkpointer:
             return set(self._in_memory[1]["model"])
         if path not in self._stored_model_keys:  # the fit check, the start's states and its load each ask
             try:
-                self._stored_model_keys[path] = _checkpoints.stored_model_keys(path)
+                self._stored_model_keys[path] = _checkpoint_files.stored_model_keys(path)
             except CheckpointError:
                 self._stored_model_keys[path] = None
         return self._stored_model_keys[path]
@@ -134,7 +134,7 @@ class Checkpointer:
         damaged or truncated checkpoints, newest first; an explicit one, or an eval's, is final."""
         if self.explicit or not training:
             return [path]
-        return [path, *(p for _, p in reversed(_checkpoints.list_checkpoints(self._runner.model_dir)) if p != path)]
+        return [path, *(p for _, p in reversed(_checkpoint_files.list_checkpoints(self._runner.model_dir)) if p != path)]
 
     def check_start_fits(self, path: Optional[Path], training: bool) -> Optional[Path]:
         """The checkpoint the run starts from (``path`` or, autoloading, an older fallback), checked against
@@ -147,7 +147,7 @@ class Checkpointer:
         runner = self._runner
         if _hf_start.is_hf_folder(path):  # named by the user: no fallbacks
             self._in_memory = None
-            state = _hf_start.hf_start_state(runner, _checkpoints.given_as(runner.params), path)
+            state = _hf_start.hf_start_state(runner, _checkpoint_files.given_as(runner.params), path)
             _check_same_tensors(path, state["model"], self._target(False, set(state["model"]))["model"])
             self._in_memory = (path, state)
             return path
@@ -157,7 +157,7 @@ class Checkpointer:
                 check_target(candidate, runner.strategy.load_target(target, torch.device("meta")))
                 return candidate
             except TargetMismatchError as e:
-                raise _checkpoints.not_this_models(runner.params, e, autoloaded=not self.explicit,
+                raise _checkpoint_files.not_this_models(runner.params, e, autoloaded=not self.explicit,
                                                    training=training) from None
             except CheckpointError:
                 if self.explicit or not training:
@@ -172,7 +172,7 @@ class Checkpointer:
         wanted = self._wanted_states(path)
         if not training:
             return target
-        held = _checkpoints.stored_states(path)
+        held = _checkpoint_files.stored_states(path)
         if wanted is not None:
             self._check_wanted(wanted, held, path)
             return {k: v for k, v in target.items() if k in wanted}
@@ -191,11 +191,11 @@ class Checkpointer:
         read), oldest first; a damaged one is left to the evaluation, which logs and skips it."""
         runner = self._runner
         target = runner.strategy.load_target(self._target(training=False), torch.device("meta"))
-        for _, path in _checkpoints.list_checkpoints(runner.model_dir):
+        for _, path in _checkpoint_files.list_checkpoints(runner.model_dir):
             try:
                 check_target(path, target)
             except TargetMismatchError as e:
-                raise _checkpoints.not_this_models(runner.params, e, autoloaded=True, every=path) from None
+                raise _checkpoint_files.not_this_models(runner.params, e, autoloaded=True, every=path) from None
             except CheckpointError:
                 continue
 
@@ -230,7 +230,7 @@ class Checkpointer:
                 path = candidate
                 break
             except TargetMismatchError as e:  # an older fallback of another model (run() checked the newest)
-                raise _checkpoints.not_this_models(runner.params, e, autoloaded=not self.explicit) from None
+                raise _checkpoint_files.not_this_models(runner.params, e, autoloaded=not self.explicit) from None
             except CheckpointError as e:
                 if self.explicit:
                     raise
@@ -358,11 +358,11 @@ class Checkpointer:
         to runconfig.max_checkpoints, and the runner's ``on_checkpoint_saved`` hook called."""
         runner = self._runner
         step = runner.global_step
-        path = _checkpoints.checkpoint_path(runner.model_dir, step)
+        path = _checkpoint_files.checkpoint_path(runner.model_dir, step)
         state = self.state()
-        bad = runner.strategy.agree_keys(_checkpoints.nonfinite_keys(state))  # one device-side reduction per checkpoint
+        bad = runner.strategy.agree_keys(_checkpoint_files.nonfinite_keys(state))  # one device-side reduction per checkpoint
         if bad:
-            good = _checkpoints.newest_finite_checkpoint(runner.model_dir)
+            good = _checkpoint_files.newest_finite_checkpoint(runner.model_dir)
             kept = f"the newest checkpoint with finite weights is {good}; a rerun resumes from it" if good \
                 else "no checkpoint with finite weights exists; a rerun starts fresh"
             more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
@@ -374,7 +374,7 @@ class Checkpointer:
         self._write(state, path)
         if runner.strategy.writes:
             logger.info("Saved checkpoint %s", path)
-            _checkpoints.prune_checkpoints(runner.model_dir, runner.params.runconfig.max_checkpoints)
+            _checkpoint_files.prune_checkpoints(runner.model_dir, runner.options.max_checkpoints)
             runner.on_checkpoint_saved(str(path), step)
         return path
 

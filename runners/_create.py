@@ -21,8 +21,8 @@ from cs_run.metrics import MetricSet
 from cs_run.params import Params
 from cs_run.registry import resolve_object
 from cs_run.resolve import data_function, model_function, resolve_params
-from cs_run.runners import _checkpoints, _memory, _model_dir
-from cs_run.runners._options import RunOptions
+from cs_run.runners import _checkpoint_files, _memory, _model_dir
+from cs_run.runners._run_options import RunOptions
 
 if TYPE_CHECKING:
     from cs_run.runners.base import PyTorchBaseRunner
@@ -67,12 +67,11 @@ def _create(base: type["PyTorchBaseRunner"], params: Params, device: str, runner
     if not found:
         raise ParamsError(f"--device: {device!r} is not one of {', '.join(BACKEND_TYPES)}")
     expected: type = found[0]
-    options = RunOptions.resolve(params, device)  # each run option, checked once and carried typed
     try:
-        parallel.check_strategy(rc.sharding, rc.offload, rc.num_csx, device)
-        strategy = parallel.build_strategy(rc.sharding, rc.offload)  # to start the replicas; the runner builds its own
+        options = RunOptions.resolve(params, device)  # each run option, checked once and carried typed
+        strategy = parallel.build_strategy(options.layout)  # to start the replicas; the runner builds its own
         if mode != "eval_all" and not options.trace_only:  # the modes that load it
-            _checkpoints.check_start_checkpoint(params, options.checkpoint_path)  # before anything is written
+            _checkpoint_files.check_start_checkpoint(params, options.checkpoint_path)  # before anything is written
         _model_dir.check_model_dir(rc.model_dir)  # before any user code runs or anything is written
         if strategy.writes:  # ordinal 0 holds model_dir's lock (docs/architecture.md#replicas)
             _model_dir.check_not_locked(rc.model_dir)
@@ -88,7 +87,7 @@ def _create(base: type["PyTorchBaseRunner"], params: Params, device: str, runner
             cls = _runner_for_device(base, cls, expected, spec, device)
         target = backend.torch_device if backend is not None else torch.device(
             "cuda" if device in ("GPU", "CSX") and torch.cuda.is_available() else "cpu")
-        _memory.check_model_fits(params, target, training=options.training or (
+        _memory.check_model_fits(params, target, options.layout, training=options.training or (
             mode is None and params.optimizer is not None), model_fn=builders.get("model_fn"),
             optimizer_fn=builders.get("optimizer_fn"))  # before a byte of the model is allocated
         if not options.trace_only:  # N replicas: launch or join them (never returns in a launcher)

@@ -17,7 +17,7 @@ from cs_run.batches import loader_length
 from cs_run.errors import CheckpointError, ParamsError
 from cs_run.metrics import MetricSet
 from cs_run.params import Params
-from cs_run.runners import _build, _checkpoints
+from cs_run.runners import _build, _checkpoint_files
 from cs_run.runners._rng import preserved_rng
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class Evaluator:
         loader, self.loader = self.loader, None  # run() built the first evaluation's
         if loader is None:
             loader = self.build_loader()
-        available, limit = loader_length(loader), runner.params.runconfig.eval_steps
+        available, limit = loader_length(loader), runner.options.eval_steps
         if limit and available is not None and limit > available:
             logger.warning("%s=%d but the eval loader has %d batches: evaluating %d",
                            runner.params.name("runconfig.eval_steps"), limit, available, available)
@@ -130,7 +130,7 @@ class Evaluator:
     def log_start(self) -> None:
         """At the start of training: eval_frequency set where training does not evaluate is said to do nothing."""
         runner = self._runner
-        frequency = runner.params.runconfig.eval_frequency
+        frequency = runner.options.eval_frequency
         if frequency and not self.during_training:  # the Model Zoo's own files set it for train too
             logger.info("%s=%s has no effect here: only train_and_eval (cs-run train-and-eval, a Trainer.fit with "
                         "a val_dataloader) evaluates during training, as in the Model Zoo",
@@ -155,7 +155,7 @@ class Evaluator:
 
     def _every(self) -> Optional[int]:
         """train_and_eval's evaluation interval in steps (eval_frequency: a count or a fraction of the run)."""
-        frequency, run_steps = self._runner.params.runconfig.eval_frequency, self._runner.progress.run_steps
+        frequency, run_steps = self._runner.options.eval_frequency, self._runner.progress.run_steps
         return math.ceil(frequency * run_steps) if isinstance(frequency, float) else frequency
 
     def steps_left(self) -> Optional[int]:
@@ -185,7 +185,7 @@ class Evaluator:
     def eval_all(self) -> dict[str, dict[str, float]]:
         """Evaluate every checkpoint in model_dir, oldest first; results keyed by step."""
         model_dir = self._runner.model_dir
-        found = _checkpoints.list_checkpoints(model_dir)
+        found = _checkpoint_files.list_checkpoints(model_dir)
         if not found:
             raise CheckpointError(f"eval_all: no checkpoint_<step>.mdl files in {model_dir}")
         results, bad = {}, []

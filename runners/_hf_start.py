@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from cs_run.checkpoint.hf_folder import is_hf_folder, read_config
 from cs_run.errors import CheckpointError, ParamsError
+from cs_run.parallel import Sharding
 from cs_run.registry import hf_converter
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def hf_start_state(runner: "PyTorchBaseRunner", head: str, path: Path) -> dict[s
     cfg = read_config(Path(path) / "config.json")
     adapter = hf_converter(cfg.get("model_type"), f"{head}: {path}: config.json: model_type").ADAPTER
     command = convert_command(path)
-    if runner.strategy.sharding != "none":
+    if runner.strategy.sharding is not Sharding.NONE:
         raise ParamsError(f"{head}: {path} is a Hugging Face folder, which a sharded run ({runner.strategy.sharding}) "
                           f"cannot start from; convert it first: {command}, then --checkpoint_path "
                           f"{Path(command.split()[-1])}")

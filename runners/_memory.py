@@ -27,6 +27,7 @@ from cs_run import replicas
 from cs_run.errors import ParamsError
 from cs_run.metrics.metric import discarded_registrations
 from cs_run.optim import Optimizer
+from cs_run.parallel import DATA_PARALLEL, Layout, Offload
 from cs_run.params import Params
 from cs_run.runners import _build
 from cs_run.runners._rng import preserved_rng
@@ -209,12 +210,12 @@ class _SkipInit(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def check_model_fits(params: Params, device: torch.device, *, training: bool,
+def check_model_fits(params: Params, device: torch.device, layout: Layout = DATA_PARALLEL, *, training: bool,
                      model_fn: Optional[Callable] = None, optimizer_fn: Optional[Callable] = None) -> None:
     """Refuse, before the model is built, a model whose weights (with gradients when ``training``, and the
     optimizer's state) do not fit: ``runconfig.num_csx`` replicas of it in the host's memory, or one in
-    the free memory of its CUDA device. A launched replica checks its own device only: the launcher
-    checked the host for all of them.
+    the free memory of its CUDA device (``layout``: sharded, each holds 1/N). A launched replica checks its
+    own device only: the launcher checked the host for all of them.
 
     Raises:
         ParamsError: naming the model's largest size keys (or num_csx), the bytes needed and available.
@@ -241,11 +242,11 @@ def check_model_fits(params: Params, device: torch.device, *, training: bool,
         return
     on_host = size.weights if device.type == "cuda" else size.total  # a CUDA model is built on the host first
     on_device = size.total
-    if params.runconfig.sharding == "fsdp" or params.runconfig.offload != "none":
+    if layout.sharded:
         # Each replica builds the whole model, then keeps 1/N of it (cs_run.parallel.fsdp): its peak is the
         # larger of the whole weights and its shard of weights, gradients and optimizer state.
         on_host = on_device = max(size.weights, -(-size.total // n))
-        if params.runconfig.offload != "none":
+        if layout.offload is not Offload.NONE:
             on_device = size.weights  # built there whole before it is sharded and offloaded
     process = _resident_bytes() if n > 1 else 0  # each replica is a new process like this one, plus its model
     for copies, needed, available in ((n, on_host + process, host), (1, on_device, gpu)):

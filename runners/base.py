@@ -29,14 +29,14 @@ from cs_run.errors import ParamsError, TrainingError
 from cs_run.exits import error_text
 from cs_run.interrupts import Aborted, Interrupted, StopFlag, stop_on_signal
 from cs_run.params import Params, save_params
-from cs_run.runners import _build, _checkpoints, _create, _model_dir
+from cs_run.runners import _build, _checkpoint_files, _create, _model_dir
 from cs_run.runners._checkpointer import Checkpointer
 from cs_run.runners._early_stopping import EarlyStopping
 from cs_run.runners._evaluator import Evaluator
-from cs_run.runners._options import TRAINING_MODES, RunOptions
 from cs_run.runners._progress import Progress
 from cs_run.runners._reporting import SparsityLog, Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
+from cs_run.runners._run_options import TRAINING_MODES, RunOptions
 from cs_run.runners._run_record import RunRecord
 from cs_run.runners.hooks import RunnerHooks
 from cs_run.schedule import StepBudget, is_checkpoint_step, is_log_step
@@ -83,11 +83,11 @@ class PyTorchBaseRunner(RunnerHooks):
         self.evaluator = Evaluator(self)
         """The run's evaluations: the eval loop, its loader and metrics, evaluations during training, eval_all."""
         self.step_config = _build.build_step_config(params, self.torch_device, self.device_type)
-        self.strategy = parallel.build_strategy(rc.sharding, rc.offload, self.step_config.autocast_dtype)  # bf16: FSDP2's too
+        self.strategy = parallel.build_strategy(self.options.layout, self.step_config.autocast_dtype)  # bf16: FSDP2's too
         with self.evaluator.metrics.collecting():  # the model's metrics are the run's
             self.model = self.strategy.build(_build.ModelBuild(params, model_fn), self.torch_device)  # fsdp: on meta but ordinal 0
         self.evaluator.metrics.add_module(self.model)
-        self.sparsity = _build.build_sparsity(params, self.model, sparsity_fn)  # the section's / Trainer's, or None
+        self.sparsity = _build.build_sparsity(params, self.model, sparsity_fn, self.options.layout)  # the section's / Trainer's, or None
         self.model = self.strategy.shard(self.model, self.torch_device)  # before the optimizer holds its parameters
         self.optimizer, self.lr_scheduler, self.grad_scaler = _build.build_training_parts(
             params, self.model, optimizer_fn, lr_scheduler_fn)
@@ -147,7 +147,7 @@ class PyTorchBaseRunner(RunnerHooks):
                 self.options = self.options.for_mode(mode, self.params, self._data_fns)
             except ParamsError as e:
                 raise self.params.locate_error(e) from e.__cause__
-        if mode == "eval_all" and not _checkpoints.list_checkpoints(self.model_dir):  # a typo'd model_dir stays unmade
+        if mode == "eval_all" and not _checkpoint_files.list_checkpoints(self.model_dir):  # a typo'd model_dir stays unmade
             raise ParamsError(f"eval_all: no checkpoint_<step>.mdl files in {self.model_dir}; give the --model_dir "
                               "of a run that saved checkpoints")
         self.evaluator.begin_run(mode)
@@ -198,7 +198,7 @@ class PyTorchBaseRunner(RunnerHooks):
                 if self._early_stopping is not None:
                     self._early_stopping.check_metric(self.evaluator.names(), self.params.head,
                                                       self.params.name("runconfig.early_stopping_metric"))
-                self._step_budget(_checkpoints.stored_step(start) if start and self.options.loads_step else 0)
+                self._step_budget(_checkpoint_files.stored_step(start) if start and self.options.loads_step else 0)
             if mode != "train":  # built before training, so it leaves training's random streams as they were
                 with preserved_rng(getattr(self._train_loader, "generator", None)) if training else \
                         contextlib.nullcontext():
@@ -234,7 +234,6 @@ class PyTorchBaseRunner(RunnerHooks):
 
     def train(self) -> None:
         """Train for the step budget, resuming from the newest checkpoint when there is one."""
-        rc = self.params.runconfig
         self.evaluator.log_start()
         if self._early_stopping is not None:
             self._early_stopping.log_start()
@@ -248,7 +247,7 @@ class PyTorchBaseRunner(RunnerHooks):
             restore_rng_state(checkpoints.pending_resume["rng"], getattr(loader, "generator", None))
             checkpoints.pending_resume = None
             progress.epoch_done()
-        if rc.save_initial_checkpoint and progress.global_step == 0:
+        if self.options.save_initial_checkpoint and progress.global_step == 0:
             checkpoints.save()
         progress.start_run(budget.steps)
         end_step = progress.global_step + budget.steps
@@ -258,7 +257,7 @@ class PyTorchBaseRunner(RunnerHooks):
             save_params(self.params, self.model_dir)
         self.model.train()
         pop_summarized_scalars()  # a model's scalars summarized outside this run's steps are not this run's
-        self._rate = RateMeter(window=rc.log_steps or budget.steps)
+        self._rate = RateMeter(window=self.options.log_steps or budget.steps)
         self._compile_reported = False
         self._rate.start()
         self.on_train_start()
@@ -361,11 +360,10 @@ class PyTorchBaseRunner(RunnerHooks):
 
     def _after_train_step(self, loss: torch.Tensor, micro_batches: list) -> None:
         """Host work after a step: loss check, logging, checkpoint, periodic eval."""
-        rc = self.params.runconfig
         step, run_step, run_steps = self.progress.global_step, self.progress.run_step, self.progress.run_steps
         self._rate.tick(sum(batch_size(b) for b in micro_batches) * self.strategy.world_size)  # all replicas' samples
-        log_step = is_log_step(run_step, run_steps, rc.log_steps)
-        checkpoint_step = is_checkpoint_step(run_step, run_steps, rc.checkpoint_steps)
+        log_step = is_log_step(run_step, run_steps, self.options.log_steps)
+        checkpoint_step = is_checkpoint_step(run_step, run_steps, self.options.checkpoint_steps)
         self._track_loss(loss, step)
         if log_step or checkpoint_step:
             self._raise_on_bad_loss()  # never checkpoint weights a NaN step produced
@@ -417,7 +415,7 @@ class PyTorchBaseRunner(RunnerHooks):
         """Called on log and checkpoint steps; runners that defer the per-step check raise here."""
 
     def _raise_bad_loss(self, value: float, step: int) -> None:
-        last = _checkpoints.newest_finite_checkpoint(self.model_dir)
+        last = _checkpoint_files.newest_finite_checkpoint(self.model_dir)
         kept = f"the newest checkpoint with finite weights is {last}" if last else \
             "no checkpoint with finite weights exists"
         raise TrainingError(f"loss is {value} at step {step}; training stopped and {kept}. Lower the "

@@ -27,7 +27,7 @@ from cs_run.engine.step import CompiledStep
 from cs_run.errors import ParamsError
 from cs_run.params import Params, RunConfig
 from cs_run.runners import _build
-from cs_run.runners._options import RunOptions
+from cs_run.runners._run_options import RunOptions
 from cs_run.runners._step import eval_step, train_step
 from cs_run.runners.base import PyTorchBaseRunner
 from cs_run.tracing import compile as cs_compile

@@ -212,7 +212,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("engine", ("cs_run.engine",)),
     ("shared rules", ("cs_run.schedule", "cs_run.batches", "cs_run.interrupts", "cs_run.params", "cs_run.resolve",
                       "cs_run.registry", "cs_run.exits", "cs_run.summaries", "cs_run.vendor_params",
-                      "cs_run.cluster_options", "cs_run.sparsity_params", "cs_run.lora_params")),
+                      "cs_run.cluster_config", "cs_run.sparsity_params", "cs_run.lora_params")),
     ("parallel", ("cs_run.parallel",)),
     ("replicas", ("cs_run.replicas",)),
     ("leaves", ("cs_run.optim", "cs_run.checkpoint", "cs_run.creation", "cs_run.errors", "cs_run._checks",

@@ -33,6 +33,29 @@ DEFAULT_OVERFLOW_TOLERANCE = 0.0  # the vendor's 2.10 default: halve on every ov
 _READY, _UNSCALED, _STEPPED = "ready", "unscaled", "stepped"
 
 
+def _scale_mode(loss_scale: str | float | None, init_scale: float | None) -> tuple[bool, bool, float]:
+    """(dynamic, enabled, the initial scale) that a ``loss_scale`` argument asks for: 'dynamic' (from
+    ``init_scale``), a fixed number, or None / 0 (no scaling)."""
+    if isinstance(loss_scale, str):
+        if loss_scale != "dynamic":
+            raise ParamsError(
+                f"GradScaler: invalid loss_scale: {loss_scale!r} (must be 'dynamic' or a number)"
+            )
+        return True, True, _positive("init_scale", DEFAULT_INIT_SCALE if init_scale is None else init_scale)
+    if loss_scale is None or loss_scale == 0:
+        return False, False, 1.0
+    return False, True, _positive("loss_scale", loss_scale)
+
+
+def _scale_bounds(min_loss_scale: float | None, max_loss_scale: float | None) -> tuple[float, float]:
+    """The checked ``(min_loss_scale, max_loss_scale)``, the defaults where None."""
+    low = _positive("min_loss_scale", DEFAULT_MIN_LOSS_SCALE if min_loss_scale is None else min_loss_scale)
+    high = _positive("max_loss_scale", DEFAULT_MAX_LOSS_SCALE if max_loss_scale is None else max_loss_scale)
+    if low > high:
+        raise ParamsError(f"GradScaler: min_loss_scale {low} is larger than max_loss_scale {high}")
+    return low, high
+
+
 def _positive(name: str, value: Any, allow_none: bool = False) -> float | None:
     if value is None and allow_none:
         return None
@@ -91,20 +114,7 @@ class GradScaler(torch.nn.Module):
         max_gradient_norm: float | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(loss_scale, str):
-            if loss_scale != "dynamic":
-                raise ParamsError(
-                    f"GradScaler: invalid loss_scale: {loss_scale!r} (must be 'dynamic' or a number)"
-                )
-            self.dynamic, self.enabled = True, True
-            scale = _positive(
-                "init_scale", DEFAULT_INIT_SCALE if init_scale is None else init_scale
-            )
-        elif loss_scale is None or loss_scale == 0:
-            self.dynamic, self.enabled, scale = False, False, 1.0
-        else:
-            self.dynamic, self.enabled = False, True
-            scale = _positive("loss_scale", loss_scale)
+        self.dynamic, self.enabled, scale = _scale_mode(loss_scale, init_scale)
         if steps_per_increase is None:
             steps_per_increase = DEFAULT_STEPS_PER_INCREASE
         if (
@@ -116,18 +126,7 @@ class GradScaler(torch.nn.Module):
                 f"GradScaler: invalid steps_per_increase: {steps_per_increase!r} (must be an int >= 1)"
             )
         self.steps_per_increase = steps_per_increase
-        self.min_loss_scale = _positive(
-            "min_loss_scale",
-            DEFAULT_MIN_LOSS_SCALE if min_loss_scale is None else min_loss_scale,
-        )
-        self.max_loss_scale = _positive(
-            "max_loss_scale",
-            DEFAULT_MAX_LOSS_SCALE if max_loss_scale is None else max_loss_scale,
-        )
-        if self.min_loss_scale > self.max_loss_scale:
-            raise ParamsError(
-                f"GradScaler: min_loss_scale {self.min_loss_scale} is larger than max_loss_scale {self.max_loss_scale}"
-            )
+        self.min_loss_scale, self.max_loss_scale = _scale_bounds(min_loss_scale, max_loss_scale)
         if self.dynamic and not self.min_loss_scale <= scale <= self.max_loss_scale:
             raise ParamsError(
                 f"GradScaler: init_scale {scale} is outside [min_loss_scale, max_loss_scale] = "

@@ -4,7 +4,7 @@ docs/architecture.md#the-csx-engine-cs_runengine describes the stages and their 
 
 Stages, one module each: ``state`` (discover and bind state), ``trace`` (make_fx with fake tensors),
 ``compliance`` (value reads -> ComplianceError), ``compile`` (fx / inductor tiers; ``passes``
-rewrites the graph inductor gets), ``cache`` (compile_dir), ``collectives`` (data-parallel replicas:
+rewrites the graph inductor gets), ``cache`` (compile_dir), ``replica_sync`` (data-parallel replicas:
 the gradient all-reduce inside the graph),
 ``replay`` (run on the next batch), ``closures`` (step/checkpoint closures), and ``step.CompiledStep``
 tying them together.

@@ -37,7 +37,7 @@ import torch
 
 from cs_run import _torch_compat
 from cs_run.engine import aot, passes
-from cs_run.engine.collectives import cache_key as replicas_key
+from cs_run.engine.replica_sync import cache_key as replicas_key
 from cs_run.engine.trace import TracedStep
 
 __all__ = ["CACHE_DIR_ENV", "CompileCache", "default_cache_dir", "graph_key", "open_cache"]

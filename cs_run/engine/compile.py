@@ -39,7 +39,7 @@ import torch
 
 from cs_run import _torch_compat
 from cs_run.batches import compile_time
-from cs_run.engine import aot, collectives, passes
+from cs_run.engine import aot, passes, replica_sync
 from cs_run.engine.cache import CompileCache, graph_key
 from cs_run.engine.cudagraph import GraphedStep, capture_blocker
 from cs_run.engine.progress import compiling
@@ -119,7 +119,7 @@ def compile_graph(traced: TracedStep, batch: list[torch.Tensor], tier: str, cach
     left = steps_left() if steps_left is not None else None
     if left is not None and not _inductor_saved(traced, batch, cache, device):
         fx = graphed(traced.gm) if graphed else traced.gm
-        agree = collectives.agree_choice if traced.replicas is not None else None
+        agree = replica_sync.agree_choice if traced.replicas is not None else None
         if left <= PAYOFF_SAMPLES + 1:  # shorter than the timing itself: nothing to decide (same on every replica)
             logger.info("compile_tier auto: %s runs on tier fx (%d steps left: too few to time, let alone win "
                         "back an inductor build)", label, left)
@@ -142,7 +142,7 @@ def _inductor_saved(traced: TracedStep, batch: list[torch.Tensor], cache: Compil
     saved = cache is not None and cache.inductor_saved(graph_key(traced, batch, "inductor"),
                                                        device or torch.device("cpu"))
     if traced.replicas is not None:
-        saved = collectives.agree_choice("saved" if saved else "") == "saved"
+        saved = replica_sync.agree_choice("saved" if saved else "") == "saved"
     return saved
 
 
@@ -156,13 +156,13 @@ def _auto(traced: TracedStep, batch: list[torch.Tensor], cache: CompileCache | N
     except Exception as exc:  # noqa: BLE001  (any lowering failure: fx still runs the step)
         failed = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     if traced.replicas is not None:  # replicas must run the same tier: one failure -> fx everywhere
-        failed = collectives.first_failure(failed)
+        failed = replica_sync.first_failure(failed)
     if failed:
         logger.warning("compile_tier auto: %s runs on tier fx: the inductor build failed (%s)", label, failed)
         return graphed(traced.gm) if graphed else traced.gm
     if graphed:
         executables = {k: graphed(v) for k, v in executables.items()}
-    agree = collectives.agree_choice if traced.replicas is not None else None
+    agree = replica_sync.agree_choice if traced.replicas is not None else None
     return TierTrial(executables, device=traced.state.tensors[0].device if traced.state.tensors else None,
                      label=label, agree=agree)
 

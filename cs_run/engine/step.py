@@ -17,7 +17,7 @@ import torch
 
 from cs_run._torch_compat import pytree
 from cs_run.batches import compile_time, move_to_device
-from cs_run.engine import closures, collectives
+from cs_run.engine import closures, replica_sync
 from cs_run.engine.cache import open_cache
 from cs_run.engine.compile import compile_graph, resolve_tier
 from cs_run.engine.replay import replay
@@ -125,9 +125,9 @@ class CompiledStep:
             device = traced.state.tensors[0].device if traced.state.tensors else torch.device("cpu")
             tier = resolve_tier(self.options.compile_tier, device)
             if traced.replicas is not None:  # every replica runs the same tier and ordinal 0's weights
-                tier = collectives.common_tier(tier)
+                tier = replica_sync.common_tier(tier)
                 if not self.options.compile_only:
-                    collectives.broadcast_model_state(traced.state)
+                    replica_sync.broadcast_model_state(traced.state)
             cache = open_cache(self.options.compile_dir) if self.options.compile_dir else None
             executable = compile_graph(traced, batch, tier, cache, self.recompiles, label=_name(self._fn),
                                        cuda_graphs=self.options.cuda_graphs, steps_left=self._steps_left)

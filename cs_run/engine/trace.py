@@ -11,7 +11,7 @@ state slots, gradients the step leaves on parameters, then the (cloned) tensor a
 closures called in the step. See docs/architecture.md#contracts.
 
 With data-parallel replicas the function mode also hands every torch call to a
-``collectives.TraceSync``, which traces the gradient all-reduce into the graph
+``replica_sync.TraceSync``, which traces the gradient all-reduce into the graph
 (docs/architecture.md#replicas-on-csx).
 """
 
@@ -30,7 +30,7 @@ from torch.overrides import TorchFunctionMode
 
 from cs_run import parallel
 from cs_run._torch_compat import FakeTensor, is_data_dependent_error, make_fx, proxy_node, pytree
-from cs_run.engine import closures, collectives, dtype_rules
+from cs_run.engine import closures, dtype_rules, replica_sync
 from cs_run.engine.compliance import compliance_error, is_value_read, library_hint, user_frame_location
 from cs_run.engine.state import Slot, StateSet, optimizer_state_rebinds
 from cs_run.errors import ComplianceError
@@ -152,10 +152,10 @@ def _hashable(x: Any) -> Any:
 
 class _TraceMode(TorchFunctionMode):
     """Inside the trace: value reads -> ComplianceError; stray real tensors -> bound fakes or lifted;
-    with replicas, the gradient all-reduce where the gradients are first read (``collectives.TraceSync``)."""
+    with replicas, the gradient all-reduce where the gradients are first read (``replica_sync.TraceSync``)."""
 
     def __init__(self, mapping: dict[int, torch.Tensor], strays: dict[int, torch.Tensor],
-                 sync: collectives.TraceSync | None = None) -> None:
+                 sync: replica_sync.TraceSync | None = None) -> None:
         super().__init__()
         self.mapping, self.strays, self.sync = mapping, strays, sync
         self.placeholders: dict[int, torch.Tensor] = {}
@@ -284,7 +284,7 @@ def _make_runner(fn, state, in_spec, n_leaves, batch_pos, frozen, strays, captur
             for s, f in zip(state.slots, flat[:n_state]):  # lifted tensors: substituted by the mode
                 mapping[id(s.tensor)] = f
             recorder = stack.enter_context(closures.recording())
-            sync = collectives.TraceSync(replicas, state, flat[:n_state]) if replicas is not None else None
+            sync = replica_sync.TraceSync(replicas, state, flat[:n_state]) if replicas is not None else None
             mode = stack.enter_context(_TraceMode(mapping, strays, sync))
             capture.stray_nodes = mode.nodes
             out = fn(*args, **kwargs)

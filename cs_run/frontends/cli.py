@@ -19,8 +19,8 @@ import cs_run
 from cs_run._logging import setup_console_logging
 from cs_run.errors import CsRunError, ParamsError
 from cs_run.exits import ErrorGroup
+from cs_run.frontends.flags import COMMAND_USES, RunOption, command_options, flag_names, flag_overrides
 from cs_run.frontends.help_format import OPTIONS, Flag, HelpCommand
-from cs_run.frontends.options import COMMAND_USES, RunOption, command_options, flag_names, flag_overrides
 from cs_run.params import load_params, params_yaml, parse_override
 
 __all__ = ["cli", "main"]
@@ -89,7 +89,7 @@ def _click_option(option: RunOption):
 
 def run_command_options(command: str):
     """The flags of one run command: --params, --device, the declaration's flags that change something
-    this command does (cs_run.frontends.options.command_options), and --set for any other key."""
+    this command does (cs_run.frontends.flags.command_options), and --set for any other key."""
     device, device_help = "CPU", "Eager CPU or GPU, or CSX: the traced, compiled engine (on CUDA if present)."
     if COMMAND_USES[command] == ("trace",):  # validate-only, compile-only: they check the CSX engine's trace
         device, device_help = "CSX", "The CSX engine, which this command checks (CPU or GPU given: CSX all the same)."

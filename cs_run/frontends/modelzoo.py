@@ -30,7 +30,7 @@ from cs_run._logging import setup_console_logging
 from cs_run.backend import BACKEND_TYPES
 from cs_run.errors import ParamsError
 from cs_run.exits import ArgumentParser, report
-from cs_run.frontends.options import flag_overrides, run_options
+from cs_run.frontends.flags import flag_overrides, run_options
 from cs_run.optim import configure_from_params
 from cs_run.params import apply_overrides, params_from_dict, parse_override
 from cs_run.runners import MODES, PyTorchBaseRunner, build_lr_scheduler, build_optimizer
@@ -53,7 +53,7 @@ def _parser(extra_args_parser_fn: Optional[Callable]) -> argparse.ArgumentParser
     p.add_argument("-p", "--params", required=True, help="Params YAML (Model Zoo layout).")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="Override any params key (repeatable). Precedence: params file < --set < a flag.")
-    for option in run_options():  # one declaration: the flag-marked RunConfig fields (cs_run.frontends.options)
+    for option in run_options():  # one declaration: the flag-marked RunConfig fields (cs_run.frontends.flags)
         if not option.run_py:
             continue
         names = [f"--{option.name}"] + ([option.short] if option.short else [])

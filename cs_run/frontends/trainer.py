@@ -28,7 +28,7 @@ from cs_run._checks import unknown_key_error
 from cs_run._logging import setup_console_logging
 from cs_run.backend import Backend, resolve_backend
 from cs_run.errors import ParamsError
-from cs_run.frontends.options import cluster_keys, trainer_keys
+from cs_run.frontends.flags import cluster_keys, trainer_keys
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params, RunConfig, build_section, check_runconfig
 from cs_run.runners import PyTorchBaseRunner, latest_checkpoint
 from cs_run.sparse import SparsityAlgorithm
@@ -238,14 +238,14 @@ def _runconfig(model_dir: str, backend: Backend, loop: dict, checkpoint: dict, l
     return built
 
 
+_WORDS = parallel.Words(head=_HEAD, key="", device="device", set_fsdp="")
+"""How the Trainer's arguments are named in the sharding / offload check's messages."""
+
+
 def _check_strategy(rc: RunConfig, backend: Backend) -> None:
-    """sharding / offload against the backend (CSX traces data-parallel steps only), said in the Trainer's words
-    when it is constructed rather than at fit."""
-    try:
-        parallel.check_strategy(rc.sharding, rc.offload, rc.num_csx, backend.backend_type.name)
-    except ParamsError as e:
-        message = str(e).replace("runconfig.", "").replace("--device ", "device ").replace("(--sharding fsdp)", "")
-        raise ParamsError(_HEAD + message.replace("  ", " ")) from None
+    """sharding / offload against the backend (CSX traces data-parallel steps only), refused in the Trainer's
+    words when it is constructed rather than at fit (the run resolves the same check again)."""
+    parallel.resolve_layout(rc.sharding, rc.offload, rc.num_csx, backend.backend_type.name, _WORDS)
 
 
 def _model_parts(model: Any, precision: dict) -> tuple[ModelParams, Optional[Callable]]:

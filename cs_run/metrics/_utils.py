@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import torch
 
-from cs_run.metrics.metric import STATE_DTYPE
+from cs_run.metrics.metric import STATE_DTYPE, Metric
 
 
 def check_same_shape(
@@ -34,6 +34,43 @@ def flat_weights(
             f"labels {tuple(labels.shape)}"
         )
     return weights.reshape(-1).to(STATE_DTYPE)
+
+
+class PredictionsMetric(Metric):
+    """A metric updated with ``labels``, ``predictions`` and optional ``weights`` (the vendor's call):
+    :meth:`update` checks and flattens the inputs once for every such metric, then :meth:`_accumulate`."""
+
+    _reshape_predictions = False
+    """Reshape predictions with as many elements as the labels but another shape to theirs (accuracy's rule)."""
+
+    def update(
+        self,
+        labels: torch.Tensor,
+        predictions: torch.Tensor,
+        weights: torch.Tensor | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        """Accumulates one batch: the shapes checked, the state moved to ``labels``' device and ``weights``
+        flattened to float64 (:func:`flat_weights`; 0 masks an element). ``dtype`` is accepted for vendor
+        compatibility and ignored. Errors name the metric's class."""
+        metric = type(self).__name__
+        if self._reshape_predictions and labels.shape != predictions.shape and labels.numel() == predictions.numel():
+            predictions = predictions.reshape(labels.shape)
+        check_same_shape(metric, labels, predictions)
+        self._to_device_of(labels)
+        self._accumulate(labels, predictions, flat_weights(metric, labels, weights))
+
+    def _accumulate(self, labels: torch.Tensor, predictions: torch.Tensor, weights: torch.Tensor) -> None:
+        """Adds one checked batch to the state; ``weights`` is flat float64, one per element of ``labels``."""
+        raise NotImplementedError
+
+
+def count_tokens(labels: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """How many elements count: every one of ``labels`` without weights, else those with a positive
+    (flat) weight, as the vendor's accuracy and perplexity count their denominators."""
+    if weights is None:
+        return torch.full((), labels.numel(), dtype=STATE_DTYPE, device=labels.device)
+    return (weights > 0).to(STATE_DTYPE).sum()
 
 
 def class_mask(

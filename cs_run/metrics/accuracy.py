@@ -5,17 +5,17 @@ from __future__ import annotations
 import torch
 
 from cs_run.metrics._utils import (
+    PredictionsMetric,
     check_num_classes,
-    check_same_shape,
+    count_tokens,
     divide_no_nan,
-    flat_weights,
 )
-from cs_run.metrics.metric import STATE_DTYPE, Metric
+from cs_run.metrics.metric import STATE_DTYPE
 
 __all__ = ["AccuracyMetric", "MeanPerClassAccuracyMetric"]
 
 
-class AccuracyMetric(Metric):
+class AccuracyMetric(PredictionsMetric):
     """Fraction of correct predictions: ``sum(w * (labels == predictions)) / count(w > 0)``.
 
     Called as ``metric(labels=..., predictions=..., weights=None)`` with class indices (e.g.
@@ -27,6 +27,8 @@ class AccuracyMetric(Metric):
         scale the numerator only.
     """
 
+    _reshape_predictions = True  # predictions with labels' element count but another shape take labels' shape
+
     def __init__(self, name: str | None, compute_on_system: bool = True) -> None:
         super().__init__(name, compute_on_system)
         self.register_state(
@@ -34,39 +36,18 @@ class AccuracyMetric(Metric):
         )
         self.register_state("total_num_tokens", torch.zeros((), dtype=STATE_DTYPE))
 
-    def update(
-        self,
-        labels: torch.Tensor,
-        predictions: torch.Tensor,
-        weights: torch.Tensor | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        """Accumulates one batch. ``dtype`` is accepted for vendor compatibility and ignored.
-
-        Predictions with the same number of elements but another shape are reshaped to labels'.
-        """
-        if labels.shape != predictions.shape and labels.numel() == predictions.numel():
-            predictions = predictions.reshape(labels.shape)
-        check_same_shape("AccuracyMetric", labels, predictions)
-        self._to_device_of(labels)
-        correct = (labels == predictions).reshape(-1).to(STATE_DTYPE)
-        if weights is None:
-            num_tokens = torch.full(
-                (), labels.numel(), dtype=STATE_DTYPE, device=labels.device
-            )
-        else:
-            w = flat_weights("AccuracyMetric", labels, weights)
-            correct = correct * w
-            num_tokens = (w > 0).to(STATE_DTYPE).sum()
+    def _accumulate(self, labels: torch.Tensor, predictions: torch.Tensor, weights: torch.Tensor) -> None:
+        # without weights these are ones: multiplying by them and counting them is exact (float64)
+        correct = (labels == predictions).reshape(-1).to(STATE_DTYPE) * weights
         self.total_correct_predictions.add_(correct.sum())
-        self.total_num_tokens.add_(num_tokens)
+        self.total_num_tokens.add_(count_tokens(labels, weights))
 
     def compute(self) -> torch.Tensor:
         """Accuracy so far (NaN before any update)."""
         return self.total_correct_predictions / self.total_num_tokens
 
 
-class MeanPerClassAccuracyMetric(Metric):
+class MeanPerClassAccuracyMetric(PredictionsMetric):
     """Mean over all ``num_classes`` of the per-class accuracy (the recall of each class).
 
     ``per_class[c] = sum(w * correct, label == c) / sum(w, label == c)``; weights scale both sums
@@ -91,21 +72,12 @@ class MeanPerClassAccuracyMetric(Metric):
             "total_per_class_tokens", torch.zeros(num_classes, dtype=STATE_DTYPE)
         )
 
-    def update(
-        self,
-        labels: torch.Tensor,
-        predictions: torch.Tensor,
-        weights: torch.Tensor | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        """Accumulates one batch of class indices (any shape; flattened)."""
-        check_same_shape("MeanPerClassAccuracyMetric", labels, predictions)
-        self._to_device_of(labels)
-        w = flat_weights("MeanPerClassAccuracyMetric", labels, weights)
+    def _accumulate(self, labels: torch.Tensor, predictions: torch.Tensor, weights: torch.Tensor) -> None:
+        """One batch of class indices (any shape; flattened)."""
         flat_labels = labels.reshape(-1).long()
-        correct = (flat_labels == predictions.reshape(-1).long()).to(STATE_DTYPE) * w
+        correct = (flat_labels == predictions.reshape(-1).long()).to(STATE_DTYPE) * weights
         self.total_per_class_correct_predictions.scatter_add_(0, flat_labels, correct)
-        self.total_per_class_tokens.scatter_add_(0, flat_labels, w)
+        self.total_per_class_tokens.scatter_add_(0, flat_labels, weights)
 
     def compute(self) -> torch.Tensor:
         return divide_no_nan(

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from cs_run.metrics._utils import check_int, check_same_shape, divide_no_nan, flat_weights
-from cs_run.metrics.metric import STATE_DTYPE, Metric
+from cs_run.metrics._utils import PredictionsMetric, check_int, divide_no_nan
+from cs_run.metrics.metric import STATE_DTYPE
 
 __all__ = ["AUCMetric"]
 
 _EPSILON = 1e-7
 
 
-class AUCMetric(Metric):
+class AUCMetric(PredictionsMetric):
     """Approximate area under the ROC (default) or precision-recall curve, from confusion counts at
     a grid of thresholds (TF / Model Zoo / the vendor's ``AUCMetric`` semantics), trace-safe.
 
@@ -77,24 +77,15 @@ class AUCMetric(Metric):
             [-_EPSILON, *self._inner, 1.0 + _EPSILON], dtype=STATE_DTYPE, device=device
         )
 
-    def update(
-        self,
-        labels: torch.Tensor,
-        predictions: torch.Tensor,
-        weights: torch.Tensor | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        """Accumulates one batch of 0/1 labels and probabilities (same shape)."""
-        check_same_shape("AUCMetric", labels, predictions)
-        self._to_device_of(labels)
-        w = flat_weights("AUCMetric", labels, weights)
+    def _accumulate(self, labels: torch.Tensor, predictions: torch.Tensor, weights: torch.Tensor) -> None:
+        """One batch of 0/1 labels and probabilities (same shape)."""
         # bucket b = number of thresholds strictly below the prediction
         bucket = torch.bucketize(
             predictions.reshape(-1).to(STATE_DTYPE), self.thresholds(labels.device)
         )
         positive = (labels.reshape(-1) != 0).to(STATE_DTYPE)
-        self.positive_histogram.scatter_add_(0, bucket, w * positive)
-        self.negative_histogram.scatter_add_(0, bucket, w * (1 - positive))
+        self.positive_histogram.scatter_add_(0, bucket, weights * positive)
+        self.negative_histogram.scatter_add_(0, bucket, weights * (1 - positive))
 
     def confusion_at_thresholds(
         self,

@@ -11,19 +11,18 @@ from collections.abc import Iterable
 import torch
 
 from cs_run.metrics._utils import (
+    PredictionsMetric,
     check_num_classes,
-    check_same_shape,
     class_mask,
     confusion_matrix,
     divide_no_nan,
-    flat_weights,
 )
-from cs_run.metrics.metric import STATE_DTYPE, Metric
+from cs_run.metrics.metric import STATE_DTYPE
 
 __all__ = ["DiceCoefficientMetric", "FBetaScoreMetric", "MeanIOUMetric"]
 
 
-class _ConfusionMatrixMetric(Metric):
+class _ConfusionMatrixMetric(PredictionsMetric):
     """Accumulates ``confusion_matrix[label, prediction] += weight``."""
 
     def __init__(
@@ -39,21 +38,9 @@ class _ConfusionMatrixMetric(Metric):
             "confusion_matrix", torch.zeros(num_classes, num_classes, dtype=STATE_DTYPE)
         )
 
-    def update(
-        self,
-        labels: torch.Tensor,
-        predictions: torch.Tensor,
-        weights: torch.Tensor | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        """Accumulates one batch of class indices; weights of 0 mask elements."""
-        metric = type(self).__name__
-        check_same_shape(metric, labels, predictions)
-        self._to_device_of(labels)
-        w = flat_weights(metric, labels, weights)
-        self.confusion_matrix.add_(
-            confusion_matrix(labels, predictions, self.num_classes, w)
-        )
+    def _accumulate(self, labels: torch.Tensor, predictions: torch.Tensor, weights: torch.Tensor) -> None:
+        """One batch of class indices."""
+        self.confusion_matrix.add_(confusion_matrix(labels, predictions, self.num_classes, weights))
 
     def _parts(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(true positives, predicted per class, actual per class, keep mask) as float64 vectors."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from cs_run.metrics._utils import flat_weights
+from cs_run.metrics._utils import count_tokens, flat_weights
 from cs_run.metrics.metric import STATE_DTYPE, Metric
 
 __all__ = ["MeanMetric", "PerplexityMetric"]
@@ -36,16 +36,8 @@ class PerplexityMetric(Metric):
             raise ValueError(
                 f"PerplexityMetric: loss must be the batch's summed loss (one value), got shape {tuple(loss.shape)}"
             )
-        if weights is None:
-            num_tokens = torch.full(
-                (), labels.numel(), dtype=STATE_DTYPE, device=labels.device
-            )
-        else:
-            num_tokens = (
-                (flat_weights("PerplexityMetric", labels, weights) > 0)
-                .to(STATE_DTYPE)
-                .sum()
-            )
+        flat = None if weights is None else flat_weights("PerplexityMetric", labels, weights)
+        num_tokens = count_tokens(labels, flat)
         self.total_loss.add_(loss.detach().reshape(()).to(STATE_DTYPE))
         self.total_num_tokens.add_(num_tokens)
 

@@ -30,7 +30,7 @@ from cs_run.checkpoint.hf_folder import GENERATION_CONFIG, read_config, replaced
 from cs_run.errors import CheckpointError, ParamsError
 from cs_run.lora_params import check_lora_params
 from cs_run.models.common.lora import apply_lora, folded_state_dict
-from cs_run.registry import check_function_keys, get_model_spec, resolve_object
+from cs_run.registry import check_model_keys, get_model_spec, resolve_object
 
 __all__ = ["interleave_rotary", "deinterleave_rotary", "split_qkv_per_head", "fuse_qkv_per_head", "assign", "Taker",
            "give_renamed", "give_lm_head", "build", "HFAdapter", "load_checkpoint_model", "load_weights", "WEIGHTS",
@@ -174,11 +174,13 @@ def safetensors_module():
 
 
 def build(model_keys: dict, meta: bool = False):
-    """The registered model of a ``model:`` section (on the meta device: shapes only, nothing allocated)."""
-    fn = resolve_object(get_model_spec(model_keys["name"]).model_fn)
+    """The registered model of a ``model:`` section (on the meta device: shapes only, nothing allocated); its
+    keys (an HF config's translation or a run's params) are checked against the family's config class."""
+    spec = get_model_spec(model_keys["name"])
+    fn = resolve_object(spec.model_fn)
     keys = {k: v for k, v in model_keys.items()
             if k not in ("name", "mixed_precision", "use_bfloat16", "fp16_type", "compute_eval_metrics")}
-    check_function_keys(fn, keys, "model", set(), lambda key: "")
+    check_model_keys(spec, keys, lambda key: "")
     try:
         if meta:
             with torch.device("meta"):

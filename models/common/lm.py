@@ -1,8 +1,7 @@
-"""The configurable decoder language model: ``build_model``'s keyword parameters are the Model Zoo's
-decoder ``model:`` keys (Release 2.10 ``gpt2/gpt2_model.py`` GPT2LMHeadModelConfig and
-``gpt2/model.py`` GPT2ModelConfig), each with the Model Zoo's meaning and default. Every decoder
-family registers this function under its name (``llama``, ``mistral``, ``gpt3``, ...), as the Model
-Zoo's families are GPT-2 under other names.
+"""The configurable decoder language model: :func:`build` makes it of one :class:`DecoderConfig` (the Model
+Zoo's decoder ``model:`` keys, declared in ``config.py``) and a family's :class:`BlockLayout`. Every
+sequential-block family registers it under its name (``llama``, ``mistral``, ``gpt3``, ...), as the Model
+Zoo's families are GPT-2 under other names; the parallel-block families (``parallel.py``) build through it.
 
 One default follows the older releases: ``attention_dropout_rate`` absent is ``dropout_rate`` (Releases
 1.x-2.3, whose files rely on it; 2.4+ declare 0.1 but every 2.10 decoder file sets the key, and None
@@ -16,18 +15,17 @@ inference (``start_token``, ``temperature``, ...) are accepted; the hardware one
 
 from __future__ import annotations
 
-import inspect
 import logging
-from dataclasses import asdict
-from typing import Any, Literal, Optional, Union
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from cs_run.metrics import AccuracyMetric, PerplexityMetric
-from cs_run.models.common.activations import ACTIVATIONS
 from cs_run.models.common.attention import MultiheadAttention
+from cs_run.models.common.config import DecoderConfig
 from cs_run.models.common.decoder import DecoderLM, TransformerDecoderLayer
 from cs_run.models.common.embeddings import EmbeddingLayer
 from cs_run.models.common.ffn import FeedForwardNetwork
@@ -39,11 +37,7 @@ from cs_run.models.common.rotary import check_scaling
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DecoderLMModel", "assemble", "build_model", "model_defaults", "HARDWARE_KEYS"]
-
-Initializer = Optional[Union[str, dict]]
-NormType = Literal["layernorm", "rmsnorm", "biasless-layernorm", "nonparametric-layernorm"]
-Activation = Literal[tuple(ACTIVATIONS)]
+__all__ = ["DecoderLMModel", "BlockLayout", "SEQUENTIAL", "build", "build_model", "model_defaults", "HARDWARE_KEYS"]
 
 # Keys that steer the Cerebras compiler or kernels only: same math here.
 HARDWARE_KEYS = {
@@ -62,7 +56,6 @@ HARDWARE_KEYS = {
                             "effect here",
 }
 _logged: set = set()
-_FAMILY_ARGS = ("parallel_attention", "untied_layer_norm", "initializer_rules")
 
 
 class DecoderLMModel(nn.Module):
@@ -133,25 +126,6 @@ def _gpt2_initializers(specs: dict, default: dict, layers: int, width: Optional[
         out = scale_spec(default, depth_scale=depth)
     return specs["embedding_initializer"] or default, attn, out, ffn, ffn_out or out or ffn
 
-
-def _gptj_initializers(specs: dict, default: dict, layers: int, width: Optional[float],
-                       filter_mult: Optional[float]) -> tuple[dict, dict, dict, dict, dict]:
-    """The same by gptj_model.py's rules: every default is truncated normal(initializer_range), no depth
-    scaling outside muP; ffn and ffn output default to the output initializer. muP scales only the
-    defaults: the Model Zoo scales its default dicts in place and drops the scaled copies of
-    initializers the params give (their values are used as written)."""
-    depth = (2 * layers) ** -0.5 if layers else 1.0
-
-    w = width ** -0.5 if width else 1.0
-    out_given = specs["output_layer_initializer"]
-    attn = specs["initializer"] or scale_spec(default, w)
-    out = out_given or scale_spec(default, w, depth if width else 1.0)
-    ffn = specs["ffn_initializer"] or out_given or scale_spec(default, w)
-    ffn_out = specs["ffn_output_layer_initializer"] or out_given or \
-        scale_spec(default, filter_mult ** -0.5 if filter_mult else 1.0, depth if filter_mult else 1.0)
-    return specs["embedding_initializer"] or default, attn, out, ffn, ffn_out
-
-
 def _refuse(key: str, value: Any, ok: bool, why: str) -> None:
     if not ok:
         raise ValueError(f"{key}: {value!r} is not supported by cs-run ({why})")
@@ -169,257 +143,276 @@ def _rate(**values: Optional[float]) -> None:
             raise ValueError(f"{key}: must be in [0, 1), got {value}")
 
 
-def assemble(
-    # embeddings
-    vocab_size: int = 50257, num_extra_input_vocab_tokens: int = 0, max_position_embeddings: int = 1024,
-    embedding_dropout_rate: Optional[float] = None,
-    position_embedding_type: Optional[Literal["learned", "fixed", "relative", "rotary", "alibi"]] = "learned",
-    constant_pos_embedding: Optional[int] = None, position_embedding_offset: int = 0, hidden_size: int = 768,
-    share_embedding_weights: bool = True, embedding_layer_norm: bool = False,
-    num_relative_attention_buckets: int = 32, rotary_dim: Optional[int] = None, rope_theta: float = 10000.0,
-    fold_rope_consts: bool = False,
-    # decoder
-    num_hidden_layers: int = 12, dropout_rate: float = 0.1, norm_type: NormType = "layernorm",
-    layer_norm_epsilon: float = 1e-5,
-    # attention
-    num_heads: int = 12, attention_type: Literal["dot_product", "scaled_dot_product"] = "scaled_dot_product",
-    attention_module: Literal["aiayn_attention", "multiquery_attention"] = "aiayn_attention",
-    attention_sliding_window_length: Optional[int] = None, sliding_window_every_other_decoder_layer: bool = False,
-    sliding_window_every_other_decoder_layer_pattern: Optional[
-        Literal["sliding_window_first", "full_attention_first"]] = "full_attention_first",
-    attention_sink_tokens: Optional[int] = None, attention_vertical_column_spacing: Optional[int] = None,
-    attention_vertical_column_width: Optional[int] = None, attention_chunk_size: Optional[int] = None,
-    attention_qk_norm_layer: Optional[str] = None, attention_qk_norm_eps: float = 1e-5,
-    extra_attention_params: Optional[dict] = None, extra_ffn_params: Optional[dict] = None,
-    attention_inner_dim: Optional[int] = None, use_projection_bias_in_attention: bool = True,
-    use_ffn_bias_in_attention: bool = True, attention_dropout_rate: Optional[float] = None,
-    attention_softmax_fp32: bool = True, attention_kernel: Optional[str] = None,
-    attention_logit_softcapping: Optional[float] = None, fixed_sparse_attention: Optional[dict] = None,
-    memory_tokens: Optional[dict] = None, use_experimental_flex_api: bool = False,
-    # ffn
-    filter_size: int = 3072, nonlinearity: Activation = "gelu", use_ffn_bias: bool = True,
-    use_sink_token: bool = False,
-    # head and initializers
-    use_bias_in_output: bool = False, initializer_range: float = 0.02, embedding_initializer: Initializer = None,
-    initializer: Initializer = None, output_layer_initializer: Initializer = None,
-    ffn_initializer: Initializer = None, ffn_output_layer_initializer: Initializer = None,
-    # muP
-    lr_adjustment_groups: Optional[dict] = None, mup_base_hidden_size: Optional[float] = None,
-    mup_base_filter_size: Optional[float] = None, embeddings_scale: Optional[float] = 1.0,
-    scale_qk_dot_by_d: Optional[bool] = None, attention_logits_alpha: Optional[float] = 1.0,
-    scale_output_logits_by_d: Optional[bool] = True, output_logits_alpha: Optional[float] = None,
-    output_logits_scale: Optional[float] = None,
-    # position scaling, misc
-    alibi_trainable_slopes: bool = False, pos_scaling_factor: float = 1.0,
-    pos_scaling_type: Literal["linear", "YaRN", "yarn", "llama3", "longrope"] = "linear",
-    pos_scaling_extra_args: Optional[dict] = None, cross_attention_layers: Optional[list] = None,
-    rel_distance_mode: Literal["default", "capped", "grouped"] = "default",
-    rel_distance_extra_args: Optional[dict] = None, scale_qk_dot_by_layer_idx: bool = False,
-    norm_first_sandwich: bool = False, final_logit_softcapping: Optional[float] = None,
-    moe: Optional[dict] = None, dtype: Optional[str] = None, boundary_casting: Optional[bool] = False,
-    # loss, inference, metrics (gpt2/model.py)
-    loss_scaling: Literal["batch_size", "num_tokens", "BATCH_SIZE", "NUM_TOKENS"] = "num_tokens",
-    loss_weight: float = 1.0, start_token: Optional[Union[int, list]] = None, loop_dim: int = 1,
-    stop_sequences: Optional[Union[int, list]] = None, max_tokens: Optional[int] = None,
-    temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
-    compute_eval_metrics: bool = True,
-    # Release 1.x
-    use_position_embedding: bool = True, use_rms_norm: Optional[bool] = None,
-    precision_opt_level: Optional[int] = None, allow_multireplica: Optional[bool] = None,
-    alibi_implementation: Optional[Literal["expand", "embedding"]] = None, tf_summary: Optional[bool] = None,
-    scale_by_layer_index: Optional[bool] = None,
-    *, parallel_attention: bool = False, untied_layer_norm: bool = True, initializer_rules: str = "gpt2",
-) -> DecoderLMModel:
-    """The decoder LM of these keys; :func:`build_model` is this without the last three, which a family
-    with its own schema sets: ``parallel_attention`` (GPT-J/NeoX/Falcon blocks: attention and FFN read
-    the same input and add to one residual), ``untied_layer_norm`` (for parallel blocks: a second norm
-    for the FFN input) and ``initializer_rules`` ("gpt2" or "gptj", whose default initializers differ).
-    Raises ValueError naming the key."""
-    config = {k: v for k, v in locals().items() if k not in _FAMILY_ARGS}
-    if not use_position_embedding:  # Release 1.x's way to say position_embedding_type: null
-        position_embedding_type = config["position_embedding_type"] = None
-    if use_rms_norm:  # Release 1.9's way to say norm_type: rmsnorm (its gpt2 model: RMSNorm if use_rms_norm)
-        if norm_type not in ("layernorm", "rmsnorm"):
-            raise ValueError(f"use_rms_norm: true and norm_type: {norm_type} name two norms; keep norm_type")
-        norm_type = config["norm_type"] = "rmsnorm"
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """How a family wires its decoder blocks, beyond its keys: ``parallel`` (GPT-J/NeoX/Falcon blocks:
+    attention and FFN read the same input and add to one residual), ``ffn_norm`` (for parallel blocks: a
+    second norm for the FFN input) and ``initializer_rules`` (the family's default initializers: a function
+    of (specs, default, layers, width, filter multiplier) -> (embedding, attention, attention output, ffn,
+    ffn output) specs)."""
+
+    parallel: bool = False
+    ffn_norm: bool = True
+    initializer_rules: Callable = _gpt2_initializers
+
+
+SEQUENTIAL = BlockLayout()
+"""GPT-2's blocks (attention, then FFN) and initializer rules: every family of :class:`DecoderConfig`."""
+
+
+class _Init(NamedTuple):
+    """The resolved initializers and muP factors of one build."""
+
+    embedding: dict
+    attention: dict
+    output: dict
+    ffn: dict
+    ffn_output: dict
+    gate: dict
+    logits_scale: Optional[float]
+    groups: dict
+    scale_qk_dot_by_d: bool
+
+
+def build(config: DecoderConfig, layout: BlockLayout = SEQUENTIAL) -> DecoderLMModel:
+    """The decoder LM of ``config`` with ``layout``'s blocks (a family's builder calls this with its own
+    layout). Its ``.config`` is the config's keys as resolved (what the HF adapters read).
+
+    Raises:
+        ValueError: naming the key whose value cs-run cannot honour or that is out of range.
+    """
+    config = _current_spelling(config)
+    _log_hardware_keys(config)
+    _refuse_unsupported(config)
+    num_kv_groups = _check_sizes(config)
+    _check_ranges(config)
+    kind, rotary_dim = _check_positions(config)
+    loss_scaling, loss_weight = _loss_rule(config)
+    moe_cfg = moe_config(config.moe or {})
+    if moe_cfg.enabled and layout.parallel:
+        raise ValueError("moe: experts are not supported with parallel attention blocks (GPT-J/NeoX/Falcon)")
+    init = _initializers(config, layout, moe_cfg)
+    layers = [_layer(config, layout, init, moe_cfg, num_kv_groups) for _ in range(config.num_hidden_layers)]
+    decoder = _decoder(config, layers, init, kind, rotary_dim)
+    # the moe section with every default filled in (what the block computes; the HF adapters compare it)
+    resolved = {**asdict(config), "rotary_dim": rotary_dim, "scale_qk_dot_by_d": init.scale_qk_dot_by_d,
+                "loss_scaling": loss_scaling, "loss_weight": loss_weight, "num_kv_groups": num_kv_groups,
+                "output_logits_scale_applied": init.logits_scale, "moe": asdict(moe_cfg) if moe_cfg.enabled else None}
+    return DecoderLMModel(decoder, vocab_size=config.vocab_size, loss_scaling=loss_scaling,
+                          loss_weight=float(loss_weight), compute_eval_metrics=config.compute_eval_metrics,
+                          moe=moe_cfg if moe_cfg.enabled else None, lr_adjustment_groups=init.groups,
+                          config=resolved)
+
+
+def _current_spelling(config: DecoderConfig) -> DecoderConfig:
+    """Release 1.x's spellings as today's: use_position_embedding: false is position_embedding_type null, and
+    Release 1.9's use_rms_norm: true is norm_type rmsnorm (its gpt2 model: RMSNorm if use_rms_norm)."""
+    if not config.use_position_embedding:
+        config = replace(config, position_embedding_type=None)
+    if config.use_rms_norm:
+        if config.norm_type not in ("layernorm", "rmsnorm"):
+            raise ValueError(f"use_rms_norm: true and norm_type: {config.norm_type} name two norms; keep norm_type")
+        config = replace(config, norm_type="rmsnorm")
+    return config
+
+
+def _log_hardware_keys(config: DecoderConfig) -> None:
+    """Log once per process each hardware-only key a config sets (same math here)."""
     for key in HARDWARE_KEYS:
-        if config[key] not in (None, False) and key not in _logged:
+        if getattr(config, key) not in (None, False) and key not in _logged:
             _logged.add(key)
             logger.info("model.%s: %s", key, HARDWARE_KEYS[key])
-    # --- values cs-run cannot honour: one error naming the key ---
-    _refuse("position_embedding_type", position_embedding_type, position_embedding_type != "relative",
+
+
+def _refuse_unsupported(c: DecoderConfig) -> None:
+    """Values cs-run cannot honour: one error naming the key."""
+    _refuse("position_embedding_type", c.position_embedding_type, c.position_embedding_type != "relative",
             "T5-style relative position buckets are an encoder feature; use learned, fixed, rotary or alibi")
-    _refuse("constant_pos_embedding", constant_pos_embedding, constant_pos_embedding is None,
+    _refuse("constant_pos_embedding", c.constant_pos_embedding, c.constant_pos_embedding is None,
             "it needs a multimodal constant_pos_mask input")
-    _refuse("attention_vertical_column_spacing", attention_vertical_column_spacing,
-            attention_vertical_column_spacing is None and attention_vertical_column_width is None,
+    _refuse("attention_vertical_column_spacing", c.attention_vertical_column_spacing,
+            c.attention_vertical_column_spacing is None and c.attention_vertical_column_width is None,
             "vertical-column sparse masks are not implemented")
-    _refuse("attention_chunk_size", attention_chunk_size, attention_chunk_size is None,
+    _refuse("attention_chunk_size", c.attention_chunk_size, c.attention_chunk_size is None,
             "chunked attention masks are not implemented")
-    _refuse("attention_qk_norm_layer", attention_qk_norm_layer, attention_qk_norm_layer is None,
+    _refuse("attention_qk_norm_layer", c.attention_qk_norm_layer, c.attention_qk_norm_layer is None,
             "the Model Zoo builds q/k norms without applying them; no equivalent to match")
-    _refuse("fixed_sparse_attention", fixed_sparse_attention, not fixed_sparse_attention,
+    _refuse("fixed_sparse_attention", c.fixed_sparse_attention, not c.fixed_sparse_attention,
             "fixed sparse attention masks are not implemented")
-    _refuse("memory_tokens", memory_tokens, not (memory_tokens or {}).get("memory_tokens_enabled"),
+    _refuse("memory_tokens", c.memory_tokens, not (c.memory_tokens or {}).get("memory_tokens_enabled"),
             "memory tokens are not implemented")
-    _refuse("cross_attention_layers", cross_attention_layers, not cross_attention_layers,
+    _refuse("cross_attention_layers", c.cross_attention_layers, not c.cross_attention_layers,
             "cross-attention (multimodal) layers are not implemented")
-    _refuse("rel_distance_mode", rel_distance_mode, rel_distance_mode == "default",
+    _refuse("rel_distance_mode", c.rel_distance_mode, c.rel_distance_mode == "default",
             "capped/grouped RoPE distances are not implemented")
-    _refuse("extra_ffn_params", extra_ffn_params, not extra_ffn_params, "no FFN variants are implemented")
-    _refuse("lr_adjustment_groups", lr_adjustment_groups, lr_adjustment_groups is None,
+    _refuse("extra_ffn_params", c.extra_ffn_params, not c.extra_ffn_params, "no FFN variants are implemented")
+    _refuse("lr_adjustment_groups", c.lr_adjustment_groups, c.lr_adjustment_groups is None,
             "custom groups are not implemented; the muP default groups apply")
-    _refuse("dtype", dtype, dtype is None, "the embedding dtype follows the run's precision")
-    extra_attention_params = dict(extra_attention_params or {})
+    _refuse("dtype", c.dtype, c.dtype is None, "the embedding dtype follows the run's precision")
+
+
+def _check_sizes(c: DecoderConfig) -> Optional[int]:
+    """The sizes' ranges and divisibility; returns the key/value group count (None: one per head)."""
+    extra_attention_params = dict(c.extra_attention_params or {})
     extra_attention_params.pop("attention_kernel", None)
     num_kv_groups = extra_attention_params.pop("num_kv_groups", None)
     for key in extra_attention_params:
         raise ValueError(f"extra_attention_params.{key}: unknown; the decoder's attention takes num_kv_groups")
-    # --- ranges and consistency ---
-    for key, value in (("vocab_size", vocab_size), ("hidden_size", hidden_size), ("num_heads", num_heads),
-                       ("filter_size", filter_size), ("max_position_embeddings", max_position_embeddings)):
-        if value < 1:
-            raise ValueError(f"{key}: must be >= 1, got {value}")
-    if num_hidden_layers < 0:
-        raise ValueError(f"num_hidden_layers: must be >= 0, got {num_hidden_layers}")
-    if vocab_size > 512000:
-        raise ValueError(f"vocab_size: must be <= 512000 (the Model Zoo's limit), got {vocab_size}")
-    inner_dim = attention_inner_dim or hidden_size
-    if hidden_size % num_heads:
-        raise ValueError(f"hidden_size: {hidden_size} is not divisible by num_heads ({num_heads})")
-    if inner_dim % num_heads:
-        raise ValueError(f"attention_inner_dim: {inner_dim} is not divisible by num_heads ({num_heads})")
-    if attention_module == "multiquery_attention":
+    for key in ("vocab_size", "hidden_size", "num_heads", "filter_size", "max_position_embeddings"):
+        if getattr(c, key) < 1:
+            raise ValueError(f"{key}: must be >= 1, got {getattr(c, key)}")
+    if c.num_hidden_layers < 0:
+        raise ValueError(f"num_hidden_layers: must be >= 0, got {c.num_hidden_layers}")
+    if c.vocab_size > 512000:
+        raise ValueError(f"vocab_size: must be <= 512000 (the Model Zoo's limit), got {c.vocab_size}")
+    inner_dim = c.attention_inner_dim or c.hidden_size
+    if c.hidden_size % c.num_heads:
+        raise ValueError(f"hidden_size: {c.hidden_size} is not divisible by num_heads ({c.num_heads})")
+    if inner_dim % c.num_heads:
+        raise ValueError(f"attention_inner_dim: {inner_dim} is not divisible by num_heads ({c.num_heads})")
+    if c.attention_module == "multiquery_attention":
         num_kv_groups = 1 if num_kv_groups is None else num_kv_groups
-        if num_kv_groups < 1 or num_heads % num_kv_groups:
-            raise ValueError(f"extra_attention_params.num_kv_groups: num_heads ({num_heads}) must be a multiple of "
-                             f"it, got {num_kv_groups}")
-    elif num_kv_groups is not None and num_kv_groups != num_heads:
+        if num_kv_groups < 1 or c.num_heads % num_kv_groups:
+            raise ValueError(f"extra_attention_params.num_kv_groups: num_heads ({c.num_heads}) must be a multiple "
+                             f"of it, got {num_kv_groups}")
+        return num_kv_groups
+    if num_kv_groups is not None and num_kv_groups != c.num_heads:
         raise ValueError("extra_attention_params.num_kv_groups: set attention_module: multiquery_attention to "
                          "group keys and values")
-    else:
-        num_kv_groups = None
-    _rate(dropout_rate=dropout_rate, embedding_dropout_rate=embedding_dropout_rate,
-          attention_dropout_rate=attention_dropout_rate)
-    _positive(layer_norm_epsilon=layer_norm_epsilon, rope_theta=rope_theta, pos_scaling_factor=pos_scaling_factor,
-              attention_logit_softcapping=attention_logit_softcapping,
-              final_logit_softcapping=final_logit_softcapping, attention_sliding_window_length=
-              attention_sliding_window_length, mup_base_hidden_size=mup_base_hidden_size,
-              mup_base_filter_size=mup_base_filter_size, initializer_range=initializer_range)
-    if position_embedding_offset < 0:
-        raise ValueError(f"position_embedding_offset: must be >= 0, got {position_embedding_offset}")
-    if position_embedding_offset and position_embedding_type != "learned":
+    return None
+
+
+def _check_ranges(c: DecoderConfig) -> None:
+    """Rates in [0, 1), positive scales, and the keys that need another key."""
+    _rate(dropout_rate=c.dropout_rate, embedding_dropout_rate=c.embedding_dropout_rate,
+          attention_dropout_rate=c.attention_dropout_rate)
+    _positive(layer_norm_epsilon=c.layer_norm_epsilon, rope_theta=c.rope_theta, pos_scaling_factor=c.pos_scaling_factor,
+              attention_logit_softcapping=c.attention_logit_softcapping,
+              final_logit_softcapping=c.final_logit_softcapping,
+              attention_sliding_window_length=c.attention_sliding_window_length,
+              mup_base_hidden_size=c.mup_base_hidden_size, mup_base_filter_size=c.mup_base_filter_size,
+              initializer_range=c.initializer_range)
+    if c.position_embedding_offset < 0:
+        raise ValueError(f"position_embedding_offset: must be >= 0, got {c.position_embedding_offset}")
+    if c.position_embedding_offset and c.position_embedding_type != "learned":
         raise ValueError("position_embedding_offset: applies to learned position embeddings only")
-    if position_embedding_type == "fixed" and hidden_size < 4:
+    if c.position_embedding_type == "fixed" and c.hidden_size < 4:
         raise ValueError("hidden_size: fixed position embeddings need hidden_size >= 4")
-    if sliding_window_every_other_decoder_layer and attention_sliding_window_length is None:
+    if c.sliding_window_every_other_decoder_layer and c.attention_sliding_window_length is None:
         raise ValueError("sliding_window_every_other_decoder_layer: needs attention_sliding_window_length")
-    if (sliding_window_every_other_decoder_layer_pattern not in (None, "full_attention_first")
-            and not sliding_window_every_other_decoder_layer):
+    if (c.sliding_window_every_other_decoder_layer_pattern not in (None, "full_attention_first")
+            and not c.sliding_window_every_other_decoder_layer):
         raise ValueError("sliding_window_every_other_decoder_layer_pattern: only applies with "
                          "sliding_window_every_other_decoder_layer: true")
-    if attention_sink_tokens is not None and attention_sliding_window_length is None:
+    if c.attention_sink_tokens is not None and c.attention_sliding_window_length is None:
         raise ValueError("attention_sink_tokens: needs attention_sliding_window_length")
-    kind = check_scaling(pos_scaling_type, pos_scaling_extra_args)
-    if position_embedding_type not in ("rotary", "alibi") and (pos_scaling_factor != 1.0 or kind != "linear"):
+
+
+def _check_positions(c: DecoderConfig) -> tuple[str, Optional[int]]:
+    """The position scaling kind (checked) and the rotary width (its default filled in)."""
+    kind = check_scaling(c.pos_scaling_type, c.pos_scaling_extra_args)
+    if c.position_embedding_type not in ("rotary", "alibi") and (c.pos_scaling_factor != 1.0 or kind != "linear"):
         raise ValueError("pos_scaling_factor: position scaling applies to rotary and alibi only")
-    if position_embedding_type == "alibi" and kind != "linear":
-        raise ValueError(f"pos_scaling_type: alibi takes linear scaling only, got {pos_scaling_type!r}")
-    if position_embedding_type == "rotary":
-        head_dim = inner_dim // num_heads
+    if c.position_embedding_type == "alibi" and kind != "linear":
+        raise ValueError(f"pos_scaling_type: alibi takes linear scaling only, got {c.pos_scaling_type!r}")
+    rotary_dim = c.rotary_dim
+    if c.position_embedding_type == "rotary":
+        head_dim = (c.attention_inner_dim or c.hidden_size) // c.num_heads
         if rotary_dim is None:
-            rotary_dim = int(hidden_size // num_heads * 0.25)  # the Model Zoo config's default
+            rotary_dim = int(c.hidden_size // c.num_heads * 0.25)  # the Model Zoo config's default
         if rotary_dim > head_dim or rotary_dim % 2 or rotary_dim < 2:
             raise ValueError(f"rotary_dim: must be even, >= 2 and <= head_dim ({head_dim}), got {rotary_dim}")
-    loss_scaling = loss_scaling.lower()
+    return kind, rotary_dim
+
+
+def _loss_rule(c: DecoderConfig) -> tuple[str, float]:
+    """``(loss_scaling, loss_weight)`` as the loss applies them (the weight only scales batch_size scaling)."""
+    loss_scaling, loss_weight = c.loss_scaling.lower(), c.loss_weight
     if loss_scaling == "num_tokens" and loss_weight != 1.0:
         logger.warning("model.loss_weight=%s has no effect with loss_scaling 'num_tokens'; using 1.0, as the "
                        "Model Zoo does", loss_weight)
         loss_weight = 1.0
     if loss_weight <= 0:
         raise ValueError(f"loss_weight: must be > 0, got {loss_weight}")
-    moe_cfg = moe_config(moe or {})
-    if moe_cfg.enabled and parallel_attention:
-        raise ValueError("moe: experts are not supported with parallel attention blocks (GPT-J/NeoX/Falcon)")
-    # --- muP ---
-    mup = bool(mup_base_hidden_size or mup_base_filter_size)
-    if mup and not (mup_base_hidden_size and mup_base_filter_size):
+    return loss_scaling, loss_weight
+
+
+def _initializers(c: DecoderConfig, layout: BlockLayout, moe_cfg: MoEConfig) -> _Init:
+    """The family's initializer rules and muP's scaling of them, of the logits and of the LR groups."""
+    mup = bool(c.mup_base_hidden_size or c.mup_base_filter_size)
+    if mup and not (c.mup_base_hidden_size and c.mup_base_filter_size):
         raise ValueError("mup_base_hidden_size: muP needs both mup_base_hidden_size and mup_base_filter_size")
-    if mup and output_logits_scale:
+    if mup and c.output_logits_scale:
         raise ValueError("output_logits_scale: the deprecated muP scale cannot be combined with mup_base_* keys; "
                          "use output_logits_alpha")
-    if scale_qk_dot_by_d is None:
-        scale_qk_dot_by_d = mup
-    specs = {k: initializer_spec(v, k) if v is not None else None for k, v in (
-        ("initializer", initializer), ("embedding_initializer", embedding_initializer),
-        ("output_layer_initializer", output_layer_initializer), ("ffn_initializer", ffn_initializer),
-        ("ffn_output_layer_initializer", ffn_output_layer_initializer))}
-    rules = _gptj_initializers if initializer_rules == "gptj" else _gpt2_initializers
-    width = hidden_size / mup_base_hidden_size if mup_base_hidden_size else None
-    filter_mult = filter_size / mup_base_filter_size if mup_base_filter_size else None
-    emb_init, attn_init, out_init, ffn_init, ffn_out_init = rules(specs, truncated_normal(initializer_range),
-                                                                  num_hidden_layers, width, filter_mult)
+    specs = {k: initializer_spec(getattr(c, k), k) if getattr(c, k) is not None else None for k in (
+        "initializer", "embedding_initializer", "output_layer_initializer", "ffn_initializer",
+        "ffn_output_layer_initializer")}
+    width = c.hidden_size / c.mup_base_hidden_size if c.mup_base_hidden_size else None
+    filter_mult = c.filter_size / c.mup_base_filter_size if c.mup_base_filter_size else None
+    default = truncated_normal(c.initializer_range)
+    inits = layout.initializer_rules(specs, default, c.num_hidden_layers, width, filter_mult)
     # the router's gate (gpt2_model.py): the given ``initializer`` as written, else moe.gate_initializer, else
     # the default truncated normal
-    gate_init = specs["initializer"] or (initializer_spec(moe_cfg.gate_initializer, "moe.gate_initializer")
-                                         if moe_cfg.gate_initializer is not None else truncated_normal(initializer_range))
-    logits_scale, groups = output_logits_scale, default_lr_adjustment_groups()
+    gate = specs["initializer"] or (initializer_spec(moe_cfg.gate_initializer, "moe.gate_initializer")
+                                    if moe_cfg.gate_initializer is not None else default)
+    logits_scale, groups = c.output_logits_scale, default_lr_adjustment_groups()
     if width:
-        alpha = output_logits_alpha or 1.0
-        logits_scale = alpha / width if scale_output_logits_by_d else alpha / width ** 0.5
+        alpha = c.output_logits_alpha or 1.0
+        logits_scale = alpha / width if c.scale_output_logits_by_d else alpha / width ** 0.5
         for name in ("decoder_attention", "decoder_input_ffn"):
             groups[name] = (groups[name][0], 1 / width)
     if filter_mult:
         groups["decoder_output_ffn"] = (groups["decoder_output_ffn"][0], 1 / filter_mult)
-    # --- build ---
-    norm_class = get_norm(norm_type)
+    scale_qk = mup if c.scale_qk_dot_by_d is None else c.scale_qk_dot_by_d
+    return _Init(*inits, gate, logits_scale, groups, scale_qk)
 
-    def norm(size: int) -> nn.Module:
-        return norm_class(size, eps=layer_norm_epsilon)
 
-    attention_dropout_rate = dropout_rate if attention_dropout_rate is None else attention_dropout_rate
-    layers = []
-    for _ in range(num_hidden_layers):
-        attention = MultiheadAttention(
-            hidden_size, num_heads, inner_dim=attention_inner_dim, num_kv_groups=num_kv_groups,
-            dropout=attention_dropout_rate, use_projection_bias=use_projection_bias_in_attention,
-            use_ffn_bias=use_ffn_bias_in_attention, attention_type=attention_type,
-            scale_qk_dot_by_d=scale_qk_dot_by_d, attention_logits_alpha=attention_logits_alpha or 1.0,
-            scale_qk_dot_by_layer_idx=scale_qk_dot_by_layer_idx, logit_softcapping=attention_logit_softcapping,
-            softmax_fp32=attention_softmax_fp32, use_sink_token=use_sink_token, initializer=attn_init,
-            output_initializer=out_init)
-        if moe_cfg.enabled:
-            ffn = SparseMoEBlock(moe_cfg, hidden_size, filter_size, nonlinearity, dropout_rate, use_ffn_bias, ffn_init,
-                                 ffn_out_init, gate_init)
-        else:
-            ffn = FeedForwardNetwork(hidden_size, filter_size, nonlinearity, dropout_rate, use_ffn_bias, ffn_init,
-                                     ffn_out_init)
-        layers.append(TransformerDecoderLayer(hidden_size, norm, attention, ffn, dropout_rate, norm_first_sandwich,
-                                              parallel=parallel_attention, ffn_norm=untied_layer_norm))
+def _norm(c: DecoderConfig) -> Callable[[int], nn.Module]:
+    norm_class = get_norm(c.norm_type)
+    return lambda size: norm_class(size, eps=c.layer_norm_epsilon)
+
+
+def _layer(c: DecoderConfig, layout: BlockLayout, init: _Init, moe_cfg: MoEConfig,
+           num_kv_groups: Optional[int]) -> TransformerDecoderLayer:
+    """One decoder block: attention, FFN (or experts), their norms."""
+    attention = MultiheadAttention(
+        c.hidden_size, c.num_heads, inner_dim=c.attention_inner_dim, num_kv_groups=num_kv_groups,
+        dropout=c.dropout_rate if c.attention_dropout_rate is None else c.attention_dropout_rate,
+        use_projection_bias=c.use_projection_bias_in_attention, use_ffn_bias=c.use_ffn_bias_in_attention,
+        attention_type=c.attention_type, scale_qk_dot_by_d=init.scale_qk_dot_by_d,
+        attention_logits_alpha=c.attention_logits_alpha or 1.0, scale_qk_dot_by_layer_idx=c.scale_qk_dot_by_layer_idx,
+        logit_softcapping=c.attention_logit_softcapping, softmax_fp32=c.attention_softmax_fp32,
+        use_sink_token=c.use_sink_token, initializer=init.attention, output_initializer=init.output)
+    if moe_cfg.enabled:
+        ffn = SparseMoEBlock(moe_cfg, c.hidden_size, c.filter_size, c.nonlinearity, c.dropout_rate, c.use_ffn_bias,
+                             init.ffn, init.ffn_output, init.gate)
+    else:
+        ffn = FeedForwardNetwork(c.hidden_size, c.filter_size, c.nonlinearity, c.dropout_rate, c.use_ffn_bias,
+                                 init.ffn, init.ffn_output)
+    return TransformerDecoderLayer(c.hidden_size, _norm(c), attention, ffn, c.dropout_rate, c.norm_first_sandwich,
+                                   parallel=layout.parallel, ffn_norm=layout.ffn_norm)
+
+
+def _decoder(c: DecoderConfig, layers: list, init: _Init, kind: str, rotary_dim: Optional[int]) -> DecoderLM:
+    """The embeddings, the blocks, the final norm and the LM head."""
     embedding = EmbeddingLayer(
-        vocab_size + num_extra_input_vocab_tokens, hidden_size, max_position_embeddings, position_embedding_type,
-        emb_init, position_embedding_offset, num_heads, rotary_dim, rope_theta, alibi_trainable_slopes, attn_init,
-        pos_scaling_factor, kind, pos_scaling_extra_args)
-    decoder = DecoderLM(
-        embedding_layer=embedding, layers=layers, norm=norm, hidden_size=hidden_size, vocab_size=vocab_size,
-        embedding_layer_norm=embedding_layer_norm,
-        embedding_dropout=dropout_rate if embedding_dropout_rate is None else embedding_dropout_rate,
-        embeddings_scale=float(1.0 if embeddings_scale is None else embeddings_scale),
-        share_embedding_weights=share_embedding_weights, use_bias_in_output=use_bias_in_output,
-        lm_head_std=initializer_range, output_logits_scale=logits_scale,
-        final_logit_softcapping=final_logit_softcapping, sliding_window=attention_sliding_window_length,
-        sliding_window_every_other_layer=sliding_window_every_other_decoder_layer,
-        sliding_window_first=(sliding_window_every_other_decoder_layer
-                              and sliding_window_every_other_decoder_layer_pattern == "sliding_window_first"),
-        sink_tokens=attention_sink_tokens)
-    # the moe section with every default filled in (what the block computes; the HF adapters compare it)
-    config.update(rotary_dim=rotary_dim, scale_qk_dot_by_d=scale_qk_dot_by_d, loss_scaling=loss_scaling,
-                  loss_weight=loss_weight, num_kv_groups=num_kv_groups, output_logits_scale_applied=logits_scale,
-                  moe=asdict(moe_cfg) if moe_cfg.enabled else None)
-    return DecoderLMModel(decoder, vocab_size=vocab_size, loss_scaling=loss_scaling, loss_weight=float(loss_weight),
-                          compute_eval_metrics=compute_eval_metrics, moe=moe_cfg if moe_cfg.enabled else None,
-                          lr_adjustment_groups=groups, config=config)
-
+        c.vocab_size + c.num_extra_input_vocab_tokens, c.hidden_size, c.max_position_embeddings,
+        c.position_embedding_type, init.embedding, c.position_embedding_offset, c.num_heads, rotary_dim, c.rope_theta,
+        c.alibi_trainable_slopes, init.attention, c.pos_scaling_factor, kind, c.pos_scaling_extra_args)
+    every_other = c.sliding_window_every_other_decoder_layer
+    return DecoderLM(
+        embedding_layer=embedding, layers=layers, norm=_norm(c), hidden_size=c.hidden_size, vocab_size=c.vocab_size,
+        embedding_layer_norm=c.embedding_layer_norm,
+        embedding_dropout=c.dropout_rate if c.embedding_dropout_rate is None else c.embedding_dropout_rate,
+        embeddings_scale=float(1.0 if c.embeddings_scale is None else c.embeddings_scale),
+        share_embedding_weights=c.share_embedding_weights, use_bias_in_output=c.use_bias_in_output,
+        lm_head_std=c.initializer_range, output_logits_scale=init.logits_scale,
+        final_logit_softcapping=c.final_logit_softcapping, sliding_window=c.attention_sliding_window_length,
+        sliding_window_every_other_layer=every_other,
+        sliding_window_first=every_other and c.sliding_window_every_other_decoder_layer_pattern == "sliding_window_first",
+        sink_tokens=c.attention_sink_tokens)
 
 
 def model_defaults(model: dict) -> None:
@@ -429,12 +422,6 @@ def model_defaults(model: dict) -> None:
 
 
 def build_model(**keys: Any) -> DecoderLMModel:
-    """Model function of the decoder families (``model.name: gpt2``, ``llama``, ...): :func:`assemble`
-    without its family-only arguments, so its parameters, the schema of the ``model:`` keys, are the
-    Model Zoo's GPT-2 config keys."""
-    return assemble(**keys)
-
-
-build_model.__signature__ = inspect.signature(assemble).replace(parameters=[
-    p for p in inspect.signature(assemble).parameters.values() if p.name not in _FAMILY_ARGS])
-build_model.__annotations__ = {k: v for k, v in assemble.__annotations__.items() if k not in _FAMILY_ARGS}
+    """Model function of the decoder families (``model.name: gpt2``, ``llama``, ...): the ``model:`` keys (a
+    Model Zoo ``model`` section, a ``**`` of it) as a :class:`DecoderConfig`, built."""
+    return build(DecoderConfig(**keys))

@@ -35,7 +35,7 @@ from cs_run.metrics import MeanMetric
 from cs_run.models.common.family import LM_DATA_PROCESSORS
 from cs_run.models.common.lm import DecoderLMModel
 from cs_run.models.dpo.loss import DPOLoss, DPOLossType
-from cs_run.registry import check_function_keys, get_model_spec, registered_models, resolve_object
+from cs_run.registry import check_config_keys, check_function_keys, get_model_spec, registered_models, resolve_object
 from cs_run.utils.tensorboard import summarize_scalar
 
 __all__ = ["DPOModel", "build_model", "dpo_parameters", "model_defaults", "sequence_logps"]
@@ -82,7 +82,11 @@ def _build_policy(keys: dict) -> DecoderLMModel:
     fn = resolve_object(spec.model_fn, key="model.policy_model.name")
     if spec.defaults_fn:
         resolve_object(spec.defaults_fn, key="model.policy_model.name")(keys)
-    check_function_keys(fn, keys, "model.policy_model", set(), lambda key: "")
+    if spec.config_class:  # the family's typed config declares its keys
+        check_config_keys(resolve_object(spec.config_class, key="model.policy_model.name"), keys, "model.policy_model",
+                          lambda key: "")
+    else:
+        check_function_keys(fn, keys, "model.policy_model", set(), lambda key: "")
     keys["compute_eval_metrics"] = False  # the vendor turns the policy's LM metrics off: the DPO model reports
     try:
         policy = fn(**keys)

@@ -24,7 +24,7 @@ from cs_run.checkpoint.reader import H5Source
 from cs_run.checkpoint.tree import map_leaves
 from cs_run.errors import CheckpointError
 from cs_run.frontends.cli import cli
-from cs_run.runners._checkpoints import latest_checkpoint, list_checkpoints, prune_checkpoints
+from cs_run.runners._checkpoint_files import latest_checkpoint, list_checkpoints, prune_checkpoints
 from tests.h5_damage import flip_a_data_byte
 
 

@@ -189,3 +189,16 @@ def test_missing_lz4_filter_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_hdf5plugin)
     with pytest.raises(CheckpointError, match=r"are LZ4-compressed, as the vendor writes them; install hdf5plugin"):
         load(_copy(tmp_path))
+
+
+def test_unsupported_vendor_container_names_its_place(tmp_path):
+    # tree.spec_tree walks the vendor's treespec: a container cs-run does not store is refused at its key
+    path = _copy(tmp_path)
+    with h5py.File(path, "a") as f:
+        readable, spec = json.loads(f.attrs["__spec__"])
+        protocol, root = json.loads(spec)
+        key = json.loads(root["context"])[0]
+        root["children_spec"][0] = {"type": "builtins.set", "context": "null", "children_spec": []}
+        f.attrs["__spec__"] = json.dumps([readable, json.dumps([protocol, root])])
+    with pytest.raises(CheckpointError, match=rf"container type 'builtins.set' at '{key}' is not supported"):
+        load(path)

@@ -11,7 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from cs_run.frontends.cli import cli
-from cs_run.frontends.options import COMMAND_USES, command_options, run_options
+from cs_run.frontends.flags import COMMAND_USES, command_options, run_options
 from cs_run.params import load_params
 
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from cs_run import registry
 from cs_run.frontends.cli import SUBSYSTEMS, cli
-from cs_run.frontends.options import COMMAND_USES, run_options
+from cs_run.frontends.flags import COMMAND_USES, run_options
 
 
 def invoke(*args):

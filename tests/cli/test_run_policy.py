@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from cs_run import checkpoint
 from cs_run.frontends.cli import cli
-from cs_run.frontends.options import COMMAND_USES, command_options, run_options
+from cs_run.frontends.flags import COMMAND_USES, command_options, run_options
 from cs_run.runners import PyTorchBaseRunner
 from cs_run.runners._model_dir import LOCK_NAME
 
@@ -231,7 +231,7 @@ def test_infinite_learning_rate_saves_no_bad_weights_and_a_rerun_resumes(device,
 
 
 def test_newest_finite_checkpoint_skips_bad_and_unreadable_files(tmp_path):
-    from cs_run.runners._checkpoints import newest_finite_checkpoint, nonfinite_keys
+    from cs_run.runners._checkpoint_files import newest_finite_checkpoint, nonfinite_keys
 
     good = {"model": {"w": torch.ones(3)}, "optimizer": {"state": {0: {"m": torch.zeros(2)}}}, "global_step": 1}
     checkpoint.save(good, str(tmp_path / "checkpoint_1.mdl"))

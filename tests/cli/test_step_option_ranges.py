@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import cs_run
 from cs_run.frontends.cli import cli
-from cs_run.frontends.options import run_options
+from cs_run.frontends.flags import run_options
 from cs_run.frontends.trainer import Trainer
 from cs_run.params import OptimizerParams, RunConfig
 from cs_run.schedule import check_step_options

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from cs_run import optim
 from cs_run.amp import GradScaler
-from cs_run.engine import CompiledStep, EngineOptions, collectives
+from cs_run.engine import CompiledStep, EngineOptions, replica_sync
 from cs_run.runners._step import StepConfig, train_step
 
 B, K, DIM, CLASSES = 8, 2, 6, 3  # global micro-batch, micro-batches per step (grad accumulation), sizes
@@ -116,11 +116,11 @@ def scenario_train(rank: int, world: int, tier: str, steps: int, batch_norm: boo
 
 
 def scenario_agree(rank: int, world: int) -> dict:
-    return {"first_failure": collectives.first_failure("boom" if rank == 1 else ""),
-            "no_failure": collectives.first_failure(""),
-            "common_tier": collectives.common_tier("fx" if rank == 1 else "auto"),
-            "same_tier": collectives.common_tier("inductor"),
-            "choice": collectives.agree_choice("inductor" if rank == 1 else "fx")}
+    return {"first_failure": replica_sync.first_failure("boom" if rank == 1 else ""),
+            "no_failure": replica_sync.first_failure(""),
+            "common_tier": replica_sync.common_tier("fx" if rank == 1 else "auto"),
+            "same_tier": replica_sync.common_tier("inductor"),
+            "choice": replica_sync.agree_choice("inductor" if rank == 1 else "fx")}
 
 
 SCENARIOS = {

@@ -1,4 +1,4 @@
-"""Data-parallel replicas on CSX: the gradient all-reduce inside the traced step (collectives.py).
+"""Data-parallel replicas on CSX: the gradient all-reduce inside the traced step (replica_sync.py).
 
 Two spawned processes on gloo (``replica_worker.py``) train a tiny model with the CSX engine, with torch
 DDP and (ordinal 0) as one process on the whole batch. docs/architecture.md#replicas-on-csx.

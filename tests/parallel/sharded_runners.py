@@ -19,7 +19,7 @@ import cs_run as cstorch
 from cs_run.checkpoint import sharded
 from cs_run.parallel.fsdp import FullyShardedStrategy
 from cs_run.runners import PyTorchRunner
-from cs_run.runners._checkpoints import nonfinite_keys
+from cs_run.runners._checkpoint_files import nonfinite_keys
 
 STALL_STEP = 20  # a checkpoint step of the tests' runs (checkpoint_steps: 10)
 

@@ -22,7 +22,7 @@ from sharded_runners import STALL_STEP
 
 import cs_run as cstorch
 from cs_run.checkpoint import sharded
-from cs_run.runners._checkpoints import list_checkpoints
+from cs_run.runners._checkpoint_files import list_checkpoints
 from tests.processes import finish
 
 TIMEOUT = 60  # --collective_timeout of these runs

@@ -11,7 +11,7 @@ import torch
 from cs_run import parallel
 from cs_run.engine import CompiledStep, EngineOptions
 from cs_run.errors import ParamsError
-from cs_run.parallel import FullyShardedStrategy, Strategy, build_strategy, check_strategy
+from cs_run.parallel import FullyShardedStrategy, Layout, Offload, Sharding, Strategy, build_strategy, resolve_layout
 from cs_run.parallel.fsdp import shard_units
 from cs_run.parallel.strategy import map_tensors
 from cs_run.registry import get_model_spec, resolve_object
@@ -55,8 +55,9 @@ def test_data_parallel_state_is_read_and_written_in_place():
 
 def test_the_strategy_of_each_setting():
     assert type(build_strategy()) is Strategy
-    assert type(build_strategy("fsdp")) is FullyShardedStrategy and build_strategy("fsdp").offload == "none"
-    alone = build_strategy("none", "cpu")  # offload alone: FSDP2 over the one replica
+    fsdp = build_strategy(Layout(Sharding.FSDP))
+    assert type(fsdp) is FullyShardedStrategy and fsdp.offload == "none"
+    alone = build_strategy(Layout(Sharding.NONE, Offload.CPU))  # offload alone: FSDP2 over the one replica
     assert isinstance(alone, FullyShardedStrategy) and alone.offload == "cpu"
 
 
@@ -69,13 +70,13 @@ def test_the_strategy_of_each_setting():
 ])
 def test_combinations_that_do_not_work(sharding, offload, n, device, message):
     with pytest.raises(ParamsError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        check_strategy(sharding, offload, n, device)
+        resolve_layout(sharding, offload, n, device)
 
 
 @pytest.mark.parametrize("sharding, offload, n, device", [
     ("none", "none", 4, "CSX"), ("fsdp", "none", 4, "CPU"), ("fsdp", "cpu", 2, "GPU"), ("none", "cpu", 1, "CPU")])
 def test_combinations_that_work(sharding, offload, n, device):
-    check_strategy(sharding, offload, n, device)
+    assert resolve_layout(sharding, offload, n, device) == Layout(Sharding(sharding), Offload(offload))
 
 
 def test_the_csx_engine_asks_the_strategy_who_all_reduces():

@@ -11,8 +11,8 @@ import pytest
 
 from cs_run.distributed import ClusterConfig, ClusterOptions
 from cs_run.frontends.cli import cli
+from cs_run.frontends.flags import COMMAND_USES, command_options, field_docs, flag_overrides, run_options, trainer_keys
 from cs_run.frontends.modelzoo import _parser
-from cs_run.frontends.options import COMMAND_USES, command_options, field_docs, flag_overrides, run_options, trainer_keys
 from cs_run.params import RunConfig
 
 

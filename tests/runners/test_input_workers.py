@@ -11,7 +11,7 @@ import torch
 from cs_run import checkpoint
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
-from cs_run.runners._checkpoints import list_checkpoints
+from cs_run.runners._checkpoint_files import list_checkpoints
 
 STREAM_DATA = '''
 import torch

@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 import cs_run
+from cs_run import parallel, replicas, schedule
 from cs_run import params as params_module
-from cs_run import replicas, schedule
 from cs_run.backend import BACKEND_TYPES
 from cs_run.engine import EngineOptions
 from cs_run.errors import ParamsError
@@ -27,8 +27,9 @@ from cs_run.frontends import modelzoo
 from cs_run.frontends.cli import cli
 from cs_run.params import CompileTier, RunConfig, load_params
 from cs_run.runners import MODES, PyTorchBaseRunner
-from cs_run.runners._options import RunOptions
+from cs_run.runners import _run_options as options_module
 from cs_run.runners._progress import Progress
+from cs_run.runners._run_options import RunOptions
 
 
 @pytest.fixture
@@ -89,6 +90,43 @@ def test_compile_tier_choices_are_spelled_once():
     flag = next(p for p in cli.commands["train"].params if p.name == "compile_tier")
     assert isinstance(flag.type, click.Choice) and tuple(flag.type.choices) == tuple(CompileTier)
     assert cs_run.CompileTier is CompileTier and "CompileTier" in cs_run.__all__  # the public name, re-exported
+
+
+def test_sharding_and_offload_choices_are_spelled_once():
+    # the params' choices and the flags' are the enums of cs_run.parallel, which the strategy is built from
+    fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+    for key, kind in (("sharding", parallel.Sharding), ("offload", parallel.Offload)):
+        assert fields[key].metadata["choices"] == tuple(kind) and fields[key].default == next(iter(kind))
+        flag = next(p for p in cli.commands["train"].params if p.name == key)
+        assert isinstance(flag.type, click.Choice) and tuple(flag.type.choices) == tuple(kind)
+
+
+def test_sharding_is_resolved_once_into_the_layout_the_runner_uses(monkeypatch, toy_project, tmp_path):
+    calls = []
+    resolve = options_module.resolve_layout
+    monkeypatch.setattr(options_module, "resolve_layout", lambda *a, **k: calls.append(a) or resolve(*a, **k))
+    params = load_params(toy_project, {"runconfig.model_dir": str(tmp_path / "md"), "runconfig.max_steps": 1})
+    runner = PyTorchBaseRunner.create(params, device="CPU", mode="train")
+    assert calls == [("none", "none", 1, "CPU")]  # create() resolves it; the runner builds its strategy from it
+    assert runner.options.layout == parallel.Layout(parallel.Sharding.NONE, parallel.Offload.NONE)
+    assert type(runner.strategy) is parallel.Strategy and runner.strategy.sharding is parallel.Sharding.NONE
+
+
+def test_the_step_keys_are_carried_in_the_options_and_the_loop_reads_them_there(toy_project, tmp_path):
+    params = load_params(toy_project, {"runconfig.model_dir": str(tmp_path / "md"), "runconfig.max_steps": 3,
+                                       "runconfig.log_steps": 7, "runconfig.checkpoint_steps": 0,
+                                       "runconfig.max_checkpoints": 5, "runconfig.eval_steps": 2,
+                                       "runconfig.eval_frequency": 0.5, "runconfig.save_initial_checkpoint": False})
+    options = RunOptions.resolve(params, "CPU")
+    assert (options.log_steps, options.checkpoint_steps, options.max_checkpoints, options.eval_steps,
+            options.eval_frequency, options.save_initial_checkpoint) == (7, 0, 5, 2, 0.5, False)
+    # The loop reads the options, not the runconfig: options that say otherwise than the runconfig win.
+    runner = PyTorchBaseRunner.create(params, device="CPU", mode="train")
+    runner.options = dataclasses.replace(runner.options, checkpoint_steps=1, max_checkpoints=2,
+                                         save_initial_checkpoint=True)
+    runner.run("train")
+    assert sorted(p.name for p in (tmp_path / "md").glob("checkpoint_*.mdl")) == ["checkpoint_2.mdl",
+                                                                                 "checkpoint_3.mdl"]
 
 
 def test_the_model_zoo_parser_takes_the_runners_modes_and_the_backends_devices():

@@ -16,7 +16,7 @@ import torch
 from cs_run.errors import ParamsError
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
-from cs_run.runners._checkpoints import list_checkpoints
+from cs_run.runners._checkpoint_files import list_checkpoints
 from cs_run.schedule import UNBOUNDED_EPOCH, is_checkpoint_step, is_log_step, step_budget
 from cs_run.utils.data import DataExecutor, DataLoader, compute_num_steps
 

@@ -10,7 +10,7 @@ import torch
 import cs_run.optim as csoptim
 from cs_run.params import load_params
 from cs_run.runners import PyTorchBaseRunner
-from cs_run.runners._checkpoints import list_checkpoints
+from cs_run.runners._checkpoint_files import list_checkpoints
 
 
 def make_runner(params_path, **overrides):

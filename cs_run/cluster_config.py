@@ -1,7 +1,7 @@
 """The cluster options of a run (``cstorch.distributed.ClusterOptions``), in a module of their own.
 
 They are the params files' runconfig keys and the run flags too (``cs_run.params.RunConfig`` embeds
-them, :mod:`cs_run.frontends.options` renders the flags), so reading a params file or ``cs-run --help`` must not
+them, :mod:`cs_run.frontends.flags` renders the flags), so reading a params file or ``cs-run --help`` must not
 import what :mod:`cs_run.distributed` needs to run replicas (torch.distributed).
 """
 
@@ -16,7 +16,7 @@ __all__ = ["ClusterOptions"]
 class ClusterOptions:
     """The cluster options of a run, declared once: runconfig keys of the same names (``RunConfig`` embeds
     them), ``cs-run`` and run.py flags and the Trainer's CSX backend are all generated from these fields
-    (see :mod:`cs_run.frontends.options`). Field order and defaults are the vendor's ``ClusterConfig``'s."""
+    (see :mod:`cs_run.frontends.flags`). Field order and defaults are the vendor's ``ClusterConfig``'s."""
 
     num_csx: int = field(default=1, metadata={"min": 1, "flag": {}})
     """Data-parallel replicas, one process each (launched here, or joined under torchrun); batch sizes

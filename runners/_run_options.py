@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from cs_run.errors import ParamsError
+from cs_run.parallel import DATA_PARALLEL, Layout, resolve_layout
 from cs_run.params import CompileTier, Params
 from cs_run.schedule import StepOptions
 
@@ -40,6 +41,19 @@ class RunOptions:
     autoload_checkpoint: bool
     load_states: Optional[frozenset[str]]
     """runconfig.load_checkpoint_states as state names; None for all of them."""
+    layout: Layout = DATA_PARALLEL
+    """runconfig.sharding and offload, checked against the device and num_csx (the strategy is built from it)."""
+    log_steps: int = 100
+    """runconfig.log_steps: log loss and rate every this many run steps (and the last)."""
+    checkpoint_steps: int = 0
+    """runconfig.checkpoint_steps: checkpoint every this many run steps (0: the last only)."""
+    save_initial_checkpoint: bool = False
+    max_checkpoints: Optional[int] = None
+    """runconfig.max_checkpoints: keep only the newest this many checkpoints (None: all)."""
+    eval_steps: Optional[int] = None
+    """runconfig.eval_steps: batches an evaluation takes (None: the whole eval loader)."""
+    eval_frequency: Union[int, float, None] = None
+    """runconfig.eval_frequency: train_and_eval evaluates every this many steps (a fraction: of the run)."""
     steps: Optional[StepOptions] = None
     """A training mode's step options, with the user's spelling of each key; None for the others."""
 
@@ -55,8 +69,9 @@ class RunOptions:
     @classmethod
     def resolve(cls, params: Params, device: str) -> "RunOptions":
         """The run's options from the params (file, ``--set`` and flags, already merged and checked key by
-        key at load) for ``device``, refused when they ask for a trace on a device that cannot;
-        :meth:`for_mode` adds the mode's checks. Nothing is read, created or written.
+        key at load) for ``device``, refused when they ask for a trace on a device that cannot or a sharding
+        or offload it or ``num_csx`` cannot run; :meth:`for_mode` adds the mode's checks. Nothing is read,
+        created or written.
 
         Raises:
             ParamsError: naming the key or flag, what is wrong and how to fix it.
@@ -72,7 +87,11 @@ class RunOptions:
         return cls(device=device, mode=None, trace_only=trace_only,
                    compile_tier=None if tier is None else CompileTier(tier),  # checked at load: a params key
                    checkpoint_path=Path(path) if path else None, autoload_checkpoint=rc.autoload_checkpoint,
-                   load_states=None if states is None else frozenset(s.strip() for s in states))
+                   load_states=None if states is None else frozenset(s.strip() for s in states),
+                   layout=resolve_layout(rc.sharding, rc.offload, rc.num_csx, device),
+                   log_steps=rc.log_steps, checkpoint_steps=rc.checkpoint_steps,
+                   save_initial_checkpoint=rc.save_initial_checkpoint, max_checkpoints=rc.max_checkpoints,
+                   eval_steps=rc.eval_steps, eval_frequency=rc.eval_frequency)
 
     def for_mode(self, mode: str, params: Params, data_fns: Optional[dict[str, Optional[Callable]]] = None
                  ) -> "RunOptions":
@@ -99,7 +118,7 @@ class RunOptions:
                                 names={**names, "grad_accum_steps": params.name("optimizer.grad_accum_steps")},
                                 training=True)
         if mode in TRAINING_MODES and rc.early_stopping_metric is not None and \
-                not (mode == "train_and_eval" and rc.eval_frequency):
+                not (mode == "train_and_eval" and self.eval_frequency):
             raise ParamsError(f"{params.head}{params.name('runconfig.early_stopping_metric')} needs evaluations "
                               "during training, which only train_and_eval runs (cs-run train-and-eval, a Trainer.fit "
                               f"with a val_dataloader), every {params.name('runconfig.eval_frequency')} steps: use "

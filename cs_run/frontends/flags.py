@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from cs_run.cluster_options import ClusterOptions
+from cs_run.cluster_config import ClusterOptions
 from cs_run.errors import ParamsError
 from cs_run.params import REMOVE, RunConfig
 
