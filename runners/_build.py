@@ -36,6 +36,8 @@ def build_model(params: Params, model_fn: Optional[Callable[[dict], torch.nn.Mod
     """From the registry / ``module:function`` name, or from ``model_fn(params_dict)`` (Model Zoo run())."""
     try:
         model = model_fn(params.to_dict()) if model_fn else model_function(params)(**params.model.extra)
+    except ParamsError:
+        raise  # already names its key (a model that checks its nested sections, as dpo's policy_model)
     except (TypeError, ValueError) as e:
         raise ParamsError(f"params: model: {e}") from None
     if not isinstance(model, torch.nn.Module):

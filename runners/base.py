@@ -42,6 +42,7 @@ from cs_run.runners.hooks import RunnerHooks
 from cs_run.schedule import StepBudget, is_checkpoint_step, is_log_step
 from cs_run.sparsity_params import summaries_wanted
 from cs_run.utils.streaming import StreamingLoader
+from cs_run.utils.tensorboard import pop_summarized_scalars
 
 __all__ = ["PyTorchBaseRunner"]
 
@@ -255,6 +256,7 @@ class PyTorchBaseRunner(RunnerHooks):
         if self.strategy.writes:  # now, not earlier: a run refused before its first step keeps the previous run's
             save_params(self.params, self.model_dir)
         self.model.train()
+        pop_summarized_scalars()  # a model's scalars summarized outside this run's steps are not this run's
         self._rate = RateMeter(window=self.options.log_steps or budget.steps)
         self._compile_reported = False
         self._rate.start()
@@ -397,6 +399,7 @@ class PyTorchBaseRunner(RunnerHooks):
             scalars["loss_scale"] = self.grad_scaler.get_scale()
         if self._sparsity_log is not None:
             scalars.update(self._sparsity_log.latest)
+        scalars.update(pop_summarized_scalars())  # the model's own (summarize_scalar), as the vendor's trainer logs them
         self._summaries.add_scalars("train", scalars, step)
 
     def _fetch_loss(self, loss: torch.Tensor) -> float:

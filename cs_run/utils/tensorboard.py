@@ -13,10 +13,31 @@ from pathlib import Path
 from typing import Any, Optional
 
 from cs_run.summaries import ScalarWriter, read_scalars
+from cs_run.tracing import step_closure
 
-__all__ = ["ScalarEvent", "SummaryReader", "SummaryWriter"]
+__all__ = ["ScalarEvent", "SummaryReader", "SummaryWriter", "pop_summarized_scalars", "summarize_scalar"]
 
 ScalarEvent = namedtuple("ScalarEvent", ["wall_time", "step", "value"])
+
+_SUMMARIZED: dict[str, float] = {}
+
+
+@step_closure
+def _record_scalar(name: str, value: Any) -> None:
+    _SUMMARIZED[name] = float(value)  # host read, after the step (a traced step's values are ready)
+
+
+def summarize_scalar(name: str, value: Any) -> None:
+    """The Model Zoo's ``summarize_scalar``: a model's scalar of this train step, written by the runner into
+    model_dir/train under ``name`` on log steps (the latest step's value), beside the loss."""
+    _record_scalar(name, value.detach() if hasattr(value, "detach") else value)
+
+
+def pop_summarized_scalars() -> dict[str, float]:
+    """The scalars summarized since the last call (the latest value of each), for the runner to write."""
+    out = dict(_SUMMARIZED)
+    _SUMMARIZED.clear()
+    return out
 
 
 class SummaryWriter:
