@@ -70,14 +70,14 @@ def _fifo(folder: Path) -> None:
 
 def _model_type(folder: Path) -> None:
     cfg = json.loads((folder / "config.json").read_text())
-    _config(folder, json.dumps({**cfg, "model_type": "bert"}))
+    _config(folder, json.dumps({**cfg, "model_type": "xlnet"}))
 
 
 START_REFUSALS = {  # how the folder is spoiled, extra flags, the one line expected (after 'Error: --checkpoint_path: ')
     "another model": (None, ("--set", "model.hidden_size=64"), "is a Hugging Face folder of another model than the "
                       "params' (model.hidden_size: 64 (config.json: 32)); convert it with cs-run checkpoint convert "
                       "--from hf"),
-    "another model_type": (_model_type, (), "is a Hugging Face folder of model_type: 'bert' has no Hugging Face "
+    "another model_type": (_model_type, (), "is a Hugging Face folder of model_type: 'xlnet' has no Hugging Face "
                            "converter"),
     "deeply nested": (lambda f: _config(f, "[" * 200_000 + "]" * 200_000), (), "nested too deeply"),
     "a FIFO": (_fifo, (), "not a regular file"),
