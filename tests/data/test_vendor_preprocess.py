@@ -95,6 +95,9 @@ def test_cli_runs_config(tmp_path: Path) -> None:
     assert (out / "data_params.json").is_file()
 
 
+_FIM = "  training_objective: fim\n  fim_rate: 0.9\n  spm_rate: 0.5\n  fim_prefix_tok: <p>\n  fim_middle_tok: <m>\n" \
+       "  fim_suffix_tok: <s>\n"
+
 # (case id, edit of the packed case's config text or files, error type, what the one line must say)
 BAD = [
     ("unknown-section", lambda t, d: t + "extra:\n  a: 1\n", ParamsError, r"extra is not a section .*yaml:\d+"),
@@ -129,6 +132,16 @@ BAD = [
     ("context-splits-not-yet", lambda t, d: t.replace("  processes: 1", "  processes: 1\n  context_splits: {MSL_List: [1K]}"),
      ParamsError, r"setup\.context_splits is not run by cs-run's --config yet .*yaml:\d+"),
     ("bad-json-line", None, DataError, r"bad\.jsonl:2 is not a JSON line"),
+    ("fim-rate-missing", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: fim"), ParamsError,
+     r"dataset\.fim_rate is None .*; give a probability in \[0, 1\]"),
+    ("fim-rate-over-one", lambda t, d: t.replace("  pack_sequences: true", _FIM.replace("0.9", "1.5")), ParamsError,
+     r"dataset\.fim_rate is 1\.5 .*yaml:\d+\); give a probability"),
+    ("fim-token-missing", lambda t, d: t.replace("  pack_sequences: true", _FIM.replace("  fim_suffix_tok: <s>\n", "")),
+     ParamsError, r"dataset\.fim_suffix_tok is missing .*yaml"),
+    ("fim-token-not-in-tokenizer", lambda t, d: t.replace("  pack_sequences: true", _FIM), ParamsError,
+     r"the FIM token '<p>' is not in the tokenizer \(.*yaml:\d+\); add it"),
+    ("fim-in-finetuning", lambda t, d: t.replace("  pack_sequences: true", _FIM).replace("mode: pretraining",
+     "mode: finetuning"), ParamsError, r"dataset\.training_objective is 'fim' in mode 'finetuning' .*yaml:\d+"),
 ]
 
 

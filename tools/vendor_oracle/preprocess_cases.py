@@ -66,6 +66,8 @@ DPO_CHAT = [
 _TRAIN_TEXT = TEXT_DOCS + [d["prompt"] + " " + d["completion"] for d in PROMPT_COMPLETION]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>", "<|user|>", "<|assistant|>"]
+FIM_TOKENS = ["<fim_prefix>", "<fim_middle>", "<fim_suffix>"]
+"""the FIM cases' tokenizer (the folder ``tokenizer_fim``) holds these as special tokens too"""
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -135,6 +137,36 @@ CASES: list[tuple[str, str, str, dict]] = [
     ("hf_pretraining_parquet", "hf_autoregressive_lm_preprocessing.yaml", "parquet", {
         "processing.max_seq_length": 16,
     }),
+    # training_objective fim: numpy's global RNG seeded with processing.seed draws per sample, per segment
+    # between eos tokens (pad is eos here, so padding splits too); the tokenizer holds the FIM tokens
+    ("fim_aug", "fim_aug_preprocessing.yaml", "text", {
+        "processing.max_seq_length": 16,
+        "processing.tokenizer_params.encoder_file": "<TOK>_fim/tokenizer.json",
+        "dataset.training_objective": "fim",
+    }),
+    ("fim_aug_unpacked_seed", "fim_aug_preprocessing.yaml", "text", {
+        "processing.max_seq_length": 16,
+        "processing.seed": 5,
+        "processing.tokenizer_params.encoder_file": "<TOK>_fim/tokenizer.json",
+        "dataset.training_objective": "fim",
+        "dataset.pack_sequences": False,
+        "dataset.fim_rate": 0.6,
+        "dataset.spm_rate": 0.3,
+    }),
+    # a Hugging Face folder (pad is not eos: padding is no segment break), several files, short_seq_prob too
+    ("fim_hf_pad", "hf_autoregressive_lm_preprocessing.yaml", "mixed", {
+        "processing.max_seq_length": 16,
+        "processing.huggingface_tokenizer": "<TOK>_fim",
+        "processing.short_seq_prob": 0.3,
+        "processing.seed": 7,
+        "dataset.training_objective": "fim",
+        "dataset.pack_sequences": False,
+        "dataset.fim_rate": 0.9,
+        "dataset.spm_rate": 0.5,
+        "dataset.fim_prefix_tok": "<fim_prefix>",
+        "dataset.fim_middle_tok": "<fim_middle>",
+        "dataset.fim_suffix_tok": "<fim_suffix>",
+    }),
     ("gpt2_pretraining", "autoregressive_lm_preprocessing.yaml", "text", {
         "processing.max_seq_length": 16,
         "processing.tokenizer_params.encoder_file": "<TOK>/encoder.json",
@@ -167,7 +199,7 @@ _COMMON = {
 }
 
 
-def build_tokenizer(folder: str) -> None:
+def build_tokenizer(folder: str, extra_special: tuple = ()) -> None:
     """Train a tiny byte-level BPE on the inputs' text and save it as a local Hugging Face folder.
 
     Deterministic for one `tokenizers` version; the recorder saves the folder next to the outputs and
@@ -178,7 +210,7 @@ def build_tokenizer(folder: str) -> None:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIAL_TOKENS,
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIAL_TOKENS + list(extra_special),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(_TRAIN_TEXT, trainer=trainer)
     os.makedirs(folder, exist_ok=True)
@@ -250,7 +282,7 @@ def case_params(vendor_config: dict, input_name: str, overrides: dict, inputs: s
     becomes the local folder)."""
     params = copy.deepcopy(vendor_config)
     common = dict(_COMMON)
-    if "huggingface_tokenizer" in params.get("processing", {}):
+    if "huggingface_tokenizer" in params.get("processing", {}) and "processing.huggingface_tokenizer" not in overrides:
         common["processing.huggingface_tokenizer"] = "<TOK>"
     fill = {"<IN>": f"{inputs}/{input_name}", "<OUT>": out, "<TOK>": tok}
     for dotted, value in {**common, **overrides}.items():

@@ -79,6 +79,7 @@ class PreprocessConfig:
     max_prompt_length: int = 512
     response_delimiter: str = "<response>"
     end_of_turn_token: Optional[str] = None
+    fim: Optional[tuple] = None  # training_objective fim: (fim_rate, spm_rate, prefix, middle, suffix token)
     resume: bool = False
     skip_jsonl_errors: bool = False
     lines: dict = field(default_factory=dict)
@@ -160,7 +161,10 @@ def _not_yet(setup: dict, processing: dict, dataset: dict, mode: str, path: str,
     for key in ("use_vsl", "split_text_to_tokenize"):
         if dataset.get(key):
             raise _fail(path, lines, f"dataset.{key}", "is not run by cs-run's --config yet", "set it to false")
-    if dataset.get("training_objective") not in (None, "autoregressive"):
+    if dataset.get("training_objective") == "fim" and mode != "pretraining":
+        raise _fail(path, lines, "dataset.training_objective", f"is 'fim' in mode {mode!r}",
+                    "FIM augments pretraining samples only: set setup.mode: pretraining or remove it")
+    if dataset.get("training_objective") not in (None, "autoregressive", "fim"):
         raise _fail(path, lines, "dataset.training_objective", f"is {dataset['training_objective']!r}, "
                     "which cs-run's --config does not run yet", "remove it (plain autoregressive pretraining)")
 
@@ -263,8 +267,9 @@ def load_config(path: str) -> PreprocessConfig:
         if processing.get(key, "int32") != "int32":
             raise _fail(path, lines, f"processing.{key}", f"is {processing[key]!r}", "cs-run writes int32 (the "
                         "vendor's writer stores i4 whatever it is); remove it")
+    fim = _fim(dataset, tokenizer_kind, path, lines) if dataset.get("training_objective") == "fim" else None
     return PreprocessConfig(
-        path=path, params=copy.deepcopy(params), mode=mode, source=source, output_dir=output_dir,
+        fim=fim, path=path, params=copy.deepcopy(params), mode=mode, source=source, output_dir=output_dir,
         tokenizer=tokenizer, tokenizer_kind=tokenizer_kind, gpt2_files=gpt2_files, max_seq_length=msl,
         short_seq_prob=float(ssp), seed=processing.get("seed", 0),
         min_sequence_len=processing.get("min_sequence_len", 10),
@@ -285,6 +290,28 @@ def load_config(path: str) -> PreprocessConfig:
         skip_jsonl_errors=_typed(processing, "UNSAFE_skip_jsonl_decoding_errors", bool, "processing", path, lines,
                                  False),
         lines=lines)
+
+
+def _fim(dataset: dict, tokenizer_kind: str, path: str, lines: dict) -> tuple:
+    """training_objective fim's rates and tokens (the vendor asserts all five are given)."""
+    if tokenizer_kind == "gpt2":
+        raise _fail(path, lines, "dataset.training_objective", "is 'fim' with custom_tokenizer gpt2tokenizer, which "
+                    "cs-run has not checked against the vendor's FIM", "use neoxtokenizer or huggingface_tokenizer")
+    rates = []
+    for key in ("fim_rate", "spm_rate"):
+        value = _typed(dataset, key, (int, float), "dataset", path, lines)
+        if value is None or not 0.0 <= value <= 1.0:
+            raise _fail(path, lines, f"dataset.{key}", f"is {value!r}", "give a probability in [0, 1] "
+                        "(training_objective fim needs fim_rate and spm_rate)")
+        rates.append(float(value))
+    tokens = []
+    for key in ("fim_prefix_tok", "fim_middle_tok", "fim_suffix_tok"):
+        value = _typed(dataset, key, str, "dataset", path, lines)
+        if not value:
+            raise _fail(path, lines, f"dataset.{key}", "is missing", "name the tokenizer's FIM token, e.g. "
+                        f"<{key[:-4]}>")
+        tokens.append(value)
+    return (*rates, *tokens)
 
 
 def _local_tokenizer(name: str, path: str, lines: dict) -> str:

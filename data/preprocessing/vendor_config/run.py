@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from cs_run.errors import ParamsError
 
-from . import _dpo, _finetuning, _inputs, _output, _pretraining
+from . import _dpo, _fim, _finetuning, _inputs, _output, _pretraining
 from ._config import load_config
 from ._tokenizer import load_tokenizer
 
@@ -78,10 +78,11 @@ def preprocess_config(path: str, progress: bool = False) -> PreprocessSummary:
             chat_template=cfg.chat_template, end_of_turn_token=cfg.end_of_turn_token)
         stats_keys = _finetuning.STATS_KEYS
     else:
-        gen = _pretraining.PretrainingSamples(
-            tok, max_seq_length=cfg.max_seq_length, pack_sequences=cfg.pack_sequences,
-            short_seq_prob=cfg.short_seq_prob, seed=cfg.seed, min_sequence_len=cfg.min_sequence_len,
-            use_ftfy=cfg.use_ftfy, ftfy_normalizer=cfg.ftfy_normalizer)
+        args = dict(max_seq_length=cfg.max_seq_length, pack_sequences=cfg.pack_sequences,
+                    short_seq_prob=cfg.short_seq_prob, seed=cfg.seed, min_sequence_len=cfg.min_sequence_len,
+                    use_ftfy=cfg.use_ftfy, ftfy_normalizer=cfg.ftfy_normalizer)
+        gen = (_fim.FimSamples(tok, fim=cfg.fim, where=cfg.at("dataset.fim_prefix_tok"), **args) if cfg.fim else
+               _pretraining.PretrainingSamples(tok, **args))
         stats_keys = _pretraining.STATS_KEYS
     keys = [v for k, v in cfg.read_hook_kwargs.items() if str(k).endswith("_key")]
 
