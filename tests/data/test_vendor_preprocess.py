@@ -125,8 +125,9 @@ BAD = [
      r"read_hook '.*hooks:my_hook' is not a hook cs-run runs .*yaml:\d+"),
     ("ftfy-missing", lambda t, d: t.replace("use_ftfy: false", "use_ftfy: true"), ParamsError,
      r"use_ftfy is true but the ftfy package is not installed"),
-    ("wikitext-not-yet", lambda t, d: t.replace("wikitext_detokenize: false", "wikitext_detokenize: true"),
-     ParamsError, r"processing\.wikitext_detokenize is not run by cs-run's --config yet .*yaml:\d+\); set it to false"),
+    ("wikitext-in-finetuning", lambda t, d: t.replace("wikitext_detokenize: false", "wikitext_detokenize: true")
+     .replace("mode: pretraining", "mode: finetuning"), ParamsError,
+     r"processing\.wikitext_detokenize is not run by cs-run's --config in mode 'finetuning' yet .*yaml:\d+\); set it"),
     ("data-splits-not-yet", lambda t, d: t.replace("  processes: 1", "  processes: 1\n  data_splits: {train: {split_fraction: 1.0}}"),
      ParamsError, r"setup\.data_splits is not run by cs-run's --config yet .*yaml:\d+"),
     ("context-splits-not-yet", lambda t, d: t.replace("  processes: 1", "  processes: 1\n  context_splits: {MSL_List: [1K]}"),
@@ -279,3 +280,16 @@ def _has(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
+
+
+@pytest.mark.parametrize("raw,want", [
+    ("1 @,@ 200 m , 3 @.@ 5 km , wafer @-@ scale", "1,200 m, 3.5 km, wafer-scale"),
+    ("( about it ) [ cores ] { many } \" quiet \"", "(about it) [cores] {many} \"quiet\""),
+    (" = = = Early life = = = \n The fox 's den", " === Early life ===\nThe fox's den"),
+    ("held N bones at 20 \u00b0 C ; twice . ", "held 1 bones at 20\u00b0C; twice. "),
+])
+def test_wikitext_detokenize_rules(raw: str, want: str) -> None:
+    """Hand-worked WikiText-103 strings (the recorded wikitext103 case checks the vendor's order on the rest)."""
+    from cs_run.data.preprocessing.vendor_config._pretraining import wikitext_detokenize
+
+    assert wikitext_detokenize(raw) == want

@@ -62,6 +62,14 @@ DPO_CHAT = [
      "rejected": [{"role": "user", "content": "Say hi"}, {"role": "assistant", "content": "Go away."}]},
 ]
 
+# WikiText-103's tokenized style: what wikitext_detokenize undoes (number separators, spaced punctuation,
+# brackets and quotes, heading marks, " 's", " N ", the degree sign)
+WIKITEXT_DOCS = [
+    " = = = Early life = = = \n The fox 's den was 1 @,@ 200 m wide ( about 3 @.@ 5 km from the river ) . \n",
+    ' It was " quiet " , he said ; the dogs \' bowls held N bones at 20 \u00b0 C ! Really ? Yes : twice . ',
+    " The wafer @-@ scale engine [ cores ] runs { many } models ' in parallel ' . = = Notes = = \n",
+]
+
 # what the tokenizer is trained on (every character the inputs use, so there are no unknown bytes)
 _TRAIN_TEXT = TEXT_DOCS + [d["prompt"] + " " + d["completion"] for d in PROMPT_COMPLETION]
 
@@ -167,6 +175,12 @@ CASES: list[tuple[str, str, str, dict]] = [
         "dataset.fim_middle_tok": "<fim_middle>",
         "dataset.fim_suffix_tok": "<fim_suffix>",
     }),
+    # wikitext_detokenize on, as the config ships it (gpt2tokenizer)
+    ("wikitext103", "wikitext103_lm_preprocessing.yaml", "wikitext", {
+        "processing.max_seq_length": 16,
+        "processing.tokenizer_params.encoder_file": "<TOK>/encoder.json",
+        "processing.tokenizer_params.vocab_file": "<TOK>/vocab.bpe",
+    }),
     ("gpt2_pretraining", "autoregressive_lm_preprocessing.yaml", "text", {
         "processing.max_seq_length": 16,
         "processing.tokenizer_params.encoder_file": "<TOK>/encoder.json",
@@ -185,7 +199,6 @@ DEFERRED: dict[str, str] = {
     "multimodal_pretraining_conceptual_captions.yaml": "multimodal, a Hugging Face hub dataset: out of scope",
     "nlg_preprocessing.yaml": "mode nlg: the vendor's own NLGTokenGenerator raises NameError ('successful') on "
                               "every record, so there is no output to match; cs-run refuses the mode",
-    "wikitext103_lm_preprocessing.yaml": "wikitext_detokenize: not run by cs-run yet",
     "finetuning_data_split.yaml": "setup.data_splits: not run by cs-run yet",
     "finetuning_context_split.yaml": "setup.context_splits: not run by cs-run yet",
     "pretraining_data_context_split.yaml": "setup.data_splits with context_splits: not run by cs-run yet",
@@ -260,6 +273,10 @@ def write_inputs(folder: str) -> None:
     with open(os.path.join(folder, "prompt_completion_long", "pairs.jsonl"), "w") as f:
         for pair in PROMPT_COMPLETION + [LONG_PROMPT]:
             f.write(json.dumps({"article_content": pair["prompt"], "summary": pair["completion"]}) + "\n")
+    os.makedirs(os.path.join(folder, "wikitext"), exist_ok=True)
+    with open(os.path.join(folder, "wikitext", "wiki.jsonl"), "w") as f:
+        for doc in WIKITEXT_DOCS:
+            f.write(json.dumps({"text": doc}) + "\n")
     os.makedirs(os.path.join(folder, "mixed"), exist_ok=True)
     with open(os.path.join(folder, "mixed", "a_lines.txt"), "w") as f:
         for i in range(12):  # about 1.1 KiB: more than one 1 KiB read chunk

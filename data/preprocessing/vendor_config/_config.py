@@ -149,7 +149,10 @@ def _not_yet(setup: dict, processing: dict, dataset: dict, mode: str, path: str,
                "use the vendor's tool for this mode for now")
         raise _fail(path, lines, "setup.mode", f"is {mode!r}, which cs-run's --config does not run yet "
                     f"(it runs {', '.join(RUN_MODES)})", fix)
-    not_yet = ("inverted_mask", "token_limit", "shuffle", "wikitext_detokenize", "semantic_loss_weight",
+    if processing.get("wikitext_detokenize") and mode != "pretraining":
+        raise _fail(path, lines, "processing.wikitext_detokenize", f"is not run by cs-run's --config in mode {mode!r} "
+                    "yet (mode pretraining only)", "set it to false")
+    not_yet = ("inverted_mask", "token_limit", "shuffle", "semantic_loss_weight",
                "semantic_drop_mask", "semantic_attention_mask")
     if any(processing.get(k) for k in not_yet):
         key = next(k for k in not_yet if processing.get(k))

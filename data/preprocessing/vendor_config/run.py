@@ -80,7 +80,8 @@ def preprocess_config(path: str, progress: bool = False) -> PreprocessSummary:
     else:
         args = dict(max_seq_length=cfg.max_seq_length, pack_sequences=cfg.pack_sequences,
                     short_seq_prob=cfg.short_seq_prob, seed=cfg.seed, min_sequence_len=cfg.min_sequence_len,
-                    use_ftfy=cfg.use_ftfy, ftfy_normalizer=cfg.ftfy_normalizer)
+                    use_ftfy=cfg.use_ftfy, ftfy_normalizer=cfg.ftfy_normalizer,
+                    wikitext_detokenize=cfg.wikitext_detokenize)
         gen = (_fim.FimSamples(tok, fim=cfg.fim, where=cfg.at("dataset.fim_prefix_tok"), **args) if cfg.fim else
                _pretraining.PretrainingSamples(tok, **args))
         stats_keys = _pretraining.STATS_KEYS
