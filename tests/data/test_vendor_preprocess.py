@@ -36,7 +36,7 @@ def _config(case_id: str, tmp_path: Path, out: Path) -> Path:
     """The recorded config with this test's paths filled in."""
     text = (GOLDEN / case_id / "config.yaml").read_text()
     text = text.replace("<IN>", str(GOLDEN / "inputs")).replace("<OUT>", str(out))
-    text = text.replace("<TOK>", str(GOLDEN / "tokenizer"))
+    text = text.replace("<TOK>", str(GOLDEN / "tokenizer")).replace(f"{out}_splits", str(tmp_path / "splits"))
     path = tmp_path / f"{case_id}.yaml"
     path.write_text(text)
     return path
@@ -46,9 +46,9 @@ def _h5(folder: Path) -> dict[str, tuple[dict, dict]]:
     import h5py
 
     found = {}
-    for f in sorted(folder.glob("*.h5")):
+    for f in sorted(folder.rglob("*.h5")):  # a data split's outputs are in SPLIT/msl_N subfolders
         with h5py.File(f, "r") as h:
-            found[f.name] = (dict(h.attrs), {k: (h[k][()], h[k].dtype, h[k].chunks) for k in h})
+            found[str(f.relative_to(folder))] = (dict(h.attrs), {k: (h[k][()], h[k].dtype, h[k].chunks) for k in h})
     return found
 
 
@@ -76,10 +76,13 @@ def test_matches_vendor(case_id: str, tmp_path: Path) -> None:
         for key, (array, dtype, chunks) in data.items():
             assert got_data[key][1] == dtype and got_data[key][2] == chunks, (name, key)
             np.testing.assert_array_equal(got_data[key][0], array, err_msg=f"{name}:{key}")
-    want_params = _drop_paths(json.loads((GOLDEN / case_id / "data_params.json").read_text()))
-    got_params = _drop_paths(json.loads((out / "data_params.json").read_text()))
-    assert got_params == want_params
-    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no staging folder left
+    want_files = sorted(str(p.relative_to(GOLDEN / case_id)) for p in (GOLDEN / case_id).rglob("data_params.json"))
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("data_params.json")) == want_files
+    for rel in want_files:
+        want_params = _drop_paths(json.loads((GOLDEN / case_id / rel).read_text()))
+        got_params = _drop_paths(json.loads((out / rel).read_text()))
+        assert got_params == want_params, rel
+    assert not [p.name for p in out.rglob(".*")]  # no staging folder left
 
 
 def test_cli_runs_config(tmp_path: Path) -> None:
@@ -93,6 +96,14 @@ def test_cli_runs_config(tmp_path: Path) -> None:
     n = json.loads((golden / "data_params.json").read_text())["post-process"]["n_examples"]
     assert f"{n} samples in {len(list(golden.glob('*.h5')))} file(s)" in result.output
     assert (out / "data_params.json").is_file()
+
+
+def _used_splits_dir(tmp_path: Path, text: str) -> str:
+    """A config whose data_splits_dir already holds a split file (a rerun would append to it)."""
+    (tmp_path / "used_splits" / "train").mkdir(parents=True)
+    (tmp_path / "used_splits" / "train" / "docs_jsonl.jsonl").write_text('{"text": "earlier"}\n')
+    return text.replace("  processes: 1", f"  processes: 1\n  data_splits_dir: {tmp_path / 'used_splits'}\n"
+                        "  data_splits: {train: {split_fraction: 1}}")
 
 
 _FIM = "  training_objective: fim\n  fim_rate: 0.9\n  spm_rate: 0.5\n  fim_prefix_tok: <p>\n  fim_middle_tok: <m>\n" \
@@ -128,10 +139,20 @@ BAD = [
     ("wikitext-in-finetuning", lambda t, d: t.replace("wikitext_detokenize: false", "wikitext_detokenize: true")
      .replace("mode: pretraining", "mode: finetuning"), ParamsError,
      r"processing\.wikitext_detokenize is not run by cs-run's --config in mode 'finetuning' yet .*yaml:\d+\); set it"),
-    ("data-splits-not-yet", lambda t, d: t.replace("  processes: 1", "  processes: 1\n  data_splits: {train: {split_fraction: 1.0}}"),
-     ParamsError, r"setup\.data_splits is not run by cs-run's --config yet .*yaml:\d+"),
-    ("context-splits-not-yet", lambda t, d: t.replace("  processes: 1", "  processes: 1\n  context_splits: {MSL_List: [1K]}"),
-     ParamsError, r"setup\.context_splits is not run by cs-run's --config yet .*yaml:\d+"),
+    ("data-splits-sum", lambda t, d: t.replace("  processes: 1", "  processes: 1\n  data_splits: {train: "
+     "{split_fraction: 0.8}, val: {split_fraction: 0.3}}"), ParamsError,
+     r"setup\.data_splits fractions add up to 1\.1\d* .*yaml:\d+\); make the split_fraction values add up to 1"),
+    ("context-splits-no-fractions", lambda t, d: t.replace("  processes: 1", "  processes: 1\n  context_splits: "
+     "{MSL_List: [1K]}"), ParamsError, r"setup\.context_splits\.split_fractions is None .*yaml:\d+\); give 1 fractions"),
+    ("context-splits-twice", lambda t, d: t.replace("  processes: 1", "  processes: 1\n  context_splits: {MSL_List: "
+     "[1K], split_fractions: [1]}\n  data_splits: {train: {split_fraction: 1, context_splits: {MSL_List: [2K], "
+     "split_fractions: [1]}}}"), ParamsError, r"setup\.context_splits is given with data_splits\.train\.context_splits"),
+    ("msl-list-repeats", lambda t, d: t.replace("  processes: 1", "  processes: 1\n  context_splits: {MSL_List: "
+     "[1K, 1024], split_fractions: [1, 1]}"), ParamsError, r"setup\.context_splits\.MSL_List repeats a length"),
+    ("splits-processes", lambda t, d: t.replace("  processes: 1", "  processes: 2\n  context_splits: {MSL_List: "
+     "[1K], split_fractions: [1]}"), ParamsError, r"setup\.processes is 2 with data splits .*yaml:\d+\); set it to 1"),
+    ("splits-dir-not-empty", lambda t, d: _used_splits_dir(d, t), ParamsError,
+     r"setup\.data_splits_dir .*used_splits already holds files .*yaml:\d+\); give an empty or new folder"),
     ("bad-json-line", None, DataError, r"bad\.jsonl:2 is not a JSON line"),
     ("fim-rate-missing", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: fim"), ParamsError,
      r"dataset\.fim_rate is None .*; give a probability in \[0, 1\]"),

@@ -181,6 +181,28 @@ CASES: list[tuple[str, str, str, dict]] = [
         "processing.tokenizer_params.encoder_file": "<TOK>/encoder.json",
         "processing.tokenizer_params.vocab_file": "<TOK>/vocab.bpe",
     }),
+    # data splits: numpy's default_rng(split_seed) draws per record (a file name, the split, the context
+    # length); each split is written under data_splits_dir and preprocessed into output_dir/SPLIT[/msl_N]
+    ("finetuning_data_split", "finetuning_data_split.yaml", "many_pairs", {
+        "setup.data_splits_dir": "<OUT>_splits",
+        "processing.max_seq_length": 32,
+        "processing.read_hook_kwargs": {"prompt_key": "prompt", "completion_key": "completion"},
+    }),
+    ("finetuning_context_split", "finetuning_context_split.yaml", "many_pairs", {
+        "setup.data_splits_dir": "<OUT>_splits",
+        "setup.context_splits": {"MSL_List": [24, "0.03125K", 40], "split_fractions": [0.5, 0.3, 0.2]},
+        "processing.max_seq_length": 32,
+        "processing.read_hook_kwargs": {"prompt_key": "prompt", "completion_key": "completion"},
+    }),
+    ("pretraining_data_context_split", "pretraining_data_context_split.yaml", "many_docs", {
+        "setup.data_splits_dir": "<OUT>_splits",
+        "setup.data_splits": {
+            "train": {"split_fraction": 0.7, "context_splits": {"MSL_List": [16, 24], "split_fractions": [0.5, 0.5]}},
+            "val": {"split_fraction": 0.3, "context_splits": {"MSL_List": [12, 20], "split_fractions": [0.4, 0.6]}},
+        },
+        "processing.max_seq_length": 16,
+        "processing.split_seed": 4,
+    }),
     ("gpt2_pretraining", "autoregressive_lm_preprocessing.yaml", "text", {
         "processing.max_seq_length": 16,
         "processing.tokenizer_params.encoder_file": "<TOK>/encoder.json",
@@ -199,9 +221,6 @@ DEFERRED: dict[str, str] = {
     "multimodal_pretraining_conceptual_captions.yaml": "multimodal, a Hugging Face hub dataset: out of scope",
     "nlg_preprocessing.yaml": "mode nlg: the vendor's own NLGTokenGenerator raises NameError ('successful') on "
                               "every record, so there is no output to match; cs-run refuses the mode",
-    "finetuning_data_split.yaml": "setup.data_splits: not run by cs-run yet",
-    "finetuning_context_split.yaml": "setup.context_splits: not run by cs-run yet",
-    "pretraining_data_context_split.yaml": "setup.data_splits with context_splits: not run by cs-run yet",
 }
 
 # the keys every case sets (inputs, outputs, tokenizer, no ftfy)
@@ -273,6 +292,14 @@ def write_inputs(folder: str) -> None:
     with open(os.path.join(folder, "prompt_completion_long", "pairs.jsonl"), "w") as f:
         for pair in PROMPT_COMPLETION + [LONG_PROMPT]:
             f.write(json.dumps({"article_content": pair["prompt"], "summary": pair["completion"]}) + "\n")
+    # many records in two files, so every split and context length gets some
+    for name, records in (("many_docs", [{"text": f"{i}: {TEXT_DOCS[i % len(TEXT_DOCS)]}"} for i in range(40)]),
+                          ("many_pairs", [PROMPT_COMPLETION[i % len(PROMPT_COMPLETION)] for i in range(40)])):
+        os.makedirs(os.path.join(folder, name), exist_ok=True)
+        for part in range(2):
+            with open(os.path.join(folder, name, f"part{part}.jsonl"), "w") as f:
+                for record in records[part::2]:
+                    f.write(json.dumps(record) + "\n")
     os.makedirs(os.path.join(folder, "wikitext"), exist_ok=True)
     with open(os.path.join(folder, "wikitext", "wiki.jsonl"), "w") as f:
         for doc in WIKITEXT_DOCS:

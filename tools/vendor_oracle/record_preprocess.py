@@ -76,8 +76,14 @@ def main(mzsrc: str, out_root: str) -> None:
             params = pc.case_params(vendor_config, input_name, overrides, os.path.abspath(inputs), out,
                                     os.path.abspath(tok))
             _run_vendor(mzsrc, params, work)
-            for path in sorted(glob.glob(os.path.join(out, "*.h5")) + [os.path.join(out, "data_params.json")]):
-                shutil.copy(path, case_dir)
+            found = glob.glob(os.path.join(out, "**", "*.h5"), recursive=True)
+            found += glob.glob(os.path.join(out, "**", "data_params.json"), recursive=True)
+            for path in sorted(found):  # a data split's outputs are in subfolders (SPLIT/msl_N)
+                rel = os.path.relpath(path, out)
+                os.makedirs(os.path.dirname(os.path.join(case_dir, rel)), exist_ok=True)
+                shutil.copy(path, os.path.join(case_dir, rel))
+            shutil.copytree(out + "_splits", os.path.join(case_dir, "splits"), dirs_exist_ok=True) \
+                if os.path.isdir(out + "_splits") else None
         print(f"{case_id}: {sorted(os.listdir(case_dir))}")
 
 

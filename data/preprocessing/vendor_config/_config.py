@@ -17,6 +17,8 @@ from typing import Optional
 from cs_run import _yaml
 from cs_run.errors import ParamsError
 
+from . import _splits
+
 __all__ = ["PreprocessConfig", "load_config"]
 
 # Keys the vendor reads, per section (anything else is refused: a typo would be silently ignored there).
@@ -30,7 +32,7 @@ PROCESSING_KEYS = {
     "UNSAFE_skip_jsonl_decoding_errors", "read_chunk_size", "write_chunk_size", "min_sequence_len",
     "input_ids_dtype", "input_mask_dtype", "inverted_mask", "token_limit", "max_chunk_size",
     "write_remainder", "fraction_of_RAM_alloted", "end_of_turn_token", "semantic_loss_weight", "semantic_drop_mask",
-    "semantic_attention_mask", "display_pbar", "files_per_record", "output_name",
+    "semantic_attention_mask", "display_pbar", "files_per_record", "output_name", "split_seed",
 }
 DATASET_KEYS = {
     "pack_sequences", "use_vsl", "training_objective", "is_multimodal", "sep_token", "truncate_to_msl",
@@ -80,6 +82,7 @@ class PreprocessConfig:
     response_delimiter: str = "<response>"
     end_of_turn_token: Optional[str] = None
     fim: Optional[tuple] = None  # training_objective fim: (fim_rate, spm_rate, prefix, middle, suffix token)
+    splits: Optional[object] = None  # _splits.SplitPlan of setup.data_splits / context_splits
     resume: bool = False
     skip_jsonl_errors: bool = False
     lines: dict = field(default_factory=dict)
@@ -157,7 +160,7 @@ def _not_yet(setup: dict, processing: dict, dataset: dict, mode: str, path: str,
     if any(processing.get(k) for k in not_yet):
         key = next(k for k in not_yet if processing.get(k))
         raise _fail(path, lines, f"processing.{key}", "is not run by cs-run's --config yet", "set it to false")
-    for key in ("data_splits", "context_splits", "metadata_files", "token_generator", "slurm"):
+    for key in ("metadata_files", "token_generator", "slurm"):
         if setup.get(key):
             raise _fail(path, lines, f"setup.{key}", "is not run by cs-run's --config yet",
                         "remove it (split the input folder yourself) or use the vendor's tool")
@@ -270,9 +273,11 @@ def load_config(path: str) -> PreprocessConfig:
         if processing.get(key, "int32") != "int32":
             raise _fail(path, lines, f"processing.{key}", f"is {processing[key]!r}", "cs-run writes int32 (the "
                         "vendor's writer stores i4 whatever it is); remove it")
+    splits = _splits.plan_splits(setup, processing, output_dir,
+                                 lambda key, problem, fix: _fail(path, _nearest(lines, key), key, problem, fix))
     fim = _fim(dataset, tokenizer_kind, path, lines) if dataset.get("training_objective") == "fim" else None
     return PreprocessConfig(
-        fim=fim, path=path, params=copy.deepcopy(params), mode=mode, source=source, output_dir=output_dir,
+        fim=fim, splits=splits, path=path, params=copy.deepcopy(params), mode=mode, source=source, output_dir=output_dir,
         tokenizer=tokenizer, tokenizer_kind=tokenizer_kind, gpt2_files=gpt2_files, max_seq_length=msl,
         short_seq_prob=float(ssp), seed=processing.get("seed", 0),
         min_sequence_len=processing.get("min_sequence_len", 10),
@@ -293,6 +298,14 @@ def load_config(path: str) -> PreprocessConfig:
         skip_jsonl_errors=_typed(processing, "UNSAFE_skip_jsonl_decoding_errors", bool, "processing", path, lines,
                                  False),
         lines=lines)
+
+
+def _nearest(lines: dict, key: str) -> dict:
+    """``lines`` with a key that is not in the file (a missing split_fractions) at its nearest parent's line."""
+    parent = key
+    while parent not in lines and "." in parent:
+        parent = parent.rsplit(".", 1)[0]
+    return {**lines, key: lines.get(parent)}
 
 
 def _fim(dataset: dict, tokenizer_kind: str, path: str, lines: dict) -> tuple:
