@@ -98,6 +98,15 @@ def test_cli_runs_config(tmp_path: Path) -> None:
     assert (out / "data_params.json").is_file()
 
 
+def _saved_dict(tmp_path: Path, text: str) -> str:
+    """A config reading split 'test' of a saved DatasetDict that has only 'train'."""
+    import datasets
+
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a b c"]})}).save_to_disk(str(tmp_path / "hf"))
+    return text.replace(str(GOLDEN / "inputs" / "text"), str(tmp_path / "hf")).replace(
+        "type: local", "type: huggingface\n    split: test")
+
+
 def _used_splits_dir(tmp_path: Path, text: str) -> str:
     """A config whose data_splits_dir already holds a split file (a rerun would append to it)."""
     (tmp_path / "used_splits" / "train").mkdir(parents=True)
@@ -153,6 +162,10 @@ BAD = [
      "[1K], split_fractions: [1]}"), ParamsError, r"setup\.processes is 2 with data splits .*yaml:\d+\); set it to 1"),
     ("splits-dir-not-empty", lambda t, d: _used_splits_dir(d, t), ParamsError,
      r"setup\.data_splits_dir .*used_splits already holds files .*yaml:\d+\); give an empty or new folder"),
+    ("hf-not-saved", lambda t, d: t.replace("type: local", "type: huggingface\n    split: train"), ParamsError,
+     r"setup\.data\.source is '.*/text', not a folder written by save_to_disk .*yaml:\d+\); cs-run downloads nothing"),
+    ("hf-split-not-saved", lambda t, d: _saved_dict(d, t), ParamsError,
+     r"setup\.data\.split is 'test', not a split of the saved DatasetDict .*yaml:\d+\); give one of train"),
     ("bad-json-line", None, DataError, r"bad\.jsonl:2 is not a JSON line"),
     ("fim-rate-missing", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: fim"), ParamsError,
      r"dataset\.fim_rate is None .*; give a probability in \[0, 1\]"),
@@ -199,6 +212,8 @@ def test_bad_record_is_one_line(case_id, golden, folder, line, message, tmp_path
 def test_bad_config_is_one_line(case_id, edit, kind, message, tmp_path: Path) -> None:
     if case_id == "ftfy-missing" and _has("ftfy"):
         pytest.skip("ftfy is installed here: use_ftfy true runs")
+    if case_id.startswith("hf-") and not _has("datasets"):
+        pytest.skip("datasets is not installed: type huggingface is refused as such")
     out = tmp_path / "out"
     config = _config("hf_pretraining_packed", tmp_path, out)
     text = config.read_text()
@@ -314,3 +329,30 @@ def test_wikitext_detokenize_rules(raw: str, want: str) -> None:
     from cs_run.data.preprocessing.vendor_config._pretraining import wikitext_detokenize
 
     assert wikitext_detokenize(raw) == want
+
+
+@pytest.mark.parametrize("as_dict", [False, True], ids=["dataset", "dataset-dict"])
+def test_huggingface_saved_dataset(as_dict: bool, tmp_path: Path) -> None:
+    """type huggingface reads a save_to_disk folder. The vendor's own tool cannot (load_dataset refuses a
+    save_to_disk Dataset and misreads a DatasetDict's json files as rows), so the reference is its route for a
+    Hugging Face dataset: written as parquet and read as a local input, i.e. the recorded parquet case."""
+    datasets = pytest.importorskip("datasets")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pq.read_table(GOLDEN / "inputs" / "parquet" / "docs.parquet")
+    saved = tmp_path / "saved"
+    ds = datasets.Dataset(table)
+    (datasets.DatasetDict({"train": ds, "validation": ds.select([0])}) if as_dict else ds).save_to_disk(str(saved))
+    out = tmp_path / "out"
+    config = _config("hf_pretraining_parquet", tmp_path, out)
+    text = config.read_text()
+    assert "type: local" in text
+    config.write_text(text.replace(str(GOLDEN / "inputs" / "parquet"), str(saved))
+                      .replace("type: local", "type: huggingface\n    split: train"))
+    preprocess_config(str(config))
+    want, got = _h5(GOLDEN / "hf_pretraining_parquet"), _h5(out)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        np.testing.assert_array_equal(got[name][1]["data"][0], want[name][1]["data"][0])
+        assert got[name][0] == want[name][0]
+    stats = [json.loads((f / "data_params.json").read_text())["post-process"] for f in (out, GOLDEN / "hf_pretraining_parquet")]
+    assert stats[0] == stats[1]

@@ -10,6 +10,7 @@ ParamsError naming the file, the key, its line and the fix. What runs afterwards
 from __future__ import annotations
 
 import copy
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Optional
@@ -83,6 +84,7 @@ class PreprocessConfig:
     end_of_turn_token: Optional[str] = None
     fim: Optional[tuple] = None  # training_objective fim: (fim_rate, spm_rate, prefix, middle, suffix token)
     splits: Optional[object] = None  # _splits.SplitPlan of setup.data_splits / context_splits
+    hf_dataset: Optional[tuple] = None  # type huggingface: (save_to_disk folder, split or None)
     resume: bool = False
     skip_jsonl_errors: bool = False
     lines: dict = field(default_factory=dict)
@@ -206,11 +208,14 @@ def load_config(path: str) -> PreprocessConfig:
         raise _fail(path, lines, "setup.data", "is missing", "add data: {type: local, source: INPUT_FOLDER}")
     _unknown(data, DATA_KEYS, "setup.data", path, lines)
     kind = _typed(data, "type", str, "setup.data", path, lines)
-    if kind != "local":
-        raise _fail(path, lines, "setup.data.type", f"is {kind!r}", "cs-run reads local files only: set "
-                    "type: local and source to a folder (a Hugging Face dataset saved to disk is not read yet)")
+    if kind not in ("local", "huggingface"):
+        raise _fail(path, lines, "setup.data.type", f"is {kind!r}", "use local (a folder of .jsonl / .txt / .parquet "
+                    "files) or huggingface (a dataset saved with datasets' save_to_disk)")
     source = _typed(data, "source", str, "setup.data", path, lines)
-    if not source or not os.path.isdir(source):
+    hf_split = _typed(data, "split", str, "setup.data", path, lines)
+    if kind == "huggingface":
+        _saved_dataset(source, hf_split, path, lines)
+    elif not source or not os.path.isdir(source):
         raise _fail(path, lines, "setup.data.source", f"is {source!r}, not a folder",
                     "give the folder that holds the .jsonl / .txt / .parquet inputs")
     output_dir = _typed(setup, "output_dir", str, "setup", path, lines, "./output/")
@@ -277,7 +282,8 @@ def load_config(path: str) -> PreprocessConfig:
                                  lambda key, problem, fix: _fail(path, _nearest(lines, key), key, problem, fix))
     fim = _fim(dataset, tokenizer_kind, path, lines) if dataset.get("training_objective") == "fim" else None
     return PreprocessConfig(
-        fim=fim, splits=splits, path=path, params=copy.deepcopy(params), mode=mode, source=source, output_dir=output_dir,
+        fim=fim, splits=splits, hf_dataset=(source, hf_split) if kind == "huggingface" else None,
+        path=path, params=copy.deepcopy(params), mode=mode, source=source, output_dir=output_dir,
         tokenizer=tokenizer, tokenizer_kind=tokenizer_kind, gpt2_files=gpt2_files, max_seq_length=msl,
         short_seq_prob=float(ssp), seed=processing.get("seed", 0),
         min_sequence_len=processing.get("min_sequence_len", 10),
@@ -298,6 +304,26 @@ def load_config(path: str) -> PreprocessConfig:
         skip_jsonl_errors=_typed(processing, "UNSAFE_skip_jsonl_decoding_errors", bool, "processing", path, lines,
                                  False),
         lines=lines)
+
+
+def _saved_dataset(source, split, path: str, lines: dict) -> None:
+    """setup.data type huggingface: a local folder written by datasets' save_to_disk (a Dataset, or a
+    DatasetDict with ``split`` one of its splits); nothing is downloaded."""
+    try:
+        import datasets  # noqa: F401,PLC0415  (optional: only type huggingface needs it)
+    except ImportError:
+        raise _fail(path, lines, "setup.data.type", "is 'huggingface' but the datasets package is not installed",
+                    "pip install datasets, or export the dataset to .parquet / .jsonl and use type: local") from None
+    is_dict = isinstance(source, str) and os.path.isfile(os.path.join(source, "dataset_dict.json"))
+    if not isinstance(source, str) or not (is_dict or os.path.isfile(os.path.join(source, "state.json"))):
+        raise _fail(path, lines, "setup.data.source", f"is {source!r}, not a folder written by save_to_disk",
+                    "cs-run downloads nothing: save the dataset with dataset.save_to_disk(DIR) and give DIR")
+    if is_dict:
+        with open(os.path.join(source, "dataset_dict.json"), encoding="utf-8") as f:
+            splits = json.load(f).get("splits", [])
+        if split not in splits:
+            raise _fail(path, lines, "setup.data.split" if split else "setup.data.source",
+                        f"is {split!r}, not a split of the saved DatasetDict", f"give one of {', '.join(splits)}")
 
 
 def _nearest(lines: dict, key: str) -> dict:

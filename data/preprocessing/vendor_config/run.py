@@ -12,6 +12,7 @@ import copy
 import logging
 import os
 import sys
+import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
@@ -43,6 +44,16 @@ def preprocess_config(path: str, progress: bool = False) -> PreprocessSummary:
     """Run the config at ``path``. Raises ParamsError (bad config, inputs or output folder) or DataError
     (an unreadable input line, a failed write); on either the output folder is as it was."""
     cfg = load_config(path)
+    if cfg.hf_dataset is not None:
+        with tempfile.TemporaryDirectory(prefix="cs-run-hf-") as folder:
+            # the vendor's route: the dataset written out as parquet (datasets' to_parquet), then read as a local input
+            _inputs.export_saved_dataset(*cfg.hf_dataset, os.path.join(folder, "data", "dataset.parquet"),
+                                         cfg.at("setup.data.source"))
+            return _dispatch(replace(cfg, source=os.path.join(folder, "data"), hf_dataset=None), progress)
+    return _dispatch(cfg, progress)
+
+
+def _dispatch(cfg, progress: bool) -> PreprocessSummary:
     if cfg.splits is not None:
         return _run_splits(cfg, progress)
     return _run(cfg, progress)
