@@ -166,6 +166,9 @@ BAD = [
      r"setup\.data\.source is '.*/text', not a folder written by save_to_disk .*yaml:\d+\); cs-run downloads nothing"),
     ("hf-split-not-saved", lambda t, d: _saved_dict(d, t), ParamsError,
      r"setup\.data\.split is 'test', not a split of the saved DatasetDict .*yaml:\d+\); give one of train"),
+    ("inverted-mask-dpo", lambda t, d: t.replace("  seed: 0", "  seed: 0\n  inverted_mask: true").replace(
+     "mode: pretraining", "mode: dpo"), ParamsError,
+     r"processing\.inverted_mask is not run by cs-run's --config in mode 'dpo' yet .*yaml:\d+\); set it to false"),
     ("bad-json-line", None, DataError, r"bad\.jsonl:2 is not a JSON line"),
     ("fim-rate-missing", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: fim"), ParamsError,
      r"dataset\.fim_rate is None .*; give a probability in \[0, 1\]"),

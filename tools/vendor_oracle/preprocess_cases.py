@@ -121,6 +121,17 @@ CASES: list[tuple[str, str, str, dict]] = [
         "processing.read_hook": "cerebras.modelzoo.data_preparation.data_preprocessing.hooks:"
                                 "prompt_completion_text_read_hook",
     }),
+    # inverted_mask: the loss mask flipped, in finetuning and in pretraining
+    ("summarization_inverted_mask", "summarization_preprocessing.yaml", "prompt_completion", {
+        "processing.max_seq_length": 32,
+        "processing.inverted_mask": True,
+        "processing.tokenizer_params.encoder_file": "<TOK>/tokenizer.json",
+        "processing.read_hook_kwargs": {"prompt_key": "prompt", "completion_key": "completion"},
+    }),
+    ("hf_pretraining_inverted_mask", "hf_autoregressive_lm_preprocessing.yaml", "text", {
+        "processing.max_seq_length": 16,
+        "processing.inverted_mask": True,
+    }),
     # multi-turn chat through the tokenizer folder's chat template; loss on the assistant's words and eos
     ("multi_turn_dialogue", "multi_turn_dialogue_preprocessing.yaml", "chat", {
         "processing.max_seq_length": 48,

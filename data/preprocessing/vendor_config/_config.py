@@ -85,6 +85,7 @@ class PreprocessConfig:
     fim: Optional[tuple] = None  # training_objective fim: (fim_rate, spm_rate, prefix, middle, suffix token)
     splits: Optional[object] = None  # _splits.SplitPlan of setup.data_splits / context_splits
     hf_dataset: Optional[tuple] = None  # type huggingface: (save_to_disk folder, split or None)
+    inverted_mask: bool = False  # the loss mask flipped (pretraining and finetuning)
     resume: bool = False
     skip_jsonl_errors: bool = False
     lines: dict = field(default_factory=dict)
@@ -157,7 +158,10 @@ def _not_yet(setup: dict, processing: dict, dataset: dict, mode: str, path: str,
     if processing.get("wikitext_detokenize") and mode != "pretraining":
         raise _fail(path, lines, "processing.wikitext_detokenize", f"is not run by cs-run's --config in mode {mode!r} "
                     "yet (mode pretraining only)", "set it to false")
-    not_yet = ("inverted_mask", "token_limit", "shuffle", "semantic_loss_weight",
+    if processing.get("inverted_mask") and mode == "dpo":
+        raise _fail(path, lines, "processing.inverted_mask", "is not run by cs-run's --config in mode 'dpo' yet",
+                    "set it to false")
+    not_yet = ("token_limit", "shuffle", "semantic_loss_weight",
                "semantic_drop_mask", "semantic_attention_mask")
     if any(processing.get(k) for k in not_yet):
         key = next(k for k in not_yet if processing.get(k))
@@ -283,6 +287,7 @@ def load_config(path: str) -> PreprocessConfig:
     fim = _fim(dataset, tokenizer_kind, path, lines) if dataset.get("training_objective") == "fim" else None
     return PreprocessConfig(
         fim=fim, splits=splits, hf_dataset=(source, hf_split) if kind == "huggingface" else None,
+        inverted_mask=_typed(processing, "inverted_mask", bool, "processing", path, lines, False),
         path=path, params=copy.deepcopy(params), mode=mode, source=source, output_dir=output_dir,
         tokenizer=tokenizer, tokenizer_kind=tokenizer_kind, gpt2_files=gpt2_files, max_seq_length=msl,
         short_seq_prob=float(ssp), seed=processing.get("seed", 0),

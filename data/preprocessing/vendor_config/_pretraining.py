@@ -113,7 +113,7 @@ class PretrainingSamples:
 
     def __init__(self, tok: LoadedTokenizer, *, max_seq_length: int, pack_sequences: bool, short_seq_prob: float,
                  seed: int, min_sequence_len: int, use_ftfy: bool, ftfy_normalizer: str,
-                 wikitext_detokenize: bool = False) -> None:
+                 wikitext_detokenize: bool = False, inverted_mask: bool = False) -> None:
         if tok.pad_id is None:
             raise ParamsError("data preprocess --config: the tokenizer names no eos or pad token; set "
                               "processing.eos_id (and pad_id)")
@@ -125,6 +125,7 @@ class PretrainingSamples:
         self.use_ftfy = use_ftfy
         self.normalizer = ftfy_normalizer
         self.wikitext = wikitext_detokenize
+        self.inverted_mask = inverted_mask
         self.rng = random.Random(seed)
         self.carry: Optional[list[int]] = None  # packed rest of the documents so far
 
@@ -182,6 +183,8 @@ class PretrainingSamples:
         sample[0] = piece[:-1] + [self.tok.pad_id] * pad
         sample[1] = [1] * n + [0] * pad
         sample[2] = piece[1:] + [self.tok.pad_id] * pad
+        if self.inverted_mask:  # processing.inverted_mask: 1 over padding, 0 over real tokens, counted so
+            sample[1] = sample[1] == 0
         sample_stats(sample, self.tok, self.msl, stats)
         return sample
 

@@ -131,13 +131,13 @@ def _run(cfg, progress: bool) -> PreprocessSummary:
         gen = _finetuning.FinetuningSamples(
             tok, max_seq_length=cfg.max_seq_length, min_sequence_len=cfg.min_sequence_len, use_ftfy=cfg.use_ftfy,
             ftfy_normalizer=cfg.ftfy_normalizer, sep_token=cfg.sep_token, truncate_to_msl=cfg.truncate_to_msl,
-            chat_template=cfg.chat_template, end_of_turn_token=cfg.end_of_turn_token)
+            chat_template=cfg.chat_template, end_of_turn_token=cfg.end_of_turn_token, inverted_mask=cfg.inverted_mask)
         stats_keys = _finetuning.STATS_KEYS
     else:
         args = dict(max_seq_length=cfg.max_seq_length, pack_sequences=cfg.pack_sequences,
                     short_seq_prob=cfg.short_seq_prob, seed=cfg.seed, min_sequence_len=cfg.min_sequence_len,
                     use_ftfy=cfg.use_ftfy, ftfy_normalizer=cfg.ftfy_normalizer,
-                    wikitext_detokenize=cfg.wikitext_detokenize)
+                    wikitext_detokenize=cfg.wikitext_detokenize, inverted_mask=cfg.inverted_mask)
         gen = (_fim.FimSamples(tok, fim=cfg.fim, where=cfg.at("dataset.fim_prefix_tok"), **args) if cfg.fim else
                _pretraining.PretrainingSamples(tok, **args))
         stats_keys = _pretraining.STATS_KEYS
