@@ -359,3 +359,16 @@ def test_huggingface_saved_dataset(as_dict: bool, tmp_path: Path) -> None:
         assert got[name][0] == want[name][0]
     stats = [json.loads((f / "data_params.json").read_text())["post-process"] for f in (out, GOLDEN / "hf_pretraining_parquet")]
     assert stats[0] == stats[1]
+
+
+def test_split_rerun_writes_nothing(tmp_path: Path) -> None:
+    """A split run into an output folder whose split subfolders hold a run is refused before any record is dealt."""
+    out = tmp_path / "out"
+    config = _config("pretraining_data_context_split", tmp_path, out)
+    preprocess_config(str(config))
+    before = {str(p): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    config.write_text(config.read_text().replace(str(tmp_path / "splits"), str(tmp_path / "splits2")))
+    with pytest.raises(ParamsError, match=r"setup\.output_dir .*out/train/msl_16 already holds data_params\.json"):
+        preprocess_config(str(config))
+    assert not (tmp_path / "splits2").exists()
+    assert {str(p): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

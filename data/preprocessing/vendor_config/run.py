@@ -63,7 +63,8 @@ def _run_splits(cfg, progress: bool) -> PreprocessSummary:
     """setup.data_splits / context_splits: the records dealt into data_splits_dir (see _splits), then each split
     preprocessed into its own output_dir/SPLIT/msl_N, with the params the vendor writes there."""
     plan = cfg.splits
-    _output.check_output_dir(cfg.output_dir, cfg.at("setup.output_dir"))
+    for name, msl in [(None, None)] + plan.targets:  # every folder a split writes, before anything is written
+        _output.check_output_dir(_splits.target_dir(cfg.output_dir, name, msl), cfg.at("setup.output_dir"))
     _splits.check_splits_dir(plan, cfg.at("setup.data_splits_dir"))
     _inputs.resolve_hook(cfg.read_hook, cfg.mode, cfg.at("processing.read_hook"))
     files = _inputs.find_files(cfg.source)
