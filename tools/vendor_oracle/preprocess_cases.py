@@ -62,10 +62,20 @@ DPO_CHAT = [
      "rejected": [{"role": "user", "content": "Say hi"}, {"role": "assistant", "content": "Go away."}]},
 ]
 
+# WikiText-103's tokenized style: what wikitext_detokenize undoes (number separators, spaced punctuation,
+# brackets and quotes, heading marks, " 's", " N ", the degree sign)
+WIKITEXT_DOCS = [
+    " = = = Early life = = = \n The fox 's den was 1 @,@ 200 m wide ( about 3 @.@ 5 km from the river ) . \n",
+    ' It was " quiet " , he said ; the dogs \' bowls held N bones at 20 \u00b0 C ! Really ? Yes : twice . ',
+    " The wafer @-@ scale engine [ cores ] runs { many } models ' in parallel ' . = = Notes = = \n",
+]
+
 # what the tokenizer is trained on (every character the inputs use, so there are no unknown bytes)
 _TRAIN_TEXT = TEXT_DOCS + [d["prompt"] + " " + d["completion"] for d in PROMPT_COMPLETION]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>", "<|user|>", "<|assistant|>"]
+FIM_TOKENS = ["<fim_prefix>", "<fim_middle>", "<fim_suffix>"]
+"""the FIM cases' tokenizer (the folder ``tokenizer_fim``) holds these as special tokens too"""
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -111,6 +121,17 @@ CASES: list[tuple[str, str, str, dict]] = [
         "processing.read_hook": "cerebras.modelzoo.data_preparation.data_preprocessing.hooks:"
                                 "prompt_completion_text_read_hook",
     }),
+    # inverted_mask: the loss mask flipped, in finetuning and in pretraining
+    ("summarization_inverted_mask", "summarization_preprocessing.yaml", "prompt_completion", {
+        "processing.max_seq_length": 32,
+        "processing.inverted_mask": True,
+        "processing.tokenizer_params.encoder_file": "<TOK>/tokenizer.json",
+        "processing.read_hook_kwargs": {"prompt_key": "prompt", "completion_key": "completion"},
+    }),
+    ("hf_pretraining_inverted_mask", "hf_autoregressive_lm_preprocessing.yaml", "text", {
+        "processing.max_seq_length": 16,
+        "processing.inverted_mask": True,
+    }),
     # multi-turn chat through the tokenizer folder's chat template; loss on the assistant's words and eos
     ("multi_turn_dialogue", "multi_turn_dialogue_preprocessing.yaml", "chat", {
         "processing.max_seq_length": 48,
@@ -135,6 +156,64 @@ CASES: list[tuple[str, str, str, dict]] = [
     ("hf_pretraining_parquet", "hf_autoregressive_lm_preprocessing.yaml", "parquet", {
         "processing.max_seq_length": 16,
     }),
+    # training_objective fim: numpy's global RNG seeded with processing.seed draws per sample, per segment
+    # between eos tokens (pad is eos here, so padding splits too); the tokenizer holds the FIM tokens
+    ("fim_aug", "fim_aug_preprocessing.yaml", "text", {
+        "processing.max_seq_length": 16,
+        "processing.tokenizer_params.encoder_file": "<TOK>_fim/tokenizer.json",
+        "dataset.training_objective": "fim",
+    }),
+    ("fim_aug_unpacked_seed", "fim_aug_preprocessing.yaml", "text", {
+        "processing.max_seq_length": 16,
+        "processing.seed": 5,
+        "processing.tokenizer_params.encoder_file": "<TOK>_fim/tokenizer.json",
+        "dataset.training_objective": "fim",
+        "dataset.pack_sequences": False,
+        "dataset.fim_rate": 0.6,
+        "dataset.spm_rate": 0.3,
+    }),
+    # a Hugging Face folder (pad is not eos: padding is no segment break), several files, short_seq_prob too
+    ("fim_hf_pad", "hf_autoregressive_lm_preprocessing.yaml", "mixed", {
+        "processing.max_seq_length": 16,
+        "processing.huggingface_tokenizer": "<TOK>_fim",
+        "processing.short_seq_prob": 0.3,
+        "processing.seed": 7,
+        "dataset.training_objective": "fim",
+        "dataset.pack_sequences": False,
+        "dataset.fim_rate": 0.9,
+        "dataset.spm_rate": 0.5,
+        "dataset.fim_prefix_tok": "<fim_prefix>",
+        "dataset.fim_middle_tok": "<fim_middle>",
+        "dataset.fim_suffix_tok": "<fim_suffix>",
+    }),
+    # wikitext_detokenize on, as the config ships it (gpt2tokenizer)
+    ("wikitext103", "wikitext103_lm_preprocessing.yaml", "wikitext", {
+        "processing.max_seq_length": 16,
+        "processing.tokenizer_params.encoder_file": "<TOK>/encoder.json",
+        "processing.tokenizer_params.vocab_file": "<TOK>/vocab.bpe",
+    }),
+    # data splits: numpy's default_rng(split_seed) draws per record (a file name, the split, the context
+    # length); each split is written under data_splits_dir and preprocessed into output_dir/SPLIT[/msl_N]
+    ("finetuning_data_split", "finetuning_data_split.yaml", "many_pairs", {
+        "setup.data_splits_dir": "<OUT>_splits",
+        "processing.max_seq_length": 32,
+        "processing.read_hook_kwargs": {"prompt_key": "prompt", "completion_key": "completion"},
+    }),
+    ("finetuning_context_split", "finetuning_context_split.yaml", "many_pairs", {
+        "setup.data_splits_dir": "<OUT>_splits",
+        "setup.context_splits": {"MSL_List": [24, "0.03125K", 40], "split_fractions": [0.5, 0.3, 0.2]},
+        "processing.max_seq_length": 32,
+        "processing.read_hook_kwargs": {"prompt_key": "prompt", "completion_key": "completion"},
+    }),
+    ("pretraining_data_context_split", "pretraining_data_context_split.yaml", "many_docs", {
+        "setup.data_splits_dir": "<OUT>_splits",
+        "setup.data_splits": {
+            "train": {"split_fraction": 0.7, "context_splits": {"MSL_List": [16, 24], "split_fractions": [0.5, 0.5]}},
+            "val": {"split_fraction": 0.3, "context_splits": {"MSL_List": [12, 20], "split_fractions": [0.4, 0.6]}},
+        },
+        "processing.max_seq_length": 16,
+        "processing.split_seed": 4,
+    }),
     ("gpt2_pretraining", "autoregressive_lm_preprocessing.yaml", "text", {
         "processing.max_seq_length": 16,
         "processing.tokenizer_params.encoder_file": "<TOK>/encoder.json",
@@ -153,10 +232,6 @@ DEFERRED: dict[str, str] = {
     "multimodal_pretraining_conceptual_captions.yaml": "multimodal, a Hugging Face hub dataset: out of scope",
     "nlg_preprocessing.yaml": "mode nlg: the vendor's own NLGTokenGenerator raises NameError ('successful') on "
                               "every record, so there is no output to match; cs-run refuses the mode",
-    "wikitext103_lm_preprocessing.yaml": "wikitext_detokenize: not run by cs-run yet",
-    "finetuning_data_split.yaml": "setup.data_splits: not run by cs-run yet",
-    "finetuning_context_split.yaml": "setup.context_splits: not run by cs-run yet",
-    "pretraining_data_context_split.yaml": "setup.data_splits with context_splits: not run by cs-run yet",
 }
 
 # the keys every case sets (inputs, outputs, tokenizer, no ftfy)
@@ -167,7 +242,7 @@ _COMMON = {
 }
 
 
-def build_tokenizer(folder: str) -> None:
+def build_tokenizer(folder: str, extra_special: tuple = ()) -> None:
     """Train a tiny byte-level BPE on the inputs' text and save it as a local Hugging Face folder.
 
     Deterministic for one `tokenizers` version; the recorder saves the folder next to the outputs and
@@ -178,7 +253,7 @@ def build_tokenizer(folder: str) -> None:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIAL_TOKENS,
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIAL_TOKENS + list(extra_special),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(_TRAIN_TEXT, trainer=trainer)
     os.makedirs(folder, exist_ok=True)
@@ -228,6 +303,18 @@ def write_inputs(folder: str) -> None:
     with open(os.path.join(folder, "prompt_completion_long", "pairs.jsonl"), "w") as f:
         for pair in PROMPT_COMPLETION + [LONG_PROMPT]:
             f.write(json.dumps({"article_content": pair["prompt"], "summary": pair["completion"]}) + "\n")
+    # many records in two files, so every split and context length gets some
+    for name, records in (("many_docs", [{"text": f"{i}: {TEXT_DOCS[i % len(TEXT_DOCS)]}"} for i in range(40)]),
+                          ("many_pairs", [PROMPT_COMPLETION[i % len(PROMPT_COMPLETION)] for i in range(40)])):
+        os.makedirs(os.path.join(folder, name), exist_ok=True)
+        for part in range(2):
+            with open(os.path.join(folder, name, f"part{part}.jsonl"), "w") as f:
+                for record in records[part::2]:
+                    f.write(json.dumps(record) + "\n")
+    os.makedirs(os.path.join(folder, "wikitext"), exist_ok=True)
+    with open(os.path.join(folder, "wikitext", "wiki.jsonl"), "w") as f:
+        for doc in WIKITEXT_DOCS:
+            f.write(json.dumps({"text": doc}) + "\n")
     os.makedirs(os.path.join(folder, "mixed"), exist_ok=True)
     with open(os.path.join(folder, "mixed", "a_lines.txt"), "w") as f:
         for i in range(12):  # about 1.1 KiB: more than one 1 KiB read chunk
@@ -250,7 +337,7 @@ def case_params(vendor_config: dict, input_name: str, overrides: dict, inputs: s
     becomes the local folder)."""
     params = copy.deepcopy(vendor_config)
     common = dict(_COMMON)
-    if "huggingface_tokenizer" in params.get("processing", {}):
+    if "huggingface_tokenizer" in params.get("processing", {}) and "processing.huggingface_tokenizer" not in overrides:
         common["processing.huggingface_tokenizer"] = "<TOK>"
     fill = {"<IN>": f"{inputs}/{input_name}", "<OUT>": out, "<TOK>": tok}
     for dotted, value in {**common, **overrides}.items():

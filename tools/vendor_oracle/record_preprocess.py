@@ -28,6 +28,21 @@ import yaml
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import preprocess_cases as pc  # noqa: E402
 
+# Release_2.10.0's utils.get_tokenizer_vocab (read by training_objective: fim only) imports
+# cerebras.modelzoo.data_preparation.nlp.tokenizers.{BPETokenizer,HFTokenizer}, which that release does not ship:
+# its own tool stops there on every FIM config. The recorder puts two empty classes under those names (nothing
+# is an instance of them, so the function goes on to its PreTrainedTokenizerFast branch, the one a neox or
+# Hugging Face tokenizer takes) and runs the tool's __main__ otherwise unchanged.
+_RUN_VENDOR = """
+import runpy, sys, types
+for name in ("BPETokenizer", "HFTokenizer"):
+    module = types.ModuleType("cerebras.modelzoo.data_preparation.nlp.tokenizers." + name)
+    setattr(module, name, type(name, (), {}))
+    sys.modules[module.__name__] = module
+sys.argv = ["preprocess_data", "--config", sys.argv[1]]
+runpy.run_module("cerebras.modelzoo.data_preparation.data_preprocessing.preprocess_data", run_name="__main__")
+"""
+
 
 def _run_vendor(mzsrc: str, params: dict, work: str) -> None:
     config = os.path.join(work, "config.yaml")
@@ -35,8 +50,7 @@ def _run_vendor(mzsrc: str, params: dict, work: str) -> None:
         yaml.safe_dump(params, f)
     env = dict(os.environ, PYTHONPATH=os.path.join(mzsrc, "src"), HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1")
-    cmd = [sys.executable, "-m", "cerebras.modelzoo.data_preparation.data_preprocessing.preprocess_data",
-           "--config", config]
+    cmd = [sys.executable, "-c", _RUN_VENDOR, config]
     subprocess.run(cmd, check=True, env=env, cwd=work)
 
 
@@ -45,6 +59,7 @@ def main(mzsrc: str, out_root: str) -> None:
     tok = os.path.join(out_root, "tokenizer")
     pc.write_inputs(inputs)
     pc.build_tokenizer(tok)
+    pc.build_tokenizer(tok + "_fim", tuple(pc.FIM_TOKENS))
     only = set(sys.argv[3:])
     for case_id, config_name, input_name, overrides in pc.CASES:
         if only and case_id not in only:
@@ -61,8 +76,14 @@ def main(mzsrc: str, out_root: str) -> None:
             params = pc.case_params(vendor_config, input_name, overrides, os.path.abspath(inputs), out,
                                     os.path.abspath(tok))
             _run_vendor(mzsrc, params, work)
-            for path in sorted(glob.glob(os.path.join(out, "*.h5")) + [os.path.join(out, "data_params.json")]):
-                shutil.copy(path, case_dir)
+            found = glob.glob(os.path.join(out, "**", "*.h5"), recursive=True)
+            found += glob.glob(os.path.join(out, "**", "data_params.json"), recursive=True)
+            for path in sorted(found):  # a data split's outputs are in subfolders (SPLIT/msl_N)
+                rel = os.path.relpath(path, out)
+                os.makedirs(os.path.dirname(os.path.join(case_dir, rel)), exist_ok=True)
+                shutil.copy(path, os.path.join(case_dir, rel))
+            shutil.copytree(out + "_splits", os.path.join(case_dir, "splits"), dirs_exist_ok=True) \
+                if os.path.isdir(out + "_splits") else None
         print(f"{case_id}: {sorted(os.listdir(case_dir))}")
 
 

@@ -10,12 +10,15 @@ ParamsError naming the file, the key, its line and the fix. What runs afterwards
 from __future__ import annotations
 
 import copy
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Optional
 
 from cs_run import _yaml
 from cs_run.errors import ParamsError
+
+from . import _splits
 
 __all__ = ["PreprocessConfig", "load_config"]
 
@@ -30,7 +33,7 @@ PROCESSING_KEYS = {
     "UNSAFE_skip_jsonl_decoding_errors", "read_chunk_size", "write_chunk_size", "min_sequence_len",
     "input_ids_dtype", "input_mask_dtype", "inverted_mask", "token_limit", "max_chunk_size",
     "write_remainder", "fraction_of_RAM_alloted", "end_of_turn_token", "semantic_loss_weight", "semantic_drop_mask",
-    "semantic_attention_mask", "display_pbar", "files_per_record", "output_name",
+    "semantic_attention_mask", "display_pbar", "files_per_record", "output_name", "split_seed",
 }
 DATASET_KEYS = {
     "pack_sequences", "use_vsl", "training_objective", "is_multimodal", "sep_token", "truncate_to_msl",
@@ -79,6 +82,10 @@ class PreprocessConfig:
     max_prompt_length: int = 512
     response_delimiter: str = "<response>"
     end_of_turn_token: Optional[str] = None
+    fim: Optional[tuple] = None  # training_objective fim: (fim_rate, spm_rate, prefix, middle, suffix token)
+    splits: Optional[object] = None  # _splits.SplitPlan of setup.data_splits / context_splits
+    hf_dataset: Optional[tuple] = None  # type huggingface: (save_to_disk folder, split or None)
+    inverted_mask: bool = False  # the loss mask flipped (pretraining and finetuning)
     resume: bool = False
     skip_jsonl_errors: bool = False
     lines: dict = field(default_factory=dict)
@@ -148,19 +155,28 @@ def _not_yet(setup: dict, processing: dict, dataset: dict, mode: str, path: str,
                "use the vendor's tool for this mode for now")
         raise _fail(path, lines, "setup.mode", f"is {mode!r}, which cs-run's --config does not run yet "
                     f"(it runs {', '.join(RUN_MODES)})", fix)
-    not_yet = ("inverted_mask", "token_limit", "shuffle", "wikitext_detokenize", "semantic_loss_weight",
+    if processing.get("wikitext_detokenize") and mode != "pretraining":
+        raise _fail(path, lines, "processing.wikitext_detokenize", f"is not run by cs-run's --config in mode {mode!r} "
+                    "yet (mode pretraining only)", "set it to false")
+    if processing.get("inverted_mask") and mode == "dpo":
+        raise _fail(path, lines, "processing.inverted_mask", "is not run by cs-run's --config in mode 'dpo' yet",
+                    "set it to false")
+    not_yet = ("token_limit", "shuffle", "semantic_loss_weight",
                "semantic_drop_mask", "semantic_attention_mask")
     if any(processing.get(k) for k in not_yet):
         key = next(k for k in not_yet if processing.get(k))
         raise _fail(path, lines, f"processing.{key}", "is not run by cs-run's --config yet", "set it to false")
-    for key in ("data_splits", "context_splits", "metadata_files", "token_generator", "slurm"):
+    for key in ("metadata_files", "token_generator", "slurm"):
         if setup.get(key):
             raise _fail(path, lines, f"setup.{key}", "is not run by cs-run's --config yet",
                         "remove it (split the input folder yourself) or use the vendor's tool")
     for key in ("use_vsl", "split_text_to_tokenize"):
         if dataset.get(key):
             raise _fail(path, lines, f"dataset.{key}", "is not run by cs-run's --config yet", "set it to false")
-    if dataset.get("training_objective") not in (None, "autoregressive"):
+    if dataset.get("training_objective") == "fim" and mode != "pretraining":
+        raise _fail(path, lines, "dataset.training_objective", f"is 'fim' in mode {mode!r}",
+                    "FIM augments pretraining samples only: set setup.mode: pretraining or remove it")
+    if dataset.get("training_objective") not in (None, "autoregressive", "fim"):
         raise _fail(path, lines, "dataset.training_objective", f"is {dataset['training_objective']!r}, "
                     "which cs-run's --config does not run yet", "remove it (plain autoregressive pretraining)")
 
@@ -196,11 +212,14 @@ def load_config(path: str) -> PreprocessConfig:
         raise _fail(path, lines, "setup.data", "is missing", "add data: {type: local, source: INPUT_FOLDER}")
     _unknown(data, DATA_KEYS, "setup.data", path, lines)
     kind = _typed(data, "type", str, "setup.data", path, lines)
-    if kind != "local":
-        raise _fail(path, lines, "setup.data.type", f"is {kind!r}", "cs-run reads local files only: set "
-                    "type: local and source to a folder (a Hugging Face dataset saved to disk is not read yet)")
+    if kind not in ("local", "huggingface"):
+        raise _fail(path, lines, "setup.data.type", f"is {kind!r}", "use local (a folder of .jsonl / .txt / .parquet "
+                    "files) or huggingface (a dataset saved with datasets' save_to_disk)")
     source = _typed(data, "source", str, "setup.data", path, lines)
-    if not source or not os.path.isdir(source):
+    hf_split = _typed(data, "split", str, "setup.data", path, lines)
+    if kind == "huggingface":
+        _saved_dataset(source, hf_split, path, lines)
+    elif not source or not os.path.isdir(source):
         raise _fail(path, lines, "setup.data.source", f"is {source!r}, not a folder",
                     "give the folder that holds the .jsonl / .txt / .parquet inputs")
     output_dir = _typed(setup, "output_dir", str, "setup", path, lines, "./output/")
@@ -263,7 +282,12 @@ def load_config(path: str) -> PreprocessConfig:
         if processing.get(key, "int32") != "int32":
             raise _fail(path, lines, f"processing.{key}", f"is {processing[key]!r}", "cs-run writes int32 (the "
                         "vendor's writer stores i4 whatever it is); remove it")
+    splits = _splits.plan_splits(setup, processing, output_dir,
+                                 lambda key, problem, fix: _fail(path, _nearest(lines, key), key, problem, fix))
+    fim = _fim(dataset, tokenizer_kind, path, lines) if dataset.get("training_objective") == "fim" else None
     return PreprocessConfig(
+        fim=fim, splits=splits, hf_dataset=(source, hf_split) if kind == "huggingface" else None,
+        inverted_mask=_typed(processing, "inverted_mask", bool, "processing", path, lines, False),
         path=path, params=copy.deepcopy(params), mode=mode, source=source, output_dir=output_dir,
         tokenizer=tokenizer, tokenizer_kind=tokenizer_kind, gpt2_files=gpt2_files, max_seq_length=msl,
         short_seq_prob=float(ssp), seed=processing.get("seed", 0),
@@ -285,6 +309,56 @@ def load_config(path: str) -> PreprocessConfig:
         skip_jsonl_errors=_typed(processing, "UNSAFE_skip_jsonl_decoding_errors", bool, "processing", path, lines,
                                  False),
         lines=lines)
+
+
+def _saved_dataset(source, split, path: str, lines: dict) -> None:
+    """setup.data type huggingface: a local folder written by datasets' save_to_disk (a Dataset, or a
+    DatasetDict with ``split`` one of its splits); nothing is downloaded."""
+    try:
+        import datasets  # noqa: F401,PLC0415  (optional: only type huggingface needs it)
+    except ImportError:
+        raise _fail(path, lines, "setup.data.type", "is 'huggingface' but the datasets package is not installed",
+                    "pip install datasets, or export the dataset to .parquet / .jsonl and use type: local") from None
+    is_dict = isinstance(source, str) and os.path.isfile(os.path.join(source, "dataset_dict.json"))
+    if not isinstance(source, str) or not (is_dict or os.path.isfile(os.path.join(source, "state.json"))):
+        raise _fail(path, lines, "setup.data.source", f"is {source!r}, not a folder written by save_to_disk",
+                    "cs-run downloads nothing: save the dataset with dataset.save_to_disk(DIR) and give DIR")
+    if is_dict:
+        with open(os.path.join(source, "dataset_dict.json"), encoding="utf-8") as f:
+            splits = json.load(f).get("splits", [])
+        if split not in splits:
+            raise _fail(path, lines, "setup.data.split" if split else "setup.data.source",
+                        f"is {split!r}, not a split of the saved DatasetDict", f"give one of {', '.join(splits)}")
+
+
+def _nearest(lines: dict, key: str) -> dict:
+    """``lines`` with a key that is not in the file (a missing split_fractions) at its nearest parent's line."""
+    parent = key
+    while parent not in lines and "." in parent:
+        parent = parent.rsplit(".", 1)[0]
+    return {**lines, key: lines.get(parent)}
+
+
+def _fim(dataset: dict, tokenizer_kind: str, path: str, lines: dict) -> tuple:
+    """training_objective fim's rates and tokens (the vendor asserts all five are given)."""
+    if tokenizer_kind == "gpt2":
+        raise _fail(path, lines, "dataset.training_objective", "is 'fim' with custom_tokenizer gpt2tokenizer, which "
+                    "cs-run has not checked against the vendor's FIM", "use neoxtokenizer or huggingface_tokenizer")
+    rates = []
+    for key in ("fim_rate", "spm_rate"):
+        value = _typed(dataset, key, (int, float), "dataset", path, lines)
+        if value is None or not 0.0 <= value <= 1.0:
+            raise _fail(path, lines, f"dataset.{key}", f"is {value!r}", "give a probability in [0, 1] "
+                        "(training_objective fim needs fim_rate and spm_rate)")
+        rates.append(float(value))
+    tokens = []
+    for key in ("fim_prefix_tok", "fim_middle_tok", "fim_suffix_tok"):
+        value = _typed(dataset, key, str, "dataset", path, lines)
+        if not value:
+            raise _fail(path, lines, f"dataset.{key}", "is missing", "name the tokenizer's FIM token, e.g. "
+                        f"<{key[:-4]}>")
+        tokens.append(value)
+    return (*rates, *tokens)
 
 
 def _local_tokenizer(name: str, path: str, lines: dict) -> str:

@@ -103,9 +103,10 @@ class FinetuningSamples:
 
     def __init__(self, tok: LoadedTokenizer, *, max_seq_length: int, min_sequence_len: int, use_ftfy: bool,
                  ftfy_normalizer: str, sep_token, truncate_to_msl, chat_template: Optional[str] = None,
-                 end_of_turn_token: Optional[str] = None) -> None:
+                 end_of_turn_token: Optional[str] = None, inverted_mask: bool = False) -> None:
         self.tok = tok
         self.msl = max_seq_length
+        self.inverted_mask = inverted_mask
         self.min_len = min_sequence_len
         self.use_ftfy = use_ftfy
         self.normalizer = ftfy_normalizer
@@ -221,6 +222,8 @@ class FinetuningSamples:
         sample[0] = ids[:-1] + [self.tok.pad_id] * pad
         sample[1] = mask[1:] + [0] * pad
         sample[2] = ids[1:] + [self.tok.pad_id] * pad
+        if self.inverted_mask:  # processing.inverted_mask: 1 where no loss is taken (padding included), counted so
+            sample[1] = sample[1] == 0
         sample_stats(sample, self.tok, self.msl, stats)
         return [sample]
 

@@ -16,6 +16,7 @@ import io
 import json
 import logging
 import numbers
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -237,3 +238,19 @@ def read_chunks(files: list[str], keys: list[str], hook: Callable[..., list[dict
     if size > 0:
         yield chunk
 
+
+
+def export_saved_dataset(folder: str, split, parquet: str, where: str) -> None:
+    """A save_to_disk folder (its ``split`` where it is a DatasetDict) written to ``parquet``, as the vendor's
+    load_dataset_wrapper writes a Hugging Face dataset before reading it."""
+    import datasets  # noqa: PLC0415  (optional; the config check refused type huggingface without it)
+
+    try:
+        loaded = datasets.load_from_disk(folder)
+    except (OSError, ValueError) as e:
+        raise ParamsError(f"data preprocess --config: setup.data.source {folder} cannot be loaded with load_from_disk "
+                          f"({where}): {e}; save it again with save_to_disk") from None
+    if isinstance(loaded, datasets.DatasetDict):
+        loaded = loaded[split]
+    os.makedirs(os.path.dirname(parquet), exist_ok=True)
+    loaded.to_parquet(parquet)

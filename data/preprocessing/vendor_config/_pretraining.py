@@ -39,18 +39,45 @@ STATS_KEYS = ["normalized_bytes_count", "normalized_chars_count", "raw_bytes_cou
 """data_params.json's ``post-process`` keys for this mode."""
 
 
-def clean_text(text: str, use_ftfy: bool, normalizer: str) -> str:
-    """The text as the vendor tokenizes it: ftfy's fix_text when asked (needs ftfy)."""
-    if use_ftfy:
-        import ftfy  # noqa: PLC0415  (optional; the config check refused use_ftfy without it)
+# WikiText-103's tokenization undone, in the vendor's order (Release 2.10 utils.wikitext_detokenizer): each
+# row is (pattern, replacement, is_regex). The second row matches the literal text "/' N/" (its pattern, as
+# the vendor writes it, is slashes around "' [0-9]"), kept as it is so the output stays the vendor's.
+_WIKITEXT = [
+    ("s '", "s'", False), (r"/' [0-9]/", r"/'[0-9]/", True),
+    (" @-@ ", "-", False), (" @,@ ", ",", False), (" @.@ ", ".", False),
+    (" : ", ": ", False), (" ; ", "; ", False), (" . ", ". ", False), (" ! ", "! ", False), (" ? ", "? ", False),
+    (" , ", ", ", False),
+    (r"\(\s*([^\)]*?)\s*\)", r"(\1)", True), (r"\[\s*([^\]]*?)\s*\]", r"[\1]", True),
+    (r"{\s*([^}]*?)\s*}", r"{\1}", True), (r"\"\s*([^\"]*?)\s*\"", r'"\1"', True),
+    (r"'\s*([^']*?)\s*'", r"'\1'", True),
+    ("= = = =", "====", False), ("= = =", "===", False), ("= =", "==", False),
+    (" \u00b0 ", "\u00b0", False), (" \n", "\n", False), ("\n ", "\n", False), (" N ", " 1 ", False),
+    (" 's", "'s", False),
+]
 
-        return ftfy.fix_text(text, normalization=normalizer)
+
+def wikitext_detokenize(text: str) -> str:
+    """WikiText-103's spaced-out punctuation and @-@ separators joined back, as processing.wikitext_detokenize asks."""
+    import re  # noqa: PLC0415
+
+    for pattern, repl, is_regex in _WIKITEXT:
+        text = re.sub(pattern, repl, text) if is_regex else text.replace(pattern, repl)
     return text
 
 
-def clean_and_count(value: str, use_ftfy: bool, normalizer: str, stats: dict) -> str:
+def clean_text(text: str, use_ftfy: bool, normalizer: str, wikitext: bool = False) -> str:
+    """The text as the vendor tokenizes it: ftfy's fix_text when asked (needs ftfy), then the wikitext
+    detokenizer when asked."""
+    if use_ftfy:
+        import ftfy  # noqa: PLC0415  (optional; the config check refused use_ftfy without it)
+
+        text = ftfy.fix_text(text, normalization=normalizer)
+    return wikitext_detokenize(text) if wikitext else text
+
+
+def clean_and_count(value: str, use_ftfy: bool, normalizer: str, stats: dict, wikitext: bool = False) -> str:
     """The cleaned text of one region, its raw and cleaned sizes added to ``stats`` (chars and utf-8 bytes)."""
-    cleaned = clean_text(value, use_ftfy, normalizer)
+    cleaned = clean_text(value, use_ftfy, normalizer, wikitext)
     stats["raw_chars_count"] += len(value)
     stats["raw_bytes_count"] += len(value.encode("utf-8"))
     stats["normalized_chars_count"] += len(cleaned)
@@ -85,7 +112,8 @@ class PretrainingSamples:
     """Documents in, samples out; keeps the packed carry-over between documents and read chunks."""
 
     def __init__(self, tok: LoadedTokenizer, *, max_seq_length: int, pack_sequences: bool, short_seq_prob: float,
-                 seed: int, min_sequence_len: int, use_ftfy: bool, ftfy_normalizer: str) -> None:
+                 seed: int, min_sequence_len: int, use_ftfy: bool, ftfy_normalizer: str,
+                 wikitext_detokenize: bool = False, inverted_mask: bool = False) -> None:
         if tok.pad_id is None:
             raise ParamsError("data preprocess --config: the tokenizer names no eos or pad token; set "
                               "processing.eos_id (and pad_id)")
@@ -96,6 +124,8 @@ class PretrainingSamples:
         self.min_len = min_sequence_len
         self.use_ftfy = use_ftfy
         self.normalizer = ftfy_normalizer
+        self.wikitext = wikitext_detokenize
+        self.inverted_mask = inverted_mask
         self.rng = random.Random(seed)
         self.carry: Optional[list[int]] = None  # packed rest of the documents so far
 
@@ -106,7 +136,7 @@ class PretrainingSamples:
                 (key, value), = part.items()
                 if not value:
                     continue
-                parts.append(clean_and_count(value, self.use_ftfy, self.normalizer, stats))
+                parts.append(clean_and_count(value, self.use_ftfy, self.normalizer, stats, self.wikitext))
         if len(parts) > 1:
             raise ParamsError("data preprocess --config: a read hook gave several text regions per record; cs-run's "
                               "pretraining takes one (text_read_hook)")
@@ -153,6 +183,8 @@ class PretrainingSamples:
         sample[0] = piece[:-1] + [self.tok.pad_id] * pad
         sample[1] = [1] * n + [0] * pad
         sample[2] = piece[1:] + [self.tok.pad_id] * pad
+        if self.inverted_mask:  # processing.inverted_mask: 1 over padding, 0 over real tokens, counted so
+            sample[1] = sample[1] == 0
         sample_stats(sample, self.tok, self.msl, stats)
         return sample
 

@@ -8,17 +8,20 @@ vendor's files, staged (_output). The output is meant to equal the vendor tool's
 
 from __future__ import annotations
 
+import copy
 import logging
+import os
 import sys
+import tempfile
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from tqdm import tqdm
 
 from cs_run.errors import ParamsError
 
-from . import _dpo, _finetuning, _inputs, _output, _pretraining
+from . import _dpo, _fim, _finetuning, _inputs, _output, _pretraining, _splits
 from ._config import load_config
 from ._tokenizer import load_tokenizer
 
@@ -41,6 +44,60 @@ def preprocess_config(path: str, progress: bool = False) -> PreprocessSummary:
     """Run the config at ``path``. Raises ParamsError (bad config, inputs or output folder) or DataError
     (an unreadable input line, a failed write); on either the output folder is as it was."""
     cfg = load_config(path)
+    if cfg.hf_dataset is not None:
+        with tempfile.TemporaryDirectory(prefix="cs-run-hf-") as folder:
+            # the vendor's route: the dataset written out as parquet (datasets' to_parquet), then read as a local input
+            _inputs.export_saved_dataset(*cfg.hf_dataset, os.path.join(folder, "data", "dataset.parquet"),
+                                         cfg.at("setup.data.source"))
+            return _dispatch(replace(cfg, source=os.path.join(folder, "data"), hf_dataset=None), progress)
+    return _dispatch(cfg, progress)
+
+
+def _dispatch(cfg, progress: bool) -> PreprocessSummary:
+    if cfg.splits is not None:
+        return _run_splits(cfg, progress)
+    return _run(cfg, progress)
+
+
+def _run_splits(cfg, progress: bool) -> PreprocessSummary:
+    """setup.data_splits / context_splits: the records dealt into data_splits_dir (see _splits), then each split
+    preprocessed into its own output_dir/SPLIT/msl_N, with the params the vendor writes there."""
+    plan = cfg.splits
+    for name, msl in [(None, None)] + plan.targets:  # every folder a split writes, before anything is written
+        _output.check_output_dir(_splits.target_dir(cfg.output_dir, name, msl), cfg.at("setup.output_dir"))
+    _splits.check_splits_dir(plan, cfg.at("setup.data_splits_dir"))
+    _inputs.resolve_hook(cfg.read_hook, cfg.mode, cfg.at("processing.read_hook"))
+    files = _inputs.find_files(cfg.source)
+    if not files:
+        raise ParamsError(f"data preprocess --config: setup.data.source {cfg.source} holds no "
+                          f"{', '.join(_inputs.SUFFIXES)} files ({cfg.at('setup.data.source')}); point it at the inputs")
+    _splits.write_splits(plan, files, cfg.source, lambda p: _inputs._rows(p, cfg.skip_jsonl_errors))
+    base = copy.deepcopy(cfg.params)
+    for key in ("data_splits", "context_splits", "data_splits_dir"):
+        base["setup"].pop(key, None)
+    base["processing"].pop("split_seed", None)
+    base.setdefault("dataset", {})  # the vendor's split runs write an empty dataset section where there was none
+    written, n, vocab = [], 0, 0
+    for name, msl in plan.targets:
+        params = copy.deepcopy(base)
+        source = _splits.target_dir(plan.splits_dir, name, msl)
+        out = _splits.target_dir(cfg.output_dir, name, msl)
+        params["setup"]["data"]["source"], params["setup"]["output_dir"] = source, out
+        length = cfg.max_seq_length
+        if msl is not None:
+            length = params["processing"]["max_seq_length"] = _splits.normalize_msl(msl, None)
+        if not os.path.isdir(source):
+            raise ParamsError(f"data preprocess --config: no record was dealt to {source} "
+                              f"({cfg.at('setup.data_splits')}); give that split a larger fraction or more records")
+        sub = replace(cfg, params=params, source=source, output_dir=out, max_seq_length=length, splits=None)
+        summary = _run(sub, progress)
+        written += [os.path.relpath(os.path.join(out, f), cfg.output_dir) for f in summary.files]
+        n, vocab = n + summary.n_examples, summary.vocab_size
+    return PreprocessSummary(cfg.output_dir, written, n, vocab)
+
+
+def _run(cfg, progress: bool) -> PreprocessSummary:
+    """One preprocessing run of a checked config (no splits) into cfg.output_dir."""
     done = _output.finished_run(cfg.output_dir)
     if cfg.resume and done is not None:
         # The output appears only whole (staged), so a folder holding data_params.json is a finished run: resuming
@@ -75,13 +132,15 @@ def preprocess_config(path: str, progress: bool = False) -> PreprocessSummary:
         gen = _finetuning.FinetuningSamples(
             tok, max_seq_length=cfg.max_seq_length, min_sequence_len=cfg.min_sequence_len, use_ftfy=cfg.use_ftfy,
             ftfy_normalizer=cfg.ftfy_normalizer, sep_token=cfg.sep_token, truncate_to_msl=cfg.truncate_to_msl,
-            chat_template=cfg.chat_template, end_of_turn_token=cfg.end_of_turn_token)
+            chat_template=cfg.chat_template, end_of_turn_token=cfg.end_of_turn_token, inverted_mask=cfg.inverted_mask)
         stats_keys = _finetuning.STATS_KEYS
     else:
-        gen = _pretraining.PretrainingSamples(
-            tok, max_seq_length=cfg.max_seq_length, pack_sequences=cfg.pack_sequences,
-            short_seq_prob=cfg.short_seq_prob, seed=cfg.seed, min_sequence_len=cfg.min_sequence_len,
-            use_ftfy=cfg.use_ftfy, ftfy_normalizer=cfg.ftfy_normalizer)
+        args = dict(max_seq_length=cfg.max_seq_length, pack_sequences=cfg.pack_sequences,
+                    short_seq_prob=cfg.short_seq_prob, seed=cfg.seed, min_sequence_len=cfg.min_sequence_len,
+                    use_ftfy=cfg.use_ftfy, ftfy_normalizer=cfg.ftfy_normalizer,
+                    wikitext_detokenize=cfg.wikitext_detokenize, inverted_mask=cfg.inverted_mask)
+        gen = (_fim.FimSamples(tok, fim=cfg.fim, where=cfg.at("dataset.fim_prefix_tok"), **args) if cfg.fim else
+               _pretraining.PretrainingSamples(tok, **args))
         stats_keys = _pretraining.STATS_KEYS
     keys = [v for k, v in cfg.read_hook_kwargs.items() if str(k).endswith("_key")]
 
