@@ -29,7 +29,7 @@ from torch.utils.data import Dataset
 from cs_run.data.readers.hdf5_map import replica_share, shard_files
 from cs_run.errors import DataError
 
-__all__ = ["GptHDF5Dataset", "FEATURES", "IGNORE_INDEX"]
+__all__ = ["SampleShards", "GptHDF5Dataset", "FEATURES", "IGNORE_INDEX"]
 
 FEATURES = ("input_ids", "attention_mask", "labels")
 IGNORE_INDEX = -100  # a label cross_entropy skips (its default ignore_index)
@@ -41,7 +41,8 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
-def _features(data_dir: Union[str, list], given: Optional[list]) -> list[str]:
+def _features(data_dir: Union[str, list], given: Optional[list], default: tuple) -> list[str]:
+    """The rows' names: the input's own list, else data_params.json's ``features``, else ``default``."""
     if given:
         return list(given)
     if not isinstance(data_dir, list):
@@ -53,25 +54,34 @@ def _features(data_dir: Union[str, list], given: Optional[list]) -> list[str]:
                 named = None
             if isinstance(named, list) and named:
                 return named
-    return list(FEATURES)
+    return list(default)
 
 
-class GptHDF5Dataset(Dataset):
-    """One streaming rank's share of the shards' samples (:func:`replica_share` of them all, ``drop_last``
-    deciding drop or wrap), as dicts of int32 tensors.
+class SampleShards(Dataset):
+    """One streaming rank's share of sample shards (:func:`replica_share` of all files' samples, ``drop_last``
+    deciding drop or wrap): each ``*.h5`` file holds an integer ``data`` of ``[n_examples, rows,
+    max_sequence_length]`` and an ``n_examples`` attribute. A subclass names its rows (``FEATURES``) and checks
+    each sample's token ids (``_check_sample``).
 
     Files are opened lazily, once per process (DataLoader workers each open their own handles).
     """
+
+    FEATURES: tuple = ()
+    FEATURES_KEY = "features"
+    """The input key that names the rows (in the error for rows it lacks)."""
+    ROWS_WRITER = ""
+    """Said after a missing row or a wrong shape: who writes these rows."""
 
     def __init__(self, data_dir: Union[str, list], rank: int = 0, num_ranks: int = 1,
                  features: Optional[list] = None, max_sequence_length: Optional[int] = None,
                  vocab_size: Optional[int] = None, drop_last: bool = True) -> None:
         self.files = shard_files(data_dir)
-        names = _features(data_dir, features)
+        names = _features(data_dir, features, self.FEATURES)
         self.feature_rows = {name: i for i, name in enumerate(names)}
-        missing = [f for f in FEATURES if f not in self.feature_rows]
+        missing = [f for f in self.FEATURES if f not in self.feature_rows]
         if missing:
-            raise ValueError(f"features: the shards' rows {names} lack {', '.join(missing)}")
+            raise ValueError(f"{self.FEATURES_KEY}: the shards' rows {names} lack {', '.join(missing)}"
+                             + (f" ({self.ROWS_WRITER} writes {', '.join(self.FEATURES)})" if self.ROWS_WRITER else ""))
         self.vocab_size = vocab_size
         counts, msl = [], None
         for path in self.files:
@@ -90,8 +100,8 @@ class GptHDF5Dataset(Dataset):
         self._handles: dict[int, h5py.File] = {}
         self._pid = os.getpid()
 
-    @staticmethod
-    def _check_file(path: Path, rows: int, vocab_size: Optional[int]) -> tuple[int, int]:
+    def _check_file(self, path: Path, rows: int, vocab_size: Optional[int]) -> tuple[int, int]:
+        """``(n_examples, max_sequence_length)`` of a shard whose ``data`` is ``[n, rows, msl]`` integers."""
         try:
             with h5py.File(path, "r") as f:
                 if "data" not in f:
@@ -99,7 +109,8 @@ class GptHDF5Dataset(Dataset):
                 d = f["data"]
                 if d.ndim != 3 or d.shape[1] != rows or not np.issubdtype(d.dtype, np.integer):
                     raise ValueError(f"data_dir: {path} 'data' is {d.dtype}{list(d.shape)}; expected integers of "
-                                     f"shape [n_examples, {rows}, max_sequence_length]")
+                                     f"shape [n_examples, {rows}, max_sequence_length]"
+                                     + (f" (the {self.ROWS_WRITER}'s {rows} rows)" if self.ROWS_WRITER else ""))
                 n = int(f.attrs.get("n_examples", d.shape[0]))
                 if not 0 <= n <= d.shape[0]:
                     raise ValueError(f"data_dir: {path} attribute n_examples={n} but 'data' holds {d.shape[0]} rows")
@@ -136,12 +147,29 @@ class GptHDF5Dataset(Dataset):
         except _H5_ERRORS as e:
             raise DataError(f"data_dir: {self.files[i]}: sample {local} cannot be read ({_one_line(e)}); the shard "
                             "is damaged: write it again (cs-run data preprocess) or remove it from data_dir") from None
+        self._check_sample(self.files[i], local, row)
+        return {name: torch.from_numpy(row[self.feature_rows[name]].copy()) for name in self.FEATURES}
+
+    def _check_sample(self, path: Path, local: int, row: np.ndarray) -> None:
+        """Raise a :class:`DataError` for a token id the model cannot embed (a subclass knows which rows)."""
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_handles"] = {}
+        return state
+
+
+class GptHDF5Dataset(SampleShards):
+    """GptHDF5DataProcessor's shards: rows ``input_ids``, ``attention_mask`` (the loss mask), ``labels``."""
+
+    FEATURES = FEATURES
+
+    def _check_sample(self, path: Path, local: int, row: np.ndarray) -> None:
         ids, labels = row[self.feature_rows["input_ids"]], row[self.feature_rows["labels"]]
         high = self.vocab_size if self.vocab_size is not None else np.iinfo(np.int32).max
         negative_label = labels.min() < 0 and ((labels < 0) & (labels != IGNORE_INDEX)).any()
         if ids.min() < 0 or max(ids.max(), labels.max()) >= high or negative_label:
-            self._bad_token(self.files[i], local, row)
-        return {name: torch.from_numpy(row[self.feature_rows[name]].copy()) for name in FEATURES}
+            self._bad_token(path, local, row)
 
     def _bad_token(self, path: Path, local: int, row: np.ndarray) -> None:
         """The error for the first token id of the sample that the model cannot embed (or score)."""
@@ -159,8 +187,3 @@ class GptHDF5Dataset(Dataset):
                "the shards with this vocabulary" if token >= 0 else "token ids are never negative: the shard is "
                "damaged; write it again")
         raise DataError(f"data_dir: {path}: sample {local} holds token id {token} in {name} (position {at}); {fix}")
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_handles"] = {}
-        return state
