@@ -3,10 +3,9 @@
 The layout is the one the Model Zoo's ``hdf5_preprocessing`` scripts write and its
 ``HDF5IterableDataset`` reads (Release 1.9): every ``*.h5`` file in ``data_dir`` holds an integer
 dataset ``data`` of shape ``[n_examples, 3, max_sequence_length]`` — rows ``input_ids``,
-``attention_mask`` (the loss mask) and ``labels`` — and an ``n_examples`` attribute. Packed (VSL)
-shards hold two more rows, ``attention_span`` and ``position_ids`` (:data:`VSL_FEATURES`), read with
-``use_vsl``. An optional
-``data_params.json`` beside the files may name the rows (``"features"``).
+``attention_mask`` (the loss mask) and ``labels`` — and an ``n_examples`` attribute. An optional
+``data_params.json`` beside the files may name the rows (``"features"``). Packed (VSL) shards hold two
+more rows, ``attention_span`` and ``position_ids`` (:data:`VSL_FEATURES`), read with ``use_vsl``.
 
 A token id the model cannot embed would fail deep inside a step (an IndexError on the CPU, a device
 assert on CUDA) without naming the data. Every sample is checked on the host as it is read, against

@@ -143,15 +143,16 @@ def test_bad_vsl_input_is_one_error_naming_it(tmp_path, processor, write, kwargs
         next(iter(loader))
 
 
-def test_finetuning_loss_mask_reaches_the_loss(tmp_path):
-    """``--config`` summarization output (prompt tokens masked out of the loss) read by the processor: the
-    model's loss is the cross entropy over the loss-mask tokens only, by hand."""
-    text = (GOLDEN / "summarization" / "config.yaml").read_text()
+@pytest.mark.parametrize("case", ["summarization", "multi_turn_dialogue"])
+def test_finetuning_loss_mask_reaches_the_loss(tmp_path, case):
+    """``--config`` finetuning output (summarization prompts, chat user turns masked out of the loss) read by
+    the processor: the model's loss is the cross entropy over the loss-mask tokens only, by hand."""
+    text = (GOLDEN / case / "config.yaml").read_text()
     text = text.replace("<IN>", str(GOLDEN / "inputs")).replace("<OUT>", str(tmp_path / "out"))
-    config = tmp_path / "summarization.yaml"
+    config = tmp_path / f"{case}.yaml"
     config.write_text(text.replace("<TOK>", str(GOLDEN / "tokenizer")))
     preprocess_config(str(config))
-    loader = gpt_hdf5.build_dataloader("eval", data_dir=str(tmp_path / "out"), batch_size=3, shuffle=False)
+    loader = gpt_hdf5.build_dataloader("eval", data_dir=str(tmp_path / "out"), batch_size=2, shuffle=False)
     batch = next(iter(loader))
     mask = batch["attention_mask"]
     assert 0 < int(mask.sum()) < int((batch["input_ids"] != 0).sum())  # the prompt is left out of the loss
