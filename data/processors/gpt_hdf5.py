@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from cs_run.data.readers.hdf5_map import H5Reader, Mixture, replica_share
-from cs_run.data.readers.hdf5_samples import FEATURES, IGNORE_INDEX, GptHDF5Dataset
+from cs_run.data.readers.hdf5_samples import FEATURES, IGNORE_INDEX, VSL_FEATURES, GptHDF5Dataset, check_vsl_rows
 from cs_run.data.transforms import build_collate
 from cs_run.distributed import get_streaming_batch_size, get_streaming_rank, num_streamers
 from cs_run.errors import DataError
@@ -58,8 +58,9 @@ class _MapSamples(Dataset):
 
     def __init__(self, reader: Union[H5Reader, Mixture], num_samples: Optional[int] = None, rank: int = 0,
                  num_ranks: int = 1, vocab_size: Optional[int] = None, where: object = "data_dir",
-                 drop_last: bool = True) -> None:
+                 drop_last: bool = True, use_vsl: bool = False) -> None:
         self.reader, self.by_sample = reader, reader.by_sample
+        self.names = (*FEATURES, *VSL_FEATURES) if use_vsl else FEATURES
         self.vocab_size, self.where = vocab_size, where
         self.max_sequence_length = reader.sequence_length
         if len(reader) == 0:
@@ -83,7 +84,9 @@ class _MapSamples(Dataset):
                             f"[0, model.vocab_size={self.vocab_size}): set model.vocab_size to at least {bad + 1} "
                             "or write the shards with this vocabulary")
         if self.by_sample:
-            return {name: torch.from_numpy(row[i].copy()) for i, name in enumerate(FEATURES)}
+            if len(self.names) > len(FEATURES):
+                check_vsl_rows(row[3], row[4], f"data_dir: {self.where}: sample {sample}")
+            return {name: torch.from_numpy(row[i].copy()) for i, name in enumerate(self.names)}
         return {"input_ids": torch.from_numpy(row[:-1].copy()), "labels": torch.from_numpy(row[1:].copy()),
                 "attention_mask": torch.ones(len(row) - 1, dtype=torch.int32)}
 
@@ -91,7 +94,7 @@ class _MapSamples(Dataset):
 def _map_dataset(split: str, data_dir: Union[str, list, None], mixture: Optional[list], shuffle: bool,
                  shuffle_seed: Optional[int], max_sequence_length: Optional[int], data_subset: Optional[str],
                  sort_files: bool, num_samples: Optional[int], vocab_size: Optional[int] = None,
-                 drop_last: bool = True) -> _MapSamples:
+                 drop_last: bool = True, use_vsl: bool = False) -> _MapSamples:
     if num_samples is not None and (isinstance(num_samples, bool) or not isinstance(num_samples, int)
                                     or num_samples < 1):
         raise ValueError(f"num_samples: expected a positive integer (samples per epoch), got {num_samples!r}")
@@ -118,8 +121,16 @@ def _map_dataset(split: str, data_dir: Union[str, list, None], mixture: Optional
     if reader.by_sample and reader.features < len(FEATURES):
         raise ValueError(f"data_dir: the shards hold {reader.features} rows per sample; expected input_ids, "
                          "attention_mask, labels")
+    if use_vsl and not reader.by_sample:  # as the vendor's GptHDF5MapDataProcessor refuses it
+        raise ValueError("use_vsl: the shards are the corpus layout (concatenated tokens), which holds no document "
+                         "spans; write the sample layout with a VSL preprocessing (dataset.use_vsl: true) or set "
+                         "use_vsl false")
+    if use_vsl and reader.features != len(FEATURES) + len(VSL_FEATURES):
+        raise ValueError(f"use_vsl: the shards hold {reader.features} rows per sample; packed shards hold 5 (input_ids, "
+                         "attention_mask, labels, attention_span, position_ids): write them with a VSL preprocessing "
+                         "(dataset.use_vsl: true) or set use_vsl false")
     return _MapSamples(reader, num_samples, get_streaming_rank(), num_streamers(), vocab_size,
-                       data_dir if mixture is None else "the mixture's data_dirs", drop_last)
+                       data_dir if mixture is None else "the mixture's data_dirs", drop_last, use_vsl)
 
 
 def _log_share(split: str, total: int, share: int, streamers: int) -> None:
@@ -156,7 +167,9 @@ def build_dataloader(split: str, data_dir: Union[str, list, None] = None, batch_
     are shuffled as a full permutation); ``use_worker_cache``, ``repeat`` and ``use_multiple_workers``
     change nothing here and are noted once. ``vocab_size`` is model.vocab_size (the registry copies it
     here): every token id read is checked against it on the host, so an id the model cannot embed is an
-    error naming the shard (or data_dir) and the sample.
+    error naming the shard (or data_dir) and the sample. ``use_vsl`` reads packed shards' ``attention_span``
+    and ``position_ids`` rows too (sample layout, five rows), which keep each document's attention and
+    positions its own in the decoder.
     """
 
     if data_processor not in DATA_PROCESSORS:
@@ -168,20 +181,21 @@ def build_dataloader(split: str, data_dir: Union[str, list, None] = None, batch_
     for key, value in (("use_worker_cache", use_worker_cache), ("repeat", repeat),
                        ("use_multiple_workers", use_multiple_workers)):
         _note(split, key, value)
-    if use_vsl:
-        raise ValueError("use_vsl: variable sequence length training (attention_span / position_ids rows) is not "
-                         "supported here; drop it (or set false) and use shards of fixed-length samples")
     if pad_last:
         raise ValueError("pad_last: padding the last batch with empty samples is not supported here; drop it and "
                          "keep drop_last true (every step then sees a full batch)")
     collate = build_collate(data_transforms)
+    if use_vsl and data_transforms:  # the vendor's add_sink_tokens is a BaseTransformNoVSL: spans would misalign
+        raise ValueError(f"data_transforms[0].name: {data_transforms[0]['name']!r} does not run with use_vsl (it "
+                         "shifts tokens but not the attention_span / position_ids rows); drop the transform or set "
+                         "use_vsl false")
     map_only = {"mixture": mixture, "data_subset": data_subset, "num_samples": num_samples,
                 "sort_files": None if sort_files else sort_files}
     drop = drop_last_batch if drop_last is None else drop_last
     if data_processor == "GptHDF5MapDataProcessor":
         dataset: Union[_MapSamples, GptHDF5Dataset] = _map_dataset(
             split, data_dir, mixture, shuffle, shuffle_seed, max_sequence_length, data_subset, sort_files,
-            num_samples, vocab_size, drop)
+            num_samples, vocab_size, drop, use_vsl)
         files = len(getattr(dataset.reader, "files", ())) or sum(len(r.files) for r in dataset.reader.readers)
         total = dataset.epoch
     else:
@@ -192,7 +206,7 @@ def build_dataloader(split: str, data_dir: Union[str, list, None] = None, batch_
         if data_dir is None:
             raise ValueError("data_dir: missing; the folder (or list of folders) holding the *.h5 shards")
         dataset = GptHDF5Dataset(data_dir, get_streaming_rank(), num_streamers(), features, max_sequence_length,
-                                 vocab_size, drop)
+                                 vocab_size, drop, use_vsl)
         files = len(dataset.files)
         total = int(dataset.offsets[-1])
     per_stream = get_streaming_batch_size(batch_size)

@@ -4,7 +4,8 @@ The layout is the one the Model Zoo's ``hdf5_preprocessing`` scripts write and i
 ``HDF5IterableDataset`` reads (Release 1.9): every ``*.h5`` file in ``data_dir`` holds an integer
 dataset ``data`` of shape ``[n_examples, 3, max_sequence_length]`` — rows ``input_ids``,
 ``attention_mask`` (the loss mask) and ``labels`` — and an ``n_examples`` attribute. An optional
-``data_params.json`` beside the files may name the rows (``"features"``).
+``data_params.json`` beside the files may name the rows (``"features"``). Packed (VSL) shards hold two
+more rows, ``attention_span`` and ``position_ids`` (:data:`VSL_FEATURES`), read with ``use_vsl``.
 
 A token id the model cannot embed would fail deep inside a step (an IndexError on the CPU, a device
 assert on CUDA) without naming the data. Every sample is checked on the host as it is read, against
@@ -29,9 +30,13 @@ from torch.utils.data import Dataset
 from cs_run.data.readers.hdf5_map import replica_share, shard_files
 from cs_run.errors import DataError
 
-__all__ = ["SampleShards", "GptHDF5Dataset", "FEATURES", "IGNORE_INDEX"]
+__all__ = ["SampleShards", "GptHDF5Dataset", "FEATURES", "VSL_FEATURES", "IGNORE_INDEX", "check_vsl_rows"]
 
 FEATURES = ("input_ids", "attention_mask", "labels")
+VSL_FEATURES = ("attention_span", "position_ids")
+"""The rows a packed document writer adds (Release 2.10 data_preprocessing/vsl_pretraining_token_generator.py
+``create_features_auto_lm_vsl``: per document, span ``len-1, ..., 0`` and positions ``0, ..., len-1``;
+padding 0 in both), which ``use_vsl`` reads as the vendor's processors do (``features_list.extend``)."""
 IGNORE_INDEX = -100  # a label cross_entropy skips (its default ignore_index)
 # what h5py raises for a damaged file, by the HDF5 error class (found by overwriting every 32 bytes of a shard)
 _H5_ERRORS = (OSError, KeyError, RuntimeError, ValueError, TypeError)
@@ -39,6 +44,25 @@ _H5_ERRORS = (OSError, KeyError, RuntimeError, ValueError, TypeError)
 
 def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
+
+
+def check_vsl_rows(span: np.ndarray, positions: np.ndarray, where: str) -> None:
+    """Refuses VSL rows the decoder would misread: a span past the sample's end (a key seen from outside
+    the sequence) or a position outside [0, max_sequence_length) (a position table read out of range)."""
+    length = span.shape[-1]
+    room = length - 1 - np.arange(length)
+    bad = np.flatnonzero((span < 0) | (span > room))
+    if bad.size:
+        at = int(bad[0])
+        raise DataError(f"{where}: attention_span[{at}] is {int(span[at])}; a key's span counts the tokens after "
+                        f"it in its document, in [0, {int(room[at])}] here: write the shard again with a VSL "
+                        "preprocessing (use_vsl: true) or set use_vsl false")
+    bad = np.flatnonzero((positions < 0) | (positions >= length))
+    if bad.size:
+        at = int(bad[0])
+        raise DataError(f"{where}: position_ids[{at}] is {int(positions[at])}; positions restart at 0 in each "
+                        f"document, in [0, {length}): write the shard again with a VSL preprocessing or set use_vsl "
+                        "false")
 
 
 def _features(data_dir: Union[str, list], given: Optional[list], default: tuple) -> list[str]:
@@ -77,6 +101,8 @@ class SampleShards(Dataset):
                  vocab_size: Optional[int] = None, drop_last: bool = True) -> None:
         self.files = shard_files(data_dir)
         names = _features(data_dir, features, self.FEATURES)
+        self.names = tuple(self.FEATURES)
+        """The features of a sample (a subclass may add rows it reads, as GPT's ``use_vsl``)."""
         self.feature_rows = {name: i for i, name in enumerate(names)}
         missing = [f for f in self.FEATURES if f not in self.feature_rows]
         if missing:
@@ -109,8 +135,7 @@ class SampleShards(Dataset):
                 d = f["data"]
                 if d.ndim != 3 or d.shape[1] != rows or not np.issubdtype(d.dtype, np.integer):
                     raise ValueError(f"data_dir: {path} 'data' is {d.dtype}{list(d.shape)}; expected integers of "
-                                     f"shape [n_examples, {rows}, max_sequence_length]"
-                                     + (f" (the {self.ROWS_WRITER}'s {rows} rows)" if self.ROWS_WRITER else ""))
+                                     f"shape [n_examples, {rows}, max_sequence_length]{self._layout_note(rows)}")
                 n = int(f.attrs.get("n_examples", d.shape[0]))
                 if not 0 <= n <= d.shape[0]:
                     raise ValueError(f"data_dir: {path} attribute n_examples={n} but 'data' holds {d.shape[0]} rows")
@@ -125,6 +150,10 @@ class SampleShards(Dataset):
             if isinstance(e, ValueError) and str(e).startswith("data_dir: "):
                 raise  # one of the checks above
             raise ValueError(f"data_dir: {path} is not a readable HDF5 file ({_one_line(e)})") from None
+
+    def _layout_note(self, rows: int) -> str:
+        """Said after a shard of the wrong shape: what writes the ``rows`` expected."""
+        return f" (the {self.ROWS_WRITER}'s {rows} rows)" if self.ROWS_WRITER else ""
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -148,7 +177,7 @@ class SampleShards(Dataset):
             raise DataError(f"data_dir: {self.files[i]}: sample {local} cannot be read ({_one_line(e)}); the shard "
                             "is damaged: write it again (cs-run data preprocess) or remove it from data_dir") from None
         self._check_sample(self.files[i], local, row)
-        return {name: torch.from_numpy(row[self.feature_rows[name]].copy()) for name in self.FEATURES}
+        return {name: torch.from_numpy(row[self.feature_rows[name]].copy()) for name in self.names}
 
     def _check_sample(self, path: Path, local: int, row: np.ndarray) -> None:
         """Raise a :class:`DataError` for a token id the model cannot embed (a subclass knows which rows)."""
@@ -164,12 +193,28 @@ class GptHDF5Dataset(SampleShards):
 
     FEATURES = FEATURES
 
+    def __init__(self, data_dir: Union[str, list], rank: int = 0, num_ranks: int = 1,
+                 features: Optional[list] = None, max_sequence_length: Optional[int] = None,
+                 vocab_size: Optional[int] = None, drop_last: bool = True, use_vsl: bool = False) -> None:
+        # with use_vsl the vendor's HDF5IterableDataset names the five rows itself
+        super().__init__(data_dir, rank, num_ranks, [*FEATURES, *VSL_FEATURES] if use_vsl else features,
+                         max_sequence_length, vocab_size, drop_last)
+        if use_vsl:
+            self.names = (*FEATURES, *VSL_FEATURES)
+
+    def _layout_note(self, rows: int) -> str:
+        return (" (use_vsl reads packed shards: input_ids, attention_mask, labels, attention_span, position_ids; "
+                "write them with a VSL preprocessing or set use_vsl false)") if rows == 5 else ""
+
     def _check_sample(self, path: Path, local: int, row: np.ndarray) -> None:
         ids, labels = row[self.feature_rows["input_ids"]], row[self.feature_rows["labels"]]
         high = self.vocab_size if self.vocab_size is not None else np.iinfo(np.int32).max
         negative_label = labels.min() < 0 and ((labels < 0) & (labels != IGNORE_INDEX)).any()
         if ids.min() < 0 or max(ids.max(), labels.max()) >= high or negative_label:
             self._bad_token(path, local, row)
+        if len(self.names) > len(FEATURES):
+            check_vsl_rows(row[self.feature_rows["attention_span"]], row[self.feature_rows["position_ids"]],
+                           f"data_dir: {path}: sample {local}")
 
     def _bad_token(self, path: Path, local: int, row: np.ndarray) -> None:
         """The error for the first token id of the sample that the model cannot embed (or score)."""

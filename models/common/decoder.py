@@ -21,7 +21,7 @@ from cs_run.errors import DataError
 from cs_run.models.common.attention import MultiheadAttention
 from cs_run.models.common.embeddings import EmbeddingLayer
 from cs_run.models.common.kv_cache import KVCache
-from cs_run.models.common.masks import causal_mask, position_mask
+from cs_run.models.common.masks import causal_mask, position_mask, vsl_mask
 from cs_run.models.common.norms import reset_norm
 
 __all__ = ["TransformerDecoderLayer", "TransformerDecoder", "DecoderLM"]
@@ -147,20 +147,50 @@ class DecoderLM(nn.Module):
             logits = torch.tanh(logits / self.final_logit_softcapping) * self.final_logit_softcapping
         return logits
 
-    def forward(self, input_ids: torch.Tensor):
-        x = self._embedded(self.embedding_layer(input_ids))
+    def forward(self, input_ids: torch.Tensor, attention_span: Optional[torch.Tensor] = None,
+                position_ids: Optional[torch.Tensor] = None):
+        """Logits of ``input_ids`` [batch, seq]. A packed (VSL) batch also carries ``attention_span`` (each
+        key attends within its own document only: :func:`~cs_run.models.common.masks.vsl_mask`) and
+        ``position_ids`` (positions restart at each document: learned / fixed tables, rotary angles and
+        ALiBi distances are read at them), as the Model Zoo's GPT2LMHeadModel takes them."""
+        x = self.embedding_layer(input_ids) if position_ids is None else self._embedded_at(input_ids, position_ids)
+        x = self._embedded(x)
         length = input_ids.shape[1]
-        full, sliding = self._masks(length, x)
+        if attention_span is None:
+            full, sliding = self._masks(length, x)
+        else:
+            full = vsl_mask(attention_span, x.dtype, None if self.sliding_window_every_other_layer
+                            else self.sliding_window, self.sink_tokens)
+            sliding = vsl_mask(attention_span, x.dtype, self.sliding_window, self.sink_tokens) \
+                if self.sliding_window_every_other_layer else full
         rotary = self.embedding_layer.rotary
-        bias = self.embedding_layer.position_bias(length)
+        if position_ids is None:
+            bias = self.embedding_layer.position_bias(length)
+        else:
+            if rotary is not None and len(self.transformer_decoder.layers):
+                rotary = rotary.at(position_ids, self.transformer_decoder.layers[0].self_attn.head_dim)
+            bias = self.embedding_layer.position_bias_at(position_ids, position_ids)
         routing = []
         for i, layer in enumerate(self.transformer_decoder.layers):
             windowed = self._windowed(i)
-            x, r = layer(x, sliding if windowed else full, rotary, bias, i, causal=not windowed)
+            # a VSL mask is not the plain causal one: a fused kernel must read it
+            x, r = layer(x, sliding if windowed else full, rotary, bias, i,
+                         causal=not windowed and attention_span is None)
             if r is not None:
                 routing.append(r)
         logits = self._logits(x)
         return (logits, routing) if routing else logits
+
+    def _embedded_at(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """The token embeddings at ``position_ids``, after :meth:`EmbeddingLayer.forward`'s length check."""
+        if position_ids.shape != input_ids.shape:
+            raise DataError(f"position_ids: shape {list(position_ids.shape)} but input_ids {list(input_ids.shape)}; "
+                            "a VSL batch carries one position per token")
+        limit = self.embedding_layer.max_position_embeddings
+        if input_ids.shape[1] > limit:
+            raise DataError(f"the batch's sequence length {input_ids.shape[1]} exceeds model.max_position_embeddings "
+                            f"({limit}); raise it, or write shorter sequences")
+        return self.embedding_layer.embed_at(input_ids, position_ids)
 
     def decode(self, input_ids: torch.Tensor, cache: KVCache, attention_mask: Optional[torch.Tensor] = None,
                last_only: bool = False) -> torch.Tensor:

@@ -67,6 +67,7 @@ class DecoderLMModel(nn.Module):
     load-balancing loss while training. In eval mode it updates ``eval/accuracy`` and
     ``eval/lm_perplexity``. ``lr_adjustment_groups`` are muP's learning-rate groups (name ->
     (glob patterns over parameter names, scale)) for the optimizer's ``adjust_learning_rate``.
+    A batch's ``attention_span`` and ``position_ids`` (``use_vsl`` shards) go to the decoder.
     """
 
     def __init__(self, model: DecoderLM, *, vocab_size: int, loss_scaling: str, loss_weight: float,
@@ -87,7 +88,7 @@ class DecoderLMModel(nn.Module):
 
     def forward(self, batch: dict) -> torch.Tensor:
         input_ids, labels, mask = batch["input_ids"], batch["labels"], batch["attention_mask"]
-        out = self.model(input_ids)
+        out = self.model(input_ids, batch.get("attention_span"), batch.get("position_ids"))
         logits, routing = out if isinstance(out, tuple) else (out, None)
         token_loss = F.cross_entropy(logits.float().reshape(-1, self.vocab_size), labels.reshape(-1).long(),
                                      reduction="none")

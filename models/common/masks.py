@@ -1,6 +1,7 @@
 """The decoder's additive attention masks (transformer_utils.create_broadcasted_autoregressive_mask):
 causal, optionally a sliding window (a query sees itself and the ``window - 1`` keys before it), whose
 first ``sink_tokens`` keys stay visible to every later query (StreamingLLM's attention sinks).
+:func:`vsl_mask` is the packed-documents mask of variable sequence length (VSL) batches.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["causal_mask", "position_mask"]
+__all__ = ["causal_mask", "position_mask", "vsl_mask"]
 
 
 def causal_mask(seq_len: int, device: torch.device, dtype: torch.dtype, window: Optional[int] = None,
@@ -40,4 +41,25 @@ def position_mask(q_positions: torch.Tensor, k_positions: torch.Tensor, k_valid:
             outside = outside & (k >= sink_tokens)
         masked = masked | outside
     zeros = torch.zeros(masked.shape, device=q_positions.device, dtype=dtype)
+    return zeros.masked_fill(masked, torch.finfo(dtype).min)[:, None]
+
+
+def vsl_mask(attention_span: torch.Tensor, dtype: torch.dtype, window: Optional[int] = None,
+             sink_tokens: Optional[int] = None) -> torch.Tensor:
+    """:func:`causal_mask` within each packed document: [batch, 1, seq, seq] from ``attention_span``
+    [batch, seq], the number of tokens after each key in its own document (the VSL shards' fourth row).
+    Query ``q`` sees key ``k`` when ``0 <= q - k <= attention_span[k]`` (Release 2.10
+    ``transformer_utils.create_vsl_mask``, causal), so no document attends to another and a padding
+    key (span 0) is seen by itself only. The window and sinks apply on top, as in :func:`causal_mask`."""
+    seq = attention_span.shape[1]
+    q = torch.arange(seq, device=attention_span.device)[:, None]
+    k = torch.arange(seq, device=attention_span.device)[None, :]
+    diff = (q - k)[None]  # [1, q, k]
+    masked = (diff < 0) | (diff > attention_span[:, None, :].to(diff.dtype))
+    if window is not None:
+        outside = diff > window - 1
+        if sink_tokens:
+            outside = outside & (k >= sink_tokens)
+        masked = masked | outside
+    zeros = torch.zeros(masked.shape, device=attention_span.device, dtype=dtype)
     return zeros.masked_fill(masked, torch.finfo(dtype).min)[:, None]

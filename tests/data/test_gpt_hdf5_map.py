@@ -94,7 +94,7 @@ def test_sink_tokens_transform(tmp_path):
     ({"data_transforms": [{"name": "add_pose_shift"}]}, r"^data_transforms\[0\].name: 'add_pose_shift' is not supported"),
     ({"data_transforms": [{"name": "add_sink_tokens", "num_sink_tokens": 0}]},
      r"^data_transforms\[0\].num_sink_tokens: expected an integer >= 1, got 0"),
-    ({"use_vsl": True}, r"^use_vsl: variable sequence length"),
+    ({"use_vsl": True}, r"^use_vsl: the shards are the corpus layout"),
     ({"num_samples": 0}, r"^num_samples: expected a positive integer"),
     ({"data_processor": "GptHDF5DataProcessor", "data_subset": "0.0-0.5"},
      r"^data_subset: a key of GptHDF5MapDataProcessor, not of GptHDF5DataProcessor"),
