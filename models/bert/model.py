@@ -35,11 +35,12 @@ from cs_run.models.common.encoder import TransformerEncoder, TransformerEncoderL
 from cs_run.models.common.ffn import FeedForwardNetwork, SingleFeedForwardLayer
 from cs_run.models.common.initializers import initializer_spec, make_initializer, scale_spec, truncated_normal
 from cs_run.models.common.norms import reset_norm
+from cs_run.models.common.rotary import RotaryEmbedding
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["BertConfig", "BertModel", "BertPretrainModel", "BertForPreTrainingModel", "build_model",
-           "DEFAULT_LR_ADJUSTMENT_GROUPS"]
+           "DEFAULT_LR_ADJUSTMENT_GROUPS", "log_hardware_keys"]
 
 Initializer = Optional[Union[str, dict]]
 Activation = Literal[tuple(ACTIVATIONS)]
@@ -133,6 +134,10 @@ class BertConfig:
     num_classes: int = 2
     compute_eval_metrics: bool = True
 
+    POSITION_TYPES = (None, "learned", "fixed")
+    """The position_embedding_type values this family builds (esm2 adds rotary)."""
+    FAMILY = "BERT"
+
     def resolved(self) -> "BertConfig":
         """A copy with the vendor's post_init applied and every value checked. Raises ValueError naming the key."""
         c = dataclasses.replace(self, extra_attention_params=dict(self.extra_attention_params or {}),
@@ -150,7 +155,7 @@ class BertConfig:
             raise ValueError("max_position_embeddings: must be given with position_embedding_type "
                              f"{c.position_embedding_type!r}")
         _refuse("position_embedding_type", c.position_embedding_type, c.position_embedding_type in
-                (None, "learned", "fixed"), "BERT here takes learned, fixed or no position embeddings")
+                self.POSITION_TYPES, f"{self.FAMILY} here takes {', '.join(map(str, self.POSITION_TYPES))}")
         _refuse("attention_module", c.attention_module, c.attention_module == "aiayn_attention",
                 "BERT here takes aiayn_attention")
         c.extra_attention_params.pop("attention_kernel", None)
@@ -229,6 +234,9 @@ class BertEmbeddingLayer(nn.Module):
         elif c.position_embedding_type == "fixed":
             self.position_embeddings = FixedPositionEmbeddingLayer(c.max_position_embeddings, c.hidden_size)
         self.segment_embeddings = nn.Embedding(c.num_segments, c.hidden_size) if c.num_segments else None
+        self.rotary = RotaryEmbedding(c.rotary_dim, c.max_position_embeddings, c.rope_theta, c.pos_scaling_type,
+                                      c.pos_scaling_factor, c.pos_scaling_extra_args) \
+            if c.position_embedding_type == "rotary" else None
         with torch.no_grad():
             make_initializer(c.embeddings_initializer)(self.word_embeddings.weight)
             if isinstance(self.position_embeddings, LearnedPositionEmbeddingLayer):
@@ -239,8 +247,12 @@ class BertEmbeddingLayer(nn.Module):
                 self.word_embeddings.weight[self.pad_token_id].zero_()
 
     def forward(self, input_ids: torch.Tensor, segment_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self.add_positions_and_segments(self.word_embeddings(input_ids), input_ids, segment_ids)
+
+    def add_positions_and_segments(self, x: torch.Tensor, input_ids: torch.Tensor,
+                                   segment_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``x`` (the token embeddings) plus the position table's rows and the segment embeddings."""
         length = input_ids.shape[1]
-        x = self.word_embeddings(input_ids)
         if isinstance(self.position_embeddings, LearnedPositionEmbeddingLayer):
             table = self.position_embeddings.embed
             if self.mask_padding:  # positions 1..L, 0 for padding (assumed at the end, as the vendor does)
@@ -301,16 +313,21 @@ class BertModel(nn.Module):
             raise ValueError(f"the batch's sequence length {length} exceeds model.max_position_embeddings "
                              f"({self.embedding_layer.max_position_embeddings}); raise it or shorten the input's "
                              "max_sequence_length")
-        x = self.embedding_layer(input_ids, segment_ids)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        x = self.compute_input_embeddings(input_ids, attention_mask, segment_ids)
         if self.embeddings_scale != 1.0:
             x = x * self.embeddings_scale
         if self.embed_ln_f is not None:
             x = self.embed_ln_f(x)
         x = self.dropout_embd(x)
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        x = self.transformer_encoder(x, key_padding_mask(attention_mask, x.dtype))
+        x = self.transformer_encoder(x, key_padding_mask(attention_mask, x.dtype), self.embedding_layer.rotary)
         return x, (self.pooler(x) if self.pooler is not None else None)
+
+    def compute_input_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                                 segment_ids: Optional[torch.Tensor]) -> torch.Tensor:
+        """The embedding layer's sum (the vendor's name: ESM-2 overrides it with token dropout)."""
+        return self.embedding_layer(input_ids, segment_ids)
 
 
 class BertPooler(nn.Module):
@@ -362,7 +379,7 @@ class BertPretrainModel(nn.Module):
         super().__init__()
         self.disable_nsp = c.disable_nsp
         self.share_embedding_weights = c.share_embedding_weights
-        self.bert_encoder = BertModel(c)
+        self.bert_encoder = self.build_encoder_model(c)
         self.output_logits_scale = None
         if c.mup_base_hidden_size:
             width = c.hidden_size / c.mup_base_hidden_size
@@ -372,6 +389,10 @@ class BertPretrainModel(nn.Module):
                                                                             c.use_ffn_bias, head_init)
         self.bert_mlm_head = BertMLMHead(c, head_init)
         self.tie_weights()
+
+    def build_encoder_model(self, c: BertConfig) -> BertModel:
+        """The encoder (the vendor's hook: ESM-2's is :class:`cs_run.models.esm2.model.Esm2Model`)."""
+        return BertModel(c)
 
     def tie_weights(self) -> None:
         if self.share_embedding_weights:
@@ -407,7 +428,7 @@ class BertForPreTrainingModel(nn.Module):
         self.disable_nsp = c.disable_nsp
         self.mlm_loss_weight = c.mlm_loss_weight
         self.label_smoothing = c.label_smoothing
-        self.model = BertPretrainModel(c)
+        self.model = self.build_model(c)
         self.lr_adjustment_groups = _lr_groups(c)
         self.accuracy_metric_cls = self.accuracy_metric_mlm = self.perplexity_metric = None
         if c.compute_eval_metrics:
@@ -415,6 +436,10 @@ class BertForPreTrainingModel(nn.Module):
                 self.accuracy_metric_cls = AccuracyMetric("eval/accuracy_cls")
             self.accuracy_metric_mlm = AccuracyMetric("eval/accuracy_masked_lm")
             self.perplexity_metric = PerplexityMetric("eval/mlm_perplexity")
+
+    def build_model(self, c: BertConfig) -> BertPretrainModel:
+        """The encoder and heads (the vendor's hook, as :meth:`BertPretrainModel.build_encoder_model`)."""
+        return BertPretrainModel(c)
 
     def forward(self, batch: dict) -> torch.Tensor:
         labels = batch["labels"]
@@ -464,10 +489,15 @@ def _lr_groups(c: BertConfig) -> dict:
 
 def build(config: BertConfig) -> BertForPreTrainingModel:
     """The family's builder (:attr:`cs_run.registry.ModelSpec.builder`): the model of one config."""
+    log_hardware_keys(config)
+    return BertForPreTrainingModel(config)
+
+
+def log_hardware_keys(config: BertConfig) -> None:
+    """One info line per key that steers Cerebras hardware only (accepted: the math here is the same)."""
     for key in _HARDWARE_KEYS:
         if getattr(config, key, None) not in (None, False):
             logger.info("model.%s: a Cerebras hardware option; same math here", key)
-    return BertForPreTrainingModel(config)
 
 
 def build_model(**keys: Any) -> BertForPreTrainingModel:

@@ -1,6 +1,8 @@
 """The encoder block (TransformerEncoderLayer, TransformerEncoder) of the Model Zoo's encoders (BERT):
 bidirectional self-attention under a key padding mask, post-norm by default.
 
+Rotary positions (``position_embedding_type: rotary``, ESM-2) rotate q and k inside each layer's attention.
+
 Post-norm (``norm_first: false``, BERT): ``x = norm1(x + dropout1(attn(x)))`` then
 ``x = norm2(x + ffn(x))``; pre-norm: ``x + dropout1(attn(norm1(x)))`` then ``x + ffn(norm2(x))``. The
 attention and FFN are the decoder's (:mod:`attention`, :mod:`ffn`); only the norm placement and the mask
@@ -17,6 +19,7 @@ from torch import nn
 
 from cs_run.models.common.attention import MultiheadAttention
 from cs_run.models.common.norms import reset_norm
+from cs_run.models.common.rotary import RotaryEmbedding
 
 __all__ = ["TransformerEncoderLayer", "TransformerEncoder", "key_padding_mask"]
 
@@ -41,11 +44,11 @@ class TransformerEncoderLayer(nn.Module):
         reset_norm(self.norm1)
         reset_norm(self.norm2)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, rotary: Optional[RotaryEmbedding] = None) -> torch.Tensor:
         if self.norm_first:
-            x = x + self.dropout1(self.self_attn(self.norm1(x), mask))
+            x = x + self.dropout1(self.self_attn(self.norm1(x), mask, rotary))
             return x + self.ffn(self.norm2(x))
-        x = self.norm1(x + self.dropout1(self.self_attn(x, mask)))
+        x = self.norm1(x + self.dropout1(self.self_attn(x, mask, rotary)))
         return self.norm2(x + self.ffn(x))
 
 
@@ -59,7 +62,7 @@ class TransformerEncoder(nn.Module):
         if norm is not None:
             reset_norm(norm)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, rotary: Optional[RotaryEmbedding] = None) -> torch.Tensor:
         for layer in self.layers:
-            x = layer(x, mask)
+            x = layer(x, mask, rotary)
         return self.norm(x) if self.norm is not None else x
