@@ -9,6 +9,11 @@ tallies the first ``Error:`` line of every file::
     cs-run data preprocess --stdlib -o /tmp/mz/shards --max_seq_length 64 --vocab_size 512 --eval_fraction 0.1
     python tools/modelzoo_files.py --shards /tmp/mz/shards --out /tmp/mz/run [--command train] [--device CSX]
 
+esm2's files read MLM HDF5 shards (BertHDF5DataProcessor) and pre-masked CSV (BertCSVDataProcessor) for
+validation: ``--write-esm2-data`` writes both, random protein-like sequences, into --shards' train/ and val/::
+
+    python tools/modelzoo_files.py --shards /tmp/mz/esm2 --write-esm2-data --match nlp/esm2/configs/ --command train
+
 bert's files read CSV data (BertCSVDynamicMaskDataProcessor; a vocab_file moves to --shards/vocab.txt and
 max_predictions_per_seq to 10): ``--write-bert-csv`` writes random word-piece pairs in the vendor's layout::
 
@@ -42,9 +47,9 @@ from cs_run._yaml import parse as parse_yaml
 
 MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
 FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
-            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert")
-"""Model families (models/nlp/<family>/...): the decoder LMs and bert (its pretraining files and its heads'
-files, the heads' data not read yet); t5, transformer, ... are left out."""
+            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "esm2")
+"""Model families (models/nlp/<family>/...): the decoder LMs, bert (its pretraining files and its heads'
+files, the heads' data not read yet) and esm2; t5, transformer, ... are left out."""
 
 MODEL_SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "filter_size": 128, "vocab_size": 512,
                "max_position_embeddings": 64, "rotary_dim": 16}
@@ -228,6 +233,52 @@ def write_bert_csv(out: Path, rows: int = 64, seed: int = 0) -> None:
         (out / split / "meta.dat").write_text(f"part_0.csv {rows}\n")
 
 
+ESM2_MASK, ESM2_PAD = 32, 1  # ESM-2's vocabulary: <cls> 0, <pad> 1, <eos> 2, amino acids 4..23, <mask> 32
+
+
+def write_esm2_data(out: Path, rows: int = 32, seed: int = 0) -> None:
+    """ESM-2 MLM data in the Model Zoo's layouts, sequences of 64 tokens at most (MODEL_SIZES), up to
+    MAX_PREDICTIONS masked positions each, the masked ids replaced by the mask token: ``train/`` and ``val/``
+    each hold the ``bert_pretraining`` HDF5 layout (data_params.json with training_objective mlm and
+    mlm_with_gather, ``data`` [n, 2, msl] input_ids / attention_mask, ``labels`` [n, 3, MAX_PREDICTIONS] labels /
+    masked_lm_positions / masked_lm_mask) and ``val/`` also the BertCSVDataProcessor CSV (meta.dat, columns
+    input_ids, attention_mask, labels, masked_lm_positions, masked_lm_weights)."""
+    import csv  # noqa: PLC0415 - only this mode writes CSV
+    import random  # noqa: PLC0415
+
+    import h5py  # noqa: PLC0415 - heavy optional import
+
+    rng = random.Random(seed)
+    msl = MODEL_SIZES["max_position_embeddings"]
+    for split in ("train", "val"):
+        folder = out / split
+        folder.mkdir(parents=True, exist_ok=True)
+        samples = []
+        for _ in range(rows):
+            length = rng.randint(msl // 4, msl)
+            ids = [0] + [rng.randint(4, 23) for _ in range(length - 2)] + [2]
+            positions = sorted(rng.sample(range(1, length - 1), min(MAX_PREDICTIONS, max(1, (length - 2) * 15 // 100))))
+            labels = [ids[p] for p in positions]
+            for p in positions:
+                ids[p] = ESM2_MASK
+            pad = msl - length
+            extra = MAX_PREDICTIONS - len(positions)
+            samples.append({"input_ids": ids + [ESM2_PAD] * pad, "attention_mask": [1] * length + [0] * pad,
+                            "labels": labels + [0] * extra, "masked_lm_positions": positions + [0] * extra,
+                            "masked_lm_weights": [1] * len(positions) + [0] * extra})
+        (folder / "data_params.json").write_text(json.dumps({"dataset": {"training_objective": "mlm",
+                                                                         "mlm_with_gather": True}}))
+        with h5py.File(folder / "data-0.h5", "w") as f:
+            f["data"] = [[s["input_ids"], s["attention_mask"]] for s in samples]
+            f["labels"] = [[s["labels"], s["masked_lm_positions"], s["masked_lm_weights"]] for s in samples]
+        if split == "val":
+            with open(folder / "part_0.csv", "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(samples[0]))
+                writer.writeheader()
+                writer.writerows({k: str(v) for k, v in s.items()} for s in samples)
+            (folder / "meta.dat").write_text(f"part_0.csv {rows}\n")
+
+
 def first_error(output: str, rc: int) -> str:
     """The first ``Error:`` line, or a traceback's last line, or ``ok``."""
     for line in output.splitlines():
@@ -317,9 +368,13 @@ def main() -> int:
     parser.add_argument("--in-process", action="store_true", help="run every file in this process, one at a time")
     parser.add_argument("--write-bert-csv", action="store_true",
                         help="first write BERT CSV data (train/, val/, vocab.txt) to --shards (for --match bert/)")
+    parser.add_argument("--write-esm2-data", action="store_true",
+                        help="first write ESM-2 HDF5 and CSV data (train/, val/) to --shards (for --match esm2/)")
     args = parser.parse_args()
     if args.write_bert_csv:
         write_bert_csv(Path(args.shards))
+    if args.write_esm2_data:
+        write_esm2_data(Path(args.shards))
     jobs = [(name, tag) for tag in (args.tag or ["Release_2.10.0"]) for name in decoder_files(tag, args.mirror)
             if args.match in name]
     if args.in_process:
