@@ -238,9 +238,11 @@ ESM2_MASK, ESM2_PAD = 32, 1  # ESM-2's vocabulary: <cls> 0, <pad> 1, <eos> 2, am
 
 def write_esm2_data(out: Path, rows: int = 32, seed: int = 0) -> None:
     """ESM-2 MLM data in the Model Zoo's layouts, sequences of 64 tokens at most (MODEL_SIZES), up to
-    MAX_PREDICTIONS masked positions each, the masked ids replaced by the mask token: ``train/`` and ``val/``
-    each hold the ``bert_pretraining`` HDF5 layout (data_params.json with training_objective mlm and
-    mlm_with_gather, ``data`` [n, 2, msl] input_ids / attention_mask, ``labels`` [n, 3, MAX_PREDICTIONS] labels /
+    MAX_PREDICTIONS masked positions each, the masked ids replaced by the mask token, every other row two
+    sequences packed (for the VSL file): ``train/`` and ``val/`` each hold the ``bert_pretraining`` HDF5 layout
+    (data_params.json with training_objective mlm and mlm_with_gather, ``data`` [n, 4, msl] input_ids /
+    attention_mask / attention_span / position_ids (the use_vsl rows; without use_vsl the first two are read),
+    ``labels`` [n, 3, MAX_PREDICTIONS] labels /
     masked_lm_positions / masked_lm_mask) and ``val/`` also the BertCSVDataProcessor CSV (meta.dat, columns
     input_ids, attention_mask, labels, masked_lm_positions, masked_lm_weights)."""
     import csv  # noqa: PLC0415 - only this mode writes CSV
@@ -254,9 +256,12 @@ def write_esm2_data(out: Path, rows: int = 32, seed: int = 0) -> None:
         folder = out / split
         folder.mkdir(parents=True, exist_ok=True)
         samples = []
-        for _ in range(rows):
-            length = rng.randint(msl // 4, msl)
-            ids = [0] + [rng.randint(4, 23) for _ in range(length - 2)] + [2]
+        for row in range(rows):
+            lengths = [rng.randint(msl // 4, msl)] if row % 2 else [rng.randint(8, msl // 2) for _ in range(2)]
+            ids = [t for n in lengths for t in [0] + [rng.randint(4, 23) for _ in range(n - 2)] + [2]]
+            spans = [n - 1 - i for n in lengths for i in range(n)]  # the VSL rows: tokens after, offset in document
+            offsets = [i for n in lengths for i in range(n)]
+            length = len(ids)
             positions = sorted(rng.sample(range(1, length - 1), min(MAX_PREDICTIONS, max(1, (length - 2) * 15 // 100))))
             labels = [ids[p] for p in positions]
             for p in positions:
@@ -265,17 +270,19 @@ def write_esm2_data(out: Path, rows: int = 32, seed: int = 0) -> None:
             extra = MAX_PREDICTIONS - len(positions)
             samples.append({"input_ids": ids + [ESM2_PAD] * pad, "attention_mask": [1] * length + [0] * pad,
                             "labels": labels + [0] * extra, "masked_lm_positions": positions + [0] * extra,
-                            "masked_lm_weights": [1] * len(positions) + [0] * extra})
+                            "masked_lm_weights": [1] * len(positions) + [0] * extra,
+                            "attention_span": spans + [0] * pad, "position_ids": offsets + [0] * pad})
         (folder / "data_params.json").write_text(json.dumps({"dataset": {"training_objective": "mlm",
                                                                          "mlm_with_gather": True}}))
         with h5py.File(folder / "data-0.h5", "w") as f:
-            f["data"] = [[s["input_ids"], s["attention_mask"]] for s in samples]
+            f["data"] = [[s[k] for k in ("input_ids", "attention_mask", "attention_span", "position_ids")]
+                         for s in samples]
             f["labels"] = [[s["labels"], s["masked_lm_positions"], s["masked_lm_weights"]] for s in samples]
         if split == "val":
             with open(folder / "part_0.csv", "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=list(samples[0]))
+                writer = csv.DictWriter(f, fieldnames=list(samples[0])[:5])
                 writer.writeheader()
-                writer.writerows({k: str(v) for k, v in s.items()} for s in samples)
+                writer.writerows({k: str(s[k]) for k in writer.fieldnames} for s in samples)
             (folder / "meta.dat").write_text(f"part_0.csv {rows}\n")
 
 

@@ -287,14 +287,15 @@ class BertHDF5Dataset(Dataset):
                 try:
                     with h5py.File(path, "r") as f:
                         n = f["data"].shape[0]
-                        if f["labels"].shape[0] != n or f["data"].shape[1] < 2:
+                        if f["labels"].shape[0] != n or f["data"].shape[1] < (4 if use_vsl else 2):
                             raise KeyError("shape")
                 except (OSError, KeyError):
-                    raise DataError(f"{path}: expected datasets 'data' [n, 2, msl] and 'labels' [n, 1 or 3, ...] "
+                    rows = "[n, 4, msl] (input_ids, attention_mask, attention_span, position_ids: use_vsl)" \
+                        if use_vsl else "[n, 2, msl]"
+                    raise DataError(f"{path}: expected datasets 'data' {rows} and 'labels' [n, 1 or 3, ...] "
                                     "(the Model Zoo's bert_pretraining HDF5 layout)") from None
                 self.files.append((str(path), n))
-        if use_vsl:
-            raise ValueError("use_vsl: variable sequence length BERT data is not supported here; set it false")
+        self.use_vsl = use_vsl
         if not self.files:
             raise DataError(f"data_dir {data_dir}: no *.h5 files")
         self.offsets = np.cumsum([0] + [n for _, n in self.files])
@@ -312,6 +313,9 @@ class BertHDF5Dataset(Dataset):
         out = {"input_ids": torch.from_numpy(data[0].astype(np.int32)),
                "attention_mask": torch.from_numpy(data[1].astype(np.int32)),
                "labels": torch.from_numpy(labels[0].astype(np.int32))}
+        if self.use_vsl:  # BertHDF5DataProcessor's "attention_span", "position_ids" rows
+            out["attention_span"] = torch.from_numpy(data[2].astype(np.int32))
+            out["position_ids"] = torch.from_numpy(data[3].astype(np.int32))
         if self.gather:
             out["masked_lm_positions"] = torch.from_numpy(labels[1].astype(np.int32))
             out["masked_lm_mask"] = torch.from_numpy(labels[2].astype(np.int32))

@@ -34,6 +34,7 @@ from cs_run.models.common.embeddings import FixedPositionEmbeddingLayer, Learned
 from cs_run.models.common.encoder import TransformerEncoder, TransformerEncoderLayer, key_padding_mask
 from cs_run.models.common.ffn import FeedForwardNetwork, SingleFeedForwardLayer
 from cs_run.models.common.initializers import initializer_spec, make_initializer, scale_spec, truncated_normal
+from cs_run.models.common.masks import encoder_vsl_mask
 from cs_run.models.common.norms import reset_norm
 from cs_run.models.common.rotary import RotaryEmbedding
 
@@ -307,7 +308,11 @@ class BertModel(nn.Module):
             reset_norm(self.embed_ln_f)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
-                segment_ids: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+                segment_ids: Optional[torch.Tensor] = None, attention_span: Optional[torch.Tensor] = None,
+                position_ids: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """``attention_span`` and ``position_ids`` (``use_vsl`` shards): each packed sequence attends to itself
+        only (:func:`encoder_vsl_mask`, which replaces the padding mask, as the vendor's); positions are not
+        restarted (the vendor's encoder passes none to its embeddings or RoPE)."""
         length = input_ids.shape[1]
         if self.embedding_layer.max_position_embeddings and length > self.embedding_layer.max_position_embeddings:
             raise ValueError(f"the batch's sequence length {length} exceeds model.max_position_embeddings "
@@ -321,7 +326,11 @@ class BertModel(nn.Module):
         if self.embed_ln_f is not None:
             x = self.embed_ln_f(x)
         x = self.dropout_embd(x)
-        x = self.transformer_encoder(x, key_padding_mask(attention_mask, x.dtype), self.embedding_layer.rotary)
+        if attention_span is not None:
+            mask = encoder_vsl_mask(attention_span, position_ids, x.dtype)
+        else:
+            mask = key_padding_mask(attention_mask, x.dtype)
+        x = self.transformer_encoder(x, mask, self.embedding_layer.rotary)
         return x, (self.pooler(x) if self.pooler is not None else None)
 
     def compute_input_embeddings(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -400,9 +409,10 @@ class BertPretrainModel(nn.Module):
                 self.bert_encoder.embedding_layer.word_embeddings.weight
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
-                token_type_ids: Optional[torch.Tensor] = None, masked_lm_positions: Optional[torch.Tensor] = None
+                token_type_ids: Optional[torch.Tensor] = None, masked_lm_positions: Optional[torch.Tensor] = None,
+                attention_span: Optional[torch.Tensor] = None, position_ids: Optional[torch.Tensor] = None
                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        hidden, pooled = self.bert_encoder(input_ids, attention_mask, token_type_ids)
+        hidden, pooled = self.bert_encoder(input_ids, attention_mask, token_type_ids, attention_span, position_ids)
         if masked_lm_positions is not None:  # the predicted positions only
             index = masked_lm_positions.long()[..., None].expand(-1, -1, hidden.shape[-1])
             hidden = torch.gather(hidden, 1, index)
@@ -446,7 +456,8 @@ class BertForPreTrainingModel(nn.Module):
         input_ids = batch["input_ids"]
         gather = labels.shape[1] != input_ids.shape[1]
         mlm_logits, nsp_logits = self.model(input_ids, batch.get("attention_mask"), batch.get("token_type_ids"),
-                                            batch["masked_lm_positions"] if gather else None)
+                                            batch["masked_lm_positions"] if gather else None,
+                                            batch.get("attention_span"), batch.get("position_ids"))
         mask = batch["masked_lm_mask"] if gather else torch.ones_like(labels)
         mask = mask.to(mlm_logits.dtype)
         scale = batch.get("mlm_loss_scale")

@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["causal_mask", "position_mask", "vsl_mask"]
+__all__ = ["causal_mask", "position_mask", "vsl_mask", "encoder_vsl_mask"]
 
 
 def causal_mask(seq_len: int, device: torch.device, dtype: torch.dtype, window: Optional[int] = None,
@@ -61,5 +61,19 @@ def vsl_mask(attention_span: torch.Tensor, dtype: torch.dtype, window: Optional[
         if sink_tokens:
             outside = outside & (k >= sink_tokens)
         masked = masked | outside
+    zeros = torch.zeros(masked.shape, device=attention_span.device, dtype=dtype)
+    return zeros.masked_fill(masked, torch.finfo(dtype).min)[:, None]
+
+
+def encoder_vsl_mask(attention_span: torch.Tensor, position_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The bidirectional VSL mask of an encoder (Release 2.10 ``create_vsl_mask`` with ``is_causal=False``):
+    [batch, 1, seq, seq], query ``q`` sees key ``k`` when ``k - position_ids[k] <= q <= k + attention_span[k]``,
+    i.e. both lie in the same packed document (a key's position is its offset in its document, its span the
+    tokens after it). Padding keys (span 0, position 0) are seen by themselves only."""
+    seq = attention_span.shape[1]
+    q = torch.arange(seq, device=attention_span.device)[:, None]
+    k = torch.arange(seq, device=attention_span.device)[None, :]
+    diff = (q - k)[None]  # [1, q, k]
+    masked = (diff > attention_span[:, None, :].to(diff.dtype)) | (-diff > position_ids[:, None, :].to(diff.dtype))
     zeros = torch.zeros(masked.shape, device=attention_span.device, dtype=dtype)
     return zeros.masked_fill(masked, torch.finfo(dtype).min)[:, None]

@@ -28,6 +28,7 @@ from cs_run.data.processors.bert import build_dataloader as bert_data
 from cs_run.data.processors.bert_csv import build_dataloader as csv_data
 from cs_run.errors import DataError
 from cs_run.frontends.checkpoint_cli import checkpoint as checkpoint_cli
+from cs_run.models.common.masks import encoder_vsl_mask
 from cs_run.models.esm2.hf import hf_config, to_hf_state_dict
 
 V, MSL, B, MASK, PAD = 33, 12, 3, 32, 1  # ESM-2's vocabulary, its mask and pad ids
@@ -169,9 +170,8 @@ _spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
 mz = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(mz)
 TAG = "Release_2.10.0"
-FILES = ["params_esm2_t12_35M_UR50D", "params_esm2_t33_650M_UR50D", "params_esm2_t36_3B_UR50D",
-         "params_esm2_t48_15B_UR50D"]
-VSL_FILE = "params_esm2_t33_650M_UR50D_vsl"
+FILES = ["params_esm2_t12_35M_UR50D", "params_esm2_t33_650M_UR50D", "params_esm2_t33_650M_UR50D_vsl",
+         "params_esm2_t36_3B_UR50D", "params_esm2_t48_15B_UR50D"]
 needs_mirror = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
 
 
@@ -221,7 +221,7 @@ def test_first_loss_of_the_35m_file_is_the_vendor_loss_of_transformers_logits(tm
 @needs_mirror
 @pytest.mark.slow
 @pytest.mark.parametrize("command, device", [("validate-only", "CPU"), ("train", "CPU"), ("train", "CSX")])
-def test_the_four_files_validate_and_train_five_steps(tmp_path, data, command, device):
+def test_the_five_files_validate_and_train_five_steps(tmp_path, data, command, device):
     args = argparse.Namespace(mirror=mz.MIRROR, out=str(tmp_path), shards=str(data), name_from_folder=False,
                               stub_model=False, command=command, device=device,
                               compile_tier="fx" if device == "CSX" else None, in_process=True)
@@ -230,9 +230,50 @@ def test_the_four_files_validate_and_train_five_steps(tmp_path, data, command, d
         assert result["first_error"] == "ok", (name, result)
         if command == "train":
             assert (Path(result["params"]).parent / "model_dir" / "checkpoint_5.mdl").is_file(), name  # 5 steps
-    # the VSL file's packed shards (attention_span, position_ids rows) are not read yet: refused by name
-    vsl = mz.run_one(_path(VSL_FILE), TAG, args)["first_error"]
-    assert vsl.startswith("Error: params: train_input: use_vsl:"), vsl
+
+
+# ---------------------------------------------------------------- use_vsl: packed sequences attend to themselves
+
+def test_encoder_vsl_mask_is_the_vendors_bidirectional_example():
+    """create_vsl_mask's docstring (is_causal=False): sequences of 3 and 2 tokens, block diagonal."""
+    span, pos = torch.tensor([[2, 1, 0, 1, 0]]), torch.tensor([[0, 1, 2, 0, 1]])
+    blocks = torch.zeros(5, 5, dtype=torch.bool)
+    blocks[:3, :3] = blocks[3:, 3:] = True
+    assert torch.equal(encoder_vsl_mask(span, pos, torch.float32)[0, 0] == 0, blocks)
+
+
+def test_packed_sequences_give_each_sequence_alone():
+    """Two sequences packed in one row with their VSL rows give each one's logits alone within 1e-5 (RoPE is
+    relative, so the vendor's unrestarted positions change nothing); the padded row's loss mask is unchanged."""
+    model = build({**KEYS, "token_dropout": False})
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randint(4, 24, (1, 7), generator=g), torch.randint(4, 24, (1, 4), generator=g)
+    packed = torch.cat([a, b, torch.full((1, 1), PAD)], dim=1)
+    span = torch.tensor([[6, 5, 4, 3, 2, 1, 0, 3, 2, 1, 0, 0]])
+    pos = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 0]])
+    keep = (torch.arange(12) < 11).int()[None]
+    with torch.no_grad():
+        ours, _ = model.model(packed, keep, None, None, span, pos)
+        alone_a, _ = model.model(a, torch.ones_like(a))
+        alone_b, _ = model.model(b, torch.ones_like(b))
+        mixed, _ = model.model(packed, keep)  # without the VSL rows the two attend to each other
+    torch.testing.assert_close(ours[:, :7], alone_a, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours[:, 7:11], alone_b, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(mixed[:, :7], alone_a, atol=1e-3)
+
+
+def test_bert_hdf5_use_vsl_reads_the_span_and_position_rows(data):
+    batch = next(iter(bert_data("train", data_processor="BertHDF5DataProcessor", data_dir=str(data / "train"),
+                                batch_size=4, shuffle=False, use_vsl=True)))
+    for row in range(4):  # rows 0 and 2 hold two packed sequences: each position's offset and tokens after
+        length = int(batch["attention_mask"][row].sum())
+        pos, span = batch["position_ids"][row, :length].tolist(), batch["attention_span"][row, :length].tolist()
+        starts = [i for i, p in enumerate(pos) if p == 0]
+        assert len(starts) == (2 if row % 2 == 0 else 1)
+        for i in range(length):
+            end = next((s for s in starts if s > i), length)
+            assert pos[i] == i - max(s for s in starts if s <= i) and span[i] == end - 1 - i
+        assert batch["input_ids"][row, starts].tolist() == [0] * len(starts)  # each begins with <cls>
 
 
 # ---------------------------------------------------------------- BertCSVDataProcessor (the files' validation data)
