@@ -43,6 +43,7 @@ LLAMA = dict(name="llama", vocab_size=400, hidden_size=32, num_hidden_layers=2, 
              max_position_embeddings=MSL, position_embedding_type="rotary", norm_type="rmsnorm", nonlinearity="swiglu",
              share_embedding_weights=False, use_projection_bias_in_attention=False, use_ffn_bias_in_attention=False,
              use_ffn_bias=False, dropout_rate=0.0, embedding_dropout_rate=0.0, attention_dropout_rate=0.0)
+BETA = 0.1
 LORA = {"r": 4, "alpha": 8, "target_modules": ["TransformerDecoderLayer", "Linear"]}
 SUBJECTS = ["the fox", "the dog", "a cat", "the bird", "my friend", "the teacher"]
 VERBS = ["jumps", "sleeps", "runs", "sings", "reads", "waits"]
@@ -134,6 +135,20 @@ def _run_recipe(root: Path) -> dict:
                          "seed": 1}}
     (root / "lora.yaml").write_text(yaml.safe_dump(sft))
     _cs_run("train", "--params", root / "lora.yaml", "--model_dir", root / "lora")
+
+    dpo_config = _config("dpo", root / "pairs", root / "dpo_shards", root / "tok", root / "prefs.yaml")
+    config = yaml.safe_load(dpo_config.read_text())
+    config["dataset"]["max_prompt_length"] = MSL // 2  # the prompts whole
+    dpo_config.write_text(yaml.safe_dump(config))
+    _cs_run("data", "preprocess", "--config", dpo_config)
+    dpo = {"train_input": {"data_processor": "DpoHDF5DataProcessor", "data_dir": str(root / "dpo_shards"),
+                           "batch_size": 4, "shuffle": False, "num_workers": 0},
+           "model": {"name": "dpo", "dpo": {"beta": BETA}, "policy_model": LLAMA},
+           "optimizer": {"optimizer_type": "AdamW", "learning_rate": 1.0e-3, "weight_decay": 0.0},
+           "runconfig": {"max_steps": 10, "log_steps": 1, "checkpoint_steps": 10, "seed": 1}}
+    (root / "dpo.yaml").write_text(yaml.safe_dump(dpo))
+    _cs_run("train", "--params", root / "dpo.yaml", "--model_dir", root / "dpo",
+            "--checkpoint_path", root / "lora" / "checkpoint_20.mdl")
     return {"root": root}
 
 
@@ -165,4 +180,48 @@ def test_the_first_lora_loss_is_cross_entropy_over_the_assistant_tokens_by_hand(
     assert abs(losses[0][1] - expected) < 1e-5, (losses[0][1], expected)  # float32 forward vs float64 sum
     assert losses[-1][1] < losses[0][1]
     recipe["numbers"] = {"lora_first_loss": losses[0][1], "lora_hand": expected, "lora_last_loss": losses[-1][1]}
+    print(recipe["numbers"])
+
+
+def _folded_by_hand(path: Path) -> dict[str, torch.Tensor]:
+    """The LoRA checkpoint's weights with each adapter folded in: W + (B @ A) * alpha / r (Linear layers)."""
+    state = load(str(path))["model"]
+    out = {k: v for k, v in state.items() if not k.endswith((".lora_A", ".lora_B"))}
+    for key in [k for k in state if k.endswith(".lora_A")]:
+        stem = key[: -len(".lora_A")]
+        out[f"{stem}.weight"] = state[f"{stem}.weight"] + state[f"{stem}.lora_B"] @ state[key] * LORA["alpha"] / LORA["r"]
+    return out
+
+
+def _sequence_logps(lm, ids, labels, mask) -> torch.Tensor:
+    """Each row's summed log-probability of its label tokens under the loss mask, by eager PyTorch."""
+    with torch.no_grad():
+        logprobs = torch.log_softmax(lm.model(ids).double(), dim=-1)
+    return (logprobs.gather(-1, labels.unsqueeze(-1)).squeeze(-1) * mask).sum(-1)
+
+
+def test_dpo_starts_from_the_lora_model_and_its_first_loss_is_trls(recipe):
+    """The DPO run starts from the LoRA checkpoint (adapters folded): step 1's loss is trl's DPO loss on the
+    eager log-probabilities of the first batch (4 pairs, unshuffled) under those weights, for the policy and
+    the reference alike, within 1e-6; its logged policy log-probs are those, within 1e-4."""
+    import h5py  # noqa: PLC0415
+
+    root = recipe["root"]
+    lm = build_model(**{k: v for k, v in LLAMA.items() if k != "name"}).eval()
+    lm.load_state_dict(_folded_by_hand(root / "lora" / "checkpoint_20.mdl"))
+    rows = np.concatenate([h5py.File(f)["data"][:] for f in sorted((root / "dpo_shards").glob("*.h5"))])[:4]
+    rows = torch.from_numpy(rows).long()
+    chosen, rejected = (_sequence_logps(lm, rows[:, i], rows[:, i + 2], rows[:, i + 1]) for i in (0, 3))
+    lengths = [torch.ones(4, dtype=torch.long)] * 2
+    expected = _trl_loss("sigmoid", BETA, chosen, rejected, chosen.clone(), rejected.clone(), *lengths)
+    train = read_scalars(root / "dpo" / "train")
+    losses = train["loss"]
+    assert [s for s, _ in losses] == list(range(1, 11))
+    assert abs(losses[0][1] - expected) < 1e-6, (losses[0][1], expected)
+    for tag, value in (("policy_chosen_logps", chosen), ("policy_rejected_logps", rejected)):
+        logged = dict(train[tag])[1]
+        assert abs(logged - float(value.mean())) < 1e-4 * abs(float(value.mean())), (tag, logged, float(value.mean()))
+    assert losses[-1][1] < losses[0][1]
+    recipe["numbers"].update(dpo_first_loss=losses[0][1], dpo_trl=expected, dpo_last_loss=losses[-1][1],
+                             policy_chosen_logps=float(chosen.mean()))
     print(recipe["numbers"])
