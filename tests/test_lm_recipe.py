@@ -10,7 +10,6 @@ on the exported folder."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import sys
@@ -26,7 +25,7 @@ from cs_run.checkpoint import load
 from cs_run.frontends.cli import cli
 from cs_run.lora_params import check_lora_params
 from cs_run.models.common.lm import build_model
-from cs_run.models.common.lora import apply_lora, folded_state_dict
+from cs_run.models.common.lora import apply_lora
 from cs_run.summaries import read_scalars
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +39,7 @@ transformers = pytest.importorskip("transformers")
 
 MSL = 96
 LLAMA = dict(name="llama", vocab_size=400, hidden_size=32, num_hidden_layers=2, num_heads=4, filter_size=64,
-             max_position_embeddings=MSL, position_embedding_type="rotary", norm_type="rmsnorm", nonlinearity="swiglu",
+             max_position_embeddings=MSL, position_embedding_type="rotary", rotary_dim=8, norm_type="rmsnorm", nonlinearity="swiglu",
              share_embedding_weights=False, use_projection_bias_in_attention=False, use_ffn_bias_in_attention=False,
              use_ffn_bias=False, dropout_rate=0.0, embedding_dropout_rate=0.0, attention_dropout_rate=0.0)
 BETA = 0.1
@@ -74,6 +73,18 @@ def _pairs(n: int = 8) -> list[dict]:
     rng = random.Random(1)
     return [{"prompt": f"Where does {s} wait?", "chosen": f"{s.capitalize()} waits {p}.", "rejected": "No idea."}
             for s, p in ((rng.choice(SUBJECTS), rng.choice(PLACES)) for _ in range(n))]
+
+
+def _mc_task(folder: Path) -> None:
+    """A local multiple-choice task (a jsonl and its task YAML): where each subject waits, four places."""
+    rng = random.Random(2)
+    docs = [{"question": f"Where does {rng.choice(SUBJECTS)} wait?", "choices": rng.sample(PLACES, 4),
+             "answer": rng.randrange(4)} for _ in range(12)]
+    (folder / "recipe_mc.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (folder / "recipe_mc.yaml").write_text(
+        f"task: recipe_mc\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {folder / 'recipe_mc.jsonl'}\n"
+        "test_split: test\noutput_type: multiple_choice\ndoc_to_text: '{{question}}'\ndoc_to_choice: '{{choices}}'\n"
+        "doc_to_target: '{{answer}}'\nmetric_list:\n  - metric: acc\n  - metric: acc_norm\n")
 
 
 def _config(case: str, source: Path, out: Path, tok: Path, dst: Path) -> Path:
@@ -119,12 +130,12 @@ def recipe(tmp_path_factory):
 
 
 def _run_recipe(root: Path) -> dict:
-    pc.build_tokenizer(str(root / "tok"))
+    pc.build_tokenizer(str(root))  # beside the params files: --to hf copies it into the export
     for name, records in (("chat", _chats()), ("pairs", _pairs())):
         (root / name).mkdir()
         (root / name / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     _cs_run("data", "preprocess", "--config",
-            _config("multi_turn_dialogue", root / "chat", root / "sft_shards", root / "tok", root / "sft.yaml"))
+            _config("multi_turn_dialogue", root / "chat", root / "sft_shards", root, root / "sft.yaml"))
     stats = json.loads((root / "sft_shards" / "data_params.json").read_text())["post-process"]
     assert stats["n_examples"] == len(_chats()), stats  # every chat fits max_seq_length: none dropped
     sft = {"train_input": {"data_processor": "GptHDF5DataProcessor", "data_dir": str(root / "sft_shards"),
@@ -136,7 +147,7 @@ def _run_recipe(root: Path) -> dict:
     (root / "lora.yaml").write_text(yaml.safe_dump(sft))
     _cs_run("train", "--params", root / "lora.yaml", "--model_dir", root / "lora")
 
-    dpo_config = _config("dpo", root / "pairs", root / "dpo_shards", root / "tok", root / "prefs.yaml")
+    dpo_config = _config("dpo", root / "pairs", root / "dpo_shards", root, root / "prefs.yaml")
     config = yaml.safe_load(dpo_config.read_text())
     config["dataset"]["max_prompt_length"] = MSL // 2  # the prompts whole
     dpo_config.write_text(yaml.safe_dump(config))
@@ -149,7 +160,14 @@ def _run_recipe(root: Path) -> dict:
     (root / "dpo.yaml").write_text(yaml.safe_dump(dpo))
     _cs_run("train", "--params", root / "dpo.yaml", "--model_dir", root / "dpo",
             "--checkpoint_path", root / "lora" / "checkpoint_20.mdl")
-    return {"root": root}
+
+    _cs_run("checkpoint", "convert", root / "dpo" / "checkpoint_10.mdl", root / "policy_hf", "--to", "hf")
+    (root / "tasks").mkdir()
+    _mc_task(root / "tasks")
+    _cs_run("lm-eval", "--params", root / "dpo.yaml", "--checkpoint_path", root / "dpo" / "checkpoint_10.mdl",
+            "--tokenizer", root / "policy_hf", "--tasks", "recipe_mc", "--include_path", root / "tasks",
+            "--output_path", root / "lm_eval.json")
+    return {"root": root, "numbers": {}}
 
 
 def test_the_first_lora_loss_is_cross_entropy_over_the_assistant_tokens_by_hand(recipe):
@@ -160,7 +178,7 @@ def test_the_first_lora_loss_is_cross_entropy_over_the_assistant_tokens_by_hand(
     import h5py  # noqa: PLC0415
 
     root = recipe["root"]
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(root / "tok"))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(root))
     hand = [_hand_sample(tokenizer, chat) for chat in _chats()[:4]]
     ids, labels, mask = (torch.tensor([h[i] for h in hand]) for i in range(3))
     shard = np.concatenate([h5py.File(f)["data"][:] for f in sorted((root / "sft_shards").glob("*.h5"))])
@@ -179,7 +197,7 @@ def test_the_first_lora_loss_is_cross_entropy_over_the_assistant_tokens_by_hand(
     assert [s for s, _ in losses] == list(range(1, 21))
     assert abs(losses[0][1] - expected) < 1e-5, (losses[0][1], expected)  # float32 forward vs float64 sum
     assert losses[-1][1] < losses[0][1]
-    recipe["numbers"] = {"lora_first_loss": losses[0][1], "lora_hand": expected, "lora_last_loss": losses[-1][1]}
+    recipe["numbers"].update({"lora_first_loss": losses[0][1], "lora_hand": expected, "lora_last_loss": losses[-1][1]})
     print(recipe["numbers"])
 
 
@@ -224,4 +242,41 @@ def test_dpo_starts_from_the_lora_model_and_its_first_loss_is_trls(recipe):
     assert losses[-1][1] < losses[0][1]
     recipe["numbers"].update(dpo_first_loss=losses[0][1], dpo_trl=expected, dpo_last_loss=losses[-1][1],
                              policy_chosen_logps=float(chosen.mean()))
+    print(recipe["numbers"])
+
+
+def test_lm_eval_of_the_dpo_policy_equals_lm_eval_s_hugging_face_backend_on_the_export(recipe):
+    """``cs-run lm-eval`` on the DPO checkpoint (its policy) and lm-evaluation-harness' own HFLM on the folder
+    ``convert --to hf`` wrote: the same accuracies, and each choice's loglikelihood within 1e-4 (float32, two
+    implementations of the forward)."""
+    lm_eval = pytest.importorskip("lm_eval")
+    from lm_eval.models.huggingface import HFLM  # noqa: PLC0415
+
+    from cs_run.frontends.generate_cli import load_decoder, load_tokenizer  # noqa: PLC0415
+    from cs_run.frontends.lm_eval_cli import make_lm  # noqa: PLC0415
+
+    root = recipe["root"]
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    manager = lm_eval.tasks.TaskManager(include_path=str(root / "tasks"))
+
+    def evaluate(model):
+        return lm_eval.simple_evaluate(model=model, tasks=["recipe_mc"], task_manager=manager, log_samples=True,
+                                       random_seed=0, numpy_random_seed=0, torch_random_seed=0, fewshot_random_seed=0,
+                                       bootstrap_iters=0)
+
+    theirs = evaluate(HFLM(pretrained=str(root / "policy_hf"), dtype="float32", device="cpu", batch_size=1))
+    lm, _ = load_decoder(root / "dpo.yaml", root / "dpo" / "checkpoint_10.mdl")  # what the command evaluates
+    tok, eos = load_tokenizer(root / "policy_hf")
+    ours = evaluate(make_lm(lm, tok, eos, None, batch_size=4))
+    command = json.loads((root / "lm_eval.json").read_text())["results"]["recipe_mc"]
+    for metric in ("acc,none", "acc_norm,none"):
+        assert command[metric] == ours["results"]["recipe_mc"][metric] == theirs["results"]["recipe_mc"][metric]
+    a, b = ours["samples"]["recipe_mc"], theirs["samples"]["recipe_mc"]
+    assert [s["doc_id"] for s in a] == [s["doc_id"] for s in b] and len(a) == 12
+    worst = 0.0
+    for x, y in zip(a, b):
+        got, expected = ([r[0][0] for r in s["resps"]] for s in (x, y))
+        assert got == pytest.approx(expected, abs=1e-4), (x["doc_id"], got, expected)
+        worst = max(worst, *(abs(g - e) for g, e in zip(got, expected)))
+    recipe["numbers"].update(acc=command["acc,none"], acc_norm=command["acc_norm,none"], worst_loglikelihood_diff=worst)
     print(recipe["numbers"])
