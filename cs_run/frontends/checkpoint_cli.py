@@ -22,6 +22,7 @@ from cs_run.checkpoint.reader import raise_if_damaged
 from cs_run.errors import CheckpointError, ParamsError
 from cs_run.exits import ErrorGroup
 from cs_run.frontends.help_format import Flag, HelpCommand
+from cs_run.models.dpo.model import decoder_of
 from cs_run.registry import apply_model_defaults, hf_converter
 
 __all__ = ["checkpoint"]
@@ -173,9 +174,10 @@ def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: 
             raise click.UsageError("give --to hf or --from hf, not both")
         if to == "hf":  # the model's own converter (cs_run.registry), named by the run's params
             params = _run_params(Path(src), params_path)
-            keys = _model_keys(params)
+            keys, prefix = decoder_of(_model_keys(params), str(params))  # a DPO run's: its policy
             side = _tokenizer_files(Path(src), params)
-            out = hf_converter(keys.get("name"), f"params: model.name (of {params})").to_hf(src, dst, keys, side)
+            out = hf_converter(keys.get("name"), f"params: model.name (of {params})").to_hf(src, dst, keys, side,
+                                                                                            prefix=prefix)
             names = [p.name for p in side if p.name != hf_folder.GENERATION_CONFIG]
             click.echo(f"wrote {out} (Hugging Face: config.json, model.safetensors, generation_config.json"
                        f"{', ' + ', '.join(names) if names else '; no tokenizer found beside ' + str(params)}) "
