@@ -23,6 +23,8 @@ from test_jais_btlm_by_hand import BTLM, JAIS, _hand, _slopes
 
 from cs_run.checkpoint import load, save
 from cs_run.frontends.checkpoint_cli import checkpoint as checkpoint_cli
+from cs_run.models.btlm import hf as btlm_hf
+from cs_run.models.common.hf import build as build_keys
 
 transformers = pytest.importorskip("transformers")
 st = pytest.importorskip("safetensors.torch")
@@ -206,3 +208,24 @@ def test_bad_btlm_folders_are_one_error_line_and_write_nothing(tmp_path, btlm_fo
 def test_btlm_the_vendor_config_cannot_express_is_one_error_naming_the_key(tmp_path, change, key):
     _checkpoint(tmp_path, {**BTLM_HF, **change})
     _assert_one_error(_to_hf(tmp_path), f"Error: params: model.{key}: ", tmp_path / "hf")
+
+
+# The sizes and muP keys of Release 2.10's params_btlm_2p7b_8k.yaml and params_jais_13b.yaml (model sections)
+BTLM_2P7B = dict(name="btlm", vocab_size=50257, hidden_size=2560, num_hidden_layers=32, num_heads=32,
+                 filter_size=6826, max_position_embeddings=8192, position_embedding_type="alibi", nonlinearity="swiglu",
+                 mup_base_hidden_size=256, mup_base_filter_size=682.6, output_logits_alpha=2.22,
+                 scale_qk_dot_by_d=True, embeddings_scale=14.6, share_embedding_weights=True, use_bias_in_output=False)
+JAIS_13B = {**BTLM_2P7B, "name": "jais", "vocab_size": 84992, "hidden_size": 5120, "num_hidden_layers": 40,
+            "num_heads": 40, "filter_size": 13653, "max_position_embeddings": 2048, "mup_base_filter_size": 682.65}
+
+
+@pytest.mark.parametrize("keys, width", [(BTLM_2P7B, 0.1), (JAIS_13B, 0.05)], ids=["btlm-2p7b-8k", "jais-13b"])
+def test_the_model_zoo_files_mup_keys_survive_the_hf_config_both_ways(keys, width):
+    """One width scale carries both base sizes: 13653 * 0.05 is 682.6500000000001 in binary, read back as the
+    file's 682.65 (else --to hf would refuse jais-13b's own file by mup_base_filter_size). Built on the meta
+    device: the sizes are the files', nothing is allocated."""
+    cfg = btlm_hf.hf_config({**keys, **build_keys(keys, meta=True).config})
+    assert (cfg["mup_width_scale"], cfg["mup_output_alpha"], cfg["mup_embeddings_scale"]) == (width, 2.22, 14.6)
+    back = btlm_hf.model_keys_from_hf_config(cfg, keys["name"])
+    assert {k: back[k] for k in ("mup_base_hidden_size", "mup_base_filter_size", "output_logits_alpha")} == \
+        {k: keys[k] for k in ("mup_base_hidden_size", "mup_base_filter_size", "output_logits_alpha")}
