@@ -1,7 +1,8 @@
 """The decoder's feed-forward network (FeedForwardNetwork.FeedForwardNetwork): ``ffn.0`` projects to
 ``filter_size`` and applies the activation, ``ffn.1`` projects back (then dropout). A GLU activation
 gives ``ffn.0`` a second projection, ``linear_layer_for_glu``, whose output is gated: for swiglu,
-``linear_layer(x) * silu(linear_layer_for_glu(x))``.
+``linear_layer(x) * silu(linear_layer_for_glu(x))``. The encoders' heads and pooler (bert,
+vision_transformer) are its one-layer form, :class:`Dense` and :class:`Pooler`.
 """
 
 from __future__ import annotations
