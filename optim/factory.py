@@ -346,7 +346,7 @@ def configure_schedulers(optimizer: torch.optim.Optimizer, entries: Any,
                 and any("adjust_learning_rate" in group for group in optimizer.param_groups):
             scheduler = _lrs.ScalePerParamLR(optimizer, scheduler, param_group_tags=scheduler.param_group_tags)
         built.append(scheduler)
-        names.append(f"{path}.{next(iter(entry))}")
+        names.append(f"{path.removeprefix('params: ')}.{next(iter(entry))}")
     try:
         return ParallelSchedulers(built, names)
     except ValueError as err:
