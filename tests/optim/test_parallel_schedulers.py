@@ -293,3 +293,86 @@ def test_a_group_set_by_two_schedulers_of_one_key_is_refused():
     schedulers = csoptim.configure_schedulers(optimizer, entries)
     assert [float(g["lr"]) for g in optimizer.param_groups] == pytest.approx([0.1, 0.1, 0.2])
     assert len(schedulers) == 2
+
+
+# -- a run: the runner steps them all, checkpoints their list and resumes it ----------------------------
+RUN = """\
+trainer:
+  init:
+    seed: 1
+    model: {name: fc_mnist, depth: 1, hidden_size: 8, activation_fn: relu}
+    optimizer:
+      AdamW:
+        params:
+        - params: ['*.fc_layers.*']
+          tag: hidden
+        - params: ['*.last_layer.*']
+          tag: out
+        - params: ['*.weight']
+          tag: wd
+    schedulers:
+    - CosineDecayWD: {initial_val: 0.04, end_val: 0.4, total_iters: 6, param_group_tags: wd}
+    - SequentialLR:
+        schedulers:
+        - LinearLR: {initial_learning_rate: 0.0, end_learning_rate: 0.01, total_iters: 2}
+        - CosineDecayLR: {initial_learning_rate: 0.01, end_learning_rate: 0.001, total_iters: 4}
+        param_group_tags: hidden
+    - SequentialLR:
+        schedulers:
+        - LinearLR: {initial_learning_rate: 0.0, end_learning_rate: 0.02, total_iters: 1}
+        - CosineDecayLR: {initial_learning_rate: 0.02, end_learning_rate: 0.002, total_iters: 5}
+        param_group_tags: out
+    loop: {max_steps: 3}
+    checkpoint: {steps: 1}
+    logging: {log_steps: 1}
+  fit:
+    train_dataloader: {batch_size: 16, shuffle: false}
+"""
+
+
+def _train(tmp_path, name: str, *flags, steps: int = 3) -> dict:
+    from click.testing import CliRunner  # noqa: PLC0415 - only the run tests use the CLI
+
+    from cs_run.checkpoint import load  # noqa: PLC0415
+    from cs_run.frontends.cli import cli  # noqa: PLC0415
+    from cs_run.summaries import read_scalars  # noqa: PLC0415
+
+    path = tmp_path / "params.yaml"
+    path.write_text(RUN)
+    model_dir = tmp_path / name
+    result = CliRunner().invoke(cli, ["train", "--params", str(path), "--model_dir", str(model_dir), *map(str, flags)])
+    assert result.exit_code == 0, result.output
+    losses = [value for _, value in read_scalars(model_dir / "train")["loss"]]
+    return {"losses": losses, "state": load(model_dir / f"checkpoint_{steps}.mdl")}
+
+
+def _groups(state: dict) -> list[tuple[tuple[str, ...], float, float]]:
+    return [(tuple(g["tags"]), float(g["lr"]), float(g["weight_decay"])) for g in state["optimizer"]["param_groups"]]
+
+
+def test_a_run_steps_every_schedule_on_cpu_and_csx(tmp_path):
+    """3 steps: the checkpoint holds the three states and every group's lr and weight decay at step 3, by
+    hand: hidden 0.001 + 0.009 (1 + cos(pi/4)) / 2, out 0.002 + 0.018 (1 + cos(2 pi/5)) / 2, decayed weights
+    0.4 - 0.36 (1 + cos(pi/2)) / 2 = 0.22; CSX (traced once) trains the same losses."""
+    cpu, csx = _train(tmp_path, "cpu"), _train(tmp_path, "csx", "--device", "CSX")
+    assert csx["losses"] == cpu["losses"] and len(cpu["losses"]) == 3
+    hidden = 0.001 + 0.009 * (1 + math.cos(math.pi / 4)) / 2
+    out = 0.002 + 0.018 * (1 + math.cos(2 * math.pi / 5)) / 2
+    expected = [(("hidden", "wd"), hidden, 0.22), (("hidden",), hidden, 0.0), (("out", "wd"), out, 0.22),
+                (("out",), out, 0.0)]  # the empty halves dropped, as the Model Zoo drops them when tags are used
+    for run in (cpu, csx):
+        assert [int(s["last_epoch"]) for s in run["state"]["lr_scheduler"]["schedulers"]] == [3, 3, 3]
+        assert [(tags, pytest.approx(lr, rel=1e-6), pytest.approx(wd, rel=1e-6)) for tags, lr, wd in expected] \
+            == _groups(run["state"])
+
+
+@pytest.mark.slow
+def test_a_resumed_run_continues_every_schedule(tmp_path):
+    """From checkpoint 3 to step 5 equals 5 steps at once: the same losses and the same groups' values."""
+    whole = _train(tmp_path, "whole", "--max_steps", 5, steps=5)
+    _train(tmp_path, "parts")
+    resumed = _train(tmp_path, "parts", "--max_steps", 5, steps=5)
+    assert resumed["losses"] == whole["losses"] and len(whole["losses"]) == 5
+    assert _groups(resumed["state"]) == _groups(whole["state"])
+    for run in (resumed, whole):
+        assert [int(s["last_epoch"]) for s in run["state"]["lr_scheduler"]["schedulers"]] == [5, 5, 5]
