@@ -129,7 +129,7 @@ class OptimizerParams:
 
     optimizer_type: str = field(default="", metadata={"required": True})
     """Optimizer class name, case-insensitive (SGD, AdamW, ... or a user subclass)."""
-    learning_rate: Union[float, dict, list] = field(default=0.0, metadata={"min": 0})
+    learning_rate: Union[float, dict, list, None] = field(default=None, metadata={"min": 0})
     """A number, a scheduler dict or a list of them (see cs_run.optim.configure_lr_scheduler); required
     unless ``schedulers`` is given."""
     schedulers: Optional[list] = None

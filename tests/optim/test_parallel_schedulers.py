@@ -267,7 +267,19 @@ def test_the_optimizer_lr_beside_schedulers_is_the_lr_of_the_groups_no_schedule_
     path.write_text(BASE.replace("      AdamW:\n", "      AdamW:\n        learning_rate: 0.3\n"))
     params = load_params(path)
     check_optimizer_section(params.optimizer)
-    assert params.optimizer.extra["lr"] == 0.3 and params.optimizer.learning_rate == 0.0
+    assert params.optimizer.extra["lr"] == 0.3 and params.optimizer.learning_rate is None
+
+
+def test_the_resolved_params_of_a_run_load_again(tmp_path):
+    """params_resolved.yaml (flat: optimizer.schedulers) reads back as the same schedules."""
+    from cs_run.params import save_params  # noqa: PLC0415
+
+    path = tmp_path / "params.yaml"
+    path.write_text(BASE)
+    params = load_params(path)
+    again = load_params(save_params(params, tmp_path / "md"))
+    assert again.optimizer.schedulers == params.optimizer.schedulers and again.optimizer.learning_rate is None
+    check_optimizer_section(again.optimizer)
 
 
 def test_flat_learning_rate_and_schedulers_together_are_refused(tmp_path):
