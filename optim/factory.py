@@ -417,6 +417,8 @@ class OptimizerBlock:
     """Class name (any case)."""
     learning_rate: Any
     """A number, a schedule mapping or a list of them (:func:`configure_lr_scheduler`)."""
+    schedulers: Any = None
+    """The trainer form's side-by-side schedules (:func:`configure_schedulers`), instead of learning_rate."""
     kwargs: dict = field(default_factory=dict)
     """Constructor arguments, Model Zoo spellings included (beta1/beta2, epsilon, weight_decay_rate, ...)."""
     step: dict = field(default_factory=dict)
@@ -441,7 +443,8 @@ def split_optimizer_block(block: dict, where: str = "optimizer") -> OptimizerBlo
     rest = dict(block)
     if "optimizer_type" not in rest:
         raise ParamsError(f"{where}.optimizer_type: missing; name the optimizer class, e.g. AdamW")
-    out = OptimizerBlock(optimizer_type=rest.pop("optimizer_type"), learning_rate=rest.pop("learning_rate", None))
+    out = OptimizerBlock(optimizer_type=rest.pop("optimizer_type"), learning_rate=rest.pop("learning_rate", None),
+                         schedulers=rest.pop("schedulers", None))
     for key in list(rest):
         if key in STEP_KEYS:
             out.step[key] = rest.pop(key)
@@ -460,7 +463,8 @@ def configure_from_params(block: dict, model: torch.nn.Module, where: str = "opt
                           ) -> tuple[Optimizer, _lrs.LRScheduler | None, dict]:
     """Optimizer and LR schedule of a Model Zoo ``optimizer:`` block, as the Model Zoo builds them.
 
-    Returns ``(optimizer, lr_scheduler or None, step)`` where ``step`` holds the block's
+    Returns ``(optimizer, lr_scheduler or None, step)`` (the schedule: ParallelSchedulers with ``schedulers``)
+    where ``step`` holds the block's
     :data:`STEP_KEYS` for the runner / GradScaler. Appliance-only keys are logged once.
     Param-group keys (adjust_learning_rate, params) go through :func:`configure_param_groups`.
     """
@@ -477,4 +481,6 @@ def configure_from_params(block: dict, model: torch.nn.Module, where: str = "opt
             and not isinstance(parts.learning_rate, bool):
         kwargs.setdefault("learning_rate", parts.learning_rate)
     optimizer = configure_optimizer(parts.optimizer_type, params, **kwargs)
+    if parts.schedulers is not None:
+        return optimizer, configure_schedulers(optimizer, parts.schedulers, f"{where}.schedulers"), parts.step
     return optimizer, configure_lr_scheduler(optimizer, parts.learning_rate), parts.step

@@ -388,3 +388,29 @@ def test_a_resumed_run_continues_every_schedule(tmp_path):
     assert _groups(resumed["state"]) == _groups(whole["state"])
     for run in (resumed, whole):
         assert [int(s["last_epoch"]) for s in run["state"]["lr_scheduler"]["schedulers"]] == [5, 5, 5]
+
+
+def _two_layers() -> torch.nn.Module:
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2, bias=False), torch.nn.Linear(2, 2, bias=False))
+    model.lr_adjustment_groups = {"second": {"param_filter_patterns": ["1.weight"], "scale": 0.5}}
+    return model
+
+
+def test_a_model_zoo_optimizer_block_with_schedulers_builds_them_side_by_side():
+    """configure_from_params (the Model Zoo 1.x model's own optimizer) reads the flat optimizer.schedulers;
+    with muP groups each LR schedule is scaled per group, as the vendor wraps it in ScalePerParamLR: the
+    second layer's lr is 0.5 x its schedule's (a 0.2 constant), the first's its own 0.1, its wd 0.3."""
+    block = {"optimizer_type": "SGD", "params": [{"params": "0.*", "tag": "a"}, {"params": "1.*", "tag": "b"}],
+             "adjust_learning_rate": {"second": 0.5},
+             "schedulers": [{"ConstantLR": {"learning_rate": 0.1, "param_group_tags": "a"}},
+                            {"ConstantLR": {"learning_rate": 0.2, "param_group_tags": "b"}},
+                            {"ConstantWD": {"val": 0.3, "param_group_tags": "a"}}]}
+    model = _two_layers()
+    optimizer, schedulers, _ = csoptim.configure_from_params(block, model)
+    assert isinstance(schedulers, csoptim.ParallelSchedulers)
+    assert [type(s).__name__ for s in schedulers] == ["ScalePerParamLR", "ScalePerParamLR", "ConstantWD"]
+    schedulers.step()
+    group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+    first, second = (group_of[id(layer.weight)] for layer in model)
+    assert (float(first["lr"]), float(first["weight_decay"])) == pytest.approx((0.1, 0.3))
+    assert (float(second["lr"]), float(second["weight_decay"])) == pytest.approx((0.1, 0.0))  # 0.5 x 0.2
