@@ -580,13 +580,13 @@ def build_section(cls, section: str, values: dict, locate=lambda key: "", names:
             key_path = f"{section}.{f.name}"
             raise ParamsError(f"params: missing required key {key_path}{locate(section)}")
     if cls is OptimizerParams:
-        _check_schedule_keys(section, values, kwargs, locate)
+        _check_schedule_keys(section, values, locate)
     if has_extra:
         kwargs["extra"] = extra
     return cls(**kwargs)
 
 
-def _check_schedule_keys(section: str, values: dict, kwargs: dict, locate) -> None:
+def _check_schedule_keys(section: str, values: dict, locate) -> None:
     """One schedule of the lr: ``learning_rate`` or ``schedulers`` (which may set it per group), never both."""
     given = [key for key in ("learning_rate", "schedulers") if values.get(key) is not None]
     if not given:

@@ -285,7 +285,9 @@ def _build_scheduler(optimizer: torch.optim.Optimizer, entry: Any, where: str, i
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as err:
-        raise ParamsError(f"{where}: {cls.__name__}: {err}") from err
+        message = str(err).removeprefix(f"{cls.__name__}: ")  # the class's own messages may name it already
+        named = where.endswith(f".{name}")  # the trainer form's key path ends with the class name
+        raise ParamsError(f"{where}: {message}" if named else f"{where}: {cls.__name__}: {message}") from err
 
 
 def _total_iters(entry: dict[str, Any]) -> Any:

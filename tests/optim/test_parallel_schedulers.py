@@ -241,6 +241,12 @@ BAD = [
     ("    - CosineDecayWD:\n", "    - CosineDecayW:  # <- here\n",
      r"params: optimizer.schedulers\[0\].CosineDecayW: unknown 'CosineDecayW'; expected one of .*CosineDecayLR, "
      r"CosineDecayWD.* \(did you mean 'CosineDecayWD'\?\)"),
+    ("    - CosineDecayWD:\n        initial_val: 0.04\n        end_val: 0.4\n        total_iters: 10\n"
+     "        param_group_tags: first\n",
+     "    - CosineDecayWD:  # <- here (the entry whose tag is misspelt)\n        initial_val: 0.04\n        end_val: 0.4\n"
+     "        total_iters: 10\n        param_group_tags: frist\n",
+     r"params: optimizer.schedulers\[0\].CosineDecayWD: param_group_tags \['frist'\] match no param group of the "
+     r"optimizer \(its groups' tags: \['first', 'second'\]\)"),
     ("        - LinearLR:\n", "        - LinearWD:  # <- here\n",
      r"params: optimizer.schedulers\[1\].SequentialLR.schedulers\[0\].LinearWD: unknown 'LinearWD'; expected one "
      r"of ChainedLR"),
