@@ -129,8 +129,12 @@ class OptimizerParams:
 
     optimizer_type: str = field(default="", metadata={"required": True})
     """Optimizer class name, case-insensitive (SGD, AdamW, ... or a user subclass)."""
-    learning_rate: Union[float, dict, list] = field(default=0.0, metadata={"required": True, "min": 0})
-    """A number, a scheduler dict or a list of them (see cs_run.optim.configure_lr_scheduler)."""
+    learning_rate: Union[float, dict, list, None] = field(default=None, metadata={"min": 0})
+    """A number, a scheduler dict or a list of them (see cs_run.optim.configure_lr_scheduler); required
+    unless ``schedulers`` is given."""
+    schedulers: Optional[list] = None
+    """The trainer form's ``schedulers`` (LR and weight-decay schedules side by side, each of the groups its
+    ``param_group_tags`` names; see cs_run.optim.configure_schedulers), instead of ``learning_rate``."""
     grad_accum_steps: int = field(default=1, metadata={"min": MIN_STEPS})
     """Micro-batches whose gradients are summed before each optimizer step."""
     max_gradient_norm: Optional[float] = field(default=None, metadata={"min_exclusive": 0})
@@ -575,9 +579,22 @@ def build_section(cls, section: str, values: dict, locate=lambda key: "", names:
         if f.metadata.get("required") and f.name not in kwargs:
             key_path = f"{section}.{f.name}"
             raise ParamsError(f"params: missing required key {key_path}{locate(section)}")
+    if cls is OptimizerParams:
+        _check_schedule_keys(section, values, locate)
     if has_extra:
         kwargs["extra"] = extra
     return cls(**kwargs)
+
+
+def _check_schedule_keys(section: str, values: dict, locate) -> None:
+    """One schedule of the lr: ``learning_rate`` or ``schedulers`` (which may set it per group), never both."""
+    given = [key for key in ("learning_rate", "schedulers") if values.get(key) is not None]
+    if not given:
+        raise ParamsError(f"params: missing required key {section}.learning_rate{locate(section)}")
+    if len(given) == 2:
+        raise ParamsError(f"params: {section}.learning_rate and {section}.schedulers are two schedules of the lr; "
+                          f"keep one (a starting lr for the groups no schedule sets is {section}.lr)"
+                          f"{locate(f'{section}.schedulers')}")
 
 
 def _check_cross_keys(s: dict, locate) -> None:

@@ -121,6 +121,8 @@ def check_data_function(fn: Any, name: str, section: InputParams, locate: Callab
 
 LEARNING_RATE = "params: optimizer.learning_rate"
 """How messages about the schedule name ``optimizer.learning_rate`` (its key paths follow it)."""
+SCHEDULERS = "params: optimizer.schedulers"
+"""How messages about the side-by-side schedules name ``optimizer.schedulers`` (the trainer's list)."""
 
 
 def params_error(e: Exception) -> ParamsError:
@@ -145,11 +147,24 @@ def check_optimizer_section(section: OptimizerParams) -> None:
                 isinstance(v, (int, float)) and not isinstance(v, bool) for v in scales.values())):
             raise ParamsError("params: optimizer.adjust_learning_rate: expected a mapping of LR adjustment group "
                               f"names to factors (e.g. decoder_kernel: 0.25), got {scales!r}")
-        groups = [{"params": [probe], **({"adjust_learning_rate": 1.0} if scales else {})}]
+        mup = {"adjust_learning_rate": 1.0} if scales else {}
+        groups = [{"params": [probe], **mup}] + [  # one more per tag of the params entries: what tags may name
+            {"params": [torch.nn.Parameter(torch.zeros(1))], "tags": {tag}, **mup} for tag in _tags(grouping)]
         optimizer = optim.configure_optimizer(section.optimizer_type, groups, **kwargs)
-        optim.configure_lr_scheduler(optimizer, section.learning_rate, where=LEARNING_RATE)
+        if section.schedulers is not None:
+            optim.configure_schedulers(optimizer, section.schedulers, where=SCHEDULERS)
+        else:
+            optim.configure_lr_scheduler(optimizer, section.learning_rate, where=LEARNING_RATE)
     except (TypeError, ValueError) as e:
         raise params_error(e) from None
+
+
+def _tags(grouping: dict) -> list:
+    """The tags of the optimizer's ``params`` entries (their form is checked against the model later)."""
+    entries = grouping.get("params")
+    entries = [entries] if isinstance(entries, dict) else entries if isinstance(entries, list) else []
+    tags = [entry["tag"] for entry in entries if isinstance(entry, dict) and isinstance(entry.get("tag"), str)]
+    return list(dict.fromkeys(tags))
 
 
 def resolve_params(params: Params, *, model_fn: Optional[Callable] = None,

@@ -348,13 +348,20 @@ def from_trainer_form(raw: dict, locate=lambda key: "", moves: Optional[dict] = 
                 raise ParamsError(f"params: trainer.init.schedulers[{i}]: expected '<SchedulerName>: {{...}}'"
                                   f"{locate('trainer.init.schedulers')}")
         # kept in the trainer form ({SequentialLR: {schedulers: [...]}}), which the optimizer factory reads
-        lr: Any = entries[0] if len(entries) == 1 else list(entries)
         (name, kwargs), = entries[0].items()
-        if len(entries) == 1 and str(name).lower() in ("constantlr", "constant") \
-                and set(kwargs or {}) <= {"learning_rate"}:
-            lr = (kwargs or {}).get("learning_rate")
-        out.setdefault("optimizer", {})["learning_rate"] = lr
-        moves["optimizer.learning_rate"] = "trainer.init.schedulers" + ("[0]" if len(entries) == 1 else "")
+        if len(entries) == 1 and not _parallel(name, kwargs):  # one lr schedule of every group: learning_rate
+            lr: Any = entries[0]
+            if str(name).lower() in ("constantlr", "constant") and set(kwargs or {}) <= {"learning_rate"}:
+                lr = (kwargs or {}).get("learning_rate")
+            out.setdefault("optimizer", {})["learning_rate"] = lr
+            moves["optimizer.learning_rate"] = "trainer.init.schedulers[0]"
+        else:  # the vendor's trainer builds each entry as its own scheduler, side by side (not one sequence)
+            section = out.setdefault("optimizer", {})
+            if "learning_rate" in section:  # the optimizer's own lr (alias of lr): the groups no schedule sets
+                section["lr"] = section.pop("learning_rate")
+                moves["optimizer.lr"] = moves.get("optimizer", "trainer.init.optimizer") + ".learning_rate"
+            section["schedulers"] = list(entries)
+            moves["optimizer.schedulers"] = "trainer.init.schedulers"
 
     def walk(node: Any, prefix: str) -> None:
         for key, value in node.items():
@@ -417,6 +424,12 @@ def from_trainer_form(raw: dict, locate=lambda key: "", moves: Optional[dict] = 
         out["eval_input"] = dict(trainer["validate"]["val_dataloader"])
         moves["eval_input"] = "trainer.validate.val_dataloader"
     return out
+
+
+def _parallel(name: Any, arguments: Any) -> bool:
+    """Whether a lone ``schedulers`` entry needs the side-by-side form: it names param groups or sets the
+    weight decay (the 2.10 weight-decay schedulers are the ``...WD`` classes)."""
+    return str(name).upper().endswith("WD") or (isinstance(arguments, dict) and "param_group_tags" in arguments)
 
 
 _FLAG_CALLBACKS = ("GlobalFlags", "ScopedTrainFlags", "ScopedValidateFlags")

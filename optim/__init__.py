@@ -19,12 +19,14 @@ from .factory import OptimizerBlock as OptimizerBlock
 from .factory import configure_from_params as configure_from_params
 from .factory import configure_lr_scheduler as configure_lr_scheduler
 from .factory import configure_optimizer as configure_optimizer
+from .factory import configure_schedulers as configure_schedulers
 from .factory import split_optimizer_block as split_optimizer_block
 from .lamb import Lamb as Lamb
 from .lion import Lion as Lion
 from .muon import Muon as Muon
 from .nadam import NAdam as NAdam
 from .optimizer import Optimizer as Optimizer
+from .parallel_schedulers import ParallelSchedulers as ParallelSchedulers
 from .param_groups import configure_param_groups as configure_param_groups
 from .radam import RAdam as RAdam
 from .rmsprop import RMSprop as RMSprop
@@ -45,6 +47,7 @@ __all__ = [
     "Muon",
     "NAdam",
     "Optimizer",
+    "ParallelSchedulers",
     "RAdam",
     "RMSprop",
     "Rprop",
@@ -53,6 +56,7 @@ __all__ = [
     "configure_lr_scheduler",
     "split_optimizer_block",
     "configure_optimizer",
+    "configure_schedulers",
     "configure_param_groups",
     "lr_scheduler",
     "scheduler",

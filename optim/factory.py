@@ -21,13 +21,16 @@ import torch
 from cs_run.errors import ParamsError
 
 from . import lr_scheduler as _lrs
+from . import scheduler as _s
+from . import weight_decay_scheduler as _wds
 from .optimizer import Optimizer
+from .parallel_schedulers import ParallelSchedulers
 from .param_groups import configure_param_groups
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["OptimizerBlock", "configure_from_params", "configure_lr_scheduler", "configure_optimizer",
-           "resolve_optimizer_class", "resolve_scheduler_class", "split_optimizer_block"]
+           "configure_schedulers", "resolve_optimizer_class", "resolve_scheduler_class", "split_optimizer_block"]
 
 # Model Zoo key -> constructor argument. Applied only when the class takes the target and not the key.
 _OPTIMIZER_ALIASES = {"learning_rate": "lr", "weight_decay_rate": "weight_decay", "epsilon": "eps"}
@@ -70,18 +73,33 @@ def resolve_optimizer_class(optimizer_type: str, where: str = "optimizer.optimiz
     return cls
 
 
-def resolve_scheduler_class(name: str, where: str = "learning_rate.scheduler") -> type[_lrs.LRScheduler]:
-    """The LRScheduler subclass named ``name``; the ``LR`` suffix is optional ("CosineDecay")."""
+_LR_ONLY = (_lrs.LRScheduler,)
+_ANY_KEY = (_lrs.LRScheduler, _wds.WeightDecayScheduler)
+"""The scheduler families a name resolves in: an lr schedule (``learning_rate``), or either (the trainer's
+``schedulers`` list, whose entries the vendor reads as LR or weight-decay schedulers)."""
+
+
+def resolve_scheduler_class(name: str, where: str = "learning_rate.scheduler",
+                            families: tuple[type, ...] = _LR_ONLY) -> type[_s.Scheduler]:
+    """The scheduler subclass of ``families`` named ``name`` (LRScheduler by default); the ``LR`` suffix
+    of an lr schedule is optional ("CosineDecay")."""
     table: dict[str, type] = {}
-    for cls in _all_subclasses(_lrs.LRScheduler):
-        if not inspect.isabstract(cls):
-            table[cls.__name__.lower()] = cls
-    table.setdefault("chainedscheduler", _lrs.ChainedLR)
+    for family in families:
+        for cls in _all_subclasses(family):
+            if not inspect.isabstract(cls):
+                table[cls.__name__.lower()] = cls
+    if _lrs.LRScheduler in families:
+        table.setdefault("chainedscheduler", _lrs.ChainedLR)
     key = str(name).lower()
-    cls = table.get(key) or table.get(key + "lr")
+    cls = table.get(key) or (table.get(key + "lr") if _lrs.LRScheduler in families else None)
     if cls is None:
         raise _unknown_class(where, name, table)
     return cls
+
+
+def _family(cls: type) -> tuple[type, ...]:
+    """The family the schedules nested in ``cls`` come from: its own (an LR sequence holds LR schedules)."""
+    return (_wds.WeightDecayScheduler,) if issubclass(cls, _wds.WeightDecayScheduler) else _LR_ONLY
 
 
 def _coerce(value: Any, default: Any) -> Any:
@@ -196,17 +214,22 @@ def _milestones(entries: list[Any], where: str, key: str = "schedulers") -> list
 
 
 def _nested(optimizer: torch.optim.Optimizer, cls: type, entry: dict[str, Any], where: str) -> None:
-    """Build the schedules inside ``entry`` in place: SequentialLR / ChainedLR ``schedulers`` (with the
-    milestones derived as the vendor derives them) and ScalePerParamLR's ``scheduler``."""
-    if issubclass(cls, _lrs.ScalePerParamLR) and "scheduler" in entry:
-        entry["scheduler"] = _build_scheduler(optimizer, entry["scheduler"], f"{where}.scheduler")
+    """Build the schedules inside ``entry`` in place: a Sequential / Chained schedule's ``schedulers`` (with
+    the milestones derived as the vendor derives them, and its ``param_group_tags`` handed to each, as the
+    vendor's ``trainer/validate.py`` does) and ScalePerParam's ``scheduler``."""
+    family = _family(cls)
+    if issubclass(cls, _s.ScalePerParamScheduler) and "scheduler" in entry:
+        entry["scheduler"] = _build_scheduler(optimizer, entry["scheduler"], f"{where}.scheduler", families=family)
         return
     children = entry.get("schedulers")
-    if not isinstance(children, (list, tuple)) or not issubclass(cls, (_lrs.SequentialLR, _lrs.ChainedLR)):
+    if not isinstance(children, (list, tuple)) or not issubclass(cls, (_s.SequentialScheduler, _s.ChainedScheduler)):
         return
     if not children:
         raise ParamsError(f"{where}.schedulers: empty; list the schedules of the {cls.__name__}")
-    sequential = issubclass(cls, _lrs.SequentialLR)
+    if entry.get("param_group_tags") is not None:
+        children = [_with_tags(child, entry["param_group_tags"], f"{where}.schedulers[{index}]", cls)
+                    for index, child in enumerate(children)]
+    sequential = issubclass(cls, _s.SequentialScheduler)
     if sequential:
         derived = _milestones(list(children), f"{where}.")
         given = entry.get("milestones")
@@ -215,14 +238,26 @@ def _nested(optimizer: torch.optim.Optimizer, cls: type, entry: dict[str, Any], 
         elif list(given) != derived:
             raise ParamsError(f"{where}.milestones: {list(given)} but the schedules' total_iters give {derived}; "
                               "drop milestones (they are derived) or make them agree")
-    entry["schedulers"] = [_build_scheduler(optimizer, child, f"{where}.schedulers[{index}]", in_sequence=sequential)
+    entry["schedulers"] = [_build_scheduler(optimizer, child, f"{where}.schedulers[{index}]", in_sequence=sequential,
+                                            families=family)
                            for index, child in enumerate(children)]
 
 
-def _build_scheduler(optimizer: torch.optim.Optimizer, entry: Any, where: str,
-                     in_sequence: bool = False) -> _lrs.LRScheduler:
+def _with_tags(child: Any, tags: Any, where: str, parent: type) -> Any:
+    """``child`` (an entry of a nested ``schedulers``) with its parent's ``param_group_tags``; a child that
+    names its own is refused, as the vendor refuses it."""
+    name, arguments, path, _ = _unpack_entry(child, where)
+    if "param_group_tags" in arguments:
+        raise ParamsError(f"{path}.param_group_tags: a schedule inside {parent.__name__} takes its "
+                          f"param_group_tags from the {parent.__name__}; remove it here")
+    arguments["param_group_tags"] = tags
+    return {name: arguments} if "scheduler" not in child else {**arguments, "scheduler": name}
+
+
+def _build_scheduler(optimizer: torch.optim.Optimizer, entry: Any, where: str, in_sequence: bool = False,
+                     families: tuple[type, ...] = _LR_ONLY) -> _s.Scheduler:
     name, entry, where, name_where = _unpack_entry(entry, where)
-    cls = resolve_scheduler_class(name, name_where)
+    cls = resolve_scheduler_class(name, name_where, families)
     if cls is _lrs.LinearLR and "alpha" in entry:
         # The Model Zoo GPT-2 files put alpha (a cosine decay's floor) on a Linear phase; the Model Zoo's
         # Linear schedule never reads it, so it is logged and dropped rather than refused.
@@ -250,7 +285,9 @@ def _build_scheduler(optimizer: torch.optim.Optimizer, entry: Any, where: str,
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as err:
-        raise ParamsError(f"{where}: {cls.__name__}: {err}") from err
+        message = str(err).removeprefix(f"{cls.__name__}: ")  # the class's own messages may name it already
+        named = where.endswith(f".{name}")  # the trainer form's key path ends with the class name
+        raise ParamsError(f"{where}: {message}" if named else f"{where}: {cls.__name__}: {message}") from err
 
 
 def _total_iters(entry: dict[str, Any]) -> Any:
@@ -283,6 +320,39 @@ def configure_lr_scheduler(optimizer: torch.optim.Optimizer, learning_rate: Any,
             and any("adjust_learning_rate" in group for group in optimizer.param_groups):
         scheduler = _lrs.ScalePerParamLR(optimizer, scheduler)
     return scheduler
+
+
+def configure_schedulers(optimizer: torch.optim.Optimizer, entries: Any,
+                         where: str = "schedulers") -> ParallelSchedulers:
+    """Build the Model Zoo trainer's ``schedulers`` list (2.10 ``trainer/utils.py``): every entry its own
+    schedule, side by side, not one sequence.
+
+    Each entry is ``{SchedulerName: {arguments}}`` naming an LR scheduler (``SequentialLR``, ``CosineDecayLR``,
+    ...) or a weight-decay scheduler (``CosineDecayWD``, ...), usually with ``param_group_tags`` (the tags of
+    the optimizer's ``params`` groups it sets; a Sequential / Chained schedule hands its tags to the schedules
+    inside it). An LR schedule is wrapped in ScalePerParamLR when a group carries ``adjust_learning_rate``,
+    as the vendor does. The schedules must not overlap (:class:`~.parallel_schedulers.ParallelSchedulers`).
+
+    Raises:
+        ParamsError: naming the entry and key (``where`` is the list's key path).
+    """
+    if not isinstance(entries, (list, tuple)) or not entries:
+        raise ParamsError(f"{where}: expected a non-empty list of '<SchedulerName>: {{...}}', got {entries!r}")
+    built, names = [], []
+    for index, entry in enumerate(copy.deepcopy(list(entries))):
+        path = f"{where}[{index}]"
+        if not isinstance(entry, dict) or len(entry) != 1 or not isinstance(next(iter(entry.values())), (dict, type(None))):
+            raise ParamsError(f"{path}: expected one mapping '<SchedulerName>: {{...}}', got {entry!r}")
+        scheduler = _build_scheduler(optimizer, entry, path, families=_ANY_KEY)
+        if isinstance(scheduler, _lrs.LRScheduler) and not isinstance(scheduler, _lrs.ScalePerParamLR) \
+                and any("adjust_learning_rate" in group for group in optimizer.param_groups):
+            scheduler = _lrs.ScalePerParamLR(optimizer, scheduler, param_group_tags=scheduler.param_group_tags)
+        built.append(scheduler)
+        names.append(f"{path.removeprefix('params: ')}.{next(iter(entry))}")
+    try:
+        return ParallelSchedulers(built, names)
+    except ValueError as err:
+        raise ParamsError(f"{where}: {err}") from err
 
 
 def _configure(optimizer: torch.optim.Optimizer, learning_rate: Any, where: str) -> _lrs.LRScheduler | None:
@@ -349,6 +419,8 @@ class OptimizerBlock:
     """Class name (any case)."""
     learning_rate: Any
     """A number, a schedule mapping or a list of them (:func:`configure_lr_scheduler`)."""
+    schedulers: Any = None
+    """The trainer form's side-by-side schedules (:func:`configure_schedulers`), instead of learning_rate."""
     kwargs: dict = field(default_factory=dict)
     """Constructor arguments, Model Zoo spellings included (beta1/beta2, epsilon, weight_decay_rate, ...)."""
     step: dict = field(default_factory=dict)
@@ -373,7 +445,8 @@ def split_optimizer_block(block: dict, where: str = "optimizer") -> OptimizerBlo
     rest = dict(block)
     if "optimizer_type" not in rest:
         raise ParamsError(f"{where}.optimizer_type: missing; name the optimizer class, e.g. AdamW")
-    out = OptimizerBlock(optimizer_type=rest.pop("optimizer_type"), learning_rate=rest.pop("learning_rate", None))
+    out = OptimizerBlock(optimizer_type=rest.pop("optimizer_type"), learning_rate=rest.pop("learning_rate", None),
+                         schedulers=rest.pop("schedulers", None))
     for key in list(rest):
         if key in STEP_KEYS:
             out.step[key] = rest.pop(key)
@@ -392,7 +465,8 @@ def configure_from_params(block: dict, model: torch.nn.Module, where: str = "opt
                           ) -> tuple[Optimizer, _lrs.LRScheduler | None, dict]:
     """Optimizer and LR schedule of a Model Zoo ``optimizer:`` block, as the Model Zoo builds them.
 
-    Returns ``(optimizer, lr_scheduler or None, step)`` where ``step`` holds the block's
+    Returns ``(optimizer, lr_scheduler or None, step)`` (the schedule: ParallelSchedulers with ``schedulers``)
+    where ``step`` holds the block's
     :data:`STEP_KEYS` for the runner / GradScaler. Appliance-only keys are logged once.
     Param-group keys (adjust_learning_rate, params) go through :func:`configure_param_groups`.
     """
@@ -409,4 +483,6 @@ def configure_from_params(block: dict, model: torch.nn.Module, where: str = "opt
             and not isinstance(parts.learning_rate, bool):
         kwargs.setdefault("learning_rate", parts.learning_rate)
     optimizer = configure_optimizer(parts.optimizer_type, params, **kwargs)
+    if parts.schedulers is not None:
+        return optimizer, configure_schedulers(optimizer, parts.schedulers, f"{where}.schedulers"), parts.step
     return optimizer, configure_lr_scheduler(optimizer, parts.learning_rate), parts.step

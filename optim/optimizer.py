@@ -274,8 +274,13 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
 
     # -- checkpoints ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """torch's state_dict (see ``_undecorated``)."""
-        return _TORCH["state_dict"](self)
+        """torch's state_dict (see ``_undecorated``), a group's ``tags`` set as a sorted list (a checkpoint
+        holds no sets; :meth:`load_state_dict` makes it a set again)."""
+        state = _TORCH["state_dict"](self)
+        for group in state["param_groups"]:  # torch packs each group into a new dict: the live groups keep their sets
+            if isinstance(group.get("tags"), (set, frozenset)):
+                group["tags"] = sorted(group["tags"], key=str)
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """torch's load_state_dict, then copy every value into the existing tensors in place.
@@ -304,7 +309,11 @@ class Optimizer(torch.optim.Optimizer, abc.ABC):
                         logger.warning("Checkpoint lacks optimizer state %r of parameter %d", key, index)
                     new[key] = tensor
         for group, old_group in zip(self.param_groups, old_groups):
-            group["lr"] = _copy_into(old_group["lr"], group["lr"], "param_groups[].lr")
+            for key, value in old_group.items():  # lr, and a scheduled weight_decay: the tensors a graph captured
+                if key != "params" and isinstance(value, Tensor) and isinstance(group.get(key), (Tensor, int, float)):
+                    group[key] = _copy_into(value, group[key], f"param_groups[].{key}")
+            if isinstance(group.get("tags"), (list, tuple)):
+                group["tags"] = set(group["tags"])
 
 
 class _CoreOptimizer(Optimizer):

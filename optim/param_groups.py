@@ -63,7 +63,8 @@ def _decays(model: torch.nn.Module, name: str) -> bool:
 
 
 def _split_weight_decay(model: torch.nn.Module, groups: list[dict[str, Any]], weight_decay: float) -> list[dict]:
-    """Every group in two, decayed then not (the Model Zoo keeps an empty half; torch accepts it)."""
+    """Every group in two, decayed then not (the Model Zoo keeps an empty half unless tags are used;
+    torch accepts it)."""
     out = []
     for group in groups:
         decayed = {"params": [(n, p) for n, p in group["params"] if _decays(model, n)], "weight_decay": weight_decay}
@@ -168,6 +169,8 @@ def configure_param_groups(model: torch.nn.Module, optimizer_params: dict[str, A
     groups = _partition_by_tags(named, optimizer_params.get("params"))
     weight_decay = float(optimizer_params.get("weight_decay", optimizer_params.get("weight_decay_rate", 0.0)))
     groups = _split_weight_decay(model, groups, weight_decay)
+    if any("tags" in group for group in groups):  # the Model Zoo drops the empty halves when tags are used
+        groups = [group for group in groups if group["params"]]
     groups = _split_lr_scale(model, groups, lr_adjustment_scales(model, dict(overrides)))
     for group in groups:
         group["params"] = [param for _, param in group["params"]]

@@ -20,7 +20,7 @@ from cs_run.models.common.lora import apply_lora
 from cs_run.optim.factory import PARAM_GROUP_KEYS
 from cs_run.parallel import DATA_PARALLEL, Layout, Sharding
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params
-from cs_run.resolve import LEARNING_RATE, data_function, model_function, params_error
+from cs_run.resolve import LEARNING_RATE, SCHEDULERS, data_function, model_function, params_error
 from cs_run.runners._step import StepConfig
 from cs_run.sparsity_params import check_sparsity
 from cs_run.utils.streaming import StreamingLoader
@@ -215,7 +215,10 @@ def _apply_given_sparsity(sparsity: Any, model: torch.nn.Module) -> Optional[spa
 
 
 def build_lr_scheduler(opt: OptimizerParams, optimizer: torch.optim.Optimizer):
-    """The block's ``learning_rate`` schedule (ScalePerParamLR-wrapped for muP groups, as the Model Zoo)."""
+    """The block's ``learning_rate`` schedule (ScalePerParamLR-wrapped for muP groups, as the Model Zoo), or
+    its ``schedulers`` side by side (the trainer form's list, one object that steps them all)."""
+    if opt.schedulers is not None:
+        return optim.configure_schedulers(optimizer, opt.schedulers, where=SCHEDULERS)
     return optim.configure_lr_scheduler(optimizer, opt.learning_rate, where=LEARNING_RATE)
 
 

@@ -23,7 +23,7 @@ from cs_run.checkpoint.atomic import resolve
 from cs_run.checkpoint.h5 import TargetMismatchError
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.lora_params import LORA_SUFFIXES
-from cs_run.runners import _checkpoint_files, _hf_start
+from cs_run.runners import _checkpoint_files, _decoder_start, _hf_start
 from cs_run.runners._rng import capture_rng_state, restore_rng_state
 from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, load_state, replica_state
 
@@ -151,6 +151,10 @@ class Checkpointer:
             _check_same_tensors(path, state["model"], self._target(False, set(state["model"]))["model"])
             self._in_memory = (path, state)
             return path
+        if self._decoder_start(path):  # a DPO run from a fine-tuned decoder: the policy and the reference
+            self._in_memory = (path, _decoder_start.decoder_start_state(runner, _checkpoint_files.given_as(runner.params),
+                                                                        path))
+            return path
         for candidate in self._candidates(path, training):
             try:
                 target = self._loaded_part(self._target(training, self._model_keys(candidate)), candidate, training)
@@ -164,6 +168,21 @@ class Checkpointer:
                     raise
         return None
 
+    def stored_step(self, path: Path) -> int:
+        """The global step the run starts from ``path`` at: 0 for a model-only start converted in memory (a
+        Hugging Face folder, a DPO run's decoder checkpoint), else the step the checkpoint was saved at."""
+        if self._in_memory is not None and path == self._in_memory[0]:
+            return 0
+        return _checkpoint_files.stored_step(path)
+
+    def _decoder_start(self, path: Path) -> bool:
+        """``path`` is a plain decoder's checkpoint and the run's model a DPO model (see _decoder_start)."""
+        try:
+            stored = _checkpoint_files.stored_model_keys(path)
+        except CheckpointError:
+            return False  # the fit check below reports it
+        return _decoder_start.is_decoder_start(self._runner, stored)
+
     def _loaded_part(self, target: dict[str, Any], path: Path, training: bool) -> dict[str, Any]:
         """The part of ``target`` a load of ``path`` reads: with runconfig.load_checkpoint_states, the states
         it names (one the checkpoint lacks is an error naming the key, before anything is written);
@@ -172,6 +191,8 @@ class Checkpointer:
         wanted = self._wanted_states(path)
         if not training:
             return target
+        if self._in_memory is not None and path == self._in_memory[0]:  # a model-only start, converted
+            return {"model": target["model"]}
         held = _checkpoint_files.stored_states(path)
         if wanted is not None:
             self._check_wanted(wanted, held, path)

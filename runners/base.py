@@ -198,7 +198,7 @@ class PyTorchBaseRunner(RunnerHooks):
                 if self._early_stopping is not None:
                     self._early_stopping.check_metric(self.evaluator.names(), self.params.head,
                                                       self.params.name("runconfig.early_stopping_metric"))
-                self._step_budget(_checkpoint_files.stored_step(start) if start and self.options.loads_step else 0)
+                self._step_budget(self.checkpoints.stored_step(start) if start and self.options.loads_step else 0)
             if mode != "train":  # built before training, so it leaves training's random streams as they were
                 with preserved_rng(getattr(self._train_loader, "generator", None)) if training else \
                         contextlib.nullcontext():

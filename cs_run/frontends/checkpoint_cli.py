@@ -22,6 +22,7 @@ from cs_run.checkpoint.reader import raise_if_damaged
 from cs_run.errors import CheckpointError, ParamsError
 from cs_run.exits import ErrorGroup
 from cs_run.frontends.help_format import Flag, HelpCommand
+from cs_run.models.dpo.model import decoder_of
 from cs_run.registry import apply_model_defaults, hf_converter
 
 __all__ = ["checkpoint"]
@@ -111,9 +112,9 @@ def checkpoint() -> None:
     """Inspect and convert checkpoints (H5, torch pickle, safetensors)."""
 
 
-HF_FAMILIES = ("gpt2, gptj, gpt-neox (model_type gpt_neox), llama, mistral, mixtral, gemma2, falcon, bloom, "
-               "starcoder and santacoder (model_type gpt_bigcode), mpt, vision_transformer (model_type vit), "
-               "bert (model_type bert and roberta), esm2 (model_type esm)")
+HF_FAMILIES = ("gpt2, gpt3 (--to hf: GPT-2), btlm, jais, gptj, gpt-neox (model_type gpt_neox), llama, mistral, "
+               "mixtral, gemma2, falcon, bloom, starcoder and santacoder (model_type gpt_bigcode), mpt, "
+               "vision_transformer (model_type vit), bert (model_type bert and roberta), esm2 (model_type esm)")
 """The Hugging Face model_types ``--from hf`` reads and the families ``--to hf`` writes (the models with a
 Hugging Face converter: models/*/hf.py; tests/cli/test_help.py checks this against the registry)."""
 
@@ -174,9 +175,10 @@ def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: 
             raise click.UsageError("give --to hf or --from hf, not both")
         if to == "hf":  # the model's own converter (cs_run.registry), named by the run's params
             params = _run_params(Path(src), params_path)
-            keys = _model_keys(params)
+            keys, prefix = decoder_of(_model_keys(params), str(params))  # a DPO run's: its policy
             side = _tokenizer_files(Path(src), params)
-            out = hf_converter(keys.get("name"), f"params: model.name (of {params})").to_hf(src, dst, keys, side)
+            out = hf_converter(keys.get("name"), f"params: model.name (of {params})").to_hf(src, dst, keys, side,
+                                                                                            prefix=prefix)
             names = [p.name for p in side if p.name != hf_folder.GENERATION_CONFIG]
             click.echo(f"wrote {out} (Hugging Face: config.json, model.safetensors, generation_config.json"
                        f"{', ' + ', '.join(names) if names else '; no tokenizer found beside ' + str(params)}) "

@@ -25,6 +25,7 @@ from cs_run.frontends.help_format import Flag, HelpCommand
 from cs_run.models.common.decoder import DecoderLM
 from cs_run.models.common.generate import GenerationConfig, generate
 from cs_run.models.common.hf import build, load_checkpoint_model
+from cs_run.models.dpo.model import decoder_of
 from cs_run.registry import apply_model_defaults
 
 __all__ = ["generate_command", "load_tokenizer", "load_decoder", "model_keys", "prefix_token_id", "read_params"]
@@ -104,14 +105,14 @@ def load_decoder(params: Path, checkpoint: Path, device: str = "CPU") -> tuple[D
     (CPU or GPU), and the keys."""
     if device.upper() == "GPU" and not torch.cuda.is_available():
         raise ParamsError("--device GPU: no CUDA device is available; use --device CPU")
-    keys = model_keys(read_params(params), params)
+    keys, prefix = decoder_of(model_keys(read_params(params), params), str(params))  # a DPO run's: its policy
     if not checkpoint.exists():
         raise CheckpointError(f"--checkpoint_path: {checkpoint} not found")
     lora = keys.pop("lora_params", None)  # a LoRA run's adapters are folded into the weights it generates with
     if not isinstance(getattr(build(keys, meta=True), "model", None), DecoderLM):
         raise ParamsError(f"{params}: model.name {keys['name']!r} is not a decoder language model; generate "
                           "needs one of the decoder families (gpt2, llama, mistral, ...)")
-    lm = load_checkpoint_model(checkpoint, keys, lora=lora).model
+    lm = load_checkpoint_model(checkpoint, keys, lora=lora, prefix=prefix).model
     return lm.to("cuda" if device.upper() == "GPU" else "cpu").eval(), keys
 
 

@@ -32,7 +32,7 @@ from cs_run.models.common.activations import ACTIVATIONS
 from cs_run.models.common.attention import MultiheadAttention
 from cs_run.models.common.embeddings import FixedPositionEmbeddingLayer, LearnedPositionEmbeddingLayer
 from cs_run.models.common.encoder import TransformerEncoder, TransformerEncoderLayer, key_padding_mask
-from cs_run.models.common.ffn import FeedForwardNetwork, SingleFeedForwardLayer
+from cs_run.models.common.ffn import Dense, FeedForwardNetwork, Pooler
 from cs_run.models.common.initializers import initializer_spec, make_initializer, scale_spec, truncated_normal
 from cs_run.models.common.masks import encoder_vsl_mask
 from cs_run.models.common.norms import reset_norm
@@ -203,21 +203,6 @@ def _refuse(key: str, value: Any, ok: bool, why: str) -> None:
         raise ValueError(f"{key}: {value!r} is not supported by cs-run ({why})")
 
 
-class Dense(nn.Module):
-    """The vendor's one-layer FeedForwardNetwork (``ffn.0.linear_layer``): a linear map and an activation."""
-
-    def __init__(self, inputs: int, outputs: int, bias: bool, activation: Optional[str], initializer: dict) -> None:
-        super().__init__()
-        self.ffn = nn.ModuleList([SingleFeedForwardLayer(inputs, outputs, bias, activation)])
-        with torch.no_grad():
-            make_initializer(initializer)(self.ffn[0].linear_layer.weight)
-            if self.ffn[0].linear_layer.bias is not None:
-                self.ffn[0].linear_layer.bias.zero_()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ffn[0](x)
-
-
 class BertEmbeddingLayer(nn.Module):
     """Word (``padding_idx`` = pad id: its row gets no gradient), position and segment embeddings, summed."""
 
@@ -302,7 +287,7 @@ class BertModel(nn.Module):
         self.embed_ln_f = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_epsilon) if c.embedding_layer_norm else None
         final = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_epsilon) if c.use_final_layer_norm else None
         self.transformer_encoder = TransformerEncoder(layers, final)
-        self.pooler = BertPooler(c.hidden_size, c.use_ffn_bias, c.pooler_nonlinearity, attn_init) \
+        self.pooler = Pooler(c.hidden_size, c.pooler_nonlinearity, c.use_ffn_bias, attn_init) \
             if c.add_pooling_layer else None
         if self.embed_ln_f is not None:
             reset_norm(self.embed_ln_f)
@@ -339,19 +324,10 @@ class BertModel(nn.Module):
         return self.embedding_layer(input_ids, segment_ids)
 
 
-class BertPooler(nn.Module):
-    def __init__(self, hidden_size: int, bias: bool, activation: str, initializer: dict) -> None:
-        super().__init__()
-        self.pooler = Dense(hidden_size, hidden_size, bias, activation, initializer)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.pooler(hidden_states[:, 0])
-
-
 class BertClassifierHead(nn.Module):
     def __init__(self, hidden_size: int, num_classes: int, bias: bool, initializer: dict) -> None:
         super().__init__()
-        self.classifier = Dense(hidden_size, num_classes, bias, None, initializer)
+        self.classifier = Dense(hidden_size, num_classes, bias, initializer)
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
         return self.classifier(pooled)
@@ -360,7 +336,7 @@ class BertClassifierHead(nn.Module):
 class BertMLMHeadTransform(nn.Module):
     def __init__(self, hidden_size: int, bias: bool, activation: str, eps: float, initializer: dict) -> None:
         super().__init__()
-        self.ffn = Dense(hidden_size, hidden_size, bias, activation, initializer)
+        self.ffn = Dense(hidden_size, hidden_size, bias, initializer, activation)
         self.ln = nn.LayerNorm(hidden_size, eps=eps)
         reset_norm(self.ln)
 
@@ -373,7 +349,7 @@ class BertMLMHead(nn.Module):
         super().__init__()
         self.mlm_transform = BertMLMHeadTransform(c.hidden_size, c.use_ffn_bias_in_mlm, c.mlm_nonlinearity,
                                                   c.layer_norm_epsilon, initializer)
-        self.classifier = Dense(c.hidden_size, c.vocab_size, c.use_output_bias_in_mlm, None, initializer)
+        self.classifier = Dense(c.hidden_size, c.vocab_size, c.use_output_bias_in_mlm, initializer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.mlm_transform(x))

@@ -5,4 +5,4 @@ sets the family's features through the shared keys."""
 
 from cs_run.models.common.family import register_decoder_family
 
-register_decoder_family("btlm")
+register_decoder_family("btlm", hf_converter="cs_run.models.btlm.hf")

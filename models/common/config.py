@@ -15,6 +15,7 @@ each tag of github:Cerebras/modelzoo).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import typing
 from dataclasses import dataclass, field
@@ -34,8 +35,12 @@ LossScaling = Literal["batch_size", "num_tokens", "BATCH_SIZE", "NUM_TOKENS"]
 
 
 def key(default: Any, since: str, doc: str) -> Any:
-    """A ``model:`` key's field: its default, the Model Zoo release that introduced it and its meaning."""
-    return field(default=default, metadata={"since": since, "doc": doc})
+    """A ``model:`` key's field: its default, the Model Zoo release that introduced it and its meaning. A list
+    or dict default is copied for each config (a dataclass refuses a shared mutable default)."""
+    metadata = {"since": since, "doc": doc}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(kw_only=True)

@@ -1,7 +1,8 @@
 """The decoder's feed-forward network (FeedForwardNetwork.FeedForwardNetwork): ``ffn.0`` projects to
 ``filter_size`` and applies the activation, ``ffn.1`` projects back (then dropout). A GLU activation
 gives ``ffn.0`` a second projection, ``linear_layer_for_glu``, whose output is gated: for swiglu,
-``linear_layer(x) * silu(linear_layer_for_glu(x))``.
+``linear_layer(x) * silu(linear_layer_for_glu(x))``. The encoders' heads and pooler (bert,
+vision_transformer) are its one-layer form, :class:`Dense` and :class:`Pooler`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from torch import nn
 from cs_run.models.common.activations import get_activation, is_glu
 from cs_run.models.common.initializers import make_initializer
 
-__all__ = ["FeedForwardNetwork", "SingleFeedForwardLayer"]
+__all__ = ["FeedForwardNetwork", "SingleFeedForwardLayer", "Dense", "Pooler"]
 
 
 class SingleFeedForwardLayer(nn.Module):
@@ -56,3 +57,32 @@ class FeedForwardNetwork(nn.Module):
         for layer in self.ffn:
             x = layer(x)
         return x
+
+
+class Dense(nn.Module):
+    """The vendor's one-layer FeedForwardNetwork (``ffn.0.linear_layer``): a linear map and an optional
+    activation, the form of the encoders' heads and poolers (bert, vision_transformer)."""
+
+    def __init__(self, inputs: int, outputs: int, bias: bool, initializer: dict,
+                 activation: Optional[str] = None) -> None:
+        super().__init__()
+        self.ffn = nn.ModuleList([SingleFeedForwardLayer(inputs, outputs, bias, activation)])
+        with torch.no_grad():
+            make_initializer(initializer)(self.ffn[0].linear_layer.weight)
+            if bias:
+                self.ffn[0].linear_layer.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ffn[0](x)
+
+
+class Pooler(nn.Module):
+    """The vendor's BertPooler without its norm: a :class:`Dense` layer and activation on the first token's
+    state (bert's pooler, vision_transformer's ``use_encoder_pooler_layer``)."""
+
+    def __init__(self, hidden_size: int, activation: Optional[str], bias: bool, initializer: dict) -> None:
+        super().__init__()
+        self.pooler = Dense(hidden_size, hidden_size, bias, initializer, activation)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.pooler(hidden_states[:, 0])

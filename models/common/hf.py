@@ -271,9 +271,11 @@ def _check_expressible(model, model_keys: dict, hf_cfg: dict, keys_of) -> None:
                           f"(its config gives {theirs!r}); convert a model without it")
 
 
-def load_checkpoint_model(checkpoint: str | Path, model_keys: dict, what: str = "model", lora: Any = None):
+def load_checkpoint_model(checkpoint: str | Path, model_keys: dict, what: str = "model", lora: Any = None,
+                          prefix: str = ""):
     """The model ``model_keys`` describe, with the weights of ``checkpoint`` (every key, every shape); with
-    ``lora`` (the run's model.lora_params), the checkpoint's adapters folded into them.
+    ``lora`` (the run's model.lora_params), the checkpoint's adapters folded into them; with ``prefix``, the
+    weights under it (a DPO checkpoint's ``policy_model.``), the prefix taken off.
 
     Raises:
         CheckpointError: the file is missing, holds no model weights, or does not fit the params' ``what``.
@@ -284,16 +286,21 @@ def load_checkpoint_model(checkpoint: str | Path, model_keys: dict, what: str = 
     model = build(model_keys)
     if lora is not None:  # a LoRA run's checkpoint: its adapters, folded into the weights below
         apply_lora(model, check_lora_params(lora))
-    load_weights(model, checkpoint, what)
+    load_weights(model, checkpoint, what, prefix)
     return model if lora is None else _folded(model, model_keys)
 
 
-def load_weights(model, checkpoint: str | Path, what: str = "model"):
+def load_weights(model, checkpoint: str | Path, what: str = "model", prefix: str = ""):
     """``model`` with the weights of ``checkpoint`` (every key, every shape); see :func:`load_checkpoint_model`."""
     state = load(str(checkpoint))
     weights = state.get("model", state) if isinstance(state, dict) else None
     if not isinstance(weights, dict):
         raise CheckpointError(f"checkpoint {checkpoint}: no model weights (expected a 'model' state dict)")
+    if prefix:
+        weights = {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+        if not weights:
+            raise CheckpointError(f"checkpoint {checkpoint}: no weights under {prefix!r} (the params' {what}); give "
+                                  "the params of the run that wrote it")
     try:
         missing, unexpected = model.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()},
                                                     strict=False)
@@ -403,15 +410,16 @@ class HFAdapter:
         return None if differs is None else f"model.{differs[0]}: {differs[1]!r} (config.json: {differs[2]!r})"
 
     def to_hf(self, checkpoint: str | Path, out_dir: str | Path, model_keys: dict,
-              side: Iterable[Path] = ()) -> Path:
+              side: Iterable[Path] = (), prefix: str = "") -> Path:
         """``--to hf``: the folder ``out_dir`` of ``config.json`` (:attr:`hf_config` of the resolved keys),
         ``model.safetensors`` of a checkpoint whose model ``model_keys`` (the run's ``model:``) describe,
         ``generation_config.json`` and the tokenizer files among ``side``. The folder is built whole under a
         temporary name beside ``out_dir`` and renamed in (:func:`replaced_folder`): an existing ``out_dir``
-        stays whole until then and keeps no file of its own."""
+        stays whole until then and keeps no file of its own. ``prefix``: the checkpoint's weights under it
+        (a DPO checkpoint's policy)."""
         lora = model_keys.get("lora_params")  # the adapters are folded in: the export is a plain model
         model_keys = {k: v for k, v in model_keys.items() if k != "lora_params"}
-        model = load_checkpoint_model(checkpoint, model_keys, self.what, lora)
+        model = load_checkpoint_model(checkpoint, model_keys, self.what, lora, prefix)
         # the resolved keys, plus the raw ones a family keeps out of them (gptj's use_untied_layer_norm)
         config = self.hf_config({**model_keys, **model.config, "name": model_keys["name"]})
         self.check_expressible(model, model_keys, config)

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cs_run.errors import ParamsError
 from cs_run.metrics import MeanMetric
 from cs_run.models.common.family import LM_DATA_PROCESSORS
 from cs_run.models.common.lm import DecoderLMModel
@@ -38,11 +39,15 @@ from cs_run.models.dpo.loss import DPOLoss, DPOLossType
 from cs_run.registry import check_config_keys, check_function_keys, get_model_spec, registered_models, resolve_object
 from cs_run.utils.tensorboard import summarize_scalar
 
-__all__ = ["DPOModel", "build_model", "dpo_parameters", "model_defaults", "sequence_logps"]
+__all__ = ["DPOModel", "build_model", "dpo_parameters", "model_defaults", "sequence_logps", "POLICY_PREFIX",
+           "decoder_of"]
 
 logger = logging.getLogger(__name__)
 
 _OWN_KEYS = ("name", "dpo", "compute_eval_metrics")
+
+POLICY_PREFIX = "policy_model."
+"""The policy's weights' key prefix in a DPO checkpoint's model state (the reference's is ``ref_model.``)."""
 
 
 def dpo_parameters(beta: float = 0.1, reference_free: bool = False, loss_type: DPOLossType = "sigmoid",
@@ -64,6 +69,27 @@ def model_defaults(model: dict) -> None:
     if "model_name" in policy:
         policy["name"] = policy.pop("model_name")
     model["policy_model"] = policy
+
+
+def decoder_of(model_keys: dict, where: str) -> tuple[dict, str]:
+    """The decoder a checkpoint of ``model_keys``' model exports (``--to hf``) and evaluates (``lm-eval``,
+    ``generate``) and its weights' key prefix: a dpo model's trained policy (``policy_model``'s keys, its
+    family's own ``model`` section), any other model itself with no prefix.
+
+    Raises:
+        ParamsError: a dpo model's policy_model is missing or names no family; ``where`` is the params file.
+    """
+    if model_keys.get("name") != "dpo":
+        return model_keys, ""
+    policy = model_keys.get("policy_model")
+    if not isinstance(policy, dict) or not isinstance(policy.get("name"), str):
+        raise ParamsError(f"{where}: model.policy_model: missing or without a name; a dpo model's policy is the "
+                          "decoder it exports (give its family's model keys, e.g. name: llama)")
+    policy = dict(policy)
+    spec = get_model_spec(policy["name"])
+    if spec.defaults_fn:  # its family's defaults, as the policy is built with them
+        resolve_object(spec.defaults_fn, key="model.policy_model.name")(policy)
+    return policy, POLICY_PREFIX
 
 
 def _build_policy(keys: dict) -> DecoderLMModel:

@@ -5,4 +5,4 @@ sets the family's features through the shared keys."""
 
 from cs_run.models.common.family import register_decoder_family
 
-register_decoder_family("jais")
+register_decoder_family("jais", hf_converter="cs_run.models.jais.hf")

@@ -6,24 +6,14 @@ reuse it); :class:`VisionTransformerConfig` adds the classifier's.
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from dataclasses import dataclass
+from typing import Optional
 
 from cs_run.models.common.activations import ACTIVATIONS
+from cs_run.models.common.config import Initializer, key
 from cs_run.models.common.initializers import initializer_spec, truncated_normal
 
 __all__ = ["ViTModelConfig", "VisionTransformerConfig"]
-
-Initializer = Optional[Union[str, dict]]
-
-
-def key(default: Any, since: str, doc: str) -> Any:
-    """A ``model:`` key's field (models/common/config.py's ``key``, with a copied default for a list or dict):
-    its default, the first Model Zoo release whose vision_transformer code names it, its meaning."""
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata={"since": since, "doc": doc})
-    return field(default=default, metadata={"since": since, "doc": doc})
 
 
 _EMBEDDING_INITS = ("projection_initializer", "position_embedding_initializer", "cls_token_initializer")
@@ -79,33 +69,33 @@ class ViTModelConfig:
 
     def __post_init__(self) -> None:
         """Every check once, naming its key (ValueError: the registry words it as a params error)."""
-        for key in ("image_size", "patch_size"):
-            value = getattr(self, key)
+        for name in ("image_size", "patch_size"):
+            value = getattr(self, name)
             if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) and v > 0 for v in value)):
-                raise ValueError(f"{key}: expected [height, width] of positive integers, got {value!r}")
+                raise ValueError(f"{name}: expected [height, width] of positive integers, got {value!r}")
         for i, (size, patch) in enumerate(zip(self.image_size, self.patch_size)):
             if size % patch:
                 raise ValueError(f"patch_size: {self.patch_size} does not divide image_size {self.image_size} "
                                  f"({'height' if i == 0 else 'width'})")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"num_heads: {self.num_heads} does not divide hidden_size {self.hidden_size}")
-        for key in ("dropout_rate", "attention_dropout_rate", "embedding_dropout_rate", "stochastic_depth_drop_prob"):
-            if not 0.0 <= getattr(self, key) <= 1.0:
-                raise ValueError(f"{key}: must be in [0, 1], got {getattr(self, key)}")
-        for key in ("nonlinearity", "pooler_nonlinearity"):
-            value = getattr(self, key)
+        for name in ("dropout_rate", "attention_dropout_rate", "embedding_dropout_rate", "stochastic_depth_drop_prob"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}: must be in [0, 1], got {getattr(self, name)}")
+        for name in ("nonlinearity", "pooler_nonlinearity"):
+            value = getattr(self, name)
             if value is not None and value.lower() not in ACTIVATIONS:
-                raise ValueError(f"{key}: unknown {value!r}; expected one of {', '.join(ACTIVATIONS)}")
+                raise ValueError(f"{name}: unknown {value!r}; expected one of {', '.join(ACTIVATIONS)}")
         choices = {"attention_module": ("aiayn_attention", "multiquery_attention"),
                    "attention_type": ("dot_product", "scaled_dot_product"),
                    "position_embedding_type": ("learned", None),
                    "stochastic_depth_drop_prob_schedule": ("linear", "constant"),
                    "stochastic_depth_mode": ("batch", "row")}
-        for key, allowed in choices.items():
-            if getattr(self, key) not in allowed:
-                extra = " (the vendor's fixed sin-cos table is not built here)" if key == "position_embedding_type" \
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                extra = " (the vendor's fixed sin-cos table is not built here)" if name == "position_embedding_type" \
                     else ""
-                raise ValueError(f"{key}: {getattr(self, key)!r} is not one of "
+                raise ValueError(f"{name}: {getattr(self, name)!r} is not one of "
                                  f"{', '.join(str(a) for a in allowed)}{extra}")
         if self.interpolate_position_embedding is not None:
             raise ValueError("interpolate_position_embedding: position-embedding interpolation is not built in "
@@ -117,12 +107,12 @@ class ViTModelConfig:
             self.image_layer_idx %= self.num_hidden_layers
         if self.default_initializer is None:
             self.default_initializer = truncated_normal(self.initializer_range)
-        for key in ("default_initializer", "attention_initializer", "ffn_initializer", "pooler_initializer",
-                    "projection_initializer", "position_embedding_initializer", "cls_token_initializer"):
-            value = getattr(self, key)
+        for name in ("default_initializer", "attention_initializer", "ffn_initializer", "pooler_initializer",
+                     "projection_initializer", "position_embedding_initializer", "cls_token_initializer"):
+            value = getattr(self, name)
             # the embedding's three default to its own truncated normal, not default_initializer (the vendor's)
-            fallback = truncated_normal(self.initializer_range) if key in _EMBEDDING_INITS else self.default_initializer
-            setattr(self, key, initializer_spec(fallback if value is None else value, key))
+            fallback = truncated_normal(self.initializer_range) if name in _EMBEDDING_INITS else self.default_initializer
+            setattr(self, name, initializer_spec(fallback if value is None else value, name))
 
     @property
     def num_kv_groups(self) -> Optional[int]:

@@ -15,8 +15,9 @@ import torch
 from torch import nn
 
 from cs_run.metrics import AccuracyMetric
+from cs_run.models.common.ffn import Dense
 from cs_run.models.vision_transformer.config import VisionTransformerConfig
-from cs_run.models.vision_transformer.trunk import ViTModel, _Dense
+from cs_run.models.vision_transformer.trunk import ViTModel
 
 __all__ = ["ViTClassificationModel", "ViTClassificationWrapperModel", "build", "build_model"]
 
@@ -30,7 +31,7 @@ class ViTClassificationModel(nn.Module):
         self.use_dinov2_classifier = cfg.use_dinov2_classifier
         width = cfg.hidden_size * (2 if cfg.use_dinov2_classifier else 1)
         self.classifier = nn.Module()  # the vendor's BertClassifierHead: its one layer is classifier.classifier
-        self.classifier.classifier = _Dense(width, cfg.num_classes, cfg.use_bias_in_output, cfg.default_initializer)
+        self.classifier.classifier = Dense(width, cfg.num_classes, cfg.use_bias_in_output, cfg.default_initializer)
 
     def forward(self, input_image: torch.Tensor) -> torch.Tensor:
         hidden, pooled = self.vit_model(input_image)

@@ -14,12 +14,12 @@ from typing import Optional
 import torch
 from torch import nn
 
-from cs_run.models.common.ffn import SingleFeedForwardLayer
+from cs_run.models.common.ffn import Pooler
 from cs_run.models.common.initializers import make_initializer
 from cs_run.models.vision_transformer.config import ViTModelConfig
 from cs_run.models.vision_transformer.encoder import TransformerEncoder, TransformerEncoderLayer
 
-__all__ = ["patchify", "ViTEmbeddingLayer", "Pooler", "ViTEncoder", "ViTModel"]
+__all__ = ["patchify", "ViTEmbeddingLayer", "ViTEncoder", "ViTModel"]
 
 
 def patchify(images: torch.Tensor, patch_size: list) -> torch.Tensor:
@@ -88,32 +88,6 @@ class ViTEmbeddingLayer(nn.Module):
             x = x + self.position_embeddings(self._position_ids(x.device)).to(x.dtype)
         x = self.dropout_embd(x)
         return self.post_embed_ln(x) if self.post_embed_ln is not None else x
-
-
-class Pooler(nn.Module):
-    """The vendor's BertPooler without its norm: a dense layer and activation on the first token's state."""
-
-    def __init__(self, hidden_size: int, activation: str, bias: bool, initializer: dict) -> None:
-        super().__init__()
-        self.pooler = _Dense(hidden_size, hidden_size, bias, initializer, activation)
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.pooler(hidden_states[:, 0])
-
-
-class _Dense(nn.Module):
-    """A one-layer FeedForwardNetwork (``ffn.0.linear_layer``), the vendor's heads' and pooler's form."""
-
-    def __init__(self, inputs: int, outputs: int, bias: bool, initializer: dict, activation: Optional[str] = None):
-        super().__init__()
-        self.ffn = nn.ModuleList([SingleFeedForwardLayer(inputs, outputs, bias, activation)])
-        with torch.no_grad():
-            make_initializer(initializer)(self.ffn[0].linear_layer.weight)
-            if bias:
-                self.ffn[0].linear_layer.bias.zero_()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ffn[0](x)
 
 
 class ViTEncoder(nn.Module):

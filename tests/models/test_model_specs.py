@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from cs_run.errors import ParamsError
+from cs_run.models.common.config import config_table, key
 from cs_run.models.common.family import LM_DATA_PROCESSORS
 from cs_run.models.common.keys_doc import models_markdown
 from cs_run.registry import check_model_keys, get_model_spec, registered_models, resolve_object
@@ -46,6 +47,18 @@ def test_builder_of_config_object_is_the_model_function(name):
     ids = torch.randint(0, 97, (2, 8))
     assert by_keys.config == by_config.config
     assert torch.equal(by_keys.model(ids), by_config.model(ids))
+
+
+@pytest.mark.parametrize("default", [[224, 224], {"num_kv_groups": 2}])
+def test_key_with_a_list_or_dict_default_gives_each_config_its_own_copy(default):
+    """One ``key()`` serves every family: vision_transformer's list and dict defaults (image_size,
+    extra_attention_params) are copied per config, so changing one config's value changes no other's."""
+    cls = dataclasses.make_dataclass("C", [("value", type(default), key(default, "2.2.0", "a key"))])
+    first, second = cls(), cls()
+    assert first.value == second.value == default and first.value is not second.value
+    first.value.clear()
+    assert second.value == default and cls().value == default
+    assert f"| `value` | `{type(default).__name__}` | `{default!r}` | 2.2.0 | a key |" in config_table(cls)
 
 
 def test_gptj_config_resolves_its_two_names_of_a_key():

@@ -181,8 +181,8 @@ def _not_yet(setup: dict, processing: dict, dataset: dict, mode: str, path: str,
                     "which cs-run's --config does not run yet", "remove it (plain autoregressive pretraining)")
 
 
-def load_config(path: str) -> PreprocessConfig:
-    """Read and check ``path``. Raises ParamsError (file, key, line, fix) on the first problem."""
+def _sections(path: str) -> tuple[dict, dict, dict, dict, dict]:
+    """The file's params, line numbers and its three sections, each key known."""
     text = _yaml.read_text(path)
     params, lines = _yaml.parse(text, path)
     if not isinstance(params, dict):
@@ -200,13 +200,11 @@ def load_config(path: str) -> PreprocessConfig:
     _unknown(processing, PROCESSING_KEYS, "processing", path, lines)
     _unknown(dataset, DATASET_KEYS, "dataset", path, lines)
 
-    mode = _typed(setup, "mode", str, "setup", path, lines)
-    if mode is None:
-        raise _fail(path, lines, "setup.mode", "is missing", f"set it to one of {', '.join(MODES)}")
-    if mode not in MODES:
-        raise _fail(path, lines, "setup.mode", f"is {mode!r}", f"use one of {', '.join(MODES)}")
-    _not_yet(setup, processing, dataset, mode, path, lines)
+    return params, lines, setup, processing, dataset
 
+
+def _data_source(setup: dict, path: str, lines: dict) -> tuple:
+    """``setup.data``: its type, the input folder (or saved dataset) and the dataset split."""
     data = _typed(setup, "data", dict, "setup", path, lines)
     if data is None:
         raise _fail(path, lines, "setup.data", "is missing", "add data: {type: local, source: INPUT_FOLDER}")
@@ -222,11 +220,11 @@ def load_config(path: str) -> PreprocessConfig:
     elif not source or not os.path.isdir(source):
         raise _fail(path, lines, "setup.data.source", f"is {source!r}, not a folder",
                     "give the folder that holds the .jsonl / .txt / .parquet inputs")
-    output_dir = _typed(setup, "output_dir", str, "setup", path, lines, "./output/")
-    if not output_dir.strip():
-        raise _fail(path, lines, "setup.output_dir", "is empty", "give the folder the .h5 files go to")
-    _typed(setup, "processes", int, "setup", path, lines)
+    return kind, source, hf_split
 
+
+def _tokenizer(processing: dict, path: str, lines: dict) -> tuple[str, str, tuple]:
+    """The one tokenizer the section names: ``(tokenizer path, kind, gpt2 encoder/vocab files)``."""
     hf = _typed(processing, "huggingface_tokenizer", str, "processing", path, lines)
     custom = _typed(processing, "custom_tokenizer", str, "processing", path, lines)
     tok_params = _typed(processing, "tokenizer_params", dict, "processing", path, lines, {})
@@ -256,6 +254,12 @@ def load_config(path: str) -> PreprocessConfig:
         raise _fail(path, lines, "processing.custom_tokenizer", f"is {custom!r}, which cs-run does not load",
                     "use gpt2tokenizer or neoxtokenizer, or huggingface_tokenizer with a local folder")
 
+    return tokenizer, tokenizer_kind, gpt2_files
+
+
+def _processing(processing: dict, path: str, lines: dict) -> tuple:
+    """The ``processing`` keys the writer reads: sequence length, short-sequence probability, the read hook,
+    ftfy; the other integer keys and the dtypes checked."""
     msl = _typed(processing, "max_seq_length", int, "processing", path, lines, 2048)
     if msl < 2:
         raise _fail(path, lines, "processing.max_seq_length", f"is {msl}", "give at least 2")
@@ -282,6 +286,29 @@ def load_config(path: str) -> PreprocessConfig:
         if processing.get(key, "int32") != "int32":
             raise _fail(path, lines, f"processing.{key}", f"is {processing[key]!r}", "cs-run writes int32 (the "
                         "vendor's writer stores i4 whatever it is); remove it")
+    return msl, ssp, hook, hook_kwargs, use_ftfy
+
+
+def load_config(path: str) -> PreprocessConfig:
+    """Read and check ``path``. Raises ParamsError (file, key, line, fix) on the first problem."""
+    params, lines, setup, processing, dataset = _sections(path)
+
+    mode = _typed(setup, "mode", str, "setup", path, lines)
+    if mode is None:
+        raise _fail(path, lines, "setup.mode", "is missing", f"set it to one of {', '.join(MODES)}")
+    if mode not in MODES:
+        raise _fail(path, lines, "setup.mode", f"is {mode!r}", f"use one of {', '.join(MODES)}")
+    _not_yet(setup, processing, dataset, mode, path, lines)
+
+    kind, source, hf_split = _data_source(setup, path, lines)
+    output_dir = _typed(setup, "output_dir", str, "setup", path, lines, "./output/")
+    if not output_dir.strip():
+        raise _fail(path, lines, "setup.output_dir", "is empty", "give the folder the .h5 files go to")
+    _typed(setup, "processes", int, "setup", path, lines)
+
+    tokenizer, tokenizer_kind, gpt2_files = _tokenizer(processing, path, lines)
+
+    msl, ssp, hook, hook_kwargs, use_ftfy = _processing(processing, path, lines)
     splits = _splits.plan_splits(setup, processing, output_dir,
                                  lambda key, problem, fix: _fail(path, _nearest(lines, key), key, problem, fix))
     fim = _fim(dataset, tokenizer_kind, path, lines) if dataset.get("training_objective") == "fim" else None

@@ -96,29 +96,8 @@ def _run_splits(cfg, progress: bool) -> PreprocessSummary:
     return PreprocessSummary(cfg.output_dir, written, n, vocab)
 
 
-def _run(cfg, progress: bool) -> PreprocessSummary:
-    """One preprocessing run of a checked config (no splits) into cfg.output_dir."""
-    done = _output.finished_run(cfg.output_dir)
-    if cfg.resume and done is not None:
-        # The output appears only whole (staged), so a folder holding data_params.json is a finished run: resuming
-        # it has nothing left to do. An interrupted run left nothing there and starts over below.
-        logger.info("data preprocess: %s already holds a finished run (data_params.json); nothing to resume",
-                    cfg.output_dir)
-        return PreprocessSummary(cfg.output_dir, *done)
-    if cfg.resume:
-        logger.info("data preprocess: no finished run in %s; an interrupted run leaves nothing behind (its output is "
-                    "staged), so this one starts from the first input", cfg.output_dir)
-    _output.check_output_dir(cfg.output_dir, cfg.at("setup.output_dir"))
-    hook = _inputs.resolve_hook(cfg.read_hook, cfg.mode, cfg.at("processing.read_hook"))
-    files = _inputs.find_files(cfg.source)
-    if not files:
-        raise ParamsError(f"data preprocess --config: setup.data.source {cfg.source} holds no "
-                          f"{', '.join(_inputs.SUFFIXES)} files ({cfg.at('setup.data.source')}); point it at the inputs")
-    tok_key = "processing.huggingface_tokenizer" if cfg.tokenizer_kind == "huggingface" else "processing.tokenizer_params"
-    tok = load_tokenizer(cfg.tokenizer_kind, cfg.tokenizer, cfg.gpt2_files, cfg.eos_id, cfg.pad_id, cfg.at(tok_key))
-    if cfg.params["setup"].get("processes", 1) != 1:
-        logger.info("setup.processes %s: cs-run writes the layout of processes: 1 (one process reads every file)",
-                    cfg.params["setup"]["processes"])
+def _generator(cfg, tok) -> tuple:
+    """The mode's sample generator, the counts it keeps and the rows it writes."""
     features = _pretraining.FEATURES
     if cfg.mode == "dpo":
         if cfg.chat_template:
@@ -142,6 +121,33 @@ def _run(cfg, progress: bool) -> PreprocessSummary:
         gen = (_fim.FimSamples(tok, fim=cfg.fim, where=cfg.at("dataset.fim_prefix_tok"), **args) if cfg.fim else
                _pretraining.PretrainingSamples(tok, **args))
         stats_keys = _pretraining.STATS_KEYS
+    return gen, stats_keys, features
+
+
+def _run(cfg, progress: bool) -> PreprocessSummary:
+    """One preprocessing run of a checked config (no splits) into cfg.output_dir."""
+    done = _output.finished_run(cfg.output_dir)
+    if cfg.resume and done is not None:
+        # The output appears only whole (staged), so a folder holding data_params.json is a finished run: resuming
+        # it has nothing left to do. An interrupted run left nothing there and starts over below.
+        logger.info("data preprocess: %s already holds a finished run (data_params.json); nothing to resume",
+                    cfg.output_dir)
+        return PreprocessSummary(cfg.output_dir, *done)
+    if cfg.resume:
+        logger.info("data preprocess: no finished run in %s; an interrupted run leaves nothing behind (its output is "
+                    "staged), so this one starts from the first input", cfg.output_dir)
+    _output.check_output_dir(cfg.output_dir, cfg.at("setup.output_dir"))
+    hook = _inputs.resolve_hook(cfg.read_hook, cfg.mode, cfg.at("processing.read_hook"))
+    files = _inputs.find_files(cfg.source)
+    if not files:
+        raise ParamsError(f"data preprocess --config: setup.data.source {cfg.source} holds no "
+                          f"{', '.join(_inputs.SUFFIXES)} files ({cfg.at('setup.data.source')}); point it at the inputs")
+    tok_key = "processing.huggingface_tokenizer" if cfg.tokenizer_kind == "huggingface" else "processing.tokenizer_params"
+    tok = load_tokenizer(cfg.tokenizer_kind, cfg.tokenizer, cfg.gpt2_files, cfg.eos_id, cfg.pad_id, cfg.at(tok_key))
+    if cfg.params["setup"].get("processes", 1) != 1:
+        logger.info("setup.processes %s: cs-run writes the layout of processes: 1 (one process reads every file)",
+                    cfg.params["setup"]["processes"])
+    gen, stats_keys, features = _generator(cfg, tok)
     keys = [v for k, v in cfg.read_hook_kwargs.items() if str(k).endswith("_key")]
 
     out = _output.Output(cfg.output_dir, cfg.params)
