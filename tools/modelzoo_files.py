@@ -15,7 +15,8 @@ max_predictions_per_seq to 10): ``--write-bert-csv`` writes random word-piece pa
     python tools/modelzoo_files.py --shards /tmp/mz/bert --write-bert-csv --match nlp/bert/configs/ --command train
 
 t5's files read text (T5DynamicDataProcessor; src_vocab_file moves to --shards/vocab.txt, 64 source and 16
-target tokens): ``--write-t5-text`` writes random pieces in the vendor's layout (``--match nlp/t5/configs/``).
+target tokens): ``--write-t5-text`` writes random pieces in the vendor's layout (``--match nlp/t5/configs/``);
+transformer's read parallel text, ``--write-transformer-text`` (``--match nlp/transformer/configs/``).
 
 ``--tag`` takes any release (older ones keep their files under ``transformers/pytorch/<family>/``);
 ``--name-from-folder`` names the model of a file without ``model.name`` by its family folder, as the
@@ -45,14 +46,15 @@ from cs_run._yaml import parse as parse_yaml
 
 MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
 FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
-            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "t5")
+            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "t5", "transformer")
 """Model families (models/nlp/<family>/...): the decoder LMs, bert (its pretraining files and its heads'
-files, the heads' data not read yet) and t5; transformer, ... are left out."""
+files, the heads' data not read yet), t5 and transformer; the other encoder-decoders are left out."""
 
 MODEL_SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "filter_size": 128, "vocab_size": 512,
                "max_position_embeddings": 64, "rotary_dim": 16}
 T5_SIZES = {"d_model": 64, "d_kv": 16, "d_ff": 128, "encoder_num_hidden_layers": 2, "decoder_num_hidden_layers": 2,
-            "src_vocab_size": 512, "src_max_position_embeddings": 64, "tgt_max_position_embeddings": 16}
+            "src_vocab_size": 512, "tgt_vocab_size": 512, "src_max_position_embeddings": 64,
+            "tgt_max_position_embeddings": 16}
 """t5's sizes: 64 source tokens (70 raw ones, 14 targets: data/processors/t5.raw_sequence_lengths) and 16 targets."""
 MAX_PREDICTIONS = 10  # bert's max_predictions_per_seq: 15% of the 64-token sequence
 KV_GROUPS = 2
@@ -259,6 +261,24 @@ def write_t5_text(out: Path, lines: int = 48, seed: int = 0) -> None:
         (out / split / "meta.dat").write_text(f"c4-0.txt {lines}\n")
 
 
+def write_transformer_text(out: Path, lines: int = 48, seed: int = 0) -> None:
+    """Parallel text in the layout TransformerDynamicDataProcessor reads: ``train/`` and ``val/`` with
+    ``meta.dat`` (``src.txt tgt.txt <lines>``) and line-aligned files (sources of 5 to 60 pieces, targets of 3 to
+    14: all within the 64 and 16 of T5_SIZES), and ``vocab.txt`` as :func:`write_t5_text`'s."""
+    import random  # noqa: PLC0415 - only this mode draws text
+
+    rng = random.Random(seed)
+    words = ["<pad>", "</s>", "<s>", "<unk>"] + [f"w{i}" for i in range(T5_SIZES["src_vocab_size"] - 4)]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "vocab.txt").write_text("\n".join(words) + "\n")
+    for split in ("train", "val"):
+        (out / split).mkdir(exist_ok=True)
+        for name, (low, high) in (("src.txt", (5, 60)), ("tgt.txt", (3, 14))):
+            text = [" ".join(rng.choices(words[4:], k=rng.randint(low, high))) for _ in range(lines)]
+            (out / split / name).write_text("\n".join(text) + "\n")
+        (out / split / "meta.dat").write_text(f"src.txt tgt.txt {lines}\n")
+
+
 def first_error(output: str, rc: int) -> str:
     """The first ``Error:`` line, or a traceback's last line, or ``ok``."""
     for line in output.splitlines():
@@ -348,6 +368,8 @@ def main() -> int:
     parser.add_argument("--in-process", action="store_true", help="run every file in this process, one at a time")
     parser.add_argument("--write-t5-text", action="store_true",
                         help="first write T5 text data (train/, val/, vocab.txt) to --shards (for --match t5/)")
+    parser.add_argument("--write-transformer-text", action="store_true",
+                        help="first write parallel text (train/, val/, vocab.txt) to --shards (for --match transformer/)")
     parser.add_argument("--write-bert-csv", action="store_true",
                         help="first write BERT CSV data (train/, val/, vocab.txt) to --shards (for --match bert/)")
     args = parser.parse_args()
@@ -355,6 +377,8 @@ def main() -> int:
         write_bert_csv(Path(args.shards))
     if args.write_t5_text:
         write_t5_text(Path(args.shards))
+    if args.write_transformer_text:
+        write_transformer_text(Path(args.shards))
     jobs = [(name, tag) for tag in (args.tag or ["Release_2.10.0"]) for name in decoder_files(tag, args.mirror)
             if args.match in name]
     if args.in_process:

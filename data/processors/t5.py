@@ -13,6 +13,9 @@ token, the decoder input the start token and the target less its last token. Pad
 the pad id; masks are 1 on the tokens. The RNGs are the vendor's: numpy's ``default_rng`` for the chunks and
 spans, ``random.Random`` for the buffer and the files' order, both seeded ``shuffle_seed + worker + 1``.
 
+TransformerDynamicDataProcessor (``data/nlp/transformer/``, ``model.name: transformer``) reads parallel text
+the same way, without corruption: see :class:`TransformerDynamicDataset`.
+
 A file that is missing or malformed is a DataError naming the file (and line) and what to fix.
 """
 
@@ -31,13 +34,16 @@ from torch.utils.data import DataLoader, IterableDataset, default_collate, get_w
 from cs_run.errors import DataError
 from cs_run.registry import register_data_processor
 
-__all__ = ["T5DynamicDataset", "build_dataloader", "random_spans_noise_mask", "noise_span_to_unique_sentinel",
+__all__ = ["T5DynamicDataset", "TransformerDynamicDataset", "build_dataloader", "random_spans_noise_mask", "noise_span_to_unique_sentinel",
            "construct_denoising_objective", "raw_sequence_lengths", "read_meta"]
 
 
-def read_meta(data_dir: Union[str, list]) -> list[tuple[str, int]]:
-    """(text file, lines) of every line of each folder's ``meta.dat``, in order."""
+def read_meta(data_dir: Union[str, list], pairs: bool = False) -> list[tuple[Any, int]]:
+    """(text file, lines) of every line of each folder's ``meta.dat``, in order; with ``pairs`` (the
+    Transformer's parallel text) ((source file, target file), lines)."""
     out = []
+    columns = 3 if pairs else 2
+    form = "<source file> <target file> <number of lines>" if pairs else "<text file> <number of lines>"
     for folder in data_dir if isinstance(data_dir, list) else [data_dir]:
         meta = Path(folder) / "meta.dat"
         if not meta.is_file():
@@ -47,9 +53,10 @@ def read_meta(data_dir: Union[str, list]) -> list[tuple[str, int]]:
             parts = line.split()
             if not parts:
                 continue
-            if len(parts) != 2 or not parts[1].isdigit():
-                raise DataError(f"{meta}:{n}: expected '<text file> <number of lines>', got {line.strip()!r}")
-            out.append((os.path.join(str(folder), parts[0]), int(parts[1])))
+            if len(parts) != columns or not parts[-1].isdigit():
+                raise DataError(f"{meta}:{n}: expected '{form}', got {line.strip()!r}")
+            files = tuple(os.path.join(str(folder), p) for p in parts[:-1])
+            out.append((files if pairs else files[0], int(parts[-1])))
     return out
 
 
@@ -156,12 +163,14 @@ class T5DynamicDataset(IterableDataset):
     """Batches (dicts of tensors) of span-corrupted runs of the text files, as the module docstring says;
     one pass ends when the files do (whole batches only with ``drop_last``)."""
 
+    pairs = False  # meta.dat's lines name one text file
+
     def __init__(self, *, src_data_dir, src_vocab_file: str, batch_size: int, src_max_sequence_length: int,
                  tgt_max_sequence_length: int, extra_ids: int, special: dict[str, str], labels_pad_id: Optional[int],
                  input_pad_id: Optional[int], shuffle: bool, shuffle_seed: Optional[int], shuffle_buffer: int,
                  drop_last: bool, dynamic_loss_weight: bool) -> None:
         super().__init__()
-        files = read_meta(src_data_dir)
+        files = read_meta(src_data_dir, pairs=self.pairs)
         total = sum(n for _, n in files)
         if total < batch_size:
             raise DataError(f"src_data_dir {src_data_dir}: {total} lines in meta.dat, fewer than one batch of "
@@ -179,13 +188,16 @@ class T5DynamicDataset(IterableDataset):
         self.input_pad = ids["pad_token"] if input_pad_id is None else int(input_pad_id)
         self.labels_pad = ids["pad_token"] if labels_pad_id is None else int(labels_pad_id)
         self.src_len, self.tgt_len = src_max_sequence_length, tgt_max_sequence_length
-        self.raw_len, target_len = raw_sequence_lengths(src_max_sequence_length)
-        if target_len > tgt_max_sequence_length:
-            raise DataError(f"tgt_max_sequence_length: {tgt_max_sequence_length} is shorter than the targets "
-                            f"src_max_sequence_length {src_max_sequence_length} makes ({target_len}); raise it")
+        self.raw_len, self.target_len = raw_sequence_lengths(src_max_sequence_length)
+        self._check_lengths()
         self.batch_size, self.drop_last = batch_size, drop_last
         self.shuffle, self.shuffle_seed, self.shuffle_buffer = shuffle, shuffle_seed, shuffle_buffer
         self.dynamic_loss_weight = dynamic_loss_weight
+
+    def _check_lengths(self) -> None:
+        if self.target_len > self.tgt_len:
+            raise DataError(f"tgt_max_sequence_length: {self.tgt_len} is shorter than the targets "
+                            f"src_max_sequence_length {self.src_len} makes ({self.target_len}); raise it")
 
     def _lines(self, files: list) -> Iterator[tuple[str, int, str]]:
         for path, count in files:
@@ -237,7 +249,52 @@ class T5DynamicDataset(IterableDataset):
         return out
 
 
-@register_data_processor("T5DynamicDataProcessor")
+class TransformerDynamicDataset(T5DynamicDataset):
+    """TransformerDynamicDataProcessor: parallel text, line n of the source file with line n of the target
+    (meta.dat: ``<source> <target> <lines>``), in chunks of ``shuffle_buffer`` pairs shuffled whole when
+    ``shuffle``; a pair is kept when both sides are non-empty and shorter than their maximum lengths
+    (t5_utils.create_transformer_input_features): input the source ids, labels the target then eos,
+    decoder input sos then the target."""
+
+    pairs = True
+
+    def _lines(self, files: list) -> Iterator[tuple[str, int, tuple[str, str]]]:
+        for (src, tgt), count in files:
+            try:
+                with open(src, newline="", encoding="utf-8", errors="replace") as fs, \
+                        open(tgt, newline="", encoding="utf-8", errors="replace") as ft:
+                    for n, pair in enumerate(zip(fs, ft)):
+                        if n >= count:
+                            break
+                        yield src, n + 1, pair
+            except OSError as e:
+                raise DataError(f"{e.filename or src}: cannot read ({e.strerror or e}); meta.dat names it") from None
+
+    def _samples(self, np_rng: np.random.Generator, rng: random.Random, files: list) -> Iterator[dict]:
+        def chunks() -> Iterator[tuple[str, str]]:
+            buffer: list = []
+            for _, _, pair in self._lines(files):
+                buffer.append(pair)
+                if len(buffer) == self.shuffle_buffer:
+                    if self.shuffle:
+                        rng.shuffle(buffer)
+                    yield from buffer
+                    buffer = []
+            if self.shuffle:
+                rng.shuffle(buffer)
+            yield from buffer
+        for src_line, tgt_line in chunks():
+            src = [self.vocab.get(t, self.oov_id) for t in src_line.split()]
+            tgt = [self.vocab.get(t, self.oov_id) for t in tgt_line.split()]
+            if 0 < len(src) < self.src_len and 0 < len(tgt) < self.tgt_len:
+                features = {"input_ids": src, "labels": tgt + [self.eos], "decoder_input_ids": [self.sos] + tgt}
+                yield _pad(features, self.src_len, self.tgt_len, self.input_pad, self.labels_pad)
+
+    def _check_lengths(self) -> None:
+        """No span corruption: the targets are the text's own."""
+
+
+@register_data_processor("T5DynamicDataProcessor", "TransformerDynamicDataProcessor")
 def build_dataloader(split: str, data_processor: str = "T5DynamicDataProcessor",
                      src_vocab_file: Optional[str] = None, src_data_dir: Union[str, list, None] = None,
                      batch_size: int = 1, shuffle: bool = True, shuffle_seed: Optional[int] = None,
@@ -250,14 +307,17 @@ def build_dataloader(split: str, data_processor: str = "T5DynamicDataProcessor",
                      eos_token: str = "</s>", pad_token: str = "<pad>", labels_pad_id: Optional[int] = None,
                      input_pad_id: Optional[int] = None, vocab_size: Any = None, tgt_vocab_file: Any = None,
                      tgt_data_dir: Any = None) -> DataLoader:
-    """Data function of ``model.name: t5``: the split's DataLoader of T5DynamicDataProcessor (its config keys
-    and defaults). ``do_lower`` lowercases the special tokens only, as the vendor's post_init does;
-    ``vocab_size``, ``tgt_vocab_file``, ``tgt_data_dir`` are deprecated there and unused."""
+    """Data function of ``model.name: t5`` and ``transformer``: the split's DataLoader of T5DynamicDataProcessor
+    or TransformerDynamicDataProcessor (their config keys and defaults). ``do_lower`` lowercases the special
+    tokens only, as the vendor's post_init does; ``vocab_size``, ``tgt_vocab_file``, ``tgt_data_dir`` are deprecated there and unused."""
+    if data_processor not in ("T5DynamicDataProcessor", "TransformerDynamicDataProcessor"):
+        raise ValueError(f"data_processor: {data_processor!r} is not T5DynamicDataProcessor or "
+                         "TransformerDynamicDataProcessor")
     for key, value in (("src_vocab_file", src_vocab_file), ("src_data_dir", src_data_dir),
                        ("src_max_sequence_length", src_max_sequence_length),
                        ("tgt_max_sequence_length", tgt_max_sequence_length)):
         if value is None:
-            raise ValueError(f"{key}: required by T5DynamicDataProcessor")
+            raise ValueError(f"{key}: required by {data_processor}")
     if batch_size < 1:
         raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
     if src_max_sequence_length < 2 or tgt_max_sequence_length < 2:
@@ -268,7 +328,8 @@ def build_dataloader(split: str, data_processor: str = "T5DynamicDataProcessor",
     special = {"oov_token": oov_token, "sos_token": sos_token, "eos_token": eos_token, "pad_token": pad_token}
     if do_lower:
         special = {k: v.lower() for k, v in special.items()}
-    dataset = T5DynamicDataset(
+    cls = TransformerDynamicDataset if data_processor == "TransformerDynamicDataProcessor" else T5DynamicDataset
+    dataset = cls(
         src_data_dir=src_data_dir, src_vocab_file=os.path.expandvars(src_vocab_file), batch_size=batch_size,
         src_max_sequence_length=src_max_sequence_length, tgt_max_sequence_length=tgt_max_sequence_length,
         extra_ids=extra_ids, special=special, labels_pad_id=labels_pad_id, input_pad_id=input_pad_id, shuffle=shuffle,

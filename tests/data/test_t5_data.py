@@ -130,3 +130,36 @@ def test_bad_inputs_are_one_error_naming_the_key_or_file(tmp_path, what, breakag
         (tmp_path / "data" / "b.txt").unlink()
     with pytest.raises((DataError, ValueError), match=words.replace("(", r"\(").replace(")", r"\)")):
         list(_loader(data, vocab, **keys))
+
+
+def _parallel(tmp_path) -> tuple[str, str]:
+    """Three aligned pairs: the second's source too long for 6 tokens, the third's target empty."""
+    data = tmp_path / "pairs"
+    data.mkdir()
+    (data / "s.txt").write_text("w1 w2 zz\nw1 w2 w3 w4 w5 w6 w7\nw9\nw4 w5\n")
+    (data / "t.txt").write_text("w3 w4\nw5\n\nw6 w7 w8\n")
+    (data / "meta.dat").write_text("s.txt t.txt 4\n")
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(SPECIAL + WORDS) + "\n")
+    return str(data), str(vocab)
+
+
+def test_transformer_pairs_by_hand(tmp_path):
+    data, vocab = _parallel(tmp_path)
+    loader = build_dataloader("train", data_processor="TransformerDynamicDataProcessor", src_vocab_file=vocab,
+                              src_data_dir=data, batch_size=2, src_max_sequence_length=6, tgt_max_sequence_length=5,
+                              shuffle=False)
+    (b,) = list(loader)  # pairs 2 (source of 7 >= 6) and 3 (empty target) are dropped; w_i is id i + 4
+    assert b["input_ids"].tolist() == [[5, 6, 3, 0, 0, 0], [8, 9, 0, 0, 0, 0]]
+    assert b["labels"].tolist() == [[7, 8, 1, 0, 0], [10, 11, 12, 1, 0]]
+    assert b["decoder_input_ids"].tolist() == [[2, 7, 8, 0, 0], [2, 10, 11, 12, 0]]
+    assert b["attention_mask"].tolist() == [[1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 0, 0]]
+    assert b["decoder_attention_mask"].tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]]
+
+
+def test_transformer_meta_needs_both_files(tmp_path):
+    data, vocab = _parallel(tmp_path)
+    (tmp_path / "pairs" / "meta.dat").write_text("s.txt 4\n")
+    with pytest.raises(DataError, match="meta.dat:1: expected '<source file> <target file> <number of lines>'"):
+        build_dataloader("train", data_processor="TransformerDynamicDataProcessor", src_vocab_file=vocab,
+                         src_data_dir=data, batch_size=2, src_max_sequence_length=6, tgt_max_sequence_length=5)
