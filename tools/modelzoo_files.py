@@ -19,6 +19,10 @@ max_predictions_per_seq to 10): ``--write-bert-csv`` writes random word-piece pa
 
     python tools/modelzoo_files.py --shards /tmp/mz/bert --write-bert-csv --match nlp/bert/configs/ --command train
 
+t5's files read text (T5DynamicDataProcessor; src_vocab_file moves to --shards/vocab.txt, 64 source and 16
+target tokens): ``--write-t5-text`` writes random pieces in the vendor's layout (``--match nlp/t5/configs/``);
+transformer's read parallel text, ``--write-transformer-text`` (``--match nlp/transformer/configs/``).
+
 ``--tag`` takes any release (older ones keep their files under ``transformers/pytorch/<family>/``);
 ``--name-from-folder`` names the model of a file without ``model.name`` by its family folder, as the
 vendor's per-family ``run.py`` does. ``--json FILE`` writes every file's result; the table printed
@@ -47,12 +51,16 @@ from cs_run._yaml import parse as parse_yaml
 
 MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
 FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
-            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "esm2")
+            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "esm2", "t5", "transformer")
 """Model families (models/nlp/<family>/...): the decoder LMs, bert (its pretraining files and its heads'
-files, the heads' data not read yet) and esm2; t5, transformer, ... are left out."""
+files), esm2, t5 and transformer; the other encoder-decoders are left out."""
 
 MODEL_SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "filter_size": 128, "vocab_size": 512,
                "max_position_embeddings": 64, "rotary_dim": 16}
+T5_SIZES = {"d_model": 64, "d_kv": 16, "d_ff": 128, "encoder_num_hidden_layers": 2, "decoder_num_hidden_layers": 2,
+            "src_vocab_size": 512, "tgt_vocab_size": 512, "src_max_position_embeddings": 64,
+            "tgt_max_position_embeddings": 16}
+"""t5's sizes: 64 source tokens (70 raw ones, 14 targets: data/processors/t5.raw_sequence_lengths) and 16 targets."""
 MAX_PREDICTIONS = 10  # bert's max_predictions_per_seq: 15% of the 64-token sequence
 KV_GROUPS = 2
 SINK_TOKENS = 4
@@ -88,7 +96,7 @@ def _name_model(raw: dict, family: str) -> None:
 
 
 def _shrink_model(model: dict) -> None:
-    for key, value in MODEL_SIZES.items():
+    for key, value in {**MODEL_SIZES, **T5_SIZES}.items():
         if key in model:
             model[key] = value
     extra = model.get("extra_attention_params")
@@ -107,7 +115,7 @@ def _shrink_input(section: dict, data_dir: str) -> None:
     if "mixture" in section:
         for entry in section["mixture"]:
             entry["data_dir"] = data_dir
-    else:
+    elif "src_data_dir" not in section:
         section["data_dir"] = data_dir
     if section.get("max_sequence_length") is not None:
         section["max_sequence_length"] = MODEL_SIZES["max_position_embeddings"]
@@ -115,6 +123,14 @@ def _shrink_input(section: dict, data_dir: str) -> None:
         section["vocab_size"] = MODEL_SIZES["vocab_size"]
     if section.get("max_predictions_per_seq") is not None:
         section["max_predictions_per_seq"] = MAX_PREDICTIONS
+    if section.get("src_data_dir") is not None:  # t5's text data (write_t5_text)
+        section["src_data_dir"] = data_dir
+        section["src_vocab_file"] = str(Path(data_dir).parent / "vocab.txt")
+        section["src_max_sequence_length"] = T5_SIZES["src_max_position_embeddings"]
+        section["tgt_max_sequence_length"] = T5_SIZES["tgt_max_position_embeddings"]
+        section.pop("data_dir", None)
+        if section.get("shuffle_buffer") is not None:
+            section["shuffle_buffer"] = 4 * BATCH_SIZE
     if section.get("vocab_file") is not None:  # bert's CSV data: the word pieces of --shards (write_bert_csv)
         section["vocab_file"] = str(Path(data_dir).parent / "vocab.txt")
     for transform in section.get("data_transforms") or ():
@@ -286,6 +302,41 @@ def write_esm2_data(out: Path, rows: int = 32, seed: int = 0) -> None:
             (folder / "meta.dat").write_text(f"part_0.csv {rows}\n")
 
 
+def write_t5_text(out: Path, lines: int = 48, seed: int = 0) -> None:
+    """T5 text data in the layout T5DynamicDataProcessor reads (preprocess_external.sh's output): ``train/`` and
+    ``val/`` with ``meta.dat`` and a file of documents (one a line, 40 to 200 space-separated pieces), and
+    ``vocab.txt`` of 512 pieces, the four special ones first."""
+    import random  # noqa: PLC0415 - only this mode draws text
+
+    rng = random.Random(seed)
+    words = ["<pad>", "</s>", "<s>", "<unk>"] + [f"\u2581w{i}" for i in range(T5_SIZES["src_vocab_size"] - 4)]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "vocab.txt").write_text("\n".join(words) + "\n")
+    for split in ("train", "val"):
+        (out / split).mkdir(exist_ok=True)
+        docs = [" ".join(rng.choices(words[4:], k=rng.randint(40, 200))) for _ in range(lines)]
+        (out / split / "c4-0.txt").write_text("\n".join(docs) + "\n")
+        (out / split / "meta.dat").write_text(f"c4-0.txt {lines}\n")
+
+
+def write_transformer_text(out: Path, lines: int = 48, seed: int = 0) -> None:
+    """Parallel text in the layout TransformerDynamicDataProcessor reads: ``train/`` and ``val/`` with
+    ``meta.dat`` (``src.txt tgt.txt <lines>``) and line-aligned files (sources of 5 to 60 pieces, targets of 3 to
+    14: all within the 64 and 16 of T5_SIZES), and ``vocab.txt`` as :func:`write_t5_text`'s."""
+    import random  # noqa: PLC0415 - only this mode draws text
+
+    rng = random.Random(seed)
+    words = ["<pad>", "</s>", "<s>", "<unk>"] + [f"w{i}" for i in range(T5_SIZES["src_vocab_size"] - 4)]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "vocab.txt").write_text("\n".join(words) + "\n")
+    for split in ("train", "val"):
+        (out / split).mkdir(exist_ok=True)
+        for name, (low, high) in (("src.txt", (5, 60)), ("tgt.txt", (3, 14))):
+            text = [" ".join(rng.choices(words[4:], k=rng.randint(low, high))) for _ in range(lines)]
+            (out / split / name).write_text("\n".join(text) + "\n")
+        (out / split / "meta.dat").write_text(f"src.txt tgt.txt {lines}\n")
+
+
 def first_error(output: str, rc: int) -> str:
     """The first ``Error:`` line, or a traceback's last line, or ``ok``."""
     for line in output.splitlines():
@@ -373,6 +424,10 @@ def main() -> int:
     parser.add_argument("--name-from-folder", action="store_true",
                         help="give a file without model.name its family's name, as the vendor's run.py does")
     parser.add_argument("--in-process", action="store_true", help="run every file in this process, one at a time")
+    parser.add_argument("--write-t5-text", action="store_true",
+                        help="first write T5 text data (train/, val/, vocab.txt) to --shards (for --match t5/)")
+    parser.add_argument("--write-transformer-text", action="store_true",
+                        help="first write parallel text (train/, val/, vocab.txt) to --shards (for --match transformer/)")
     parser.add_argument("--write-bert-csv", action="store_true",
                         help="first write BERT CSV data (train/, val/, vocab.txt) to --shards (for --match bert/)")
     parser.add_argument("--write-esm2-data", action="store_true",
@@ -382,6 +437,10 @@ def main() -> int:
         write_bert_csv(Path(args.shards))
     if args.write_esm2_data:
         write_esm2_data(Path(args.shards))
+    if args.write_t5_text:
+        write_t5_text(Path(args.shards))
+    if args.write_transformer_text:
+        write_transformer_text(Path(args.shards))
     jobs = [(name, tag) for tag in (args.tag or ["Release_2.10.0"]) for name in decoder_files(tag, args.mirror)
             if args.match in name]
     if args.in_process:

@@ -1,0 +1,111 @@
+"""The Release 2.10 t5 params files (t5_3B, t5_11B; t5_11B_muP is refused: muP is not built for t5 here),
+shrunk by tools/modelzoo_files.py (sizes, batch, steps and data paths only) over text written in the vendor's
+layout: validate-only, 5 training steps on CPU and 5 on CSX fx with the same losses, and the first batch's logits
+within 1e-5 and loss within 1e-5 of transformers' T5ForConditionalGeneration with the same weights (for that
+comparison only: norm_type rmsnorm, as HF's T5 has no LayerNorm, and no dropout)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+from click.testing import CliRunner
+from hf_helpers import TOL, build
+
+from cs_run._yaml import parse as parse_yaml
+from cs_run.data.processors.t5 import build_dataloader
+from cs_run.frontends.cli import cli as main_cli
+from cs_run.models.t5.hf import hf_config, to_hf_state_dict
+from cs_run.summaries import read_scalars
+
+transformers = pytest.importorskip("transformers")
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
+_spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
+mz = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(mz)
+TAG = "Release_2.10.0"
+FILES = ["t5_3B", "t5_11B"]
+pytestmark = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("t5_text")
+    mz.write_t5_text(out)
+    return out
+
+
+def _shrunk(name: str, data: Path, tmp_path: Path) -> dict:
+    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show",
+                           f"{TAG}:src/cerebras/modelzoo/models/nlp/t5/configs/{name}.yaml"], check=True,
+                          capture_output=True, text=True).stdout
+    raw, _ = parse_yaml(text, name)
+    return mz.shrink(raw, data, tmp_path / "model_dir")
+
+
+def _cli(*args) -> str:
+    result = CliRunner().invoke(main_cli, [*map(str, args)])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _write(params: dict, path: Path) -> Path:
+    for part, key in (("fit", "train_dataloader"), ("fit", "val_dataloader"), ("validate", "val_dataloader"),
+                      ("validate_all", "val_dataloaders")):
+        section = params["trainer"].get(part, {}).get(key)
+        if isinstance(section, dict):
+            section["num_workers"] = 0  # worker processes on a 2-core test machine; same batches
+    params["trainer"]["init"].setdefault("logging", {})["log_steps"] = 1  # every step's loss (a step count)
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FILES)
+def test_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, data, name):
+    params = _write(_shrunk(name, data, tmp_path), tmp_path / "p.yaml")
+    _cli("validate-only", "--params", params, "--model_dir", tmp_path / "v")
+    _cli("train", "--params", params, "--model_dir", tmp_path / "cpu", "--device", "CPU")
+    _cli("train", "--params", params, "--model_dir", tmp_path / "csx", "--device", "CSX", "--compile_tier", "fx")
+    cpu, csx = (read_scalars(tmp_path / d / "train")["loss"] for d in ("cpu", "csx"))
+    assert [step for step, _ in cpu] == [1, 2, 3, 4, 5]
+    assert cpu == csx and all(np.isfinite(loss) for _, loss in cpu)
+
+
+def test_the_mup_file_is_one_error_naming_the_key(tmp_path, data):
+    params = _write(_shrunk("t5_11B_muP", data, tmp_path), tmp_path / "p.yaml")
+    result = CliRunner().invoke(main_cli, ["validate-only", "--params", str(params), "--model_dir", str(tmp_path / "v")])
+    assert result.exit_code == 2 and "model: mup_base_d_model: 512" in result.output
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_first_loss_is_transformers_loss_with_the_same_weights(tmp_path, data, name):
+    trainer = _shrunk(name, data, tmp_path)["trainer"]
+    keys = {**trainer["init"]["model"], "norm_type": "rmsnorm", "dropout_rate": 0.0}
+    section = {**trainer["fit"]["train_dataloader"], "num_workers": 0}
+    torch.manual_seed(1)
+    model = build(keys)
+    batch = next(iter(build_dataloader("train", **section)))
+    with torch.no_grad():
+        ours = model(dict(batch)).item()
+        logits = model.model(batch["input_ids"], batch["attention_mask"], batch["decoder_input_ids"])
+    hf = transformers.T5ForConditionalGeneration(transformers.T5Config(**hf_config(model.config))).eval()
+    missing, unexpected = hf.load_state_dict(to_hf_state_dict(model), strict=False)
+    assert not unexpected and all(k.endswith(("embed_tokens.weight", "lm_head.weight")) for k in missing)  # tied
+    hf.tie_weights()
+    with torch.no_grad():
+        out = hf(input_ids=batch["input_ids"].long(), attention_mask=batch["attention_mask"],
+                 decoder_input_ids=batch["decoder_input_ids"].long())
+    torch.testing.assert_close(logits, out.logits, **TOL)
+    # T5ForConditionalGenerationLoss, batch_size scaling: masked sum / batch * lm_loss_weight (0.015 in both files)
+    ce = F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), batch["labels"].reshape(-1).long(),
+                         reduction="none")
+    expected = (ce * batch["decoder_attention_mask"].reshape(-1)).sum() / batch["labels"].shape[0] * 0.015
+    assert keys["lm_loss_weight"] == 0.015
+    assert ours == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
