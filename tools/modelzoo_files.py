@@ -44,7 +44,8 @@ MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
 FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
             "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert")
 """Model families (models/nlp/<family>/...): the decoder LMs and bert (its pretraining files and its heads'
-files, the heads' data not read yet); t5, transformer, ... are left out."""
+files: the classifier's GLUE data is written by --write-bert-csv, the other heads' data not yet); t5,
+transformer, ... are left out."""
 
 MODEL_SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "filter_size": 128, "vocab_size": 512,
                "max_position_embeddings": 64, "rotary_dim": 16}
@@ -206,7 +207,8 @@ def shrink(raw: dict, shards: Path, model_dir: Path, stub: bool = False) -> dict
 def write_bert_csv(out: Path, rows: int = 64, seed: int = 0) -> None:
     """BERT CSV data in the layout of the Model Zoo's create_csv.py (Release 2.10 lines 224-273, 320-326):
     ``train/`` and ``val/`` with ``meta.dat`` and a CSV of ``tokens``, ``segment_ids``, ``is_random_next``
-    (sentence pairs of random word pieces, at most 64 tokens), and ``vocab.txt`` of 512 word pieces."""
+    (sentence pairs of random word pieces, at most 64 tokens), and ``vocab.txt`` of 512 word pieces; and the
+    classifier's GLUE files (:func:`write_glue_tsv`) in the same folders."""
     import csv  # noqa: PLC0415 - only this mode writes CSV
     import random  # noqa: PLC0415
 
@@ -226,6 +228,23 @@ def write_bert_csv(out: Path, rows: int = 64, seed: int = 0) -> None:
                 writer.writerow({"tokens": str(tokens), "segment_ids": str([0] * (a + 2) + [1] * (b + 1)),
                                  "is_random_next": rng.randint(0, 1)})
         (out / split / "meta.dat").write_text(f"part_0.csv {rows}\n")
+    write_glue_tsv(out, words[5:], rows, rng)
+
+
+def write_glue_tsv(out: Path, words: list, rows: int, rng) -> None:
+    """GLUE folders for bert/classifier's SST2DataProcessor and MNLIDataProcessor (Release 2.10
+    BertClassifierDataProcessor.py read_tsv: tab-separated, a header; SST-2 ``sentence``, ``label``; MNLI
+    ``sentence1``, ``sentence2``, ``gold_label``): ``train/train.tsv`` and ``val/dev.tsv``, ``dev_matched.tsv``,
+    ``dev_mismatched.tsv``, each with both tasks' columns, of random whole words of the vocab."""
+    labels = ("entailment", "neutral", "contradiction")
+    whole = [w for w in words if not w.startswith("##")]
+    for split, names in (("train", ("train.tsv",)), ("val", ("dev.tsv", "dev_matched.tsv", "dev_mismatched.tsv"))):
+        for name in names:
+            lines = ["sentence\tlabel\tsentence1\tsentence2\tgold_label"]
+            for _ in range(rows):
+                a, b = (" ".join(rng.choices(whole, k=rng.randint(3, 40))) for _ in range(2))
+                lines.append(f"{a}\t{rng.randint(0, 1)}\t{a}\t{b}\t{rng.choice(labels)}")
+            (out / split / name).write_text("\n".join(lines) + "\n")
 
 
 def first_error(output: str, rc: int) -> str:

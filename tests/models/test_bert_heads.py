@@ -1,0 +1,176 @@
+"""bert/classifier (the Model Zoo 2.10 BertForSequenceClassificationModel) against transformers'
+BertForSequenceClassification with the same weights: logits within 1e-5 and the vendor's loss (its
+BertForSequenceClassificationLoss: mean cross entropy, or MSE for one label) within 1e-5 of transformers' loss;
+the tensors' way back to HF is bit for bit; bad model keys are one error naming the key. The four Release 2.10
+classifier files (bert_base/large_classifier_sst2/mnli), shrunk by tools/modelzoo_files.py (sizes, batch, steps
+and data paths only), read GLUE data, their first loss is transformers' on the same batch with the same weights
+(dropout off), and they pass validate-only and train 5 steps on CPU and on CSX (fx)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from hf_helpers import build as build_keys
+
+from cs_run._yaml import parse as parse_yaml
+from cs_run.data.processors.bert_classifier import build_dataloader
+
+from cs_run.models.bert_classifier.hf import from_hf_state_dict, hf_config, model_keys_from_hf_config, \
+    to_hf_state_dict
+from cs_run.models.bert_classifier.model import BertClassifierConfig, build
+
+transformers = pytest.importorskip("transformers")
+
+V, MSL, B = 61, 10, 4
+SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48, vocab_size=V,
+             max_position_embeddings=16, type_vocab_size=2)
+
+
+def _batch(num_labels: int) -> dict:
+    """Sequences of 10, 8, 6 and 3 tokens (the rest padding 0), a second segment, labels of the task."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(1, V, (B, MSL), generator=g)
+    mask = torch.ones(B, MSL, dtype=torch.int32)
+    for row, length in enumerate((10, 8, 6, 3)):
+        ids[row, length:], mask[row, length:] = 0, 0
+    segments = (torch.arange(MSL) >= 4).int().expand(B, -1) * mask
+    labels = torch.randn(B, generator=g) if num_labels == 1 else \
+        torch.randint(0, num_labels, (B,), generator=g, dtype=torch.int32)
+    return {"input_ids": ids.int(), "attention_mask": mask, "token_type_ids": segments, "labels": labels}
+
+
+def _pair(num_labels: int):
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(**SIZES, num_labels=num_labels, hidden_act="gelu", layer_norm_eps=1e-5)
+    hf = transformers.BertForSequenceClassification(cfg).eval()
+    with torch.no_grad():  # non-trivial norms and biases, so a swapped name shows
+        for name, p in hf.named_parameters():
+            if "LayerNorm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    keys = model_keys_from_hf_config(cfg.to_dict())
+    keys.pop("name")
+    ours = build(BertClassifierConfig(**keys)).eval()
+    from_hf_state_dict(ours, hf.state_dict())
+    return hf, ours
+
+
+@pytest.mark.parametrize("num_labels", [2, 3, 1], ids=["sst2", "mnli", "regression"])
+def test_logits_and_loss_match_transformers(num_labels):
+    hf, ours = _pair(num_labels)
+    batch = _batch(num_labels)
+    with torch.no_grad():
+        theirs = hf(input_ids=batch["input_ids"].long(), attention_mask=batch["attention_mask"],
+                    token_type_ids=batch["token_type_ids"].long(),
+                    labels=batch["labels"] if num_labels == 1 else batch["labels"].long())
+        logits = ours.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        loss = ours(batch)
+    torch.testing.assert_close(logits, theirs.logits, rtol=0, atol=1e-5)
+    torch.testing.assert_close(loss, theirs.loss, rtol=0, atol=1e-5)
+
+
+def test_way_back_to_hf_is_bit_identical():
+    hf, ours = _pair(3)
+    back = to_hf_state_dict(ours)
+    expected = {k: v for k, v in hf.state_dict().items() if not k.endswith("position_ids")}
+    assert back.keys() == expected.keys()
+    for name, value in expected.items():
+        assert torch.equal(back[name], value), name
+    cfg = hf_config(ours.config)
+    assert (cfg["num_labels"], cfg["type_vocab_size"], cfg["architectures"]) == \
+        (3, 2, ["BertForSequenceClassification"])
+
+
+def test_vendor_module_names_and_classifier_init():
+    """The vendor's checkpoint keys (model.bert..., model.classifier) and its N(0, 0.02) classifier, bias 0."""
+    torch.manual_seed(0)
+    m = build(BertClassifierConfig(hidden_size=256, num_hidden_layers=1, num_heads=4, filter_size=64,
+                                   max_position_embeddings=8, num_labels=3, pooler_nonlinearity="tanh"))
+    names = set(m.state_dict())
+    assert {"model.classifier.weight", "model.classifier.bias",
+            "model.bert.pooler.pooler.ffn.0.linear_layer.weight",
+            "model.bert.embedding_layer.segment_embeddings.weight"} <= names
+    w = m.model.classifier.weight
+    assert abs(w.std().item() - 0.02) < 0.002 and w.abs().max().item() > 0.04  # normal, not truncated at 2 std
+    assert torch.count_nonzero(m.model.classifier.bias) == 0
+    assert m.config["vocab_size"] == 30522 and m.config["embedding_dropout_rate"] == m.config["dropout_rate"]
+
+
+BAD_KEYS = [
+    ({"problem_type": "multi_label_classification"}, "problem_type"),
+    ({"num_labels": 1}, "num_labels"),
+    ({"problem_type": "regression", "num_labels": 2}, "num_labels"),
+    ({"task_dropout": 1.0}, "task_dropout"),
+    ({"disable_nsp": True}, "disable_nsp"),
+    ({"add_pooling_layer": False}, "add_pooling_layer"),
+    ({"hidden_size": 30}, "hidden_size"),
+]
+
+
+@pytest.mark.parametrize("keys,named", BAD_KEYS, ids=[k for _, k in BAD_KEYS])
+def test_bad_model_keys_are_one_error_naming_the_key(keys, named):
+    base = dict(hidden_size=32, num_hidden_layers=1, num_heads=4, filter_size=64, max_position_embeddings=8)
+    with pytest.raises(ValueError, match=f"^{named}:"):
+        build(BertClassifierConfig(**{**base, **keys}))
+
+
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
+_spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
+mz = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(mz)
+TAG = "Release_2.10.0"
+CLASSIFIER_FILES = ["bert_base_classifier_sst2", "bert_base_classifier_mnli", "bert_large_classifier_sst2",
+                    "bert_large_classifier_mnli"]
+needs_mirror = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
+
+
+def _path(name: str) -> str:
+    return f"src/cerebras/modelzoo/models/nlp/bert/classifier/configs/{name}.yaml"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bert_glue")
+    mz.write_bert_csv(out)
+    return out
+
+
+@needs_mirror
+@pytest.mark.parametrize("name, labels", [("bert_base_classifier_sst2", 2), ("bert_large_classifier_mnli", 3)])
+def test_files_first_loss_is_transformers_loss(tmp_path, data, name, labels):
+    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show", f"{TAG}:{_path(name)}"], check=True,
+                          capture_output=True, text=True).stdout
+    trainer = mz.shrink(parse_yaml(text, name)[0], data, tmp_path / "model_dir")["trainer"]
+    keys = dict(trainer["init"]["model"])
+    assert (keys["name"], keys["num_labels"]) == ("bert/classifier", labels)
+    torch.manual_seed(1)
+    model = build_keys(keys)  # eval mode: dropout off for the comparison
+    section = {k: v for k, v in trainer["fit"]["train_dataloader"].items() if k != "num_workers"}
+    batch = next(iter(build_dataloader("train", **section)))
+    assert batch["input_ids"].shape == (mz.BATCH_SIZE, mz.MODEL_SIZES["max_position_embeddings"])
+    with torch.no_grad():
+        ours = model(dict(batch))
+    hf = transformers.BertForSequenceClassification(transformers.BertConfig(**hf_config(model.config))).eval()
+    hf.load_state_dict(to_hf_state_dict(model), strict=False)
+    with torch.no_grad():
+        theirs = hf(input_ids=batch["input_ids"].long(), attention_mask=batch["attention_mask"],
+                    token_type_ids=batch["token_type_ids"].long(), labels=batch["labels"].long())
+    torch.testing.assert_close(ours, theirs.loss, rtol=0, atol=1e-5)
+
+
+@needs_mirror
+@pytest.mark.slow
+@pytest.mark.parametrize("command, device", [("validate-only", "CPU"), ("train", "CPU"), ("train", "CSX")])
+def test_classifier_files_validate_and_train_five_steps(tmp_path, data, command, device):
+    args = argparse.Namespace(mirror=mz.MIRROR, out=str(tmp_path), shards=str(data), name_from_folder=False,
+                              stub_model=False, command=command, device=device,
+                              compile_tier="fx" if device == "CSX" else None, in_process=True)
+    for name in CLASSIFIER_FILES:
+        result = mz.run_one(_path(name), TAG, args)
+        assert result["first_error"] == "ok", (name, result)
+        if command == "train":
+            assert (Path(result["params"]).parent / "model_dir" / "checkpoint_5.mdl").is_file(), name
