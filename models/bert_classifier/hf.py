@@ -2,18 +2,24 @@
 
 The encoder's names are bert's (:mod:`cs_run.models.bert.hf`, under ``bert.`` here as there); the pooler is
 ``bert.pooler.dense`` and the head ``classifier``. HF's pooler is always tanh, so a model with another
-``pooler_nonlinearity`` is refused by name.
+``pooler_nonlinearity`` is refused by name. ``--to hf`` finds this module by ``model.name``; ``--from hf`` by
+bert's (config.json's ``model_type`` is ``bert``), which hands a folder whose ``architectures`` name
+BertForSequenceClassification to :data:`ADAPTER`.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
+import yaml
 
 from cs_run.errors import ParamsError
 from cs_run.models.bert.hf import _HF_ACTIVATIONS, _layer_pairs
-from cs_run.models.common.hf import Taker
+from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, Taker
 
-__all__ = ["hf_config", "model_keys_from_hf_config", "to_hf_state_dict", "from_hf_state_dict"]
+__all__ = ["hf_config", "model_keys_from_hf_config", "to_hf_state_dict", "from_hf_state_dict", "ADAPTER",
+           "from_hf", "to_hf"]
 
 _PROBLEM = {"single_label_classification": "single_label_classification", "regression": "regression"}
 
@@ -87,3 +93,29 @@ def from_hf_state_dict(model, tensors: dict[str, torch.Tensor]) -> None:
                 raise ParamsError(f"Hugging Face weights: {name!r} has shape {list(value.shape)}, the model "
                                   f"{list(params[name].shape)}")
             params[name].copy_(value)
+
+
+def runnable_params(keys: dict, hf_dir: Path, checkpoint: Path) -> str:
+    """The params file ``--from hf`` writes beside the checkpoint: the folder's ``model:`` keys plus GLUE
+    inputs (SST2DataProcessor, or MNLIDataProcessor for three labels: data_dir and vocab_file to set), AdamW
+    and a runconfig, as the Model Zoo's classifier files."""
+    processor = "MNLIDataProcessor" if keys["num_labels"] == 3 else "SST2DataProcessor"
+
+    def data(training: bool) -> dict:
+        return {"data_processor": processor, "is_training": training, "data_dir": None, "vocab_file": None,
+                "max_sequence_length": keys["max_position_embeddings"], "batch_size": 32, "shuffle": training,
+                **({"shuffle_seed": 1} if training else {}), "do_lower": True, "num_workers": 0}
+    sections = {"train_input": data(True), "eval_input": data(False), "model": keys,
+                "optimizer": {"optimizer_type": "AdamW", "weight_decay": 0.01, "eps": 1.0e-6,
+                              "max_gradient_norm": 1.0, "learning_rate": 1.0e-5},
+                "runconfig": {"max_steps": 1000, "log_steps": 10, "checkpoint_steps": 200, "seed": 1}}
+    head = (f"# bert/classifier converted from the Hugging Face folder {hf_dir} (cs-run checkpoint convert "
+            f"--from hf).\n# Fine-tune with: cs-run train --params THIS_FILE --checkpoint_path {checkpoint} "
+            "--model_dir DIR\n# after setting data_dir (a GLUE task folder of TSV files) and vocab_file.\n")
+    text = "".join(yaml.safe_dump({k: v}, sort_keys=False) + "\n" for k, v in sections.items())
+    return head + text.replace("  data_dir: null\n", "  data_dir: null  # SET ME: a GLUE folder\n")
+
+
+ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict,
+                    buffers=HF_BUFFERS + (".position_ids",), label="BERT", params_text=runnable_params)
+from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

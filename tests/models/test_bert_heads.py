@@ -15,13 +15,15 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
+from click.testing import CliRunner
 from hf_helpers import build as build_keys
 
 from cs_run._yaml import parse as parse_yaml
+from cs_run.checkpoint import load, save
 from cs_run.data.processors.bert_classifier import build_dataloader
-
-from cs_run.models.bert_classifier.hf import from_hf_state_dict, hf_config, model_keys_from_hf_config, \
-    to_hf_state_dict
+from cs_run.frontends.checkpoint_cli import checkpoint as checkpoint_cli
+from cs_run.models.bert_classifier.hf import from_hf_state_dict, hf_config, model_keys_from_hf_config, to_hf_state_dict
 from cs_run.models.bert_classifier.model import BertClassifierConfig, build
 
 transformers = pytest.importorskip("transformers")
@@ -98,6 +100,52 @@ def test_vendor_module_names_and_classifier_init():
     assert abs(w.std().item() - 0.02) < 0.002 and w.abs().max().item() > 0.04  # normal, not truncated at 2 std
     assert torch.count_nonzero(m.model.classifier.bias) == 0
     assert m.config["vocab_size"] == 30522 and m.config["embedding_dropout_rate"] == m.config["dropout_rate"]
+
+
+def _convert(*args) -> None:
+    result = CliRunner().invoke(checkpoint_cli, ["convert", *map(str, args)])
+    assert result.exit_code == 0, result.output
+
+
+def test_checkpoint_convert_both_ways(tmp_path):
+    """``--from hf`` on a BertForSequenceClassification folder (model_type bert) gives bert/classifier with
+    transformers' logits; ``--to hf`` writes its tensors back bit for bit and a config transformers reads."""
+    st = pytest.importorskip("safetensors.torch")
+    hf, _ = _pair(3)
+    hf.save_pretrained(tmp_path / "hf", safe_serialization=True)
+    _convert("--from", "hf", tmp_path / "hf", tmp_path / "model.mdl")
+    params = yaml.safe_load((tmp_path / "model.yaml").read_text())
+    assert params["model"]["name"] == "bert/classifier"
+    assert params["train_input"]["data_processor"] == "MNLIDataProcessor"
+    model = build_keys(params["model"])
+    model.load_state_dict(load(str(tmp_path / "model.mdl"))["model"])
+    batch = _batch(3)
+    with torch.no_grad():
+        theirs = hf(input_ids=batch["input_ids"].long(), attention_mask=batch["attention_mask"],
+                    token_type_ids=batch["token_type_ids"].long()).logits
+        ours = model.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump({"model": params["model"]}))
+    _convert("--to", "hf", "--params", tmp_path / "run.yaml", tmp_path / "model.mdl", tmp_path / "back")
+    written = st.load_file(str(tmp_path / "hf" / "model.safetensors"))
+    back = st.load_file(str(tmp_path / "back" / "model.safetensors"))
+    assert back.keys() == {k for k in written if not k.endswith("position_ids")}
+    assert all(torch.equal(back[k], written[k]) for k in back)
+    again = transformers.BertForSequenceClassification.from_pretrained(tmp_path / "back").eval()
+    with torch.no_grad():
+        assert torch.equal(again(input_ids=batch["input_ids"].long(), attention_mask=batch["attention_mask"],
+                                 token_type_ids=batch["token_type_ids"].long()).logits, theirs)
+
+
+def test_to_hf_refuses_a_pooler_hf_cannot_express(tmp_path):
+    keys = dict(name="bert/classifier", hidden_size=32, num_hidden_layers=1, num_heads=4, filter_size=64,
+                max_position_embeddings=8, pooler_nonlinearity="relu")
+    save({"model": build_keys(keys).state_dict()}, str(tmp_path / "m.mdl"))
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump({"model": keys}))
+    result = CliRunner().invoke(checkpoint_cli, ["convert", "--to", "hf", "--params", str(tmp_path / "run.yaml"),
+                                                 str(tmp_path / "m.mdl"), str(tmp_path / "out")])
+    assert result.exit_code != 0 and "model.pooler_nonlinearity: 'relu'" in result.output
+    assert not (tmp_path / "out").exists()
 
 
 BAD_KEYS = [
