@@ -44,7 +44,8 @@ MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
 FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
             "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert")
 """Model families (models/nlp/<family>/...): the decoder LMs and bert (its pretraining files and its heads'
-files: the classifier's GLUE data is written by --write-bert-csv, the other heads' data not yet); t5,
+files: the classifier's GLUE and the token classifier's NER data are written by --write-bert-csv,
+extractive summarization's not yet); t5,
 transformer, ... are left out."""
 
 MODEL_SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "filter_size": 128, "vocab_size": 512,
@@ -113,6 +114,8 @@ def _shrink_input(section: dict, data_dir: str) -> None:
         section["max_predictions_per_seq"] = MAX_PREDICTIONS
     if section.get("vocab_file") is not None:  # bert's CSV data: the word pieces of --shards (write_bert_csv)
         section["vocab_file"] = str(Path(data_dir).parent / "vocab.txt")
+    if section.get("data_processor") == "BertTokenClassifierDataProcessor":  # NER CSV (write_ner_csv)
+        section["data_dir"] = str(Path(data_dir).parent / "ner" / Path(data_dir).name)
     for transform in section.get("data_transforms") or ():
         if isinstance(transform, dict) and transform.get("name") == "add_sink_tokens":
             # sizes: the sinks fit the shrunk sequence (shards of max_position_embeddings - SINK_TOKENS
@@ -161,6 +164,8 @@ def shrink(raw: dict, shards: Path, model_dir: Path, stub: bool = False) -> dict
             init = trainer.setdefault("init", {})
             if isinstance(init.get("model"), dict):
                 _shrink_model(init["model"])
+                if init["model"].get("label_vocab_file") is not None:  # the NER data's labels (write_ner_csv)
+                    init["model"]["label_vocab_file"] = str(shards / "ner" / "label2id.json")
             init["model_dir"] = str(model_dir)
             loop = init.setdefault("loop", {})
             for key in ("max_steps", "num_steps"):
@@ -229,6 +234,33 @@ def write_bert_csv(out: Path, rows: int = 64, seed: int = 0) -> None:
                                  "is_random_next": rng.randint(0, 1)})
         (out / split / "meta.dat").write_text(f"part_0.csv {rows}\n")
     write_glue_tsv(out, words[5:], rows, rng)
+    write_ner_csv(out / "ner", words[5:], rows, rng)
+
+
+NER_LABELS = ["[PAD]", "B", "I", "O", "X", "[CLS]", "[SEP]"]
+"""ner_data_processor.py's BC5CDR labels (Release 2.10 lines 59 and 156), ids in this order (write_label_map_files)."""
+
+
+def write_ner_csv(out: Path, words: list, rows: int, rng) -> None:
+    """NER CSV folders for bert/token_classifier's BertTokenClassifierDataProcessor (Release 2.10: meta.dat, and
+    CSVs of space-separated ``tokens`` and one of ``labels`` per word piece, [CLS] ... [SEP]) and label2id.json."""
+    import csv  # noqa: PLC0415 - only this mode writes CSV
+    import json  # noqa: PLC0415
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "label2id.json").write_text(json.dumps({label: i for i, label in enumerate(NER_LABELS)}))
+    for split in ("train", "val"):
+        (out / split).mkdir(exist_ok=True)
+        with open(out / split / "part_0.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=["tokens", "labels"])
+            writer.writeheader()
+            for _ in range(rows):
+                n = rng.randint(3, 60)
+                pieces = rng.choices(words, k=n)
+                labels = ["X" if w.startswith("##") else rng.choice("BIO") for w in pieces]
+                writer.writerow({"tokens": " ".join(["[CLS]", *pieces, "[SEP]"]),
+                                 "labels": " ".join(["[CLS]", *labels, "[SEP]"])})
+        (out / split / "meta.dat").write_text(f"part_0.csv {rows}\n")
 
 
 def write_glue_tsv(out: Path, words: list, rows: int, rng) -> None:

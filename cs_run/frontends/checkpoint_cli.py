@@ -113,7 +113,8 @@ def checkpoint() -> None:
 
 HF_FAMILIES = ("gpt2, gptj, gpt-neox (model_type gpt_neox), llama, mistral, mixtral, gemma2, falcon, bloom, "
                "starcoder and santacoder (model_type gpt_bigcode), mpt, vision_transformer (model_type vit), "
-               "bert (model_type bert and roberta), bert/classifier (model_type bert, BertForSequenceClassification)")
+               "bert (model_type bert and roberta), bert/classifier (model_type bert, BertForSequenceClassification), "
+               "bert/token_classifier (model_type bert, BertForTokenClassification)")
 """The Hugging Face model_types ``--from hf`` reads and the families ``--to hf`` writes (the models with a
 Hugging Face converter: models/*/hf.py; tests/cli/test_help.py checks this against the registry)."""
 

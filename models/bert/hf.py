@@ -31,7 +31,7 @@ __all__ = ["hf_config", "model_keys_from_hf_config", "to_hf_state_dict", "from_h
            "to_hf"]
 
 # HF architectures of model_type bert that a head family of its own converts (model.name)
-_HEADS = {"BertForSequenceClassification": "bert/classifier"}
+_HEADS = {"BertForSequenceClassification": "bert/classifier", "BertForTokenClassification": "bert/token_classifier"}
 _HF_ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu", "tanh", "quick_gelu", "gelu_fast")
 # training-only keys HF's config has no place for; they change no output
 _TRAINING_ONLY = ("mlm_loss_weight", "label_smoothing")

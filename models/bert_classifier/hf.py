@@ -19,7 +19,7 @@ from cs_run.models.bert.hf import _HF_ACTIVATIONS, _layer_pairs
 from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, Taker
 
 __all__ = ["hf_config", "model_keys_from_hf_config", "to_hf_state_dict", "from_hf_state_dict", "ADAPTER",
-           "from_hf", "to_hf"]
+           "from_hf", "to_hf", "head_names"]
 
 _PROBLEM = {"single_label_classification": "single_label_classification", "regression": "regression"}
 
@@ -62,10 +62,13 @@ def model_keys_from_hf_config(cfg: dict) -> dict:
             "problem_type": "regression" if num_labels == 1 else "single_label_classification"}
 
 
-def _names(num_layers: int) -> list[tuple[str, str]]:
-    """(HF tensor, our tensor) of every weight."""
+def head_names(num_layers: int, pooler: bool = True) -> list[tuple[str, str]]:
+    """(HF tensor, our tensor) of every weight of a BERT fine-tuning head model (``bert.`` and ``classifier``
+    in HF, ``model.bert.`` and ``model.classifier`` in the vendor's): with the pooler (sequence classifier) or
+    without (token classifier)."""
     enc = "model.bert."
-    mods = [("embeddings.LayerNorm", "embed_ln_f"), ("pooler.dense", "pooler.pooler.ffn.0.linear_layer")] + \
+    mods = [("embeddings.LayerNorm", "embed_ln_f")] + \
+        ([("pooler.dense", "pooler.pooler.ffn.0.linear_layer")] if pooler else []) + \
         [p for i in range(num_layers) for p in _layer_pairs(i)]
     pairs = [("bert.embeddings.word_embeddings.weight", enc + "embedding_layer.word_embeddings.weight"),
              ("bert.embeddings.position_embeddings.weight", enc + "embedding_layer.position_embeddings.embed.weight"),
@@ -76,15 +79,15 @@ def _names(num_layers: int) -> list[tuple[str, str]]:
 
 
 def to_hf_state_dict(model) -> dict[str, torch.Tensor]:
-    """HF tensors of a bert/classifier model (the inverse of :func:`from_hf_state_dict`)."""
+    """HF tensors of a bert/classifier or bert/token_classifier model (the inverse of :func:`from_hf_state_dict`)."""
     sd = model.state_dict()
-    return {hf: sd[ours] for hf, ours in _names(model.config["num_hidden_layers"])}
+    return {hf: sd[ours] for hf, ours in head_names(model.config["num_hidden_layers"], model.config["add_pooling_layer"])}
 
 
 def from_hf_state_dict(model, tensors: dict[str, torch.Tensor]) -> None:
-    """Copy BertForSequenceClassification tensors into a model built from :func:`model_keys_from_hf_config`."""
+    """Copy BertForSequenceClassification (or, without a pooler, BertForTokenClassification) tensors into a model."""
     t = Taker(tensors)
-    mapped = {ours: t(hf) for hf, ours in _names(model.config["num_hidden_layers"])}
+    mapped = {ours: t(hf) for hf, ours in head_names(model.config["num_hidden_layers"], model.config["add_pooling_layer"])}
     t.check_all_used()
     params = dict(model.named_parameters())
     with torch.no_grad():

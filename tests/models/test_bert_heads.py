@@ -1,10 +1,14 @@
-"""bert/classifier (the Model Zoo 2.10 BertForSequenceClassificationModel) against transformers'
-BertForSequenceClassification with the same weights: logits within 1e-5 and the vendor's loss (its
+"""bert/classifier and bert/token_classifier (the Model Zoo 2.10 BertForSequenceClassificationModel and
+BertForTokenClassificationModel) against transformers' BertForSequenceClassification / BertForTokenClassification
+with the same weights. The classifier: logits within 1e-5 and the vendor's loss (its
 BertForSequenceClassificationLoss: mean cross entropy, or MSE for one label) within 1e-5 of transformers' loss;
 the tensors' way back to HF is bit for bit; bad model keys are one error naming the key. The four Release 2.10
 classifier files (bert_base/large_classifier_sst2/mnli), shrunk by tools/modelzoo_files.py (sizes, batch, steps
 and data paths only), read GLUE data, their first loss is transformers' on the same batch with the same weights
-(dropout off), and they pass validate-only and train 5 steps on CPU and on CSX (fx)."""
+(dropout off), and they pass validate-only and train 5 steps on CPU and on CSX (fx). The token classifier:
+logits within 1e-5 of transformers and the vendor's loss (BertForTokenClassificationLoss: masked token cross
+entropy summed / batch * loss_weight, / length with include_padding_in_loss) by hand from transformers' logits,
+both ways through checkpoint convert, and bert_base_ner_bc5cdr_chem.yaml likewise."""
 
 from __future__ import annotations
 
@@ -22,9 +26,12 @@ from hf_helpers import build as build_keys
 from cs_run._yaml import parse as parse_yaml
 from cs_run.checkpoint import load, save
 from cs_run.data.processors.bert_classifier import build_dataloader
+from cs_run.data.processors.bert_token_classifier import build_dataloader as ner_data
 from cs_run.frontends.checkpoint_cli import checkpoint as checkpoint_cli
 from cs_run.models.bert_classifier.hf import from_hf_state_dict, hf_config, model_keys_from_hf_config, to_hf_state_dict
 from cs_run.models.bert_classifier.model import BertClassifierConfig, build
+from cs_run.models.bert_token_classifier.hf import hf_config as token_hf_config
+from cs_run.models.bert_token_classifier.hf import model_keys_from_hf_config as token_keys
 
 transformers = pytest.importorskip("transformers")
 
@@ -171,13 +178,14 @@ _spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
 mz = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(mz)
 TAG = "Release_2.10.0"
-CLASSIFIER_FILES = ["bert_base_classifier_sst2", "bert_base_classifier_mnli", "bert_large_classifier_sst2",
-                    "bert_large_classifier_mnli"]
+CLASSIFIER_FILES = ["classifier/configs/bert_base_classifier_sst2", "classifier/configs/bert_base_classifier_mnli",
+                    "classifier/configs/bert_large_classifier_sst2", "classifier/configs/bert_large_classifier_mnli",
+                    "token_classifier/configs/bert_base_ner_bc5cdr_chem"]
 needs_mirror = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
 
 
 def _path(name: str) -> str:
-    return f"src/cerebras/modelzoo/models/nlp/bert/classifier/configs/{name}.yaml"
+    return f"src/cerebras/modelzoo/models/nlp/bert/{name}.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +196,8 @@ def data(tmp_path_factory) -> Path:
 
 
 @needs_mirror
-@pytest.mark.parametrize("name, labels", [("bert_base_classifier_sst2", 2), ("bert_large_classifier_mnli", 3)])
+@pytest.mark.parametrize("name, labels", [("classifier/configs/bert_base_classifier_sst2", 2),
+                                          ("classifier/configs/bert_large_classifier_mnli", 3)])
 def test_files_first_loss_is_transformers_loss(tmp_path, data, name, labels):
     text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show", f"{TAG}:{_path(name)}"], check=True,
                           capture_output=True, text=True).stdout
@@ -222,3 +231,110 @@ def test_classifier_files_validate_and_train_five_steps(tmp_path, data, command,
         assert result["first_error"] == "ok", (name, result)
         if command == "train":
             assert (Path(result["params"]).parent / "model_dir" / "checkpoint_5.mdl").is_file(), name
+
+
+def _token_pair(**keys):
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(**SIZES, num_labels=7, hidden_act="gelu", layer_norm_eps=1e-5)
+    hf = transformers.BertForTokenClassification(cfg).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "LayerNorm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    model_keys = {**token_keys(cfg.to_dict()), **keys}
+    ours = build_keys(model_keys)
+    from_hf_state_dict(ours, hf.state_dict())
+    return hf, ours
+
+
+def _token_batch() -> dict:
+    batch = _batch(2)
+    g = torch.Generator().manual_seed(4)
+    batch["labels"] = torch.randint(0, 7, (B, MSL), generator=g, dtype=torch.int32) * batch["attention_mask"]
+    return batch
+
+
+@pytest.mark.parametrize("include_padding_in_loss, loss_weight", [(False, 1.0), (True, 1.0), (False, 0.5)])
+def test_token_classifier_logits_and_vendor_loss(include_padding_in_loss, loss_weight):
+    hf, ours = _token_pair(include_padding_in_loss=include_padding_in_loss, loss_weight=loss_weight)
+    batch = _token_batch()
+    mask = torch.ones_like(batch["attention_mask"]) if include_padding_in_loss else batch["attention_mask"]
+    batch["loss_mask"] = mask
+    with torch.no_grad():
+        theirs = hf(input_ids=batch["input_ids"].long(), attention_mask=batch["attention_mask"],
+                    token_type_ids=batch["token_type_ids"].long()).logits
+        logits = ours.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        loss = ours(batch)
+    torch.testing.assert_close(logits, theirs, rtol=0, atol=1e-5)
+    ce = torch.nn.functional.cross_entropy(theirs.reshape(-1, 7), batch["labels"].reshape(-1).long(), reduction="none")
+    expected = (ce * mask.reshape(-1)).sum() / B * loss_weight / (MSL if include_padding_in_loss else 1)
+    torch.testing.assert_close(loss, expected, rtol=0, atol=1e-5)
+
+
+def test_token_classifier_checkpoint_convert_both_ways(tmp_path):
+    st = pytest.importorskip("safetensors.torch")
+    hf, _ = _token_pair()
+    hf.save_pretrained(tmp_path / "hf", safe_serialization=True)
+    _convert("--from", "hf", tmp_path / "hf", tmp_path / "model.mdl")
+    params = yaml.safe_load((tmp_path / "model.yaml").read_text())
+    assert params["model"]["name"] == "bert/token_classifier" and params["model"]["num_classes"] == 7
+    model = build_keys(params["model"])
+    model.load_state_dict(load(str(tmp_path / "model.mdl"))["model"])
+    batch = _token_batch()
+    with torch.no_grad():
+        theirs = hf(input_ids=batch["input_ids"].long(), attention_mask=batch["attention_mask"],
+                    token_type_ids=batch["token_type_ids"].long()).logits
+        ours = model.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
+    keys = {**params["model"], "include_padding_in_loss": True}  # a loss key: no part of the HF config
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump({"model": keys}))
+    _convert("--to", "hf", "--params", tmp_path / "run.yaml", tmp_path / "model.mdl", tmp_path / "back")
+    written = st.load_file(str(tmp_path / "hf" / "model.safetensors"))
+    back = st.load_file(str(tmp_path / "back" / "model.safetensors"))
+    assert back.keys() == {k for k in written if not k.endswith("position_ids")}
+    assert all(torch.equal(back[k], written[k]) for k in back)
+    assert token_hf_config(model.config)["architectures"] == ["BertForTokenClassification"]
+
+
+@needs_mirror
+def test_ner_file_first_loss_is_the_vendor_loss_of_transformers_logits(tmp_path, data):
+    name = "token_classifier/configs/bert_base_ner_bc5cdr_chem"
+    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show", f"{TAG}:{_path(name)}"], check=True,
+                          capture_output=True, text=True).stdout
+    trainer = mz.shrink(parse_yaml(text, name)[0], data, tmp_path / "model_dir")["trainer"]
+    keys = dict(trainer["init"]["model"])
+    assert keys["include_padding_in_loss"] is True and keys["num_classes"] == 7
+    torch.manual_seed(1)
+    model = build_keys(keys)
+    section = {k: v for k, v in trainer["fit"]["train_dataloader"].items() if k != "num_workers"}
+    batch = next(iter(ner_data("train", **section, label_vocab_file=keys["label_vocab_file"],
+                               include_padding_in_loss=True)))
+    assert bool((batch["loss_mask"] == 1).all()) and not bool((batch["attention_mask"] == 1).all())
+    with torch.no_grad():
+        ours = model(dict(batch))
+    hf = transformers.BertForTokenClassification(transformers.BertConfig(**token_hf_config(model.config))).eval()
+    hf.load_state_dict(to_hf_state_dict(model), strict=False)
+    with torch.no_grad():
+        logits = hf(input_ids=batch["input_ids"].long(), attention_mask=batch["attention_mask"],
+                    token_type_ids=batch["token_type_ids"].long()).logits
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, 7), batch["labels"].reshape(-1).long(), reduction="none")
+    b, length = batch["input_ids"].shape
+    torch.testing.assert_close(ours, ce.sum() / b / length, rtol=0, atol=1e-5)
+
+
+TOKEN_BAD_KEYS = [
+    ({"num_classes": None}, "num_classes"),
+    ({"encoder_output_dropout_rate": None}, "encoder_output_dropout_rate"),
+    ({"add_pooling_layer": True}, "add_pooling_layer"),
+    ({"compute_eval_metrics": True}, "label_vocab_file"),
+    ({"label_smoothing": 0.1}, "label_smoothing"),
+    ({"encoder_output_dropout_rate": 1.5}, "encoder_output_dropout_rate"),
+]
+
+
+@pytest.mark.parametrize("keys,named", TOKEN_BAD_KEYS, ids=[f"{k}{i}" for i, (_, k) in enumerate(TOKEN_BAD_KEYS)])
+def test_token_classifier_bad_keys_are_one_error_naming_the_key(keys, named):
+    base = dict(name="bert/token_classifier", hidden_size=32, num_hidden_layers=1, num_heads=4, filter_size=64,
+                max_position_embeddings=8, num_classes=7, encoder_output_dropout_rate=0.1)
+    with pytest.raises(ValueError, match=f"^{named}:"):
+        build_keys({**base, **keys})
