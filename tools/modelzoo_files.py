@@ -44,13 +44,14 @@ MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
 FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
             "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert")
 """Model families (models/nlp/<family>/...): the decoder LMs and bert (its pretraining files and its heads'
-files: the classifier's GLUE and the token classifier's NER data are written by --write-bert-csv,
-extractive summarization's not yet); t5,
+files: --write-bert-csv also writes the classifier's GLUE, the token classifier's NER and extractive
+summarization's BERTSUM data); t5,
 transformer, ... are left out."""
 
 MODEL_SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "filter_size": 128, "vocab_size": 512,
                "max_position_embeddings": 64, "rotary_dim": 16}
 MAX_PREDICTIONS = 10  # bert's max_predictions_per_seq: 15% of the 64-token sequence
+MAX_CLS_TOKENS = 8  # extractive summarization's sentences per sample
 KV_GROUPS = 2
 SINK_TOKENS = 4
 BATCH_SIZE = 4
@@ -116,6 +117,10 @@ def _shrink_input(section: dict, data_dir: str) -> None:
         section["vocab_file"] = str(Path(data_dir).parent / "vocab.txt")
     if section.get("data_processor") == "BertTokenClassifierDataProcessor":  # NER CSV (write_ner_csv)
         section["data_dir"] = str(Path(data_dir).parent / "ner" / Path(data_dir).name)
+    if section.get("data_processor") == "BertSumCSVDataProcessor":  # BERTSUM CSV (write_bertsum_csv)
+        section["data_dir"] = str(Path(data_dir).parent / "bertsum" / Path(data_dir).name)
+    if section.get("max_cls_tokens") is not None:
+        section["max_cls_tokens"] = MAX_CLS_TOKENS
     for transform in section.get("data_transforms") or ():
         if isinstance(transform, dict) and transform.get("name") == "add_sink_tokens":
             # sizes: the sinks fit the shrunk sequence (shards of max_position_embeddings - SINK_TOKENS
@@ -166,6 +171,8 @@ def shrink(raw: dict, shards: Path, model_dir: Path, stub: bool = False) -> dict
                 _shrink_model(init["model"])
                 if init["model"].get("label_vocab_file") is not None:  # the NER data's labels (write_ner_csv)
                     init["model"]["label_vocab_file"] = str(shards / "ner" / "label2id.json")
+                if init["model"].get("vocab_file") is not None:  # summarization's: the word pieces of --shards
+                    init["model"]["vocab_file"] = str(shards / "vocab.txt")
             init["model_dir"] = str(model_dir)
             loop = init.setdefault("loop", {})
             for key in ("max_steps", "num_steps"):
@@ -235,6 +242,31 @@ def write_bert_csv(out: Path, rows: int = 64, seed: int = 0) -> None:
         (out / split / "meta.dat").write_text(f"part_0.csv {rows}\n")
     write_glue_tsv(out, words[5:], rows, rng)
     write_ner_csv(out / "ner", words[5:], rows, rng)
+    write_bertsum_csv(out / "bertsum", rows, rng)
+
+
+def write_bertsum_csv(out: Path, rows: int, rng) -> None:
+    """BERTSUM CSV folders for bert/extractive_summarization's BertSumCSVDataProcessor (Release 2.10
+    extractive_summarisation_utils.py lines 31, 53-86: meta.dat and CSVs of ``input_token_ids``, ``labels``,
+    ``segment_ids``, ``cls_ids`` integer lists): up to 8 sentences of [CLS] (2) ... [SEP] (3), segments
+    alternating per sentence, a 0/1 label per sentence, at most 64 tokens."""
+    import csv  # noqa: PLC0415 - only this mode writes CSV
+
+    for split in ("train", "val"):
+        (out / split).mkdir(parents=True, exist_ok=True)
+        with open(out / split / "part_0.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["input_token_ids", "labels", "segment_ids", "cls_ids"])
+            for _ in range(rows):
+                ids, segments, cls_ids = [], [], []
+                for sentence in range(rng.randint(1, MAX_CLS_TOKENS)):
+                    n = rng.randint(1, 5)
+                    cls_ids.append(len(ids))
+                    ids += [2] + [rng.randrange(5, MODEL_SIZES["vocab_size"]) for _ in range(n)] + [3]
+                    segments += [sentence % 2] * (n + 2)
+                labels = [rng.randint(0, 1) for _ in cls_ids]
+                writer.writerow([str(ids), str(labels), str(segments), str(cls_ids)])
+        (out / split / "meta.dat").write_text(f"part_0.csv {rows}\n")
 
 
 NER_LABELS = ["[PAD]", "B", "I", "O", "X", "[CLS]", "[SEP]"]

@@ -8,7 +8,9 @@ and data paths only), read GLUE data, their first loss is transformers' on the s
 (dropout off), and they pass validate-only and train 5 steps on CPU and on CSX (fx). The token classifier:
 logits within 1e-5 of transformers and the vendor's loss (BertForTokenClassificationLoss: masked token cross
 entropy summed / batch * loss_weight, / length with include_padding_in_loss) by hand from transformers' logits,
-both ways through checkpoint convert, and bert_base_ner_bc5cdr_chem.yaml likewise."""
+both ways through checkpoint convert, and bert_base_ner_bc5cdr_chem.yaml likewise. Extractive summarization
+(BertSummarizationModel; no Hugging Face class): its loss by hand from transformers' BertModel hidden states
+with the same encoder weights, gathered at the [CLS] positions, through the classifier's weights."""
 
 from __future__ import annotations
 
@@ -26,9 +28,10 @@ from hf_helpers import build as build_keys
 from cs_run._yaml import parse as parse_yaml
 from cs_run.checkpoint import load, save
 from cs_run.data.processors.bert_classifier import build_dataloader
+from cs_run.data.processors.bert_summarization import build_dataloader as bertsum_data
 from cs_run.data.processors.bert_token_classifier import build_dataloader as ner_data
 from cs_run.frontends.checkpoint_cli import checkpoint as checkpoint_cli
-from cs_run.models.bert_classifier.hf import from_hf_state_dict, hf_config, model_keys_from_hf_config, to_hf_state_dict
+from cs_run.models.bert_classifier.hf import from_hf_state_dict, head_names, hf_config, model_keys_from_hf_config, to_hf_state_dict
 from cs_run.models.bert_classifier.model import BertClassifierConfig, build
 from cs_run.models.bert_token_classifier.hf import hf_config as token_hf_config
 from cs_run.models.bert_token_classifier.hf import model_keys_from_hf_config as token_keys
@@ -178,9 +181,11 @@ _spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
 mz = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(mz)
 TAG = "Release_2.10.0"
-CLASSIFIER_FILES = ["classifier/configs/bert_base_classifier_sst2", "classifier/configs/bert_base_classifier_mnli",
+HEAD_FILES = ["classifier/configs/bert_base_classifier_sst2", "classifier/configs/bert_base_classifier_mnli",
                     "classifier/configs/bert_large_classifier_sst2", "classifier/configs/bert_large_classifier_mnli",
-                    "token_classifier/configs/bert_base_ner_bc5cdr_chem"]
+                    "token_classifier/configs/bert_base_ner_bc5cdr_chem",
+                    "extractive_summarization/configs/bert_base_summarization",
+                    "extractive_summarization/configs/bert_large_summarization"]
 needs_mirror = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
 
 
@@ -222,11 +227,11 @@ def test_files_first_loss_is_transformers_loss(tmp_path, data, name, labels):
 @needs_mirror
 @pytest.mark.slow
 @pytest.mark.parametrize("command, device", [("validate-only", "CPU"), ("train", "CPU"), ("train", "CSX")])
-def test_classifier_files_validate_and_train_five_steps(tmp_path, data, command, device):
+def test_head_files_validate_and_train_five_steps(tmp_path, data, command, device):
     args = argparse.Namespace(mirror=mz.MIRROR, out=str(tmp_path), shards=str(data), name_from_folder=False,
                               stub_model=False, command=command, device=device,
                               compile_tier="fx" if device == "CSX" else None, in_process=True)
-    for name in CLASSIFIER_FILES:
+    for name in HEAD_FILES:
         result = mz.run_one(_path(name), TAG, args)
         assert result["first_error"] == "ok", (name, result)
         if command == "train":
@@ -336,5 +341,88 @@ TOKEN_BAD_KEYS = [
 def test_token_classifier_bad_keys_are_one_error_naming_the_key(keys, named):
     base = dict(name="bert/token_classifier", hidden_size=32, num_hidden_layers=1, num_heads=4, filter_size=64,
                 max_position_embeddings=8, num_classes=7, encoder_output_dropout_rate=0.1)
+    with pytest.raises(ValueError, match=f"^{named}:"):
+        build_keys({**base, **keys})
+
+
+def _summarization_loss_by_hand(model, batch) -> torch.Tensor:
+    """transformers' BertModel (no pooler) with the model's encoder weights, hidden states at cls_indices, the
+    classifier's weights, cross entropy times cls_weights summed / batch * loss_weight."""
+    c = model.config
+    cfg = transformers.BertConfig(vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
+                                  num_hidden_layers=c["num_hidden_layers"], num_attention_heads=c["num_heads"],
+                                  intermediate_size=c["filter_size"], hidden_act=c["nonlinearity"],
+                                  layer_norm_eps=c["layer_norm_epsilon"], pad_token_id=c["embedding_pad_token_id"],
+                                  max_position_embeddings=c["max_position_embeddings"],
+                                  type_vocab_size=c["num_segments"])
+    hf = transformers.BertModel(cfg, add_pooling_layer=False).eval()
+    sd = model.state_dict()
+    weights = {hf_name[len("bert."):]: sd[ours] for hf_name, ours in head_names(c["num_hidden_layers"], False)
+               if hf_name.startswith("bert.")}
+    missing, unexpected = hf.load_state_dict(weights, strict=False)
+    assert not unexpected and all(k.endswith("position_ids") for k in missing)
+    with torch.no_grad():
+        hidden = hf(input_ids=batch["input_ids"].long(), attention_mask=batch["attention_mask"],
+                    token_type_ids=batch["token_type_ids"].long()).last_hidden_state
+    index = batch["cls_indices"].long()[..., None].expand(-1, -1, hidden.shape[-1])
+    logits = torch.gather(hidden, 1, index) @ sd["model.classifier.weight"].T
+    if "model.classifier.bias" in sd:
+        logits = logits + sd["model.classifier.bias"]
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, c["num_labels"]), batch["labels"].reshape(-1).long(),
+                                           reduction="none")
+    return (ce * batch["cls_weights"].reshape(-1)).sum() / batch["labels"].shape[0] * c["loss_weight"]
+
+
+@pytest.mark.parametrize("use_cls_bias, loss_weight", [(True, 0.0539), (False, None)])
+def test_summarization_loss_by_hand(use_cls_bias, loss_weight):
+    torch.manual_seed(0)
+    model = build_keys(dict(name="bert/extractive_summarization", vocab_size=V, hidden_size=32, num_hidden_layers=2,
+                            num_heads=4, filter_size=48, max_position_embeddings=16, use_cls_bias=use_cls_bias,
+                            loss_weight=loss_weight))
+    with torch.no_grad():  # non-trivial biases, so a dropped one shows
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    batch = _batch(2)
+    batch["cls_indices"] = torch.tensor([[0, 4, 7], [0, 5, 0], [0, 2, 0], [0, 0, 0]], dtype=torch.int32)
+    batch["cls_weights"] = (batch["cls_indices"] != 0).float()
+    batch["labels"] = torch.tensor([[0, 1, 0], [1, 1, 0], [0, 0, 0], [1, 0, 0]], dtype=torch.int32)
+    with torch.no_grad():
+        ours = model(batch)
+    assert model.config["loss_weight"] == (loss_weight or 1.0)
+    torch.testing.assert_close(ours, _summarization_loss_by_hand(model, batch), rtol=0, atol=1e-5)
+    assert ("model.classifier.bias" in model.state_dict()) == use_cls_bias
+
+
+@needs_mirror
+def test_summarization_file_first_loss_by_hand(tmp_path, data):
+    name = "extractive_summarization/configs/bert_base_summarization"
+    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show", f"{TAG}:{_path(name)}"], check=True,
+                          capture_output=True, text=True).stdout
+    trainer = mz.shrink(parse_yaml(text, name)[0], data, tmp_path / "model_dir")["trainer"]
+    keys = dict(trainer["init"]["model"])
+    assert keys["loss_weight"] == 0.0539
+    torch.manual_seed(1)
+    model = build_keys(keys)
+    section = {k: v for k, v in trainer["fit"]["train_dataloader"].items() if k != "num_workers"}
+    batch = next(iter(bertsum_data("train", **section, vocab_file=keys["vocab_file"])))
+    assert batch["cls_indices"].shape == (mz.BATCH_SIZE, mz.MAX_CLS_TOKENS)
+    with torch.no_grad():
+        ours = model(dict(batch))
+    torch.testing.assert_close(ours, _summarization_loss_by_hand(model, batch), rtol=0, atol=1e-5)
+
+
+SUM_BAD_KEYS = [
+    ({"num_labels": 3}, "num_labels"),
+    ({"add_pooling_layer": True}, "add_pooling_layer"),
+    ({"compute_eval_metrics": True}, "compute_eval_metrics"),
+    ({"disable_nsp": True}, "disable_nsp"),
+]
+
+
+@pytest.mark.parametrize("keys,named", SUM_BAD_KEYS, ids=[k for _, k in SUM_BAD_KEYS])
+def test_summarization_bad_keys_are_one_error_naming_the_key(keys, named):
+    base = dict(name="bert/extractive_summarization", hidden_size=32, num_hidden_layers=1, num_heads=4,
+                filter_size=64, max_position_embeddings=8)
     with pytest.raises(ValueError, match=f"^{named}:"):
         build_keys({**base, **keys})
