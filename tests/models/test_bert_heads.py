@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import subprocess
 from pathlib import Path
 
@@ -426,3 +427,43 @@ def test_summarization_bad_keys_are_one_error_naming_the_key(keys, named):
                 filter_size=64, max_position_embeddings=8)
     with pytest.raises(ValueError, match=f"^{named}:"):
         build_keys({**base, **keys})
+
+
+def test_classifier_eval_metrics_by_hand():
+    """eval/accuracy over all samples, eval/accuracy_matched / _mismatched over the is_matched / is_mismatched
+    ones (MNLI's dev files), from the logits' argmax."""
+    hf, _ = _pair(3)
+    keys = model_keys_from_hf_config(hf.config.to_dict())
+    model = build_keys({**keys, "compute_eval_metrics": True})
+    from_hf_state_dict(model, hf.state_dict())
+    batch = _batch(3)
+    batch["is_matched"] = torch.tensor([1, 1, 0, 0], dtype=torch.int32)
+    batch["is_mismatched"] = 1 - batch["is_matched"]
+    with torch.no_grad():
+        model(batch)
+        predictions = model.model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).argmax(-1)
+    right = (predictions == batch["labels"].long()).float()
+    assert model.f1_metric is None  # micro F1 only for two labels, as the vendor
+    assert float(model.accuracy_metric.compute()) == pytest.approx(right.mean().item())
+    assert float(model.matched_accuracy_metric.compute()) == pytest.approx(right[:2].mean().item())
+    assert float(model.mismatched_accuracy_metric.compute()) == pytest.approx(right[2:].mean().item())
+
+
+def test_token_classifier_f1_scores_only_b_and_i_labels(tmp_path):
+    """eval/f1_score: macro F1 over label2id.json's B* and I* labels (ids 1 and 2 here), by hand."""
+    labels = {"[PAD]": 0, "B": 1, "I": 2, "O": 3, "X": 4, "[CLS]": 5, "[SEP]": 6}
+    (tmp_path / "label2id.json").write_text(json.dumps(labels))
+    _, model = _token_pair(compute_eval_metrics=True, label_vocab_file=str(tmp_path / "label2id.json"))
+    batch = _token_batch()
+    batch["loss_mask"] = batch["attention_mask"]
+    with torch.no_grad():
+        model(batch)
+        predictions = model.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).argmax(-1)
+    truth, guess = batch["labels"].reshape(-1).long(), predictions.reshape(-1)
+    scores = []
+    for k in (1, 2):
+        tp = ((guess == k) & (truth == k)).sum().item()
+        fp = ((guess == k) & (truth != k)).sum().item()
+        fn = ((guess != k) & (truth == k)).sum().item()
+        scores.append(2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0)
+    assert float(model.f1_metric.compute()) == pytest.approx(sum(scores) / 2)
