@@ -53,7 +53,8 @@ MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
 FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
             "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "esm2", "t5", "transformer")
 """Model families (models/nlp/<family>/...): the decoder LMs, bert (its pretraining files and its heads'
-files), esm2, t5 and transformer; the other encoder-decoders are left out."""
+files: --write-bert-csv also writes the classifier's GLUE, the token classifier's NER and extractive
+summarization's BERTSUM data), esm2, t5 and transformer; the other families are left out."""
 
 MODEL_SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "filter_size": 128, "vocab_size": 512,
                "max_position_embeddings": 64, "rotary_dim": 16}
@@ -62,6 +63,7 @@ T5_SIZES = {"d_model": 64, "d_kv": 16, "d_ff": 128, "encoder_num_hidden_layers":
             "tgt_max_position_embeddings": 16}
 """t5's sizes: 64 source tokens (70 raw ones, 14 targets: data/processors/t5.raw_sequence_lengths) and 16 targets."""
 MAX_PREDICTIONS = 10  # bert's max_predictions_per_seq: 15% of the 64-token sequence
+MAX_CLS_TOKENS = 8  # extractive summarization's sentences per sample
 KV_GROUPS = 2
 SINK_TOKENS = 4
 BATCH_SIZE = 4
@@ -133,6 +135,12 @@ def _shrink_input(section: dict, data_dir: str) -> None:
             section["shuffle_buffer"] = 4 * BATCH_SIZE
     if section.get("vocab_file") is not None:  # bert's CSV data: the word pieces of --shards (write_bert_csv)
         section["vocab_file"] = str(Path(data_dir).parent / "vocab.txt")
+    if section.get("data_processor") == "BertTokenClassifierDataProcessor":  # NER CSV (write_ner_csv)
+        section["data_dir"] = str(Path(data_dir).parent / "ner" / Path(data_dir).name)
+    if section.get("data_processor") == "BertSumCSVDataProcessor":  # BERTSUM CSV (write_bertsum_csv)
+        section["data_dir"] = str(Path(data_dir).parent / "bertsum" / Path(data_dir).name)
+    if section.get("max_cls_tokens") is not None:
+        section["max_cls_tokens"] = MAX_CLS_TOKENS
     for transform in section.get("data_transforms") or ():
         if isinstance(transform, dict) and transform.get("name") == "add_sink_tokens":
             # sizes: the sinks fit the shrunk sequence (shards of max_position_embeddings - SINK_TOKENS
@@ -181,6 +189,10 @@ def shrink(raw: dict, shards: Path, model_dir: Path, stub: bool = False) -> dict
             init = trainer.setdefault("init", {})
             if isinstance(init.get("model"), dict):
                 _shrink_model(init["model"])
+                if init["model"].get("label_vocab_file") is not None:  # the NER data's labels (write_ner_csv)
+                    init["model"]["label_vocab_file"] = str(shards / "ner" / "label2id.json")
+                if init["model"].get("vocab_file") is not None:  # summarization's: the word pieces of --shards
+                    init["model"]["vocab_file"] = str(shards / "vocab.txt")
             init["model_dir"] = str(model_dir)
             loop = init.setdefault("loop", {})
             for key in ("max_steps", "num_steps"):
@@ -227,7 +239,8 @@ def shrink(raw: dict, shards: Path, model_dir: Path, stub: bool = False) -> dict
 def write_bert_csv(out: Path, rows: int = 64, seed: int = 0) -> None:
     """BERT CSV data in the layout of the Model Zoo's create_csv.py (Release 2.10 lines 224-273, 320-326):
     ``train/`` and ``val/`` with ``meta.dat`` and a CSV of ``tokens``, ``segment_ids``, ``is_random_next``
-    (sentence pairs of random word pieces, at most 64 tokens), and ``vocab.txt`` of 512 word pieces."""
+    (sentence pairs of random word pieces, at most 64 tokens), and ``vocab.txt`` of 512 word pieces; and the
+    classifier's GLUE files (:func:`write_glue_tsv`) in the same folders."""
     import csv  # noqa: PLC0415 - only this mode writes CSV
     import random  # noqa: PLC0415
 
@@ -247,6 +260,75 @@ def write_bert_csv(out: Path, rows: int = 64, seed: int = 0) -> None:
                 writer.writerow({"tokens": str(tokens), "segment_ids": str([0] * (a + 2) + [1] * (b + 1)),
                                  "is_random_next": rng.randint(0, 1)})
         (out / split / "meta.dat").write_text(f"part_0.csv {rows}\n")
+    write_glue_tsv(out, words[5:], rows, rng)
+    write_ner_csv(out / "ner", words[5:], rows, rng)
+    write_bertsum_csv(out / "bertsum", rows, rng)
+
+
+def write_bertsum_csv(out: Path, rows: int, rng) -> None:
+    """BERTSUM CSV folders for bert/extractive_summarization's BertSumCSVDataProcessor (Release 2.10
+    extractive_summarisation_utils.py lines 31, 53-86: meta.dat and CSVs of ``input_token_ids``, ``labels``,
+    ``segment_ids``, ``cls_ids`` integer lists): up to 8 sentences of [CLS] (2) ... [SEP] (3), segments
+    alternating per sentence, a 0/1 label per sentence, at most 64 tokens."""
+    import csv  # noqa: PLC0415 - only this mode writes CSV
+
+    for split in ("train", "val"):
+        (out / split).mkdir(parents=True, exist_ok=True)
+        with open(out / split / "part_0.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["input_token_ids", "labels", "segment_ids", "cls_ids"])
+            for _ in range(rows):
+                ids, segments, cls_ids = [], [], []
+                for sentence in range(rng.randint(1, MAX_CLS_TOKENS)):
+                    n = rng.randint(1, 5)
+                    cls_ids.append(len(ids))
+                    ids += [2] + [rng.randrange(5, MODEL_SIZES["vocab_size"]) for _ in range(n)] + [3]
+                    segments += [sentence % 2] * (n + 2)
+                labels = [rng.randint(0, 1) for _ in cls_ids]
+                writer.writerow([str(ids), str(labels), str(segments), str(cls_ids)])
+        (out / split / "meta.dat").write_text(f"part_0.csv {rows}\n")
+
+
+NER_LABELS = ["[PAD]", "B", "I", "O", "X", "[CLS]", "[SEP]"]
+"""ner_data_processor.py's BC5CDR labels (Release 2.10 lines 59 and 156), ids in this order (write_label_map_files)."""
+
+
+def write_ner_csv(out: Path, words: list, rows: int, rng) -> None:
+    """NER CSV folders for bert/token_classifier's BertTokenClassifierDataProcessor (Release 2.10: meta.dat, and
+    CSVs of space-separated ``tokens`` and one of ``labels`` per word piece, [CLS] ... [SEP]) and label2id.json."""
+    import csv  # noqa: PLC0415 - only this mode writes CSV
+    import json  # noqa: PLC0415
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "label2id.json").write_text(json.dumps({label: i for i, label in enumerate(NER_LABELS)}))
+    for split in ("train", "val"):
+        (out / split).mkdir(exist_ok=True)
+        with open(out / split / "part_0.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=["tokens", "labels"])
+            writer.writeheader()
+            for _ in range(rows):
+                n = rng.randint(3, 60)
+                pieces = rng.choices(words, k=n)
+                labels = ["X" if w.startswith("##") else rng.choice("BIO") for w in pieces]
+                writer.writerow({"tokens": " ".join(["[CLS]", *pieces, "[SEP]"]),
+                                 "labels": " ".join(["[CLS]", *labels, "[SEP]"])})
+        (out / split / "meta.dat").write_text(f"part_0.csv {rows}\n")
+
+
+def write_glue_tsv(out: Path, words: list, rows: int, rng) -> None:
+    """GLUE folders for bert/classifier's SST2DataProcessor and MNLIDataProcessor (Release 2.10
+    BertClassifierDataProcessor.py read_tsv: tab-separated, a header; SST-2 ``sentence``, ``label``; MNLI
+    ``sentence1``, ``sentence2``, ``gold_label``): ``train/train.tsv`` and ``val/dev.tsv``, ``dev_matched.tsv``,
+    ``dev_mismatched.tsv``, each with both tasks' columns, of random whole words of the vocab."""
+    labels = ("entailment", "neutral", "contradiction")
+    whole = [w for w in words if not w.startswith("##")]
+    for split, names in (("train", ("train.tsv",)), ("val", ("dev.tsv", "dev_matched.tsv", "dev_mismatched.tsv"))):
+        for name in names:
+            lines = ["sentence\tlabel\tsentence1\tsentence2\tgold_label"]
+            for _ in range(rows):
+                a, b = (" ".join(rng.choices(whole, k=rng.randint(3, 40))) for _ in range(2))
+                lines.append(f"{a}\t{rng.randint(0, 1)}\t{a}\t{b}\t{rng.choice(labels)}")
+            (out / split / name).write_text("\n".join(lines) + "\n")
 
 
 ESM2_MASK, ESM2_PAD = 32, 1  # ESM-2's vocabulary: <cls> 0, <pad> 1, <eos> 2, amino acids 4..23, <mask> 32

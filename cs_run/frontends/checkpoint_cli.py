@@ -114,7 +114,9 @@ def checkpoint() -> None:
 
 HF_FAMILIES = ("gpt2, gpt3 (--to hf: GPT-2), btlm, jais, gptj, gpt-neox (model_type gpt_neox), llama, mistral, "
                "mixtral, gemma2, falcon, bloom, starcoder and santacoder (model_type gpt_bigcode), mpt, "
-               "vision_transformer (model_type vit), bert (model_type bert and roberta), esm2 (model_type esm), t5")
+               "vision_transformer (model_type vit), bert (model_type bert and roberta), "
+               "bert/classifier (model_type bert, BertForSequenceClassification), "
+               "bert/token_classifier (model_type bert, BertForTokenClassification), esm2 (model_type esm), t5")
 """The Hugging Face model_types ``--from hf`` reads and the families ``--to hf`` writes (the models with a
 Hugging Face converter: models/*/hf.py; tests/cli/test_help.py checks this against the registry)."""
 

@@ -22,12 +22,16 @@ import yaml
 
 from cs_run.checkpoint import save
 from cs_run.checkpoint.atomic import atomic_path
+from cs_run.checkpoint.hf_folder import read_config
 from cs_run.errors import ParamsError
 from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, Taker, _first_difference, build, check_weights
+from cs_run.registry import hf_converter
 
 __all__ = ["hf_config", "model_keys_from_hf_config", "to_hf_state_dict", "from_hf_state_dict", "ADAPTER", "from_hf",
            "to_hf"]
 
+# HF architectures of model_type bert that a head family of its own converts (model.name)
+_HEADS = {"BertForSequenceClassification": "bert/classifier", "BertForTokenClassification": "bert/token_classifier"}
 _HF_ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu", "tanh", "quick_gelu", "gelu_fast")
 # training-only keys HF's config has no place for; they change no output
 _TRAINING_ONLY = ("mlm_loss_weight", "label_smoothing")
@@ -189,6 +193,10 @@ class _BertAdapter(HFAdapter):
 
     def from_hf(self, hf_dir, dst, params_out: Optional[str] = None) -> tuple[Path, Path]:
         hf_dir, dst = Path(hf_dir), Path(dst)
+        head = _HEADS.get(next(iter(read_config(hf_dir / "config.json", "BERT config").get("architectures") or []),
+                               None))
+        if head is not None:  # a fine-tuning head's folder (model_type bert too): that family's converter
+            return hf_converter(head, f"{hf_dir / 'config.json'}: architectures").from_hf(hf_dir, dst, params_out)
         keys, model = self.read(hf_dir)
         params_out = Path(params_out) if params_out else dst.with_suffix(".yaml")
         save({"model": model.state_dict()}, str(dst))

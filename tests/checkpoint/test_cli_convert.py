@@ -209,13 +209,13 @@ def test_hf_conversion_of_a_model_without_a_converter_is_one_error_line(tmp_path
     (tmp_path / "params_resolved.yaml").write_text("model:\n  name: fc_mnist\n")
     result = _run("convert", "--to", "hf", tmp_path / "c.mdl", tmp_path / "hf")
     assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
-    assert "model.name" in result.output and \
-        "'fc_mnist' has no Hugging Face converter (models with one: bert (model_type roberta), bloom, " in result.output \
+    assert "model.name" in result.output and "'fc_mnist' has no Hugging Face converter (models with one: bert " \
+        "(model_type roberta), bert/classifier, bert/token_classifier, bloom, " in result.output \
         and "gpt-neox (model_type gpt_neox)" in result.output
     (tmp_path / "hf").mkdir()
-    (tmp_path / "hf" / "config.json").write_text('{"model_type": "t5"}')
+    (tmp_path / "hf" / "config.json").write_text('{"model_type": "xlnet"}')
     result = _run("convert", "--from", "hf", tmp_path / "hf", tmp_path / "x.mdl")
-    assert result.exit_code == 2 and "config.json: model_type: 't5' has no Hugging Face converter" in result.output
+    assert result.exit_code == 2 and "config.json: model_type: 'xlnet' has no Hugging Face converter" in result.output
     (tmp_path / "hf" / "config.json").write_text("{not json")
     result = _run("convert", "--from", "hf", tmp_path / "hf", tmp_path / "x.mdl")
     assert result.exit_code == 1 and "config.json: not valid JSON" in result.output

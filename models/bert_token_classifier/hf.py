@@ -1,0 +1,88 @@
+"""bert/token_classifier checkpoints <-> Hugging Face ``BertForTokenClassification`` folders: the tensors are
+bert/classifier's without the pooler (:func:`cs_run.models.bert_classifier.hf.head_names`). ``--to hf``
+finds this module by ``model.name``; ``--from hf`` by bert's, which hands it a ``model_type: bert`` folder whose
+``architectures`` name BertForTokenClassification."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import yaml
+
+from cs_run.errors import ParamsError
+from cs_run.models.bert.hf import _HF_ACTIVATIONS
+from cs_run.models.bert_classifier.hf import from_hf_state_dict, to_hf_state_dict
+from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, _check_expressible
+
+# keys of the loss and the eval metric only: HF's config has no place for them, and they change no logits
+_TRAINING_ONLY = ("include_padding_in_loss", "label_vocab_file")
+
+__all__ = ["hf_config", "model_keys_from_hf_config", "ADAPTER", "from_hf", "to_hf"]
+
+
+def hf_config(c: dict) -> dict:
+    """config.json of a bert/token_classifier model's resolved keys (its ``config``)."""
+    if c["encoder_nonlinearity"] not in _HF_ACTIVATIONS:
+        raise ParamsError(f"params: model.encoder_nonlinearity: {c['encoder_nonlinearity']!r} has no Hugging Face "
+                          f"equivalent (HF knows {', '.join(_HF_ACTIVATIONS)})")
+    return {"architectures": ["BertForTokenClassification"], "model_type": "bert",
+            "vocab_size": c["vocab_size"], "hidden_size": c["hidden_size"], "num_hidden_layers": c["num_hidden_layers"],
+            "num_attention_heads": c["num_heads"], "intermediate_size": c["filter_size"],
+            "hidden_act": c["encoder_nonlinearity"], "hidden_dropout_prob": c["dropout_rate"],
+            "attention_probs_dropout_prob": c["attention_dropout_rate"],
+            "classifier_dropout": c["encoder_output_dropout_rate"], "layer_norm_eps": c["layer_norm_epsilon"],
+            "initializer_range": c["initializer_range"], "pad_token_id": c["embedding_pad_token_id"],
+            "position_embedding_type": "absolute", "max_position_embeddings": c["max_position_embeddings"],
+            "type_vocab_size": c["num_segments"], "num_labels": c["num_classes"]}
+
+
+def model_keys_from_hf_config(cfg: dict) -> dict:
+    """The ``model:`` keys of a BertForTokenClassification config.json."""
+    dropout = float(cfg.get("hidden_dropout_prob", 0.1))
+    task = cfg.get("classifier_dropout")
+    return {"name": "bert/token_classifier", "vocab_size": int(cfg["vocab_size"]),
+            "hidden_size": int(cfg["hidden_size"]), "num_hidden_layers": int(cfg["num_hidden_layers"]),
+            "num_heads": int(cfg["num_attention_heads"]), "filter_size": int(cfg["intermediate_size"]),
+            "encoder_nonlinearity": cfg.get("hidden_act", "gelu"), "dropout_rate": dropout,
+            "attention_dropout_rate": float(cfg.get("attention_probs_dropout_prob", 0.1)),
+            "encoder_output_dropout_rate": dropout if task is None else float(task),
+            "layer_norm_epsilon": float(cfg.get("layer_norm_eps", 1e-12)),
+            "initializer_range": float(cfg.get("initializer_range", 0.02)),
+            "embedding_pad_token_id": int(cfg.get("pad_token_id", 0)),
+            "max_position_embeddings": int(cfg["max_position_embeddings"]),
+            "num_segments": int(cfg.get("type_vocab_size", 2)),
+            "num_classes": int(cfg.get("num_labels", len(cfg.get("id2label") or {}) or 2))}
+
+
+def runnable_params(keys: dict, hf_dir: Path, checkpoint: Path) -> str:
+    """The params file ``--from hf`` writes: the model keys plus BertTokenClassifierDataProcessor inputs
+    (data_dir, vocab_file and label_vocab_file to set), Adam and a runconfig, as bert_base_ner_bc5cdr_chem.yaml."""
+    def data(training: bool) -> dict:
+        return {"data_processor": "BertTokenClassifierDataProcessor", "data_dir": None, "vocab_file": None,
+                "max_sequence_length": keys["max_position_embeddings"], "batch_size": 32, "shuffle": training,
+                "num_workers": 0}
+    sections = {"train_input": data(True), "eval_input": data(False), "model": keys,
+                "optimizer": {"optimizer_type": "Adam", "eps": 1.0e-6, "max_gradient_norm": 1.0,
+                              "learning_rate": 1.0e-5},
+                "runconfig": {"max_steps": 1000, "log_steps": 10, "checkpoint_steps": 200, "seed": 1}}
+    head = (f"# bert/token_classifier converted from the Hugging Face folder {hf_dir} (cs-run checkpoint convert "
+            f"--from hf).\n# Fine-tune with: cs-run train --params THIS_FILE --checkpoint_path {checkpoint} "
+            "--model_dir DIR\n# after setting data_dir (NER CSV folders with meta.dat) and vocab_file.\n")
+    text = "".join(yaml.safe_dump({k: v}, sort_keys=False) + "\n" for k, v in sections.items())
+    return head + text.replace("  data_dir: null\n", "  data_dir: null  # SET ME: an NER CSV folder\n")
+
+
+class _TokenClassifierAdapter(HFAdapter):
+    """The shared flow, with the loss's and the metric's keys left out of the read-back."""
+
+    def check_expressible(self, model, model_keys: dict, config: dict) -> None:
+        shown = dataclasses.make_dataclass("Shown", ["config"])(
+            {k: v for k, v in model.config.items() if k not in _TRAINING_ONLY})
+        _check_expressible(shown, {k: v for k, v in model_keys.items() if k not in _TRAINING_ONLY}, config,
+                           self.keys_of)
+
+
+ADAPTER = _TokenClassifierAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict,
+                                  buffers=HF_BUFFERS + (".position_ids",), label="BERT", params_text=runnable_params)
+from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf
