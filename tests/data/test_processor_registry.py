@@ -50,13 +50,13 @@ def _twice():
 
 
 def _unknown():
-    registry.data_processor_function("BertCSVDataProcessor", "params: train_input.data_processor")
+    registry.data_processor_function("NoSuchCSVDataProcessor", "params: train_input.data_processor")
 
 
 @pytest.mark.parametrize("call,error,message", [
     (_twice, ValueError, r"data processor 'GptHDF5DataProcessor' is registered twice: "
                          r"cs_run.data.processors.gpt_hdf5 and \S*test_processor_registry"),
-    (_unknown, ParamsError, r"^params: train_input.data_processor: no data processor 'BertCSVDataProcessor' is "
+    (_unknown, ParamsError, r"^params: train_input.data_processor: no data processor 'NoSuchCSVDataProcessor' is "
                             r"registered; registered: (\w+, )*GptHDF5DataProcessor, GptHDF5MapDataProcessor, (\w+, )*MNISTDataProcessor"),
 ])
 def test_registry_refusals(call, error, message, monkeypatch):
