@@ -464,7 +464,7 @@ HF_CASES = [
     HfCase("tied-with-other-lm-head", _tensors(lambda t: t.update(
         {"lm_head.weight": t["transformer.wte.weight"] + 1})), 1,
         "lm_head.weight differs from wte.weight, but config.json says tie_word_embeddings=true", builds=True),
-    HfCase("model-type-t5", _config(model_type="t5"), 2, "{c}: model_type: 't5' has no Hugging Face converter"),
+    HfCase("model-type-xlnet", _config(model_type="xlnet"), 2, "{c}: model_type: 'xlnet' has no Hugging Face converter"),
     HfCase("model-type-missing", _config(model_type=_DROP), 2, "{c}: model_type: None has no Hugging Face converter"),
     HfCase("layers-not-a-number", _config(n_layer="two"), 1, "config.json: n_layer: expected a positive integer, "
            "got 'two'"),
