@@ -67,6 +67,8 @@ def test_lora_on_two_replicas_trains_only_the_adapters_like_one_process_and_resu
             assert value.abs().sum() > 0, f"{key} starts at zero and should have trained"
         elif not key.endswith(".lora_A"):
             assert (value == start[key]).all(), f"{key} is frozen but changed"
+    # Only the adapters have optimizer state: the optimizer is given the trainable parameters, as the vendor's.
+    assert len(cstorch.load(tmp_path / "md" / "checkpoint_30.mdl")["optimizer"]["state"]) == len(adapters)
     # Resume from the replicas' step-15 checkpoint in one process: the same last 15 steps.
     resumed = tmp_path / "resumed"
     resumed.mkdir()
