@@ -145,12 +145,14 @@ def _checked_loader(loader: Any, name: str) -> torch.utils.data.DataLoader:
 def build_optimizer(opt: OptimizerParams, model: torch.nn.Module) -> torch.optim.Optimizer:
     """The optimizer block's class and keyword arguments (runner-only keys removed) over the model's
     parameters, in the Model Zoo's param groups (:func:`cs_run.optim.configure_param_groups`) when the
-    block has ``adjust_learning_rate`` or ``params`` (tags)."""
+    block has ``adjust_learning_rate`` or ``params`` (tags). Frozen parameters (LoRA's base weights) are left
+    out, as the vendor's trainer leaves them out: no optimizer state for weights that never step."""
 
     kwargs = dict(opt.extra)
     grouping = {key: kwargs.pop(key) for key in PARAM_GROUP_KEYS if key in kwargs}
     try:
-        params: Any = optim.configure_param_groups(model, {**grouping, **kwargs}) if grouping else model.parameters()
+        params: Any = optim.configure_param_groups(model, {**grouping, **kwargs}) if grouping else [
+            p for p in model.parameters() if p.requires_grad]
         return optim.configure_optimizer(opt.optimizer_type, params, **kwargs)
     except (TypeError, ValueError) as e:
         raise params_error(e) from None
