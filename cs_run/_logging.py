@@ -9,10 +9,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import threading
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from tqdm import tqdm
+
+_BAR_LOCK = threading.RLock()
+"""The threads of this process writing log lines. Not tqdm's own lock: that one is a multiprocessing
+semaphore shared with forked children, so a child killed inside a log line (SIGKILL mid-save) would hold it
+forever and the parent's next log line would wait on it for ever."""
 
 _FORMAT = "%(asctime)s %(levelname)s: %(message)s"
 _DATEFMT = "%Y-%m-%d %H:%M:%S"
@@ -26,7 +32,9 @@ class _TqdmHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            tqdm.write(self.format(record), file=sys.stderr)
+            with _BAR_LOCK:
+                with tqdm.external_write_mode(file=sys.stderr, nolock=True):
+                    sys.stderr.write(self.format(record) + "\n")
         except Exception:  # logging must never take a run down
             self.handleError(record)
 
