@@ -14,6 +14,11 @@ validation: ``--write-esm2-data`` writes both, random protein-like sequences, in
 
     python tools/modelzoo_files.py --shards /tmp/mz/esm2 --write-esm2-data --match nlp/esm2/configs/ --command train
 
+dino's files read an ImageNet-layout image folder (DinoImageDataProcessor, and ImageNet1KProcessor for the
+vision_transformer eval_linear file; crops of 4 patches per side, local crops of 2): ``--write-images``::
+
+    python tools/modelzoo_files.py --shards /tmp/mz/images --write-images --match vision/dino/configs/ --command train
+
 bert's files read CSV data (BertCSVDynamicMaskDataProcessor; a vocab_file moves to --shards/vocab.txt and
 max_predictions_per_seq to 10): ``--write-bert-csv`` writes random word-piece pairs in the vendor's layout::
 
@@ -51,10 +56,11 @@ from cs_run._yaml import parse as parse_yaml
 
 MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
 FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
-            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "esm2", "t5", "transformer")
+            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "esm2", "t5", "transformer", "dino")
 """Model families (models/nlp/<family>/...): the decoder LMs, bert (its pretraining files and its heads'
 files: --write-bert-csv also writes the classifier's GLUE, the token classifier's NER and extractive
-summarization's BERTSUM data), esm2, t5 and transformer; the other families are left out."""
+summarization's BERTSUM data), esm2, t5, transformer and dino (models/vision/dino: its DINOv2 files and the
+vision_transformer eval_linear file, over --write-images); the other families are left out."""
 
 MODEL_SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "filter_size": 128, "vocab_size": 512,
                "max_position_embeddings": 64, "rotary_dim": 16}
@@ -62,6 +68,9 @@ T5_SIZES = {"d_model": 64, "d_kv": 16, "d_ff": 128, "encoder_num_hidden_layers":
             "src_vocab_size": 512, "tgt_vocab_size": 512, "src_max_position_embeddings": 64,
             "tgt_max_position_embeddings": 16}
 """t5's sizes: 64 source tokens (70 raw ones, 14 targets: data/processors/t5.raw_sequence_lengths) and 16 targets."""
+IMAGE_PATCHES = 4  # a (global) image's patches per side: 56 x 56 pixels at patch 14
+LOCAL_PATCHES = 2  # a dino local crop's patches per side (interpolate_position_embedding.local_patch_dims)
+DINO_OUT, DINO_BOTTLENECK = 128, 32  # DinoHead output_size (the losses' input_size) and bottleneck_size
 MAX_PREDICTIONS = 10  # bert's max_predictions_per_seq: 15% of the 64-token sequence
 MAX_CLS_TOKENS = 8  # extractive summarization's sentences per sample
 KV_GROUPS = 2
@@ -78,7 +87,7 @@ def decoder_files(tag: str, mirror: str = MIRROR) -> list[str]:
     return [n for n in names if (family := family_of(n)) and family in FAMILIES]
 
 
-_FAMILY_PATH = re.compile(r"(?:models/nlp|transformers/pytorch)/(?P<family>[^/]+)/(?:.*/)?configs/.*\.ya?ml$")
+_FAMILY_PATH = re.compile(r"(?:models/nlp|models/vision|transformers/pytorch)/(?P<family>[^/]+)/(?:.*/)?configs/.*\.ya?ml$")
 
 
 def family_of(name: str) -> str | None:
@@ -101,6 +110,18 @@ def _shrink_model(model: dict) -> None:
     for key, value in {**MODEL_SIZES, **T5_SIZES}.items():
         if key in model:
             model[key] = value
+    if isinstance(model.get("patch_size"), list) and "image_size" in model:  # a ViT: IMAGE_PATCHES per side
+        model["image_size"] = [IMAGE_PATCHES * p for p in model["patch_size"]]
+        if isinstance(model.get("interpolate_position_embedding"), dict):
+            model["interpolate_position_embedding"]["local_patch_dims"] = [LOCAL_PATCHES, LOCAL_PATCHES]
+    for trunk in model.get("image_model_trunks") or ():  # dino's parts
+        _shrink_model(trunk["image_model"])
+    for head in model.get("heads") or ():
+        head["head_model"].update(input_size=MODEL_SIZES["hidden_size"], output_size=DINO_OUT,
+                                  bottleneck_size=DINO_BOTTLENECK)
+    for loss in model.get("losses") or ():
+        if "input_size" in loss["loss"]:
+            loss["loss"]["input_size"] = DINO_OUT
     extra = model.get("extra_attention_params")
     if isinstance(extra, dict) and "num_kv_groups" in extra:
         extra["num_kv_groups"] = KV_GROUPS
@@ -112,9 +133,41 @@ def _shrink_model(model: dict) -> None:
         model["max_position_embeddings"] = MODEL_SIZES["max_position_embeddings"] + SINK_TOKENS
 
 
-def _shrink_input(section: dict, data_dir: str) -> None:
+def _keep_tagged_layers(model: dict, optimizer: object) -> None:
+    """As many layers as the optimizer's param-group patterns name (``*.layers.23.*``: 24), so that each
+    tagged group still holds parameters (dino bs2048's per-layer learning rates)."""
+    named = [int(n) for n in re.findall(r"\.layers\.(\d+)\.", json.dumps(optimizer))]
+    if not named:
+        return
+    for part in [model] + [t["image_model"] for t in model.get("image_model_trunks") or ()]:
+        if "num_hidden_layers" in part:
+            part["num_hidden_layers"] = max(part["num_hidden_layers"], max(named) + 1)
+
+
+def _shrink_images(section: dict, data_dir: str, side: int) -> None:
+    """An image processor's section: the image folder (``data_dir`` is its split's folder) and the image sizes
+    (``side``: the model's image side; DinoImageDataProcessor's from its patch size)."""
+    root = str(Path(data_dir).parent)
+    if section.get("data_processor") == "DinoImageDataProcessor":
+        section["dataset"]["root"] = root
+        crops, masks = section["ssl_transform"]["multi_crop_transform"], section["ssl_transform"]["masked_patch_transform"]
+        patch = masks["patch_size"] if isinstance(masks["patch_size"], int) else masks["patch_size"][0]
+        crops["global_image_size"] = masks["image_size"] = IMAGE_PATCHES * patch
+        crops["local_image_size"] = LOCAL_PATCHES * patch
+        return
+    section["data_dir"] = root
+    if section.get("image_size") is not None:
+        section["image_size"] = [side, side]
+    for spec in section.get("transforms") or ():
+        if isinstance(spec, dict) and "size" in spec:
+            spec["size"] = [side + side // 8] * 2 if spec.get("name") == "resize" else [side, side]
+
+
+def _shrink_input(section: dict, data_dir: str, side: int = 0) -> None:
     section["batch_size"] = BATCH_SIZE
-    if "mixture" in section:
+    if section.get("data_processor") in ("DinoImageDataProcessor", "ImageNet1KProcessor"):
+        _shrink_images(section, data_dir, side)
+    elif "mixture" in section:
         for entry in section["mixture"]:
             entry["data_dir"] = data_dir
     elif "src_data_dir" not in section:
@@ -187,8 +240,11 @@ def shrink(raw: dict, shards: Path, model_dir: Path, stub: bool = False) -> dict
         trainers = raw["trainer"] if isinstance(raw["trainer"], list) else [raw["trainer"]]
         for trainer in trainers:
             init = trainer.setdefault("init", {})
+            side = 0
             if isinstance(init.get("model"), dict):
                 _shrink_model(init["model"])
+                _keep_tagged_layers(init["model"], init.get("optimizer"))
+                side = (init["model"].get("image_size") or [0])[0]
                 if init["model"].get("label_vocab_file") is not None:  # the NER data's labels (write_ner_csv)
                     init["model"]["label_vocab_file"] = str(shards / "ner" / "label2id.json")
                 if init["model"].get("vocab_file") is not None:  # summarization's: the word pieces of --shards
@@ -211,7 +267,7 @@ def shrink(raw: dict, shards: Path, model_dir: Path, stub: bool = False) -> dict
                 section = (trainer.get(part) or {}).get(key)
                 for entry in section if isinstance(section, list) else [section]:
                     if isinstance(entry, dict):
-                        _shrink_input(entry, path)
+                        _shrink_input(entry, path, side)
             if stub and isinstance(init.get("model"), dict):
                 _stub(init["model"], [(trainer.get(part) or {}).get(key) for part, key in (
                     ("fit", "train_dataloader"), ("fit", "val_dataloader"), ("validate", "val_dataloader"),
@@ -419,6 +475,22 @@ def write_transformer_text(out: Path, lines: int = 48, seed: int = 0) -> None:
         (out / split / "meta.dat").write_text(f"src.txt tgt.txt {lines}\n")
 
 
+def write_images(out: Path, classes: int = 3, per_class: int = 4, seed: int = 0) -> None:
+    """Seeded random JPEGs in the ImageNet layout, ``out/{train,val}/<class>/<n>.JPEG`` (80 x 72 pixels, larger
+    than every shrunk crop), for ImageNet1KProcessor and DinoImageDataProcessor."""
+    import numpy as np  # noqa: PLC0415 - only the image writer needs these
+    from PIL import Image  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    for split in ("train", "val"):
+        for c in range(classes):
+            folder = out / split / f"n{c:08d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(per_class):
+                pixels = rng.integers(0, 256, (72, 80, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(folder / f"{i}.JPEG")
+
+
 def first_error(output: str, rc: int) -> str:
     """The first ``Error:`` line, or a traceback's last line, or ``ok``."""
     for line in output.splitlines():
@@ -433,7 +505,7 @@ def first_error(output: str, rc: int) -> str:
 def run_one(name: str, tag: str, args) -> dict:
     text = subprocess.run(["git", f"--git-dir={args.mirror}", "show", f"{tag}:{name}"], check=True,
                           capture_output=True, text=True).stdout
-    slug = re.sub(r"[^\w.-]+", "_", re.split("models/nlp/|transformers/pytorch/", name)[-1])
+    slug = re.sub(r"[^\w.-]+", "_", re.split("models/nlp/|models/vision/|transformers/pytorch/", name)[-1])
     folder = Path(args.out) / tag / slug
     folder.mkdir(parents=True, exist_ok=True)
     params = folder / "params.yaml"
@@ -514,7 +586,11 @@ def main() -> int:
                         help="first write BERT CSV data (train/, val/, vocab.txt) to --shards (for --match bert/)")
     parser.add_argument("--write-esm2-data", action="store_true",
                         help="first write ESM-2 HDF5 and CSV data (train/, val/) to --shards (for --match esm2/)")
+    parser.add_argument("--write-images", action="store_true",
+                        help="first write random images in the ImageNet layout to --shards (for --match dino/)")
     args = parser.parse_args()
+    if args.write_images:
+        write_images(Path(args.shards))
     if args.write_bert_csv:
         write_bert_csv(Path(args.shards))
     if args.write_esm2_data:
@@ -534,7 +610,7 @@ def main() -> int:
         Path(args.json).write_text(json.dumps(results, indent=1))
     tally = collections.Counter(_kind(r["first_error"]) for r in results)
     for r in results:
-        print(f"{r['tag']}:{re.split('models/nlp/|transformers/pytorch/', r['file'])[-1]}: {r['first_error']}")
+        print(f"{r['tag']}:{re.split('models/nlp/|models/vision/|transformers/pytorch/', r['file'])[-1]}: {r['first_error']}")
     print(f"\n{len(results)} files; by first error:")
     for kind, count in tally.most_common():
         print(f"{count:4d}  {kind}")
