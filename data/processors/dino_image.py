@@ -121,10 +121,14 @@ def _augmentation(spec: dict, where: str) -> Callable:
     if name == "random_horizontal_flip":
         flip = _pil_image().FLIP_LEFT_RIGHT
         return lambda img, g, rng: img.transpose(flip) if torch.rand(1, generator=g).item() < p else img
-    if name == "color_jitter_with_prob":
+    if name == "color_jitter_with_prob":  # p 0 (the vendor's default): always, else with probability p
         p = spec.get("p", 0)
-        return lambda img, g, rng: _color_jitter(img, spec, g) if p > 0 and torch.rand(1, generator=g).item() < p \
-            else (img if p > 0 else _color_jitter(img, spec, g))
+
+        def color_jitter(img, g, rng):
+            if p > 0 and torch.rand(1, generator=g).item() >= p:
+                return img
+            return _color_jitter(img, spec, g)
+        return color_jitter
     if name == "random_gray_scale":
         p = spec.get("p", 0.1)
         return lambda img, g, rng: img.convert("L").convert("RGB") if torch.rand(1, generator=g).item() < p else img

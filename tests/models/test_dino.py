@@ -19,7 +19,9 @@ import torch.nn.functional as F
 
 from cs_run._yaml import parse as parse_yaml
 from cs_run.data.processors.dino_image import build_dataloader
+from cs_run.models.dino.config import TempLossConfig
 from cs_run.models.dino.heads import WeightNormLinear
+from cs_run.models.dino.losses import KoLeoLoss, teacher_temperature
 from cs_run.models.dino.model import build_model
 from cs_run.models.vision_transformer.config import ViTModelConfig
 from cs_run.models.vision_transformer.trunk import ViTEmbeddingLayer
@@ -242,3 +244,25 @@ def test_bad_model_keys_are_one_error_naming_the_key(tmp_path, images, change, m
     with pytest.raises(ValueError, match=message) as info:
         build_model(**keys)
     assert "\n" not in str(info.value)
+
+
+def test_koleo_is_minus_the_mean_log_nearest_neighbour_distance():
+    torch.manual_seed(0)
+    x = torch.randn(5, 2, 4)
+    expected = 0.0
+    for v in range(2):
+        u = x[:, v] / x[:, v].norm(dim=-1, keepdim=True)
+        dist = torch.cdist(u, u) + torch.eye(5) * 10  # not itself
+        expected -= torch.log(dist.min(dim=1).values + 1e-8).mean()
+    assert KoLeoLoss()(x).item() == pytest.approx(expected.item(), rel=1e-5)
+    with pytest.raises(ValueError, match="batch_size >= 2"):
+        KoLeoLoss()(x[:1])
+
+
+@pytest.mark.parametrize("kind", ["linear_constant", "linear_cosine"])
+def test_teacher_temperature_warms_up_linearly_then_holds(kind):
+    """The vendor's schedulers: start at step 0, teacher_temp at step warmup - 1 and after."""
+    cfg = TempLossConfig(input_size=4, warmup_teacher_temp=0.04, teacher_temp=0.07, warmup_teacher_temp_steps=11,
+                         total_steps=30, teacher_temp_scheduler=kind)
+    temps = [teacher_temperature(cfg, torch.tensor([s], dtype=torch.int32)).item() for s in (0, 5, 10, 11, 29)]
+    assert temps == pytest.approx([0.04, 0.04 + 0.03 * 5 / 10, 0.07, 0.07, 0.07], rel=1e-6)
