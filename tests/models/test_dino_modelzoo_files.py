@@ -3,9 +3,11 @@ the linear-probe params_dinov2_large_eval_linear, model.name vision_transformer)
 github:Cerebras/modelzoo and shrunk by tools/modelzoo_files.py (only sizes, batch, steps and data paths
 changed) over generated images in the ImageNet layout: each passes validate-only and trains 5 steps on CPU and
 5 on CSX fx with the same losses (within 1e-3 relative: the files' bfloat16 autocast; CPU and CSX differ by
-~1e-5 at step 1, measured). bs2048's side-by-side schedules (CosineDecayWD and one SequentialLR per
-param_group_tags) give every tagged group its own learning rate, checked by hand at step 5. The whole sweep is
-~3 minutes on a 2-core host; the smoke test runs one file in make test."""
+~1e-5 at step 1, measured; with precision off they are bit-identical, losses and every weight, the EMA
+teacher and the loss centers included: checked on one file in the sweep). bs2048's side-by-side schedules
+(CosineDecayWD and one SequentialLR per param_group_tags) give every tagged group its own learning rate,
+checked by hand at step 5. The whole sweep is ~4 minutes on a 2-core host; the smoke test runs one file in
+make test."""
 
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 from click.testing import CliRunner
 
+import cs_run as cstorch
 from cs_run._yaml import parse as parse_yaml
 from cs_run.frontends.cli import cli as main_cli
 from cs_run.summaries import read_scalars
@@ -66,8 +70,12 @@ def _cli(*args) -> None:
     assert result.exit_code == 0, result.output
 
 
-def _run(name: str, images: Path, tmp_path: Path) -> tuple[dict, dict]:
+def _run(name: str, images: Path, tmp_path: Path, precision: bool = True) -> tuple[dict, dict]:
     path = _params(name, images, tmp_path)
+    if not precision:
+        raw = yaml.safe_load(path.read_text())
+        raw["trainer"]["init"]["precision"]["enabled"] = False
+        path.write_text(yaml.safe_dump(raw, sort_keys=False))
     _cli("validate-only", "--params", path, "--model_dir", tmp_path / "v")
     _cli("train", "--params", path, "--model_dir", tmp_path / "cpu", "--device", "CPU")
     _cli("train", "--params", path, "--model_dir", tmp_path / "csx", "--device", "CSX", "--compile_tier", "fx")
@@ -99,3 +107,13 @@ def test_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, images, name
         logged = sorted({round(v[-1][1], 18) for k, v in cpu.items() if k.startswith("lr/")})
         assert len(logged) == len(expected)
         assert logged == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.sweep
+def test_without_mixed_precision_cpu_and_csx_fx_are_bit_identical(tmp_path, images):
+    _run("params_dinov2_large_patch14_img224", images, tmp_path, precision=False)
+    cpu, csx = (read_scalars(tmp_path / d / "train")["loss"] for d in ("cpu", "csx"))
+    assert cpu == csx
+    a, b = (cstorch.load(tmp_path / d / "checkpoint_5.mdl")["model"] for d in ("cpu", "csx"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert {"ema_step", "losses.model.1.center", "image_model_trunks.model.0.embedding_layer.mask_token"} <= a.keys()
