@@ -9,8 +9,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cs_run import amp
-
 __all__ = ["linear_betas", "GaussianDiffusion"]
 
 
@@ -33,15 +31,16 @@ class GaussianDiffusion(nn.Module):
         self.sqrt_one_minus_alphas_cum_prod = nn.Parameter((1 - abar).sqrt().float(), requires_grad=False)
 
     def forward(self, latent: torch.Tensor, noise: torch.Tensor, timestep: torch.Tensor) -> torch.Tensor:
-        """``[b, c, h, w]`` noised latents in the run's floating-point type.
+        """``[b, c, h, w]`` noised latents, computed in the half type under mixed precision as the vendor's.
 
-        Note: the vendor casts the coefficients and the result to the half type even in a float32 run; here
-        they take the half type under mixed precision and stay float32 otherwise.
+        Note: the vendor casts the coefficients and the result to the half type even in a float32 run (where its
+        model then fails); here the type is autocast's under mixed precision and the latent's otherwise.
         """
         if latent.dim() != 4:
             raise ValueError(f"GaussianDiffusion: latents must be [batch, channels, height, width], got "
                              f"{list(latent.shape)}")
-        dtype = amp.get_floating_point_dtype()
+        device = latent.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else latent.dtype
         shape = (latent.shape[0],) + (1,) * (latent.dim() - 1)
         t = timestep.long()
         a = torch.index_select(self.sqrt_alphas_cum_prod, 0, t).view(shape).to(dtype)

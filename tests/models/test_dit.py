@@ -201,6 +201,20 @@ def test_fixed_tables_are_the_formulas(tmp_path, shards):
                                torch.tensor(np.sqrt(1 - abar)).float())
 
 
+def test_noising_is_the_formula_in_the_autocast_type(tmp_path, shards):
+    """x_t = sqrt(abar_t) x_0 + sqrt(1 - abar_t) eps (float64 by hand); under bf16 autocast the vendor's half type."""
+    diffusion = build_model(**_model_keys(_shrunk("small", shards, tmp_path))).model.gaussian_diffusion
+    torch.manual_seed(0)
+    x, eps, t = torch.randn(3, 4, 8, 8), torch.randn(3, 4, 8, 8), torch.tensor([0, 500, 999], dtype=torch.int32)
+    abar = torch.tensor(_abar(1000))[t.long()].view(-1, 1, 1, 1)
+    expected = (abar.sqrt() * x.double() + (1 - abar).sqrt() * eps.double()).float()
+    torch.testing.assert_close(diffusion(x, eps, t), expected, rtol=1e-6, atol=1e-6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        half = diffusion(x, eps, t)
+    assert half.dtype == torch.bfloat16
+    torch.testing.assert_close(half.float(), expected, rtol=2e-2, atol=2e-2)
+
+
 def test_model_is_the_eager_reference_with_random_weights(tmp_path, shards):
     """Every weight random (the zero-initialized adaLN, gates and head too), float32, no dropout: predicted noise
     and loss within 1e-5 of the reference on a batch of the file's data."""
