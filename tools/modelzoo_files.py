@@ -471,7 +471,7 @@ def first_error(output: str, rc: int) -> str:
 def run_one(name: str, tag: str, args) -> dict:
     text = subprocess.run(["git", f"--git-dir={args.mirror}", "show", f"{tag}:{name}"], check=True,
                           capture_output=True, text=True).stdout
-    slug = re.sub(r"[^\w.-]+", "_", re.split("models/nlp/|transformers/pytorch/", name)[-1])
+    slug = re.sub(r"[^\w.-]+", "_", re.split("models/(?:nlp|vision)/|transformers/pytorch/", name)[-1])
     folder = Path(args.out) / tag / slug
     folder.mkdir(parents=True, exist_ok=True)
     params = folder / "params.yaml"
@@ -576,7 +576,7 @@ def main() -> int:
         Path(args.json).write_text(json.dumps(results, indent=1))
     tally = collections.Counter(_kind(r["first_error"]) for r in results)
     for r in results:
-        print(f"{r['tag']}:{re.split('models/nlp/|transformers/pytorch/', r['file'])[-1]}: {r['first_error']}")
+        print(f"{r['tag']}:{re.split('models/(?:nlp|vision)/|transformers/pytorch/', r['file'])[-1]}: {r['first_error']}")
     print(f"\n{len(results)} files; by first error:")
     for kind, count in tally.most_common():
         print(f"{count:4d}  {kind}")

@@ -170,6 +170,9 @@ def build_dataloader(split: str, data_dir: Union[str, list, None] = None, batch_
     ``num_diffusion_steps`` come from the model section (its input_keys). ``transforms`` must be empty (the
     vendor's files give none; image transforms do not apply to latents); ``noaugment``, ``use_worker_cache``,
     ``image_channels``, ``image_size``, ``schedule_name`` and ``var_loss`` change nothing here.
+
+    Note: the vendor's latent processor drops labels to 1000 whatever ``num_classes`` is (past the label table
+    unless it is 1000, the files' value); here to ``num_classes``, the model's null-class row.
     """
     where = _where(split)
     if data_processor != NAME:
