@@ -144,13 +144,17 @@ def _where(split: str) -> str:
     return "train_input" if split == "train" else "eval_input"
 
 
+_VAE_DEFAULTS = {"latent_size": [32, 32], "latent_channels": 4, "scaling_factor": 0.18215}
+"""VAEConfig's defaults of the keys the data reads (dit's config fills the same ones)."""
+
+
 def _model_value(value: Any, vae: Optional[dict], key: str, where: str) -> Any:
     if value is not None:
         return value
-    if vae is None or vae.get(key) is None:
+    if vae is None:
         raise ParamsError(f"params: {where}.{key}: not set and the model gives none; set model.{key} or "
                           f"model.vae.{key}")
-    return vae[key]
+    return vae.get(key) if vae.get(key) is not None else _VAE_DEFAULTS[key]
 
 
 @register_data_processor(NAME)
@@ -186,7 +190,8 @@ def build_dataloader(split: str, data_dir: Union[str, list, None] = None, batch_
         raise ParamsError(f"params: {where}.data_dir: not set; give the latent folder(s) (with train/ and val/)")
     size = _model_value(latent_size, vae, "latent_size", where)
     channels = _model_value(latent_channels, vae, "latent_channels", where)
-    scale = vae_scaling_factor if vae_scaling_factor is not None else float((vae or {}).get("scaling_factor", 0.18215))
+    scale = float(vae_scaling_factor if vae_scaling_factor is not None else
+                  _model_value(None, vae or {}, "scaling_factor", where))
     dropout = 0.1 if label_dropout_rate is None else float(label_dropout_rate)  # DiTConfig's default
     dtype = amp.get_floating_point_dtype()  # the vendor's to_dtype transform
     folders = []

@@ -94,6 +94,8 @@ def test_the_eval_split_reads_val_in_file_order_and_names_a_file_of_the_wrong_sh
     ("transforms", {"transforms": [{"name": "random_horizontal_flip"}]},
      r"^params: train_input\.transforms: .*not applied here, leave it empty"),
     ("no latent shape", {"vae": None}, r"^params: train_input\.latent_size: not set and the model gives none"),
+    ("vae defaults", {"vae": {"scaling_factor": 0.5}, "files": {}, "latents": True},
+     r"\d\.npz: vae_output has shape \[8, 2, 2\], expected \[8, 32, 32\]"),  # VAEConfig's latent_size, as dit's
     ("second folder missing", {"list": True}, r"^params: train_input\.data_dir\[1\]: .*/nowhere/train is not a folder"),
 ])
 def test_bad_inputs_are_one_error_naming_key_or_file(tmp_path, case, keys, message):
@@ -105,7 +107,7 @@ def test_bad_inputs_are_one_error_naming_key_or_file(tmp_path, case, keys, messa
         else:
             (root / "train" / "c0" / name).write_bytes(content)
     data_dir = [str(root), str(tmp_path / "nowhere")] if keys.pop("list", False) else str(root)
-    if case == "second folder missing":
+    if case == "second folder missing" or keys.pop("latents", False):
         _write(root, "train", classes=1, per_class=4, seed=0)
     with pytest.raises(ParamsError, match=message) as info:
         next(iter(_loader(data_dir, **{"batch_size": 1, **keys})))

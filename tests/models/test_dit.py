@@ -304,3 +304,12 @@ def test_a_bad_key_in_the_file_is_one_error_line_naming_file_and_key(tmp_path, s
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert result.exit_code == 2 and len(errors) == 1, result.output
     assert "schedule_name: 'cosine' is not one of linear" in errors[0] and str(path) in errors[0]
+
+
+def test_latent_shape_and_scaling_come_from_vae_with_the_vendor_defaults():
+    """model.latent_size / latent_channels unset: vae's, and VAEConfig's defaults where vae omits them (the data's
+    defaults are the same: tests/data/test_dit_data.py's "vae defaults")."""
+    config = build_model(**{**TINY, "latent_size": None, "latent_channels": None, "vae": {"scaling_factor": 0.5}}).config
+    assert (config["latent_size"], config["latent_channels"], config["vae"]["scaling_factor"]) == ([32, 32], 4, 0.5)
+    config = build_model(**{**TINY, "latent_size": None, "vae": {"latent_size": [6, 6]}}).config
+    assert config["latent_size"] == [6, 6]
