@@ -259,9 +259,16 @@ def test_small_file_validates_and_its_first_loss_is_the_batch_noise_mean_square(
     losses = read_scalars(tmp_path / "cpu" / "train")["loss"]
     assert [step for step, _ in losses] == [1, 2] and all(np.isfinite(v) for _, v in losses)
     batch, weights = seen[0]
-    _, expected = reference_loss(weights, _model_keys(yaml.safe_load(params.read_text())), batch)
+    raw = yaml.safe_load(params.read_text())
+    _, expected = reference_loss(weights, _model_keys(raw), batch)
     assert expected.item() == pytest.approx(batch["diffusion_noise"].float().pow(2).mean().item(), rel=1e-6)
     assert losses[0][1] == pytest.approx(expected.item(), rel=1e-6)
+    # the same seed gives the same first batch: the file's seed, the model built, then the data function (the
+    # runner's order; all draws come from torch's generator, as the vendor's collate draws them)
+    torch.manual_seed(raw["trainer"]["init"]["seed"])
+    build_model(**_model_keys(raw))
+    again = next(iter(build_dataloader("train", **_train_section(raw))))
+    assert all(torch.equal(again[k], batch[k]) for k in batch)
 
 
 @pytest.mark.sweep
