@@ -16,9 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
+from click.testing import CliRunner
 
 from cs_run._yaml import parse as parse_yaml
 from cs_run.data.processors.dino_image import build_dataloader
+from cs_run.frontends.cli import cli
 from cs_run.models.dino.config import TempLossConfig
 from cs_run.models.dino.heads import WeightNormLinear
 from cs_run.models.dino.losses import KoLeoLoss, teacher_temperature
@@ -266,3 +269,16 @@ def test_teacher_temperature_warms_up_linearly_then_holds(kind):
                          total_steps=30, teacher_temp_scheduler=kind)
     temps = [teacher_temperature(cfg, torch.tensor([s], dtype=torch.int32)).item() for s in (0, 5, 10, 11, 29)]
     assert temps == pytest.approx([0.04, 0.04 + 0.03 * 5 / 10, 0.07, 0.07, 0.07], rel=1e-6)
+
+
+def test_a_bad_key_in_a_params_file_is_one_error_line_with_its_file_and_line(tmp_path, images):
+    params = tiny("params_dinov2_large_patch14_img224", images, tmp_path)
+    params["trainer"]["init"]["model"]["heads"][1]["forward_args"][0][0] = "image_model_trunks.output(1,3,1)"
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    result = CliRunner().invoke(cli, ["validate-only", "--params", str(path), "--model_dir", str(tmp_path / "m")])
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert result.exit_code == 2 and len(errors) == 1
+    assert "heads[1].forward_args[0][0]: image_model_trunks.output(1,3,1): image_model_trunks[1] has 2 forward " \
+           "passes" in errors[0] and f"({path}:" in errors[0]
+    assert not (tmp_path / "m").exists()
