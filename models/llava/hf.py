@@ -209,8 +209,11 @@ class LlavaAdapter(HFAdapter):
                           {k: v for k, v in expected.items() if layer.search(k)}, {}, in_file,
                           f"{section}.num_hidden_layers {n}", n, where, f"{section}.num_hidden_layers")
         other = re.compile(r"layers\.\d+\.")
+        text = keys["text_model"]
+        head = (_LEGACY if self.file_layout(found)["legacy"] else _PREFIXES)["head"] + "weight"
+        optional = {head: (text["vocab_size"], text["hidden_size"])} if text.get("share_embedding_weights") else {}
         check_weights({k: v for k, v in found.items() if not other.search(k)},
-                      {k: v for k, v in expected.items() if not other.search(k)}, {}, [0], "", 1, where,
+                      {k: v for k, v in expected.items() if not other.search(k)}, optional, [0], "", 1, where,
                       "the hidden sizes, vocab_size, image_size, patch_size, multimodal_projector_bias")
 
     def check_expressible(self, model, model_keys: dict, config: dict) -> None:

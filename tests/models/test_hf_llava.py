@@ -143,3 +143,19 @@ def test_to_hf_refuses_a_model_hf_llava_cannot_express(tmp_path, change, key):
     assert result.exit_code != 0 and result.output.count("\n") == 1, result.output
     assert result.output.startswith(f"Error: params: model.{key}"), result.output
     assert not (tmp_path / "back").exists()
+
+
+@pytest.mark.parametrize("config_change, message", [
+    ({"vision_config": {**VISION, "num_hidden_layers": 4}}, "vision_config.num_hidden_layers"),
+    ({"text_config": {**TEXT, "num_hidden_layers": 1}}, "text_config.num_hidden_layers"),
+    ({"multimodal_projector_bias": False}, "not used by the config: multi_modal_projector.linear_1.bias"),
+])
+def test_from_hf_refuses_weights_that_do_not_match_the_config(tmp_path, config_change, message):
+    """config.json and the weights disagree: one error naming what, before anything is written."""
+    _tiny().save_pretrained(str(tmp_path / "hf"), safe_serialization=True)
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**config, **config_change}))
+    result = CliRunner().invoke(checkpoint_cli, ["convert", "--from", "hf", str(tmp_path / "hf"),
+                                                 str(tmp_path / "model.mdl")])
+    assert result.exit_code != 0 and result.output.count("\n") == 1, result.output
+    assert message in result.output and not (tmp_path / "model.mdl").exists(), result.output
