@@ -455,8 +455,9 @@ def write_llava_data(out: Path, rows: int = 16, seed: int = 0, image_start_idx: 
     the layout of the vendor's llava preprocessing (Release 2.10 hdf5_preprocessing
     create_features_llava_phase1 and hdf5_base_preprocessor's writer): ``data`` [n, 4, msl] int32 of
     input_ids, loss_mask, labels, key_padding_mask and ``img_path`` [n, 1] bytes. A sample is bos, the
-    system tokens before the image (``image_start_idx - 1`` of them, phase 2's), ``num_patches`` pad
-    placeholders, a prompt and a completion, eos, then padding; the loss is on the completion (from the token
+    tokens before the image (``image_start_idx - 1`` of them: phase 2's system and user prompt; its
+    create_features_llava_phase2's multi-turn samples and unscored assistant prompts are not modelled),
+    ``num_patches`` pad placeholders, a prompt and a completion, eos, then padding; the loss is on the completion (from the token
     before it), the keys padded out are the padding and, for every fourth sample (text only, ``img_path``
     None), the placeholders. Token ids are below ``vocab_size - 1``, the image token id of the HF config llava's
 adapter writes. Images are random RGB PNGs of varied sizes (``expand_to_square`` pads them)."""
