@@ -10,8 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from cs_run.models.common.ffn import SingleFeedForwardLayer
-from cs_run.models.common.initializers import make_initializer
+from cs_run.models.common.ffn import SingleFeedForwardLayer, init_layers
 from cs_run.models.vision_transformer.trunk import ViTModel
 
 __all__ = ["image_features", "Projector"]
@@ -36,14 +35,7 @@ class Projector(nn.Module):
         self.ffn = nn.ModuleList([SingleFeedForwardLayer(widths[i], widths[i + 1], use_bias, layers_activation[i],
                                                          layers_dropout_rates[i] or 0.0)
                                   for i in range(len(layers_units))])
-        init = make_initializer(kernel_initializer)
-        with torch.no_grad():
-            for layer in self.ffn:
-                for linear in (layer.linear_layer, layer.linear_layer_for_glu):
-                    if linear is not None:
-                        init(linear.weight)
-                        if linear.bias is not None:
-                            linear.bias.zero_()
+        init_layers(self.ffn, [kernel_initializer] * len(self.ffn))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.ffn:
