@@ -80,8 +80,8 @@ def test_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, data, name):
     cpu, csx = (read_scalars(tmp_path / d / "train")["loss"] for d in ("cpu", "csx"))
     assert [s for s, _ in cpu] == [1, 2, 3, 4, 5] == [s for s, _ in csx]
     assert all(np.isfinite(loss) for _, loss in cpu)
-    for (_, a), (_, b) in zip(cpu, csx):  # cbfloat16 autocast on both: same graph, same kernels
-        assert a == pytest.approx(b, rel=1e-3)
+    # the fx tier runs the traced step's own aten calls in eager's order (bf16 autocast on both): the same floats
+    assert cpu == csx
 
 
 def _model_and_batch(name: str, data: Path, tmp_path: Path):
