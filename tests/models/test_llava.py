@@ -24,6 +24,7 @@ from cs_run.errors import ParamsError
 from cs_run.frontends.cli import cli as main_cli
 from cs_run.models.llava import hf as llava_hf
 from cs_run.summaries import read_scalars
+from tests.modelzoo_marks import first_in_suite_rest_in_sweep
 
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
 _spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
@@ -66,8 +67,10 @@ def _cli(*args) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("name", first_in_suite_rest_in_sweep(FILES, keep=(FILES[1],)))
 def test_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, data, name):
+    """Phase 1 (both towers frozen, the image at 1) and phase 2 (the text model trains, the image at 35) in
+    make test; the 13b files differ from the 7b ones only in sizes (make test-sweep)."""
     params = _shrunk(name, data, tmp_path)
     for section in _inputs(params):
         section["num_workers"] = 0  # worker processes on a 2-core test machine; same batches
