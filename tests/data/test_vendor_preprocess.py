@@ -380,6 +380,37 @@ def test_output_trains_in_cs_run(tmp_path: Path) -> None:
     assert {tuple(r) for b in batches for r in b["labels"].tolist()} == {tuple(r) for r in written[:, 2].tolist()}
 
 
+def test_vsl_output_trains_in_cs_run(tmp_path: Path) -> None:
+    """use_vsl output read by the GPT HDF5 processor's use_vsl: by hand, each packed document's positions count up
+    from 0 and its attention spans down to 0, restarting after its eos (every document here ends in eos; the last
+    one's eos is no input, it is the sample's last label)."""
+    out = tmp_path / "out"
+    preprocess_config(str(_config("hf_pretraining_vsl", tmp_path, out)))
+    eos = json.loads((out / "data_params.json").read_text())["processing"]["eos_id"]
+    loader = build_dataloader("train", data_dir=str(out), batch_size=4, shuffle=False, drop_last_batch=False,
+                              use_vsl=True)
+    seen = packed = 0
+    for batch in loader:
+        assert set(batch) == {"input_ids", "attention_mask", "labels", "attention_span", "position_ids"}
+        for b in range(len(batch["input_ids"])):
+            ids, labels = batch["input_ids"][b].tolist(), batch["labels"][b].tolist()
+            n = int(batch["attention_mask"][b].sum())
+            ends = [i + 1 for i in range(n - 1) if ids[i] == eos] + [n]
+            pos, span, start = [], [], 0
+            for end in ends:
+                pos += range(end - start)
+                span += range(end - start - 1, -1, -1)
+                start = end
+            pad = len(ids) - n
+            assert batch["position_ids"][b].tolist() == pos + [0] * pad
+            assert batch["attention_span"][b].tolist() == span + [0] * pad
+            assert labels[: n - 1] == ids[1:n] and labels[n - 1] == eos
+            seen, packed = seen + 1, packed + len(ends)
+    post = json.loads((out / "data_params.json").read_text())["post-process"]
+    assert (seen, packed) == (post["n_examples"], post["num_sequences_before_packing"])
+    assert packed > seen  # documents were packed together
+
+
 def _has(module: str) -> bool:
     import importlib.util
 

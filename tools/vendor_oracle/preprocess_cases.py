@@ -264,7 +264,7 @@ OPTION_CASES: list[tuple[str, str, str, dict]] = [
     # dataset.use_vsl: a read chunk's sequences packed into 5-row samples (input_ids, attention_mask, labels,
     # attention_span, position_ids)
     ("hf_pretraining_vsl", "hf_autoregressive_lm_preprocessing.yaml", "many_docs", {
-        "processing.max_seq_length": 64,
+        "processing.max_seq_length": 128,
         "processing.read_chunk_size": 1,
         "dataset.use_vsl": True,
     }),
@@ -274,6 +274,11 @@ OPTION_CASES: list[tuple[str, str, str, dict]] = [
         "dataset.use_vsl": True,
         "processing.tokenizer_params.encoder_file": "<TOK>/tokenizer.json",
         "processing.read_hook_kwargs": {"prompt_key": "prompt", "completion_key": "completion"},
+    }),
+    # chat records through the template, packed
+    ("multi_turn_dialogue_vsl", "multi_turn_dialogue_preprocessing.yaml", "chat", {
+        "processing.max_seq_length": 80,
+        "dataset.use_vsl": True,
     }),
     # FIM draws from the same numpy RNG the shuffle seeds (and seeds again before the packed rest)
     ("fim_shuffle", "fim_aug_preprocessing.yaml", "many_docs", {
@@ -287,12 +292,12 @@ OPTION_CASES: list[tuple[str, str, str, dict]] = [
     }),
     # the three together
     ("hf_pretraining_vsl_shuffle_token_limit", "hf_autoregressive_lm_preprocessing.yaml", "many_docs", {
-        "processing.max_seq_length": 64,
+        "processing.max_seq_length": 128,
         "processing.read_chunk_size": 1,
         "processing.write_chunk_size": 1,
         "processing.shuffle": True,
         "processing.shuffle_seed": 11,
-        "processing.token_limit": 500,
+        "processing.token_limit": 1200,
         "dataset.use_vsl": True,
     }),
 ]

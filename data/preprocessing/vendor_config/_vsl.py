@@ -16,6 +16,10 @@ VSLPretrainingTokenGenerator / VSLFinetuningTokenGenerator), packing within one 
   one token shorter: its last token is no input); padding is pad_id (ids, labels) and 0 (the other rows);
 * counts: the documents' character and file counts, then the token counts of the packed samples and
   ``num_sequences_before_packing`` (data_params.json adds ``vsl_packing_factor``).
+
+Where a read chunk packs into more samples than it had records (pretraining documents longer than
+max_seq_length), the vendor's tool stops on an IndexError in its DataFrame.tokenize and writes nothing more;
+cs-run writes those samples.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """``cs-run data preprocess --config FILE.yaml``: one Model Zoo preprocessing config, run end to end.
 
 Reads and checks the config (_config), loads its tokenizer (_tokenizer), streams the inputs through
-the read hook in the vendor's read chunks (_inputs), cuts samples (_pretraining) and writes the
-vendor's files, staged (_output). The output is meant to equal the vendor tool's on the same inputs
+the read hook in the vendor's read chunks (_inputs), cuts samples (_pretraining; _vsl packs them with use_vsl),
+stops at processing.token_limit and writes the vendor's files, buffered or shuffled (processing.shuffle), staged
+(_output). The output is meant to equal the vendor tool's on the same inputs
 (tests/data/test_vendor_preprocess.py compares them with recorded vendor output).
 """
 
