@@ -290,6 +290,15 @@ OPTION_CASES: list[tuple[str, str, str, dict]] = [
         "processing.tokenizer_params.encoder_file": "<TOK>_fim/tokenizer.json",
         "dataset.training_objective": "fim",
     }),
+    # mode dpo: 6 rows per sample, 6 * max_seq_length tokens counted per record
+    ("dpo_shuffle_token_limit", "dpo_preprocessing.yaml", "dpo", {
+        "processing.max_seq_length": 40,
+        "dataset.max_prompt_length": 8,
+        "processing.read_hook_kwargs": {"prompt_key": "prompt", "chosen_key": "chosen", "rejected_key": "rejected"},
+        "processing.shuffle": True,
+        "processing.shuffle_seed": 1,
+        "processing.token_limit": 250,
+    }),
     # the three together
     ("hf_pretraining_vsl_shuffle_token_limit", "hf_autoregressive_lm_preprocessing.yaml", "many_docs", {
         "processing.max_seq_length": 128,
