@@ -313,6 +313,19 @@ def test_resume(tmp_path: Path) -> None:
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
 
 
+@pytest.mark.parametrize("limit", ["false", "0", "null"])
+def test_token_limit_false_or_zero_is_no_limit(limit: str, tmp_path: Path) -> None:
+    """The vendor reads token_limit as ``if self.token_limit``: false, 0 and null write everything."""
+    out = tmp_path / "out"
+    config = _config("hf_pretraining_packed", tmp_path, out)
+    config.write_text(config.read_text().replace("  seed: 0", f"  seed: 0\n  token_limit: {limit}"))
+    preprocess_config(str(config))
+    got, want = _h5(out), _h5(GOLDEN / "hf_pretraining_packed")
+    assert sorted(got) == sorted(want)
+    for name in want:
+        np.testing.assert_array_equal(got[name][1]["data"][0], want[name][1]["data"][0])
+
+
 # A run killed by SIGKILL right after it wrote its first .h5 file (into its staging folder)
 _KILLED_AFTER_FIRST_FILE = """
 import os, signal, sys
