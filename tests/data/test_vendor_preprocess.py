@@ -424,6 +424,24 @@ def test_vsl_output_trains_in_cs_run(tmp_path: Path) -> None:
     assert packed > seen  # documents were packed together
 
 
+def test_vsl_chunk_with_more_samples_than_documents(tmp_path: Path) -> None:
+    """Documents longer than max_seq_length pack into more samples than the chunk had documents, where the vendor's
+    tool stops on an IndexError (checked with the oracle: no sample written); cs-run writes them, and token_limit
+    cuts that list at the sample that reached it (16 tokens counted per sample: 40 is reached by the third)."""
+    outs = {}
+    for name, limit in (("all", ""), ("limited", "\n  token_limit: 40")):
+        out = outs[name] = tmp_path / name
+        config = _config("hf_pretraining_packed", tmp_path, out)
+        config.write_text(config.read_text().replace("  pack_sequences: true", "  use_vsl: true")
+                          .replace("  seed: 0", "  seed: 0" + limit))
+        preprocess_config(str(config))
+    every, limited = ([d["data"][0] for _, d in _h5(outs[n]).values()][0] for n in ("all", "limited"))
+    post = json.loads((outs["all"] / "data_params.json").read_text())["post-process"]
+    assert len(every) == post["n_examples"] > post["successful_files"]
+    np.testing.assert_array_equal(limited, every[:3])
+    assert json.loads((outs["limited"] / "data_params.json").read_text())["post-process"]["num_tokens"] == 48
+
+
 def _has(module: str) -> bool:
     import importlib.util
 
