@@ -221,6 +221,97 @@ CASES: list[tuple[str, str, str, dict]] = [
     }),
 ]
 
+# processing.shuffle: each read chunk's samples dealt to output_chunk_<k>.h5 by numpy's RNG (seeded shuffle_seed),
+# the packed rest too (re-seeded), then every file's rows permuted (seeded shuffle_seed + its place in the sorted list)
+OPTION_CASES: list[tuple[str, str, str, dict]] = [
+    ("hf_pretraining_shuffle", "hf_autoregressive_lm_preprocessing.yaml", "many_docs", {
+        "processing.max_seq_length": 16,
+        "processing.read_chunk_size": 1,
+        "processing.write_chunk_size": 1,
+        "processing.shuffle": True,
+        "processing.shuffle_seed": 3,
+    }),
+    ("summarization_shuffle", "summarization_preprocessing.yaml", "many_pairs", {
+        "processing.max_seq_length": 32,
+        "processing.read_chunk_size": 1,
+        "processing.write_chunk_size": 1,
+        "processing.shuffle": True,
+        "processing.tokenizer_params.encoder_file": "<TOK>/tokenizer.json",
+        "processing.read_hook_kwargs": {"prompt_key": "prompt", "completion_key": "completion"},
+    }),
+    # the packed rest dealt after numpy is seeded again; .txt and .json.gz inputs (the latter counted 3 times its size)
+    ("hf_pretraining_shuffle_rest", "hf_autoregressive_lm_preprocessing.yaml", "mixed", {
+        "processing.max_seq_length": 16,
+        "processing.read_chunk_size": 1,
+        "processing.write_chunk_size": 1,
+        "processing.shuffle": True,
+        "processing.shuffle_seed": 2,
+    }),
+    # processing.token_limit: counted per read chunk (num_tokens); the chunk that reaches it is cut after the
+    # record that reached it, and no later chunk is read (the packed rest is still written)
+    ("hf_pretraining_token_limit", "hf_autoregressive_lm_preprocessing.yaml", "many_docs", {
+        "processing.max_seq_length": 16,
+        "processing.read_chunk_size": 1,
+        "processing.token_limit": 700,
+    }),
+    ("summarization_token_limit", "summarization_preprocessing.yaml", "many_pairs", {
+        "processing.max_seq_length": 32,
+        "processing.read_chunk_size": 1,
+        "processing.token_limit": 100,
+        "processing.tokenizer_params.encoder_file": "<TOK>/tokenizer.json",
+        "processing.read_hook_kwargs": {"prompt_key": "prompt", "completion_key": "completion"},
+    }),
+    # dataset.use_vsl: a read chunk's sequences packed into 5-row samples (input_ids, attention_mask, labels,
+    # attention_span, position_ids)
+    ("hf_pretraining_vsl", "hf_autoregressive_lm_preprocessing.yaml", "many_docs", {
+        "processing.max_seq_length": 128,
+        "processing.read_chunk_size": 1,
+        "dataset.use_vsl": True,
+    }),
+    ("summarization_vsl", "summarization_preprocessing.yaml", "many_pairs", {
+        "processing.max_seq_length": 32,
+        "processing.read_chunk_size": 1,
+        "dataset.use_vsl": True,
+        "processing.tokenizer_params.encoder_file": "<TOK>/tokenizer.json",
+        "processing.read_hook_kwargs": {"prompt_key": "prompt", "completion_key": "completion"},
+    }),
+    # chat records through the template, packed
+    ("multi_turn_dialogue_vsl", "multi_turn_dialogue_preprocessing.yaml", "chat", {
+        "processing.max_seq_length": 80,
+        "dataset.use_vsl": True,
+    }),
+    # FIM draws from the same numpy RNG the shuffle seeds (and seeds again before the packed rest)
+    ("fim_shuffle", "fim_aug_preprocessing.yaml", "many_docs", {
+        "processing.max_seq_length": 16,
+        "processing.read_chunk_size": 1,
+        "processing.write_chunk_size": 1,
+        "processing.shuffle": True,
+        "processing.shuffle_seed": 5,
+        "processing.tokenizer_params.encoder_file": "<TOK>_fim/tokenizer.json",
+        "dataset.training_objective": "fim",
+    }),
+    # mode dpo: 6 rows per sample, 6 * max_seq_length tokens counted per record
+    ("dpo_shuffle_token_limit", "dpo_preprocessing.yaml", "dpo", {
+        "processing.max_seq_length": 40,
+        "dataset.max_prompt_length": 8,
+        "processing.read_hook_kwargs": {"prompt_key": "prompt", "chosen_key": "chosen", "rejected_key": "rejected"},
+        "processing.shuffle": True,
+        "processing.shuffle_seed": 1,
+        "processing.token_limit": 250,
+    }),
+    # the three together
+    ("hf_pretraining_vsl_shuffle_token_limit", "hf_autoregressive_lm_preprocessing.yaml", "many_docs", {
+        "processing.max_seq_length": 128,
+        "processing.read_chunk_size": 1,
+        "processing.write_chunk_size": 1,
+        "processing.shuffle": True,
+        "processing.shuffle_seed": 11,
+        "processing.token_limit": 1200,
+        "dataset.use_vsl": True,
+    }),
+]
+CASES += OPTION_CASES
+
 # The Release_2.10.0 configs no case above runs, and why (cs-run's --config refuses each with one line).
 DEFERRED: dict[str, str] = {
     "bert_pretraining_config.yaml": "bert pretraining: the families work (issue 39)",

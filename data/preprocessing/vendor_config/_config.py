@@ -87,6 +87,9 @@ class PreprocessConfig:
     hf_dataset: Optional[tuple] = None  # type huggingface: (save_to_disk folder, split or None)
     inverted_mask: bool = False  # the loss mask flipped (pretraining and finetuning)
     resume: bool = False
+    shuffle_seed: Optional[int] = None  # processing.shuffle: the seed (shuffle_seed, default 0); None: no shuffle
+    token_limit: Optional[int] = None  # processing.token_limit; None: no limit (the vendor's false or 0)
+    use_vsl: bool = False  # dataset.use_vsl: sequences packed into 5-row VSL samples (see _vsl)
     skip_jsonl_errors: bool = False
     lines: dict = field(default_factory=dict)
 
@@ -161,8 +164,7 @@ def _not_yet(setup: dict, processing: dict, dataset: dict, mode: str, path: str,
     if processing.get("inverted_mask") and mode == "dpo":
         raise _fail(path, lines, "processing.inverted_mask", "is not run by cs-run's --config in mode 'dpo' yet",
                     "set it to false")
-    not_yet = ("token_limit", "shuffle", "semantic_loss_weight",
-               "semantic_drop_mask", "semantic_attention_mask")
+    not_yet = ("semantic_loss_weight", "semantic_drop_mask", "semantic_attention_mask")
     if any(processing.get(k) for k in not_yet):
         key = next(k for k in not_yet if processing.get(k))
         raise _fail(path, lines, f"processing.{key}", "is not run by cs-run's --config yet", "set it to false")
@@ -170,9 +172,9 @@ def _not_yet(setup: dict, processing: dict, dataset: dict, mode: str, path: str,
         if setup.get(key):
             raise _fail(path, lines, f"setup.{key}", "is not run by cs-run's --config yet",
                         "remove it (split the input folder yourself) or use the vendor's tool")
-    for key in ("use_vsl", "split_text_to_tokenize"):
-        if dataset.get(key):
-            raise _fail(path, lines, f"dataset.{key}", "is not run by cs-run's --config yet", "set it to false")
+    if dataset.get("split_text_to_tokenize"):
+        raise _fail(path, lines, "dataset.split_text_to_tokenize", "is not run by cs-run's --config yet",
+                    "set it to false")
     if dataset.get("training_objective") == "fim" and mode != "pretraining":
         raise _fail(path, lines, "dataset.training_objective", f"is 'fim' in mode {mode!r}",
                     "FIM augments pretraining samples only: set setup.mode: pretraining or remove it")
@@ -333,9 +335,47 @@ def load_config(path: str) -> PreprocessConfig:
         write_chunk_size=processing.get("write_chunk_size", 1024) * 1024,
         eos_id=processing.get("eos_id"), pad_id=processing.get("pad_id"),
         resume=_typed(processing, "resume_from_checkpoint", bool, "processing", path, lines, False),
+        shuffle_seed=_shuffle_seed(processing, path, lines), token_limit=_token_limit(processing, path, lines),
+        use_vsl=_use_vsl(mode, processing, dataset, path, lines),
         skip_jsonl_errors=_typed(processing, "UNSAFE_skip_jsonl_decoding_errors", bool, "processing", path, lines,
                                  False),
         lines=lines)
+
+
+def _shuffle_seed(processing: dict, path: str, lines: dict) -> Optional[int]:
+    """processing.shuffle's seed (shuffle_seed, 0 when not given, as the vendor), or None without shuffle."""
+    shuffle = _typed(processing, "shuffle", bool, "processing", path, lines, False)
+    seed = _typed(processing, "shuffle_seed", int, "processing", path, lines, 0)
+    if seed < 0:  # numpy's seed takes 0 .. 2**32 - 1 (the vendor's np.random.seed(shuffle_seed + file))
+        raise _fail(path, lines, "processing.shuffle_seed", f"is {seed}", "give an integer >= 0")
+    return seed if shuffle else None
+
+
+def _token_limit(processing: dict, path: str, lines: dict) -> Optional[int]:
+    """processing.token_limit as a count of num_tokens, or None: absent, false or 0 mean no limit (the vendor's
+    ``if self.token_limit``)."""
+    value = processing.get("token_limit")
+    if value is None or value is False or value == 0:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _fail(path, lines, "processing.token_limit", f"is {value!r}",
+                    "give a positive integer (the tokens to write, counted as num_tokens), or false for no limit")
+    return value
+
+
+def _use_vsl(mode: str, processing: dict, dataset: dict, path: str, lines: dict) -> bool:
+    """dataset.use_vsl, where cs-run runs it: plain pretraining and prompt / completion or chat finetuning."""
+    if not _typed(dataset, "use_vsl", bool, "dataset", path, lines, False):
+        return False
+    if mode == "dpo" or dataset.get("training_objective") == "fim":
+        what = "mode 'dpo'" if mode == "dpo" else "training_objective 'fim'"
+        raise _fail(path, lines, "dataset.use_vsl", f"is true with {what}, which packs no VSL samples (the "
+                    "vendor's tool writes that mode's plain samples and ignores it)", "set use_vsl to false")
+    for key in ("inverted_mask", "short_seq_prob"):
+        if processing.get(key):
+            raise _fail(path, lines, f"processing.{key}", "is not run by cs-run's --config with dataset.use_vsl yet",
+                        f"remove {key} or set use_vsl to false")
+    return True
 
 
 def _saved_dataset(source, split, path: str, lines: dict) -> None:
