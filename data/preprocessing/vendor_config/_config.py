@@ -43,7 +43,7 @@ DATASET_KEYS = {
     "split_text_to_tokenize", "chunk_len_to_split", "remove_bos_in_chunks", "max_prompt_length", "response_delimiter",
 }
 MODES = ("pretraining", "finetuning", "dpo", "nlg", "embedding_training", "embedding_generation", "custom")
-RUN_MODES = ("pretraining", "finetuning", "dpo")
+RUN_MODES = ("pretraining", "finetuning", "dpo", "nlg")
 """The modes cs-run runs today; the others are named in their error."""
 
 _VENDOR_HOOKS = "cerebras.modelzoo.data_preparation.data_preprocessing.hooks"
@@ -150,16 +150,14 @@ def _out_of_scope(setup: dict, processing: dict, dataset: dict, path: str, lines
 def _not_yet(setup: dict, processing: dict, dataset: dict, mode: str, path: str, lines: dict) -> None:
     """Parts of the vendor's tool cs-run does not run yet: refused by name rather than run differently."""
     if mode not in RUN_MODES:
-        fix = ("the Model Zoo 2.10 tool's nlg mode fails on every record too (NameError in NLGTokenGenerator): "
-               "pre-tokenized NLG data has no working path yet" if mode == "nlg" else
-               "use the vendor's tool for this mode for now")
+        fix = "use the vendor's tool for this mode for now"
         raise _fail(path, lines, "setup.mode", f"is {mode!r}, which cs-run's --config does not run yet "
                     f"(it runs {', '.join(RUN_MODES)})", fix)
     if processing.get("wikitext_detokenize") and mode != "pretraining":
         raise _fail(path, lines, "processing.wikitext_detokenize", f"is not run by cs-run's --config in mode {mode!r} "
                     "yet (mode pretraining only)", "set it to false")
-    if processing.get("inverted_mask") and mode == "dpo":
-        raise _fail(path, lines, "processing.inverted_mask", "is not run by cs-run's --config in mode 'dpo' yet",
+    if processing.get("inverted_mask") and mode in ("dpo", "nlg"):
+        raise _fail(path, lines, "processing.inverted_mask", f"is not run by cs-run's --config in mode {mode!r} yet",
                     "set it to false")
     not_yet = ("token_limit", "shuffle", "semantic_loss_weight",
                "semantic_drop_mask", "semantic_attention_mask")
