@@ -1,0 +1,147 @@
+"""``Trainer(schedulers=[...])``: the vendor Trainer's list of schedulers, stepped side by side.
+
+Release 2.10's Trainer (``trainer/callbacks/schedulers.py``: SchedulersCallback) takes a scheduler, a callable
+``(optimizer) -> scheduler`` or a list of them; each is stepped after every optimizer step and each sets its own
+``param_group_key`` (lr, weight_decay) of the groups its ``param_group_tags`` name. The values each step trains
+with are checked against the schedules' closed forms by hand, and the checkpoint holds the list of states as the
+params form's ``optimizer.schedulers`` does (``{"schedulers": [...]}``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import cs_run
+from cs_run.backend import _reset_for_tests
+from cs_run.checkpoint import load
+from cs_run.errors import ParamsError
+from cs_run.frontends.trainer import Trainer
+from cs_run.optim.lr_scheduler import ConstantLR, LinearLR
+from cs_run.optim.weight_decay_scheduler import ConstantWD, CosineDecayWD
+from cs_run.runners import PyTorchRunner
+
+STEPS = 5
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.first, self.last = torch.nn.Linear(4, 6), torch.nn.Linear(6, 2)
+
+    def forward(self, batch):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.last(torch.relu(self.first(x))), y)
+
+
+def _loader():
+    g = torch.Generator().manual_seed(0)
+    return DataLoader(TensorDataset(torch.randn(40, 4, generator=g), torch.randint(0, 2, (40,), generator=g)),
+                      batch_size=4, shuffle=False)
+
+
+class _Recorder(PyTorchRunner):
+    """Records (lr, weight_decay) of every param group as each step starts: the values its optimizer step uses."""
+
+    seen: list = []
+
+    def on_train_batch_start(self, data):
+        _Recorder.seen.append([(float(g["lr"]), float(g["weight_decay"])) for g in self.optimizer.param_groups])
+        return data
+
+
+def _optimizer(model):
+    """The groups a params section's ``params`` tags make of this model: each tag's weights, then its biases (no
+    weight decay on them, the Model Zoo's default)."""
+    return cs_run.optim.SGD([{"params": [model.first.weight], "tags": {"first"}},
+                             {"params": [model.first.bias], "tags": {"first"}, "weight_decay": 0.0},
+                             {"params": [model.last.weight], "tags": {"last"}},
+                             {"params": [model.last.bias], "tags": {"last"}, "weight_decay": 0.0}],
+                            lr=0.5, weight_decay=0.3)
+
+
+def _fit(tmp_path, schedulers_of) -> tuple[list, dict]:
+    """A 5-step CPU fit with ``schedulers_of(optimizer)``: the groups' values at each step and checkpoint 5."""
+    _Recorder.seen = []
+    with _reset_for_tests():
+        model = _Net()
+        optimizer = _optimizer(model)
+        Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model, optimizer=optimizer,
+                schedulers=schedulers_of(optimizer), loop={"num_steps": STEPS}, checkpoint={"steps": STEPS},
+                runner=_Recorder).fit(_loader())
+    return _Recorder.seen, load(str(tmp_path / "md" / f"checkpoint_{STEPS}.mdl"))
+
+
+def test_a_list_of_an_lr_and_a_weight_decay_schedule_sets_both_every_step(tmp_path):
+    """LinearLR 0.1 -> 0.02 over 4 steps (every group, an object) and CosineDecayWD 0.2 -> 0.0 over 4 steps of the
+    'first' groups (a callable, built on the run's optimizer): step k trains with the value at k - 1, by hand; the
+    'last' groups keep their weight decay (0.3, 0.0). Fails before the fix (the Trainer refused a list)."""
+    seen, state = _fit(tmp_path, lambda opt: [
+        LinearLR(opt, initial_learning_rate=0.1, end_learning_rate=0.02, total_iters=4),
+        lambda run_opt: CosineDecayWD(run_opt, initial_val=0.2, end_val=0.0, total_iters=4, param_group_tags="first")])
+    for k, groups in enumerate(seen):
+        t = min(k, 4)
+        lr = 0.1 + (0.02 - 0.1) * t / 4
+        wd = 0.0 + (0.2 - 0.0) * (1 + math.cos(math.pi * t / 4)) / 2
+        assert groups == [pytest.approx((lr, wd), rel=1e-6, abs=1e-7)] * 2 + [pytest.approx((lr, 0.3), rel=1e-6),
+                                                                             pytest.approx((lr, 0.0), rel=1e-6)], k
+    assert len(seen) == STEPS
+    states = state["lr_scheduler"]["schedulers"]  # the params form's layout: a list, one state per schedule
+    assert [int(s["last_epoch"]) for s in states] == [STEPS, STEPS]
+
+
+def test_the_list_form_trains_as_the_params_forms_schedulers(tmp_path):
+    """The same two schedules as ``optimizer.schedulers`` of a params section: the same weights after 5 steps."""
+    seen, state = _fit(tmp_path / "list", lambda opt: [
+        LinearLR(opt, initial_learning_rate=0.1, end_learning_rate=0.02, total_iters=4),
+        CosineDecayWD(opt, initial_val=0.2, end_val=0.0, total_iters=4, param_group_tags="first")])
+    with _reset_for_tests():
+        model = _Net()
+        section = {"optimizer_type": "SGD", "weight_decay": 0.3,
+                   "params": [{"params": "first.*", "tag": "first"}, {"params": "last.*", "tag": "last"}],
+                   "schedulers": [{"LinearLR": {"initial_learning_rate": 0.1, "end_learning_rate": 0.02,
+                                                "total_iters": 4}},
+                                  {"CosineDecayWD": {"initial_val": 0.2, "end_val": 0.0, "total_iters": 4,
+                                                     "param_group_tags": "first"}}]}
+        Trainer(device="CPU", model_dir=str(tmp_path / "params"), model=model, optimizer=section,
+                loop={"num_steps": STEPS}, checkpoint={"steps": STEPS}).fit(_loader())
+    other = load(str(tmp_path / "params" / f"checkpoint_{STEPS}.mdl"))
+    for key, value in other["model"].items():
+        torch.testing.assert_close(state["model"][key], value, rtol=0, atol=0, msg=key)
+
+
+@pytest.mark.parametrize("schedulers_of, message", [
+    (lambda opt: [ConstantLR(opt, learning_rate=0.1), ConstantLR(opt, learning_rate=0.2)],
+     r"^Trainer: schedulers\[0\] \(ConstantLR\) and schedulers\[1\] \(ConstantLR\) both set 'lr' and at least one "
+     r"names no param_group_tags"),
+    (lambda opt: [ConstantWD(opt, val=0.1, param_group_tags="first"),
+                  ConstantWD(opt, val=0.2, param_group_tags={"first", "last"})],
+     r"^Trainer: schedulers\[0\] \(ConstantWD\) and schedulers\[1\] \(ConstantWD\) both set 'weight_decay' of the "
+     r"groups tagged \['first'\]"),
+    (lambda opt: [ConstantLR(opt, learning_rate=0.1), 5],
+     r"^Trainer: schedulers\[1\] must be a scheduler or a callable \(optimizer\) -> scheduler, got int 5$"),
+], ids=["two_lr_schedules_of_every_group", "two_wd_schedules_of_one_tag", "not_a_scheduler"])
+def test_a_bad_list_is_one_error_naming_the_entries(tmp_path, schedulers_of, message):
+    """The vendor's SchedulersCallback rules (two schedules of one key and group), and an entry of another kind."""
+    with _reset_for_tests():
+        model = _Net()
+        optimizer = _optimizer(model)
+        with pytest.raises(ParamsError, match=message):
+            Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model, optimizer=optimizer,
+                    schedulers=schedulers_of(optimizer), loop={"num_steps": 2}).fit(_loader())
+    assert not list((tmp_path / "md").glob("checkpoint_*"))
+
+
+def test_scheduler_objects_with_an_optimizer_section_are_refused(tmp_path):
+    """A section builds its optimizer in the run, so a scheduler object of another optimizer cannot be its schedule
+    (it was dropped without a word before)."""
+    model = _Net()
+    with pytest.raises(ParamsError, match=r"^Trainer: schedulers with an optimizer params section: give the "
+                                          r"schedules in the section"):
+        Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model,
+                optimizer={"optimizer_type": "SGD", "learning_rate": 0.1},
+                schedulers=[ConstantLR(_optimizer(model), learning_rate=0.1)])
