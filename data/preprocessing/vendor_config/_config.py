@@ -255,9 +255,10 @@ def _tokenizer(processing: dict, path: str, lines: dict) -> tuple[str, str, tupl
     return tokenizer, tokenizer_kind, gpt2_files
 
 
-def _processing(processing: dict, path: str, lines: dict) -> tuple:
+def _processing(processing: dict, path: str, lines: dict, reads_text: bool = True) -> tuple:
     """The ``processing`` keys the writer reads: sequence length, short-sequence probability, the read hook,
-    ftfy; the other integer keys and the dtypes checked."""
+    ftfy (needed only where the mode ``reads_text``: nlg's token ids are never cleaned); the other integer keys
+    and the dtypes checked."""
     msl = _typed(processing, "max_seq_length", int, "processing", path, lines, 2048)
     if msl < 2:
         raise _fail(path, lines, "processing.max_seq_length", f"is {msl}", "give at least 2")
@@ -272,7 +273,7 @@ def _processing(processing: dict, path: str, lines: dict) -> tuple:
         raise _fail(path, lines, "processing.read_hook_kwargs", "names no *_key", "give the input's keys, e.g. "
                     "text_key: text")
     use_ftfy = _typed(processing, "use_ftfy", bool, "processing", path, lines, True)
-    if use_ftfy:
+    if use_ftfy and reads_text:
         try:
             import ftfy  # noqa: F401,PLC0415  (optional: only configs that ask for it need it)
         except ImportError:
@@ -306,7 +307,7 @@ def load_config(path: str) -> PreprocessConfig:
 
     tokenizer, tokenizer_kind, gpt2_files = _tokenizer(processing, path, lines)
 
-    msl, ssp, hook, hook_kwargs, use_ftfy = _processing(processing, path, lines)
+    msl, ssp, hook, hook_kwargs, use_ftfy = _processing(processing, path, lines, reads_text=mode != "nlg")
     splits = _splits.plan_splits(setup, processing, output_dir,
                                  lambda key, problem, fix: _fail(path, _nearest(lines, key), key, problem, fix))
     fim = _fim(dataset, tokenizer_kind, path, lines) if dataset.get("training_objective") == "fim" else None
