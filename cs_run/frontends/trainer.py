@@ -81,7 +81,9 @@ class Trainer:
             them (with an optimizer object): the vendor Trainer's list, every one stepped after each optimizer
             step, side by side (each sets its ``param_group_key`` of the groups its ``param_group_tags``
             name; two of one key may not set one group), checkpointed as a list, as the params form's
-            ``optimizer.schedulers`` (:class:`cs_run.optim.ParallelSchedulers`). An empty list is none.
+            ``optimizer.schedulers`` (:class:`cs_run.optim.ParallelSchedulers`). An empty list is none. With an
+            optimizer params section, the list is of the YAML form's ``{"CosineDecayLR": {...}}`` mappings
+            (the section's ``schedulers``).
         precision: Mixed precision and step numerics: mixed_precision, use_bfloat16, loss_scaling_factor,
             max_gradient_norm, ... (the params keys of the same names).
         loop: num_steps / max_steps / num_epochs / steps_per_epoch / eval_steps / eval_frequency, and
@@ -271,10 +273,11 @@ def _is_scheduler(value: Any) -> bool:
 
 
 def _check_schedulers(schedulers: Any) -> None:
-    """``schedulers`` is a scheduler, a callable or a list of them (checked before anything is built)."""
+    """``schedulers`` is a scheduler, a callable or a list of them, or of ``{SchedulerName: {...}}`` mappings
+    (the YAML form's, for an optimizer params section; checked there); checked before anything is built."""
     if isinstance(schedulers, (list, tuple)):
         for index, entry in enumerate(schedulers):
-            if not _is_scheduler(entry):
+            if not _is_scheduler(entry) and not isinstance(entry, dict):
                 raise ParamsError(f"Trainer: schedulers[{index}] must be a scheduler or a callable (optimizer) -> "
                                   f"scheduler, got {type(entry).__name__} {entry!r:.40}")
     elif schedulers is not None and not _is_scheduler(schedulers):
@@ -311,12 +314,15 @@ def _optimizer_parts(optimizer: Any, schedulers: Any, precision: dict, grad_accu
         numerics["grad_accum_steps"] = grad_accum
     if optimizer is None:
         return None, None, None
+    mappings = isinstance(schedulers, (list, tuple)) and any(isinstance(entry, dict) for entry in schedulers)
     if isinstance(optimizer, dict):
-        if schedulers is not None:  # a scheduler object needs the optimizer object, which the section builds later
-            raise ParamsError("Trainer: schedulers with an optimizer params section: give the schedules in the "
-                              "section ('learning_rate': {'scheduler': ...} or 'schedulers': [{'CosineDecayLR': "
-                              "{...}}, ...]), or pass an optimizer object")
         section = dict(optimizer)
+        if mappings and all(isinstance(entry, dict) for entry in schedulers) and "schedulers" not in section:
+            section["schedulers"] = list(schedulers)  # the YAML form's trainer.init.schedulers: the section's
+        elif schedulers is not None:  # a scheduler object needs the optimizer object, which the section builds later
+            raise ParamsError("Trainer: schedulers with an optimizer params section: give them as "
+                              "[{'CosineDecayLR': {...}}, ...] mappings (or in the section: 'learning_rate': "
+                              "{'scheduler': ...} or 'schedulers'), or pass an optimizer object")
         known = {f.name for f in fields(OptimizerParams)} - {"extra"}
         base = {k: section.pop(k) for k in list(section) if k in known}
         if "optimizer_type" not in base:
@@ -330,6 +336,11 @@ def _optimizer_parts(optimizer: Any, schedulers: Any, precision: dict, grad_accu
         raise ParamsError(f"Trainer: optimizer must be a torch.optim.Optimizer, a callable (model) -> optimizer or "
                           f"an optimizer params section ({{'optimizer_type': 'SGD', 'learning_rate': 0.01}}), got "
                           f"{type(optimizer).__name__} {optimizer!r:.40}")
+    if mappings:
+        index = next(i for i, entry in enumerate(schedulers) if isinstance(entry, dict))
+        raise ParamsError(f"Trainer: schedulers[{index}] is a params mapping {schedulers[index]!r:.40}, which an "
+                          "optimizer params section builds; give a scheduler or a callable (optimizer) -> scheduler "
+                          "with an optimizer object")
     section = OptimizerParams(optimizer_type=type(optimizer).__name__, **numerics)
     optimizer_fn = optimizer if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer) \
         else (lambda _model: optimizer)

@@ -94,21 +94,26 @@ def test_a_list_of_an_lr_and_a_weight_decay_schedule_sets_both_every_step(tmp_pa
     assert [int(s["last_epoch"]) for s in states] == [STEPS, STEPS]
 
 
-def test_the_list_form_trains_as_the_params_forms_schedulers(tmp_path):
-    """The same two schedules as ``optimizer.schedulers`` of a params section: the same weights after 5 steps."""
+_MAPPINGS = [{"LinearLR": {"initial_learning_rate": 0.1, "end_learning_rate": 0.02, "total_iters": 4}},
+             {"CosineDecayWD": {"initial_val": 0.2, "end_val": 0.0, "total_iters": 4, "param_group_tags": "first"}}]
+"""The two schedules of the tests above as the YAML form writes them."""
+
+
+@pytest.mark.parametrize("where", ["section", "argument"])
+def test_the_list_form_trains_as_the_params_forms_schedulers(tmp_path, where):
+    """The same two schedules as ``optimizer.schedulers`` of a params section, or as the YAML form's
+    ``schedulers`` mappings beside a section: the same weights after 5 steps, bit for bit."""
     seen, state = _fit(tmp_path / "list", lambda opt: [
         LinearLR(opt, initial_learning_rate=0.1, end_learning_rate=0.02, total_iters=4),
         CosineDecayWD(opt, initial_val=0.2, end_val=0.0, total_iters=4, param_group_tags="first")])
     with _reset_for_tests():
         model = _Net()
         section = {"optimizer_type": "SGD", "weight_decay": 0.3,
-                   "params": [{"params": "first.*", "tag": "first"}, {"params": "last.*", "tag": "last"}],
-                   "schedulers": [{"LinearLR": {"initial_learning_rate": 0.1, "end_learning_rate": 0.02,
-                                                "total_iters": 4}},
-                                  {"CosineDecayWD": {"initial_val": 0.2, "end_val": 0.0, "total_iters": 4,
-                                                     "param_group_tags": "first"}}]}
-        Trainer(device="CPU", model_dir=str(tmp_path / "params"), model=model, optimizer=section,
-                loop={"num_steps": STEPS}, checkpoint={"steps": STEPS}).fit(_loader())
+                   "params": [{"params": "first.*", "tag": "first"}, {"params": "last.*", "tag": "last"}]}
+        arguments = {"optimizer": {**section, "schedulers": _MAPPINGS}} if where == "section" else \
+            {"optimizer": section, "schedulers": _MAPPINGS}
+        Trainer(device="CPU", model_dir=str(tmp_path / "params"), model=model, loop={"num_steps": STEPS},
+                checkpoint={"steps": STEPS}, **arguments).fit(_loader())
     other = load(str(tmp_path / "params" / f"checkpoint_{STEPS}.mdl"))
     for key, value in other["model"].items():
         torch.testing.assert_close(state["model"][key], value, rtol=0, atol=0, msg=key)
@@ -136,12 +141,21 @@ def test_a_bad_list_is_one_error_naming_the_entries(tmp_path, schedulers_of, mes
     assert not list((tmp_path / "md").glob("checkpoint_*"))
 
 
-def test_scheduler_objects_with_an_optimizer_section_are_refused(tmp_path):
-    """A section builds its optimizer in the run, so a scheduler object of another optimizer cannot be its schedule
-    (it was dropped without a word before)."""
+@pytest.mark.parametrize("section, schedulers_of, message", [
+    (True, lambda opt: [ConstantLR(opt, learning_rate=0.1)],
+     r"^Trainer: schedulers with an optimizer params section: give them as \[\{'CosineDecayLR': \{\.\.\.\}\}, "
+     r"\.\.\.\] mappings"),
+    (True, lambda opt: _MAPPINGS[:1] + [ConstantWD(opt, val=0.1)], r"^Trainer: schedulers with an optimizer params "
+                                                                    r"section"),
+    (False, lambda opt: [ConstantWD(opt, val=0.1)] + _MAPPINGS[:1],
+     r"^Trainer: schedulers\[1\] is a params mapping \{'LinearLR': .*, which an optimizer params section builds"),
+], ids=["object_beside_a_section", "object_among_mappings", "mapping_beside_an_optimizer_object"])
+def test_schedulers_of_the_other_optimizer_form_are_refused(tmp_path, section, schedulers_of, message):
+    """A section builds its optimizer in the run, so a scheduler object (bound to another optimizer) cannot be its
+    schedule (it was dropped without a word before); a mapping needs a section to build it."""
     model = _Net()
-    with pytest.raises(ParamsError, match=r"^Trainer: schedulers with an optimizer params section: give the "
-                                          r"schedules in the section"):
+    optimizer = _optimizer(model)
+    with pytest.raises(ParamsError, match=message):
         Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model,
-                optimizer={"optimizer_type": "SGD", "learning_rate": 0.1},
-                schedulers=[ConstantLR(_optimizer(model), learning_rate=0.1)])
+                optimizer={"optimizer_type": "SGD", "learning_rate": 0.1} if section else optimizer,
+                schedulers=schedulers_of(optimizer))
