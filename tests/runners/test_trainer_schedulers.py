@@ -64,16 +64,23 @@ def _optimizer(model):
                             lr=0.5, weight_decay=0.3)
 
 
-def _fit(tmp_path, schedulers_of) -> tuple[list, dict]:
-    """A 5-step CPU fit with ``schedulers_of(optimizer)``: the groups' values at each step and checkpoint 5."""
+def _fit(tmp_path, schedulers_of, device: str = "CPU", max_steps: int = STEPS) -> tuple[list, dict]:
+    """A fit to ``max_steps`` (from model_dir's last checkpoint, if any) with ``schedulers_of(optimizer)``: the
+    groups' values at each step (CPU) and the last checkpoint."""
     _Recorder.seen = []
     with _reset_for_tests():
         model = _Net()
         optimizer = _optimizer(model)
-        Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model, optimizer=optimizer,
-                schedulers=schedulers_of(optimizer), loop={"num_steps": STEPS}, checkpoint={"steps": STEPS},
-                runner=_Recorder).fit(_loader())
-    return _Recorder.seen, load(str(tmp_path / "md" / f"checkpoint_{STEPS}.mdl"))
+        Trainer(device=device, model_dir=str(tmp_path / "md"), model=model, optimizer=optimizer,
+                schedulers=schedulers_of(optimizer), loop={"max_steps": max_steps}, checkpoint={"steps": max_steps},
+                runner=_Recorder if device == "CPU" else None).fit(_loader())
+    return _Recorder.seen, load(str(tmp_path / "md" / f"checkpoint_{max_steps}.mdl"))
+
+
+def _lr_and_wd(opt):
+    """LinearLR 0.1 -> 0.02 over 4 steps of every group, CosineDecayWD 0.2 -> 0 over 4 steps of the 'first' ones."""
+    return [LinearLR(opt, initial_learning_rate=0.1, end_learning_rate=0.02, total_iters=4),
+            CosineDecayWD(opt, initial_val=0.2, end_val=0.0, total_iters=4, param_group_tags="first")]
 
 
 def test_a_list_of_an_lr_and_a_weight_decay_schedule_sets_both_every_step(tmp_path):
@@ -103,9 +110,7 @@ _MAPPINGS = [{"LinearLR": {"initial_learning_rate": 0.1, "end_learning_rate": 0.
 def test_the_list_form_trains_as_the_params_forms_schedulers(tmp_path, where):
     """The same two schedules as ``optimizer.schedulers`` of a params section, or as the YAML form's
     ``schedulers`` mappings beside a section: the same weights after 5 steps, bit for bit."""
-    seen, state = _fit(tmp_path / "list", lambda opt: [
-        LinearLR(opt, initial_learning_rate=0.1, end_learning_rate=0.02, total_iters=4),
-        CosineDecayWD(opt, initial_val=0.2, end_val=0.0, total_iters=4, param_group_tags="first")])
+    _, state = _fit(tmp_path / "list", _lr_and_wd)
     with _reset_for_tests():
         model = _Net()
         section = {"optimizer_type": "SGD", "weight_decay": 0.3,
@@ -159,3 +164,22 @@ def test_schedulers_of_the_other_optimizer_form_are_refused(tmp_path, section, s
         Trainer(device="CPU", model_dir=str(tmp_path / "md"), model=model,
                 optimizer={"optimizer_type": "SGD", "learning_rate": 0.1} if section else optimizer,
                 schedulers=schedulers_of(optimizer))
+
+
+def test_a_resumed_fit_continues_every_schedule(tmp_path):
+    """3 steps, then a new Trainer on the same model_dir to step 5: steps 4 and 5 train with the values of one
+    5-step fit (each schedule's state restored from the checkpoint's list)."""
+    whole, _ = _fit(tmp_path / "whole", _lr_and_wd)
+    first, _ = _fit(tmp_path / "parts", _lr_and_wd, max_steps=3)
+    rest, state = _fit(tmp_path / "parts", _lr_and_wd, max_steps=STEPS)
+    assert first + rest == whole and len(rest) == 2
+    assert [int(s["last_epoch"]) for s in state["lr_scheduler"]["schedulers"]] == [STEPS, STEPS]
+
+
+def test_the_list_trains_the_same_weights_on_csx(tmp_path):
+    """The traced step (CSX engine) with both schedules: the CPU fit's weights and schedule states, bit for bit."""
+    _, cpu = _fit(tmp_path / "cpu", _lr_and_wd)
+    _, csx = _fit(tmp_path / "csx", _lr_and_wd, device="CSX")
+    for key, value in cpu["model"].items():
+        torch.testing.assert_close(csx["model"][key], value, rtol=0, atol=0, msg=key)
+    assert csx["lr_scheduler"] == cpu["lr_scheduler"]
