@@ -74,7 +74,6 @@ def _logps(hf, rows: torch.Tensor, first: int) -> torch.Tensor:
     return (logprobs.gather(-1, labels.unsqueeze(-1)).squeeze(-1) * mask).sum(-1)
 
 
-@pytest.mark.slow
 def test_a_dpo_run_starts_its_policy_and_reference_from_a_hugging_face_folder(tmp_path):
     """checkpoint_0 holds the folder's converted weights (``convert --from hf``) bit for bit as policy_model.* and
     ref_model.*, at step 0; step 1's loss is trl's on transformers' log-probs of the first batch (4 pairs), and
