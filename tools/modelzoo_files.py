@@ -23,6 +23,9 @@ t5's files read text (T5DynamicDataProcessor; src_vocab_file moves to --shards/v
 target tokens): ``--write-t5-text`` writes random pieces in the vendor's layout (``--match nlp/t5/configs/``);
 transformer's read parallel text, ``--write-transformer-text`` (``--match nlp/transformer/configs/``).
 
+dit's files read VAE latents (DiffusionLatentImageNet1KProcessor; 8x8 latents, frequency_embedding_size 32):
+``--write-dit-latents`` writes the vendor's ``.npz`` layout into --shards/dit/ (``--match vision/dit/``).
+
 ``--tag`` takes any release (older ones keep their files under ``transformers/pytorch/<family>/``);
 ``--name-from-folder`` names the model of a file without ``model.name`` by its family folder, as the
 vendor's per-family ``run.py`` does. ``--json FILE`` writes every file's result; the table printed
@@ -51,13 +54,20 @@ from cs_run._yaml import parse as parse_yaml
 
 MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
 FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
-            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "esm2", "t5", "transformer")
+            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "esm2", "t5", "transformer",
+            "dit")
 """Model families (models/nlp/<family>/...): the decoder LMs, bert (its pretraining files and its heads'
 files: --write-bert-csv also writes the classifier's GLUE, the token classifier's NER and extractive
-summarization's BERTSUM data), esm2, t5 and transformer; the other families are left out."""
+summarization's BERTSUM data), esm2, t5, transformer and dit (models/vision/dit: --write-dit-latents); the
+other families are left out."""
 
 MODEL_SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "filter_size": 128, "vocab_size": 512,
                "max_position_embeddings": 64, "rotary_dim": 16}
+DIT_SIZES = {"frequency_embedding_size": 32, "latent_size": [8, 8]}
+"""dit's sizes beyond MODEL_SIZES: the timestep features and the latent [height, width] (model.vae.latent_size)."""
+DIT_FOLDERS = ("latents", "latents_hflipped")
+"""The two latent folders of the vendor's dit files (the images' latents and their mirror images')."""
+DIT_CLASSES = 3  # class folders of --write-dit-latents (num_classes stays the files' 1000: a label-table size only)
 T5_SIZES = {"d_model": 64, "d_kv": 16, "d_ff": 128, "encoder_num_hidden_layers": 2, "decoder_num_hidden_layers": 2,
             "src_vocab_size": 512, "tgt_vocab_size": 512, "src_max_position_embeddings": 64,
             "tgt_max_position_embeddings": 16}
@@ -78,7 +88,7 @@ def decoder_files(tag: str, mirror: str = MIRROR) -> list[str]:
     return [n for n in names if (family := family_of(n)) and family in FAMILIES]
 
 
-_FAMILY_PATH = re.compile(r"(?:models/nlp|transformers/pytorch)/(?P<family>[^/]+)/(?:.*/)?configs/.*\.ya?ml$")
+_FAMILY_PATH = re.compile(r"(?:models/(?:nlp|vision)|transformers/pytorch)/(?P<family>[^/]+)/(?:.*/)?configs/.*\.ya?ml$")
 
 
 def family_of(name: str) -> str | None:
@@ -107,6 +117,11 @@ def _shrink_model(model: dict) -> None:
     for key in ("num_kv_groups",):
         if key in model:
             model[key] = KV_GROUPS
+    if model.get("name") == "dit":
+        model["frequency_embedding_size"] = DIT_SIZES["frequency_embedding_size"]
+        for section in (model, model.get("vae") or {}):
+            if section.get("latent_size") is not None:
+                section["latent_size"] = list(DIT_SIZES["latent_size"])
     if model.get("attention_sink_tokens"):  # its data prepends that many sink tokens to each sample
         model["attention_sink_tokens"] = SINK_TOKENS
         model["max_position_embeddings"] = MODEL_SIZES["max_position_embeddings"] + SINK_TOKENS
@@ -139,6 +154,8 @@ def _shrink_input(section: dict, data_dir: str) -> None:
         section["data_dir"] = str(Path(data_dir).parent / "ner" / Path(data_dir).name)
     if section.get("data_processor") == "BertSumCSVDataProcessor":  # BERTSUM CSV (write_bertsum_csv)
         section["data_dir"] = str(Path(data_dir).parent / "bertsum" / Path(data_dir).name)
+    if section.get("data_processor") == "DiffusionLatentImageNet1KProcessor":  # write_dit_latents' two folders
+        section["data_dir"] = [str(Path(data_dir).parent / "dit" / name) for name in DIT_FOLDERS]
     if section.get("max_cls_tokens") is not None:
         section["max_cls_tokens"] = MAX_CLS_TOKENS
     for transform in section.get("data_transforms") or ():
@@ -419,6 +436,27 @@ def write_transformer_text(out: Path, lines: int = 48, seed: int = 0) -> None:
         (out / split / "meta.dat").write_text(f"src.txt tgt.txt {lines}\n")
 
 
+def write_dit_latents(out: Path, per_class: int = 4, seed: int = 0) -> None:
+    """VAE latents in the layout DiffusionLatentImageNet1KProcessor reads (the vendor's
+    create_imagenet_latents.py output), in DIT_FOLDERS (the second the first mirrored left to right, standing for
+    the flipped images' latents): ``train/`` and ``val/`` with DIT_CLASSES class folders of ``.npz`` files, each
+    ``vae_output`` float32 ``[8, h, w]`` (4 latent channels' mean, then their log-variance, at DIT_SIZES'
+    latent_size) and ``label`` (the folder's index)."""
+    import numpy as np  # noqa: PLC0415 - only this mode writes arrays
+
+    rng = np.random.default_rng(seed)
+    h, w = DIT_SIZES["latent_size"]
+    for split in ("train", "val"):
+        for label in range(DIT_CLASSES):
+            for i in range(per_class):
+                moments = np.concatenate([rng.normal(0.0, 5.0, (4, h, w)), rng.uniform(-8.0, -2.0, (4, h, w))])
+                for name, array in zip(DIT_FOLDERS, (moments, moments[:, :, ::-1])):
+                    folder = out / name / split / f"n{label:08d}"
+                    folder.mkdir(parents=True, exist_ok=True)
+                    np.savez(folder / f"{i}.npz", vae_output=array.astype(np.float32),
+                             label=np.array(label, dtype=np.int32))
+
+
 def first_error(output: str, rc: int) -> str:
     """The first ``Error:`` line, or a traceback's last line, or ``ok``."""
     for line in output.splitlines():
@@ -433,7 +471,7 @@ def first_error(output: str, rc: int) -> str:
 def run_one(name: str, tag: str, args) -> dict:
     text = subprocess.run(["git", f"--git-dir={args.mirror}", "show", f"{tag}:{name}"], check=True,
                           capture_output=True, text=True).stdout
-    slug = re.sub(r"[^\w.-]+", "_", re.split("models/nlp/|transformers/pytorch/", name)[-1])
+    slug = re.sub(r"[^\w.-]+", "_", re.split("models/(?:nlp|vision)/|transformers/pytorch/", name)[-1])
     folder = Path(args.out) / tag / slug
     folder.mkdir(parents=True, exist_ok=True)
     params = folder / "params.yaml"
@@ -514,7 +552,11 @@ def main() -> int:
                         help="first write BERT CSV data (train/, val/, vocab.txt) to --shards (for --match bert/)")
     parser.add_argument("--write-esm2-data", action="store_true",
                         help="first write ESM-2 HDF5 and CSV data (train/, val/) to --shards (for --match esm2/)")
+    parser.add_argument("--write-dit-latents", action="store_true",
+                        help="first write VAE latents (dit/latents*/train/, val/) to --shards (for --match dit/)")
     args = parser.parse_args()
+    if args.write_dit_latents:
+        write_dit_latents(Path(args.shards) / "dit")
     if args.write_bert_csv:
         write_bert_csv(Path(args.shards))
     if args.write_esm2_data:
@@ -534,7 +576,7 @@ def main() -> int:
         Path(args.json).write_text(json.dumps(results, indent=1))
     tally = collections.Counter(_kind(r["first_error"]) for r in results)
     for r in results:
-        print(f"{r['tag']}:{re.split('models/nlp/|transformers/pytorch/', r['file'])[-1]}: {r['first_error']}")
+        print(f"{r['tag']}:{re.split('models/(?:nlp|vision)/|transformers/pytorch/', r['file'])[-1]}: {r['first_error']}")
     print(f"\n{len(results)} files; by first error:")
     for kind, count in tally.most_common():
         print(f"{count:4d}  {kind}")
