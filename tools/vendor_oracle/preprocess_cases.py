@@ -62,6 +62,16 @@ DPO_CHAT = [
      "rejected": [{"role": "user", "content": "Say hi"}, {"role": "assistant", "content": "Go away."}]},
 ]
 
+# NLG records as the vendor's NLGTokenGenerator reads them: already tokenized (E2E / DART / WebNLG style), a
+# context and a completion list of token ids (ids of the tiny tokenizer, 0 is its <|endoftext|>); msl 16 holds them
+NLG = [
+    {"context": [45, 120, 7, 88, 230, 15], "completion": [301, 12, 99, 0]},
+    {"context": [61], "completion": [17, 250, 0]},  # a one-token context: the vendor masks position 0 anyway
+    {"context": [5, 6, 7, 8, 9, 10, 11, 12, 13, 14], "completion": [200, 201, 202, 203, 204, 205, 0]},  # fills 16
+    {"context": [77, 78, 79], "completion": [0]},  # a one-token completion
+    {"context": [150, 151, 152, 153], "completion": [310, 311, 312, 313, 314, 0]},
+]
+
 # WikiText-103's tokenized style: what wikitext_detokenize undoes (number separators, spaced punctuation,
 # brackets and quotes, heading marks, " 's", " N ", the degree sign)
 WIKITEXT_DOCS = [
@@ -214,6 +224,13 @@ CASES: list[tuple[str, str, str, dict]] = [
         "processing.max_seq_length": 16,
         "processing.split_seed": 4,
     }),
+    # mode nlg (pre-tokenized context / completion lists, gpt2tokenizer for the ids only); the recorder supplies
+    # the name the vendor's NLGTokenGenerator.encode misses (see record_preprocess.py)
+    ("nlg", "nlg_preprocessing.yaml", "nlg", {
+        "processing.max_seq_length": 16,
+        "processing.tokenizer_params.encoder_file": "<TOK>/encoder.json",
+        "processing.tokenizer_params.vocab_file": "<TOK>/vocab.bpe",
+    }),
     ("gpt2_pretraining", "autoregressive_lm_preprocessing.yaml", "text", {
         "processing.max_seq_length": 16,
         "processing.tokenizer_params.encoder_file": "<TOK>/encoder.json",
@@ -321,8 +338,6 @@ DEFERRED: dict[str, str] = {
     "llava_single_image_token.yaml": "multimodal: out of scope (it also has no setup.mode or data)",
     "mllama_preproc_using_llava_phase_2.yaml": "multimodal (mllama): out of scope",
     "multimodal_pretraining_conceptual_captions.yaml": "multimodal, a Hugging Face hub dataset: out of scope",
-    "nlg_preprocessing.yaml": "mode nlg: the vendor's own NLGTokenGenerator raises NameError ('successful') on "
-                              "every record, so there is no output to match; cs-run refuses the mode",
 }
 
 # the keys every case sets (inputs, outputs, tokenizer, no ftfy)
@@ -402,6 +417,10 @@ def write_inputs(folder: str) -> None:
             with open(os.path.join(folder, name, f"part{part}.jsonl"), "w") as f:
                 for record in records[part::2]:
                     f.write(json.dumps(record) + "\n")
+    os.makedirs(os.path.join(folder, "nlg"), exist_ok=True)
+    with open(os.path.join(folder, "nlg", "e2e.jsonl"), "w") as f:
+        for record in NLG:
+            f.write(json.dumps(record) + "\n")
     os.makedirs(os.path.join(folder, "wikitext"), exist_ok=True)
     with open(os.path.join(folder, "wikitext", "wiki.jsonl"), "w") as f:
         for doc in WIKITEXT_DOCS:

@@ -43,7 +43,7 @@ DATASET_KEYS = {
     "split_text_to_tokenize", "chunk_len_to_split", "remove_bos_in_chunks", "max_prompt_length", "response_delimiter",
 }
 MODES = ("pretraining", "finetuning", "dpo", "nlg", "embedding_training", "embedding_generation", "custom")
-RUN_MODES = ("pretraining", "finetuning", "dpo")
+RUN_MODES = ("pretraining", "finetuning", "dpo", "nlg")
 """The modes cs-run runs today; the others are named in their error."""
 
 _VENDOR_HOOKS = "cerebras.modelzoo.data_preparation.data_preprocessing.hooks"
@@ -153,16 +153,14 @@ def _out_of_scope(setup: dict, processing: dict, dataset: dict, path: str, lines
 def _not_yet(setup: dict, processing: dict, dataset: dict, mode: str, path: str, lines: dict) -> None:
     """Parts of the vendor's tool cs-run does not run yet: refused by name rather than run differently."""
     if mode not in RUN_MODES:
-        fix = ("the Model Zoo 2.10 tool's nlg mode fails on every record too (NameError in NLGTokenGenerator): "
-               "pre-tokenized NLG data has no working path yet" if mode == "nlg" else
-               "use the vendor's tool for this mode for now")
+        fix = "use the vendor's tool for this mode for now"
         raise _fail(path, lines, "setup.mode", f"is {mode!r}, which cs-run's --config does not run yet "
                     f"(it runs {', '.join(RUN_MODES)})", fix)
     if processing.get("wikitext_detokenize") and mode != "pretraining":
         raise _fail(path, lines, "processing.wikitext_detokenize", f"is not run by cs-run's --config in mode {mode!r} "
                     "yet (mode pretraining only)", "set it to false")
-    if processing.get("inverted_mask") and mode == "dpo":
-        raise _fail(path, lines, "processing.inverted_mask", "is not run by cs-run's --config in mode 'dpo' yet",
+    if processing.get("inverted_mask") and mode in ("dpo", "nlg"):
+        raise _fail(path, lines, "processing.inverted_mask", f"is not run by cs-run's --config in mode {mode!r} yet",
                     "set it to false")
     not_yet = ("semantic_loss_weight", "semantic_drop_mask", "semantic_attention_mask")
     if any(processing.get(k) for k in not_yet):
@@ -259,9 +257,10 @@ def _tokenizer(processing: dict, path: str, lines: dict) -> tuple[str, str, tupl
     return tokenizer, tokenizer_kind, gpt2_files
 
 
-def _processing(processing: dict, path: str, lines: dict) -> tuple:
+def _processing(processing: dict, path: str, lines: dict, reads_text: bool = True) -> tuple:
     """The ``processing`` keys the writer reads: sequence length, short-sequence probability, the read hook,
-    ftfy; the other integer keys and the dtypes checked."""
+    ftfy (needed only where the mode ``reads_text``: nlg's token ids are never cleaned); the other integer keys
+    and the dtypes checked."""
     msl = _typed(processing, "max_seq_length", int, "processing", path, lines, 2048)
     if msl < 2:
         raise _fail(path, lines, "processing.max_seq_length", f"is {msl}", "give at least 2")
@@ -276,7 +275,7 @@ def _processing(processing: dict, path: str, lines: dict) -> tuple:
         raise _fail(path, lines, "processing.read_hook_kwargs", "names no *_key", "give the input's keys, e.g. "
                     "text_key: text")
     use_ftfy = _typed(processing, "use_ftfy", bool, "processing", path, lines, True)
-    if use_ftfy:
+    if use_ftfy and reads_text:
         try:
             import ftfy  # noqa: F401,PLC0415  (optional: only configs that ask for it need it)
         except ImportError:
@@ -310,7 +309,7 @@ def load_config(path: str) -> PreprocessConfig:
 
     tokenizer, tokenizer_kind, gpt2_files = _tokenizer(processing, path, lines)
 
-    msl, ssp, hook, hook_kwargs, use_ftfy = _processing(processing, path, lines)
+    msl, ssp, hook, hook_kwargs, use_ftfy = _processing(processing, path, lines, reads_text=mode != "nlg")
     splits = _splits.plan_splits(setup, processing, output_dir,
                                  lambda key, problem, fix: _fail(path, _nearest(lines, key), key, problem, fix))
     fim = _fim(dataset, tokenizer_kind, path, lines) if dataset.get("training_objective") == "fim" else None

@@ -159,6 +159,7 @@ class Output:
     def write_params(self, extra_processing: dict, features: list[str], stats: dict) -> None:
         """data_params.json: the config, the ids the run used, and the post-process counts."""
         params = json.loads(json.dumps(self.params))
+        params.setdefault("dataset", {})  # the vendor writes the section, empty where the config has none
         params["processing"].update(extra_processing)
         params["features"] = features
         post = dict(stats)

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from cs_run.errors import ParamsError
 
-from . import _dpo, _fim, _finetuning, _inputs, _output, _pretraining, _splits, _vsl
+from . import _dpo, _fim, _finetuning, _inputs, _nlg, _output, _pretraining, _splits, _vsl
 from ._config import load_config
 from ._tokenizer import load_tokenizer
 
@@ -110,6 +110,9 @@ def _generator(cfg, tok) -> tuple:
                               use_ftfy=cfg.use_ftfy, ftfy_normalizer=cfg.ftfy_normalizer,
                               response_delimiter=cfg.response_delimiter)
         stats_keys, features = _pretraining.STATS_KEYS, _dpo.DPO_FEATURES
+    elif cfg.mode == "nlg":
+        gen = _nlg.NlgSamples(max_seq_length=cfg.max_seq_length, vocab_size=tok.vocab_size)
+        stats_keys = _pretraining.STATS_KEYS
     elif cfg.mode == "finetuning":
         gen = (_vsl.VslFinetuningSamples if cfg.use_vsl else _finetuning.FinetuningSamples)(
             tok, max_seq_length=cfg.max_seq_length, min_sequence_len=cfg.min_sequence_len, use_ftfy=cfg.use_ftfy,
