@@ -186,10 +186,13 @@ def test_stepping_equals_jumping_and_the_state_round_trips(dino):
         other.load_state_dict({"schedulers": state["schedulers"][:2]})
 
 
-def test_dino_bs2048_validate_only_stops_at_the_model(dino):
-    path, _ = dino
-    with pytest.raises(ParamsError, match=r"^params: model.name: unknown model 'dino'"):
-        resolve_params(load_params(path))
+def test_dino_bs2048_resolves_with_its_model_and_29_side_by_side_schedulers(dino):
+    """The whole file (the dino family now built) passes the params check, its schedulers kept side by side."""
+    path, by_tag = dino
+    params = load_params(path)
+    resolve_params(params)
+    assert params.model.name == "dino"
+    assert len(params.optimizer.schedulers) == len(by_tag) == 29
 
 
 # -- bad inputs -----------------------------------------------------------------------------------------
