@@ -132,10 +132,16 @@ BAD = [
      r"setup\.mode is 'pretrain' .*use one of pretraining"),
     ("multimodal", lambda t, d: t.replace("  pack_sequences: true", "  pack_sequences: true\n  is_multimodal: true"),
      ParamsError, r"dataset\.is_multimodal asks for multimodal preprocessing"),
-    ("bert", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: bert_pretraining"),
-     ParamsError, r"dataset\.training_objective is 'bert_pretraining' \(bert / esm2"),
-    ("esm2-mlm", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: mlm"),
-     ParamsError, r"training_objective is 'mlm' \(bert / esm2"),
+    ("bert-in-finetuning", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: bert_pretraining")
+     .replace("mode: pretraining", "mode: finetuning"), ParamsError,
+     r"dataset\.training_objective is 'bert_pretraining' in mode 'finetuning' .*yaml:\d+\); the vendor runs "
+     r"bert_pretraining in mode pretraining only"),
+    ("mlm-fraction-over-one", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: mlm\n"
+     "  mlm_fraction: 1.5"), ParamsError, r"dataset\.mlm_fraction is 1\.5 .*yaml:\d+\); give a fraction in \(0, 1\]"),
+    ("mlm-excluded-tokens-not-a-list", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: mlm\n"
+     "  excluded_tokens: <cls>"), ParamsError, r"dataset\.excluded_tokens is '<cls>' .*yaml:\d+\); give a list"),
+    ("mlm-tokenizer-without-mask", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: mlm"),
+     ParamsError, r"training_objective mlm needs the tokenizer's mask_token \(.*yaml:\d+\); name it"),
     ("msl-type", lambda t, d: t.replace("max_seq_length: 16", "max_seq_length: sixteen"), ParamsError,
      r"processing\.max_seq_length is 'sixteen' .*yaml:\d+\); give an integer"),
     ("tokenizer-hub-name", lambda t, d: t.replace(str(GOLDEN / "tokenizer"), "tiiuae/falcon-7b"), ParamsError,

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from cs_run.errors import ParamsError
 
-from . import _dpo, _fim, _finetuning, _inputs, _output, _pretraining, _splits
+from . import _bert, _dpo, _fim, _finetuning, _inputs, _mlm, _output, _pretraining, _splits
 from ._config import load_config
 from ._tokenizer import load_tokenizer
 
@@ -113,14 +113,21 @@ def _generator(cfg, tok) -> tuple:
             ftfy_normalizer=cfg.ftfy_normalizer, sep_token=cfg.sep_token, truncate_to_msl=cfg.truncate_to_msl,
             chat_template=cfg.chat_template, end_of_turn_token=cfg.end_of_turn_token, inverted_mask=cfg.inverted_mask)
         stats_keys = _finetuning.STATS_KEYS
+    elif cfg.objective == "mlm":
+        gen = _mlm.MlmSamples(tok, max_seq_length=cfg.max_seq_length, seed=cfg.seed, use_ftfy=cfg.use_ftfy,
+                              ftfy_normalizer=cfg.ftfy_normalizer, where=cfg.at("processing.huggingface_tokenizer"),
+                              **cfg.mlm)
+        stats_keys, features = _pretraining.STATS_KEYS, _mlm.features(cfg.mlm["with_gather"])
     else:
         args = dict(max_seq_length=cfg.max_seq_length, pack_sequences=cfg.pack_sequences,
                     short_seq_prob=cfg.short_seq_prob, seed=cfg.seed, min_sequence_len=cfg.min_sequence_len,
                     use_ftfy=cfg.use_ftfy, ftfy_normalizer=cfg.ftfy_normalizer,
                     wikitext_detokenize=cfg.wikitext_detokenize, inverted_mask=cfg.inverted_mask)
         gen = (_fim.FimSamples(tok, fim=cfg.fim, where=cfg.at("dataset.fim_prefix_tok"), **args) if cfg.fim else
-               _pretraining.PretrainingSamples(tok, **args))
+               _bert.BertSamples(tok, truncate_to_msl=cfg.truncate_to_msl, **args)
+               if cfg.objective == "bert_pretraining" else _pretraining.PretrainingSamples(tok, **args))
         stats_keys = _pretraining.STATS_KEYS
+        features = _bert.FEATURES if cfg.objective == "bert_pretraining" else features
     return gen, stats_keys, features
 
 
@@ -149,11 +156,12 @@ def _run(cfg, progress: bool) -> PreprocessSummary:
                     cfg.params["setup"]["processes"])
     gen, stats_keys, features = _generator(cfg, tok)
     keys = [v for k, v in cfg.read_hook_kwargs.items() if str(k).endswith("_key")]
+    h5_keys = getattr(gen, "H5_KEYS", ("data",))  # the datasets of each .h5 file (masked LM: data and labels)
 
     out = _output.Output(cfg.output_dir, cfg.params)
     try:
         stats = dict.fromkeys(stats_keys, 0)
-        buffer: list[np.ndarray] = []
+        buffer: list[tuple[np.ndarray, ...]] = []  # per read chunk, one array per h5 key
         chunk_no = 0
         bar = tqdm(unit=" records", desc=f"preprocess ({len(files)} files)", disable=not progress, file=sys.stderr)
         for chunk in _inputs.read_chunks(files, keys, hook, cfg.read_hook_kwargs, cfg.read_chunk_size,
@@ -164,17 +172,17 @@ def _run(cfg, progress: bool) -> PreprocessSummary:
             if samples:  # a chunk that made no sample adds nothing, its counts included (as the vendor)
                 for key, value in chunk_stats.items():
                     stats[key] += value
-                buffer.append(np.stack(samples))
-                if _output.buffer_size(buffer) >= cfg.write_chunk_size:
-                    out.write_h5(f"output_chunk_0_{chunk_no}.h5", [s for b in buffer for s in b])
+                buffer.append(_output.stack(samples))
+                if _output.buffer_size(buffer, h5_keys) >= cfg.write_chunk_size:
+                    out.write_h5(f"output_chunk_0_{chunk_no}.h5", buffer, h5_keys)
                     buffer = []
             chunk_no += 1
         bar.close()
         if buffer:
-            out.write_h5(f"output_chunk_0_{chunk_no}.h5", [s for b in buffer for s in b])
+            out.write_h5(f"output_chunk_0_{chunk_no}.h5", buffer, h5_keys)
         rest, rest_stats = gen.rest()
         if rest:
-            out.write_h5("output_chunk_1_prefix.h5", rest)
+            out.write_h5("output_chunk_1_prefix.h5", [_output.stack(rest)], h5_keys)
             for key in ("num_pad_tokens", "non_pad_tokens", "num_masked_tokens", "loss_valid_tokens", "num_tokens",
                         "n_examples"):
                 stats[key] += rest_stats.get(key, 0)
