@@ -377,3 +377,21 @@ def test_split_rerun_writes_nothing(tmp_path: Path) -> None:
         preprocess_config(str(config))
     assert not (tmp_path / "splits2").exists()
     assert {str(p): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("text", ["MKTAYIAK", "MKV jjz WQ", "  M K<mask>TA<cls>  x", "abcLdefA", "<null_1>L.-",
+                                  "<unkL", "X B U Z O", "mk", "<pad><eos>MM", ""])
+def test_esm_tokenizer_folder_splits_as_esm_tokenizer(text: str) -> None:
+    """A saved EsmTokenizer folder (vocab.txt, no tokenizer.json) gives transformers' EsmTokenizer ids: vocabulary
+    tokens cut out longest first, other runs split on whitespace, one <unk> per unknown piece, <cls> ... <eos>;
+    cut to a length with the specials kept."""
+    transformers = pytest.importorskip("transformers")
+    from cs_run.data.preprocessing.vendor_config._tokenizer import esm_backend
+
+    folder = GOLDEN / "tokenizer_esm"
+    esm = transformers.AutoTokenizer.from_pretrained(str(folder))
+    assert type(esm).__name__ == "EsmTokenizer"
+    ours = esm_backend(str(folder / "vocab.txt"))
+    assert ours.encode(text).ids == esm(text)["input_ids"]
+    ours.enable_truncation(max_length=6)
+    assert ours.encode(text).ids == esm(text, max_length=6, truncation=True)["input_ids"]

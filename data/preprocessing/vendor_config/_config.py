@@ -45,9 +45,9 @@ DATASET_KEYS = {
 }
 MODES = ("pretraining", "finetuning", "dpo", "nlg", "embedding_training", "embedding_generation", "custom")
 RUN_MODES = ("pretraining", "finetuning", "dpo")
-OBJECTIVES = ("fim", "bert_pretraining", "mlm")
-"""dataset.training_objective values other than autoregressive pretraining that cs-run runs."""
 """The modes cs-run runs today; the others are named in their error."""
+OBJECTIVES = ("fim", "bert_pretraining", "mlm")
+"""dataset.training_objective values besides autoregressive that cs-run runs (in mode pretraining, as the vendor)."""
 
 _VENDOR_HOOKS = "cerebras.modelzoo.data_preparation.data_preprocessing.hooks"
 
@@ -175,7 +175,7 @@ def _not_yet(setup: dict, processing: dict, dataset: dict, mode: str, path: str,
         if dataset.get(key):
             raise _fail(path, lines, f"dataset.{key}", "is not run by cs-run's --config yet", "set it to false")
     objective = dataset.get("training_objective")
-    if objective in ("fim", "bert_pretraining", "mlm") and mode != "pretraining":
+    if objective in OBJECTIVES and mode != "pretraining":
         raise _fail(path, lines, "dataset.training_objective", f"is {objective!r} in mode {mode!r}",
                     f"the vendor runs {objective} in mode pretraining only: set setup.mode: pretraining or remove it")
     if objective not in (None, "autoregressive", *OBJECTIVES):

@@ -1,12 +1,12 @@
 """The config's tokenizer, loaded from local files only, with the ids the vendor's tool derives from it.
 
 ``huggingface_tokenizer`` is a folder holding tokenizer.json (and tokenizer_config.json /
-special_tokens_map.json, which name eos and pad) or the tokenizer.json itself; a folder of EsmTokenizer (vocab.txt, tokenizer_class EsmTokenizer: what ESM-2's tokenizer saves, with no
-tokenizer.json) is rebuilt as the same splitting (see :func:`esm_backend`); ``custom_tokenizer:
-gpt2tokenizer`` is the gpt2 encoder.json + vocab.bpe pair. Nothing is downloaded. The ids follow the
-vendor's rules: eos from the tokenizer's eos token, pad from its pad token or else eos; the config's
-``eos_id`` sets both, its ``pad_id`` sets pad; for gpt2 both are <|endoftext|>. vocab_size counts added
-tokens (``len(tokenizer)``).
+special_tokens_map.json, which name eos and pad) or the tokenizer.json itself, or a folder EsmTokenizer saved
+(vocab.txt, tokenizer_class EsmTokenizer: ESM-2's, which has no tokenizer.json), rebuilt as the same splitting
+(:func:`esm_backend`); ``custom_tokenizer: gpt2tokenizer`` is the gpt2 encoder.json + vocab.bpe pair. Nothing
+is downloaded. The ids follow the vendor's rules: eos from the tokenizer's eos token, pad from its pad token
+or else eos; the config's ``eos_id`` sets both, its ``pad_id`` sets pad; for gpt2 both are <|endoftext|>.
+vocab_size counts added tokens (``len(tokenizer)``).
 """
 
 from __future__ import annotations
