@@ -23,7 +23,6 @@ A file that is missing or malformed is a DataError naming the file (and row) and
 from __future__ import annotations
 
 import ast
-import csv
 import json
 import logging
 import os
@@ -35,6 +34,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from cs_run.data.readers.meta_dat import buffered_csv_rows
+from cs_run.data.readers.meta_dat import read_meta as _read_meta
 from cs_run.errors import DataError
 from cs_run.registry import register_data_processor
 
@@ -48,20 +49,8 @@ DATA_PROCESSORS = ("BertCSVDynamicMaskDataProcessor", "BertHDF5DataProcessor")
 
 def read_meta(data_dir: Union[str, list]) -> list[tuple[str, int]]:
     """(CSV path, rows) of every line of each folder's ``meta.dat`` (bert_utils.get_meta_data)."""
-    out = []
-    for folder in data_dir if isinstance(data_dir, list) else [data_dir]:
-        meta = Path(folder) / "meta.dat"
-        if not meta.is_file():
-            raise DataError(f"{meta}: not found; data_dir must be a folder written by the Model Zoo's BERT CSV "
-                            "preprocessing (create_csv.py / create_csv_mlm_only.py), with meta.dat")
-        for n, line in enumerate(meta.read_text().splitlines(), 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 2 or not parts[1].isdigit():
-                raise DataError(f"{meta}:{n}: expected '<csv file> <number of rows>', got {line.strip()!r}")
-            out.append((os.path.join(str(folder), parts[0]), int(parts[1])))
-    return out
+    return _read_meta(data_dir, form="<csv file> <number of rows>",
+                      written_by="the Model Zoo's BERT CSV preprocessing (create_csv.py / create_csv_mlm_only.py)")
 
 
 def build_vocab(vocab_file: str, do_lower: bool, oov_token: str) -> tuple[dict, int, int]:
@@ -175,27 +164,7 @@ class BertCSVDynamicMaskDataset(IterableDataset):
         return self.num_examples // self.batch_size
 
     def _rows(self, rng: random.Random):
-        files = list(self.files)
-        if self.shuffle:
-            rng.shuffle(files)
-        buffer: list = []
-        for path, count in files:
-            try:
-                with open(path, newline="") as f:
-                    for row_id, row in enumerate(csv.DictReader(f)):
-                        if row_id >= count:
-                            break
-                        buffer.append((path, row_id + 2, row))  # + 2: the header is line 1
-                        if len(buffer) == self.shuffle_buffer:
-                            if self.shuffle:
-                                rng.shuffle(buffer)
-                            yield from buffer
-                            buffer = []
-            except OSError as e:
-                raise DataError(f"{path}: cannot read ({e.strerror or e}); meta.dat names it") from None
-        if self.shuffle:
-            rng.shuffle(buffer)
-        yield from buffer
+        return buffered_csv_rows(self.files, rng, shuffle=self.shuffle, buffer_size=self.shuffle_buffer)
 
     def _features(self, path: str, line: int, row: dict, rng: random.Random) -> dict:
         try:

@@ -15,7 +15,6 @@ A missing column or a cell that is not a list of integers is a DataError naming 
 from __future__ import annotations
 
 import ast
-import csv
 import random
 from typing import Any, Iterator, Optional, Union
 
@@ -24,6 +23,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from cs_run.data.processors.bert import read_meta
+from cs_run.data.readers.meta_dat import buffered_csv_rows
 from cs_run.errors import DataError
 from cs_run.registry import register_data_processor
 
@@ -57,26 +57,9 @@ class BertCSVDataset(IterableDataset):
 
     def _rows(self, rng: random.Random, worker: int, workers: int) -> Iterator[dict]:
         files = self.files[worker::workers]  # each input worker its own files (shard_list_interleaved)
-        if self.shuffle:
-            rng.shuffle(files)
-        buffer: list = []
-        for path, rows in files:
-            try:
-                with open(path, newline="") as f:
-                    for line, row in enumerate(csv.DictReader(f), 2):
-                        if line - 2 >= rows:
-                            break
-                        buffer.append(self._features(path, line, row))
-                        if len(buffer) == self.shuffle_buffer:
-                            if self.shuffle:
-                                rng.shuffle(buffer)
-                            yield from buffer
-                            buffer = []
-            except OSError as e:
-                raise DataError(f"{path}: cannot read ({e.strerror or e}); fix meta.dat or the file") from None
-        if self.shuffle:
-            rng.shuffle(buffer)
-        yield from buffer
+        rows = buffered_csv_rows(files, rng, shuffle=self.shuffle, buffer_size=self.shuffle_buffer,
+                                 unreadable_hint="fix meta.dat or the file")
+        return (self._features(path, line, row) for path, line, row in rows)
 
     def _features(self, path: str, line: int, row: dict) -> dict:
         out = {}

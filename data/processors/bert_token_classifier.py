@@ -17,7 +17,6 @@ label not in label2id.json is a DataError naming the file and line.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import random
@@ -28,6 +27,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from cs_run.data.processors.bert import build_vocab, read_meta
+from cs_run.data.readers.meta_dat import buffered_csv_rows
 from cs_run.errors import DataError
 from cs_run.registry import register_data_processor
 
@@ -45,6 +45,13 @@ def read_label_map(label_vocab_file: str) -> dict:
     if not isinstance(label_map, dict) or not all(isinstance(v, int) for v in label_map.values()):
         raise DataError(f"label_vocab_file: {label_vocab_file} must map each label to an integer id")
     return label_map
+
+
+
+def _check_header(path: str, columns: list) -> None:
+    missing = [c for c in ("tokens", "labels") if c not in columns]
+    if missing:
+        raise DataError(f"{path}:1: no column {missing[0]!r}; the NER CSV has 'tokens' and 'labels'")
 
 
 class BertTokenClassifierDataset(IterableDataset):
@@ -80,28 +87,8 @@ class BertTokenClassifierDataset(IterableDataset):
         return self.num_examples // self.batch_size
 
     def _rows(self, rng: random.Random):
-        buffer: list = []
-        for path, count in self.files:
-            try:
-                with open(path, newline="") as f:
-                    reader = csv.DictReader(f)
-                    missing = [c for c in ("tokens", "labels") if c not in (reader.fieldnames or [])]
-                    if missing:
-                        raise DataError(f"{path}:1: no column {missing[0]!r}; the NER CSV has 'tokens' and 'labels'")
-                    for row_id, row in enumerate(reader):
-                        if row_id >= count:
-                            break
-                        buffer.append((path, row_id + 2, row))
-                        if len(buffer) == self.shuffle_buffer:
-                            if self.shuffle:
-                                rng.shuffle(buffer)
-                            yield from buffer
-                            buffer = []
-            except OSError as e:
-                raise DataError(f"{path}: cannot read ({e.strerror or e}); meta.dat names it") from None
-        if self.shuffle:
-            rng.shuffle(buffer)
-        yield from buffer
+        return buffered_csv_rows(self.files, rng, shuffle=self.shuffle, buffer_size=self.shuffle_buffer,
+                                 shuffle_files=False, check_header=_check_header)
 
     def features(self, path: str, line: int, row: dict) -> dict:
         """create_ner_features of one CSV row."""

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
 
+from cs_run.data.readers.meta_dat import read_meta as _read_meta
 from cs_run.errors import DataError
 from cs_run.registry import register_data_processor
 
@@ -41,23 +42,9 @@ __all__ = ["T5DynamicDataset", "TransformerDynamicDataset", "build_dataloader", 
 def read_meta(data_dir: Union[str, list], pairs: bool = False) -> list[tuple[Any, int]]:
     """(text file, lines) of every line of each folder's ``meta.dat``, in order; with ``pairs`` (the
     Transformer's parallel text) ((source file, target file), lines)."""
-    out = []
-    columns = 3 if pairs else 2
     form = "<source file> <target file> <number of lines>" if pairs else "<text file> <number of lines>"
-    for folder in data_dir if isinstance(data_dir, list) else [data_dir]:
-        meta = Path(folder) / "meta.dat"
-        if not meta.is_file():
-            raise DataError(f"{meta}: not found; src_data_dir must be a folder written by the Model Zoo's T5 "
-                            "preprocessing (preprocess_external.sh), with meta.dat")
-        for n, line in enumerate(meta.read_text().splitlines(), 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != columns or not parts[-1].isdigit():
-                raise DataError(f"{meta}:{n}: expected '{form}', got {line.strip()!r}")
-            files = tuple(os.path.join(str(folder), p) for p in parts[:-1])
-            out.append((files if pairs else files[0], int(parts[-1])))
-    return out
+    return _read_meta(data_dir, form=form, key="src_data_dir", columns=3 if pairs else 2,
+                      written_by="the Model Zoo's T5 preprocessing (preprocess_external.sh)")
 
 
 def _vocab(vocab_file: str, special: dict[str, str]) -> tuple[dict[str, int], int, int]:

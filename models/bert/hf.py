@@ -12,7 +12,6 @@ than tanh, muP, pre-norm, ...) is refused by name when the written config is rea
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 from typing import Optional
@@ -24,7 +23,7 @@ from cs_run.checkpoint import save
 from cs_run.checkpoint.atomic import atomic_path
 from cs_run.checkpoint.hf_folder import read_config
 from cs_run.errors import ParamsError
-from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, Taker, _first_difference, build, check_weights
+from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, Taker, assign, build, check_weights
 from cs_run.registry import hf_converter
 
 __all__ = ["hf_config", "model_keys_from_hf_config", "to_hf_state_dict", "from_hf_state_dict", "ADAPTER", "from_hf",
@@ -156,17 +155,7 @@ def from_hf_state_dict(model, tensors: dict[str, torch.Tensor]) -> None:
         if name in t:  # HF's tied copies (of the MLM bias, of a tied decoder), when the file holds them
             t(name)
     t.check_all_used()
-    params = dict(model.named_parameters(remove_duplicate=False))
-    missing = [n for n in params if n not in mapped and not (
-        n.endswith("classifier.ffn.0.linear_layer.weight") and model.config["share_embedding_weights"])]
-    if missing:
-        raise ParamsError(f"Hugging Face weights: nothing for {', '.join(missing[:3])}")
-    with torch.no_grad():
-        for name, value in mapped.items():
-            if tuple(params[name].shape) != tuple(value.shape):
-                raise ParamsError(f"Hugging Face weights: {name!r} has shape {list(value.shape)}, the model "
-                                  f"{list(params[name].shape)}")
-            params[name].copy_(value)
+    assign(model, mapped)
 
 
 def runnable_params(keys: dict, hf_dir: Path, checkpoint: Path) -> str:
@@ -188,8 +177,8 @@ def runnable_params(keys: dict, hf_dir: Path, checkpoint: Path) -> str:
 
 
 class _BertAdapter(HFAdapter):
-    """The shared flow with BERT's layer names in the header check, BERT inputs in the params written, and the
-    training-only keys (loss weight, label smoothing) left out of the read-back."""
+    """The shared flow with BERT's layer names in the header check, BERT inputs in the params written, and a
+    fine-tuning head's folder handed to that head's converter."""
 
     def from_hf(self, hf_dir, dst, params_out: Optional[str] = None) -> tuple[Path, Path]:
         hf_dir, dst = Path(hf_dir), Path(dst)
@@ -216,17 +205,7 @@ class _BertAdapter(HFAdapter):
         check_weights(found, expected, optional, in_file, f"{layers} layer(s)", layers, where,
                       "layer count, sizes, tie_word_embeddings")
 
-    def check_expressible(self, model, model_keys: dict, config: dict) -> None:
-        shown = dataclasses.make_dataclass("Shown", ["config"])(
-            {k: v for k, v in model.config.items() if k not in _TRAINING_ONLY})
-        differs = _first_difference(shown, {k: v for k, v in model_keys.items() if k not in _TRAINING_ONLY},
-                                    self.keys_of(config))
-        if differs:
-            key, value, theirs = differs
-            raise ParamsError(f"params: model.{key}: {value!r} has no Hugging Face {config['model_type']} equivalent "
-                              f"(its config gives {theirs!r}); convert a model without it")
-
 
 ADAPTER = _BertAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict,
-                       buffers=HF_BUFFERS + (".position_ids",), label="BERT")
+                       buffers=HF_BUFFERS + (".position_ids",), label="BERT", training_only=_TRAINING_ONLY)
 from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

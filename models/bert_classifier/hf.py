@@ -16,7 +16,7 @@ import yaml
 
 from cs_run.errors import ParamsError
 from cs_run.models.bert.hf import _HF_ACTIVATIONS, _layer_pairs
-from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, Taker
+from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, Taker, assign
 
 __all__ = ["hf_config", "model_keys_from_hf_config", "to_hf_state_dict", "from_hf_state_dict", "ADAPTER",
            "from_hf", "to_hf", "head_names"]
@@ -89,13 +89,7 @@ def from_hf_state_dict(model, tensors: dict[str, torch.Tensor]) -> None:
     t = Taker(tensors)
     mapped = {ours: t(hf) for hf, ours in head_names(model.config["num_hidden_layers"], model.config["add_pooling_layer"])}
     t.check_all_used()
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, value in mapped.items():
-            if tuple(params[name].shape) != tuple(value.shape):
-                raise ParamsError(f"Hugging Face weights: {name!r} has shape {list(value.shape)}, the model "
-                                  f"{list(params[name].shape)}")
-            params[name].copy_(value)
+    assign(model, mapped)
 
 
 def runnable_params(keys: dict, hf_dir: Path, checkpoint: Path) -> str:

@@ -5,7 +5,6 @@ finds this module by ``model.name``; ``--from hf`` by bert's, which hands it a `
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import yaml
@@ -13,7 +12,7 @@ import yaml
 from cs_run.errors import ParamsError
 from cs_run.models.bert.hf import _HF_ACTIVATIONS
 from cs_run.models.bert_classifier.hf import from_hf_state_dict, to_hf_state_dict
-from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, _check_expressible
+from cs_run.models.common.hf import HF_BUFFERS, HFAdapter
 
 # keys of the loss and the eval metric only: HF's config has no place for them, and they change no logits
 _TRAINING_ONLY = ("include_padding_in_loss", "label_vocab_file")
@@ -73,16 +72,7 @@ def runnable_params(keys: dict, hf_dir: Path, checkpoint: Path) -> str:
     return head + text.replace("  data_dir: null\n", "  data_dir: null  # SET ME: an NER CSV folder\n")
 
 
-class _TokenClassifierAdapter(HFAdapter):
-    """The shared flow, with the loss's and the metric's keys left out of the read-back."""
-
-    def check_expressible(self, model, model_keys: dict, config: dict) -> None:
-        shown = dataclasses.make_dataclass("Shown", ["config"])(
-            {k: v for k, v in model.config.items() if k not in _TRAINING_ONLY})
-        _check_expressible(shown, {k: v for k, v in model_keys.items() if k not in _TRAINING_ONLY}, config,
-                           self.keys_of)
-
-
-ADAPTER = _TokenClassifierAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict,
-                                  buffers=HF_BUFFERS + (".position_ids",), label="BERT", params_text=runnable_params)
+ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict,
+                    buffers=HF_BUFFERS + (".position_ids",), label="BERT", params_text=runnable_params,
+                    training_only=_TRAINING_ONLY)
 from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, make_dataclass
 from pathlib import Path
 from typing import Any, Callable, Container, Iterable, Optional
 
@@ -352,6 +352,8 @@ class HFAdapter:
     what: str = "model"  # what a checkpoint that does not fit the params is said not to match
     # the params file --from hf writes (model keys, HF folder, checkpoint) -> text; None: runnable_params (GPT data)
     params_text: Optional[Callable[[dict, Path, Path], str]] = None
+    # model keys of the loss or eval metric only: HF's config has no place for them, and they change no output
+    training_only: tuple[str, ...] = ()
 
     def from_hf(self, hf_dir: str | Path, dst: str | Path, params_out: Optional[str | Path] = None) -> tuple[Path, Path]:
         """``--from hf``: the checkpoint ``dst`` of an HF folder and, beside it (or at ``params_out``), a
@@ -460,7 +462,12 @@ class HFAdapter:
         return build(keys)
 
     def check_expressible(self, model, model_keys: dict, config: dict) -> None:
-        """The HF ``config`` read back builds the model; see :func:`_check_expressible`."""
+        """The HF ``config`` read back builds the model (:attr:`training_only` keys aside); see
+        :func:`_check_expressible`."""
+        if self.training_only:
+            model = make_dataclass("Shown", ["config"])(
+                {k: v for k, v in model.config.items() if k not in self.training_only})
+            model_keys = {k: v for k, v in model_keys.items() if k not in self.training_only}
         _check_expressible(model, model_keys, config, self.keys_of)
 
 

@@ -14,7 +14,6 @@ norm, another activation, learned positions) is refused by name when the written
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from cs_run.models.common.hf import (
     HF_BUFFERS,
     HFAdapter,
     Taker,
-    _first_difference,
+    assign,
     build,
     check_weights,
     deinterleave_rotary,
@@ -147,17 +146,7 @@ def from_hf_state_dict(model, tensors: dict[str, torch.Tensor]) -> None:
         if name in t:  # the unused contact head; HF's tied copy of the decoder
             t(name)
     t.check_all_used()
-    params = dict(model.named_parameters(remove_duplicate=False))
-    missing = [n for n in params if n not in mapped and not (
-        n.endswith("classifier.ffn.0.linear_layer.weight") and c["share_embedding_weights"])]
-    if missing:
-        raise ParamsError(f"Hugging Face weights: nothing for {', '.join(missing[:3])}")
-    with torch.no_grad():
-        for name, value in mapped.items():
-            if tuple(params[name].shape) != tuple(value.shape):
-                raise ParamsError(f"Hugging Face weights: {name!r} has shape {list(value.shape)}, the model "
-                                  f"{list(params[name].shape)}")
-            params[name].copy_(value)
+    assign(model, mapped)
 
 
 def runnable_params(keys: dict, hf_dir: Path, checkpoint: Path) -> str:
@@ -178,8 +167,7 @@ def runnable_params(keys: dict, hf_dir: Path, checkpoint: Path) -> str:
 
 
 class _EsmAdapter(HFAdapter):
-    """The shared flow with ESM's layer names in the header check and the training-only keys left out of the
-    read-back."""
+    """The shared flow with ESM's layer names (and their legacy spellings) in the header check."""
 
     def check_header(self, found: dict[str, tuple], keys: dict, where: str) -> None:
         found = _legacy_names(found)
@@ -193,17 +181,8 @@ class _EsmAdapter(HFAdapter):
         check_weights(found, expected, optional, in_file, f"{layers} layer(s)", layers, where,
                       "layer count, sizes, tie_word_embeddings")
 
-    def check_expressible(self, model, model_keys: dict, config: dict) -> None:
-        shown = dataclasses.make_dataclass("Shown", ["config"])(
-            {k: v for k, v in model.config.items() if k not in _TRAINING_ONLY})
-        differs = _first_difference(shown, {k: v for k, v in model_keys.items() if k not in _TRAINING_ONLY},
-                                    self.keys_of(config))
-        if differs:
-            key, value, theirs = differs
-            raise ParamsError(f"params: model.{key}: {value!r} has no Hugging Face esm equivalent (its config gives "
-                              f"{theirs!r}); convert a model without it")
-
 
 ADAPTER = _EsmAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict,
-                      buffers=HF_BUFFERS + (".position_ids", ".inv_freq"), label="ESM", params_text=runnable_params)
+                      buffers=HF_BUFFERS + (".position_ids", ".inv_freq"), label="ESM", params_text=runnable_params,
+                      training_only=_TRAINING_ONLY)
 from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

@@ -14,7 +14,6 @@ bias-free and shares one embedding: a model outside that is refused by the key t
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import torch
 import yaml
 
 from cs_run.errors import CheckpointError, ParamsError
-from cs_run.models.common.hf import HFAdapter, Taker, _first_difference, assign, build, check_weights
+from cs_run.models.common.hf import HFAdapter, Taker, assign, build, check_weights
 
 __all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "runnable_params",
            "from_hf", "to_hf", "ADAPTER"]
@@ -188,16 +187,9 @@ class _T5Adapter(HFAdapter):
         if act not in _ACTIVATIONS:
             raise ParamsError(f"params: model.encoder_nonlinearity: {act!r} has no Hugging Face t5 equivalent (its "
                               "gated-gelu is the tanh GELU); convert a relu or gelu model")
-        shown = dataclasses.make_dataclass("Shown", ["config"])(
-            {k: v for k, v in model.config.items() if k not in _TRAINING_ONLY})
-        differs = _first_difference(shown, {k: v for k, v in model_keys.items() if k not in _TRAINING_ONLY},
-                                    self.keys_of(config))
-        if differs:
-            key, value, theirs = differs
-            raise ParamsError(f"params: model.{key}: {value!r} has no Hugging Face t5 equivalent (its config gives "
-                              f"{theirs!r}); convert a model without it")
+        super().check_expressible(model, model_keys, config)
 
 
 ADAPTER = _T5Adapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict, label="T5",
-                     params_text=runnable_params)
+                     params_text=runnable_params, training_only=_TRAINING_ONLY)
 from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf

@@ -23,6 +23,7 @@ from cs_run.data.processors.t5 import build_dataloader
 from cs_run.frontends.cli import cli as main_cli
 from cs_run.models.t5.hf import hf_config, to_hf_state_dict
 from cs_run.summaries import read_scalars
+from tests.modelzoo_marks import first_in_suite_rest_in_sweep
 
 transformers = pytest.importorskip("transformers")
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
@@ -67,7 +68,7 @@ def _write(params: dict, path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("name", first_in_suite_rest_in_sweep(FILES))
 def test_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, data, name):
     params = _write(_shrunk(name, data, tmp_path), tmp_path / "p.yaml")
     _cli("validate-only", "--params", params, "--model_dir", tmp_path / "v")

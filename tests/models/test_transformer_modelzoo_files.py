@@ -24,6 +24,7 @@ from cs_run._yaml import parse as parse_yaml
 from cs_run.data.processors.t5 import build_dataloader
 from cs_run.frontends.cli import cli as main_cli
 from cs_run.summaries import read_scalars
+from tests.modelzoo_marks import first_in_suite_rest_in_sweep
 
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
 _spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
@@ -55,7 +56,7 @@ def _cli(*args) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("name", first_in_suite_rest_in_sweep(FILES))
 def test_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, data, name):
     params = _shrunk(name, data, tmp_path)
     for part, key in (("fit", "train_dataloader"), ("fit", "val_dataloader"), ("validate", "val_dataloader"),

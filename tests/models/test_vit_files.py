@@ -21,6 +21,7 @@ from cs_run.frontends.cli import cli as main_cli
 from cs_run.models.vision_transformer import hf as vit_hf
 from cs_run.models.vision_transformer.model import ViTClassificationWrapperModel
 from cs_run.summaries import read_scalars
+from tests.modelzoo_marks import first_in_suite_rest_in_sweep
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -89,7 +90,7 @@ class _Weights:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("name", first_in_suite_rest_in_sweep(FILES))
 def test_vendor_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, images, name):
     params = tiny_copy(name, images, tmp_path / "p.yaml")
     _cli("validate-only", "--params", params, "--model_dir", tmp_path / "v")

@@ -1,0 +1,69 @@
+"""Folders indexed by a ``meta.dat`` (the Model Zoo's BERT CSV and T5/Transformer text layouts): the index, and
+the rows of its CSV files streamed through the vendor's shuffle buffer.
+
+Each processor keeps its own error texts (what the folder should have been written by), so they are arguments.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
+
+from cs_run.errors import DataError
+
+__all__ = ["read_meta", "buffered_csv_rows"]
+
+
+def read_meta(data_dir: Union[str, list], *, form: str, written_by: str, key: str = "data_dir",
+              columns: int = 2) -> list[tuple[Any, int]]:
+    """(file, count) of every line of each folder's ``meta.dat``, in order (bert_utils.get_meta_data); with more
+    than 2 columns the file is a tuple of the first ``columns - 1`` names (the Transformer's parallel text)."""
+    out = []
+    for folder in data_dir if isinstance(data_dir, list) else [data_dir]:
+        meta = Path(folder) / "meta.dat"
+        if not meta.is_file():
+            raise DataError(f"{meta}: not found; {key} must be a folder written by {written_by}, with meta.dat")
+        for n, line in enumerate(meta.read_text().splitlines(), 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != columns or not parts[-1].isdigit():
+                raise DataError(f"{meta}:{n}: expected '{form}', got {line.strip()!r}")
+            files = tuple(os.path.join(str(folder), p) for p in parts[:-1])
+            out.append((files if columns > 2 else files[0], int(parts[-1])))
+    return out
+
+
+def buffered_csv_rows(files: Sequence[tuple[str, int]], rng: random.Random, *, shuffle: bool, buffer_size: int,
+                      shuffle_files: bool = True, unreadable_hint: str = "meta.dat names it",
+                      check_header: Optional[Callable[[str, list], None]] = None) -> Iterator[tuple[str, int, dict]]:
+    """(path, line, row) of the first ``count`` rows of each CSV, as the vendor's BERT CSV readers hand them out:
+    files in shuffled order, rows gathered ``buffer_size`` at a time and each full buffer shuffled, then the rest.
+    ``line`` is the row's line in its file (the header is line 1)."""
+    files = list(files)
+    if shuffle and shuffle_files:
+        rng.shuffle(files)
+    buffer: list = []
+    for path, count in files:
+        try:
+            with open(path, newline="") as f:
+                reader = csv.DictReader(f)
+                if check_header is not None:
+                    check_header(path, reader.fieldnames or [])
+                for row_id, row in enumerate(reader):
+                    if row_id >= count:
+                        break
+                    buffer.append((path, row_id + 2, row))
+                    if len(buffer) == buffer_size:
+                        if shuffle:
+                            rng.shuffle(buffer)
+                        yield from buffer
+                        buffer = []
+        except OSError as e:
+            raise DataError(f"{path}: cannot read ({e.strerror or e}); {unreadable_hint}") from None
+    if shuffle:
+        rng.shuffle(buffer)
+    yield from buffer
