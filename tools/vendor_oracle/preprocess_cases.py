@@ -271,6 +271,13 @@ CASES += [
         "dataset.mlm_fraction": 0.3,
         "dataset.ignore_index": -1,
     }),
+    # wikitext_detokenize cleans the text before the masked-LM tokenization too
+    ("esm2_mlm_wikitext", "esm2_preprocessing_pre_training.yaml", "wikitext", {
+        "setup.processes": 1,
+        "processing.max_seq_length": 40,
+        "processing.huggingface_tokenizer": "<TOK>_esm",
+        "processing.wikitext_detokenize": True,
+    }),
 ]
 
 # The Release_2.10.0 configs no case above runs, and why (cs-run's --config refuses each with one line).
@@ -326,18 +333,24 @@ def build_tokenizer(folder: str, extra_special: tuple = ()) -> None:
 
 def build_bert_tokenizer(folder: str) -> None:
     """A tiny lower-cased WordPiece (BERT's pipeline: normalizer, pre-tokenizer, [CLS] $A [SEP] with type ids),
-    saved as a BertTokenizerFast folder."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    saved as a BertTokenizerFast folder. The vocabulary is built, not trained (tokenizers' WordPiece trainer
+    orders it differently from run to run): the specials, every character alone and as ``##`` piece, and the
+    words seen more than once, each set sorted; a word seen once is cut into pieces."""
+    import re  # noqa: PLC0415
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    words = [w for text in _TRAIN_TEXT for w in re.findall(r"\w+|[^\w\s]", text.lower())]
+    chars = sorted({c for w in words for c in w})
+    twice = sorted({w for w in words if words.count(w) > 1 and len(w) > 1})
+    vocab = {tok: i for i, tok in enumerate(special + chars + ["##" + c for c in chars] + twice)}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
-    tok.train_from_iterator(_TRAIN_TEXT, trainer=trainers.WordPieceTrainer(vocab_size=300, special_tokens=special))
-    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-                                                       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+                                                       special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
     os.makedirs(folder, exist_ok=True)
     tok.save(os.path.join(folder, "tokenizer.json"))
     config = {"tokenizer_class": "BertTokenizerFast", "do_lower_case": True, "cls_token": "[CLS]",

@@ -52,7 +52,7 @@ class MlmSamples:
 
     def __init__(self, tok: LoadedTokenizer, *, max_seq_length: int, seed: int, mlm_fraction: float,
                  with_gather: bool, ignore_index: int, excluded_tokens: list[str], use_ftfy: bool,
-                 ftfy_normalizer: str, where: str) -> None:
+                 ftfy_normalizer: str, where: str, wikitext_detokenize: bool = False) -> None:
         ids = {name: tok.backend.token_to_id(tok.special_tokens[name]) if name in tok.special_tokens else None
                for name in ("cls_token", "pad_token", "eos_token", "unk_token", "mask_token")}
         for name in ("pad_token", "mask_token"):
@@ -68,7 +68,7 @@ class MlmSamples:
         self.allowable = [i for i in sorted(vocab.values()) if i not in excluded]
         self.fraction, self.gather, self.ignore = mlm_fraction, with_gather, ignore_index
         self.max_predictions = math.ceil(mlm_fraction * max_seq_length)
-        self.use_ftfy, self.normalizer = use_ftfy, ftfy_normalizer
+        self.use_ftfy, self.normalizer, self.wikitext = use_ftfy, ftfy_normalizer, wikitext_detokenize
         self.rng = random.Random(seed)
         self.np_rng = np.random.RandomState(seed)  # the vendor seeds numpy's global RNG: the same stream
 
@@ -100,7 +100,7 @@ class MlmSamples:
 
     def document(self, entries: list[dict], stats: dict, where: str = "") -> list[tuple[np.ndarray, np.ndarray]]:
         """The one sample of a record's hook output (none for empty text); adds its counts to ``stats``."""
-        parts = [clean_and_count(value, self.use_ftfy, self.normalizer, stats)
+        parts = [clean_and_count(value, self.use_ftfy, self.normalizer, stats, self.wikitext)
                  for entry in entries for part in entry["content"] for value in part.values() if value]
         if len(parts) > 1:
             raise ParamsError(f"data preprocess --config: {where}: the read hook gave several text regions; "

@@ -116,7 +116,7 @@ def _generator(cfg, tok) -> tuple:
     elif cfg.objective == "mlm":
         gen = _mlm.MlmSamples(tok, max_seq_length=cfg.max_seq_length, seed=cfg.seed, use_ftfy=cfg.use_ftfy,
                               ftfy_normalizer=cfg.ftfy_normalizer, where=cfg.at("processing.huggingface_tokenizer"),
-                              **cfg.mlm)
+                              wikitext_detokenize=cfg.wikitext_detokenize, **cfg.mlm)
         stats_keys, features = _pretraining.STATS_KEYS, _mlm.features(cfg.mlm["with_gather"])
     else:
         args = dict(max_seq_length=cfg.max_seq_length, pack_sequences=cfg.pack_sequences,
