@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Optional
 
 import numpy as np
 
@@ -33,7 +32,7 @@ from cs_run.errors import ParamsError
 from ._pretraining import clean_and_count
 from ._tokenizer import LoadedTokenizer
 
-__all__ = ["EXCLUDED_TOKENS", "MlmSamples", "features"]
+__all__ = ["EXCLUDED_TOKENS", "MlmSamples", "check_keys", "features"]
 
 EXCLUDED_TOKENS = ["<cls>", "<pad>", "<eos>", "<unk>", "<null_1>", "<mask>"]
 """dataset.excluded_tokens' default (ESM-2's special tokens): never a random replacement."""
@@ -128,7 +127,7 @@ class MlmSamples:
         return [], {}
 
 
-def check_keys(dataset: dict, fail, typed) -> Optional[dict]:
+def check_keys(dataset: dict, fail, typed) -> dict:
     """training_objective mlm's keys, checked: ``fail(key, problem, fix)`` makes the error, ``typed(key, kind,
     default)`` reads a typed key."""
     fraction = typed("mlm_fraction", (int, float), 0.15)
