@@ -1,14 +1,14 @@
 """Preprocessing benchmark: tokens per second of ``cs-run data preprocess --config`` and of the Model Zoo's own
 tool (``preprocess_data --config``, Release_2.10.0) on the same generated input, config and tokenizer.
 
-Two workloads: packed pretraining (hf_autoregressive_lm_preprocessing.yaml) over seeded jsonl documents, and
-multi-turn chat finetuning (multi_turn_dialogue_preprocessing.yaml) over seeded dialogues, both with the tiny
-byte-level BPE of tests/data/vendor_preprocess/tokenizer (tools/vendor_oracle/preprocess_cases.py) and
-``processes: 1``. Each tool runs as its own process (start-up included, as a user waits for it); a warm-up
-run of each checks that both wrote the same .h5 files with equal arrays before any timing counts. Each repeat
-runs both, in alternating order; the report is the median tokens per second (data_params.json's
-non_pad_tokens) and cs-run's ratio to the vendor. The vendor peer needs the oracle venv and source of
-tools/vendor_oracle/record_preprocess.py; without it the bench runs cs-run alone and says so.
+Three workloads: packed pretraining (hf_autoregressive_lm_preprocessing.yaml) over seeded jsonl documents, the same
+with processing.shuffle and dataset.use_vsl, and multi-turn chat finetuning (multi_turn_dialogue_preprocessing.yaml)
+over seeded dialogues, all with the tiny byte-level BPE of tests/data/vendor_preprocess/tokenizer
+(tools/vendor_oracle/preprocess_cases.py) and ``processes: 1``. Each tool runs as its own process (start-up
+included, as a user waits for it); a warm-up run of each checks that both wrote the same .h5 files with equal
+arrays before any timing counts. Each repeat runs both, in alternating order; the report is the median tokens per
+second (data_params.json's non_pad_tokens) and cs-run's ratio to the vendor. The vendor peer needs the oracle venv
+and source of tools/vendor_oracle/record_preprocess.py; without it the bench runs cs-run alone and says so.
 
 Run: ``flock /tmp/cs-run-heavy.lock .venv/bin/python bench/bench_preprocess.py [--quick]``
 """
@@ -39,6 +39,7 @@ from record_preprocess import _RUN_VENDOR  # noqa: E402
 WORKLOADS = {  # name: (the recorded case whose config is run, input folder, max_seq_length)
     "pretraining, packed": ("hf_pretraining_packed", "text", 2048),
     "multi-turn chat finetuning": ("multi_turn_dialogue", "chat", 512),
+    "pretraining, shuffled VSL": ("hf_pretraining_vsl_shuffle_token_limit", "text", 2048),
 }
 
 
@@ -76,6 +77,8 @@ def write_config(case: str, source: Path, out: Path, msl: int, path: Path) -> Pa
     params["setup"]["output_dir"] = str(out)
     params["processing"]["huggingface_tokenizer"] = str(GOLDEN / "tokenizer")
     params["processing"]["max_seq_length"] = msl
+    for key in ("token_limit", "read_chunk_size", "write_chunk_size"):  # the whole input, in the default 1 MB chunks
+        params["processing"].pop(key, None)
     path.write_text(yaml.safe_dump(params))
     return path
 

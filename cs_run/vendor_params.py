@@ -316,6 +316,35 @@ def from_trainer_form(raw: dict, locate=lambda key: "", moves: Optional[dict] = 
     moves = {} if moves is None else moves
     if "trainer" not in raw:
         return raw
+    trainer = _one_trainer(raw, locate)
+    out: dict = {}
+    init = trainer.get("init") or {}
+    model = dict(init.get("model") or {})
+    if model:
+        out["model"] = model
+        moves["model"] = "trainer.init.model"
+    _init_optimizer(init.get("optimizer"), out, moves, locate)
+    _init_schedulers(init.get("schedulers"), out, moves, locate)
+    for part in _TRAINER_PARTS:
+        if part in trainer:
+            if part in TRAINER_RECORDED:
+                _record(f"trainer.{part}", trainer[part], TRAINER_RECORDED[part])
+            elif isinstance(trainer[part], dict):
+                _walk_trainer(trainer[part], part, out, moves, locate)
+    _sparsity_summaries(out, moves)
+    unknown = [k for k in trainer if k not in _TRAINER_PARTS]
+    if unknown:
+        raise ParamsError(unknown_key_message(f"trainer.{unknown[0]}", unknown[0], list(_TRAINER_PARTS),
+                                              where=locate(f"trainer.{unknown[0]}")))
+    _dataloaders(trainer, out, moves)
+    return out
+
+
+_TRAINER_PARTS = ("init", "fit", "validate", "validate_all")
+
+
+def _one_trainer(raw: dict, locate) -> dict:
+    """The ``trainer`` mapping, the file's only section."""
     others = [k for k in raw if k != "trainer"]
     if others:
         raise ParamsError(f"params: the trainer form has only the 'trainer' section, found also {others}"
@@ -326,93 +355,95 @@ def from_trainer_form(raw: dict, locate=lambda key: "", moves: Optional[dict] = 
                           f"{locate('trainer')}")
     if not isinstance(trainer, dict):
         raise ParamsError(f"params: trainer must be a mapping with init and fit{locate('trainer')}")
-    out: dict = {}
-    init = trainer.get("init") or {}
-    model = dict(init.get("model") or {})
-    if model:
-        out["model"] = model
-        moves["model"] = "trainer.init.model"
-    opt = init.get("optimizer")
-    if opt is not None:
-        if not isinstance(opt, dict) or len(opt) != 1:
-            raise ParamsError("params: trainer.init.optimizer: expected one mapping '<OptimizerName>: {...}'"
-                              f"{locate('trainer.init.optimizer')}")
-        (name, kwargs), = opt.items()
-        out["optimizer"] = {"optimizer_type": name, **(kwargs or {})}
-        moves.update({"optimizer": f"trainer.init.optimizer.{name}", "optimizer.optimizer_type": "trainer.init.optimizer"})
-    scheds = init.get("schedulers")
-    if scheds is not None:
-        entries = scheds if isinstance(scheds, list) else [scheds]
-        for i, entry in enumerate(entries):
-            if not isinstance(entry, dict) or len(entry) != 1:
-                raise ParamsError(f"params: trainer.init.schedulers[{i}]: expected '<SchedulerName>: {{...}}'"
-                                  f"{locate('trainer.init.schedulers')}")
-        # kept in the trainer form ({SequentialLR: {schedulers: [...]}}), which the optimizer factory reads
-        (name, kwargs), = entries[0].items()
-        if len(entries) == 1 and not _parallel(name, kwargs):  # one lr schedule of every group: learning_rate
-            lr: Any = entries[0]
-            if str(name).lower() in ("constantlr", "constant") and set(kwargs or {}) <= {"learning_rate"}:
-                lr = (kwargs or {}).get("learning_rate")
-            out.setdefault("optimizer", {})["learning_rate"] = lr
-            moves["optimizer.learning_rate"] = "trainer.init.schedulers[0]"
-        else:  # the vendor's trainer builds each entry as its own scheduler, side by side (not one sequence)
-            section = out.setdefault("optimizer", {})
-            if "learning_rate" in section:  # the optimizer's own lr (alias of lr): the groups no schedule sets
-                section["lr"] = section.pop("learning_rate")
-                moves["optimizer.lr"] = moves.get("optimizer", "trainer.init.optimizer") + ".learning_rate"
-            section["schedulers"] = list(entries)
-            moves["optimizer.schedulers"] = "trainer.init.schedulers"
+    return trainer
 
-    def walk(node: Any, prefix: str) -> None:
-        for key, value in node.items():
-            path = f"{prefix}.{key}"
-            if path in TRAINER_KEYS:
-                _set(out, TRAINER_KEYS[path], value)
-                moves[TRAINER_KEYS[path]] = f"trainer.{path}"
-            elif path in TRAINER_RECORDED or any(path.startswith(r + ".") for r in TRAINER_RECORDED):
-                # a dotted key (the vendor's ``backend: {csx.debug.<flag>: ...}``) under a recorded one is recorded
-                recorded = max((r for r in TRAINER_RECORDED if path == r or path.startswith(r + ".")), key=len)
-                _record(f"trainer.{path}", value, TRAINER_RECORDED[recorded])
-            elif path == "init.sparsity":  # the legacy layout's top-level section (the vendor's TRAINER_PARAMS_TO_LEGACY)
-                if value is not None:
-                    out["sparsity"] = value
-                    moves["sparsity"] = "trainer.init.sparsity"
-            elif path == "init.callbacks":
-                _callbacks(value, out, moves, locate)
-            elif path == "init.checkpoint.checkpoint_name":
-                if value != CHECKPOINT_NAME:
-                    raise ParamsError(f"params: trainer.{path}: {value!r}: cs-run names checkpoints {CHECKPOINT_NAME} "
-                                      f"(and autoloads that name); remove the key or set it to that"
-                                      f"{locate(f'trainer.{path}')}")
-                _record(f"trainer.{path}", value, "the vendor's default name, the one cs-run writes")
-            elif path in ("init.model", "init.optimizer", "init.schedulers", "fit.train_dataloader",
-                          "fit.val_dataloader"):
-                continue
-            elif isinstance(value, dict) and any(k.startswith(path + ".") for k in (*TRAINER_KEYS, *TRAINER_RECORDED)):
-                walk(value, path)
-            else:
-                prefix_keys = {k[len(prefix) + 1:].split(".")[0] for k in (*TRAINER_KEYS, *TRAINER_RECORDED)
-                               if k.startswith(prefix + ".")}
-                raise ParamsError(unknown_key_message(f"trainer.{path}", key, sorted(prefix_keys),
-                                                      where=locate(f"trainer.{path}")))
 
-    for part in ("init", "fit", "validate", "validate_all"):
-        if part in trainer:
-            if part in TRAINER_RECORDED:
-                _record(f"trainer.{part}", trainer[part], TRAINER_RECORDED[part])
-            elif isinstance(trainer[part], dict):
-                walk(trainer[part], part)
+def _init_optimizer(opt: Any, out: dict, moves: dict, locate) -> None:
+    """``init.optimizer: {Name: {...}}`` as the flat ``optimizer`` section."""
+    if opt is None:
+        return
+    if not isinstance(opt, dict) or len(opt) != 1:
+        raise ParamsError("params: trainer.init.optimizer: expected one mapping '<OptimizerName>: {...}'"
+                          f"{locate('trainer.init.optimizer')}")
+    (name, kwargs), = opt.items()
+    out["optimizer"] = {"optimizer_type": name, **(kwargs or {})}
+    moves.update({"optimizer": f"trainer.init.optimizer.{name}", "optimizer.optimizer_type": "trainer.init.optimizer"})
+
+
+def _init_schedulers(scheds: Any, out: dict, moves: dict, locate) -> None:
+    """``init.schedulers``: one learning-rate schedule of every group as ``optimizer.learning_rate``; several
+    (or one naming param groups) side by side as ``optimizer.schedulers``, as the vendor's trainer builds them."""
+    if scheds is None:
+        return
+    entries = scheds if isinstance(scheds, list) else [scheds]
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or len(entry) != 1:
+            raise ParamsError(f"params: trainer.init.schedulers[{i}]: expected '<SchedulerName>: {{...}}'"
+                              f"{locate('trainer.init.schedulers')}")
+    # kept in the trainer form ({SequentialLR: {schedulers: [...]}}), which the optimizer factory reads
+    (name, kwargs), = entries[0].items()
+    if len(entries) == 1 and not _parallel(name, kwargs):  # one lr schedule of every group: learning_rate
+        lr: Any = entries[0]
+        if str(name).lower() in ("constantlr", "constant") and set(kwargs or {}) <= {"learning_rate"}:
+            lr = (kwargs or {}).get("learning_rate")
+        out.setdefault("optimizer", {})["learning_rate"] = lr
+        moves["optimizer.learning_rate"] = "trainer.init.schedulers[0]"
+        return
+    section = out.setdefault("optimizer", {})
+    if "learning_rate" in section:  # the optimizer's own lr (alias of lr): the groups no schedule sets
+        section["lr"] = section.pop("learning_rate")
+        moves["optimizer.lr"] = moves.get("optimizer", "trainer.init.optimizer") + ".learning_rate"
+    section["schedulers"] = list(entries)
+    moves["optimizer.schedulers"] = "trainer.init.schedulers"
+
+
+def _walk_trainer(node: dict, prefix: str, out: dict, moves: dict, locate) -> None:
+    """Each key below a trainer part: moved to its flat key, recorded, or refused by name."""
+    for key, value in node.items():
+        path = f"{prefix}.{key}"
+        if path in TRAINER_KEYS:
+            _set(out, TRAINER_KEYS[path], value)
+            moves[TRAINER_KEYS[path]] = f"trainer.{path}"
+        elif path in TRAINER_RECORDED or any(path.startswith(r + ".") for r in TRAINER_RECORDED):
+            # a dotted key (the vendor's ``backend: {csx.debug.<flag>: ...}``) under a recorded one is recorded
+            recorded = max((r for r in TRAINER_RECORDED if path == r or path.startswith(r + ".")), key=len)
+            _record(f"trainer.{path}", value, TRAINER_RECORDED[recorded])
+        elif path == "init.sparsity":  # the legacy layout's top-level section (the vendor's TRAINER_PARAMS_TO_LEGACY)
+            if value is not None:
+                out["sparsity"] = value
+                moves["sparsity"] = "trainer.init.sparsity"
+        elif path == "init.callbacks":
+            _callbacks(value, out, moves, locate)
+        elif path == "init.checkpoint.checkpoint_name":
+            if value != CHECKPOINT_NAME:
+                raise ParamsError(f"params: trainer.{path}: {value!r}: cs-run names checkpoints {CHECKPOINT_NAME} "
+                                  f"(and autoloads that name); remove the key or set it to that"
+                                  f"{locate(f'trainer.{path}')}")
+            _record(f"trainer.{path}", value, "the vendor's default name, the one cs-run writes")
+        elif path in ("init.model", "init.optimizer", "init.schedulers", "fit.train_dataloader",
+                      "fit.val_dataloader"):
+            continue
+        elif isinstance(value, dict) and any(k.startswith(path + ".") for k in (*TRAINER_KEYS, *TRAINER_RECORDED)):
+            _walk_trainer(value, path, out, moves, locate)
+        else:
+            prefix_keys = {k[len(prefix) + 1:].split(".")[0] for k in (*TRAINER_KEYS, *TRAINER_RECORDED)
+                           if k.startswith(prefix + ".")}
+            raise ParamsError(unknown_key_message(f"trainer.{path}", key, sorted(prefix_keys),
+                                                  where=locate(f"trainer.{path}")))
+
+
+def _sparsity_summaries(out: dict, moves: dict) -> None:
+    """The LogSparsity callback: the legacy ``sparsity.add_summaries`` on every sparsity entry."""
     log_sparsity = moves.pop("sparsity.add_summaries", None)
-    if log_sparsity is not None and out.get("sparsity") is not None:  # LogSparsity: the legacy sparsity.add_summaries
+    if log_sparsity is not None and out.get("sparsity") is not None:
         section = out["sparsity"]
         entries = section if isinstance(section, list) else [section]
         out["sparsity"] = [{**(e if isinstance(e, dict) else {"sparsity": e}), "add_summaries": True} for e in entries]
         out["sparsity"] = out["sparsity"] if isinstance(section, list) else out["sparsity"][0]
-    unknown = [k for k in trainer if k not in ("init", "fit", "validate", "validate_all")]
-    if unknown:
-        raise ParamsError(unknown_key_message(f"trainer.{unknown[0]}", unknown[0],
-                                              ["init", "fit", "validate", "validate_all"],
-                                              where=locate(f"trainer.{unknown[0]}")))
+
+
+def _dataloaders(trainer: dict, out: dict, moves: dict) -> None:
+    """``fit.train_dataloader`` / ``fit.val_dataloader`` (or ``validate.val_dataloader``) as the input sections."""
     fit = trainer.get("fit") or {}
     if fit.get("train_dataloader") is not None:
         out["train_input"] = dict(fit["train_dataloader"])
@@ -423,7 +454,6 @@ def from_trainer_form(raw: dict, locate=lambda key: "", moves: Optional[dict] = 
     elif isinstance(trainer.get("validate"), dict) and trainer["validate"].get("val_dataloader") is not None:
         out["eval_input"] = dict(trainer["validate"]["val_dataloader"])
         moves["eval_input"] = "trainer.validate.val_dataloader"
-    return out
 
 
 def _parallel(name: Any, arguments: Any) -> bool:

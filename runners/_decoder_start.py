@@ -27,11 +27,24 @@ from cs_run.models.dpo.model import DPOModel
 if TYPE_CHECKING:
     from cs_run.runners.base import PyTorchBaseRunner
 
-__all__ = ["is_decoder_start", "decoder_start_state"]
+__all__ = ["is_decoder_start", "decoder_start_state", "dpo_model", "both_roles"]
 
 logger = logging.getLogger("cs_run.runners")
 
 _ROLES = ("policy_model", "ref_model")
+
+
+def dpo_model(runner: "PyTorchBaseRunner") -> DPOModel | None:
+    """The run's DPO model, or None when the run trains another model."""
+    model = getattr(runner.model, "module", runner.model)
+    return model if isinstance(model, DPOModel) else None
+
+
+def both_roles(model: DPOModel, state: dict[str, Any]) -> dict[str, Any]:
+    """The DPO model's state of one decoder's ``state``: the same weights under ``policy_model.`` and
+    ``ref_model.`` (the reference a copy, not an alias, so training the policy leaves it as it was)."""
+    roles = [r for r in _ROLES if getattr(model, r, None) is not None]
+    return {f"{role}.{k}": v.detach().clone() for role in roles for k, v in state.items()}
 
 
 def is_decoder_start(runner: "PyTorchBaseRunner", stored: set[str]) -> bool:
@@ -95,4 +108,4 @@ def decoder_start_state(runner: "PyTorchBaseRunner", head: str, path: Path) -> d
                                   "from a checkpoint of the decoder policy_model describes")
     roles = [r for r in _ROLES if getattr(model, r, None) is not None]
     logger.info("Starting DPO from the decoder checkpoint %s: its weights are the %s's", path, " and the ".join(roles))
-    return {"model": {f"{role}.{k}": v.detach().clone() for role in roles for k, v in state.items()}}
+    return {"model": both_roles(model, state)}

@@ -2,7 +2,9 @@
 
 When the folder's ``config.json`` builds the model the params describe (every computed key the same), its
 weights are converted in memory, as ``cs-run checkpoint convert --from hf`` would convert them, and the run
-starts from them at step 0 with a fresh optimizer, schedule and scaler: a model-only checkpoint. Otherwise
+starts from them at step 0 with a fresh optimizer, schedule and scaler: a model-only checkpoint. A DPO run's
+folder is its ``model.policy_model``'s, and its weights start both the policy and the reference (as the
+Model Zoo's dpo converter writes a Hugging Face model's checkpoint, policy_model.* and ref_model.*). Otherwise
 the run stops with one line giving the ``convert --from hf`` command, whose params file describes the
 folder's model. Nothing is written either way.
 """
@@ -17,6 +19,7 @@ from cs_run.checkpoint.hf_folder import is_hf_folder, read_config
 from cs_run.errors import CheckpointError, ParamsError
 from cs_run.parallel import Sharding
 from cs_run.registry import hf_converter
+from cs_run.runners import _decoder_start
 
 if TYPE_CHECKING:
     from cs_run.runners.base import PyTorchBaseRunner
@@ -59,6 +62,9 @@ def hf_start_state(runner: "PyTorchBaseRunner", head: str, path: Path) -> dict[s
     model = getattr(runner.model, "module", runner.model)
     params = runner.params
     keys = {"name": params.model.name, **params.model.extra}
+    dpo = _decoder_start.dpo_model(runner)
+    if dpo is not None:  # the folder holds the decoder the policy (and the reference) start from
+        model, keys = dpo.policy_model, dict(keys["policy_model"])
     cfg = read_config(Path(path) / "config.json")
     adapter = hf_converter(cfg.get("model_type"), f"{head}: {path}: config.json: model_type").ADAPTER
     command = convert_command(path)
@@ -69,10 +75,16 @@ def hf_start_state(runner: "PyTorchBaseRunner", head: str, path: Path) -> dict[s
     differs = adapter.first_difference(model, keys, path) if hasattr(model, "config") else "the model is no decoder LM"
     if differs:
         stem = command.split()[-1].removesuffix(".mdl")
+        if dpo is not None:
+            raise ParamsError(f"{head}: {path} is a Hugging Face folder of another model than model.policy_model "
+                              f"({differs.replace('model.', 'model.policy_model.', 1)}); convert it with {command}, "
+                              f"set model.policy_model to {stem}.yaml's model section and run with --checkpoint_path "
+                              f"{stem}.mdl")
         raise ParamsError(f"{head}: {path} is a Hugging Face folder of another model than the params' ({differs}); "
                           f"convert it with {command} and run with --params {stem}.yaml --checkpoint_path {stem}.mdl")
     _, hf_model = adapter.read(path)
     state = hf_model.state_dict()
-    logger.info("Converted the Hugging Face folder %s in memory (model_type %s, the params' model): the run "
-                "starts from its weights", path, cfg.get("model_type"))
-    return {"model": state}
+    logger.info("Converted the Hugging Face folder %s in memory (model_type %s, the params' %s): the run "
+                "starts from its weights", path, cfg.get("model_type"),
+                "model" if dpo is None else "model.policy_model, for the policy and the reference")
+    return {"model": state if dpo is None else _decoder_start.both_roles(dpo, state)}

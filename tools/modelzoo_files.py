@@ -14,6 +14,11 @@ validation: ``--write-esm2-data`` writes both, random protein-like sequences, in
 
     python tools/modelzoo_files.py --shards /tmp/mz/esm2 --write-esm2-data --match nlp/esm2/configs/ --command train
 
+dino's files read an ImageNet-layout image folder (DinoImageDataProcessor, and ImageNet1KProcessor for the
+vision_transformer eval_linear file; crops of 4 patches per side, local crops of 2): ``--write-images``::
+
+    python tools/modelzoo_files.py --shards /tmp/mz/images --write-images --match vision/dino/configs/ --command train
+
 bert's files read CSV data (BertCSVDynamicMaskDataProcessor; a vocab_file moves to --shards/vocab.txt and
 max_predictions_per_seq to 10): ``--write-bert-csv`` writes random word-piece pairs in the vendor's layout::
 
@@ -22,6 +27,9 @@ max_predictions_per_seq to 10): ``--write-bert-csv`` writes random word-piece pa
 t5's files read text (T5DynamicDataProcessor; src_vocab_file moves to --shards/vocab.txt, 64 source and 16
 target tokens): ``--write-t5-text`` writes random pieces in the vendor's layout (``--match nlp/t5/configs/``);
 transformer's read parallel text, ``--write-transformer-text`` (``--match nlp/transformer/configs/``).
+
+dit's files read VAE latents (DiffusionLatentImageNet1KProcessor; 8x8 latents, frequency_embedding_size 32):
+``--write-dit-latents`` writes the vendor's ``.npz`` layout into --shards/dit/ (``--match vision/dit/``).
 
 ``--tag`` takes any release (older ones keep their files under ``transformers/pytorch/<family>/``);
 ``--name-from-folder`` names the model of a file without ``model.name`` by its family folder, as the
@@ -51,17 +59,33 @@ from cs_run._yaml import parse as parse_yaml
 
 MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
 FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
-            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "esm2", "t5", "transformer")
+            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "esm2", "t5", "transformer",
+            "dit", "dino", "llava")
 """Model families (models/nlp/<family>/...): the decoder LMs, bert (its pretraining files and its heads'
 files: --write-bert-csv also writes the classifier's GLUE, the token classifier's NER and extractive
-summarization's BERTSUM data), esm2, t5 and transformer; the other families are left out."""
+summarization's BERTSUM data), esm2, t5, transformer, dit (models/vision/dit: --write-dit-latents), dino
+(models/vision/dino: its DINOv2 files and the vision_transformer eval_linear file, --write-images) and llava
+(models/multimodal/llava/configs/, read by --write-llava-data's samples and images); the other families are
+left out."""
 
 MODEL_SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "filter_size": 128, "vocab_size": 512,
                "max_position_embeddings": 64, "rotary_dim": 16}
+DIT_SIZES = {"frequency_embedding_size": 32, "latent_size": [8, 8]}
+"""dit's sizes beyond MODEL_SIZES: the timestep features and the latent [height, width] (model.vae.latent_size)."""
+DIT_FOLDERS = ("latents", "latents_hflipped")
+"""The two latent folders of the vendor's dit files (the images' latents and their mirror images')."""
+DIT_CLASSES = 3  # class folders of --write-dit-latents (num_classes stays the files' 1000: a label-table size only)
 T5_SIZES = {"d_model": 64, "d_kv": 16, "d_ff": 128, "encoder_num_hidden_layers": 2, "decoder_num_hidden_layers": 2,
             "src_vocab_size": 512, "tgt_vocab_size": 512, "src_max_position_embeddings": 64,
             "tgt_max_position_embeddings": 16}
 """t5's sizes: 64 source tokens (70 raw ones, 14 targets: data/processors/t5.raw_sequence_lengths) and 16 targets."""
+IMAGE_PATCHES = 4  # a (global) image's patches per side: 56 x 56 pixels at patch 14
+LOCAL_PATCHES = 2  # a dino local crop's patches per side (interpolate_position_embedding.local_patch_dims)
+DINO_OUT, DINO_BOTTLENECK = 128, 32  # DinoHead output_size (the losses' input_size) and bottleneck_size
+LLAVA_IMAGE_SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_heads": 4, "filter_size": 64, "image_size": [28, 28]}
+"""llava's image tower: 28-pixel images of the files' 14-pixel patches, 4 patches (write_llava_data's images)."""
+LLAVA_IMAGE_STARTS = (1, 35)
+"""The image_start_idx values of the Release 2.10 llava files: --write-llava-data writes samples for each."""
 MAX_PREDICTIONS = 10  # bert's max_predictions_per_seq: 15% of the 64-token sequence
 MAX_CLS_TOKENS = 8  # extractive summarization's sentences per sample
 KV_GROUPS = 2
@@ -78,7 +102,8 @@ def decoder_files(tag: str, mirror: str = MIRROR) -> list[str]:
     return [n for n in names if (family := family_of(n)) and family in FAMILIES]
 
 
-_FAMILY_PATH = re.compile(r"(?:models/nlp|transformers/pytorch)/(?P<family>[^/]+)/(?:.*/)?configs/.*\.ya?ml$")
+_FAMILY_PATH = re.compile(r"(?:models/(?:nlp|vision|multimodal)|transformers/pytorch)/(?P<family>[^/]+)/(?:.*/)?"
+                          r"configs/.*\.ya?ml$")
 
 
 def family_of(name: str) -> str | None:
@@ -98,23 +123,80 @@ def _name_model(raw: dict, family: str) -> None:
 
 
 def _shrink_model(model: dict) -> None:
+    if isinstance(model.get("image_model"), dict):  # llava: its towers and projector (write_llava_data's images)
+        model["image_model"].update(LLAVA_IMAGE_SIZES)
+        _shrink_model(model["text_model"])
+        projector = (model.get("projector") or {}).get("image_model")
+        if isinstance(projector, dict):
+            projector["input_unit"] = LLAVA_IMAGE_SIZES["hidden_size"]
+            projector["layers_units"] = [MODEL_SIZES["hidden_size"]] * len(projector["layers_units"])
+        return
     for key, value in {**MODEL_SIZES, **T5_SIZES}.items():
         if key in model:
             model[key] = value
+    if isinstance(model.get("patch_size"), list) and "image_size" in model:  # a ViT: IMAGE_PATCHES per side
+        model["image_size"] = [IMAGE_PATCHES * p for p in model["patch_size"]]
+        if isinstance(model.get("interpolate_position_embedding"), dict):
+            model["interpolate_position_embedding"]["local_patch_dims"] = [LOCAL_PATCHES, LOCAL_PATCHES]
+    for trunk in model.get("image_model_trunks") or ():  # dino's parts
+        _shrink_model(trunk["image_model"])
+    for head in model.get("heads") or ():
+        head["head_model"].update(input_size=MODEL_SIZES["hidden_size"], output_size=DINO_OUT,
+                                  bottleneck_size=DINO_BOTTLENECK)
+    for loss in model.get("losses") or ():
+        if "input_size" in loss["loss"]:
+            loss["loss"]["input_size"] = DINO_OUT
     extra = model.get("extra_attention_params")
     if isinstance(extra, dict) and "num_kv_groups" in extra:
         extra["num_kv_groups"] = KV_GROUPS
     for key in ("num_kv_groups",):
         if key in model:
             model[key] = KV_GROUPS
+    if model.get("name") == "dit":
+        model["frequency_embedding_size"] = DIT_SIZES["frequency_embedding_size"]
+        for section in (model, model.get("vae") or {}):
+            if section.get("latent_size") is not None:
+                section["latent_size"] = list(DIT_SIZES["latent_size"])
     if model.get("attention_sink_tokens"):  # its data prepends that many sink tokens to each sample
         model["attention_sink_tokens"] = SINK_TOKENS
         model["max_position_embeddings"] = MODEL_SIZES["max_position_embeddings"] + SINK_TOKENS
 
 
-def _shrink_input(section: dict, data_dir: str) -> None:
+def _keep_tagged_layers(model: dict, optimizer: object) -> None:
+    """As many layers as the optimizer's param-group patterns name (``*.layers.23.*``: 24), so that each
+    tagged group still holds parameters (dino bs2048's per-layer learning rates)."""
+    named = [int(n) for n in re.findall(r"\.layers\.(\d+)\.", json.dumps(optimizer))]
+    if not named:
+        return
+    for part in [model] + [t["image_model"] for t in model.get("image_model_trunks") or ()]:
+        if "num_hidden_layers" in part:
+            part["num_hidden_layers"] = max(part["num_hidden_layers"], max(named) + 1)
+
+
+def _shrink_images(section: dict, data_dir: str, side: int) -> None:
+    """An image processor's section: the image folder (``data_dir`` is its split's folder) and the image sizes
+    (``side``: the model's image side; DinoImageDataProcessor's from its patch size)."""
+    root = str(Path(data_dir).parent)
+    if section.get("data_processor") == "DinoImageDataProcessor":
+        section["dataset"]["root"] = root
+        crops, masks = section["ssl_transform"]["multi_crop_transform"], section["ssl_transform"]["masked_patch_transform"]
+        patch = masks["patch_size"] if isinstance(masks["patch_size"], int) else masks["patch_size"][0]
+        crops["global_image_size"] = masks["image_size"] = IMAGE_PATCHES * patch
+        crops["local_image_size"] = LOCAL_PATCHES * patch
+        return
+    section["data_dir"] = root
+    if section.get("image_size") is not None:
+        section["image_size"] = [side, side]
+    for spec in section.get("transforms") or ():
+        if isinstance(spec, dict) and "size" in spec:
+            spec["size"] = [side + side // 8] * 2 if spec.get("name") == "resize" else [side, side]
+
+
+def _shrink_input(section: dict, data_dir: str, side: int = 0, image_start_idx: int = 1) -> None:
     section["batch_size"] = BATCH_SIZE
-    if "mixture" in section:
+    if section.get("data_processor") in ("DinoImageDataProcessor", "ImageNet1KProcessor"):
+        _shrink_images(section, data_dir, side)
+    elif "mixture" in section:
         for entry in section["mixture"]:
             entry["data_dir"] = data_dir
     elif "src_data_dir" not in section:
@@ -139,14 +221,29 @@ def _shrink_input(section: dict, data_dir: str) -> None:
         section["data_dir"] = str(Path(data_dir).parent / "ner" / Path(data_dir).name)
     if section.get("data_processor") == "BertSumCSVDataProcessor":  # BERTSUM CSV (write_bertsum_csv)
         section["data_dir"] = str(Path(data_dir).parent / "bertsum" / Path(data_dir).name)
+    if section.get("data_processor") == "DiffusionLatentImageNet1KProcessor":  # write_dit_latents' two folders
+        section["data_dir"] = [str(Path(data_dir).parent / "dit" / name) for name in DIT_FOLDERS]
     if section.get("max_cls_tokens") is not None:
         section["max_cls_tokens"] = MAX_CLS_TOKENS
+    if section.get("img_data_dir") is not None:  # llava's samples and images (write_llava_data), image where the model's
+        llava = Path(data_dir).parent / "llava" / f"start_{image_start_idx}"
+        section["data_dir"] = str(llava / Path(data_dir).name)
+        section["img_data_dir"] = str(llava / "images")
+        section["image_data_size"] = [3, *LLAVA_IMAGE_SIZES["image_size"]]
+        for transform in section.get("transforms") or ():
+            if transform.get("name") in ("resize", "center_crop"):
+                transform["size"] = LLAVA_IMAGE_SIZES["image_size"][0]
     for transform in section.get("data_transforms") or ():
         if isinstance(transform, dict) and transform.get("name") == "add_sink_tokens":
             # sizes: the sinks fit the shrunk sequence (shards of max_position_embeddings - SINK_TOKENS
             # tokens would be the faithful copy; fewer sinks is the smaller change) and their id the vocabulary
             transform["num_sink_tokens"] = SINK_TOKENS
             transform["sink_token_id"] = MODEL_SIZES["vocab_size"] - 1
+
+
+def _image_start(model: object) -> int:
+    """llava's image_start_idx (its samples' placeholders start there), 1 by default and for other models."""
+    return model.get("image_start_idx", 1) if isinstance(model, dict) else 1
 
 
 STUB = '''"""A stand-in for the Model Zoo model of a params file: takes any model keys (tools/modelzoo_files.py)."""
@@ -187,8 +284,11 @@ def shrink(raw: dict, shards: Path, model_dir: Path, stub: bool = False) -> dict
         trainers = raw["trainer"] if isinstance(raw["trainer"], list) else [raw["trainer"]]
         for trainer in trainers:
             init = trainer.setdefault("init", {})
+            side = 0
             if isinstance(init.get("model"), dict):
                 _shrink_model(init["model"])
+                _keep_tagged_layers(init["model"], init.get("optimizer"))
+                side = (init["model"].get("image_size") or [0])[0]
                 if init["model"].get("label_vocab_file") is not None:  # the NER data's labels (write_ner_csv)
                     init["model"]["label_vocab_file"] = str(shards / "ner" / "label2id.json")
                 if init["model"].get("vocab_file") is not None:  # summarization's: the word pieces of --shards
@@ -211,7 +311,7 @@ def shrink(raw: dict, shards: Path, model_dir: Path, stub: bool = False) -> dict
                 section = (trainer.get(part) or {}).get(key)
                 for entry in section if isinstance(section, list) else [section]:
                     if isinstance(entry, dict):
-                        _shrink_input(entry, path)
+                        _shrink_input(entry, path, side, _image_start(init.get("model")))
             if stub and isinstance(init.get("model"), dict):
                 _stub(init["model"], [(trainer.get(part) or {}).get(key) for part, key in (
                     ("fit", "train_dataloader"), ("fit", "val_dataloader"), ("validate", "val_dataloader"),
@@ -221,7 +321,7 @@ def shrink(raw: dict, shards: Path, model_dir: Path, stub: bool = False) -> dict
         _shrink_model(raw["model"])
     for name, path in (("train_input", train), ("eval_input", val)):
         if isinstance(raw.get(name), dict):
-            _shrink_input(raw[name], path)
+            _shrink_input(raw[name], path, image_start_idx=_image_start(raw.get("model")))
     rc = raw.setdefault("runconfig", {})
     rc["model_dir"] = str(model_dir)
     rc["max_steps"] = STEPS
@@ -419,6 +519,95 @@ def write_transformer_text(out: Path, lines: int = 48, seed: int = 0) -> None:
         (out / split / "meta.dat").write_text(f"src.txt tgt.txt {lines}\n")
 
 
+def write_images(out: Path, classes: int = 3, per_class: int = 4, seed: int = 0) -> None:
+    """Seeded random JPEGs in the ImageNet layout, ``out/{train,val}/<class>/<n>.JPEG`` (80 x 72 pixels, larger
+    than every shrunk crop), for ImageNet1KProcessor and DinoImageDataProcessor."""
+    import numpy as np  # noqa: PLC0415 - only the image writer needs these
+    from PIL import Image  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    for split in ("train", "val"):
+        for c in range(classes):
+            folder = out / split / f"n{c:08d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(per_class):
+                pixels = rng.integers(0, 256, (72, 80, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(folder / f"{i}.JPEG")
+
+
+def write_dit_latents(out: Path, per_class: int = 4, seed: int = 0) -> None:
+    """VAE latents in the layout DiffusionLatentImageNet1KProcessor reads (the vendor's
+    create_imagenet_latents.py output), in DIT_FOLDERS (the second the first mirrored left to right, standing for
+    the flipped images' latents): ``train/`` and ``val/`` with DIT_CLASSES class folders of ``.npz`` files, each
+    ``vae_output`` float32 ``[8, h, w]`` (4 latent channels' mean, then their log-variance, at DIT_SIZES'
+    latent_size) and ``label`` (the folder's index)."""
+    import numpy as np  # noqa: PLC0415 - only this mode writes arrays
+
+    rng = np.random.default_rng(seed)
+    h, w = DIT_SIZES["latent_size"]
+    for split in ("train", "val"):
+        for label in range(DIT_CLASSES):
+            for i in range(per_class):
+                moments = np.concatenate([rng.normal(0.0, 5.0, (4, h, w)), rng.uniform(-8.0, -2.0, (4, h, w))])
+                for name, array in zip(DIT_FOLDERS, (moments, moments[:, :, ::-1])):
+                    folder = out / name / split / f"n{label:08d}"
+                    folder.mkdir(parents=True, exist_ok=True)
+                    np.savez(folder / f"{i}.npz", vae_output=array.astype(np.float32),
+                             label=np.array(label, dtype=np.int32))
+
+
+def write_llava_data(out: Path, rows: int = 16, seed: int = 0, image_start_idx: int = 1, num_patches: int = 4,
+                     max_sequence_length: int = MODEL_SIZES["max_position_embeddings"],
+                     vocab_size: int = MODEL_SIZES["vocab_size"], pad_id: int = 0, bos_id: int = 1,
+                     eos_id: int = 2) -> None:
+    """LlavaHDF5MapDataProcessor's samples in ``out/train`` and ``out/val`` and their images in ``out/images``:
+    the layout of the vendor's llava preprocessing (Release 2.10 hdf5_preprocessing
+    create_features_llava_phase1 and hdf5_base_preprocessor's writer): ``data`` [n, 4, msl] int32 of
+    input_ids, loss_mask, labels, key_padding_mask and ``img_path`` [n, 1] bytes. A sample is bos, the
+    tokens before the image (``image_start_idx - 1`` of them: phase 2's system and user prompt; its
+    create_features_llava_phase2's multi-turn samples and unscored assistant prompts are not modelled),
+    ``num_patches`` pad placeholders, a prompt and a completion, eos, then padding; the loss is on the completion (from the token
+    before it), the keys padded out are the padding and, for every fourth sample (text only, ``img_path``
+    None), the placeholders. Token ids are below ``vocab_size - 1``, the image token id of the HF config llava's
+adapter writes. Images are random RGB PNGs of varied sizes (``expand_to_square`` pads them)."""
+    import h5py  # noqa: PLC0415 - only this writer needs these
+    import numpy as np  # noqa: PLC0415
+    from PIL import Image  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    images = out / "images"
+    images.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", rows), ("val", max(rows // 2, BATCH_SIZE))):
+        data, paths = np.zeros((n, 4, max_sequence_length), np.int32), []
+        for r in range(n):
+            has_image = r % 4 != 3
+            system = rng.integers(3, vocab_size - 1, image_start_idx - 1).tolist()
+            prompt = rng.integers(3, vocab_size - 1, int(rng.integers(0, 4))).tolist()
+            room = max_sequence_length + 1 - (1 + len(system) + num_patches + len(prompt) + 1)
+            completion = rng.integers(3, vocab_size - 1, int(rng.integers(2, max(3, room // 2)))).tolist()
+            tokens = [bos_id, *system, *[pad_id] * num_patches, *prompt, *completion, eos_id]
+            scored = [0] * (len(tokens) - len(completion) - 2) + [1] * (len(completion) + 1) + [0]  # input positions
+            attend = [1] * (1 + len(system)) + [int(has_image)] * num_patches + [1] * (len(tokens) - 1 - len(system)
+                                                                                      - num_patches)
+            length = len(tokens) - 1
+            data[r, 0, :length], data[r, 2, :length] = tokens[:-1], tokens[1:]
+            data[r, 1, :length] = scored[:length]
+            data[r, 3] = 1
+            data[r, 3, :length] = [1 - a for a in attend[:length]]
+            if has_image:
+                name = f"{split}_{r}.png"
+                h, w = int(rng.integers(20, 40)), int(rng.integers(20, 40))
+                Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(images / name)
+                paths.append([name.encode()])
+            else:
+                paths.append([None])
+        (out / split).mkdir(parents=True, exist_ok=True)
+        with h5py.File(out / split / "data-0.h5", "w") as f:
+            f.attrs["n_examples"] = n
+            f.create_dataset("data", data=data)
+            f.create_dataset("img_path", data=np.array(paths, dtype="S"))
+
+
 def first_error(output: str, rc: int) -> str:
     """The first ``Error:`` line, or a traceback's last line, or ``ok``."""
     for line in output.splitlines():
@@ -433,7 +622,7 @@ def first_error(output: str, rc: int) -> str:
 def run_one(name: str, tag: str, args) -> dict:
     text = subprocess.run(["git", f"--git-dir={args.mirror}", "show", f"{tag}:{name}"], check=True,
                           capture_output=True, text=True).stdout
-    slug = re.sub(r"[^\w.-]+", "_", re.split("models/nlp/|transformers/pytorch/", name)[-1])
+    slug = re.sub(r"[^\w.-]+", "_", re.split("models/(?:nlp|vision|multimodal)/|transformers/pytorch/", name)[-1])
     folder = Path(args.out) / tag / slug
     folder.mkdir(parents=True, exist_ok=True)
     params = folder / "params.yaml"
@@ -512,13 +701,27 @@ def main() -> int:
                         help="first write parallel text (train/, val/, vocab.txt) to --shards (for --match transformer/)")
     parser.add_argument("--write-bert-csv", action="store_true",
                         help="first write BERT CSV data (train/, val/, vocab.txt) to --shards (for --match bert/)")
+    parser.add_argument("--write-llava-data", action="store_true",
+                        help="first write llava samples and images (llava/start_N/train, val, images: the image at N, for "
+                             "each image_start_idx of the files) under --shards (for --match llava/)")
     parser.add_argument("--write-esm2-data", action="store_true",
                         help="first write ESM-2 HDF5 and CSV data (train/, val/) to --shards (for --match esm2/)")
+    parser.add_argument("--write-dit-latents", action="store_true",
+                        help="first write VAE latents (dit/latents*/train/, val/) to --shards (for --match dit/)")
+    parser.add_argument("--write-images", action="store_true",
+                        help="first write random images in the ImageNet layout to --shards (for --match dino/)")
     args = parser.parse_args()
+    if args.write_dit_latents:
+        write_dit_latents(Path(args.shards) / "dit")
+    if args.write_images:
+        write_images(Path(args.shards))
     if args.write_bert_csv:
         write_bert_csv(Path(args.shards))
     if args.write_esm2_data:
         write_esm2_data(Path(args.shards))
+    if args.write_llava_data:
+        for start in LLAVA_IMAGE_STARTS:
+            write_llava_data(Path(args.shards) / "llava" / f"start_{start}", image_start_idx=start)
     if args.write_t5_text:
         write_t5_text(Path(args.shards))
     if args.write_transformer_text:
@@ -534,7 +737,7 @@ def main() -> int:
         Path(args.json).write_text(json.dumps(results, indent=1))
     tally = collections.Counter(_kind(r["first_error"]) for r in results)
     for r in results:
-        print(f"{r['tag']}:{re.split('models/nlp/|transformers/pytorch/', r['file'])[-1]}: {r['first_error']}")
+        print(f"{r['tag']}:{re.split('models/(?:nlp|vision|multimodal)/|transformers/pytorch/', r['file'])[-1]}: {r['first_error']}")
     print(f"\n{len(results)} files; by first error:")
     for kind, count in tally.most_common():
         print(f"{count:4d}  {kind}")

@@ -114,7 +114,7 @@ def checkpoint() -> None:
 
 HF_FAMILIES = ("gpt2, gpt3 (--to hf: GPT-2), btlm, jais, gptj, gpt-neox (model_type gpt_neox), llama, mistral, "
                "mixtral, gemma2, falcon, bloom, starcoder and santacoder (model_type gpt_bigcode), mpt, "
-               "vision_transformer (model_type vit), bert (model_type bert and roberta), "
+               "vision_transformer (model_type vit and clip_vision_model), llava, bert (model_type bert and roberta), "
                "bert/classifier (model_type bert, BertForSequenceClassification), "
                "bert/token_classifier (model_type bert, BertForTokenClassification), esm2 (model_type esm), t5")
 """The Hugging Face model_types ``--from hf`` reads and the families ``--to hf`` writes (the models with a

@@ -29,6 +29,7 @@ from cs_run._logging import setup_console_logging
 from cs_run.backend import Backend, resolve_backend
 from cs_run.errors import ParamsError
 from cs_run.frontends.flags import cluster_keys, trainer_keys
+from cs_run.optim import ParallelSchedulers
 from cs_run.params import InputParams, ModelParams, OptimizerParams, Params, RunConfig, build_section, check_runconfig
 from cs_run.runners import PyTorchBaseRunner, latest_checkpoint
 from cs_run.sparse import SparsityAlgorithm
@@ -76,7 +77,13 @@ class Trainer:
             or a params ``model`` section (``{"name": "fc_mnist", ...}``).
         optimizer: A ``torch.optim.Optimizer`` over the model's parameters, a callable ``(model) ->
             optimizer``, or a params ``optimizer`` section (``{"optimizer_type": "SGD", ...}``).
-        schedulers: An LR scheduler or a callable ``(optimizer) -> scheduler`` (with an optimizer object).
+        schedulers: An LR or weight-decay scheduler, a callable ``(optimizer) -> scheduler``, or a list of
+            them (with an optimizer object): the vendor Trainer's list, every one stepped after each optimizer
+            step, side by side (each sets its ``param_group_key`` of the groups its ``param_group_tags``
+            name; two of one key may not set one group), checkpointed as a list, as the params form's
+            ``optimizer.schedulers`` (:class:`cs_run.optim.ParallelSchedulers`). An empty list is none. With an
+            optimizer params section, the list is of the YAML form's ``{"CosineDecayLR": {...}}`` mappings
+            (the section's ``schedulers``).
         precision: Mixed precision and step numerics: mixed_precision, use_bfloat16, loss_scaling_factor,
             max_gradient_norm, ... (the params keys of the same names).
         loop: num_steps / max_steps / num_epochs / steps_per_epoch / eval_steps / eval_frequency, and
@@ -119,9 +126,7 @@ class Trainer:
             if value is not None and (not isinstance(value, forms) or isinstance(value, bool)):
                 raise ParamsError(f"Trainer: {what} must be {_ARGUMENT_FORMS[what]}, got {type(value).__name__} "
                                   f"{value!r:.40}")
-        if schedulers is not None and not (callable(schedulers) or hasattr(schedulers, "step")):
-            raise ParamsError(f"Trainer: schedulers must be an LR scheduler or a callable (optimizer) -> scheduler, got "
-                              f"{type(schedulers).__name__} {schedulers!r:.40}")
+        _check_schedulers(schedulers)
         if isinstance(model_dir, (str, os.PathLike)) and not os.fspath(model_dir).strip():
             raise ParamsError("Trainer: model_dir: an empty path (it would be the current folder); give a folder name "
                               "such as './model_dir'")
@@ -263,19 +268,66 @@ def _model_parts(model: Any, precision: dict) -> tuple[ModelParams, Optional[Cal
     raise ParamsError(f"Trainer: model must be an nn.Module, a callable or a params section, got {type(model).__name__}")
 
 
+def _is_scheduler(value: Any) -> bool:
+    return callable(value) or hasattr(value, "step")
+
+
+def _check_schedulers(schedulers: Any) -> None:
+    """``schedulers`` is a scheduler, a callable or a list of them, or of ``{SchedulerName: {...}}`` mappings
+    (the YAML form's, for an optimizer params section; checked there); checked before anything is built."""
+    if isinstance(schedulers, (list, tuple)):
+        for index, entry in enumerate(schedulers):
+            if not _is_scheduler(entry) and not isinstance(entry, dict):
+                raise ParamsError(f"Trainer: schedulers[{index}] must be a scheduler or a callable (optimizer) -> "
+                                  f"scheduler, got {type(entry).__name__} {entry!r:.40}")
+    elif schedulers is not None and not _is_scheduler(schedulers):
+        raise ParamsError(f"Trainer: schedulers must be an LR scheduler, a callable (optimizer) -> scheduler or a list "
+                          f"of them, got {type(schedulers).__name__} {schedulers!r:.40}")
+
+
+def _built(entry: Any, optimizer: torch.optim.Optimizer) -> Any:
+    """A scheduler object as it is, a callable's scheduler of ``optimizer`` (as the vendor's SchedulersCallback)."""
+    return entry if hasattr(entry, "step") and not isinstance(entry, type) else entry(optimizer)
+
+
+def _schedulers_fn(schedulers: Any) -> Optional[Callable]:
+    """``(optimizer) -> the run's schedule``: one scheduler, or a list's as ParallelSchedulers (side by side)."""
+    if isinstance(schedulers, (list, tuple)):
+        if not schedulers:
+            return None
+        entries = list(schedulers)
+
+        def side_by_side(optimizer):
+            built = [_built(entry, optimizer) for entry in entries]
+            try:
+                return ParallelSchedulers(built, [f"schedulers[{i}]" for i in range(len(built))])
+            except ValueError as err:
+                raise ParamsError(f"Trainer: {err}") from err
+        return side_by_side
+    return schedulers if callable(schedulers) and not hasattr(schedulers, "state_dict") \
+        else (lambda _opt: schedulers)
+
+
 def _optimizer_parts(optimizer: Any, schedulers: Any, precision: dict, grad_accum: Optional[int]):
     numerics = {k: v for k, v in precision.items() if k in {f.name for f in fields(OptimizerParams)}}
     if grad_accum is not None:
         numerics["grad_accum_steps"] = grad_accum
     if optimizer is None:
         return None, None, None
+    mappings = isinstance(schedulers, (list, tuple)) and any(isinstance(entry, dict) for entry in schedulers)
     if isinstance(optimizer, dict):
         section = dict(optimizer)
+        if mappings and all(isinstance(entry, dict) for entry in schedulers) and "schedulers" not in section:
+            section["schedulers"] = list(schedulers)  # the YAML form's trainer.init.schedulers: the section's
+        elif schedulers is not None:  # a scheduler object needs the optimizer object, which the section builds later
+            raise ParamsError("Trainer: schedulers with an optimizer params section: give them as "
+                              "[{'CosineDecayLR': {...}}, ...] mappings (or in the section: 'learning_rate': "
+                              "{'scheduler': ...} or 'schedulers'), or pass an optimizer object")
         known = {f.name for f in fields(OptimizerParams)} - {"extra"}
         base = {k: section.pop(k) for k in list(section) if k in known}
         if "optimizer_type" not in base:
             raise ParamsError("Trainer: optimizer section needs 'optimizer_type' (e.g. SGD, AdamW)")
-        if "learning_rate" not in base:  # required, as in a params file (never a silent 0: nothing would learn)
+        if "learning_rate" not in base and "schedulers" not in base:  # never a silent 0: nothing would learn
             raise ParamsError("Trainer: optimizer section needs 'learning_rate' (a number such as 0.01, or a "
                               "scheduler dict)")
         values = {**base, **numerics, **section}  # checked as a params file's section is (types, ranges)
@@ -284,14 +336,15 @@ def _optimizer_parts(optimizer: Any, schedulers: Any, precision: dict, grad_accu
         raise ParamsError(f"Trainer: optimizer must be a torch.optim.Optimizer, a callable (model) -> optimizer or "
                           f"an optimizer params section ({{'optimizer_type': 'SGD', 'learning_rate': 0.01}}), got "
                           f"{type(optimizer).__name__} {optimizer!r:.40}")
+    if mappings:
+        index = next(i for i, entry in enumerate(schedulers) if isinstance(entry, dict))
+        raise ParamsError(f"Trainer: schedulers[{index}] is a params mapping {schedulers[index]!r:.40}, which an "
+                          "optimizer params section builds; give a scheduler or a callable (optimizer) -> scheduler "
+                          "with an optimizer object")
     section = OptimizerParams(optimizer_type=type(optimizer).__name__, **numerics)
     optimizer_fn = optimizer if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer) \
         else (lambda _model: optimizer)
-    scheduler_fn = None
-    if schedulers is not None:
-        scheduler_fn = schedulers if callable(schedulers) and not hasattr(schedulers, "state_dict") \
-            else (lambda _opt: schedulers)
-    return section, optimizer_fn, scheduler_fn
+    return section, optimizer_fn, _schedulers_fn(schedulers) if schedulers is not None else None
 
 
 def _sparsity_parts(sparsity: Any) -> tuple[Any, Optional[Callable]]:

@@ -32,7 +32,7 @@ from cs_run.distributed import get_streaming_batch_size, get_streaming_rank, num
 from cs_run.errors import ParamsError
 from cs_run.registry import register_data_processor
 
-__all__ = ["IMAGE_EXTENSIONS", "ImageFolderDataset", "build_transform", "build_dataloader"]
+__all__ = ["IMAGE_EXTENSIONS", "ImageFolderDataset", "build_transform", "build_dataloader", "expand_to_square"]
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +145,8 @@ def _pil_transform(spec: dict) -> Callable:
         p, image = spec.get("p", 0.5), _pil_image()
         flip = image.FLIP_LEFT_RIGHT if name == "random_horizontal_flip" else image.FLIP_TOP_BOTTOM
         return lambda img: img.transpose(flip) if torch.rand(1).item() < p else img
+    if name == "expand_to_square":
+        return lambda img: expand_to_square(img, spec.get("background_color"))
     if name == "to_tensor":
         def to_tensor(img):
             data = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
@@ -157,7 +159,20 @@ def _pil_transform(spec: dict) -> Callable:
 
 
 _PIL_TRANSFORMS = ("resize", "center_crop", "random_resized_crop", "random_horizontal_flip", "random_vertical_flip",
-                   "to_tensor", "normalize")
+                   "to_tensor", "normalize", "expand_to_square")
+
+
+def expand_to_square(img, background_color):
+    """The vendor's expand_to_square (llava): a non-square image pasted centred on a square of
+    ``background_color`` (an RGB triple of 0-255 ints), its side the longer one (the offset rounded down)."""
+    width, height = img.size
+    if width == height:
+        return img
+    side = max(width, height)
+    color = tuple(int(c) for c in background_color) if background_color is not None else 0
+    square = _pil_image().new(img.mode, (side, side), color)
+    square.paste(img, ((side - width) // 2, (side - height) // 2))
+    return square
 _TV_NAMES = {"resize": "Resize", "center_crop": "CenterCrop", "random_resized_crop": "RandomResizedCrop",
              "random_horizontal_flip": "RandomHorizontalFlip", "random_vertical_flip": "RandomVerticalFlip",
              "to_tensor": "ToTensor", "normalize": "Normalize"}
@@ -175,6 +190,8 @@ def _check_specs(transforms: list, where: str) -> None:
 
 
 def _torchvision_transform(spec: dict) -> Callable:
+    if spec["name"] not in _TV_NAMES:  # the vendor's own (expand_to_square): Pillow either way
+        return _pil_transform(spec)
     import torchvision.transforms as T  # noqa: PLC0415 - optional package
     args = {k: v for k, v in spec.items() if k != "name"}
     if "interpolation" in args:

@@ -147,16 +147,36 @@ class DecoderLM(nn.Module):
             logits = torch.tanh(logits / self.final_logit_softcapping) * self.final_logit_softcapping
         return logits
 
-    def forward(self, input_ids: torch.Tensor, attention_span: Optional[torch.Tensor] = None,
-                position_ids: Optional[torch.Tensor] = None):
+    def input_embeddings(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The hidden states the first layer reads for ``input_ids`` (the Model Zoo's
+        ``compute_input_embeddings``): a multimodal model splices other features into them and passes them
+        back as :meth:`forward`'s ``input_embeddings``."""
+        return self._embedded(self.embedding_layer(input_ids))
+
+    def forward(self, input_ids: Optional[torch.Tensor], attention_span: Optional[torch.Tensor] = None,
+                position_ids: Optional[torch.Tensor] = None, *, input_embeddings: Optional[torch.Tensor] = None,
+                key_padding_mask: Optional[torch.Tensor] = None):
         """Logits of ``input_ids`` [batch, seq]. A packed (VSL) batch also carries ``attention_span`` (each
         key attends within its own document only: :func:`~cs_run.models.common.masks.vsl_mask`) and
         ``position_ids`` (positions restart at each document: learned / fixed tables, rotary angles and
-        ALiBi distances are read at them), as the Model Zoo's GPT2LMHeadModel takes them."""
-        x = self.embedding_layer(input_ids) if position_ids is None else self._embedded_at(input_ids, position_ids)
-        x = self._embedded(x)
-        length = input_ids.shape[1]
-        if attention_span is None:
+        ALiBi distances are read at them), as the Model Zoo's GPT2LMHeadModel takes them. A multimodal
+        model gives ``input_embeddings`` (:meth:`input_embeddings`, spliced) instead of ``input_ids``, and
+        ``key_padding_mask`` [batch, seq], added to every query's scores of those keys (the Model Zoo's
+        additive ``tgt_key_padding_mask``: 0 attends, the dtype's minimum does not)."""
+        if input_embeddings is not None:
+            x = input_embeddings
+        else:
+            x = self.embedding_layer(input_ids) if position_ids is None \
+                else self._embedded_at(input_ids, position_ids)
+            x = self._embedded(x)
+        length = x.shape[1]
+        if key_padding_mask is not None:  # the multimodal models' inputs: causal plus the padded keys
+            if attention_span is not None:
+                raise ValueError("key_padding_mask: not combined with VSL spans (attention_span) here")
+            padded = key_padding_mask[:, None, None, :].to(x.dtype)
+            low = torch.finfo(x.dtype).min  # two minima add to -inf: clamped, so no row is all -inf
+            full, sliding = ((m + padded).clamp(min=low) for m in self._masks(length, x))
+        elif attention_span is None:
             full, sliding = self._masks(length, x)
         else:
             full = vsl_mask(attention_span, x.dtype, None if self.sliding_window_every_other_layer
@@ -175,7 +195,7 @@ class DecoderLM(nn.Module):
             windowed = self._windowed(i)
             # a VSL mask is not the plain causal one: a fused kernel must read it
             x, r = layer(x, sliding if windowed else full, rotary, bias, i,
-                         causal=not windowed and attention_span is None)
+                         causal=not windowed and attention_span is None and key_padding_mask is None)
             if r is not None:
                 routing.append(r)
         logits = self._logits(x)

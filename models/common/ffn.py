@@ -15,7 +15,7 @@ from torch import nn
 from cs_run.models.common.activations import get_activation, is_glu
 from cs_run.models.common.initializers import make_initializer
 
-__all__ = ["FeedForwardNetwork", "SingleFeedForwardLayer", "Dense", "Pooler"]
+__all__ = ["FeedForwardNetwork", "SingleFeedForwardLayer", "Dense", "Pooler", "init_layers"]
 
 
 class SingleFeedForwardLayer(nn.Module):
@@ -38,20 +38,25 @@ class SingleFeedForwardLayer(nn.Module):
         return self.dropout_layer(out) if self.dropout_layer is not None else out
 
 
+def init_layers(layers: nn.ModuleList, initializers: list) -> None:
+    """Each layer's weights (its GLU gate's too) drawn from its initializer spec, its biases zero."""
+    with torch.no_grad():
+        for layer, spec in zip(layers, initializers):
+            init = make_initializer(spec)
+            for linear in (layer.linear_layer, layer.linear_layer_for_glu):
+                if linear is not None:
+                    init(linear.weight)
+                    if linear.bias is not None:
+                        linear.bias.zero_()
+
+
 class FeedForwardNetwork(nn.Module):
     def __init__(self, hidden_size: int, filter_size: int, activation: str, dropout: float, bias: bool,
                  initializer: dict, output_initializer: dict) -> None:
         super().__init__()
         self.ffn = nn.ModuleList([SingleFeedForwardLayer(hidden_size, filter_size, bias, activation),
                                   SingleFeedForwardLayer(filter_size, hidden_size, bias, None, dropout)])
-        with torch.no_grad():
-            for i, layer in enumerate(self.ffn):
-                init = make_initializer(output_initializer if i == len(self.ffn) - 1 else initializer)
-                for linear in (layer.linear_layer, layer.linear_layer_for_glu):
-                    if linear is not None:
-                        init(linear.weight)
-                        if linear.bias is not None:
-                            linear.bias.zero_()
+        init_layers(self.ffn, [initializer, output_initializer])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.ffn:

@@ -19,6 +19,32 @@ __all__ = ["ViTModelConfig", "VisionTransformerConfig"]
 _EMBEDDING_INITS = ("projection_initializer", "position_embedding_initializer", "cls_token_initializer")
 
 
+_INTERPOLATION = {"antialias": False, "interpolate_offset": 0.1, "local_patch_dims": [7, 7]}
+"""The vendor's InterpolatePositionEmbeddingConfig: its keys and defaults."""
+
+
+def _interpolation(value: object, position_embedding_type: Optional[str]) -> dict:
+    """``interpolate_position_embedding`` with its defaults filled in, every key checked."""
+    where = "interpolate_position_embedding"
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: expected a mapping of {', '.join(_INTERPOLATION)}, got {value!r}")
+    unknown = sorted(set(value) - set(_INTERPOLATION))
+    if unknown:
+        raise ValueError(f"{where}.{unknown[0]}: unknown key; expected one of {', '.join(_INTERPOLATION)}")
+    out = {**_INTERPOLATION, **value}
+    dims = out["local_patch_dims"]
+    if not (isinstance(dims, list) and len(dims) == 2 and all(isinstance(d, int) and d > 0 for d in dims)):
+        raise ValueError(f"{where}.local_patch_dims: expected [rows, columns] of positive integers, got {dims!r}")
+    if not isinstance(out["antialias"], bool):
+        raise ValueError(f"{where}.antialias: expected true or false, got {out['antialias']!r}")
+    if not isinstance(out["interpolate_offset"], (int, float)) or isinstance(out["interpolate_offset"], bool):
+        raise ValueError(f"{where}.interpolate_offset: expected a number, got {out['interpolate_offset']!r}")
+    if position_embedding_type != "learned":
+        raise ValueError(f"{where}: interpolates a learned table; position_embedding_type is "
+                         f"{position_embedding_type!r}")
+    return out
+
+
 @dataclass
 class ViTModelConfig:
     """The ViT trunk: patch embedding, encoder, optional pooler."""
@@ -46,7 +72,9 @@ class ViTModelConfig:
     norm_first: bool = key(True, "2.2.0", 'pre-norm blocks (post-norm when false)')
     use_final_layer_norm: bool = key(True, "2.2.0", 'a layer norm after the last block')
     position_embedding_type: Optional[str] = key("learned", "2.2.0", "learned, or None (the vendor's fixed sin-cos is refused here)")
-    interpolate_position_embedding: Optional[dict] = key(None, "2.4.0", "the vendor's position interpolation; refused here (null only)")
+    interpolate_position_embedding: Optional[dict] = key(None, "2.4.0", "positions of smaller images (DINOv2's local crops) "
+                                                         "by bicubic interpolation: antialias, interpolate_offset, "
+                                                         "local_patch_dims")
     use_conv_patchified_embedding: bool = key(False, "2.2.0", 'a Conv2d patch projection; else a Linear over (row, column, channel)')
     prepend_cls_token: bool = key(True, "2.2.0", "a learned cls token first (its position row is the table's last)")
     use_post_embed_layer_norm: bool = key(False, "2.2.0", 'a layer norm after the embeddings')
@@ -98,8 +126,8 @@ class ViTModelConfig:
                 raise ValueError(f"{name}: {getattr(self, name)!r} is not one of "
                                  f"{', '.join(str(a) for a in allowed)}{extra}")
         if self.interpolate_position_embedding is not None:
-            raise ValueError("interpolate_position_embedding: position-embedding interpolation is not built in "
-                             "cs-run; leave it null")
+            self.interpolate_position_embedding = _interpolation(self.interpolate_position_embedding,
+                                                                 self.position_embedding_type)
         if self.image_layer_idx is not None:
             if not -self.num_hidden_layers <= self.image_layer_idx < self.num_hidden_layers:
                 raise ValueError(f"image_layer_idx: {self.image_layer_idx} is not a layer of num_hidden_layers "

@@ -11,7 +11,8 @@ Names (transformers 5's modules; the files, of every version, hold transformers 
 ``layernorm_before`` / ``layernorm_after`` -> ``norm1`` / ``norm2``; ``vit.layernorm`` ->
 ``transformer_encoder.norm``; ``classifier`` -> ``classifier.classifier.ffn.0.linear_layer``. HF's ViT is
 square, pre-norm, conv-patched, cls-pooled without a pooler layer: a model outside that is refused by the
-key that differs.
+key that differs. A CLIP vision folder (``CLIPVisionModelWithProjection``) reads and writes through
+:data:`CLIP_ADAPTER` (:mod:`cs_run.models.vision_transformer.clip`).
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from pathlib import Path
 import torch
 import yaml
 
+from cs_run.checkpoint.hf_folder import read_config
 from cs_run.models.common.hf import HFAdapter, Taker, assign
+from cs_run.models.vision_transformer import clip
 
 __all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "runnable_params",
-           "from_hf", "to_hf", "ADAPTER"]
+           "from_hf", "to_hf", "ADAPTER", "CLIP_ADAPTER"]
 
 _TRUNK, _LAYER = "model.vit_model.", "model.vit_model.encoder.transformer_encoder.layers.{}."
 _HEAD = "model.classifier.classifier.ffn.0.linear_layer"
@@ -176,4 +179,18 @@ def runnable_params(model_keys: dict, hf_dir: Path, checkpoint: Path) -> str:
 
 ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict, file_layout=_layout,
                     label="ViT", params_text=runnable_params)
-from_hf, to_hf = ADAPTER.from_hf, ADAPTER.to_hf
+CLIP_ADAPTER = HFAdapter(clip.model_keys_from_hf_config, clip.hf_config, clip.from_hf_state_dict,
+                         clip.to_hf_state_dict, label="CLIP vision", params_text=runnable_params)
+"""CLIPVisionModelWithProjection folders (model_type clip_vision_model) and CLIP-keyed models (:func:`clip.is_clip`)."""
+
+
+def from_hf(hf_dir: str | Path, dst: str | Path, params_out: str | Path | None = None) -> tuple[Path, Path]:
+    """``--from hf`` of a ViT folder, or of a CLIP vision one (its config.json's model_type says which)."""
+    cfg = Path(hf_dir) / "config.json"
+    kind = read_config(cfg, "Hugging Face config").get("model_type") if cfg.is_file() else None
+    return (CLIP_ADAPTER if kind == "clip_vision_model" else ADAPTER).from_hf(hf_dir, dst, params_out)
+
+
+def to_hf(checkpoint: str | Path, out_dir: str | Path, model_keys: dict, side=(), prefix: str = "") -> Path:
+    """``--to hf``: a CLIP vision folder for a CLIP-keyed model, else a ViT one."""
+    return (CLIP_ADAPTER if clip.is_clip(model_keys) else ADAPTER).to_hf(checkpoint, out_dir, model_keys, side, prefix)

@@ -19,7 +19,7 @@ from cs_run.models.common.initializers import make_initializer
 from cs_run.models.vision_transformer.config import ViTModelConfig
 from cs_run.models.vision_transformer.encoder import TransformerEncoder, TransformerEncoderLayer
 
-__all__ = ["patchify", "ViTEmbeddingLayer", "ViTEncoder", "ViTModel"]
+__all__ = ["patchify", "bicubic_interpolation_matrix", "ViTEmbeddingLayer", "ViTEncoder", "ViTModel"]
 
 
 def patchify(images: torch.Tensor, patch_size: list) -> torch.Tensor:
@@ -29,6 +29,25 @@ def patchify(images: torch.Tensor, patch_size: list) -> torch.Tensor:
     ph, pw = patch_size
     x = images.reshape(b, c, h // ph, ph, w // pw, pw).permute(0, 2, 4, 3, 5, 1)
     return x.reshape(b, (h // ph) * (w // pw), ph * pw * c)
+
+
+def bicubic_interpolation_matrix(grid: list, interpolation: dict, cls_token: bool) -> torch.Tensor:
+    """``[local rows (+1), table rows]``: the constant matrix that maps the learned position table of a
+    ``grid`` of patches to the ``local_patch_dims`` grid, as the vendor precomputes it (bicubic
+    F.interpolate of each one-hot table row, scale (local + interpolate_offset) / global); with a cls
+    token its row comes first and reads the table's last row."""
+    gh, gw = grid
+    lh, lw = interpolation["local_patch_dims"]
+    offset = interpolation["interpolate_offset"]
+    n = gh * gw
+    eye = torch.eye(n, dtype=torch.float32).reshape(n, 1, gh, gw)
+    out = nn.functional.interpolate(eye, mode="bicubic", antialias=interpolation["antialias"],
+                                    scale_factor=((lh + offset) / gh, (lw + offset) / gw))
+    matrix = out.reshape(n, -1).transpose(0, 1)
+    if cls_token:
+        matrix = nn.functional.pad(matrix, (0, 1, 1, 0))
+        matrix[0, -1] = 1.0
+    return matrix
 
 
 class ViTEmbeddingLayer(nn.Module):
@@ -53,6 +72,11 @@ class ViTEmbeddingLayer(nn.Module):
         self.dropout_embd = nn.Dropout(cfg.embedding_dropout_rate)
         self.post_embed_ln = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_epsilon) \
             if cfg.use_post_embed_layer_norm else None
+        matrix = None
+        if cfg.interpolate_position_embedding is not None:  # not in checkpoints: a constant of the config
+            grid = [cfg.image_size[0] // cfg.patch_size[0], cfg.image_size[1] // cfg.patch_size[1]]
+            matrix = bicubic_interpolation_matrix(grid, cfg.interpolate_position_embedding, cfg.prepend_cls_token)
+        self.register_buffer("interpolation_matrix", matrix, persistent=False)
         with torch.no_grad():
             make_initializer(cfg.projection_initializer)(self.linear_proj.weight)
             if self.linear_proj.bias is not None:
@@ -68,6 +92,18 @@ class ViTEmbeddingLayer(nn.Module):
         if self.prepend_cls_token:
             ids = torch.cat([torch.full((1,), self.num_patches, device=device, dtype=ids.dtype), ids])
         return ids
+
+    def _positions(self, x: torch.Tensor) -> torch.Tensor:
+        """The table's rows for ``x``'s sequence, interpolated (a matmul with the constant matrix, as the
+        vendor's) when ``x`` holds fewer patches than the table, e.g. a DINOv2 local crop."""
+        rows = self.position_embeddings.weight.shape[0]
+        if x.shape[1] == rows:
+            return self.position_embeddings(self._position_ids(x.device))
+        if self.interpolation_matrix is None or self.interpolation_matrix.shape[0] != x.shape[1]:
+            raise ValueError(f"ViT: an image of {x.shape[1] - int(self.prepend_cls_token)} patches, but the "
+                             f"position table holds {self.num_patches} and interpolate_position_embedding."
+                             "local_patch_dims does not give that grid; make the crop size match")
+        return self.interpolation_matrix.to(self.position_embeddings.weight.dtype) @ self.position_embeddings.weight
 
     def forward(self, images: torch.Tensor, masks: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``images`` ``[b, c, h, w]`` -> ``[b, (1 +) patches, hidden]``; ``masks`` (``use_masked_patches``)
@@ -85,7 +121,7 @@ class ViTEmbeddingLayer(nn.Module):
         if self.cls_embedding is not None:
             x = torch.cat([self.cls_embedding.to(x.dtype).expand(b, 1, -1), x], dim=1)
         if self.position_embeddings is not None:
-            x = x + self.position_embeddings(self._position_ids(x.device)).to(x.dtype)
+            x = x + self._positions(x).to(x.dtype)
         x = self.dropout_embd(x)
         return self.post_embed_ln(x) if self.post_embed_ln is not None else x
 

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+import yaml
 from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,9 +29,14 @@ GOLDEN = ROOT / "tests" / "data" / "vendor_preprocess"
 sys.path.insert(0, str(ROOT / "tools" / "vendor_oracle"))
 import preprocess_cases as pc  # noqa: E402
 
+from cs_run.checkpoint import load  # noqa: E402
 from cs_run.data.preprocessing.vendor_config import preprocess_config  # noqa: E402
 from cs_run.data.processors.gpt_hdf5 import build_dataloader  # noqa: E402
 from cs_run.errors import DataError, ParamsError  # noqa: E402
+from cs_run.models.common import lm  # noqa: E402
+from cs_run.params import load_params  # noqa: E402
+from cs_run.runners import PyTorchBaseRunner  # noqa: E402
+from cs_run.summaries import read_scalars  # noqa: E402
 
 PATH_KEYS = [("setup", "output_dir"), ("setup", "data", "source"), ("processing", "huggingface_tokenizer"),
              ("processing", "tokenizer_params", "encoder_file"), ("processing", "tokenizer_params", "vocab_file")]
@@ -49,7 +58,8 @@ def _h5(folder: Path) -> dict[str, tuple[dict, dict]]:
     found = {}
     for f in sorted(folder.rglob("*.h5")):  # a data split's outputs are in SPLIT/msl_N subfolders
         with h5py.File(f, "r") as h:
-            found[str(f.relative_to(folder))] = (dict(h.attrs), {k: (h[k][()], h[k].dtype, h[k].chunks) for k in h})
+            found[str(f.relative_to(folder))] = (dict(h.attrs), {k: (h[k][()], h[k].dtype, h[k].chunks, h[k].maxshape)
+                                                            for k in h})
     return found
 
 
@@ -68,20 +78,28 @@ def test_matches_vendor(case_id: str, tmp_path: Path) -> None:
         pytest.importorskip("pyarrow")
     out = tmp_path / "out"
     preprocess_config(str(_config(case_id, tmp_path, out)))
+    _assert_vendor_output(case_id, out)
+
+
+def _assert_vendor_output(case_id: str, out: Path, ignore: tuple = ()) -> None:
+    """``out`` holds what the vendor wrote for ``case_id``: the same .h5 files, arrays and attributes, and the
+    same data_params.json but for the paths (and the processing keys in ``ignore``)."""
     want, got = _h5(GOLDEN / case_id), _h5(out)
     assert sorted(got) == sorted(want)
     for name, (attrs, data) in want.items():
         got_attrs, got_data = got[name]
         assert got_attrs == attrs, name
         assert sorted(got_data) == sorted(data), name
-        for key, (array, dtype, chunks) in data.items():
-            assert got_data[key][1] == dtype and got_data[key][2] == chunks, (name, key)
+        for key, (array, dtype, chunks, maxshape) in data.items():
+            assert got_data[key][1:] == (dtype, chunks, maxshape), (name, key)
             np.testing.assert_array_equal(got_data[key][0], array, err_msg=f"{name}:{key}")
     want_files = sorted(str(p.relative_to(GOLDEN / case_id)) for p in (GOLDEN / case_id).rglob("data_params.json"))
     assert sorted(str(p.relative_to(out)) for p in out.rglob("data_params.json")) == want_files
     for rel in want_files:
         want_params = _drop_paths(json.loads((GOLDEN / case_id / rel).read_text()))
         got_params = _drop_paths(json.loads((out / rel).read_text()))
+        for key in ignore:
+            want_params["processing"].pop(key, None), got_params["processing"].pop(key, None)
         assert got_params == want_params, rel
     assert not [p.name for p in out.rglob(".*")]  # no staging folder left
 
@@ -124,8 +142,13 @@ BAD = [
     ("unknown-section", lambda t, d: t + "extra:\n  a: 1\n", ParamsError, r"extra is not a section .*yaml:\d+"),
     ("unknown-key", lambda t, d: t.replace("  seed: 0", "  sead: 0"), ParamsError,
      r"processing\.sead is not a key .*yaml:\d+\); remove it or fix its spelling"),
-    ("mode-nlg-not-yet", lambda t, d: t.replace("mode: pretraining", "mode: nlg"), ParamsError,
-     r"setup\.mode is 'nlg', which cs-run's --config does not run yet .*yaml:\d+"),
+    ("mode-embedding-not-yet", lambda t, d: t.replace("mode: pretraining", "mode: embedding_training"), ParamsError,
+     r"setup\.mode is 'embedding_training', which cs-run's --config does not run yet .*yaml:\d+"),
+    ("text-hook-in-nlg", lambda t, d: t.replace("mode: pretraining", "mode: nlg"), ParamsError,
+     r"read_hook '.*hooks:text_read_hook' is not a hook cs-run runs in mode nlg .*use .*hooks:nlg_read_hook"),
+    ("inverted-mask-nlg", lambda t, d: t.replace("  seed: 0", "  seed: 0\n  inverted_mask: true").replace(
+     "mode: pretraining", "mode: nlg"), ParamsError,
+     r"processing\.inverted_mask is not run by cs-run's --config in mode 'nlg' yet .*yaml:\d+\); set it to false"),
     ("hook-of-another-mode", lambda t, d: t.replace("hooks:text_read_hook", "hooks:dpo_read_hook"), ParamsError,
      r"read_hook '.*hooks:dpo_read_hook' is not a hook cs-run runs in mode pretraining .*use .*text_read_hook"),
     ("mode-unknown", lambda t, d: t.replace("mode: pretraining", "mode: pretrain"), ParamsError,
@@ -140,6 +163,9 @@ BAD = [
      "  mlm_fraction: 1.5"), ParamsError, r"dataset\.mlm_fraction is 1\.5 .*yaml:\d+\); give a fraction in \(0, 1\]"),
     ("mlm-excluded-tokens-not-a-list", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: mlm\n"
      "  excluded_tokens: <cls>"), ParamsError, r"dataset\.excluded_tokens is '<cls>' .*yaml:\d+\); give a list"),
+    ("mlm-with-shuffle", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: mlm").replace(
+     "  shuffle: false", "  shuffle: true"), ParamsError,
+     r"processing\.shuffle is not run by cs-run's --config with training_objective mlm yet .*yaml:\d+\); set it"),
     ("mlm-tokenizer-without-mask", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: mlm"),
      ParamsError, r"training_objective mlm needs the tokenizer's mask_token \(.*yaml:\d+\); name it"),
     ("msl-type", lambda t, d: t.replace("max_seq_length: 16", "max_seq_length: sixteen"), ParamsError,
@@ -176,6 +202,27 @@ BAD = [
     ("inverted-mask-dpo", lambda t, d: t.replace("  seed: 0", "  seed: 0\n  inverted_mask: true").replace(
      "mode: pretraining", "mode: dpo"), ParamsError,
      r"processing\.inverted_mask is not run by cs-run's --config in mode 'dpo' yet .*yaml:\d+\); set it to false"),
+    ("token-limit-negative", lambda t, d: t.replace("  seed: 0", "  seed: 0\n  token_limit: -5"), ParamsError,
+     r"processing\.token_limit is -5 .*yaml:\d+\); give a positive integer"),
+    ("token-limit-string", lambda t, d: t.replace("  seed: 0", "  seed: 0\n  token_limit: 10M"), ParamsError,
+     r"processing\.token_limit is '10M' .*yaml:\d+\); give a positive integer"),
+    ("token-limit-true", lambda t, d: t.replace("  seed: 0", "  seed: 0\n  token_limit: true"), ParamsError,
+     r"processing\.token_limit is True .*yaml:\d+\); give a positive integer"),
+    ("shuffle-seed-string", lambda t, d: t.replace("shuffle: false", "shuffle: true").replace(
+     "shuffle_seed: 0", "shuffle_seed: abc"), ParamsError, r"processing\.shuffle_seed is 'abc' .*yaml:\d+\); give an integer"),
+    ("shuffle-seed-negative", lambda t, d: t.replace("shuffle: false", "shuffle: true").replace(
+     "shuffle_seed: 0", "shuffle_seed: -3"), ParamsError, r"processing\.shuffle_seed is -3 .*yaml:\d+\); give an integer >= 0"),
+    ("shuffle-not-bool", lambda t, d: t.replace("shuffle: false", "shuffle: sometimes"), ParamsError,
+     r"processing\.shuffle is 'sometimes' .*yaml:\d+\); give true or false"),
+    ("vsl-not-bool", lambda t, d: t.replace("  pack_sequences: true", "  use_vsl: 1"), ParamsError,
+     r"dataset\.use_vsl is 1 .*yaml:\d+\); give true or false"),
+    ("vsl-dpo", lambda t, d: t.replace("  pack_sequences: true", "  use_vsl: true").replace("mode: pretraining",
+     "mode: dpo"), ParamsError, r"dataset\.use_vsl is true with mode 'dpo'.*yaml:\d+\); set use_vsl to false"),
+    ("vsl-fim", lambda t, d: t.replace("  pack_sequences: true", _FIM + "  use_vsl: true"), ParamsError,
+     r"dataset\.use_vsl is true with training_objective 'fim'.*yaml:\d+\); set use_vsl to false"),
+    ("vsl-inverted-mask", lambda t, d: t.replace("  pack_sequences: true", "  use_vsl: true").replace(
+     "  seed: 0", "  seed: 0\n  inverted_mask: true"), ParamsError,
+     r"processing\.inverted_mask is not run by cs-run's --config with dataset\.use_vsl yet .*yaml:\d+\)"),
     ("bad-json-line", None, DataError, r"bad\.jsonl:2 is not a JSON line"),
     ("fim-rate-missing", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: fim"), ParamsError,
      r"dataset\.fim_rate is None .*; give a probability in \[0, 1\]"),
@@ -200,6 +247,20 @@ BAD_RECORDS = [
      r"docs2\.jsonl:2 does not have the shape the read hook dpo_read_hook reads \(IndexError"),
     ("completion-a-list", "summarization", "prompt_completion", '{"prompt": "p", "completion": ["a"]}',
      r"docs2\.jsonl:2 has a list where prompt_completion_text_read_hook reads text"),
+    # mode nlg reads token id lists: where the vendor's arithmetic raises or makes a meaningless row, one line
+    ("nlg-context-text", "nlg", "nlg", '{"context": "name: The Eagle", "completion": [5, 0]}',
+     r"docs2\.jsonl:2 has context 'name: The Eagle', not a list of token ids; mode nlg reads pre-tokenized"),
+    ("nlg-completion-missing", "nlg", "nlg", '{"context": [5, 6]}',
+     r"docs2\.jsonl:2 has no completion \(read_hook_kwargs\.completion_key names the record's key\)"),
+    ("nlg-empty-completion", "nlg", "nlg", '{"context": [5, 6], "completion": []}',
+     r"docs2\.jsonl:2 has an empty completion; mode nlg needs at least one completion token"),
+    ("nlg-over-msl", "nlg", "nlg", '{"context": [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], "completion": [1, 2, 3, 4, 5, 0, 7]}',
+     r"docs2\.jsonl:2 has 11 context and 7 completion tokens, 17 inputs over max_seq_length 16 .*raise "
+     r"processing\.max_seq_length"),
+    ("nlg-id-outside-vocab", "nlg", "nlg", '{"context": [5, 400], "completion": [0]}',
+     r"docs2\.jsonl:2 has context token id 400, outside the tokenizer's vocabulary \(0\.\.399\)"),
+    ("nlg-float-ids", "nlg", "nlg", '{"context": [5.0, 6.0], "completion": [0]}',
+     r"docs2\.jsonl:2 has context \[5\.0, 6\.0\], not a list of token ids"),
 ]
 
 
@@ -287,6 +348,53 @@ def test_resume(tmp_path: Path) -> None:
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
 
 
+@pytest.mark.parametrize("limit", ["false", "0", "null"])
+def test_token_limit_false_or_zero_is_no_limit(limit: str, tmp_path: Path) -> None:
+    """The vendor reads token_limit as ``if self.token_limit``: false, 0 and null write everything."""
+    out = tmp_path / "out"
+    config = _config("hf_pretraining_packed", tmp_path, out)
+    config.write_text(config.read_text().replace("  seed: 0", f"  seed: 0\n  token_limit: {limit}"))
+    preprocess_config(str(config))
+    got, want = _h5(out), _h5(GOLDEN / "hf_pretraining_packed")
+    assert sorted(got) == sorted(want)
+    for name in want:
+        np.testing.assert_array_equal(got[name][1]["data"][0], want[name][1]["data"][0])
+
+
+# A run killed by SIGKILL right after it wrote its first .h5 file (into its staging folder)
+_KILLED_AFTER_FIRST_FILE = """
+import os, signal, sys
+from cs_run.data.preprocessing.vendor_config import _output, preprocess_config
+
+def killed_after(write):
+    def write_then_die(self, *args):
+        write(self, *args)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return write_then_die
+
+_output.Output.write_h5 = killed_after(_output.Output.write_h5)
+_output.Output.append_h5 = killed_after(_output.Output.append_h5)
+preprocess_config(sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("case_id", ["hf_pretraining_vsl_shuffle_token_limit", "hf_pretraining_token_limit"])
+def test_resume_after_a_kill_equals_one_clean_run(case_id: str, tmp_path: Path) -> None:
+    """resume_from_checkpoint with shuffle, token_limit and use_vsl: a run killed mid-way leaves only its staging
+    folder (shuffled files are appended to in place, so a half-written one must never be read as output); the
+    resumed run starts over and writes what one clean run of the vendor's tool writes."""
+    out = tmp_path / "out"
+    config = _config(case_id, tmp_path, out)
+    config.write_text(config.read_text().replace("resume_from_checkpoint: false", "resume_from_checkpoint: true"))
+    killed = subprocess.run([sys.executable, "-c", _KILLED_AFTER_FIRST_FILE, str(config)], capture_output=True,
+                            text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    staged = [p for p in out.iterdir()]
+    assert len(staged) == 1 and staged[0].name.startswith(".preprocess-") and list(staged[0].glob("*.h5"))
+    preprocess_config(str(config))
+    _assert_vendor_output(case_id, out, ignore=("resume_from_checkpoint",))
+
+
 RELEASE_CONFIGS = [  # Release_2.10.0 src/cerebras/modelzoo/data_preparation/data_preprocessing/configs/
     "autoregressive_lm_preprocessing.yaml", "bert_pretraining_config.yaml",
     "curation_corpus_summarization_preprocessing.yaml", "dpo_preprocessing.yaml",
@@ -318,6 +426,55 @@ def test_output_trains_in_cs_run(tmp_path: Path) -> None:
     got = {tuple(row) for b in batches for row in b["input_ids"].tolist()}
     assert got == {tuple(row) for row in written[:, 0].tolist()}
     assert {tuple(r) for b in batches for r in b["labels"].tolist()} == {tuple(r) for r in written[:, 2].tolist()}
+
+
+def test_vsl_output_trains_in_cs_run(tmp_path: Path) -> None:
+    """use_vsl output read by the GPT HDF5 processor's use_vsl: by hand, each packed document's positions count up
+    from 0 and its attention spans down to 0, restarting after its eos (every document here ends in eos; the last
+    one's eos is no input, it is the sample's last label)."""
+    out = tmp_path / "out"
+    preprocess_config(str(_config("hf_pretraining_vsl", tmp_path, out)))
+    eos = json.loads((out / "data_params.json").read_text())["processing"]["eos_id"]
+    loader = build_dataloader("train", data_dir=str(out), batch_size=4, shuffle=False, drop_last_batch=False,
+                              use_vsl=True)
+    seen = packed = 0
+    for batch in loader:
+        assert set(batch) == {"input_ids", "attention_mask", "labels", "attention_span", "position_ids"}
+        for b in range(len(batch["input_ids"])):
+            ids, labels = batch["input_ids"][b].tolist(), batch["labels"][b].tolist()
+            n = int(batch["attention_mask"][b].sum())
+            ends = [i + 1 for i in range(n - 1) if ids[i] == eos] + [n]
+            pos, span, start = [], [], 0
+            for end in ends:
+                pos += range(end - start)
+                span += range(end - start - 1, -1, -1)
+                start = end
+            pad = len(ids) - n
+            assert batch["position_ids"][b].tolist() == pos + [0] * pad
+            assert batch["attention_span"][b].tolist() == span + [0] * pad
+            assert labels[: n - 1] == ids[1:n] and labels[n - 1] == eos
+            seen, packed = seen + 1, packed + len(ends)
+    post = json.loads((out / "data_params.json").read_text())["post-process"]
+    assert (seen, packed) == (post["n_examples"], post["num_sequences_before_packing"])
+    assert packed > seen  # documents were packed together
+
+
+def test_vsl_chunk_with_more_samples_than_documents(tmp_path: Path) -> None:
+    """Documents longer than max_seq_length pack into more samples than the chunk had documents, where the vendor's
+    tool stops on an IndexError (checked with the oracle: no sample written); cs-run writes them, and token_limit
+    cuts that list at the sample that reached it (16 tokens counted per sample: 40 is reached by the third)."""
+    outs = {}
+    for name, limit in (("all", ""), ("limited", "\n  token_limit: 40")):
+        out = outs[name] = tmp_path / name
+        config = _config("hf_pretraining_packed", tmp_path, out)
+        config.write_text(config.read_text().replace("  pack_sequences: true", "  use_vsl: true")
+                          .replace("  seed: 0", "  seed: 0" + limit))
+        preprocess_config(str(config))
+    every, limited = ([d["data"][0] for _, d in _h5(outs[n]).values()][0] for n in ("all", "limited"))
+    post = json.loads((outs["all"] / "data_params.json").read_text())["post-process"]
+    assert len(every) == post["n_examples"] > post["successful_files"]
+    np.testing.assert_array_equal(limited, every[:3])
+    assert json.loads((outs["limited"] / "data_params.json").read_text())["post-process"]["num_tokens"] == 48
 
 
 def _has(module: str) -> bool:
@@ -377,6 +534,48 @@ def test_split_rerun_writes_nothing(tmp_path: Path) -> None:
         preprocess_config(str(config))
     assert not (tmp_path / "splits2").exists()
     assert {str(p): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_nlg_output_trains_gpt2(tmp_path: Path) -> None:
+    """Mode nlg's output is GptHDF5DataProcessor's (the vendor's NLGTokenGenerator says so): a tiny gpt2 trains
+    on it as written, and step 1's loss is the cross entropy of the written labels under the written loss mask
+    (row attention_mask: the completion's labels only), by hand from checkpoint_0's weights."""
+    out = tmp_path / "nlg"
+    preprocess_config(str(_config("nlg", tmp_path, out)))
+    sizes = dict(vocab_size=400, hidden_size=16, num_hidden_layers=1, num_heads=2, filter_size=32,
+                 max_position_embeddings=16, dropout_rate=0.0)
+    data = {"data_processor": "GptHDF5DataProcessor", "data_dir": str(out), "batch_size": 5, "shuffle": False}
+    params = {"train_input": data, "model": {"name": "gpt2", **sizes},
+              "optimizer": {"optimizer_type": "AdamW", "learning_rate": 1e-2},
+              "runconfig": {"max_steps": 3, "log_steps": 1, "checkpoint_steps": 3, "save_initial_checkpoint": True,
+                            "seed": 1, "model_dir": str(tmp_path / "md"), "disable_progress_bar": True}}
+    (tmp_path / "gpt2.yaml").write_text(yaml.safe_dump(params))
+    PyTorchBaseRunner.create(load_params(str(tmp_path / "gpt2.yaml")), device="CPU").run("train")
+    losses = [v for _, v in read_scalars(tmp_path / "md" / "train")["loss"]]
+    model = lm.build_model(**sizes).eval()
+    model.load_state_dict(load(str(tmp_path / "md" / "checkpoint_0.mdl"))["model"])
+    rows = torch.from_numpy(np.concatenate([d["data"][0] for _, d in _h5(out).values()])).long()
+    ids, mask, labels = rows[:, 0], rows[:, 1].double(), rows[:, 2]
+    with torch.no_grad():
+        ce = torch.nn.functional.cross_entropy(model.model(ids).double().transpose(1, 2), labels, reduction="none")
+    expected = float((ce * mask).sum() / mask.sum())
+    assert len(losses) == 3 and abs(losses[0] - expected) < 1e-5, (losses, expected)
+    assert losses[-1] < losses[0]
+
+
+def test_nlg_as_shipped_needs_no_ftfy(tmp_path: Path) -> None:
+    """The shipped nlg config sets use_ftfy: true, which nlg's token ids never use (nor the vendor's generator):
+    it runs without the ftfy package, to the vendor's arrays (it was refused for the missing package before)."""
+    if _has("ftfy"):
+        pytest.skip("ftfy is installed here: use_ftfy true is no question")
+    out = tmp_path / "out"
+    config = _config("nlg", tmp_path, out)
+    config.write_text(config.read_text().replace("use_ftfy: false", "use_ftfy: true"))
+    preprocess_config(str(config))
+    want, got = _h5(GOLDEN / "nlg"), _h5(out)
+    assert sorted(got) == sorted(want)
+    for name, (_, data) in want.items():
+        np.testing.assert_array_equal(got[name][1]["data"][0], data["data"][0])
 
 
 @pytest.mark.parametrize("text", ["MKTAYIAK", "MKV jjz WQ", "  M K<mask>TA<cls>  x", "abcLdefA", "<null_1>L.-",

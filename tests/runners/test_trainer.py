@@ -136,7 +136,8 @@ def test_an_empty_model_dir_is_refused(model_dir, tmp_path, monkeypatch):
     ("precision", "bf16", r"Trainer: precision must be a dict .*, got str 'bf16'"),
     ("logging", "DEBUG", r"Trainer: logging must be a dict .* or an int \(log_steps\), got str 'DEBUG'"),
     ("runner", 3, r"Trainer: runner must be a runner class or 'module:Class', got int 3"),
-    ("schedulers", 5, r"Trainer: schedulers must be an LR scheduler or a callable \(optimizer\) -> scheduler, got int 5"),
+    ("schedulers", 5, r"Trainer: schedulers must be an LR scheduler, a callable \(optimizer\) -> scheduler or a list "
+                      r"of them, got int 5"),
 ])
 def test_an_argument_of_the_wrong_kind_is_named(argument, value, message, tmp_path):
     model = WithLoss()

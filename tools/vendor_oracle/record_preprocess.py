@@ -33,12 +33,22 @@ import preprocess_cases as pc  # noqa: E402
 # its own tool stops there on every FIM config. The recorder puts two empty classes under those names (nothing
 # is an instance of them, so the function goes on to its PreTrainedTokenizerFast branch, the one a neox or
 # Hugging Face tokenizer takes) and runs the tool's __main__ otherwise unchanged.
+#
+# Release_2.10.0's NLGTokenGenerator.encode (mode nlg) ends its stats with ``"n_examples": successful``, a name
+# nothing defines (its module has no global of it, the method no local): every record raises NameError, so the
+# shipped nlg config writes no sample. The recorder defines the module global ``successful = 1`` before the tool
+# runs. That is the value the code means: the same dict's "successful_files" is files_processed - discarded_files,
+# which is 1 for every record (the stacked sample is 3 x max_seq_length, never empty, so discarded_files stays 0),
+# and every other token generator counts n_examples 1 per sample (utils.py's stats["n_examples"] = 1). Nothing
+# else in the tool is changed.
 _RUN_VENDOR = """
 import runpy, sys, types
 for name in ("BPETokenizer", "HFTokenizer"):
     module = types.ModuleType("cerebras.modelzoo.data_preparation.nlp.tokenizers." + name)
     setattr(module, name, type(name, (), {}))
     sys.modules[module.__name__] = module
+import cerebras.modelzoo.data_preparation.data_preprocessing.nlg_token_generator as nlg
+nlg.successful = 1
 sys.argv = ["preprocess_data", "--config", sys.argv[1]]
 runpy.run_module("cerebras.modelzoo.data_preparation.data_preprocessing.preprocess_data", run_name="__main__")
 """

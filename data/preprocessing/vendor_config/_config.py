@@ -44,7 +44,7 @@ DATASET_KEYS = {
     "split_text_to_tokenize", "chunk_len_to_split", "remove_bos_in_chunks", "max_prompt_length", "response_delimiter",
 }
 MODES = ("pretraining", "finetuning", "dpo", "nlg", "embedding_training", "embedding_generation", "custom")
-RUN_MODES = ("pretraining", "finetuning", "dpo")
+RUN_MODES = ("pretraining", "finetuning", "dpo", "nlg")
 """The modes cs-run runs today; the others are named in their error."""
 OBJECTIVES = ("fim", "bert_pretraining", "mlm")
 """dataset.training_objective values besides autoregressive that cs-run runs (in mode pretraining, as the vendor)."""
@@ -90,6 +90,9 @@ class PreprocessConfig:
     hf_dataset: Optional[tuple] = None  # type huggingface: (save_to_disk folder, split or None)
     inverted_mask: bool = False  # the loss mask flipped (pretraining and finetuning)
     resume: bool = False
+    shuffle_seed: Optional[int] = None  # processing.shuffle: the seed (shuffle_seed, default 0); None: no shuffle
+    token_limit: Optional[int] = None  # processing.token_limit; None: no limit (the vendor's false or 0)
+    use_vsl: bool = False  # dataset.use_vsl: sequences packed into 5-row VSL samples (see _vsl)
     skip_jsonl_errors: bool = False
     lines: dict = field(default_factory=dict)
     objective: Optional[str] = None  # dataset.training_objective (None: autoregressive)
@@ -151,19 +154,16 @@ def _out_of_scope(setup: dict, processing: dict, dataset: dict, path: str, lines
 def _not_yet(setup: dict, processing: dict, dataset: dict, mode: str, path: str, lines: dict) -> None:
     """Parts of the vendor's tool cs-run does not run yet: refused by name rather than run differently."""
     if mode not in RUN_MODES:
-        fix = ("the Model Zoo 2.10 tool's nlg mode fails on every record too (NameError in NLGTokenGenerator): "
-               "pre-tokenized NLG data has no working path yet" if mode == "nlg" else
-               "use the vendor's tool for this mode for now")
+        fix = "use the vendor's tool for this mode for now"
         raise _fail(path, lines, "setup.mode", f"is {mode!r}, which cs-run's --config does not run yet "
                     f"(it runs {', '.join(RUN_MODES)})", fix)
     if processing.get("wikitext_detokenize") and mode != "pretraining":
         raise _fail(path, lines, "processing.wikitext_detokenize", f"is not run by cs-run's --config in mode {mode!r} "
                     "yet (mode pretraining only)", "set it to false")
-    if processing.get("inverted_mask") and mode == "dpo":
-        raise _fail(path, lines, "processing.inverted_mask", "is not run by cs-run's --config in mode 'dpo' yet",
+    if processing.get("inverted_mask") and mode in ("dpo", "nlg"):
+        raise _fail(path, lines, "processing.inverted_mask", f"is not run by cs-run's --config in mode {mode!r} yet",
                     "set it to false")
-    not_yet = ("token_limit", "shuffle", "semantic_loss_weight",
-               "semantic_drop_mask", "semantic_attention_mask")
+    not_yet = ("semantic_loss_weight", "semantic_drop_mask", "semantic_attention_mask")
     if any(processing.get(k) for k in not_yet):
         key = next(k for k in not_yet if processing.get(k))
         raise _fail(path, lines, f"processing.{key}", "is not run by cs-run's --config yet", "set it to false")
@@ -171,13 +171,18 @@ def _not_yet(setup: dict, processing: dict, dataset: dict, mode: str, path: str,
         if setup.get(key):
             raise _fail(path, lines, f"setup.{key}", "is not run by cs-run's --config yet",
                         "remove it (split the input folder yourself) or use the vendor's tool")
-    for key in ("use_vsl", "split_text_to_tokenize"):
-        if dataset.get(key):
-            raise _fail(path, lines, f"dataset.{key}", "is not run by cs-run's --config yet", "set it to false")
+    if dataset.get("split_text_to_tokenize"):
+        raise _fail(path, lines, "dataset.split_text_to_tokenize", "is not run by cs-run's --config yet",
+                    "set it to false")
     objective = dataset.get("training_objective")
     if objective in OBJECTIVES and mode != "pretraining":
         raise _fail(path, lines, "dataset.training_objective", f"is {objective!r} in mode {mode!r}",
                     f"the vendor runs {objective} in mode pretraining only: set setup.mode: pretraining or remove it")
+    for key in ("use_vsl", "shuffle", "token_limit"):  # not built with the masked LM / BERT samples
+        section, prefix = (dataset, "dataset") if key == "use_vsl" else (processing, "processing")
+        if objective in ("bert_pretraining", "mlm") and section.get(key):
+            raise _fail(path, lines, f"{prefix}.{key}", f"is not run by cs-run's --config with training_objective "
+                        f"{objective} yet", "set it to false, or use the vendor's tool for this config")
     if objective not in (None, "autoregressive", *OBJECTIVES):
         raise _fail(path, lines, "dataset.training_objective", f"is {dataset['training_objective']!r}, "
                     "which cs-run's --config does not run yet", "remove it (plain autoregressive pretraining)")
@@ -259,9 +264,10 @@ def _tokenizer(processing: dict, path: str, lines: dict) -> tuple[str, str, tupl
     return tokenizer, tokenizer_kind, gpt2_files
 
 
-def _processing(processing: dict, path: str, lines: dict) -> tuple:
+def _processing(processing: dict, path: str, lines: dict, reads_text: bool = True) -> tuple:
     """The ``processing`` keys the writer reads: sequence length, short-sequence probability, the read hook,
-    ftfy; the other integer keys and the dtypes checked."""
+    ftfy (needed only where the mode ``reads_text``: nlg's token ids are never cleaned); the other integer keys
+    and the dtypes checked."""
     msl = _typed(processing, "max_seq_length", int, "processing", path, lines, 2048)
     if msl < 2:
         raise _fail(path, lines, "processing.max_seq_length", f"is {msl}", "give at least 2")
@@ -276,7 +282,7 @@ def _processing(processing: dict, path: str, lines: dict) -> tuple:
         raise _fail(path, lines, "processing.read_hook_kwargs", "names no *_key", "give the input's keys, e.g. "
                     "text_key: text")
     use_ftfy = _typed(processing, "use_ftfy", bool, "processing", path, lines, True)
-    if use_ftfy:
+    if use_ftfy and reads_text:
         try:
             import ftfy  # noqa: F401,PLC0415  (optional: only configs that ask for it need it)
         except ImportError:
@@ -310,7 +316,7 @@ def load_config(path: str) -> PreprocessConfig:
 
     tokenizer, tokenizer_kind, gpt2_files = _tokenizer(processing, path, lines)
 
-    msl, ssp, hook, hook_kwargs, use_ftfy = _processing(processing, path, lines)
+    msl, ssp, hook, hook_kwargs, use_ftfy = _processing(processing, path, lines, reads_text=mode != "nlg")
     splits = _splits.plan_splits(setup, processing, output_dir,
                                  lambda key, problem, fix: _fail(path, _nearest(lines, key), key, problem, fix))
     fim = _fim(dataset, tokenizer_kind, path, lines) if dataset.get("training_objective") == "fim" else None
@@ -339,9 +345,47 @@ def load_config(path: str) -> PreprocessConfig:
         write_chunk_size=processing.get("write_chunk_size", 1024) * 1024,
         eos_id=processing.get("eos_id"), pad_id=processing.get("pad_id"),
         resume=_typed(processing, "resume_from_checkpoint", bool, "processing", path, lines, False),
+        shuffle_seed=_shuffle_seed(processing, path, lines), token_limit=_token_limit(processing, path, lines),
+        use_vsl=_use_vsl(mode, processing, dataset, path, lines),
         skip_jsonl_errors=_typed(processing, "UNSAFE_skip_jsonl_decoding_errors", bool, "processing", path, lines,
                                  False),
         lines=lines)
+
+
+def _shuffle_seed(processing: dict, path: str, lines: dict) -> Optional[int]:
+    """processing.shuffle's seed (shuffle_seed, 0 when not given, as the vendor), or None without shuffle."""
+    shuffle = _typed(processing, "shuffle", bool, "processing", path, lines, False)
+    seed = _typed(processing, "shuffle_seed", int, "processing", path, lines, 0)
+    if seed < 0:  # numpy's seed takes 0 .. 2**32 - 1 (the vendor's np.random.seed(shuffle_seed + file))
+        raise _fail(path, lines, "processing.shuffle_seed", f"is {seed}", "give an integer >= 0")
+    return seed if shuffle else None
+
+
+def _token_limit(processing: dict, path: str, lines: dict) -> Optional[int]:
+    """processing.token_limit as a count of num_tokens, or None: absent, false or 0 mean no limit (the vendor's
+    ``if self.token_limit``)."""
+    value = processing.get("token_limit")
+    if value is None or value is False or value == 0:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _fail(path, lines, "processing.token_limit", f"is {value!r}",
+                    "give a positive integer (the tokens to write, counted as num_tokens), or false for no limit")
+    return value
+
+
+def _use_vsl(mode: str, processing: dict, dataset: dict, path: str, lines: dict) -> bool:
+    """dataset.use_vsl, where cs-run runs it: plain pretraining and prompt / completion or chat finetuning."""
+    if not _typed(dataset, "use_vsl", bool, "dataset", path, lines, False):
+        return False
+    if mode == "dpo" or dataset.get("training_objective") == "fim":
+        what = "mode 'dpo'" if mode == "dpo" else "training_objective 'fim'"
+        raise _fail(path, lines, "dataset.use_vsl", f"is true with {what}, which packs no VSL samples (the "
+                    "vendor's tool writes that mode's plain samples and ignores it)", "set use_vsl to false")
+    for key in ("inverted_mask", "short_seq_prob"):
+        if processing.get(key):
+            raise _fail(path, lines, f"processing.{key}", "is not run by cs-run's --config with dataset.use_vsl yet",
+                        f"remove {key} or set use_vsl to false")
+    return True
 
 
 def _saved_dataset(source, split, path: str, lines: dict) -> None:

@@ -224,6 +224,10 @@ class FinetuningSamples:
             stats["discarded_files"] += 1
             return []
         stats["successful_files"] += 1
+        return self._sample(ids, mask, stats)
+
+    def _sample(self, ids: list[int], mask: list[int], stats: dict) -> list[np.ndarray]:
+        """The padded sample of a kept record's tokens and loss mask, counted."""
         n = len(ids) - 1
         pad = self.msl - n
         sample = np.empty((3, self.msl), dtype=np.int32)

@@ -104,14 +104,26 @@ def dpo_read_hook(example: dict, **kwargs: Any) -> list[dict]:
     return []
 
 
+def nlg_read_hook(example: dict, **kwargs: Any) -> list[dict]:
+    """A context turn and a completion turn from ``context_key`` / ``completion_key``: token id lists, kept
+    as they are (mode nlg reads pre-tokenized records); a missing key gives "", as the vendor's hook."""
+    context, completion = kwargs.get("context_key"), kwargs.get("completion_key")
+    if context is None or completion is None:
+        raise ParamsError("data preprocess --config: nlg_read_hook needs read_hook_kwargs.context_key and "
+                          "completion_key")
+    return [{"type": "context", "content": [{"text": example.get(context, "")}]},
+            {"type": "completion", "content": [{"text": example.get(completion, "")}]}]
+
+
 HOOKS: dict[str, Callable[..., list[dict]]] = {
     "dpo_read_hook": dpo_read_hook,
     "chat_read_hook": chat_read_hook,
     "text_read_hook": text_read_hook,
     "prompt_completion_text_read_hook": prompt_completion_text_read_hook,
+    "nlg_read_hook": nlg_read_hook,
 }
 MODE_HOOKS = {"pretraining": ("text_read_hook",), "finetuning": ("prompt_completion_text_read_hook", "chat_read_hook"),
-              "dpo": ("dpo_read_hook",)}
+              "dpo": ("dpo_read_hook",), "nlg": ("nlg_read_hook",)}
 """The vendor's read hooks cs-run runs, by function name (the module is the vendor's hooks module)."""
 
 
@@ -227,7 +239,7 @@ def read_chunks(files: list[str], keys: list[str], hook: Callable[..., list[dict
                 raise DataError(f"data preprocess --config: {path}:{number} does not have the shape the read hook "
                                 f"{hook.__name__} reads ({type(e).__name__}: {e}); fix the record or the "
                                 "read_hook_kwargs keys") from None
-            for turn in turns:
+            for turn in turns if hook is not nlg_read_hook else ():  # nlg's token id lists: checked by _nlg
                 for part in turn["content"]:
                     value = next(iter(part.values()))
                     if value is not None and not isinstance(value, str):

@@ -9,6 +9,11 @@ and the attribute ``n_examples``.
 data_params.json is the config as read, with processing.eos_id / pad_id / vocab_size, ``features`` and
 the ``post-process`` counts (keys sorted, indent 4, as the vendor writes it).
 
+With ``processing.shuffle`` the files are the vendor's shuffled layout instead: ``output_chunk_<k>.h5``, k in
+``range(ceil(input bytes / write_chunk_size))`` (.json.gz, .parquet and .jsonl.zst counted 3 times their size), the
+rows of each read chunk dealt to them by one draw each, appended (resizable datasets), then each file's rows
+permuted (:meth:`Output.append_h5`, :meth:`Output.shuffle_files`).
+
 Everything is written into a hidden staging folder inside the output folder and moved into place only
 when the whole run succeeded (data_params.json last): a failure or a kill leaves what was there before.
 A killed run's staging folder is removed by the next run (a live run's is locked and left alone).
@@ -134,15 +139,49 @@ class Output:
             f.attrs["n_examples"] = data.shape[0]
         self.names.append(name)
 
+    def append_h5(self, name: str, rows: np.ndarray) -> None:
+        """Append ``rows`` to the shuffled layout's file ``name`` (created resizable along the samples, as the
+        vendor's append_df_to_hdf5 creates it)."""
+        import h5py
+
+        rows = rows.astype(np.int32, copy=False)
+        with h5py.File(os.path.join(self.stage, name), "a") as f:
+            f.attrs["n_examples"] = f.attrs.get("n_examples", 0) + len(rows)
+            if "data" not in f:
+                f.create_dataset("data", data=rows, dtype="i4", chunks=(1, *rows.shape[1:]),
+                                 maxshape=(None, *rows.shape[1:]), compression="gzip")
+            else:
+                data = f["data"]
+                old = data.shape[0]
+                data.resize((old + len(rows), *data.shape[1:]))
+                data[old:] = rows
+        if name not in self.names:
+            self.names.append(name)
+
+    def shuffle_files(self, seed: int) -> None:
+        """The vendor's second pass: the files in name order, the i-th one's rows permuted by
+        ``np.random.seed(seed + i); np.random.shuffle(arange(n))``."""
+        import h5py
+
+        for i, name in enumerate(sorted(n for n in self.names if n.endswith(".h5"))):
+            with h5py.File(os.path.join(self.stage, name), "r+") as f:
+                data = f["data"]
+                order = np.arange(data.shape[0])
+                np.random.RandomState(seed + i).shuffle(order)
+                data[...] = data[:][order]
+
     def write_params(self, extra_processing: dict, features: list[str], stats: dict) -> None:
         """data_params.json: the config, the ids the run used, and the post-process counts."""
         params = json.loads(json.dumps(self.params))
+        params.setdefault("dataset", {})  # the vendor writes the section, empty where the config has none
         params["processing"].update(extra_processing)
         params["features"] = features
         post = dict(stats)
         n = post.get("n_examples", 0)
         post["average_chars_per_sequence"] = math.ceil(post["raw_chars_count"] / n) if n else 0
         post["average_bytes_per_sequence"] = math.ceil(post["raw_bytes_count"] / n) if n else 0
+        if post.get("num_sequences_before_packing"):  # use_vsl: sequences per written sample, as the vendor rounds it
+            post["vsl_packing_factor"] = round(post["num_sequences_before_packing"] / n, 2)
         params["post-process"] = post
         with open(os.path.join(self.stage, "data_params.json"), "w") as f:
             json.dump(params, f, indent=4, sort_keys=True)

@@ -1,15 +1,18 @@
 """``cs-run data preprocess --config FILE.yaml``: one Model Zoo preprocessing config, run end to end.
 
 Reads and checks the config (_config), loads its tokenizer (_tokenizer), streams the inputs through
-the read hook in the vendor's read chunks (_inputs), cuts samples (_pretraining) and writes the
-vendor's files, staged (_output). The output is meant to equal the vendor tool's on the same inputs
+the read hook in the vendor's read chunks (_inputs), cuts samples (_pretraining; _vsl packs them with use_vsl),
+stops at processing.token_limit and writes the vendor's files, buffered or shuffled (processing.shuffle), staged
+(_output). The output is meant to equal the vendor tool's on the same inputs
 (tests/data/test_vendor_preprocess.py compares them with recorded vendor output).
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -21,7 +24,7 @@ from tqdm import tqdm
 
 from cs_run.errors import ParamsError
 
-from . import _bert, _dpo, _fim, _finetuning, _inputs, _mlm, _output, _pretraining, _splits
+from . import _bert, _dpo, _fim, _finetuning, _inputs, _mlm, _nlg, _output, _pretraining, _splits, _vsl
 from ._config import load_config
 from ._tokenizer import load_tokenizer
 
@@ -107,8 +110,11 @@ def _generator(cfg, tok) -> tuple:
                               use_ftfy=cfg.use_ftfy, ftfy_normalizer=cfg.ftfy_normalizer,
                               response_delimiter=cfg.response_delimiter)
         stats_keys, features = _pretraining.STATS_KEYS, _dpo.DPO_FEATURES
+    elif cfg.mode == "nlg":
+        gen = _nlg.NlgSamples(max_seq_length=cfg.max_seq_length, vocab_size=tok.vocab_size)
+        stats_keys = _pretraining.STATS_KEYS
     elif cfg.mode == "finetuning":
-        gen = _finetuning.FinetuningSamples(
+        gen = (_vsl.VslFinetuningSamples if cfg.use_vsl else _finetuning.FinetuningSamples)(
             tok, max_seq_length=cfg.max_seq_length, min_sequence_len=cfg.min_sequence_len, use_ftfy=cfg.use_ftfy,
             ftfy_normalizer=cfg.ftfy_normalizer, sep_token=cfg.sep_token, truncate_to_msl=cfg.truncate_to_msl,
             chat_template=cfg.chat_template, end_of_turn_token=cfg.end_of_turn_token, inverted_mask=cfg.inverted_mask)
@@ -125,9 +131,12 @@ def _generator(cfg, tok) -> tuple:
                     wikitext_detokenize=cfg.wikitext_detokenize, inverted_mask=cfg.inverted_mask)
         gen = (_fim.FimSamples(tok, fim=cfg.fim, where=cfg.at("dataset.fim_prefix_tok"), **args) if cfg.fim else
                _bert.BertSamples(tok, truncate_to_msl=cfg.truncate_to_msl, **args)
-               if cfg.objective == "bert_pretraining" else _pretraining.PretrainingSamples(tok, **args))
+               if cfg.objective == "bert_pretraining" else
+               (_vsl.VslPretrainingSamples if cfg.use_vsl else _pretraining.PretrainingSamples)(tok, **args))
         stats_keys = _pretraining.STATS_KEYS
         features = _bert.FEATURES if cfg.objective == "bert_pretraining" else features
+    if cfg.use_vsl:
+        stats_keys, features = stats_keys + ["num_sequences_before_packing"], _vsl.VSL_FEATURES
     return gen, stats_keys, features
 
 
@@ -156,36 +165,10 @@ def _run(cfg, progress: bool) -> PreprocessSummary:
                     cfg.params["setup"]["processes"])
     gen, stats_keys, features = _generator(cfg, tok)
     keys = [v for k, v in cfg.read_hook_kwargs.items() if str(k).endswith("_key")]
-    h5_keys = getattr(gen, "H5_KEYS", ("data",))  # the datasets of each .h5 file (masked LM: data and labels)
 
     out = _output.Output(cfg.output_dir, cfg.params)
     try:
-        stats = dict.fromkeys(stats_keys, 0)
-        buffer: list[tuple[np.ndarray, ...]] = []  # per read chunk, one array per h5 key
-        chunk_no = 0
-        bar = tqdm(unit=" records", desc=f"preprocess ({len(files)} files)", disable=not progress, file=sys.stderr)
-        for chunk in _inputs.read_chunks(files, keys, hook, cfg.read_hook_kwargs, cfg.read_chunk_size,
-                                          cfg.skip_jsonl_errors):
-            chunk_stats: dict = defaultdict(int)
-            samples = [s for where, entries in chunk for s in gen.document(entries, chunk_stats, where)]
-            bar.update(len(chunk))
-            if samples:  # a chunk that made no sample adds nothing, its counts included (as the vendor)
-                for key, value in chunk_stats.items():
-                    stats[key] += value
-                buffer.append(_output.stack(samples))
-                if _output.buffer_size(buffer, h5_keys) >= cfg.write_chunk_size:
-                    out.write_h5(f"output_chunk_0_{chunk_no}.h5", buffer, h5_keys)
-                    buffer = []
-            chunk_no += 1
-        bar.close()
-        if buffer:
-            out.write_h5(f"output_chunk_0_{chunk_no}.h5", buffer, h5_keys)
-        rest, rest_stats = gen.rest()
-        if rest:
-            out.write_h5("output_chunk_1_prefix.h5", [_output.stack(rest)], h5_keys)
-            for key in ("num_pad_tokens", "non_pad_tokens", "num_masked_tokens", "loss_valid_tokens", "num_tokens",
-                        "n_examples"):
-                stats[key] += rest_stats.get(key, 0)
+        stats = _write_samples(cfg, gen, out, files, keys, hook, stats_keys, progress)
         out.write_params({"eos_id": tok.eos_id, "pad_id": tok.pad_id, "vocab_size": tok.vocab_size},
                          features, stats)
         out.commit()
@@ -197,3 +180,104 @@ def _run(cfg, progress: bool) -> PreprocessSummary:
         raise
     written = sorted(n for n in out.names if n.endswith(".h5"))
     return PreprocessSummary(cfg.output_dir, written, stats["n_examples"], tok.vocab_size)
+
+
+def _chunk_samples(cfg, gen, chunk: list) -> tuple[list[list], list[dict], dict]:
+    """One read chunk through the generator: its units (a record's samples; with use_vsl one packed sample each),
+    the running counts after each unit (the vendor's checkpoint list, which token_limit cuts at) and the
+    chunk's counts."""
+    stats: dict = defaultdict(int)
+    units, snapshots = [], []
+    for where, entries in chunk:
+        made = gen.document(entries, stats, where)
+        if made:
+            units.append(made)
+            snapshots.append(dict(stats))
+    if cfg.use_vsl and units:
+        packed, packed_snapshots = gen.pack_chunk(units)
+        stats.update(packed_snapshots[-1])
+        # each packed sample's counts over the record counts of the unit at its place (the vendor's own list; where
+        # a chunk packs into more samples than it had records, the vendor stops on an IndexError, cs-run reads on)
+        snapshots = [{**snapshots[min(i, len(snapshots) - 1)], **p} for i, p in enumerate(packed_snapshots)]
+        units = [[sample] for sample in packed]
+    return units, snapshots, stats
+
+
+def _output_files(files: list[str], write_chunk_size: int) -> int:
+    """How many files processing.shuffle deals samples to: the inputs' size (compressed ones counted 3 times) over
+    write_chunk_size, rounded up (the vendor's total_output_files)."""
+    compressed = (".jsonl.zst", ".jsonl.zst.tar", ".json.gz", ".parquet")
+    size = sum(os.path.getsize(f) * (3 if f.endswith(compressed) else 1) for f in files)
+    return math.ceil(size / write_chunk_size)
+
+
+def _deal(out, rng, n_files: int, samples: list) -> None:
+    """processing.shuffle: each sample to ``output_chunk_<k>.h5``, k drawn per sample (the vendor's
+    np.random.choice(np.arange(n_files), n))."""
+    rows = np.stack(samples)
+    picks = rng.choice(np.arange(n_files), len(rows))
+    for k in dict.fromkeys(picks.tolist()):
+        out.append_h5(f"output_chunk_{k}.h5", rows[picks == k])
+
+
+def _write_samples(cfg, gen, out, files, keys, hook, stats_keys, progress: bool) -> dict:
+    """Stream the inputs into ``out`` (staged): the vendor's buffered files, or its shuffled ones; stop at
+    token_limit. Returns the post-process counts."""
+    stats = dict.fromkeys(stats_keys, 0)
+    rng = None
+    if cfg.shuffle_seed is not None:
+        # numpy's global RNG, seeded shuffle_seed at the start of the vendor's process_files: the FIM draws share it
+        rng, n_files = np.random.RandomState(cfg.shuffle_seed), _output_files(files, cfg.write_chunk_size)
+        if cfg.fim:
+            gen.np_rng = rng
+    buffer: list[tuple[np.ndarray, ...]] = []  # per read chunk, one array per h5 key
+    h5_keys = getattr(gen, "H5_KEYS", ("data",))  # the datasets of each .h5 file (masked LM: data and labels)
+    chunk_no, total_tokens = 0, 0
+    bar = tqdm(unit=" records", desc=f"preprocess ({len(files)} files)", disable=not progress, file=sys.stderr)
+    for chunk in _inputs.read_chunks(files, keys, hook, cfg.read_hook_kwargs, cfg.read_chunk_size,
+                                      cfg.skip_jsonl_errors):
+        units, snapshots, chunk_stats = _chunk_samples(cfg, gen, chunk)
+        bar.update(len(chunk))
+        stop = False
+        if cfg.token_limit is not None:
+            # counted per chunk; the chunk that reaches the limit keeps its units up to the one that reached it
+            before, total_tokens = total_tokens, total_tokens + chunk_stats.get("num_tokens", 0)
+            stop = total_tokens >= cfg.token_limit
+            if stop and units:
+                cut = bisect.bisect_left([s.get("num_tokens", 0) + before for s in snapshots], cfg.token_limit)
+                cut = min(cut, len(units) - 1)
+                chunk_stats = {**chunk_stats, **snapshots[cut]}
+                units = units[: cut + 1]
+        if units:  # a chunk that made no sample adds nothing, its counts included (as the vendor)
+            for key, value in chunk_stats.items():
+                stats[key] += value
+            samples = [s for unit in units for s in unit]
+            if rng is not None:
+                _deal(out, rng, n_files, samples)
+            else:
+                buffer.append(_output.stack(samples))
+                if _output.buffer_size(buffer, h5_keys) >= cfg.write_chunk_size:
+                    out.write_h5(f"output_chunk_0_{chunk_no}.h5", buffer, h5_keys)
+                    buffer = []
+        chunk_no += 1
+        if stop:  # no later chunk is read (the packed rest below is still written, as the vendor writes it)
+            logger.info("data preprocess: processing.token_limit %d reached (%d tokens)", cfg.token_limit,
+                        total_tokens)
+            break
+    bar.close()
+    if buffer:
+        out.write_h5(f"output_chunk_0_{chunk_no}.h5", buffer, h5_keys)
+    if rng is not None:
+        rng.seed(cfg.shuffle_seed)  # the vendor seeds numpy again before the packed rest
+    rest, rest_stats = gen.rest()
+    if rest:
+        if rng is not None:
+            _deal(out, rng, n_files, rest)
+        else:
+            out.write_h5("output_chunk_1_prefix.h5", [_output.stack(rest)], h5_keys)
+        for key in ("num_pad_tokens", "non_pad_tokens", "num_masked_tokens", "loss_valid_tokens", "num_tokens",
+                    "n_examples"):
+            stats[key] += rest_stats.get(key, 0)
+    if rng is not None:
+        out.shuffle_files(cfg.shuffle_seed)
+    return stats

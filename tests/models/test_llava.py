@@ -1,0 +1,181 @@
+"""llava (issue 39): the Model Zoo 2.10 llava files, shrunk by tools/modelzoo_files.py, over samples in the
+layout of the vendor's llava preprocessing (write_llava_data): validate-only, 5 training steps on CPU and
+on CSX fx; the first batch's logits and loss against transformers' LlavaForConditionalGeneration holding
+the same weights; the bad model keys, each one error naming the key.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+from click.testing import CliRunner
+from hf_helpers import TOL, build
+
+from cs_run._yaml import parse as parse_yaml
+from cs_run.data.processors.llava_hdf5 import build_dataloader
+from cs_run.errors import ParamsError
+from cs_run.frontends.cli import cli as main_cli
+from cs_run.models.llava import hf as llava_hf
+from cs_run.summaries import read_scalars
+from tests.modelzoo_marks import first_in_suite_rest_in_sweep
+
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
+_spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
+mz = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(mz)
+TAG = "Release_2.10.0"
+FILES = ["params_llava_v1p5_pretrain_7b_phase1_MSL2K", "params_llava_v1p5_pretrain_7b_phase2_MSL2K",
+         "params_llava_v1p5_pretrain_13b_phase1_MSL2K", "params_llava_v1p5_pretrain_13b_phase2_MSL2K"]
+pytestmark = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("llava_shards")
+    for start in mz.LLAVA_IMAGE_STARTS:
+        mz.write_llava_data(out / "llava" / f"start_{start}", image_start_idx=start)
+    return out
+
+
+def _shrunk(name: str, data: Path, tmp_path: Path) -> dict:
+    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show",
+                           f"{TAG}:src/cerebras/modelzoo/models/multimodal/llava/configs/{name}.yaml"], check=True,
+                          capture_output=True, text=True).stdout
+    raw, _ = parse_yaml(text, name)
+    return mz.shrink(raw, data, tmp_path / "model_dir")
+
+
+def _inputs(params: dict):
+    trainer = params["trainer"]
+    for part, key in (("fit", "train_dataloader"), ("fit", "val_dataloader"), ("validate", "val_dataloader"),
+                      ("validate_all", "val_dataloaders")):
+        section = trainer.get(part, {}).get(key)
+        if isinstance(section, dict):
+            yield section
+
+
+def _cli(*args) -> None:
+    result = CliRunner().invoke(main_cli, [*map(str, args)])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", first_in_suite_rest_in_sweep(FILES, keep=(FILES[1],)))
+def test_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, data, name):
+    """Phase 1 (both towers frozen, the image at 1) and phase 2 (the text model trains, the image at 35) in
+    make test; the 13b files differ from the 7b ones only in sizes (make test-sweep)."""
+    params = _shrunk(name, data, tmp_path)
+    for section in _inputs(params):
+        section["num_workers"] = 0  # worker processes on a 2-core test machine; same batches
+    params["trainer"]["init"]["logging"]["log_steps"] = 1
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    _cli("validate-only", "--params", path, "--model_dir", tmp_path / "v")
+    _cli("train", "--params", path, "--model_dir", tmp_path / "cpu", "--device", "CPU")
+    _cli("train", "--params", path, "--model_dir", tmp_path / "csx", "--device", "CSX", "--compile_tier", "fx")
+    cpu, csx = (read_scalars(tmp_path / d / "train")["loss"] for d in ("cpu", "csx"))
+    assert [s for s, _ in cpu] == [1, 2, 3, 4, 5] == [s for s, _ in csx]
+    assert all(np.isfinite(loss) for _, loss in cpu)
+    # the fx tier runs the traced step's own aten calls in eager's order (bf16 autocast on both): the same floats
+    assert cpu == csx
+
+
+def _model_and_batch(name: str, data: Path, tmp_path: Path):
+    params = _shrunk(name, data, tmp_path)
+    keys = dict(params["trainer"]["init"]["model"])
+    torch.manual_seed(0)
+    model = build(keys)
+    section = dict(params["trainer"]["fit"]["train_dataloader"])
+    for drop in ("data_processor", "num_workers", "prefetch_factor", "persistent_workers"):
+        section.pop(drop)
+    loader = build_dataloader("train", **section, image_model=keys["image_model"], text_model=keys["text_model"])
+    return model, keys, next(iter(loader))
+
+
+def _transformers_llava(model, keys: dict):
+    transformers = pytest.importorskip("transformers")
+    config = llava_hf.hf_config(keys)
+    hf = transformers.LlavaForConditionalGeneration(transformers.LlavaConfig(**{
+        **config, "vision_config": {k: v for k, v in config["vision_config"].items() if k != "model_type"},
+        "text_config": config["text_config"]})).eval()
+    hf.load_state_dict(llava_hf.to_hf_state_dict(model, legacy=False))  # strict: every tensor, once
+    return hf, config
+
+
+def _hf_logits(hf, config: dict, batch: dict, start: int, patches: int) -> torch.Tensor:
+    ids = batch["text_input_ids"].long().clone()
+    ids[:, start:start + patches] = hf.config.image_token_id  # HF splices at its image token
+    with torch.no_grad():
+        return hf(input_ids=ids, pixel_values=batch["image_data"], attention_mask=1 - batch["key_padding_mask"]).logits
+
+
+@pytest.mark.parametrize("name, start", [(FILES[0], 1), (FILES[1], 35)])
+def test_first_loss_is_transformers_llava_with_the_same_weights(tmp_path, data, name, start):
+    """The file's first batch (a text-only sample among them: its image keys padded out) through the model and
+    through LlavaForConditionalGeneration holding the same weights: logits within 1e-5, and the loss is the
+    masked mean of the label tokens' cross entropy of HF's logits (loss_scaling num_tokens)."""
+    model, keys, batch = _model_and_batch(name, data, tmp_path)
+    assert keys["image_start_idx"] == start  # phase 2's: the vendor's system prompt comes before the image
+    assert (batch["key_padding_mask"][:, start:start + 4] == 1).any(), "a text-only sample in the batch"
+    hf, config = _transformers_llava(model, keys)
+    hf_logits = _hf_logits(hf, config, batch, start, 4)
+    with torch.no_grad():
+        logits = model.logits(batch)
+        loss = model(batch)
+    torch.testing.assert_close(logits, hf_logits, **TOL)
+    mask = batch["loss_mask"].float()
+    token = F.cross_entropy(hf_logits.reshape(-1, hf_logits.shape[-1]), batch["labels"].reshape(-1).long(),
+                            reduction="none")
+    torch.testing.assert_close(loss, (token * mask.reshape(-1)).sum() / mask.sum(), **TOL)
+
+
+def test_image_features_replace_the_placeholders_and_padded_keys_are_not_attended(tmp_path, data):
+    """By hand: the logits change with the image where the sample has one, and a text-only sample's logits do
+    not depend on its (padded-out) image positions' features."""
+    model, keys, batch = _model_and_batch(FILES[0], data, tmp_path)
+    other = dict(batch, image_data=torch.randn_like(batch["image_data"]))
+    with torch.no_grad():
+        a, b = model.logits(batch), model.logits(other)
+    no_image = batch["key_padding_mask"][:, 1].bool()
+    assert no_image.any() and (~no_image).any()
+    # text-only rows: every position after the image's reads the same keys (its features are padded out)
+    torch.testing.assert_close(a[no_image][:, 5:], b[no_image][:, 5:], rtol=0, atol=1e-6)
+    assert not torch.allclose(a[~no_image][:, 5:], b[~no_image][:, 5:])
+    assert torch.equal(a[:, 0], b[:, 0])  # bos comes before the image: causal
+
+
+_BASE_IMAGE = {"name": "ViTModel", "hidden_size": 16, "num_hidden_layers": 2, "num_heads": 2, "filter_size": 32,
+               "image_size": [28, 28], "patch_size": [14, 14]}
+_BASE_TEXT = {"name": "LlamaModel", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 1, "num_heads": 2,
+              "filter_size": 64, "max_position_embeddings": 16, "position_embedding_type": "rotary",
+              "rotary_dim": 16, "norm_type": "rmsnorm", "nonlinearity": "swiglu"}
+_BASE_PROJ = {"image_model": {"name": "FeedForwardNetwork", "input_unit": 16, "layers_units": [32, 32],
+                              "layers_activation": ["gelu", None]}}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"image_model": {**_BASE_IMAGE, "name": "ViT"}}, "image_model.name: 'ViT'; llava builds ViTModel"),
+    ({"text_model": {**_BASE_TEXT, "hidden_sise": 3}}, "model.text_model.hidden_sise"),
+    ({"image_model": {**_BASE_IMAGE, "num_heads": "two"}}, "model.image_model.num_heads"),
+    ({"projector": {"image_model": {**_BASE_PROJ["image_model"], "layers_units": [32, 48]}}},
+     "projector.image_model.layers_units[-1]: 48 but text_model.hidden_size is 32"),
+    ({"projector": {"image_model": {**_BASE_PROJ["image_model"], "input_unit": 8}}},
+     "projector.image_model.input_unit: 8 but image_model.hidden_size is 16"),
+    ({"projector": None}, "projector: none, and image_model.hidden_size: 16"),
+    ({"image_feature_select_layer_idx": 2}, "image_feature_select_layer_idx: 2 is not a layer"),
+    ({"freeze": ["^vision_model"]}, "freeze[0]: '^vision_model' matches no module"),
+    ({"text_model": {**_BASE_TEXT, "embd_pdrop": 0.1, "embedding_dropout_rate": 0.0}}, "text_model.embd_pdrop"),
+    ({"moe": {"num_experts": 2}}, "moe: a mixture-of-experts text model"),
+])
+def test_bad_model_keys_name_the_key(change, message):
+    keys = {"name": "llava", "image_model": _BASE_IMAGE, "text_model": _BASE_TEXT, "projector": _BASE_PROJ, **change}
+    with pytest.raises((ValueError, ParamsError), match=None) as e:
+        build(keys)
+    assert message in str(e.value)
