@@ -28,6 +28,7 @@ from .nadam import NAdam as NAdam
 from .optimizer import Optimizer as Optimizer
 from .parallel_schedulers import ParallelSchedulers as ParallelSchedulers
 from .param_groups import configure_param_groups as configure_param_groups
+from .param_groups import lr_adjustment_scales as lr_adjustment_scales
 from .radam import RAdam as RAdam
 from .rmsprop import RMSprop as RMSprop
 from .rprop import Rprop as Rprop
@@ -58,6 +59,7 @@ __all__ = [
     "configure_optimizer",
     "configure_schedulers",
     "configure_param_groups",
+    "lr_adjustment_scales",
     "lr_scheduler",
     "scheduler",
     "weight_decay_scheduler",

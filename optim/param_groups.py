@@ -78,7 +78,10 @@ def _split_weight_decay(model: torch.nn.Module, groups: list[dict[str, Any]], we
 
 def _group_filters(group: Any) -> tuple[Any, float]:
     """(glob patterns, scale) of one of a model's ``lr_adjustment_groups`` entries: an object with
-    ``param_filter_patterns`` and ``scale`` (the Model Zoo's LRAdjustmentGroup), such a mapping, or globs."""
+    ``param_filter_patterns`` and ``scale`` (the Model Zoo's LRAdjustmentGroup), such a mapping, a
+    ``(globs, scale)`` pair (models/common/mup.py's decoder groups), or globs."""
+    if isinstance(group, tuple) and len(group) == 2 and isinstance(group[1], (int, float)):
+        return group[0], float(group[1])
     if isinstance(group, dict):
         return group.get("param_filter_patterns", group.get("params")), float(group.get("scale", 1.0))
     if hasattr(group, "param_filter_patterns"):

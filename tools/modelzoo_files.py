@@ -27,6 +27,8 @@ max_predictions_per_seq to 10): ``--write-bert-csv`` writes random word-piece pa
 t5's files read text (T5DynamicDataProcessor; src_vocab_file moves to --shards/vocab.txt, 64 source and 16
 target tokens): ``--write-t5-text`` writes random pieces in the vendor's layout (``--match nlp/t5/configs/``);
 transformer's read parallel text, ``--write-transformer-text`` (``--match nlp/transformer/configs/``).
+dpr's file reads DPRHDF5DataProcessor's shards (its q_encoder / ctx_encoder shrunk as a model):
+``--write-dpr-data`` writes random questions with a positive and a hard-negative context (``--match nlp/dpr/``).
 
 dit's files read VAE latents (DiffusionLatentImageNet1KProcessor; 8x8 latents, frequency_embedding_size 32):
 ``--write-dit-latents`` writes the vendor's ``.npz`` layout into --shards/dit/ (``--match vision/dit/``).
@@ -60,13 +62,13 @@ from cs_run._yaml import parse as parse_yaml
 MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
 FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
             "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "esm2", "t5", "transformer",
-            "dit", "dino", "llava")
+            "dit", "dino", "llava", "dpr")
 """Model families (models/nlp/<family>/...): the decoder LMs, bert (its pretraining files and its heads'
 files: --write-bert-csv also writes the classifier's GLUE, the token classifier's NER and extractive
 summarization's BERTSUM data), esm2, t5, transformer, dit (models/vision/dit: --write-dit-latents), dino
-(models/vision/dino: its DINOv2 files and the vision_transformer eval_linear file, --write-images) and llava
-(models/multimodal/llava/configs/, read by --write-llava-data's samples and images); the other families are
-left out."""
+(models/vision/dino: its DINOv2 files and the vision_transformer eval_linear file, --write-images), llava
+(models/multimodal/llava/configs/, read by --write-llava-data's samples and images) and dpr (--write-dpr-data); the
+other families are left out."""
 
 MODEL_SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "filter_size": 128, "vocab_size": 512,
                "max_position_embeddings": 64, "rotary_dim": 16}
@@ -86,6 +88,7 @@ LLAVA_IMAGE_SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_heads": 4, 
 """llava's image tower: 28-pixel images of the files' 14-pixel patches, 4 patches (write_llava_data's images)."""
 LLAVA_IMAGE_STARTS = (1, 35)
 """The image_start_idx values of the Release 2.10 llava files: --write-llava-data writes samples for each."""
+DPR_LENGTH, DPR_CONTEXTS = 32, 2  # dpr's questions and contexts (a positive and a hard negative each)
 MAX_PREDICTIONS = 10  # bert's max_predictions_per_seq: 15% of the 64-token sequence
 MAX_CLS_TOKENS = 8  # extractive summarization's sentences per sample
 KV_GROUPS = 2
@@ -123,6 +126,9 @@ def _name_model(raw: dict, family: str) -> None:
 
 
 def _shrink_model(model: dict) -> None:
+    for encoder in ("q_encoder", "ctx_encoder", "encoder"):  # dpr's encoders are bert models
+        if isinstance(model.get(encoder), dict):
+            _shrink_model(model[encoder])
     if isinstance(model.get("image_model"), dict):  # llava: its towers and projector (write_llava_data's images)
         model["image_model"].update(LLAVA_IMAGE_SIZES)
         _shrink_model(model["text_model"])
@@ -484,6 +490,48 @@ def write_esm2_data(out: Path, rows: int = 32, seed: int = 0) -> None:
             (folder / "meta.dat").write_text(f"part_0.csv {rows}\n")
 
 
+def write_dpr_shards(out: Path, samples: int, length: int = DPR_LENGTH, num_context: int = DPR_CONTEXTS,
+                     vocab_size: int = MODEL_SIZES["vocab_size"], seed: int = 0, samples_per_file: int = 0) -> None:
+    """Random questions and contexts in the converter's layout (``dataset-partition-<k>.h5``, gzip, int32,
+    ``data_params.json``): token 101 ([CLS]) first, a random length of word pieces, padding 0 masked."""
+    import h5py  # noqa: PLC0415 - only the dpr data needs it
+    import numpy as np  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def rows(shape: tuple) -> np.ndarray:
+        ids = rng.integers(1, vocab_size, size=(*shape, length))
+        ids[..., 0] = min(101, vocab_size - 1)
+        keep = np.arange(length) < rng.integers(length // 2, length + 1, size=(*shape, 1))
+        ids = np.where(keep, ids, 0)
+        return np.stack([ids, keep.astype(np.int64), np.zeros_like(ids)], axis=1)  # [n, 3, (contexts,) length]
+
+    from cs_run.data.processors.dpr import CONTEXT_FEATURES, QUESTION_FEATURES  # noqa: PLC0415
+
+    questions, contexts = rows((samples,)), rows((samples, num_context))
+    per_file = samples_per_file or samples
+    for k, start in enumerate(range(0, samples, per_file), 1):
+        end = min(start + per_file, samples)
+        with h5py.File(out / f"dataset-partition-{k}.h5", "w") as f:
+            f.attrs["n_examples"] = end - start
+            for name, data in (("data_0", questions[start:end]), ("data_1", contexts[start:end])):
+                f.create_dataset(name, data=data.astype(np.int32), dtype="i4", chunks=(1, *data.shape[1:]),
+                                 compression="gzip")
+    params = {"n_examples": samples, "data_0_features": list(QUESTION_FEATURES), "data_0_features_len": 3,
+              "data_0_max_sequence_length": length, "data_0_shape": [length],
+              "data_1_features": list(CONTEXT_FEATURES), "data_1_features_len": 3,
+              "data_1_max_sequence_length": length, "data_1_shape": [num_context, length],
+              "output_dir": str(out), "dtype": "i4", "compression": "gzip", "samples_per_file": per_file}
+    (out / "data_params.json").write_text(json.dumps(params, indent=4))
+
+
+def write_dpr_data(out: Path, seed: int = 0) -> None:
+    """dpr's train/ (48 questions in two files) and val/ (16) in the converter's layout (:func:`write_dpr_shards`)."""
+    write_dpr_shards(out / "train", 48, seed=seed, samples_per_file=32)
+    write_dpr_shards(out / "val", 16, seed=seed + 1)
+
+
 def write_t5_text(out: Path, lines: int = 48, seed: int = 0) -> None:
     """T5 text data in the layout T5DynamicDataProcessor reads (preprocess_external.sh's output): ``train/`` and
     ``val/`` with ``meta.dat`` and a file of documents (one a line, 40 to 200 space-separated pieces), and
@@ -704,6 +752,8 @@ def main() -> int:
     parser.add_argument("--write-llava-data", action="store_true",
                         help="first write llava samples and images (llava/start_N/train, val, images: the image at N, for "
                              "each image_start_idx of the files) under --shards (for --match llava/)")
+    parser.add_argument("--write-dpr-data", action="store_true",
+                        help="first write DPR HDF5 shards (train/, val/) to --shards (for --match dpr/)")
     parser.add_argument("--write-esm2-data", action="store_true",
                         help="first write ESM-2 HDF5 and CSV data (train/, val/) to --shards (for --match esm2/)")
     parser.add_argument("--write-dit-latents", action="store_true",
@@ -722,6 +772,8 @@ def main() -> int:
     if args.write_llava_data:
         for start in LLAVA_IMAGE_STARTS:
             write_llava_data(Path(args.shards) / "llava" / f"start_{start}", image_start_idx=start)
+    if args.write_dpr_data:
+        write_dpr_data(Path(args.shards))
     if args.write_t5_text:
         write_t5_text(Path(args.shards))
     if args.write_transformer_text:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import typing
 
 import torch
 from torch import nn
 
+from cs_run.models.common.freeze import freeze_modules
 from cs_run.models.dino.config import DinoConfig, EmaConfig, PartConfig, Ref
 from cs_run.models.dino.heads import DinoHead, MultiImageViTModel
 from cs_run.models.dino.losses import DinoDistillationLoss, KoLeoLoss, iBOTPatchLoss
@@ -67,7 +67,7 @@ class DinoModel(nn.Module):
         if cfg.ema:
             self.register_buffer("ema_step", torch.zeros(1, dtype=torch.int32))
         if cfg.freeze:
-            _freeze(self, cfg.freeze)
+            freeze_modules(self, cfg.freeze)
 
     def _model(self, part: str, index: int) -> nn.Module:
         return getattr(self, part).model[index]
@@ -114,22 +114,6 @@ def _resolve(arg: typing.Any, batch: dict, outputs: dict) -> typing.Any:
         return batch[arg.batch_key]
     i, j, k = arg.index
     return outputs[arg.part][i][j][k]
-
-
-def _freeze(model: nn.Module, patterns: list) -> None:
-    """The vendor's freeze_modules: each pattern must match a leaf module's name (regex search); those modules
-    and every parameter whose name matches get no gradient."""
-    leaves = [(n, m) for n, m in model.named_modules() if not next(m.children(), False)]
-    for n, pattern in enumerate(patterns):
-        compiled = re.compile(pattern)
-        matched = [m for name, m in leaves if compiled.search(name)]
-        if not matched:
-            raise ValueError(f"freeze[{n}]: {pattern!r} matches no module of the model")
-        for m in matched:
-            m.requires_grad_(False)
-        for name, p in model.named_parameters():
-            if compiled.search(name):
-                p.requires_grad_(False)
 
 
 def build(config: DinoConfig) -> DinoModel:

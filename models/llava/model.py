@@ -15,7 +15,6 @@ Checkpoint keys are the vendor's: ``model.image_model.*`` (ViTModel), ``model.te
 from __future__ import annotations
 
 import dataclasses
-import re
 import typing
 from typing import Optional
 
@@ -23,12 +22,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cs_run.models.common.freeze import freeze_modules
 from cs_run.models.common.lm import build as build_decoder
 from cs_run.models.llava.config import LlavaConfig
 from cs_run.models.llava.vision_tower import Projector, image_features
 from cs_run.models.vision_transformer.trunk import ViTModel
 
-__all__ = ["Llava", "LlavaModel", "build", "build_model", "freeze_modules", "FEATURES"]
+__all__ = ["Llava", "LlavaModel", "build", "build_model", "FEATURES"]
 
 FEATURES = ("image_data", "text_input_ids", "loss_mask", "labels", "key_padding_mask")
 """The batch a LlavaModel reads (LlavaHDF5MapDataProcessor's)."""
@@ -86,7 +86,7 @@ class LlavaModel(nn.Module):
         self.vocab_size = cfg.text.vocab_size
         self.loss_scaling, self.loss_weight = cfg.loss_scaling, float(cfg.loss_weight)
         if cfg.freeze:
-            freeze_modules(self.model, cfg.freeze)
+            freeze_modules(self.model, cfg.freeze, "'^image_model', '^text_model', '^projector_image_model'")
 
     def logits(self, batch: dict) -> torch.Tensor:
         images = batch["image_data"]
@@ -103,32 +103,6 @@ class LlavaModel(nn.Module):
         if self.loss_scaling == "num_tokens":
             return summed / torch.sum(weights)
         return summed / labels.shape[0] * self.loss_weight
-
-
-def freeze_modules(model: nn.Module, patterns: list) -> None:
-    """The vendor's freeze_modules: no gradient for the leaf modules whose names (relative to ``model``, the
-    Llava: ``^image_model``, ``^text_model``) match a pattern, nor for the parameters whose names match. The
-    vendor also puts the frozen modules in eval mode, which changes only dropout (0 in the 2.10 files); here
-    they follow the run's mode.
-
-    Raises:
-        ValueError: a pattern that is not a regular expression or matches no module (the vendor's error).
-    """
-    leaves = [(n, m) for n, m in model.named_modules() if not next(m.children(), False)]
-    for i, pattern in enumerate(patterns):
-        try:
-            compiled = re.compile(pattern)
-        except (re.error, TypeError) as e:
-            raise ValueError(f"freeze[{i}]: {pattern!r} is not a regular expression ({e})") from None
-        matched = [m for n, m in leaves if compiled.search(n)]
-        if not matched:
-            raise ValueError(f"freeze[{i}]: {pattern!r} matches no module of the model (e.g. '^image_model', "
-                             "'^text_model', '^projector_image_model')")
-        for m in matched:
-            m.requires_grad_(False)
-        for n, p in model.named_parameters():
-            if compiled.search(n):
-                p.requires_grad_(False)
 
 
 def build(config: LlavaConfig) -> LlavaModel:

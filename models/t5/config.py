@@ -69,16 +69,16 @@ class T5Config:
     use_transformer_initialization: bool = key(False, "1.6.0", "the Transformer's scaled Xavier initializers and "
                                                "scaled dot-product attention")
     lr_adjustment_groups: Optional[dict] = key(None, "2.3.0", "muP LR groups (set by the model; refused)")
-    mup_base_d_model: Optional[int] = key(None, "2.3.0", "muP base width (refused here)")
-    mup_base_d_ff: Optional[int] = key(None, "2.3.0", "muP base FFN width (refused here)")
-    mup_base_d_kv: Optional[int] = key(None, "2.3.0", "muP base head width (refused here)")
-    embeddings_alpha: Optional[float] = key(1.0, "2.3.0", "factor on the embeddings")
+    mup_base_d_model: Optional[int] = key(None, "2.3.0", "muP base width: with mup_base_d_ff, a muP run")
+    mup_base_d_ff: Optional[int] = key(None, "2.3.0", "muP base FFN width (muP needs it with mup_base_d_model)")
+    mup_base_d_kv: Optional[int] = key(None, "2.3.0", "muP base head width: q/k/v as hidden weights")
+    embeddings_alpha: Optional[float] = key(1.0, "2.3.0", "factor on the embeddings (muP: times d_model**0.5)")
     encoder_attention_logits_alpha: float = key(1.0, "2.3.0", "factor on the encoder attention logits")
     decoder_attention_logits_alpha: float = key(1.0, "2.3.0", "factor on the decoder attention logits")
     scale_encoder_qk_dot_by_d: Optional[bool] = key(None, "2.3.0", "encoder logits / d, not sqrt(d) (scaled only)")
     scale_decoder_qk_dot_by_d: Optional[bool] = key(None, "2.3.0", "decoder logits / d, not sqrt(d) (scaled only)")
     scale_output_logits_by_d: bool = key(False, "2.3.0", "muP output scaling (muP only)")
-    output_logits_alpha: Optional[float] = key(None, "2.3.0", "muP output factor (muP only)")
+    output_logits_alpha: Optional[float] = key(None, "2.3.0", "muP output factor (muP only; None: 1.0)")
     attention_module: str = key("aiayn_attention", "2.1.0", "aiayn_attention only here")
     extra_attention_params: dict = key({}, "1.9.1", "multiquery settings (refused)")
     dtype: Optional[str] = key(None, "1.6.0", "embedding dtype; it follows the run's precision here")
@@ -128,11 +128,30 @@ class T5Config:
         refused = {"tie_encoder_decoder": self.tie_encoder_decoder, "use_cache": self.use_cache,
                    "extra_attention_params": {k: v for k, v in (self.extra_attention_params or {}).items()
                                               if k != "attention_kernel"},
-                   "lr_adjustment_groups": self.lr_adjustment_groups,
-                   "mup_base_d_model": self.mup_base_d_model, "mup_base_d_ff": self.mup_base_d_ff,
-                   "mup_base_d_kv": self.mup_base_d_kv, "output_logits_alpha": self.output_logits_alpha}
+                   "lr_adjustment_groups": self.lr_adjustment_groups}
         for name, value in refused.items():
             if value:
                 raise ValueError(f"{name}: {value!r} is not supported by cs-run's t5 (leave it at its default)")
         if self.layer_norm_epsilon <= 0 or self.initializer_factor <= 0:
             raise ValueError("layer_norm_epsilon / initializer_factor: must be > 0")
+        self._check_mup()
+
+    @property
+    def is_mup(self) -> bool:
+        """A muP run (the vendor's is_mup: any mup_base_* key set)."""
+        return any(getattr(self, k) for k in ("mup_base_d_model", "mup_base_d_ff", "mup_base_d_kv"))
+
+    def _check_mup(self) -> None:
+        """t5_model.py's post_init rules for the mup_base_* keys."""
+        for name in ("mup_base_d_model", "mup_base_d_ff", "mup_base_d_kv"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name}: the base model's width, an integer >= 1, got {value!r}")
+        if not self.is_mup:
+            return
+        if self.use_transformer_initialization:
+            raise ValueError("use_transformer_initialization: t5's muP (mup_base_* keys) needs T5's initializers; "
+                             "set it false or drop the mup_base_* keys")
+        for name in ("mup_base_d_model", "mup_base_d_ff"):
+            if not getattr(self, name):
+                raise ValueError(f"{name}: muP needs both mup_base_d_model and mup_base_d_ff (the vendor's rule)")

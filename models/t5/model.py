@@ -11,6 +11,15 @@ by ``d_model ** -0.5``. Module names are the vendor's (``model.encoder.layers.0.
 ``model.decoder.layers.0.multihead_attn``, ``model.encoder_embeddings.position_embed_helper.
 relative_attention_bias``), so its checkpoints load key for key.
 
+muP (``mup_base_d_model`` and ``mup_base_d_ff``, t5_model.py's rules; width multiplier ``m = d_model /
+mup_base_d_model``): attention scaled by ``1/d_kv`` (``scale_*_qk_dot_by_d``, default on) times its
+``*_attention_logits_alpha``; embeddings times ``embeddings_alpha * d_model ** 0.5`` with their std times
+``d_model ** -0.5``; logits times ``output_logits_alpha / m ** 0.5`` (``/ m`` with ``scale_output_logits_by_d``)
+instead of the tied head's ``d_model ** -0.5``; q, k, v projections times ``m ** -0.5`` and the attention output
+times ``m ** 0.5`` (without ``mup_base_d_kv``), the attention-output and FFN-output stds times ``2 * layers`` (the
+vendor's ``depth_scale=2 * num_hidden_layers``, not its inverse root as gpt2's) and the learning-rate groups of
+:func:`t5_lr_adjustment_groups`.
+
 Loss: per-token cross entropy times ``decoder_attention_mask`` (times the batch's ``loss_weight`` under
 ``precomputed_num_masked``), summed, then / unmasked tokens (``num_masked``), / batch size
 (``precomputed_num_masked``) or / batch size * ``lm_loss_weight`` (``batch_size``).
@@ -32,14 +41,14 @@ from cs_run.metrics import AccuracyMetric, PerplexityMetric
 from cs_run.models.common.embeddings import FixedPositionEmbeddingLayer
 from cs_run.models.common.encoder import key_padding_mask
 from cs_run.models.common.ffn import FeedForwardNetwork
-from cs_run.models.common.initializers import make_initializer
+from cs_run.models.common.initializers import make_initializer, scale_spec
 from cs_run.models.common.norms import get_norm, reset_norm
 from cs_run.models.t5.config import T5Config
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["T5ForConditionalGeneration", "T5ForConditionalGenerationModel", "relative_position_bucket", "build",
-           "build_model"]
+           "build_model", "t5_lr_adjustment_groups"]
 
 
 def relative_position_bucket(relative: torch.Tensor, bidirectional: bool, num_buckets: int,
@@ -111,6 +120,7 @@ class Attention(nn.Module):
     def __init__(self, c: T5Config, logits_alpha: float, scale_by_d: bool, inits: dict) -> None:
         super().__init__()
         inner = c.num_heads * c.d_kv
+        self.qkv_scale, self.output_scale = _projection_scales(c)
         self.num_heads, self.head_dim = c.num_heads, c.d_kv
         bias = c.use_projection_bias_in_attention
         self.proj_q_dense_layer = nn.Linear(c.d_model, inner, bias=bias)
@@ -118,7 +128,7 @@ class Attention(nn.Module):
         self.proj_v_dense_layer = nn.Linear(c.d_model, inner, bias=bias)
         self.proj_output_dense_layer = nn.Linear(inner, c.d_model, bias=False)
         self.scale = logits_alpha
-        if c.use_transformer_initialization:  # the only case with scaled_dot_product
+        if c.use_transformer_initialization or c.is_mup:  # the vendor's scaled_dot_product cases
             self.scale /= self.head_dim if scale_by_d else math.sqrt(self.head_dim)
         self.dropout = c.dropout_rate
         self.softmax_fp32 = c.attention_softmax_fp32
@@ -134,6 +144,8 @@ class Attention(nn.Module):
         b, s, _ = x.shape
 
         def heads(t: torch.Tensor) -> torch.Tensor:
+            if self.qkv_scale != 1.0:  # muP's q/k/v_projection_scale
+                t = t * self.qkv_scale
             return t.view(b, -1, self.num_heads, self.head_dim).transpose(1, 2)
         q, k, v = heads(self.proj_q_dense_layer(x)), heads(self.proj_k_dense_layer(memory)), \
             heads(self.proj_v_dense_layer(memory))
@@ -145,7 +157,8 @@ class Attention(nn.Module):
         dtype = torch.float32 if self.softmax_fp32 else logits.dtype
         scores = torch.softmax(logits.to(dtype), dim=-1).to(q.dtype)
         out = torch.matmul(F.dropout(scores, self.dropout, self.training), v)
-        return self.proj_output_dense_layer(out.transpose(1, 2).reshape(b, s, -1))
+        out = self.proj_output_dense_layer(out.transpose(1, 2).reshape(b, s, -1))
+        return out * self.output_scale if self.output_scale != 1.0 else out
 
 
 class T5Layer(nn.Module):
@@ -200,9 +213,64 @@ class T5Stack(nn.Module):
         return self.norm(x)
 
 
+def _width_mult(c: T5Config) -> Optional[float]:
+    """muP's ``d_model / mup_base_d_model``, None outside muP (t5_model.py scales nothing without it)."""
+    return c.d_model / c.mup_base_d_model if c.mup_base_d_model and not c.use_transformer_initialization else None
+
+
+def _projection_scales(c: T5Config) -> tuple[float, float]:
+    """(q/k/v, output) projection scales: ``m ** -0.5`` and ``m ** 0.5`` under muP without ``mup_base_d_kv``."""
+    m = _width_mult(c)
+    return (m ** -0.5, m ** 0.5) if m and not c.mup_base_d_kv else (1.0, 1.0)
+
+
+def _mup_stack_init(c: T5Config, layer: dict, layers: int) -> dict:
+    """One stack's initializers under muP: the attention output's std times ``2 * layers`` (and
+    ``(d_model / (num_heads * d_kv)) ** 0.5`` with ``mup_base_d_kv``), the FFN output's times ``2 * layers``
+    with ``mup_base_d_ff``: t5_model.py's ``scale_initializers_by_dimension(..., depth_scale=2 * layers)``."""
+    layer = dict(layer)
+    if _width_mult(c):
+        width = (c.d_model / (c.num_heads * c.d_kv)) ** 0.5 if c.mup_base_d_kv else 1.0
+        layer["out"] = scale_spec(layer["out"], width, 2 * layers)
+    if c.mup_base_d_ff and not c.use_transformer_initialization:
+        layer["ffn_out"] = scale_spec(layer["ffn_out"], 1.0, 2 * layers)
+    return layer
+
+
+def t5_lr_adjustment_groups(c: T5Config) -> dict[str, dict]:
+    """model.py's ``create_default_lr_adjustment_groups`` with t5_model.py's muP scales (1.0 outside muP):
+    embedding and lm_head ``1 / m ** 0.5``, input FFNs ``1 / m``, output FFNs ``mup_base_d_ff / d_ff``; q/k/v
+    and the attention output ``1 / m ** 0.5``, or with ``mup_base_d_kv`` ``1 / m`` and ``mup_base_d_kv / d_kv``."""
+    names = {
+        "embedding": ["*embedding*weight"],
+        "decoder_qkv_projection": [f"*decoder*attn.proj_{x}*dense*weight" for x in "qkv"],
+        "decoder_output_projection": ["*decoder*attn.proj_output*dense*weight"],
+        "decoder_input_ffn": ["*decoder*ffn.ffn.[!1]*weight"],
+        "decoder_output_ffn": ["*decoder*ffn.ffn.[1]*weight"],
+        "encoder_qkv_projection": [f"*encoder*attn.proj_{x}*dense*weight" for x in "qkv"],
+        "encoder_output_projection": ["*encoder*attn.proj_output*dense*weight"],
+        "encoder_input_ffn": ["*encoder*ffn.ffn.[!1]*weight"],
+        "encoder_output_ffn": ["*encoder*ffn.ffn.[1]*weight"],
+        "lm_head": ["*lm_head*weight"],
+    }
+    scales = dict.fromkeys(names, 1.0)
+    m = _width_mult(c)
+    if m:
+        scales.update(embedding=m ** -0.5, lm_head=m ** -0.5, decoder_input_ffn=1 / m, encoder_input_ffn=1 / m)
+        for side in ("decoder", "encoder"):
+            if c.mup_base_d_kv:
+                scales[f"{side}_qkv_projection"] = 1 / m
+                scales[f"{side}_output_projection"] = c.mup_base_d_kv / c.d_kv
+            else:
+                scales[f"{side}_qkv_projection"] = scales[f"{side}_output_projection"] = m ** -0.5
+    if c.mup_base_d_ff and not c.use_transformer_initialization:
+        scales["decoder_output_ffn"] = scales["encoder_output_ffn"] = c.mup_base_d_ff / c.d_ff
+    return {name: {"param_filter_patterns": globs, "scale": scales[name]} for name, globs in names.items()}
+
+
 def _initializers(c: T5Config) -> tuple[dict, dict, dict]:
     """(embedding, encoder layer, decoder layer) initializers of t5_model.py: T5's normals of
-    initializer_factor, or the Transformer's scaled Xavier ones."""
+    initializer_factor, or the Transformer's scaled Xavier ones; muP scales them (:func:`_mup_stack_init`)."""
     f = c.initializer_factor
     if c.use_transformer_initialization:
         emb = {"name": "truncated_normal", "mean": 0.0, "std": 1.0, "a": -2.0, "b": 2.0}
@@ -215,7 +283,18 @@ def _initializers(c: T5Config) -> tuple[dict, dict, dict]:
         attn = ffn = {"name": "normal", "mean": 0.0, "std": f * c.d_model ** -0.5}
         ffn_out = {"name": "normal", "mean": 0.0, "std": f * c.d_ff ** -0.5}
     layer = {"q": q, "kv": attn, "out": attn, "ffn": ffn, "ffn_out": ffn_out}
-    return emb, layer, dict(layer)
+    if _width_mult(c):
+        emb = scale_spec(emb, c.d_model ** -0.5)
+    return (emb, _mup_stack_init(c, layer, c.encoder_num_hidden_layers),
+            _mup_stack_init(c, layer, c.decoder_num_hidden_layers))
+
+
+def _scale_by_d(given: Optional[bool], c: T5Config) -> bool:
+    """scale_*_qk_dot_by_d: None is True in a muP run (model.py's build_model, with its warning), else False."""
+    if given is None and c.is_mup:
+        logger.warning("Found muP params but no scale_*_qk_dot_by_d was provided, so it will be automatically set to "
+                       "'True' as the muP default.")
+    return c.is_mup if given is None else bool(given)
 
 
 class T5ForConditionalGeneration(nn.Module):
@@ -226,7 +305,10 @@ class T5ForConditionalGeneration(nn.Module):
         src, tgt = c.src_vocab_size + c.extra_ids, c.tgt_vocab_size + c.extra_ids
         emb, enc_init, dec_init = _initializers(c)
         self.d_model = c.d_model
-        self.embeddings_scale = c.embeddings_alpha
+        m = _width_mult(c)
+        self.embeddings_scale = c.embeddings_alpha * (c.d_model ** 0.5 if m else 1.0)
+        alpha = c.output_logits_alpha or 1.0
+        self.output_logits_scale = None if not m else alpha / m if c.scale_output_logits_by_d else alpha / m ** 0.5
         self.share_embedding_weights = c.share_embedding_weights
         self.encoder_embeddings = T5EmbeddingLayer(src, c, c.src_max_position_embeddings, True, emb)
         self.decoder_embeddings = T5EmbeddingLayer(tgt, c, c.tgt_max_position_embeddings, False, emb)
@@ -236,18 +318,18 @@ class T5ForConditionalGeneration(nn.Module):
         self.pre_decoder_dropout = nn.Dropout(c.dropout_rate) if c.use_pre_encoder_decoder_dropout else None
         self.dropout_before_encoder = nn.Dropout(c.dropout_rate)
         self.encoder = T5Stack(c, c.encoder_num_hidden_layers, False, enc_init, c.encoder_attention_logits_alpha,
-                               bool(c.scale_encoder_qk_dot_by_d))
+                               _scale_by_d(c.scale_encoder_qk_dot_by_d, c))
         self.dropout_after_encoder = nn.Dropout(c.dropout_rate) if c.use_dropout_outside_residual_path else None
         self.dropout_before_decoder = nn.Dropout(c.dropout_rate)
         self.decoder = T5Stack(c, c.decoder_num_hidden_layers, True, dec_init, c.decoder_attention_logits_alpha,
-                               bool(c.scale_decoder_qk_dot_by_d))
+                               _scale_by_d(c.scale_decoder_qk_dot_by_d, c))
         self.dropout_after_decoder = nn.Dropout(c.dropout_rate) if c.use_dropout_outside_residual_path else None
         self.lm_head = nn.Linear(c.d_model, tgt, bias=False)
         if c.share_embedding_weights:
             self.lm_head.weight = self.decoder_embeddings.word_embeddings.weight
         else:
-            with torch.no_grad():
-                self.lm_head.weight.normal_(0.0, c.initializer_factor)
+            with torch.no_grad():  # muP: std initializer_factor / d_model ** 0.5
+                self.lm_head.weight.normal_(0.0, c.initializer_factor / (c.d_model ** 0.5 if c.mup_base_d_model else 1))
 
     def _embed(self, layer: T5EmbeddingLayer, ids: torch.Tensor, pre: Optional[nn.Module],
                before: nn.Module) -> torch.Tensor:
@@ -271,9 +353,12 @@ class T5ForConditionalGeneration(nn.Module):
         out = self.decoder(tgt, causal[None, None], self.decoder_embeddings.compute_position_bias(t, t), memory, mask)
         if self.dropout_after_decoder is not None:
             out = self.dropout_after_decoder(out)
-        if self.share_embedding_weights:
+        if self.share_embedding_weights and not self.output_logits_scale:
             out = out * (self.d_model ** -0.5)
-        return self.lm_head(out)
+        logits = self.lm_head(out)
+        if self.output_logits_scale:  # muP
+            logits = logits * torch.tensor(float(self.output_logits_scale), dtype=logits.dtype)
+        return logits
 
 
 def t5_loss(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, scaling: str, lm_loss_weight: float,
@@ -305,6 +390,7 @@ class T5ForConditionalGenerationModel(nn.Module):
     def __init__(self, c: T5Config) -> None:
         super().__init__()
         self.config = dataclasses.asdict(c)
+        self.lr_adjustment_groups = t5_lr_adjustment_groups(c)
         self.model = T5ForConditionalGeneration(c)
         self.mlm_loss_scaling, self.lm_loss_weight = c.mlm_loss_scaling, c.lm_loss_weight
         self.label_smoothing = c.label_smoothing

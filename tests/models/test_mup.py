@@ -42,6 +42,21 @@ def test_lr_adjustment_groups_are_one_over_the_width_multipliers():
                                              for i in (0, 1)]
 
 
+def test_the_optimizer_groups_carry_the_scales():
+    """The groups configure_param_groups makes of the model's (globs, scale) pairs: each weight's lr factor by
+    hand (they were read as scale 1.0 before, so no muP run scaled its learning rates)."""
+    from cs_run.optim.param_groups import configure_param_groups  # noqa: PLC0415 - this test only
+
+    m = make()
+    names = {id(p): n for n, p in m.named_parameters()}
+    scale = {names[id(p)]: g.get("adjust_learning_rate", 1.0) for g in configure_param_groups(m, {})
+             for p in g["params"]}
+    for name, value in scale.items():
+        want = 0.25 if "attn" in name and name.endswith("weight") or "ffn.ffn.0" in name and name.endswith(
+            "weight") else 0.5 if "ffn.ffn.1" in name and name.endswith("weight") else 1.0
+        assert value == want, name
+
+
 @pytest.mark.parametrize("module,bound", [
     ("self_attn.proj_q_dense_layer", 0.16 * 4 ** -0.5),  # initializer * width^-1/2
     ("self_attn.proj_output_dense_layer", 0.16 * 4 ** -0.5 * 0.5),  # output initializer * width^-1/2 * depth

@@ -1,4 +1,4 @@
-"""The Release 2.10 t5 params files (t5_3B, t5_11B; t5_11B_muP is refused: muP is not built for t5 here),
+"""The Release 2.10 t5 params files (t5_3B, t5_11B, t5_11B_muP; muP's scales are test_t5_mup.py's),
 shrunk by tools/modelzoo_files.py (sizes, batch, steps and data paths only) over text written in the vendor's
 layout: validate-only, 5 training steps on CPU and 5 on CSX fx with the same losses, and the first batch's logits
 within 1e-5 and loss within 1e-5 of transformers' T5ForConditionalGeneration with the same weights (for that
@@ -22,6 +22,8 @@ from cs_run._yaml import parse as parse_yaml
 from cs_run.data.processors.t5 import build_dataloader
 from cs_run.frontends.cli import cli as main_cli
 from cs_run.models.t5.hf import hf_config, to_hf_state_dict
+from cs_run.params import load_params
+from cs_run.runners import build_lr_scheduler, build_optimizer
 from cs_run.summaries import read_scalars
 from tests.modelzoo_marks import first_in_suite_rest_in_sweep
 
@@ -32,6 +34,7 @@ mz = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(mz)
 TAG = "Release_2.10.0"
 FILES = ["t5_3B", "t5_11B"]
+MUP_FILE = "t5_11B_muP"
 pytestmark = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
 
 
@@ -68,7 +71,7 @@ def _write(params: dict, path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", first_in_suite_rest_in_sweep(FILES))
+@pytest.mark.parametrize("name", first_in_suite_rest_in_sweep([*FILES, MUP_FILE], keep=[MUP_FILE]))
 def test_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, data, name):
     params = _write(_shrunk(name, data, tmp_path), tmp_path / "p.yaml")
     _cli("validate-only", "--params", params, "--model_dir", tmp_path / "v")
@@ -79,10 +82,48 @@ def test_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, data, name):
     assert cpu == csx and all(np.isfinite(loss) for _, loss in cpu)
 
 
-def test_the_mup_file_is_one_error_naming_the_key(tmp_path, data):
-    params = _write(_shrunk("t5_11B_muP", data, tmp_path), tmp_path / "p.yaml")
-    result = CliRunner().invoke(main_cli, ["validate-only", "--params", str(params), "--model_dir", str(tmp_path / "v")])
-    assert result.exit_code == 2 and "model: mup_base_d_model: 512" in result.output
+def test_the_mup_file_builds_the_vendors_mup_model(tmp_path, data):
+    """The shrunk file's muP (d_model 64 over base 512, d_ff 128 over base 2048): the multipliers of
+    t5_model.py by hand, and a first loss that is finite."""
+    trainer = _shrunk(MUP_FILE, data, tmp_path)["trainer"]
+    torch.manual_seed(1)
+    model = build(trainer["init"]["model"])
+    m = 64 / 512
+    assert model.model.embeddings_scale == pytest.approx(14.6 * 64 ** 0.5)
+    assert model.model.output_logits_scale == pytest.approx(2.22 / m ** 0.5)  # scale_output_logits_by_d false
+    scales = {k: g["scale"] for k, g in model.lr_adjustment_groups.items()}
+    assert scales["encoder_input_ffn"] == pytest.approx(1 / m) and scales["lm_head"] == pytest.approx(m ** -0.5)
+    assert scales["decoder_output_ffn"] == pytest.approx(2048 / 128)
+    batch = next(iter(build_dataloader("train", **{**trainer["fit"]["train_dataloader"], "num_workers": 0})))
+    model.train()
+    assert torch.isfinite(model(dict(batch)))
+
+
+def test_the_mup_files_optimizer_scales_each_groups_learning_rate(tmp_path, data):
+    """The runner's optimizer and schedule of the muP file (no adjust_learning_rate in it: the vendor's trainer
+    groups every model): at step 100 each weight's lr is the norms' lr times its muP factor, by hand."""
+    raw = _shrunk(MUP_FILE, data, tmp_path)
+    params = load_params(_write(raw, tmp_path / "p.yaml"))
+    model = build(raw["trainer"]["init"]["model"])
+    optimizer = build_optimizer(params.optimizer, model)
+    schedule = build_lr_scheduler(params.optimizer, optimizer)
+    schedule.load_state_dict({"last_epoch": 100})
+    lr = {id(p): g["lr"] for g in optimizer.param_groups for p in g["params"]}
+    m = 64 / 512
+    base = lr[id(model.model.encoder.norm.weight)]
+    assert base > 0
+    for name, p in model.named_parameters():
+        if "embedding" in name:  # word embeddings and relative position biases
+            want = m ** -0.5
+        elif "attn.proj_" in name:
+            want = m ** -0.5
+        elif "ffn.ffn.0" in name:
+            want = 1 / m
+        elif "ffn.ffn.1" in name:
+            want = 2048 / 128
+        else:
+            want = 1.0
+        assert float(lr[id(p)]) == pytest.approx(float(base) * want, rel=1e-6), name
 
 
 @pytest.mark.parametrize("name", FILES)

@@ -1,0 +1,158 @@
+"""dpr (Release 2.10 models/nlp/dpr, params_dpr_base_nq.yaml shrunk by tools/modelzoo_files.py: sizes, batch,
+steps and data paths only): the first loss against the contrastive loss computed by hand from transformers'
+BertModel run on the same weights (each encoder's first-token state; in-batch and hard negatives), the loss's
+mutual-information mix and mean pooling by hand, bad keys, and the file validating and training 5 steps on CPU
+and CSX fx with the same losses."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
+from hf_helpers import build
+
+from cs_run._yaml import parse as parse_yaml
+from cs_run.data.processors.dpr import build_dataloader
+from cs_run.frontends.cli import cli as main_cli
+from cs_run.models.bert_classifier.hf import head_names
+from cs_run.models.dpr.model import DPRConfig, dpr_loss, mean_pooling
+from cs_run.summaries import read_scalars
+
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
+_spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
+mz = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(mz)
+TAG = "Release_2.10.0"
+needs_mirror = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dpr")
+    mz.write_dpr_data(out)
+    return out
+
+
+def _shrunk(data: Path, tmp_path: Path) -> dict:
+    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show",
+                           f"{TAG}:src/cerebras/modelzoo/models/nlp/dpr/configs/params_dpr_base_nq.yaml"], check=True,
+                          capture_output=True, text=True).stdout
+    raw, _ = parse_yaml(text, "params_dpr_base_nq.yaml")
+    return mz.shrink(raw, data, tmp_path / "model_dir")
+
+
+def _hf_encoder(model, prefix: str, keys: dict):
+    """transformers' BertModel (no pooler) holding the weights of our encoder at ``prefix``."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(vocab_size=keys["vocab_size"], hidden_size=keys["hidden_size"],
+                                  num_hidden_layers=keys["num_hidden_layers"], num_attention_heads=keys["num_heads"],
+                                  intermediate_size=keys["filter_size"], hidden_act=keys["encoder_nonlinearity"],
+                                  max_position_embeddings=keys["max_position_embeddings"], type_vocab_size=2,
+                                  layer_norm_eps=keys["layer_norm_epsilon"], hidden_dropout_prob=0.0,
+                                  attention_probs_dropout_prob=0.0)
+    hf = transformers.BertModel(cfg, add_pooling_layer=False).eval()
+    sd = model.state_dict()
+    pairs = [(h.removeprefix("bert."), o.replace("model.bert.", prefix)) for h, o in
+             head_names(keys["num_hidden_layers"], pooler=False) if h.startswith("bert.")]
+    missing, unexpected = hf.load_state_dict({h: sd[o] for h, o in pairs}, strict=False)
+    assert not unexpected and all("position_ids" in k for k in missing)
+    return hf
+
+
+@needs_mirror
+def test_first_loss_is_the_contrastive_loss_of_transformers_encoders(tmp_path, data):
+    trainer = _shrunk(data, tmp_path)["trainer"]
+    keys = trainer["init"]["model"]
+    for side in ("q_encoder", "ctx_encoder"):
+        keys[side] = {**keys[side], "dropout_rate": 0.0, "attention_dropout_rate": 0.0}
+    torch.manual_seed(1)
+    model = build(keys)
+    batch = next(iter(build_dataloader("train", **{**trainer["fit"]["train_dataloader"], "num_workers": 0})))
+    with torch.no_grad():
+        ours = model(dict(batch)).item()
+    assert keys["q_encoder"]["hidden_size"] == 64 and batch["ctx_input_ids"].shape == (4, 2, 32)
+    q_hf = _hf_encoder(model, "model.question_encoder.", keys["q_encoder"])
+    c_hf = _hf_encoder(model, "model.ctx_encoder.", keys["ctx_encoder"])
+    with torch.no_grad():
+        q = q_hf(input_ids=batch["questions_input_ids"].long(), attention_mask=batch["questions_attention_mask"],
+                 token_type_ids=batch["questions_token_type_ids"].long()).last_hidden_state[:, 0]
+        c = c_hf(input_ids=batch["ctx_input_ids"].flatten(0, 1).long(),
+                 attention_mask=batch["ctx_attention_mask"].flatten(0, 1),
+                 token_type_ids=batch["ctx_token_type_ids"].flatten(0, 1).long()).last_hidden_state[:, 0]
+    scores = q @ c.T  # [4 questions, 8 contexts]: question i's positive is context 2i, the rest negatives
+    log_softmax = scores - torch.logsumexp(scores, dim=1, keepdim=True)
+    expected = -torch.stack([log_softmax[i, 2 * i] for i in range(4)]).mean()
+    assert ours == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
+
+
+def test_mutual_information_mixes_the_two_losses_by_hand():
+    g = torch.Generator().manual_seed(0)
+    q2c, c2q = torch.randn(3, 9, generator=g), torch.randn(3, 3, generator=g)  # 3 contexts per question
+    labels, context_labels = torch.arange(3) * 3, torch.arange(3)
+
+    def ce(scores, target):
+        return -torch.stack([torch.log_softmax(scores[i], 0)[target[i]] for i in range(len(target))]).mean()
+    t = 0.5
+    assert dpr_loss(q2c, labels, t).item() == pytest.approx(ce(q2c / t, labels).item(), rel=1e-6)
+    both = 0.75 * ce(q2c / t, labels) + 0.25 * ce(c2q / t, context_labels)  # 1 / (1 + 3) to the c2q loss
+    assert dpr_loss(q2c, labels, t, c2q, context_labels).item() == pytest.approx(both.item(), rel=1e-6)
+
+
+def test_mean_pooling_averages_the_unmasked_tokens():
+    hidden = torch.arange(24, dtype=torch.float32).view(2, 3, 4)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    expected = torch.stack([(hidden[0, 0] + hidden[0, 1]) / 2, hidden[1, 0]])
+    torch.testing.assert_close(mean_pooling(hidden, mask), expected)
+
+
+ENC = {"vocab_size": 97, "hidden_size": 16, "num_hidden_layers": 1, "num_heads": 2, "filter_size": 32,
+       "max_position_embeddings": 16}
+
+
+@pytest.mark.parametrize("keys, match", [
+    ({"q_encoder": {**ENC, "hiden_size": 8}, "ctx_encoder": ENC}, r"q_encoder\.hiden_size: not a key"),
+    ({"q_encoder": ENC, "ctx_encoder": {**ENC, "num_heads": 3}}, r"ctx_encoder\.hidden_size: 16 is not divisible"),
+    ({"q_encoder": ENC}, "q_encoder: give both q_encoder and ctx_encoder, or only encoder"),
+    ({"q_encoder": ENC, "ctx_encoder": ENC, "encoder": ENC}, "q_encoder: give both"),
+    ({"q_encoder": ENC, "ctx_encoder": ENC, "use_biencoder": False}, "use_biencoder: false shares one encoder"),
+    ({"encoder": ENC, "pooler_type": "max"}, "pooler_type: 'max' is not one of mean, cls, ffn_pooler"),
+    ({"encoder": 7}, "encoder: expected a mapping"),
+    ({"encoder": ENC, "softmax_temperature": 0.0}, "softmax_temperature: must be > 0"),
+])
+def test_bad_keys_are_errors_naming_the_key(keys, match):
+    with pytest.raises(ValueError, match=match):
+        DPRConfig(**keys)
+
+
+def _write(params: dict, path: Path) -> Path:
+    for part, key in (("fit", "train_dataloader"), ("fit", "val_dataloader"), ("validate", "val_dataloader"),
+                      ("validate_all", "val_dataloaders")):
+        section = params["trainer"].get(part, {}).get(key)
+        if isinstance(section, dict):
+            section["num_workers"] = 0  # worker processes on a 2-core test machine; same batches
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    return path
+
+
+def _cli(*args) -> str:
+    result = CliRunner().invoke(main_cli, [*map(str, args)])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@needs_mirror
+@pytest.mark.slow
+def test_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, data):
+    params = _write(_shrunk(data, tmp_path), tmp_path / "p.yaml")
+    _cli("validate-only", "--params", params, "--model_dir", tmp_path / "v")
+    _cli("train", "--params", params, "--model_dir", tmp_path / "cpu", "--device", "CPU")
+    _cli("train", "--params", params, "--model_dir", tmp_path / "csx", "--device", "CSX", "--compile_tier", "fx")
+    cpu, csx = (read_scalars(tmp_path / d / "train")["loss"] for d in ("cpu", "csx"))
+    assert [step for step, _ in cpu] == [1, 2, 3, 4, 5]
+    assert cpu == csx and all(np.isfinite(loss) for _, loss in cpu)
