@@ -443,7 +443,7 @@ ESM2_MASK, ESM2_PAD = 32, 1  # ESM-2's vocabulary: <cls> 0, <pad> 1, <eos> 2, am
 def write_esm2_data(out: Path, rows: int = 32, seed: int = 0) -> None:
     """ESM-2 MLM data in the Model Zoo's layouts, sequences of 64 tokens at most (MODEL_SIZES), up to
     MAX_PREDICTIONS masked positions each, the masked ids replaced by the mask token, every other row two
-    sequences packed (for the VSL file): ``train/`` and ``val/`` each hold the ``bert_pretraining`` HDF5 layout
+    sequences packed (for the VSL file): ``train/`` and ``val/`` each hold the masked-LM HDF5 layout
     (data_params.json with training_objective mlm and mlm_with_gather, ``data`` [n, 4, msl] input_ids /
     attention_mask / attention_span / position_ids (the use_vsl rows; without use_vsl the first two are read),
     ``labels`` [n, 3, MAX_PREDICTIONS] labels /

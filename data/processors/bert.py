@@ -9,11 +9,13 @@ tokens (``masked_lm_prob``, at most ``max_predictions_per_seq``, special tokens 
 ``[MASK]``, 10% a random token of the vocabulary less the special tokens, 10% stay. With
 ``gather_mlm_labels`` (the default) labels, positions and mask are ``max_predictions_per_seq`` long.
 
-HDF5 (``data/common/h5_map_dataset.py`` MLMHDF5Dataset, written by the ``bert_pretraining`` preprocessing
-config): ``data_dir`` holds ``data_params.json`` and ``*.h5`` files, each with ``data`` ``[n, 2, msl]``
-(input_ids, attention_mask) and ``labels`` ``[n, 1, msl]`` (labels), or ``[n, 3, max_pred]`` (labels,
-masked_lm_positions, masked_lm_mask) when ``data_params.json``'s ``dataset.mlm_with_gather`` is true with
-``training_objective: mlm``.
+HDF5 (``data/common/h5_map_dataset.py`` MLMHDF5Dataset, written by a preprocessing config with
+``training_objective: mlm``, the esm2 config's): ``data_dir`` holds ``data_params.json`` and ``*.h5`` files, each
+with ``data`` ``[n, 2, msl]`` (input_ids, attention_mask) and ``labels`` ``[n, 1, msl]`` (labels), or
+``[n, 3, max_pred]`` (labels, masked_lm_positions, masked_lm_mask) when ``data_params.json``'s
+``dataset.mlm_with_gather`` is true with ``training_objective: mlm``. The ``bert_pretraining`` config's output
+(``data`` [n, 3, msl] of input_ids, attention_mask, token_type_ids; no ``labels``) is no such shard: the
+vendor's reader needs ``labels``, and it is refused by name.
 
 A file that is missing or malformed is a DataError naming the file (and row) and what to fix.
 """
@@ -255,6 +257,12 @@ class BertHDF5Dataset(Dataset):
             for path in sorted(Path(folder).glob("*.h5")):
                 try:
                     with h5py.File(path, "r") as f:
+                        if "labels" not in f and dataset.get("training_objective") == "bert_pretraining":
+                            raise DataError(f"{path}: holds bert_pretraining samples (input_ids, attention_mask, "
+                                            "token_type_ids; unmasked, no 'labels'), which BertHDF5DataProcessor "
+                                            "does not read (nor does the Model Zoo's); preprocess with "
+                                            "dataset.training_objective: mlm (and mlm_with_gather: true) for it, "
+                                            "or train from CSV with BertCSVDynamicMaskDataProcessor")
                         n = f["data"].shape[0]
                         if f["labels"].shape[0] != n or f["data"].shape[1] < (4 if use_vsl else 2):
                             raise KeyError("shape")

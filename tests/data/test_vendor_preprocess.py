@@ -155,10 +155,19 @@ BAD = [
      r"setup\.mode is 'pretrain' .*use one of pretraining"),
     ("multimodal", lambda t, d: t.replace("  pack_sequences: true", "  pack_sequences: true\n  is_multimodal: true"),
      ParamsError, r"dataset\.is_multimodal asks for multimodal preprocessing"),
-    ("bert", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: bert_pretraining"),
-     ParamsError, r"dataset\.training_objective is 'bert_pretraining' \(bert / esm2"),
-    ("esm2-mlm", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: mlm"),
-     ParamsError, r"training_objective is 'mlm' \(bert / esm2"),
+    ("bert-in-finetuning", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: bert_pretraining")
+     .replace("mode: pretraining", "mode: finetuning"), ParamsError,
+     r"dataset\.training_objective is 'bert_pretraining' in mode 'finetuning' .*yaml:\d+\); the vendor runs "
+     r"bert_pretraining in mode pretraining only"),
+    ("mlm-fraction-over-one", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: mlm\n"
+     "  mlm_fraction: 1.5"), ParamsError, r"dataset\.mlm_fraction is 1\.5 .*yaml:\d+\); give a fraction in \(0, 1\]"),
+    ("mlm-excluded-tokens-not-a-list", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: mlm\n"
+     "  excluded_tokens: <cls>"), ParamsError, r"dataset\.excluded_tokens is '<cls>' .*yaml:\d+\); give a list"),
+    ("mlm-with-shuffle", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: mlm").replace(
+     "  shuffle: false", "  shuffle: true"), ParamsError,
+     r"processing\.shuffle is not run by cs-run's --config with training_objective mlm yet .*yaml:\d+\); set it"),
+    ("mlm-tokenizer-without-mask", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: mlm"),
+     ParamsError, r"training_objective mlm needs the tokenizer's mask_token \(.*yaml:\d+\); name it"),
     ("msl-type", lambda t, d: t.replace("max_seq_length: 16", "max_seq_length: sixteen"), ParamsError,
      r"processing\.max_seq_length is 'sixteen' .*yaml:\d+\); give an integer"),
     ("tokenizer-hub-name", lambda t, d: t.replace(str(GOLDEN / "tokenizer"), "tiiuae/falcon-7b"), ParamsError,
@@ -567,3 +576,21 @@ def test_nlg_as_shipped_needs_no_ftfy(tmp_path: Path) -> None:
     assert sorted(got) == sorted(want)
     for name, (_, data) in want.items():
         np.testing.assert_array_equal(got[name][1]["data"][0], data["data"][0])
+
+
+@pytest.mark.parametrize("text", ["MKTAYIAK", "MKV jjz WQ", "  M K<mask>TA<cls>  x", "abcLdefA", "<null_1>L.-",
+                                  "<unkL", "X B U Z O", "mk", "<pad><eos>MM", ""])
+def test_esm_tokenizer_folder_splits_as_esm_tokenizer(text: str) -> None:
+    """A saved EsmTokenizer folder (vocab.txt, no tokenizer.json) gives transformers' EsmTokenizer ids: vocabulary
+    tokens cut out longest first, other runs split on whitespace, one <unk> per unknown piece, <cls> ... <eos>;
+    cut to a length with the specials kept."""
+    transformers = pytest.importorskip("transformers")
+    from cs_run.data.preprocessing.vendor_config._tokenizer import esm_backend
+
+    folder = GOLDEN / "tokenizer_esm"
+    esm = transformers.AutoTokenizer.from_pretrained(str(folder))
+    assert type(esm).__name__ == "EsmTokenizer"
+    ours = esm_backend(str(folder / "vocab.txt"))
+    assert ours.encode(text).ids == esm(text)["input_ids"]
+    ours.enable_truncation(max_length=6)
+    assert ours.encode(text).ids == esm(text, max_length=6, truncation=True)["input_ids"]

@@ -95,6 +95,27 @@ CHAT_TEMPLATE = (
     "{% endif %}{% endfor %}"
 )
 
+# Protein sequences for the esm2 (masked-LM) cases: one over max_seq_length (cut), one with letters outside
+# the ESM vocabulary (a run of them is one <unk>), one with spaces between residues, and an empty one (skipped).
+PROTEINS = [
+    "MKTAYIAKQRQISFVKSHFSRQLEERLGLIEVQ",
+    "MSLLTEVETPIRNEWGCRCNDSSDPLVVAASIIGILHLILWILDRLFFKCIYRRFKYGLKRGPSTEGVPESMREEYRKEQQSAVDADDGHFVSIELE",
+    "GSHMLEDPVDAFQWTEKAL",
+    "MADQLTEEQIAEFKEAFSLFDKDGDGTITTKELGTVMRSLGQNPTEAELQDMINEV",
+    "MKVLAAGIVGLLLAQ jjz WQRSTAAX",
+    "",
+    "M K V L A A G I V G L L L A Q W Q R S T A",
+    "PEPTIDEKRLVNMGTHYWCFSADQ",
+    "MALWMRLLPLLALLALWGPDPAAAFVNQHLCGSHLVEALYLVCGERGFFYTPKT",
+    "KKKKRRRRDDDDEEEE",
+    "MTEYKLVVVGAGGVGKSALTIQLIQNHFVDEYDPTIEDSYRKQVVIDGETCLLDILDTAGQEEY",
+    "MQIFVKTLTGKTITLEVEPSDTIENVKAKIQDKEGIPPDQQRLIFAGKQLEDGRTLSDYNIQKESTLHLVLRLRGG",
+]
+
+# The ESM-2 vocabulary in its order (facebook/esm2_*'s vocab.txt): what EsmTokenizer reads
+ESM_VOCAB = ["<cls>", "<pad>", "<eos>", "<unk>", "L", "A", "G", "V", "S", "E", "R", "T", "I", "D", "P", "K", "Q", "N",
+             "F", "Y", "M", "H", "W", "C", "X", "B", "U", "Z", "O", ".", "-", "<null_1>", "<mask>"]
+
 # (case id, vendor config file, input folder, {dotted key: value} overrides; "<IN>", "<OUT>", "<TOK>" are
 # filled in with the input folder, the output folder and the tokenizer folder)
 CASES: list[tuple[str, str, str, dict]] = [
@@ -329,10 +350,46 @@ OPTION_CASES: list[tuple[str, str, str, dict]] = [
 ]
 CASES += OPTION_CASES
 
+# bert_pretraining: word pieces cut into max_seq_length pieces with token_type_ids, no masking (the vendor masks
+# later, in the data processor); esm2: training_objective mlm, masked here with random.Random(seed) and numpy's
+# global RNG (seeded with seed), through the slow EsmTokenizer the config names (a vocab.txt folder). The esm2
+# config ships processes: 32; the cases run processes: 1, the layout cs-run writes.
+CASES += [
+    ("bert_pretraining", "bert_pretraining_config.yaml", "text", {
+        "processing.max_seq_length": 16,
+        "processing.huggingface_tokenizer": "<TOK>_bert",
+    }),
+    ("bert_pretraining_truncate", "bert_pretraining_config.yaml", "mixed", {
+        "processing.max_seq_length": 12,
+        "processing.huggingface_tokenizer": "<TOK>_bert",
+        "processing.min_sequence_len": 4,
+        "dataset.truncate_to_msl": True,
+    }),
+    ("esm2_mlm", "esm2_preprocessing_pre_training.yaml", "proteins", {
+        "setup.processes": 1,
+        "processing.max_seq_length": 32,
+        "processing.huggingface_tokenizer": "<TOK>_esm",
+    }),
+    ("esm2_mlm_no_gather", "esm2_preprocessing_pre_training.yaml", "proteins", {
+        "setup.processes": 1,
+        "processing.max_seq_length": 24,
+        "processing.seed": 3,
+        "processing.huggingface_tokenizer": "<TOK>_esm",
+        "dataset.mlm_with_gather": False,
+        "dataset.mlm_fraction": 0.3,
+        "dataset.ignore_index": -1,
+    }),
+    # wikitext_detokenize cleans the text before the masked-LM tokenization too
+    ("esm2_mlm_wikitext", "esm2_preprocessing_pre_training.yaml", "wikitext", {
+        "setup.processes": 1,
+        "processing.max_seq_length": 40,
+        "processing.huggingface_tokenizer": "<TOK>_esm",
+        "processing.wikitext_detokenize": True,
+    }),
+]
+
 # The Release_2.10.0 configs no case above runs, and why (cs-run's --config refuses each with one line).
 DEFERRED: dict[str, str] = {
-    "bert_pretraining_config.yaml": "bert pretraining: the families work (issue 39)",
-    "esm2_preprocessing_pre_training.yaml": "esm2 masked-LM (training_objective mlm): the families work",
     "llava_phase_1_llama3.yaml": "multimodal (llava): out of scope",
     "llava_phase_2_preproc.yaml": "multimodal (llava): out of scope",
     "llava_single_image_token.yaml": "multimodal: out of scope (it also has no setup.mode or data)",
@@ -380,6 +437,48 @@ def build_tokenizer(folder: str, extra_special: tuple = ()) -> None:
     os.replace(merges_path, os.path.join(folder, "vocab.bpe"))
 
 
+def build_bert_tokenizer(folder: str) -> None:
+    """A tiny lower-cased WordPiece (BERT's pipeline: normalizer, pre-tokenizer, [CLS] $A [SEP] with type ids),
+    saved as a BertTokenizerFast folder. The vocabulary is built, not trained (tokenizers' WordPiece trainer
+    orders it differently from run to run): the specials, every character alone and as ``##`` piece, and the
+    words seen more than once, each set sorted; a word seen once is cut into pieces."""
+    import re  # noqa: PLC0415
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words = [w for text in _TRAIN_TEXT for w in re.findall(r"\w+|[^\w\s]", text.lower())]
+    chars = sorted({c for w in words for c in w})
+    twice = sorted({w for w in words if words.count(w) > 1 and len(w) > 1})
+    vocab = {tok: i for i, tok in enumerate(special + chars + ["##" + c for c in chars] + twice)}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    os.makedirs(folder, exist_ok=True)
+    tok.save(os.path.join(folder, "tokenizer.json"))
+    config = {"tokenizer_class": "BertTokenizerFast", "do_lower_case": True, "cls_token": "[CLS]",
+              "sep_token": "[SEP]", "pad_token": "[PAD]", "mask_token": "[MASK]", "unk_token": "[UNK]",
+              "model_max_length": 512}
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+
+
+def build_esm_tokenizer(folder: str) -> None:
+    """ESM-2's tokenizer folder as EsmTokenizer.save_pretrained writes it (vocab.txt, no tokenizer.json)."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "vocab.txt"), "w") as f:
+        f.write("\n".join(ESM_VOCAB))
+    special = {"cls_token": "<cls>", "eos_token": "<eos>", "mask_token": "<mask>", "pad_token": "<pad>",
+               "unk_token": "<unk>"}
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "EsmTokenizer", "model_max_length": 1026, **special}, f, indent=1)
+    with open(os.path.join(folder, "special_tokens_map.json"), "w") as f:
+        json.dump(special, f, indent=1)
+
+
 def write_inputs(folder: str) -> None:
     """Write each input kind the cases read: text documents and prompt/completion pairs as .jsonl."""
     os.makedirs(os.path.join(folder, "text"), exist_ok=True)
@@ -417,6 +516,10 @@ def write_inputs(folder: str) -> None:
             with open(os.path.join(folder, name, f"part{part}.jsonl"), "w") as f:
                 for record in records[part::2]:
                     f.write(json.dumps(record) + "\n")
+    os.makedirs(os.path.join(folder, "proteins"), exist_ok=True)
+    with open(os.path.join(folder, "proteins", "sequences.jsonl"), "w") as f:
+        for seq in PROTEINS:
+            f.write(json.dumps({"text": seq}) + "\n")
     os.makedirs(os.path.join(folder, "nlg"), exist_ok=True)
     with open(os.path.join(folder, "nlg", "e2e.jsonl"), "w") as f:
         for record in NLG:

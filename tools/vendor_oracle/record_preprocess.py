@@ -70,6 +70,8 @@ def main(mzsrc: str, out_root: str) -> None:
     pc.write_inputs(inputs)
     pc.build_tokenizer(tok)
     pc.build_tokenizer(tok + "_fim", tuple(pc.FIM_TOKENS))
+    pc.build_bert_tokenizer(tok + "_bert")
+    pc.build_esm_tokenizer(tok + "_esm")
     only = set(sys.argv[3:])
     for case_id, config_name, input_name, overrides in pc.CASES:
         if only and case_id not in only:

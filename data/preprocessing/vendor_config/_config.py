@@ -18,7 +18,8 @@ from typing import Optional
 from cs_run import _yaml
 from cs_run.errors import ParamsError
 
-from . import _splits
+from . import _mlm, _splits
+from ._tokenizer import is_esm_folder
 
 __all__ = ["PreprocessConfig", "load_config"]
 
@@ -45,6 +46,8 @@ DATASET_KEYS = {
 MODES = ("pretraining", "finetuning", "dpo", "nlg", "embedding_training", "embedding_generation", "custom")
 RUN_MODES = ("pretraining", "finetuning", "dpo", "nlg")
 """The modes cs-run runs today; the others are named in their error."""
+OBJECTIVES = ("fim", "bert_pretraining", "mlm")
+"""dataset.training_objective values besides autoregressive that cs-run runs (in mode pretraining, as the vendor)."""
 
 _VENDOR_HOOKS = "cerebras.modelzoo.data_preparation.data_preprocessing.hooks"
 
@@ -92,6 +95,8 @@ class PreprocessConfig:
     use_vsl: bool = False  # dataset.use_vsl: sequences packed into 5-row VSL samples (see _vsl)
     skip_jsonl_errors: bool = False
     lines: dict = field(default_factory=dict)
+    objective: Optional[str] = None  # dataset.training_objective (None: autoregressive)
+    mlm: Optional[dict] = None  # training_objective mlm: _mlm.check_keys' mlm_fraction, with_gather, ignore_index, ...
 
     def at(self, key: str) -> str:
         """``file:line`` of a dotted key (the file alone where the key is not in it)."""
@@ -144,10 +149,6 @@ def _out_of_scope(setup: dict, processing: dict, dataset: dict, path: str, lines
         raise _fail(path, lines, "dataset.is_multimodal" if dataset.get("is_multimodal") else "setup.image_dir",
                     "asks for multimodal preprocessing (llava, mllama, image captions)",
                     "cs-run does not preprocess multimodal data; use the vendor's tool for this config")
-    objective = dataset.get("training_objective")
-    if objective in ("bert_pretraining", "mlm"):
-        raise _fail(path, lines, "dataset.training_objective", f"is {objective!r} (bert / esm2 masked-LM data)",
-                    "cs-run's bert and esm2 preprocessing belongs to the families work and is not here yet")
 
 
 def _not_yet(setup: dict, processing: dict, dataset: dict, mode: str, path: str, lines: dict) -> None:
@@ -173,10 +174,16 @@ def _not_yet(setup: dict, processing: dict, dataset: dict, mode: str, path: str,
     if dataset.get("split_text_to_tokenize"):
         raise _fail(path, lines, "dataset.split_text_to_tokenize", "is not run by cs-run's --config yet",
                     "set it to false")
-    if dataset.get("training_objective") == "fim" and mode != "pretraining":
-        raise _fail(path, lines, "dataset.training_objective", f"is 'fim' in mode {mode!r}",
-                    "FIM augments pretraining samples only: set setup.mode: pretraining or remove it")
-    if dataset.get("training_objective") not in (None, "autoregressive", "fim"):
+    objective = dataset.get("training_objective")
+    if objective in OBJECTIVES and mode != "pretraining":
+        raise _fail(path, lines, "dataset.training_objective", f"is {objective!r} in mode {mode!r}",
+                    f"the vendor runs {objective} in mode pretraining only: set setup.mode: pretraining or remove it")
+    for key in ("use_vsl", "shuffle", "token_limit"):  # not built with the masked LM / BERT samples
+        section, prefix = (dataset, "dataset") if key == "use_vsl" else (processing, "processing")
+        if objective in ("bert_pretraining", "mlm") and section.get(key):
+            raise _fail(path, lines, f"{prefix}.{key}", f"is not run by cs-run's --config with training_objective "
+                        f"{objective} yet", "set it to false, or use the vendor's tool for this config")
+    if objective not in (None, "autoregressive", *OBJECTIVES):
         raise _fail(path, lines, "dataset.training_objective", f"is {dataset['training_objective']!r}, "
                     "which cs-run's --config does not run yet", "remove it (plain autoregressive pretraining)")
 
@@ -313,7 +320,11 @@ def load_config(path: str) -> PreprocessConfig:
     splits = _splits.plan_splits(setup, processing, output_dir,
                                  lambda key, problem, fix: _fail(path, _nearest(lines, key), key, problem, fix))
     fim = _fim(dataset, tokenizer_kind, path, lines) if dataset.get("training_objective") == "fim" else None
+    mlm = _mlm.check_keys(dataset, lambda key, problem, fix: _fail(path, lines, key, problem, fix),
+                          lambda key, kind, default: _typed(dataset, key, kind, "dataset", path, lines, default)) \
+        if dataset.get("training_objective") == "mlm" else None
     return PreprocessConfig(
+        objective=dataset.get("training_objective"), mlm=mlm,
         fim=fim, splits=splits, hf_dataset=(source, hf_split) if kind == "huggingface" else None,
         inverted_mask=_typed(processing, "inverted_mask", bool, "processing", path, lines, False),
         path=path, params=copy.deepcopy(params), mode=mode, source=source, output_dir=output_dir,
@@ -433,6 +444,8 @@ def _local_tokenizer(name: str, path: str, lines: dict) -> str:
         return name
     if os.path.isdir(name) and os.path.isfile(os.path.join(name, "tokenizer.json")):
         return os.path.join(name, "tokenizer.json")
+    if os.path.isdir(name) and is_esm_folder(name):  # ESM-2's (a slow tokenizer: no tokenizer.json)
+        return os.path.join(name, "vocab.txt")
     raise _fail(path, lines, "processing.huggingface_tokenizer", f"is {name!r}, not a local folder with a "
                 "tokenizer.json", "cs-run downloads nothing: save the tokenizer (tokenizer.save_pretrained(DIR)) "
                 "and give DIR")

@@ -4,7 +4,8 @@ Layout (Release 2.10's DataPreprocessor with ``processes: 1``, no shuffle): samp
 read chunk and written to ``output_chunk_0_<n>.h5`` when the buffer reaches ``write_chunk_size`` bytes
 (``<n>``: the read chunk that filled it) and at the end (``<n>``: the number of read chunks); packed
 pretraining's carried rest goes to ``output_chunk_1_prefix.h5``. Each file holds one dataset ``data``
-(N x 3 x max_seq_length, i4, gzip, chunks of one sample) and the attribute ``n_examples``.
+(N x 3 x max_seq_length, i4, gzip, chunks of one sample; a masked LM's N x 2 x msl and ``labels`` beside it)
+and the attribute ``n_examples``.
 data_params.json is the config as read, with processing.eos_id / pad_id / vocab_size, ``features`` and
 the ``post-process`` counts (keys sorted, indent 4, as the vendor writes it).
 
@@ -33,7 +34,7 @@ import numpy as np
 
 from cs_run.errors import DataError, ParamsError
 
-__all__ = ["Output", "buffer_size", "check_output_dir"]
+__all__ = ["Output", "buffer_size", "check_output_dir", "stack"]
 
 STAGING_PREFIX = ".preprocess-"
 
@@ -49,10 +50,21 @@ def _nested_size(arr: np.ndarray) -> int:
     return sys.getsizeof(arr) + (arr.shape[0] * below(arr.shape[1:]) if arr.ndim else 0)
 
 
-def buffer_size(buffer: list[np.ndarray]) -> int:
-    """The vendor's get_size of its write buffer ``{"data": [one array per read chunk]}``."""
-    return (sys.getsizeof({"data": None}) + sys.getsizeof("data") + sys.getsizeof(buffer)
-            + sum(_nested_size(a) for a in buffer))
+def stack(samples: list) -> tuple[np.ndarray, ...]:
+    """One read chunk's samples as one array per h5 key (a sample is an array, or a tuple of one per key)."""
+    if isinstance(samples[0], np.ndarray):
+        return (np.stack(samples),)
+    return tuple(np.stack(column) for column in zip(*samples))
+
+
+def buffer_size(buffer: list[tuple[np.ndarray, ...]], keys: tuple[str, ...] = ("data",)) -> int:
+    """The vendor's get_size of its write buffer ``{key: [one array per read chunk], ...}``."""
+    held: dict = {}
+    for key in keys:  # filled one key at a time, as the vendor's dict is (its size follows its growth)
+        held[key] = None
+    lists = [[chunk[i] for chunk in buffer] for i in range(len(keys))]  # grown by append, as the vendor's lists
+    return (sys.getsizeof(held) + sum(sys.getsizeof(k) for k in keys) + sum(sys.getsizeof(x) for x in lists)
+            + sum(_nested_size(a) for chunk in buffer for a in chunk))
 
 
 def check_output_dir(output_dir: str, where: str) -> None:
@@ -115,13 +127,15 @@ class Output:
                               f"({e.strerror or e}); choose a writable folder") from None
         self.names: list[str] = []
 
-    def write_h5(self, name: str, samples: list[np.ndarray]) -> None:
-        """One output file of ``samples`` (each 3 x msl)."""
+    def write_h5(self, name: str, chunks: list[tuple[np.ndarray, ...]], keys: tuple[str, ...] = ("data",)) -> None:
+        """One output file of the buffered read chunks: a dataset per key (``data`` N x 3 x msl; a masked LM's
+        ``data`` N x 2 x msl and ``labels``)."""
         import h5py
 
-        data = np.stack(samples).astype(np.int32, copy=False)
         with h5py.File(os.path.join(self.stage, name), "w") as f:
-            f.create_dataset("data", data=data, dtype="i4", chunks=(1, *data.shape[1:]), compression="gzip")
+            for i, key in enumerate(keys):
+                data = np.concatenate([chunk[i] for chunk in chunks]).astype(np.int32, copy=False)
+                f.create_dataset(key, data=data, dtype="i4", chunks=(1, *data.shape[1:]), compression="gzip")
             f.attrs["n_examples"] = data.shape[0]
         self.names.append(name)
 

@@ -1,11 +1,12 @@
 """The config's tokenizer, loaded from local files only, with the ids the vendor's tool derives from it.
 
 ``huggingface_tokenizer`` is a folder holding tokenizer.json (and tokenizer_config.json /
-special_tokens_map.json, which name eos and pad) or the tokenizer.json itself; ``custom_tokenizer:
-gpt2tokenizer`` is the gpt2 encoder.json + vocab.bpe pair. Nothing is downloaded. The ids follow the
-vendor's rules: eos from the tokenizer's eos token, pad from its pad token or else eos; the config's
-``eos_id`` sets both, its ``pad_id`` sets pad; for gpt2 both are <|endoftext|>. vocab_size counts added
-tokens (``len(tokenizer)``).
+special_tokens_map.json, which name eos and pad) or the tokenizer.json itself, or a folder EsmTokenizer saved
+(vocab.txt, tokenizer_class EsmTokenizer: ESM-2's, which has no tokenizer.json), rebuilt as the same splitting
+(:func:`esm_backend`); ``custom_tokenizer: gpt2tokenizer`` is the gpt2 encoder.json + vocab.bpe pair. Nothing
+is downloaded. The ids follow the vendor's rules: eos from the tokenizer's eos token, pad from its pad token
+or else eos; the config's ``eos_id`` sets both, its ``pad_id`` sets pad; for gpt2 both are <|endoftext|>.
+vocab_size counts added tokens (``len(tokenizer)``).
 """
 
 from __future__ import annotations
@@ -72,6 +73,40 @@ def _special_names(folder: str) -> dict[str, Optional[str]]:
     return names
 
 
+def esm_backend(vocab_file: str) -> Any:
+    """EsmTokenizer (transformers) as a `tokenizers.Tokenizer`: the text is cut at every vocabulary token
+    (longest first, EsmTokenizer's trie), what lies between is split on whitespace and each piece is one token
+    (<unk> where it is not in the vocabulary); ``<cls> ... <eos>`` around it."""
+    import re  # noqa: PLC0415
+
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors
+
+    with open(vocab_file, encoding="utf-8") as f:
+        tokens = [line.strip() for line in f.read().splitlines()]
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    pattern = "|".join(re.escape(t) for t in sorted((t for t in vocab if t), key=len, reverse=True))
+    backend.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pattern), "isolated"),
+                                                     pre_tokenizers.WhitespaceSplit()])
+    if "<cls>" in vocab and "<eos>" in vocab:
+        backend.post_processor = processors.TemplateProcessing(
+            single="<cls> $A <eos>", pair="<cls> $A <eos> $B <eos>",
+            special_tokens=[("<cls>", vocab["<cls>"]), ("<eos>", vocab["<eos>"])])
+    return backend
+
+
+def is_esm_folder(folder: str) -> bool:
+    """A folder EsmTokenizer saved: vocab.txt and tokenizer_config.json naming EsmTokenizer."""
+    config = os.path.join(folder, "tokenizer_config.json")
+    if not os.path.isfile(os.path.join(folder, "vocab.txt")) or not os.path.isfile(config):
+        return False
+    try:
+        with open(config, encoding="utf-8") as f:
+            return json.load(f).get("tokenizer_class") == "EsmTokenizer"
+    except (OSError, ValueError):
+        return False
+
+
 def load_tokenizer(kind: str, path: str, gpt2_files: tuple[str, str], eos_override: Optional[int],
                    pad_override: Optional[int], where: str) -> LoadedTokenizer:
     """Load the config's tokenizer. Raises ParamsError naming ``where`` (the config key's file:line)."""
@@ -91,7 +126,7 @@ def load_tokenizer(kind: str, path: str, gpt2_files: tuple[str, str], eos_overri
             eos, pad, names = backend.token_to_id(GPT2_EOS), backend.token_to_id("<|padding|>"), {}
             pad = eos if pad is None else pad
         else:
-            backend = Tokenizer.from_file(path)
+            backend = esm_backend(path) if os.path.basename(path) == "vocab.txt" else Tokenizer.from_file(path)
             names = _special_names(os.path.dirname(path))
             eos = backend.token_to_id(names["eos_token"]) if names["eos_token"] else None
             pad = backend.token_to_id(names["pad_token"]) if names["pad_token"] else None

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from cs_run.errors import ParamsError
 
-from . import _dpo, _fim, _finetuning, _inputs, _nlg, _output, _pretraining, _splits, _vsl
+from . import _bert, _dpo, _fim, _finetuning, _inputs, _mlm, _nlg, _output, _pretraining, _splits, _vsl
 from ._config import load_config
 from ._tokenizer import load_tokenizer
 
@@ -119,14 +119,22 @@ def _generator(cfg, tok) -> tuple:
             ftfy_normalizer=cfg.ftfy_normalizer, sep_token=cfg.sep_token, truncate_to_msl=cfg.truncate_to_msl,
             chat_template=cfg.chat_template, end_of_turn_token=cfg.end_of_turn_token, inverted_mask=cfg.inverted_mask)
         stats_keys = _finetuning.STATS_KEYS
+    elif cfg.objective == "mlm":
+        gen = _mlm.MlmSamples(tok, max_seq_length=cfg.max_seq_length, seed=cfg.seed, use_ftfy=cfg.use_ftfy,
+                              ftfy_normalizer=cfg.ftfy_normalizer, where=cfg.at("processing.huggingface_tokenizer"),
+                              wikitext_detokenize=cfg.wikitext_detokenize, **cfg.mlm)
+        stats_keys, features = _pretraining.STATS_KEYS, _mlm.features(cfg.mlm["with_gather"])
     else:
         args = dict(max_seq_length=cfg.max_seq_length, pack_sequences=cfg.pack_sequences,
                     short_seq_prob=cfg.short_seq_prob, seed=cfg.seed, min_sequence_len=cfg.min_sequence_len,
                     use_ftfy=cfg.use_ftfy, ftfy_normalizer=cfg.ftfy_normalizer,
                     wikitext_detokenize=cfg.wikitext_detokenize, inverted_mask=cfg.inverted_mask)
         gen = (_fim.FimSamples(tok, fim=cfg.fim, where=cfg.at("dataset.fim_prefix_tok"), **args) if cfg.fim else
+               _bert.BertSamples(tok, truncate_to_msl=cfg.truncate_to_msl, **args)
+               if cfg.objective == "bert_pretraining" else
                (_vsl.VslPretrainingSamples if cfg.use_vsl else _pretraining.PretrainingSamples)(tok, **args))
         stats_keys = _pretraining.STATS_KEYS
+        features = _bert.FEATURES if cfg.objective == "bert_pretraining" else features
     if cfg.use_vsl:
         stats_keys, features = stats_keys + ["num_sequences_before_packing"], _vsl.VSL_FEATURES
     return gen, stats_keys, features
@@ -222,7 +230,8 @@ def _write_samples(cfg, gen, out, files, keys, hook, stats_keys, progress: bool)
         rng, n_files = np.random.RandomState(cfg.shuffle_seed), _output_files(files, cfg.write_chunk_size)
         if cfg.fim:
             gen.np_rng = rng
-    buffer: list[np.ndarray] = []
+    buffer: list[tuple[np.ndarray, ...]] = []  # per read chunk, one array per h5 key
+    h5_keys = getattr(gen, "H5_KEYS", ("data",))  # the datasets of each .h5 file (masked LM: data and labels)
     chunk_no, total_tokens = 0, 0
     bar = tqdm(unit=" records", desc=f"preprocess ({len(files)} files)", disable=not progress, file=sys.stderr)
     for chunk in _inputs.read_chunks(files, keys, hook, cfg.read_hook_kwargs, cfg.read_chunk_size,
@@ -246,9 +255,9 @@ def _write_samples(cfg, gen, out, files, keys, hook, stats_keys, progress: bool)
             if rng is not None:
                 _deal(out, rng, n_files, samples)
             else:
-                buffer.append(np.stack(samples))
-                if _output.buffer_size(buffer) >= cfg.write_chunk_size:
-                    out.write_h5(f"output_chunk_0_{chunk_no}.h5", [s for b in buffer for s in b])
+                buffer.append(_output.stack(samples))
+                if _output.buffer_size(buffer, h5_keys) >= cfg.write_chunk_size:
+                    out.write_h5(f"output_chunk_0_{chunk_no}.h5", buffer, h5_keys)
                     buffer = []
         chunk_no += 1
         if stop:  # no later chunk is read (the packed rest below is still written, as the vendor writes it)
@@ -257,7 +266,7 @@ def _write_samples(cfg, gen, out, files, keys, hook, stats_keys, progress: bool)
             break
     bar.close()
     if buffer:
-        out.write_h5(f"output_chunk_0_{chunk_no}.h5", [s for b in buffer for s in b])
+        out.write_h5(f"output_chunk_0_{chunk_no}.h5", buffer, h5_keys)
     if rng is not None:
         rng.seed(cfg.shuffle_seed)  # the vendor seeds numpy again before the packed rest
     rest, rest_stats = gen.rest()
@@ -265,7 +274,7 @@ def _write_samples(cfg, gen, out, files, keys, hook, stats_keys, progress: bool)
         if rng is not None:
             _deal(out, rng, n_files, rest)
         else:
-            out.write_h5("output_chunk_1_prefix.h5", rest)
+            out.write_h5("output_chunk_1_prefix.h5", [_output.stack(rest)], h5_keys)
         for key in ("num_pad_tokens", "non_pad_tokens", "num_masked_tokens", "loss_valid_tokens", "num_tokens",
                     "n_examples"):
             stats[key] += rest_stats.get(key, 0)
