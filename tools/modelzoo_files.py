@@ -51,17 +51,30 @@ from cs_run._yaml import parse as parse_yaml
 
 MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
 FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
-            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "esm2", "t5", "transformer")
-"""Model families (models/nlp/<family>/...): the decoder LMs, bert (its pretraining files and its heads'
-files: --write-bert-csv also writes the classifier's GLUE, the token classifier's NER and extractive
-summarization's BERTSUM data), esm2, t5 and transformer; the other families are left out."""
+            "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "esm2", "t5", "transformer",
+            "fc_mnist", "vision_transformer", "dpo")
+"""Model families (models/nlp/<family>/..., models/vision/<family>/..., fc_mnist/...): the decoder LMs, bert (its
+pretraining files and its heads' files: --write-bert-csv also writes the classifier's GLUE, the token classifier's
+NER and extractive summarization's BERTSUM data), esm2, t5, transformer, fc_mnist, vision_transformer and dpo; the
+other families (dino, dit, llava, multimodal_simple, dpr, unet, ...) are left out."""
+DECODERS = FAMILIES[:16]
+DATA_OF = {**dict.fromkeys(DECODERS, "gpt"), "bert": "bert", "esm2": "esm2", "t5": "t5", "transformer": "transformer",
+           "fc_mnist": "mnist", "vision_transformer": "imagenet", "dpo": "dpo"}
+"""The data each family's files read: a folder of ``--data-root`` (:func:`write_data`), or fc_mnist's bundled digits."""
 
+SWEEP_REFUSALS = {
+    "bert/fine_tuning/qa/configs/bert_base_squad.yaml": "bert/qa",
+}
+"""The files of the sweep of every tag (docs/modelzoo_sweep.md) refused by name: path suffix -> words of the one
+error line (tests/models/test_modelzoo_releases.py checks the sweep against it)."""
 MODEL_SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "filter_size": 128, "vocab_size": 512,
                "max_position_embeddings": 64, "rotary_dim": 16}
 T5_SIZES = {"d_model": 64, "d_kv": 16, "d_ff": 128, "encoder_num_hidden_layers": 2, "decoder_num_hidden_layers": 2,
             "src_vocab_size": 512, "tgt_vocab_size": 512, "src_max_position_embeddings": 64,
             "tgt_max_position_embeddings": 16}
 """t5's sizes: 64 source tokens (70 raw ones, 14 targets: data/processors/t5.raw_sequence_lengths) and 16 targets."""
+VIT_SIZES = {"num_classes": 3, "image_size": [16, 16], "patch_size": [8, 8]}
+"""vision_transformer's sizes: 3 classes of 16x16 images (write_images: 20x24 JPEGs) in 8x8 patches."""
 MAX_PREDICTIONS = 10  # bert's max_predictions_per_seq: 15% of the 64-token sequence
 MAX_CLS_TOKENS = 8  # extractive summarization's sentences per sample
 KV_GROUPS = 2
@@ -70,26 +83,68 @@ BATCH_SIZE = 4
 STEPS = 5
 
 
+def params_files(tag: str, mirror: str = MIRROR) -> list[tuple[str, str]]:
+    """``(path, blob id)`` of the families' params files at ``tag``, in every layout the releases used:
+    ``src/cerebras/modelzoo/models/{nlp,vision}/<family>/.../configs/`` (Release 2.2+),
+    ``modelzoo/transformers/pytorch/<family>/.../configs/`` and ``modelzoo/vision/pytorch/<family>/configs/``
+    (R_1.6.0 .. Release_2.1.1), and fc_mnist's ``.../fc_mnist/pytorch/configs/`` (before 2.5). The TensorFlow
+    files of R_1.6 .. 1.8 (``transformers/tf/``) are not PyTorch params and are left out. Byte-identical files
+    of two tags have the same blob id (:func:`sweep_jobs` runs each once)."""
+    lines = subprocess.run(["git", f"--git-dir={mirror}", "ls-tree", "-r", tag], check=True,
+                           capture_output=True, text=True).stdout.splitlines()
+    files = []
+    for line in lines:
+        meta, _, name = line.partition("\t")
+        if (family := family_of(name)) and family in FAMILIES:
+            files.append((name, meta.split()[2]))
+    return files
+
+
 def decoder_files(tag: str, mirror: str = MIRROR) -> list[str]:
-    """The decoder LM params files under ``models/nlp/<family>/.../configs/`` at ``tag`` (Release 2.2+), or
-    ``transformers/pytorch/<family>/.../configs/`` (the layout of R_1.6.0 .. Release_2.1.1)."""
-    names = subprocess.run(["git", f"--git-dir={mirror}", "ls-tree", "-r", "--name-only", tag], check=True,
-                           capture_output=True, text=True).stdout.split("\n")
-    return [n for n in names if (family := family_of(n)) and family in FAMILIES]
+    """The paths of :func:`params_files` (the name kept for its callers: every family, not decoders only)."""
+    return [name for name, _ in params_files(tag, mirror)]
 
 
-_FAMILY_PATH = re.compile(r"(?:models/nlp|transformers/pytorch)/(?P<family>[^/]+)/(?:.*/)?configs/.*\.ya?ml$")
+_FAMILY_PATH = re.compile(r"(?:models/nlp|transformers/pytorch|models/vision|vision/pytorch)/(?P<family>[^/]+)/"
+                          r"(?:.*/)?configs/.*\.ya?ml$|(?P<mnist>fc_mnist)/pytorch/configs/.*\.ya?ml$")
 
 
 def family_of(name: str) -> str | None:
     """The family folder of a params file's path, or None outside a family's ``configs/``."""
     m = _FAMILY_PATH.search(name)
-    return m.group("family") if m else None
+    return (m.group("family") or m.group("mnist")) if m else None
 
 
-def _name_model(raw: dict, family: str) -> None:
+def short_name(name: str) -> str:
+    """A params file's path from its family folder on (the same in every layout)."""
+    return re.split("models/nlp/|transformers/pytorch/|models/vision/|vision/pytorch/|modelzoo/(?=fc_mnist/)", name)[-1]
+
+
+def sweep_jobs(tags: list[str], mirror: str = MIRROR, match: str = "") -> tuple[list[tuple[str, str, str]], dict]:
+    """The distinct files of ``tags`` to run, ``(path, tag, blob)`` at their first tag, and every tag's files as
+    ``{tag: [(path, blob), ...]}``: a file byte-identical to one already listed (same blob id, same family) runs
+    once, and its result stands for every tag that has it."""
+    jobs, seen, per_tag = [], set(), {}
+    for tag in tags:
+        per_tag[tag] = [(name, blob) for name, blob in params_files(tag, mirror) if match in name]
+        for name, blob in per_tag[tag]:
+            if (blob, family_of(name)) not in seen:
+                seen.add((blob, family_of(name)))
+                jobs.append((name, tag, blob))
+    return jobs, per_tag
+
+
+_HEAD = re.compile(r"/(?P<family>bert|esm2)/(?:fine_tuning/)?(?P<head>classifier|token_classifier|extractive_summarization|qa|"
+                   r"classification)/")
+
+
+def _name_model(raw: dict, family: str, name: str = "") -> None:
     """``model.name`` from the file's folder where the file has none: the vendor runs each family's own
-    ``run.py``, which names the model (Releases before 2.4 carry no model.name in their files)."""
+    ``run.py``, which names the model (Releases before 2.4 carry no model.name in their files); a head's folder
+    with its own run.py (``bert/classifier/``, ``bert/fine_tuning/classifier/`` before 2.2, 2.3's
+    ``esm2/classification/``) names ``<family>/<head>``."""
+    if head := _HEAD.search(name):
+        family = f"{head.group('family')}/{head.group('head')}"
     models = [t.get("init", {}).get("model") for t in (raw["trainer"] if isinstance(raw["trainer"], list)
                                                        else [raw["trainer"]])] if "trainer" in raw else [raw.get("model")]
     for model in models:
@@ -110,6 +165,11 @@ def _shrink_model(model: dict) -> None:
     if model.get("attention_sink_tokens"):  # its data prepends that many sink tokens to each sample
         model["attention_sink_tokens"] = SINK_TOKENS
         model["max_position_embeddings"] = MODEL_SIZES["max_position_embeddings"] + SINK_TOKENS
+    for key, value in VIT_SIZES.items():  # vision_transformer (image_size marks it)
+        if "image_size" in model and key in model:
+            model[key] = value
+    if isinstance(model.get("policy_model"), dict):  # dpo: the policy is a decoder LM's model section
+        _shrink_model(model["policy_model"])
 
 
 def _shrink_input(section: dict, data_dir: str) -> None:
@@ -135,12 +195,23 @@ def _shrink_input(section: dict, data_dir: str) -> None:
             section["shuffle_buffer"] = 4 * BATCH_SIZE
     if section.get("vocab_file") is not None:  # bert's CSV data: the word pieces of --shards (write_bert_csv)
         section["vocab_file"] = str(Path(data_dir).parent / "vocab.txt")
+    masked = Path(data_dir).parent / "masked" / Path(data_dir).name
+    if section.get("data_processor") == "BertCSVDataProcessor" and masked.exists():  # bert's (write_masked_bert_csv)
+        section["data_dir"] = str(masked)
     if section.get("data_processor") == "BertTokenClassifierDataProcessor":  # NER CSV (write_ner_csv)
         section["data_dir"] = str(Path(data_dir).parent / "ner" / Path(data_dir).name)
     if section.get("data_processor") == "BertSumCSVDataProcessor":  # BERTSUM CSV (write_bertsum_csv)
         section["data_dir"] = str(Path(data_dir).parent / "bertsum" / Path(data_dir).name)
     if section.get("max_cls_tokens") is not None:
         section["max_cls_tokens"] = MAX_CLS_TOKENS
+    if "image_size" in section:  # ImageNet1KProcessor (write_images): sizes and classes
+        section.update(num_classes=VIT_SIZES["num_classes"], image_size=VIT_SIZES["image_size"])
+        for spec in section.get("transforms") or ():
+            if isinstance(spec, dict) and "size" in spec:
+                spec["size"] = [18, 18] if spec.get("name") == "resize" and section.get("split") == "train" \
+                    else VIT_SIZES["image_size"]
+    if section.get("data_processor") == "MNISTDataProcessor" or str(data_dir).startswith("bundled:"):
+        section["data_dir"] = "bundled:digits"  # fc_mnist: the bundled 8x8 digits (cs_run.data.processors.mnist)
     for transform in section.get("data_transforms") or ():
         if isinstance(transform, dict) and transform.get("name") == "add_sink_tokens":
             # sizes: the sinks fit the shrunk sequence (shards of max_position_embeddings - SINK_TOKENS
@@ -260,9 +331,39 @@ def write_bert_csv(out: Path, rows: int = 64, seed: int = 0) -> None:
                 writer.writerow({"tokens": str(tokens), "segment_ids": str([0] * (a + 2) + [1] * (b + 1)),
                                  "is_random_next": rng.randint(0, 1)})
         (out / split / "meta.dat").write_text(f"part_0.csv {rows}\n")
+    write_masked_bert_csv(out / "masked", rows, rng)
     write_glue_tsv(out, words[5:], rows, rng)
     write_ner_csv(out / "ner", words[5:], rows, rng)
     write_bertsum_csv(out / "bertsum", rows, rng)
+
+
+def write_masked_bert_csv(out: Path, rows: int, rng) -> None:
+    """Pre-masked BERT CSV for bert's BertCSVDataProcessor (the MSL10k files of Releases 1.8-2.4; layout of
+    data/processors/bert_csv.py): meta.dat and a CSV of ``input_ids``, ``attention_mask``, ``labels``,
+    ``masked_lm_positions``, ``masked_lm_weights`` (MAX_PREDICTIONS gathered), ``next_sentence_label`` and
+    ``token_type_ids``, sentence pairs of random ids ([CLS] 2, [SEP] 3, [MASK] 4) of at most 64 tokens."""
+    import csv  # noqa: PLC0415 - only this mode writes CSV
+
+    msl = MODEL_SIZES["max_position_embeddings"]
+    for split in ("train", "val"):
+        (out / split).mkdir(parents=True, exist_ok=True)
+        with open(out / split / "part_0.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["input_ids", "attention_mask", "labels", "masked_lm_positions", "masked_lm_weights",
+                             "next_sentence_label", "token_type_ids"])
+            for _ in range(rows):
+                a, b = rng.randint(4, 30), rng.randint(4, 29)
+                ids = [2] + [rng.randrange(5, MODEL_SIZES["vocab_size"]) for _ in range(a)] + [3] + \
+                    [rng.randrange(5, MODEL_SIZES["vocab_size"]) for _ in range(b)] + [3]
+                positions = sorted(rng.sample([i for i, t in enumerate(ids) if t > 4], MAX_PREDICTIONS))
+                labels = [ids[i] for i in positions]
+                for i in positions:
+                    ids[i] = 4
+                pad = msl - len(ids)
+                writer.writerow([str(ids + [0] * pad), str([1] * len(ids) + [0] * pad), str(labels), str(positions),
+                                 str([1] * MAX_PREDICTIONS), str(rng.randint(0, 1)),
+                                 str([0] * (a + 2) + [1] * (b + 1) + [0] * pad)])
+        (out / split / "meta.dat").write_text(f"part_0.csv {rows}\n")
 
 
 def write_bertsum_csv(out: Path, rows: int, rng) -> None:
@@ -419,6 +520,77 @@ def write_transformer_text(out: Path, lines: int = 48, seed: int = 0) -> None:
         (out / split / "meta.dat").write_text(f"src.txt tgt.txt {lines}\n")
 
 
+def write_images(out: Path, seed: int = 0) -> None:
+    """ImageNet's folder layout for vision_transformer's ImageNet1KProcessor: ``train/`` (4 per class) and ``val/``
+    (2 per class) of seeded 20x24 JPEGs in the 3 class folders of VIT_SIZES."""
+    import numpy as np  # noqa: PLC0415 - only this mode draws images
+    from PIL import Image  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    for split, n in (("train", 4), ("val", 2)):
+        for c in range(VIT_SIZES["num_classes"]):
+            (out / split / f"n0{c}").mkdir(parents=True, exist_ok=True)
+            for i in range(n):
+                Image.fromarray(rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)).save(out / split / f"n0{c}" / f"{i}.JPEG")
+
+
+def write_dpo_shards(out: Path, pairs: int = 16, seed: int = 0) -> None:
+    """DPO shards as the vendor's DPOTokenGenerator writes them (Release 2.10 dpo_token_generator.py lines 428-501:
+    per sample the rows chosen input_ids, attention_mask, labels, then the rejected ones, ``[n, 6, msl]`` with
+    attribute n_examples; labels shifted left, no loss on the prompt) in ``train/`` and ``val/``."""
+    import h5py  # noqa: PLC0415 - heavy optional import
+    import numpy as np  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    msl, vocab = MODEL_SIZES["max_position_embeddings"], MODEL_SIZES["vocab_size"]
+    for split in ("train", "val"):
+        samples = []
+        for _ in range(pairs):
+            prompt = rng.integers(1, vocab, int(rng.integers(3, 9))).tolist()
+            rows = []
+            for _answer in range(2):
+                tokens = prompt + rng.integers(1, vocab, int(rng.integers(2, msl - len(prompt) + 1))).tolist()
+                labels = tokens[1:] + [0]
+                labels[: len(prompt) - 1] = [0] * (len(prompt) - 1)
+                mask = [0] * (len(prompt) - 1) + [1] * (len(tokens) - len(prompt) + 1)
+                rows += [row + [0] * (msl - len(row)) for row in (tokens, mask, labels[: len(tokens)])]
+            samples.append(rows)
+        (out / split).mkdir(parents=True, exist_ok=True)
+        with h5py.File(out / split / "data-0.h5", "w") as f:
+            f.create_dataset("data", data=np.array(samples, dtype=np.int32))
+            f.attrs["n_examples"] = pairs
+
+
+def write_data(root: Path, kinds: set, cs_run: str) -> None:
+    """Each data folder of DATA_OF that ``kinds`` names, under ``root/<kind>`` (written once: kept if there)."""
+    writers = {"bert": write_bert_csv, "esm2": write_esm2_data, "t5": write_t5_text,
+               "transformer": write_transformer_text, "imagenet": write_images, "dpo": write_dpo_shards}
+    for kind in sorted(kinds - {"mnist"}):
+        if (root / kind / "val").exists():
+            continue
+        if kind == "gpt":
+            subprocess.run([cs_run, "data", "preprocess", "--stdlib", "-o", str(root / kind), "--max_seq_length",
+                            str(MODEL_SIZES["max_position_embeddings"]), "--vocab_size",
+                            str(MODEL_SIZES["vocab_size"]), "--eval_fraction", "0.1"], check=True,
+                           capture_output=True)
+        else:
+            writers[kind](root / kind)
+
+
+def shards_of(name: str, args) -> Path:
+    """The data a file reads: --shards, or with --data-root its family's folder (fc_mnist: the bundled digits)."""
+    if not args.data_root:
+        return Path(args.shards)
+    kind = DATA_OF[family_of(name)]
+    return Path("bundled:digits") if kind == "mnist" else Path(args.data_root) / kind
+
+
+def all_tags(mirror: str = MIRROR) -> list[str]:
+    """Every release tag of the mirror, oldest first (R_1.6.0 .. Release_2.10.0)."""
+    tags = subprocess.run(["git", f"--git-dir={mirror}", "tag"], check=True, capture_output=True, text=True).stdout
+    return sorted(tags.split(), key=lambda t: [int(n) for n in re.findall(r"\d+", t)])
+
+
 def first_error(output: str, rc: int) -> str:
     """The first ``Error:`` line, or a traceback's last line, or ``ok``."""
     for line in output.splitlines():
@@ -430,18 +602,61 @@ def first_error(output: str, rc: int) -> str:
     return f"rc={rc}: {tail[-1] if tail else ''}"
 
 
-def run_one(name: str, tag: str, args) -> dict:
+def shrunk_params(name: str, tag: str, args, model_dir: Path) -> dict:
+    """The tiny copy of the file ``name`` at ``tag`` that cs-run runs (:func:`shrink`)."""
     text = subprocess.run(["git", f"--git-dir={args.mirror}", "show", f"{tag}:{name}"], check=True,
                           capture_output=True, text=True).stdout
-    slug = re.sub(r"[^\w.-]+", "_", re.split("models/nlp/|transformers/pytorch/", name)[-1])
+    raw, _ = parse_yaml(text, name)  # as cs-run reads params (YAML 1.2 floats such as 1e-05)
+    if args.name_from_folder:
+        _name_model(raw, family_of(name), name)
+    return shrink(raw, shards_of(name, args), model_dir, args.stub_model)
+
+
+TRAIN_IGNORED = frozenset({
+    "model_dir", "data_dir", "log_steps", "checkpoint_steps", "save_losses", "save_initial_checkpoint",
+    "num_workers", "prefetch_factor", "persistent_workers", "use_worker_cache", "eval_steps", "eval_frequency",
+    "logging", "checkpoint", "callbacks", "backend", "loop", "runconfig", "csconfig", "val_dataloader",
+    "eval_input", "validate", "validate_all", "max_wgt_servers", "num_csx", "num_wgt_servers", "num_act_servers"})
+"""Keys that do not change what 5 CPU training steps run (bookkeeping, appliance settings, evaluation)."""
+
+
+def train_features(params: dict, family: str) -> set:
+    """What of a file's 5 CPU training steps can differ from another file's: every leaf of its shrunk params
+    without :data:`TRAIN_IGNORED`'s keys, as ``family:path=value``, a number as ``#`` (a learning rate, a dropout
+    rate or an initializer's std changes values, not the code that runs), list items under one ``[]``."""
+    def leaves(value, path):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k not in TRAIN_IGNORED:
+                    yield from leaves(v, f"{path}.{k}")
+        elif isinstance(value, list):
+            for v in value:
+                yield from leaves(v, f"{path}[]")
+        else:
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            yield f"{family}:{path}=" + ("#" if number else json.dumps(value, default=str))
+    return set(leaves(params, ""))
+
+
+def train_cover(jobs: list, args) -> list:
+    """The files to train: greedily, the file with the most :func:`train_features` not yet trained, until every
+    feature of every file in ``jobs`` is trained by one file (761 distinct files of 23 tags: 114 files)."""
+    features = {job: train_features(shrunk_params(job[0], job[1], args, Path("model_dir")), family_of(job[0]))
+                for job in jobs}
+    todo, chosen = set().union(*features.values()) if features else set(), []
+    while todo:
+        job = max(features, key=lambda j: len(features[j] & todo))
+        chosen.append(job)
+        todo -= features[job]
+    return chosen
+
+
+def run_one(name: str, tag: str, args) -> dict:
+    slug = re.sub(r"[^\w.-]+", "_", short_name(name))
     folder = Path(args.out) / tag / slug
     folder.mkdir(parents=True, exist_ok=True)
     params = folder / "params.yaml"
-    raw, _ = parse_yaml(text, name)  # as cs-run reads params (YAML 1.2 floats such as 1e-05)
-    if args.name_from_folder:
-        _name_model(raw, family_of(name))
-    params.write_text(yaml.safe_dump(shrink(raw, Path(args.shards), folder / "model_dir", args.stub_model),
-                                     sort_keys=False))
+    params.write_text(yaml.safe_dump(shrunk_params(name, tag, args, folder / "model_dir"), sort_keys=False))
     command = [args.command, "--params", str(params), "--device", args.device]
     if args.compile_tier:
         command += ["--compile_tier", args.compile_tier]
@@ -491,8 +706,16 @@ def _kind(error: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tag", action="append", help="Model Zoo tag(s) (default Release_2.10.0)")
+    parser.add_argument("--all-tags", action="store_true", help="every tag of the mirror (23), oldest first")
+    parser.add_argument("--data-root", help="write each family's data under this folder and run every file on its "
+                                            "family's (--shards is then not needed)")
+    parser.add_argument("--ok-from", nargs="+", help="--json files of a validate-only sweep: run only the files "
+                        "that passed there, the fewest that train every model, optimizer, schedule, precision and "
+                        "input key and value of them (train_cover)")
+    parser.add_argument("--first", type=int, default=0, help="skip the first N distinct files (to run in chunks)")
+    parser.add_argument("--count", type=int, default=0, help="run only N distinct files (0: all)")
     parser.add_argument("--mirror", default=MIRROR)
-    parser.add_argument("--shards", required=True, help="cs-run data preprocess output (train/ and val/)")
+    parser.add_argument("--shards", help="cs-run data preprocess output (train/ and val/)")
     parser.add_argument("--out", default="/tmp/modelzoo_files")
     parser.add_argument("--command", default="validate-only", choices=("validate-only", "train"))
     parser.add_argument("--device", default="CPU")
@@ -515,6 +738,8 @@ def main() -> int:
     parser.add_argument("--write-esm2-data", action="store_true",
                         help="first write ESM-2 HDF5 and CSV data (train/, val/) to --shards (for --match esm2/)")
     args = parser.parse_args()
+    if not (args.shards or args.data_root):
+        parser.error("one of --shards or --data-root is required")
     if args.write_bert_csv:
         write_bert_csv(Path(args.shards))
     if args.write_esm2_data:
@@ -523,19 +748,28 @@ def main() -> int:
         write_t5_text(Path(args.shards))
     if args.write_transformer_text:
         write_transformer_text(Path(args.shards))
-    jobs = [(name, tag) for tag in (args.tag or ["Release_2.10.0"]) for name in decoder_files(tag, args.mirror)
-            if args.match in name]
+    tags = all_tags(args.mirror) if args.all_tags else (args.tag or ["Release_2.10.0"])
+    jobs, per_tag = sweep_jobs(tags, args.mirror, args.match)
+    if args.ok_from:  # train only what validated, each train feature once (train_cover)
+        passed = {r["blob"] for f in args.ok_from for r in json.loads(Path(f).read_text())["results"]
+                  if r["first_error"] == "ok"}
+        jobs = train_cover([job for job in jobs if job[2] in passed], args)
+    jobs = jobs[args.first:args.first + args.count if args.count else None]
+    if args.data_root:
+        write_data(Path(args.data_root), {DATA_OF[family_of(name)] for name, _, _ in jobs}, args.cs_run)
     if args.in_process:
-        results = [run_one(*job, args) for job in jobs]
+        results = [run_one(name, tag, args) for name, tag, _ in jobs]
     else:
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(lambda job: run_one(*job, args), jobs))
+            results = list(pool.map(lambda job: run_one(job[0], job[1], args), jobs))
+    for result, (_, _, blob) in zip(results, jobs):
+        result["blob"] = blob
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        Path(args.json).write_text(json.dumps({"results": results, "tags": per_tag}, indent=1))
     tally = collections.Counter(_kind(r["first_error"]) for r in results)
     for r in results:
-        print(f"{r['tag']}:{re.split('models/nlp/|transformers/pytorch/', r['file'])[-1]}: {r['first_error']}")
-    print(f"\n{len(results)} files; by first error:")
+        print(f"{r['tag']}:{short_name(r['file'])}: {r['first_error']}")
+    print(f"\n{len(results)} distinct files of {sum(map(len, per_tag.values()))} in {len(tags)} tags; by first error:")
     for kind, count in tally.most_common():
         print(f"{count:4d}  {kind}")
     return 0
