@@ -1,4 +1,4 @@
-"""Run every decoder LM params file of a Model Zoo release through ``cs-run validate-only`` (or train).
+"""Run the params files of Model Zoo releases through ``cs-run validate-only`` (or train).
 
 A harness for issue 25, not a test: it reads the Model Zoo's own params files from a local mirror of
 github:Cerebras/modelzoo (nothing is copied into this repository), writes each to a scratch folder with
@@ -22,6 +22,18 @@ max_predictions_per_seq to 10): ``--write-bert-csv`` writes random word-piece pa
 t5's files read text (T5DynamicDataProcessor; src_vocab_file moves to --shards/vocab.txt, 64 source and 16
 target tokens): ``--write-t5-text`` writes random pieces in the vendor's layout (``--match nlp/t5/configs/``);
 transformer's read parallel text, ``--write-transformer-text`` (``--match nlp/transformer/configs/``).
+
+Every tag at once (docs/modelzoo_sweep.md): ``--all-tags`` lists the 23 tags' files in every layout
+(:func:`params_files`), runs each distinct file (git blob id) once and reports per tag; ``--data-root`` writes each
+family's data there (:func:`write_data`) and gives each file its family's; ``--first``/``--count`` run a chunk;
+``--ok-from`` (the validate-only --json files) trains the fewest files that train every key and value of the
+files that validated (:func:`train_cover`); ``--report`` prints the tables::
+
+    flock /tmp/cs-run-heavy.lock python tools/modelzoo_files.py --all-tags --data-root /tmp/mz --in-process \
+        --name-from-folder --first 0 --count 255 --json v0.json     # and 255, 510
+    flock /tmp/cs-run-heavy.lock python tools/modelzoo_files.py --all-tags --data-root /tmp/mz --in-process \
+        --name-from-folder --command train --ok-from v0.json v255.json v510.json --json t.json
+    python tools/modelzoo_files.py --report v0.json v255.json v510.json --trained t.json
 
 ``--tag`` takes any release (older ones keep their files under ``transformers/pytorch/<family>/``);
 ``--name-from-folder`` names the model of a file without ``model.name`` by its family folder, as the
@@ -200,6 +212,8 @@ def _shrink_input(section: dict, data_dir: str) -> None:
         section["data_dir"] = str(masked)
     if section.get("data_processor") == "BertTokenClassifierDataProcessor":  # NER CSV (write_ner_csv)
         section["data_dir"] = str(Path(data_dir).parent / "ner" / Path(data_dir).name)
+        if section.get("label_vocab_file") is not None:  # Releases 1.6-2.1 keep it in the input
+            section["label_vocab_file"] = str(Path(data_dir).parent / "ner" / "label2id.json")
     if section.get("data_processor") == "BertSumCSVDataProcessor":  # BERTSUM CSV (write_bertsum_csv)
         section["data_dir"] = str(Path(data_dir).parent / "bertsum" / Path(data_dir).name)
     if section.get("max_cls_tokens") is not None:
@@ -703,6 +717,37 @@ def _kind(error: str) -> str:
     return error[:160]
 
 
+def report(validated: list[str], trained: list[str]) -> str:
+    """docs/modelzoo_sweep.md's tables from the --json files of a validate-only sweep (``validated``) and of its
+    training run (``trained``): per tag the files, those new at that tag (blob ids not seen in an older tag),
+    validate-only passes, refusals and the files trained; then each refusal with its error line."""
+    runs = [json.loads(Path(f).read_text()) for f in validated]
+    results = {r["blob"]: r for run in runs for r in run["results"]}
+    per_tag = {tag: files for run in runs for tag, files in run["tags"].items()}
+    train = {r["blob"]: r for f in trained for r in json.loads(Path(f).read_text())["results"]}
+    lines = ["| tag | files | new | validate-only ok | refused | trained 5 steps (ok / run) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    seen: set = set()
+    for tag in sorted(per_tag, key=lambda t: [int(n) for n in re.findall(r"\d+", t)]):
+        blobs = [blob for _, blob in per_tag[tag] if blob in results]  # all of them once every chunk ran
+        ok = sum(results[b]["first_error"] == "ok" for b in blobs)
+        ran = [train[b] for b in blobs if b in train]
+        lines.append(f"| {tag} | {len(per_tag[tag])} | {len(set(blobs) - seen)} | {ok} | {len(blobs) - ok} | "
+                     f"{sum(r['first_error'] == 'ok' for r in ran)} / {len(ran)} |")
+        seen |= set(blobs)
+    lines += ["", "| file (first tag) | tags | error |", "|---|---|---|"]
+    for blob, r in results.items():
+        if r["first_error"] != "ok":
+            tags = [t for t in per_tag if blob in {b for _, b in per_tag[t]}]
+            error = re.sub(r" \(/[^)]*\)$", "", r["first_error"]).replace("|", "\\|")
+            error = error[:300] + ("..." if len(error) > 300 else "")
+            lines.append(f"| {r['tag']}:{short_name(r['file'])} | {len(tags)} | {error} |")
+    for r in train.values():
+        if r["first_error"] != "ok":
+            lines.append(f"| {r['tag']}:{short_name(r['file'])} (train) | | {r['first_error'][:300]} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tag", action="append", help="Model Zoo tag(s) (default Release_2.10.0)")
@@ -737,7 +782,13 @@ def main() -> int:
                         help="first write BERT CSV data (train/, val/, vocab.txt) to --shards (for --match bert/)")
     parser.add_argument("--write-esm2-data", action="store_true",
                         help="first write ESM-2 HDF5 and CSV data (train/, val/) to --shards (for --match esm2/)")
+    parser.add_argument("--report", nargs="+", metavar="JSON", help="print docs/modelzoo_sweep.md's tables from "
+                        "these --json files of a validate-only sweep (and --trained's) and exit")
+    parser.add_argument("--trained", nargs="*", default=[], metavar="JSON", help="--json files of its training run")
     args = parser.parse_args()
+    if args.report:
+        print(report(args.report, args.trained), end="")
+        return 0
     if not (args.shards or args.data_root):
         parser.error("one of --shards or --data-root is required")
     if args.write_bert_csv:

@@ -123,8 +123,8 @@ class BertConfig:
     output_logits_alpha: float = 1.0
     scale_output_logits_by_d: bool = True
     dtype: Optional[str] = None
-    enable_vts: bool = config_key(False, "1.6.0", "Releases 1.6-1.7: strip the padding on Cerebras hardware (cbtorch "
-                           "StripPadding); the padding is masked either way, same loss here")
+    enable_vts: bool = config_key(False, "1.6.0", "set by Releases 1.6-1.7's files: strip the padding on Cerebras "
+                                  "hardware (cbtorch StripPadding); the padding is masked either way, same loss here")
     precision_opt_level: Optional[int] = config_key(None, "1.8.0", "Release 1.8's weight-streaming files: the Cerebras "
                                              "compiler's precision level (read from model); no effect here")
     # pretraining (BertForPreTrainingModelConfig)

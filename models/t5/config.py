@@ -54,8 +54,8 @@ class T5Config:
     use_projection_bias_in_attention: bool = key(False, "1.6.0", "q/k/v biases")
     attention_softmax_fp32: bool = key(True, "1.8.0", "softmax in float32 under mixed precision")
     attention_kernel: Optional[str] = key(None, "1.9.1", "a Cerebras attention kernel; same attention here")
-    enable_vts: bool = key(False, "1.7.0", "Releases 1.7-1.9: strip the padding on Cerebras hardware (cbtorch "
-                           "StripPadding, training only); the padding is masked either way, same loss here")
+    enable_vts: bool = key(False, "1.6.0", "set by Releases 1.6-1.8's files: strip the padding on Cerebras hardware "
+                           "(cbtorch StripPadding, training only); the padding is masked either way, same loss here")
     use_cache: bool = key(False, "1.7.0", "inference key/value cache (refused: training only)")
     decoder_start_token_id: Optional[int] = key(None, "1.7.0", "read by no forward here (the data shifts labels)")
     pad_token_id: int = key(0, "1.7.0", "the pad token")

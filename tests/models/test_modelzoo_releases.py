@@ -23,7 +23,8 @@ from cs_run.models.common.norms import get_norm
 from cs_run.models.t5.config import T5Config
 from cs_run.models.t5.model import build as build_t5
 from cs_run.params import load_params
-from cs_run.resolve import resolve_params
+from cs_run.registry import apply_model_defaults
+from cs_run.resolve import model_function, resolve_params
 
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
 _spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
@@ -36,6 +37,7 @@ NEW = "src/cerebras/modelzoo/models/"
 FIXED = [  # (tag, file, what stopped it before the fix)
     ("R_1.6.0", OLD + "t5/configs/t5_base.yaml", "model.use_t5_layer_norm"),
     ("R_1.6.0", OLD + "transformer/configs/transformer_base.yaml", "model.use_t5_layer_norm"),
+    ("Release_2.0.2", OLD + "transformer/configs/transformer_large.yaml", "src_max_position_embeddings from the input"),
     ("R_1.7.0", OLD + "t5/configs/t5_small.yaml", "model.enable_vts (t5)"),
     ("R_1.6.0", OLD + "bert/configs/bert_base_msl128.yaml", "model.enable_vts (bert)"),
     ("Release_1.8.0", OLD + "bert/configs/bert_large_MSL512_ws.yaml", "model.precision_opt_level (bert)"),
@@ -44,6 +46,8 @@ FIXED = [  # (tag, file, what stopped it before the fix)
      "train_input.patch_size"),
     ("Release_2.3.1", NEW + "nlp/gemma2/configs/params_gemma2_27b_msl8k.yaml", "train_input.num_examples"),
     ("R_1.6.0", OLD + "bert/fine_tuning/classifier/configs/bert_base_classifier_sst2.yaml", "head named bert by its folder"),
+    ("Release_1.8.0", OLD + "bert/fine_tuning/token_classifier/configs/bert_base_ner_bc5cdr_chem.yaml",
+     "label_vocab_file from the input"),
 ]
 
 REFUSED = [  # (tag, file, the error line's words): not built here, refused by name
@@ -62,10 +66,18 @@ def _args(data_root: Path, **more) -> types.SimpleNamespace:
 
 
 def _check(tag: str, name: str, tmp_path: Path) -> None:
-    """load_params and resolve_params (what validate-only does before it traces) of the file's tiny copy."""
-    params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump(mz.shrunk_params(name, tag, _args(tmp_path), tmp_path / "model_dir")))
-    resolve_params(load_params(params))
+    """What validate-only does before it traces, on the file's tiny copy: load_params, resolve_params and the
+    model built from its keys (as runners/_build.py builds it)."""
+    if mz.family_of(name) == "bert":
+        mz.write_bert_csv(tmp_path / "bert")  # the token classifier's model reads its label2id.json
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(mz.shrunk_params(name, tag, _args(tmp_path), tmp_path / "model_dir")))
+    params = load_params(path)
+    resolve_params(params)
+    try:
+        model_function(params)(**params.model.extra)
+    except ValueError as e:
+        raise ParamsError(f"params: model: {e}") from e
 
 
 @needs_mirror
@@ -147,3 +159,13 @@ def test_every_file_of_a_tag_passes_validate_only_or_is_refused_by_name(tag, dat
     wrong = {name: _RESULTS[blob] for name, blob in per_tag[tag]
              if not (_RESULTS[blob] == "ok" if _expected(name) == "ok" else _expected(name) in _RESULTS[blob])}
     assert not wrong, wrong
+
+
+@pytest.mark.parametrize(("model", "expected"), [({}, (70, 14)), ({"src_max_position_embeddings": 9}, (9, 14))])
+def test_t5_position_lengths_left_out_are_the_train_inputs_as_set_defaults_did(model, expected):
+    """R_1.6-2.2 t5/utils.py set_defaults: model.{src,tgt}_max_position_embeddings default to train_input's
+    {src,tgt}_max_sequence_length; a value the file gives is kept."""
+    raw = {"model": {"name": "transformer", **model},
+           "train_input": {"src_max_sequence_length": 70, "tgt_max_sequence_length": 14}}
+    got = apply_model_defaults(raw)["model"]
+    assert (got["src_max_position_embeddings"], got["tgt_max_position_embeddings"]) == expected
