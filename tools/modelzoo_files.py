@@ -456,7 +456,7 @@ def write_esm2_data(out: Path, rows: int = 32, seed: int = 0) -> None:
     (data_params.json with training_objective mlm and mlm_with_gather, ``data`` [n, 4, msl] input_ids /
     attention_mask / attention_span / position_ids (the use_vsl rows; without use_vsl the first two are read),
     ``labels`` [n, 3, MAX_PREDICTIONS] labels /
-    masked_lm_positions / masked_lm_mask) and ``val/`` also the BertCSVDataProcessor CSV (meta.dat, columns
+    masked_lm_positions / masked_lm_mask) and the BertCSVDataProcessor CSV (meta.dat, columns
     input_ids, attention_mask, labels, masked_lm_positions, masked_lm_weights)."""
     import csv  # noqa: PLC0415 - only this mode writes CSV
     import random  # noqa: PLC0415
@@ -491,12 +491,12 @@ def write_esm2_data(out: Path, rows: int = 32, seed: int = 0) -> None:
             f["data"] = [[s[k] for k in ("input_ids", "attention_mask", "attention_span", "position_ids")]
                          for s in samples]
             f["labels"] = [[s["labels"], s["masked_lm_positions"], s["masked_lm_weights"]] for s in samples]
-        if split == "val":
-            with open(folder / "part_0.csv", "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=list(samples[0])[:5])
-                writer.writeheader()
-                writer.writerows({k: str(s[k]) for k in writer.fieldnames} for s in samples)
-            (folder / "meta.dat").write_text(f"part_0.csv {rows}\n")
+        # the BertCSVDataProcessor CSV (Release 2.2's files train on it too)
+        with open(folder / "part_0.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(samples[0])[:5])
+            writer.writeheader()
+            writer.writerows({k: str(s[k]) for k in writer.fieldnames} for s in samples)
+        (folder / "meta.dat").write_text(f"part_0.csv {rows}\n")
 
 
 def write_t5_text(out: Path, lines: int = 48, seed: int = 0) -> None:
@@ -757,6 +757,8 @@ def main() -> int:
     parser.add_argument("--ok-from", nargs="+", help="--json files of a validate-only sweep: run only the files "
                         "that passed there, the fewest that train every model, optimizer, schedule, precision and "
                         "input key and value of them (train_cover)")
+    parser.add_argument("--failed-from", nargs="+", help="--json files of a sweep: run only the files that failed "
+                        "there (--report reads the later file's result of a file)")
     parser.add_argument("--first", type=int, default=0, help="skip the first N distinct files (to run in chunks)")
     parser.add_argument("--count", type=int, default=0, help="run only N distinct files (0: all)")
     parser.add_argument("--mirror", default=MIRROR)
@@ -801,6 +803,10 @@ def main() -> int:
         write_transformer_text(Path(args.shards))
     tags = all_tags(args.mirror) if args.all_tags else (args.tag or ["Release_2.10.0"])
     jobs, per_tag = sweep_jobs(tags, args.mirror, args.match)
+    if args.failed_from:  # run again what failed there (after a fix)
+        failed = {r["blob"] for f in args.failed_from for r in json.loads(Path(f).read_text())["results"]
+                  if r["first_error"] != "ok"}
+        jobs = [job for job in jobs if job[2] in failed]
     if args.ok_from:  # train only what validated, each train feature once (train_cover)
         passed = {r["blob"] for f in args.ok_from for r in json.loads(Path(f).read_text())["results"]
                   if r["first_error"] == "ok"}

@@ -48,6 +48,7 @@ FIXED = [  # (tag, file, what stopped it before the fix)
     ("R_1.6.0", OLD + "bert/fine_tuning/classifier/configs/bert_base_classifier_sst2.yaml", "head named bert by its folder"),
     ("Release_1.8.0", OLD + "bert/fine_tuning/token_classifier/configs/bert_base_ner_bc5cdr_chem.yaml",
      "label_vocab_file from the input"),
+    ("Release_2.2.0", NEW + "nlp/dpo/configs/params_zephyr_7b_dpo.yaml", "model.fp16_type of the flat dpo form"),
 ]
 
 REFUSED = [  # (tag, file, the error line's words): not built here, refused by name
