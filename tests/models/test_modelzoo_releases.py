@@ -23,7 +23,6 @@ from cs_run.models.common.norms import get_norm
 from cs_run.models.t5.config import T5Config
 from cs_run.models.t5.model import build as build_t5
 from cs_run.params import load_params
-from cs_run.registry import apply_model_defaults
 from cs_run.resolve import model_function, resolve_params
 
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
@@ -130,7 +129,8 @@ def test_bert_hardware_keys_of_old_releases_are_noted_and_change_nothing(caplog)
 # --- the sweep: every distinct file of every tag through validate-only (make test-sweep) ---
 
 _RESULTS: dict = {}
-"""blob id -> first error, shared by the tags (byte-identical files run once)."""
+"""blob id -> first error, shared by the tags (byte-identical files run once); ``first``: blob id -> the file and
+tag it first appears in."""
 
 
 @pytest.fixture(scope="module")
@@ -138,18 +138,19 @@ def data_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("modelzoo_data")
 
 
-def _expected(name: str) -> str:
-    """The words of a file's refusal in docs/modelzoo_sweep.md's table, or ok."""
-    for suffix, words in mz.SWEEP_REFUSALS.items():
-        if name.endswith(suffix):
-            return words
-    return "ok"
+def _expected(name: str, tag: str) -> str:
+    """The words of a file's refusal in tools/modelzoo_files.py's SWEEP_REFUSALS (alternatives split by
+    `` | ``), by the tag the file first appears in, or ok."""
+    return mz.SWEEP_REFUSALS.get(f"{tag}:{mz.short_name(name)}", "ok")
 
 
 @needs_mirror
 @pytest.mark.sweep
 @pytest.mark.parametrize("tag", mz.all_tags() if Path(mz.MIRROR).exists() else [])
 def test_every_file_of_a_tag_passes_validate_only_or_is_refused_by_name(tag, data_root, tmp_path):
+    if not _RESULTS:
+        _RESULTS["first"] = {blob: (name, first) for name, first, blob in mz.sweep_jobs(mz.all_tags())[0]}
+    first = _RESULTS["first"]
     jobs, per_tag = mz.sweep_jobs([tag])
     args = _args(data_root, out=str(tmp_path), command="validate-only", device="CPU", compile_tier=None,
                  in_process=True, cs_run=str(Path(sys.executable).with_name("cs-run")))
@@ -157,16 +158,10 @@ def test_every_file_of_a_tag_passes_validate_only_or_is_refused_by_name(tag, dat
     mz.write_data(data_root, {mz.DATA_OF[mz.family_of(name)] for name, _, _ in todo}, args.cs_run)
     for name, _, blob in todo:
         _RESULTS[blob] = mz.run_one(name, tag, args)["first_error"]
-    wrong = {name: _RESULTS[blob] for name, blob in per_tag[tag]
-             if not (_RESULTS[blob] == "ok" if _expected(name) == "ok" else _expected(name) in _RESULTS[blob])}
+    wrong = {}
+    for name, blob in per_tag[tag]:
+        expected = _expected(*first[blob])
+        if not (_RESULTS[blob] == "ok" if expected == "ok" else
+                any(words in _RESULTS[blob] for words in expected.split(" | "))):
+            wrong[name] = _RESULTS[blob]
     assert not wrong, wrong
-
-
-@pytest.mark.parametrize(("model", "expected"), [({}, (70, 14)), ({"src_max_position_embeddings": 9}, (9, 14))])
-def test_t5_position_lengths_left_out_are_the_train_inputs_as_set_defaults_did(model, expected):
-    """R_1.6-2.2 t5/utils.py set_defaults: model.{src,tgt}_max_position_embeddings default to train_input's
-    {src,tgt}_max_sequence_length; a value the file gives is kept."""
-    raw = {"model": {"name": "transformer", **model},
-           "train_input": {"src_max_sequence_length": 70, "tgt_max_sequence_length": 14}}
-    got = apply_model_defaults(raw)["model"]
-    assert (got["src_max_position_embeddings"], got["tgt_max_position_embeddings"]) == expected
