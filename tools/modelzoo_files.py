@@ -794,6 +794,7 @@ def main() -> int:
     parser.add_argument("--ok-from", nargs="+", help="--json files of a validate-only sweep: run only the files "
                         "that passed there, the fewest that train every model, optimizer, schedule, precision and "
                         "input key and value of them (train_cover)")
+    parser.add_argument("--every", action="store_true", help="with --ok-from: every file that passed, not the cover")
     parser.add_argument("--failed-from", nargs="+", help="--json files of a sweep: run only the files that failed "
                         "there (--report reads the later file's result of a file)")
     parser.add_argument("--first", type=int, default=0, help="skip the first N distinct files (to run in chunks)")
@@ -847,7 +848,8 @@ def main() -> int:
     if args.ok_from:  # train only what validated, each train feature once (train_cover)
         passed = {r["blob"] for f in args.ok_from for r in json.loads(Path(f).read_text())["results"]
                   if r["first_error"] == "ok"}
-        jobs = train_cover([job for job in jobs if job[2] in passed], args)
+        jobs = [job for job in jobs if job[2] in passed]
+        jobs = jobs if args.every else train_cover(jobs, args)
     jobs = jobs[args.first:args.first + args.count if args.count else None]
     if args.data_root:
         write_data(Path(args.data_root), {DATA_OF[family_of(name)] for name, _, _ in jobs}, args.cs_run)
