@@ -348,7 +348,7 @@ def shrink(raw: dict, shards: Path, model_dir: Path, stub: bool = False) -> dict
     rc["model_dir"] = str(model_dir)
     rc["max_steps"] = STEPS
     rc.pop("num_steps", None)
-    for key in ("checkpoint_steps", "eval_frequency"):
+    for key in ("checkpoint_steps", "eval_frequency", "steps_per_epoch"):  # step counts
         if key in rc:
             rc[key] = STEPS
     if "eval_steps" in rc:
