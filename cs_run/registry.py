@@ -69,6 +69,9 @@ class ModelSpec:
     """Where a family's tensor-parallel plan goes: a ``module:function`` that applies it to a built model and
     returns the model, as torchtitan's ``parallelize_fn`` (model, parallel dims, job config). None for every
     family today: the run's ``Strategy`` (data parallel, FSDP2) needs no per-family plan."""
+    keys_from_input: tuple = ()
+    """``(model key, train_input key)`` pairs: a model key the file leaves out takes the input's value, as the
+    Model Zoo's own set_defaults copied it (t5's src/tgt_max_position_embeddings, R_1.6-2.2 t5/utils.py)."""
 
 
 logger = logging.getLogger(__name__)
@@ -96,10 +99,12 @@ def _discover() -> None:
 def register_model(name: str, model_fn: str, data_fn: Optional[str] = None, data_processors: tuple = (),
                    defaults_fn: Optional[str] = None, hf_converter: Optional[str] = None,
                    input_keys: tuple = (), hf_model_types: tuple = (), config_class: Optional[str] = None,
-                   builder: Optional[str] = None, parallelize: Optional[str] = None) -> None:
+                   builder: Optional[str] = None, parallelize: Optional[str] = None,
+                   keys_from_input: tuple = ()) -> None:
     """Make ``model.name: <name>`` resolve to ``model_fn`` (and ``data_fn`` for its inputs); see :class:`ModelSpec`."""
     _MODELS[name] = ModelSpec(name, model_fn, data_fn, tuple(data_processors), defaults_fn, hf_converter,
-                              tuple(input_keys), tuple(hf_model_types), config_class, builder, parallelize)
+                              tuple(input_keys), tuple(hf_model_types), config_class, builder, parallelize,
+                              keys_from_input=tuple(keys_from_input))
 
 
 def register_data_processor(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -164,7 +169,8 @@ def hf_converter(name: Optional[str], where: str) -> Any:
 def apply_model_defaults(raw: dict, locate=lambda key: "") -> dict:
     """Before validation: name the model of a Model Zoo file by its data_processor when model.name is
     absent, check that an input's data_processor is one the model's data reads, pass it the model keys
-    its data takes (``input_keys``), then fill that registered model's own defaults (its ``defaults_fn``)."""
+    its data takes (``input_keys``), take the model keys left out from train_input (``keys_from_input``), then
+    fill that registered model's own defaults (its ``defaults_fn``)."""
     model = raw.get("model")
     if not isinstance(model, dict):
         return raw
@@ -195,6 +201,10 @@ def apply_model_defaults(raw: dict, locate=lambda key: "") -> dict:
                             "Model Zoo's data processors ignore %s.%s)", name, key, section[key], key, model[key],
                             name, key)
                 section[key] = model[key]
+    train = raw.get("train_input")
+    for key, input_key in (spec.keys_from_input if spec is not None and isinstance(train, dict) else ()):
+        if model.get(key) is None and train.get(input_key) is not None:
+            model[key] = train[input_key]
     if spec is not None and spec.defaults_fn:
         resolve_object(spec.defaults_fn, key="model.name")(model)
     return raw

@@ -1,4 +1,4 @@
-"""Run every decoder LM params file of a Model Zoo release through ``cs-run validate-only`` (or train).
+"""Run the params files of Model Zoo releases through ``cs-run validate-only`` (or train).
 
 A harness for issue 25, not a test: it reads the Model Zoo's own params files from a local mirror of
 github:Cerebras/modelzoo (nothing is copied into this repository), writes each to a scratch folder with
@@ -33,6 +33,18 @@ dpr's file reads DPRHDF5DataProcessor's shards (its q_encoder / ctx_encoder shru
 dit's files read VAE latents (DiffusionLatentImageNet1KProcessor; 8x8 latents, frequency_embedding_size 32):
 ``--write-dit-latents`` writes the vendor's ``.npz`` layout into --shards/dit/ (``--match vision/dit/``).
 
+Every tag at once (docs/modelzoo_sweep.md): ``--all-tags`` lists the 23 tags' files in every layout
+(:func:`params_files`), runs each distinct file (git blob id) once and reports per tag; ``--data-root`` writes each
+family's data there (:func:`write_data`) and gives each file its family's; ``--first``/``--count`` run a chunk;
+``--ok-from`` (the validate-only --json files) trains the fewest files that train every key and value of the
+files that validated (:func:`train_cover`); ``--report`` prints the tables::
+
+    flock /tmp/cs-run-heavy.lock python tools/modelzoo_files.py --all-tags --data-root /tmp/mz --in-process \
+        --name-from-folder --first 0 --count 255 --json v0.json     # and 255, 510
+    flock /tmp/cs-run-heavy.lock python tools/modelzoo_files.py --all-tags --data-root /tmp/mz --in-process \
+        --name-from-folder --command train --ok-from v0.json v255.json v510.json --json t.json
+    python tools/modelzoo_files.py --report v0.json v255.json v510.json --trained t.json
+
 ``--tag`` takes any release (older ones keep their files under ``transformers/pytorch/<family>/``);
 ``--name-from-folder`` names the model of a file without ``model.name`` by its family folder, as the
 vendor's per-family ``run.py`` does. ``--json FILE`` writes every file's result; the table printed
@@ -62,14 +74,58 @@ from cs_run._yaml import parse as parse_yaml
 MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
 FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
             "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "esm2", "t5", "transformer",
-            "dit", "dino", "llava", "dpr")
-"""Model families (models/nlp/<family>/...): the decoder LMs, bert (its pretraining files and its heads'
-files: --write-bert-csv also writes the classifier's GLUE, the token classifier's NER and extractive
-summarization's BERTSUM data), esm2, t5, transformer, dit (models/vision/dit: --write-dit-latents), dino
-(models/vision/dino: its DINOv2 files and the vision_transformer eval_linear file, --write-images), llava
-(models/multimodal/llava/configs/, read by --write-llava-data's samples and images) and dpr (--write-dpr-data); the
-other families are left out."""
+            "dit", "dino", "llava", "dpr", "fc_mnist", "vision_transformer", "dpo")
+"""Model families (models/nlp/<family>/..., models/vision/<family>/..., models/multimodal/<family>/..., fc_mnist/...):
+the decoder LMs, bert (its pretraining files and its heads' files: --write-bert-csv also writes the classifier's
+GLUE, the token classifier's NER and extractive summarization's BERTSUM data), esm2, t5, transformer, dit
+(--write-dit-latents), dino (its DINOv2 files and the vision_transformer eval_linear file, --write-images), llava
+(--write-llava-data's samples and images), dpr (--write-dpr-data), fc_mnist, vision_transformer and dpo; the other
+families (multimodal_simple, unet, ...) are left out."""
+DECODERS = FAMILIES[:16]
+DATA_OF = {**dict.fromkeys(DECODERS, "gpt"), "bert": "bert", "esm2": "esm2", "t5": "t5", "transformer": "transformer",
+           "fc_mnist": "mnist", "vision_transformer": "imagenet", "dino": "imagenet", "dpo": "dpo", "dit": "dit",
+           "llava": "llava", "dpr": "dpr"}
+"""The data each family's files read: a folder of ``--data-root`` (:func:`write_data`), or fc_mnist's bundled digits."""
 
+SWEEP_REFUSALS = {  # "<first tag>:<file>": words of its one error line (alternatives split by " | ")
+    "R_1.6.0:bert/configs/bert_base_msl128.yaml": "buckets: bucketing by length",
+    "R_1.6.0:bert/configs/bert_base_msl512.yaml": "buckets: bucketing by length",
+    "R_1.6.0:bert/configs/bert_large_msl128.yaml": "buckets: bucketing by length",
+    "R_1.6.0:bert/configs/bert_large_msl512.yaml": "buckets: bucketing by length",
+    "R_1.6.0:bert/fine_tuning/extractive_summarization/configs/bert_base_summarization.yaml": "Zoo's ROUGE",
+    "R_1.6.0:bert/fine_tuning/extractive_summarization/configs/bert_large_summarization.yaml": "Zoo's ROUGE",
+    "R_1.6.0:bert/fine_tuning/qa/configs/bert_base_squad.yaml": "unknown model 'bert/qa'",
+    "R_1.6.0:bert/fine_tuning/qa/configs/bert_large_squad.yaml": "unknown model 'bert/qa'",
+    "R_1.7.0:bert/configs/bert_base_MSL128.yaml": "buckets: bucketing by length",
+    "R_1.7.0:bert/configs/bert_base_MSL512.yaml": "buckets: bucketing by length",
+    "R_1.7.0:bert/configs/bert_large_MSL128.yaml": "buckets: bucketing by length",
+    "R_1.7.0:bert/configs/bert_large_MSL512.yaml": "buckets: bucketing by length",
+    "R_1.7.0:bert/fine_tuning/extractive_summarization/configs/bert_base_summarization.yaml": "Zoo's ROUGE",
+    "R_1.7.0:bert/fine_tuning/extractive_summarization/configs/bert_large_summarization.yaml": "Zoo's ROUGE",
+    "R_1.7.0:bert/fine_tuning/qa/configs/bert_base_squad.yaml": "unknown key predict_input",
+    "R_1.7.0:bert/fine_tuning/qa/configs/bert_large_squad.yaml": "unknown key predict_input",
+    "R_1.7.0:gpt3/configs/params_gpt3_20b.yaml": "is given twice",
+    "R_1.7.1:gpt3/configs/params_gpt3_20b.yaml": "is given twice",
+    "Release_1.8.0:bert/fine_tuning/extractive_summarization/configs/bert_base_summarization.yaml": "Zoo's ROUGE",
+    "Release_1.8.0:bert/fine_tuning/extractive_summarization/configs/bert_large_summarization.yaml": "Zoo's ROUGE",
+    "Release_1.9.1:bert/fine_tuning/qa/configs/bert_base_squad.yaml": "unknown key predict_input",
+    "Release_1.9.1:bert/fine_tuning/qa/configs/bert_large_squad.yaml": "unknown key predict_input",
+    "Release_2.0.2:gpt3/configs/sparsity/pretraining/params_gpt3_125m_rigl75.yaml": "the Model Zoo 2.0/2.1 spelling",
+    "Release_2.0.2:gpt3/configs/sparsity/pretraining/params_gpt3_125m_set75.yaml": "the Model Zoo 2.0/2.1 spelling",
+    "Release_2.0.2:gpt3/configs/sparsity/pretraining/params_gpt3_125m_static75.yaml": "the Model Zoo 2.0/2.1 spelling",
+    "Release_2.0.2:gpt3/configs/sparsity/pretraining/params_gpt3_6p7b_vspdf_phase1.yaml": "the Model Zoo 2.0/2.1 spelling",
+    "Release_2.1.0:gpt3/configs/sparsity/pretraining/params_gpt3_125m_rigl75.yaml": "the Model Zoo 2.0/2.1 spelling",
+    "Release_2.1.0:gpt3/configs/sparsity/pretraining/params_gpt3_125m_set75.yaml": "the Model Zoo 2.0/2.1 spelling",
+    "Release_2.1.0:gpt3/configs/sparsity/pretraining/params_gpt3_125m_sparsewide-ift_rigl75.yaml": "the Model Zoo 2.0/2.1 spelling",
+    "Release_2.1.0:gpt3/configs/sparsity/pretraining/params_gpt3_125m_sparsewide-ift_static50.yaml": "the Model Zoo 2.0/2.1 spelling",
+    "Release_2.1.0:gpt3/configs/sparsity/pretraining/params_gpt3_125m_static75.yaml": "the Model Zoo 2.0/2.1 spelling",
+    "Release_2.1.0:gpt3/configs/sparsity/pretraining/params_gpt3_6p7b_vspdf_phase1.yaml": "the Model Zoo 2.0/2.1 spelling",
+    "Release_2.3.0:esm2/classification/configs/params_esm2_650M_UR50_classifier.yaml": "unknown model 'esm2/classification'",
+    "Release_2.3.0:esm2/classification/configs/params_esm2_a10_UR50_classifier.yaml": "unknown model 'esm2/classification'",
+}
+"""The files of the sweep of every tag refused by name (docs/modelzoo_sweep.md says why), by the tag each first
+appears in (a later tag's byte-identical copy is the same file); tests/models/test_modelzoo_releases.py checks
+the sweep against it."""
 MODEL_SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "filter_size": 128, "vocab_size": 512,
                "max_position_embeddings": 64, "rotary_dim": 16}
 DIT_SIZES = {"frequency_embedding_size": 32, "latent_size": [8, 8]}
@@ -97,27 +153,69 @@ BATCH_SIZE = 4
 STEPS = 5
 
 
+def params_files(tag: str, mirror: str = MIRROR) -> list[tuple[str, str]]:
+    """``(path, blob id)`` of the families' params files at ``tag``, in every layout the releases used:
+    ``src/cerebras/modelzoo/models/{nlp,vision}/<family>/.../configs/`` (Release 2.2+),
+    ``modelzoo/transformers/pytorch/<family>/.../configs/`` and ``modelzoo/vision/pytorch/<family>/configs/``
+    (R_1.6.0 .. Release_2.1.1), and fc_mnist's ``.../fc_mnist/pytorch/configs/`` (before 2.5). The TensorFlow
+    files of R_1.6 .. 1.8 (``transformers/tf/``) are not PyTorch params and are left out. Byte-identical files
+    of two tags have the same blob id (:func:`sweep_jobs` runs each once)."""
+    lines = subprocess.run(["git", f"--git-dir={mirror}", "ls-tree", "-r", tag], check=True,
+                           capture_output=True, text=True).stdout.splitlines()
+    files = []
+    for line in lines:
+        meta, _, name = line.partition("\t")
+        if (family := family_of(name)) and family in FAMILIES:
+            files.append((name, meta.split()[2]))
+    return files
+
+
 def decoder_files(tag: str, mirror: str = MIRROR) -> list[str]:
-    """The decoder LM params files under ``models/nlp/<family>/.../configs/`` at ``tag`` (Release 2.2+), or
-    ``transformers/pytorch/<family>/.../configs/`` (the layout of R_1.6.0 .. Release_2.1.1)."""
-    names = subprocess.run(["git", f"--git-dir={mirror}", "ls-tree", "-r", "--name-only", tag], check=True,
-                           capture_output=True, text=True).stdout.split("\n")
-    return [n for n in names if (family := family_of(n)) and family in FAMILIES]
+    """The paths of :func:`params_files` (the name kept for its callers: every family, not decoders only)."""
+    return [name for name, _ in params_files(tag, mirror)]
 
 
-_FAMILY_PATH = re.compile(r"(?:models/(?:nlp|vision|multimodal)|transformers/pytorch)/(?P<family>[^/]+)/(?:.*/)?"
-                          r"configs/.*\.ya?ml$")
+_FAMILY_PATH = re.compile(r"(?:models/nlp|transformers/pytorch|models/vision|vision/pytorch|models/multimodal)/"
+                          r"(?P<family>[^/]+)/(?:.*/)?configs/.*\.ya?ml$|(?P<mnist>fc_mnist)/pytorch/configs/.*\.ya?ml$")
 
 
 def family_of(name: str) -> str | None:
     """The family folder of a params file's path, or None outside a family's ``configs/``."""
     m = _FAMILY_PATH.search(name)
-    return m.group("family") if m else None
+    return (m.group("family") or m.group("mnist")) if m else None
 
 
-def _name_model(raw: dict, family: str) -> None:
+def short_name(name: str) -> str:
+    """A params file's path from its family folder on (the same in every layout)."""
+    return re.split("models/nlp/|transformers/pytorch/|models/vision/|vision/pytorch/|models/multimodal/|"
+                    "modelzoo/(?=fc_mnist/)", name)[-1]
+
+
+def sweep_jobs(tags: list[str], mirror: str = MIRROR, match: str = "") -> tuple[list[tuple[str, str, str]], dict]:
+    """The distinct files of ``tags`` to run, ``(path, tag, blob)`` at their first tag, and every tag's files as
+    ``{tag: [(path, blob), ...]}``: a file byte-identical to one already listed (same blob id, same family) runs
+    once, and its result stands for every tag that has it."""
+    jobs, seen, per_tag = [], set(), {}
+    for tag in tags:
+        per_tag[tag] = [(name, blob) for name, blob in params_files(tag, mirror) if match in name]
+        for name, blob in per_tag[tag]:
+            if (blob, family_of(name)) not in seen:
+                seen.add((blob, family_of(name)))
+                jobs.append((name, tag, blob))
+    return jobs, per_tag
+
+
+_HEAD = re.compile(r"/(?P<family>bert|esm2)/(?:fine_tuning/)?(?P<head>classifier|token_classifier|extractive_summarization|qa|"
+                   r"classification)/")
+
+
+def _name_model(raw: dict, family: str, name: str = "") -> None:
     """``model.name`` from the file's folder where the file has none: the vendor runs each family's own
-    ``run.py``, which names the model (Releases before 2.4 carry no model.name in their files)."""
+    ``run.py``, which names the model (Releases before 2.4 carry no model.name in their files); a head's folder
+    with its own run.py (``bert/classifier/``, ``bert/fine_tuning/classifier/`` before 2.2, 2.3's
+    ``esm2/classification/``) names ``<family>/<head>``."""
+    if head := _HEAD.search(name):
+        family = f"{head.group('family')}/{head.group('head')}"
     models = [t.get("init", {}).get("model") for t in (raw["trainer"] if isinstance(raw["trainer"], list)
                                                        else [raw["trainer"]])] if "trainer" in raw else [raw.get("model")]
     for model in models:
@@ -166,6 +264,8 @@ def _shrink_model(model: dict) -> None:
     if model.get("attention_sink_tokens"):  # its data prepends that many sink tokens to each sample
         model["attention_sink_tokens"] = SINK_TOKENS
         model["max_position_embeddings"] = MODEL_SIZES["max_position_embeddings"] + SINK_TOKENS
+    if isinstance(model.get("policy_model"), dict):  # dpo: the policy is a decoder LM's model section
+        _shrink_model(model["policy_model"])
 
 
 def _keep_tagged_layers(model: dict, optimizer: object) -> None:
@@ -223,8 +323,13 @@ def _shrink_input(section: dict, data_dir: str, side: int = 0, image_start_idx: 
             section["shuffle_buffer"] = 4 * BATCH_SIZE
     if section.get("vocab_file") is not None:  # bert's CSV data: the word pieces of --shards (write_bert_csv)
         section["vocab_file"] = str(Path(data_dir).parent / "vocab.txt")
+    masked = Path(data_dir).parent / "masked" / Path(data_dir).name
+    if section.get("data_processor") == "BertCSVDataProcessor" and masked.exists():  # bert's (write_masked_bert_csv)
+        section["data_dir"] = str(masked)
     if section.get("data_processor") == "BertTokenClassifierDataProcessor":  # NER CSV (write_ner_csv)
         section["data_dir"] = str(Path(data_dir).parent / "ner" / Path(data_dir).name)
+        if section.get("label_vocab_file") is not None:  # Releases 1.6-2.1 keep it in the input
+            section["label_vocab_file"] = str(Path(data_dir).parent / "ner" / "label2id.json")
     if section.get("data_processor") == "BertSumCSVDataProcessor":  # BERTSUM CSV (write_bertsum_csv)
         section["data_dir"] = str(Path(data_dir).parent / "bertsum" / Path(data_dir).name)
     if section.get("data_processor") == "DiffusionLatentImageNet1KProcessor":  # write_dit_latents' two folders
@@ -239,6 +344,8 @@ def _shrink_input(section: dict, data_dir: str, side: int = 0, image_start_idx: 
         for transform in section.get("transforms") or ():
             if transform.get("name") in ("resize", "center_crop"):
                 transform["size"] = LLAVA_IMAGE_SIZES["image_size"][0]
+    if section.get("data_processor") == "MNISTDataProcessor" or str(data_dir).startswith("bundled:"):
+        section["data_dir"] = "bundled:digits"  # fc_mnist: the bundled 8x8 digits (cs_run.data.processors.mnist)
     for transform in section.get("data_transforms") or ():
         if isinstance(transform, dict) and transform.get("name") == "add_sink_tokens":
             # sizes: the sinks fit the shrunk sequence (shards of max_position_embeddings - SINK_TOKENS
@@ -332,7 +439,7 @@ def shrink(raw: dict, shards: Path, model_dir: Path, stub: bool = False) -> dict
     rc["model_dir"] = str(model_dir)
     rc["max_steps"] = STEPS
     rc.pop("num_steps", None)
-    for key in ("checkpoint_steps", "eval_frequency"):
+    for key in ("checkpoint_steps", "eval_frequency", "steps_per_epoch"):  # step counts
         if key in rc:
             rc[key] = STEPS
     if "eval_steps" in rc:
@@ -366,9 +473,39 @@ def write_bert_csv(out: Path, rows: int = 64, seed: int = 0) -> None:
                 writer.writerow({"tokens": str(tokens), "segment_ids": str([0] * (a + 2) + [1] * (b + 1)),
                                  "is_random_next": rng.randint(0, 1)})
         (out / split / "meta.dat").write_text(f"part_0.csv {rows}\n")
+    write_masked_bert_csv(out / "masked", rows, rng)
     write_glue_tsv(out, words[5:], rows, rng)
     write_ner_csv(out / "ner", words[5:], rows, rng)
     write_bertsum_csv(out / "bertsum", rows, rng)
+
+
+def write_masked_bert_csv(out: Path, rows: int, rng) -> None:
+    """Pre-masked BERT CSV for bert's BertCSVDataProcessor (the MSL10k files of Releases 1.8-2.4; layout of
+    data/processors/bert_csv.py): meta.dat and a CSV of ``input_ids``, ``attention_mask``, ``labels``,
+    ``masked_lm_positions``, ``masked_lm_weights`` (MAX_PREDICTIONS gathered), ``next_sentence_label`` and
+    ``token_type_ids``, sentence pairs of random ids ([CLS] 2, [SEP] 3, [MASK] 4) of at most 64 tokens."""
+    import csv  # noqa: PLC0415 - only this mode writes CSV
+
+    msl = MODEL_SIZES["max_position_embeddings"]
+    for split in ("train", "val"):
+        (out / split).mkdir(parents=True, exist_ok=True)
+        with open(out / split / "part_0.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["input_ids", "attention_mask", "labels", "masked_lm_positions", "masked_lm_weights",
+                             "next_sentence_label", "token_type_ids"])
+            for _ in range(rows):
+                a, b = rng.randint(4, 30), rng.randint(4, 29)
+                ids = [2] + [rng.randrange(5, MODEL_SIZES["vocab_size"]) for _ in range(a)] + [3] + \
+                    [rng.randrange(5, MODEL_SIZES["vocab_size"]) for _ in range(b)] + [3]
+                positions = sorted(rng.sample([i for i, t in enumerate(ids) if t > 4], MAX_PREDICTIONS))
+                labels = [ids[i] for i in positions]
+                for i in positions:
+                    ids[i] = 4
+                pad = msl - len(ids)
+                writer.writerow([str(ids + [0] * pad), str([1] * len(ids) + [0] * pad), str(labels), str(positions),
+                                 str([1] * MAX_PREDICTIONS), str(rng.randint(0, 1)),
+                                 str([0] * (a + 2) + [1] * (b + 1) + [0] * pad)])
+        (out / split / "meta.dat").write_text(f"part_0.csv {rows}\n")
 
 
 def write_bertsum_csv(out: Path, rows: int, rng) -> None:
@@ -447,7 +584,7 @@ def write_esm2_data(out: Path, rows: int = 32, seed: int = 0) -> None:
     (data_params.json with training_objective mlm and mlm_with_gather, ``data`` [n, 4, msl] input_ids /
     attention_mask / attention_span / position_ids (the use_vsl rows; without use_vsl the first two are read),
     ``labels`` [n, 3, MAX_PREDICTIONS] labels /
-    masked_lm_positions / masked_lm_mask) and ``val/`` also the BertCSVDataProcessor CSV (meta.dat, columns
+    masked_lm_positions / masked_lm_mask) and the BertCSVDataProcessor CSV (meta.dat, columns
     input_ids, attention_mask, labels, masked_lm_positions, masked_lm_weights)."""
     import csv  # noqa: PLC0415 - only this mode writes CSV
     import random  # noqa: PLC0415
@@ -482,12 +619,12 @@ def write_esm2_data(out: Path, rows: int = 32, seed: int = 0) -> None:
             f["data"] = [[s[k] for k in ("input_ids", "attention_mask", "attention_span", "position_ids")]
                          for s in samples]
             f["labels"] = [[s["labels"], s["masked_lm_positions"], s["masked_lm_weights"]] for s in samples]
-        if split == "val":
-            with open(folder / "part_0.csv", "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=list(samples[0])[:5])
-                writer.writeheader()
-                writer.writerows({k: str(s[k]) for k in writer.fieldnames} for s in samples)
-            (folder / "meta.dat").write_text(f"part_0.csv {rows}\n")
+        # the BertCSVDataProcessor CSV (Release 2.2's files train on it too)
+        with open(folder / "part_0.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(samples[0])[:5])
+            writer.writeheader()
+            writer.writerows({k: str(s[k]) for k in writer.fieldnames} for s in samples)
+        (folder / "meta.dat").write_text(f"part_0.csv {rows}\n")
 
 
 def write_dpr_shards(out: Path, samples: int, length: int = DPR_LENGTH, num_context: int = DPR_CONTEXTS,
@@ -656,6 +793,67 @@ adapter writes. Images are random RGB PNGs of varied sizes (``expand_to_square``
             f.create_dataset("img_path", data=np.array(paths, dtype="S"))
 
 
+def write_dpo_shards(out: Path, pairs: int = 16, seed: int = 0) -> None:
+    """DPO shards as the vendor's DPOTokenGenerator writes them (Release 2.10 dpo_token_generator.py lines 428-501:
+    per sample the rows chosen input_ids, attention_mask, labels, then the rejected ones, ``[n, 6, msl]`` with
+    attribute n_examples; labels shifted left, no loss on the prompt) in ``train/`` and ``val/``."""
+    import h5py  # noqa: PLC0415 - heavy optional import
+    import numpy as np  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    msl, vocab = MODEL_SIZES["max_position_embeddings"], MODEL_SIZES["vocab_size"]
+    for split in ("train", "val"):
+        samples = []
+        for _ in range(pairs):
+            prompt = rng.integers(1, vocab, int(rng.integers(3, 9))).tolist()
+            rows = []
+            for _answer in range(2):
+                tokens = prompt + rng.integers(1, vocab, int(rng.integers(2, msl - len(prompt) + 1))).tolist()
+                labels = tokens[1:] + [0]
+                labels[: len(prompt) - 1] = [0] * (len(prompt) - 1)
+                mask = [0] * (len(prompt) - 1) + [1] * (len(tokens) - len(prompt) + 1)
+                rows += [row + [0] * (msl - len(row)) for row in (tokens, mask, labels[: len(tokens)])]
+            samples.append(rows)
+        (out / split).mkdir(parents=True, exist_ok=True)
+        with h5py.File(out / split / "data-0.h5", "w") as f:
+            f.create_dataset("data", data=np.array(samples, dtype=np.int32))
+            f.attrs["n_examples"] = pairs
+
+
+def write_data(root: Path, kinds: set, cs_run: str) -> None:
+    """Each data folder of DATA_OF that ``kinds`` names, under ``root/<kind>`` (written once: kept if there)."""
+    writers = {"bert": write_bert_csv, "esm2": write_esm2_data, "t5": write_t5_text,
+               "transformer": write_transformer_text, "imagenet": write_images, "dpo": write_dpo_shards,
+               "dit": lambda out: write_dit_latents(out / "dit"), "dpr": write_dpr_data,
+               "llava": lambda out: [write_llava_data(out / "llava" / f"start_{start}", image_start_idx=start)
+                                     for start in LLAVA_IMAGE_STARTS]}
+    for kind in sorted(kinds - {"mnist"}):
+        if (root / kind / ".written").exists():
+            continue
+        if kind == "gpt":
+            subprocess.run([cs_run, "data", "preprocess", "--stdlib", "-o", str(root / kind), "--max_seq_length",
+                            str(MODEL_SIZES["max_position_embeddings"]), "--vocab_size",
+                            str(MODEL_SIZES["vocab_size"]), "--eval_fraction", "0.1"], check=True,
+                           capture_output=True)
+        else:
+            writers[kind](root / kind)
+        (root / kind / ".written").touch()
+
+
+def shards_of(name: str, args) -> Path:
+    """The data a file reads: --shards, or with --data-root its family's folder (fc_mnist: the bundled digits)."""
+    if not args.data_root:
+        return Path(args.shards)
+    kind = DATA_OF[family_of(name)]
+    return Path("bundled:digits") if kind == "mnist" else Path(args.data_root) / kind
+
+
+def all_tags(mirror: str = MIRROR) -> list[str]:
+    """Every release tag of the mirror, oldest first (R_1.6.0 .. Release_2.10.0)."""
+    tags = subprocess.run(["git", f"--git-dir={mirror}", "tag"], check=True, capture_output=True, text=True).stdout
+    return sorted(tags.split(), key=lambda t: [int(n) for n in re.findall(r"\d+", t)])
+
+
 def first_error(output: str, rc: int) -> str:
     """The first ``Error:`` line, or a traceback's last line, or ``ok``."""
     for line in output.splitlines():
@@ -667,18 +865,61 @@ def first_error(output: str, rc: int) -> str:
     return f"rc={rc}: {tail[-1] if tail else ''}"
 
 
-def run_one(name: str, tag: str, args) -> dict:
+def shrunk_params(name: str, tag: str, args, model_dir: Path) -> dict:
+    """The tiny copy of the file ``name`` at ``tag`` that cs-run runs (:func:`shrink`)."""
     text = subprocess.run(["git", f"--git-dir={args.mirror}", "show", f"{tag}:{name}"], check=True,
                           capture_output=True, text=True).stdout
-    slug = re.sub(r"[^\w.-]+", "_", re.split("models/(?:nlp|vision|multimodal)/|transformers/pytorch/", name)[-1])
+    raw, _ = parse_yaml(text, name)  # as cs-run reads params (YAML 1.2 floats such as 1e-05)
+    if args.name_from_folder:
+        _name_model(raw, family_of(name), name)
+    return shrink(raw, shards_of(name, args), model_dir, args.stub_model)
+
+
+TRAIN_IGNORED = frozenset({
+    "model_dir", "data_dir", "log_steps", "checkpoint_steps", "save_losses", "save_initial_checkpoint",
+    "num_workers", "prefetch_factor", "persistent_workers", "use_worker_cache", "eval_steps", "eval_frequency",
+    "logging", "checkpoint", "callbacks", "backend", "loop", "runconfig", "csconfig", "val_dataloader",
+    "eval_input", "validate", "validate_all", "max_wgt_servers", "num_csx", "num_wgt_servers", "num_act_servers"})
+"""Keys that do not change what 5 CPU training steps run (bookkeeping, appliance settings, evaluation)."""
+
+
+def train_features(params: dict, family: str) -> set:
+    """What of a file's 5 CPU training steps can differ from another file's: every leaf of its shrunk params
+    without :data:`TRAIN_IGNORED`'s keys, as ``family:path=value``, a number as ``#`` (a learning rate, a dropout
+    rate or an initializer's std changes values, not the code that runs), list items under one ``[]``."""
+    def leaves(value, path):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k not in TRAIN_IGNORED:
+                    yield from leaves(v, f"{path}.{k}")
+        elif isinstance(value, list):
+            for v in value:
+                yield from leaves(v, f"{path}[]")
+        else:
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            yield f"{family}:{path}=" + ("#" if number else json.dumps(value, default=str))
+    return set(leaves(params, ""))
+
+
+def train_cover(jobs: list, args) -> list:
+    """The files to train: greedily, the file with the most :func:`train_features` not yet trained, until every
+    feature of every file in ``jobs`` is trained by one file (761 distinct files of 23 tags: 114 files)."""
+    features = {job: train_features(shrunk_params(job[0], job[1], args, Path("model_dir")), family_of(job[0]))
+                for job in jobs}
+    todo, chosen = set().union(*features.values()) if features else set(), []
+    while todo:
+        job = max(features, key=lambda j: len(features[j] & todo))
+        chosen.append(job)
+        todo -= features[job]
+    return chosen
+
+
+def run_one(name: str, tag: str, args) -> dict:
+    slug = re.sub(r"[^\w.-]+", "_", short_name(name))
     folder = Path(args.out) / tag / slug
     folder.mkdir(parents=True, exist_ok=True)
     params = folder / "params.yaml"
-    raw, _ = parse_yaml(text, name)  # as cs-run reads params (YAML 1.2 floats such as 1e-05)
-    if args.name_from_folder:
-        _name_model(raw, family_of(name))
-    params.write_text(yaml.safe_dump(shrink(raw, Path(args.shards), folder / "model_dir", args.stub_model),
-                                     sort_keys=False))
+    params.write_text(yaml.safe_dump(shrunk_params(name, tag, args, folder / "model_dir"), sort_keys=False))
     command = [args.command, "--params", str(params), "--device", args.device]
     if args.compile_tier:
         command += ["--compile_tier", args.compile_tier]
@@ -725,11 +966,53 @@ def _kind(error: str) -> str:
     return error[:160]
 
 
+def report(validated: list[str], trained: list[str]) -> str:
+    """docs/modelzoo_sweep.md's tables from the --json files of a validate-only sweep (``validated``) and of its
+    training run (``trained``): per tag the files, those new at that tag (blob ids not seen in an older tag),
+    validate-only passes, refusals and the files trained; then each refusal with its error line."""
+    runs = [json.loads(Path(f).read_text()) for f in validated]
+    results = {r["blob"]: r for run in runs for r in run["results"]}
+    per_tag = {tag: files for run in runs for tag, files in run["tags"].items()}
+    train = {r["blob"]: r for f in trained for r in json.loads(Path(f).read_text())["results"]}
+    lines = ["| tag | files | new | validate-only ok | refused | trained 5 steps (ok / run) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    seen: set = set()
+    for tag in sorted(per_tag, key=lambda t: [int(n) for n in re.findall(r"\d+", t)]):
+        blobs = [blob for _, blob in per_tag[tag] if blob in results]  # all of them once every chunk ran
+        ok = sum(results[b]["first_error"] == "ok" for b in blobs)
+        ran = [train[b] for b in blobs if b in train]
+        lines.append(f"| {tag} | {len(per_tag[tag])} | {len(set(blobs) - seen)} | {ok} | {len(blobs) - ok} | "
+                     f"{sum(r['first_error'] == 'ok' for r in ran)} / {len(ran)} |")
+        seen |= set(blobs)
+    lines += ["", "| file (first tag) | tags | error |", "|---|---|---|"]
+    for blob, r in results.items():
+        if r["first_error"] != "ok":
+            tags = [t for t in per_tag if blob in {b for _, b in per_tag[t]}]
+            error = re.sub(r" \(/[^)]*\)$", "", r["first_error"]).replace("|", "\\|")
+            error = error[:300] + ("..." if len(error) > 300 else "")
+            lines.append(f"| {r['tag']}:{short_name(r['file'])} | {len(tags)} | {error} |")
+    for r in train.values():
+        if r["first_error"] != "ok":
+            lines.append(f"| {r['tag']}:{short_name(r['file'])} (train) | | {r['first_error'][:300]} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tag", action="append", help="Model Zoo tag(s) (default Release_2.10.0)")
+    parser.add_argument("--all-tags", action="store_true", help="every tag of the mirror (23), oldest first")
+    parser.add_argument("--data-root", help="write each family's data under this folder and run every file on its "
+                                            "family's (--shards is then not needed)")
+    parser.add_argument("--ok-from", nargs="+", help="--json files of a validate-only sweep: run only the files "
+                        "that passed there, the fewest that train every model, optimizer, schedule, precision and "
+                        "input key and value of them (train_cover)")
+    parser.add_argument("--every", action="store_true", help="with --ok-from: every file that passed, not the cover")
+    parser.add_argument("--failed-from", nargs="+", help="--json files of a sweep: run only the files that failed "
+                        "there (--report reads the later file's result of a file)")
+    parser.add_argument("--first", type=int, default=0, help="skip the first N distinct files (to run in chunks)")
+    parser.add_argument("--count", type=int, default=0, help="run only N distinct files (0: all)")
     parser.add_argument("--mirror", default=MIRROR)
-    parser.add_argument("--shards", required=True, help="cs-run data preprocess output (train/ and val/)")
+    parser.add_argument("--shards", help="cs-run data preprocess output (train/ and val/)")
     parser.add_argument("--out", default="/tmp/modelzoo_files")
     parser.add_argument("--command", default="validate-only", choices=("validate-only", "train"))
     parser.add_argument("--device", default="CPU")
@@ -760,7 +1043,15 @@ def main() -> int:
                         help="first write VAE latents (dit/latents*/train/, val/) to --shards (for --match dit/)")
     parser.add_argument("--write-images", action="store_true",
                         help="first write random images in the ImageNet layout to --shards (for --match dino/)")
+    parser.add_argument("--report", nargs="+", metavar="JSON", help="print docs/modelzoo_sweep.md's tables from "
+                        "these --json files of a validate-only sweep (and --trained's) and exit")
+    parser.add_argument("--trained", nargs="*", default=[], metavar="JSON", help="--json files of its training run")
     args = parser.parse_args()
+    if args.report:
+        print(report(args.report, args.trained), end="")
+        return 0
+    if not (args.shards or args.data_root):
+        parser.error("one of --shards or --data-root is required")
     if args.write_dit_latents:
         write_dit_latents(Path(args.shards) / "dit")
     if args.write_images:
@@ -778,19 +1069,33 @@ def main() -> int:
         write_t5_text(Path(args.shards))
     if args.write_transformer_text:
         write_transformer_text(Path(args.shards))
-    jobs = [(name, tag) for tag in (args.tag or ["Release_2.10.0"]) for name in decoder_files(tag, args.mirror)
-            if args.match in name]
+    tags = all_tags(args.mirror) if args.all_tags else (args.tag or ["Release_2.10.0"])
+    jobs, per_tag = sweep_jobs(tags, args.mirror, args.match)
+    if args.failed_from:  # run again what failed there (after a fix)
+        failed = {r["blob"] for f in args.failed_from for r in json.loads(Path(f).read_text())["results"]
+                  if r["first_error"] != "ok"}
+        jobs = [job for job in jobs if job[2] in failed]
+    if args.ok_from:  # train only what validated, each train feature once (train_cover)
+        passed = {r["blob"] for f in args.ok_from for r in json.loads(Path(f).read_text())["results"]
+                  if r["first_error"] == "ok"}
+        jobs = [job for job in jobs if job[2] in passed]
+        jobs = jobs if args.every else train_cover(jobs, args)
+    jobs = jobs[args.first:args.first + args.count if args.count else None]
+    if args.data_root:
+        write_data(Path(args.data_root), {DATA_OF[family_of(name)] for name, _, _ in jobs}, args.cs_run)
     if args.in_process:
-        results = [run_one(*job, args) for job in jobs]
+        results = [run_one(name, tag, args) for name, tag, _ in jobs]
     else:
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(lambda job: run_one(*job, args), jobs))
+            results = list(pool.map(lambda job: run_one(job[0], job[1], args), jobs))
+    for result, (_, _, blob) in zip(results, jobs):
+        result["blob"] = blob
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        Path(args.json).write_text(json.dumps({"results": results, "tags": per_tag}, indent=1))
     tally = collections.Counter(_kind(r["first_error"]) for r in results)
     for r in results:
-        print(f"{r['tag']}:{re.split('models/(?:nlp|vision|multimodal)/|transformers/pytorch/', r['file'])[-1]}: {r['first_error']}")
-    print(f"\n{len(results)} files; by first error:")
+        print(f"{r['tag']}:{short_name(r['file'])}: {r['first_error']}")
+    print(f"\n{len(results)} distinct files of {sum(map(len, per_tag.values()))} in {len(tags)} tags; by first error:")
     for kind, count in tally.most_common():
         print(f"{count:4d}  {kind}")
     return 0

@@ -41,6 +41,8 @@ _NO_EFFECT = {
                         "they are",
     "repeat": "deprecated in the Model Zoo's data processors; the runner cycles the loader for the step budget",
     "use_multiple_workers": "deprecated in the Model Zoo's data processors",
+    "num_examples": "Release 2.3's gemma2 27b file; read by no data processor of that release (the shards count "
+                    "their samples)",
 }
 """Input keys the Model Zoo's GPT data processors accept that change nothing here: noted once each."""
 _NOTED: set[str] = set()
@@ -156,7 +158,7 @@ def build_dataloader(split: str, data_dir: Union[str, list, None] = None, batch_
                      sort_files: bool = True, use_vsl: bool = False, pad_last: bool = False,
                      data_transforms: Optional[list] = None, use_worker_cache: bool = False,
                      vocab_size: Optional[int] = None, repeat: Optional[bool] = None,
-                     use_multiple_workers: Optional[bool] = None) -> DataLoader:
+                     use_multiple_workers: Optional[bool] = None, num_examples: Optional[int] = None) -> DataLoader:
     """Data function of the GPT-style models: the split's DataLoader over Model Zoo GPT HDF5 shards.
 
     ``GptHDF5DataProcessor`` reads the sample layout ``[n, 3, msl]``; ``GptHDF5MapDataProcessor`` also
@@ -165,7 +167,8 @@ def build_dataloader(split: str, data_dir: Union[str, list, None] = None, batch_
     is the Model Zoo's name for ``drop_last_batch``; ``data_transforms`` run on every batch
     (:mod:`cs_run.data.transforms`). ``shuffle_buffer`` is accepted and has no effect (samples
     are shuffled as a full permutation); ``use_worker_cache``, ``repeat`` and ``use_multiple_workers``
-    change nothing here and are noted once. ``vocab_size`` is model.vocab_size (the registry copies it
+    change nothing here and are noted once, as is ``num_examples`` (Release 2.3's gemma2 27b file; read by no
+    vendor data processor of that release). ``vocab_size`` is model.vocab_size (the registry copies it
     here): every token id read is checked against it on the host, so an id the model cannot embed is an
     error naming the shard (or data_dir) and the sample. ``use_vsl`` reads packed shards' ``attention_span``
     and ``position_ids`` rows too (sample layout, five rows), which keep each document's attention and
@@ -179,7 +182,7 @@ def build_dataloader(split: str, data_dir: Union[str, list, None] = None, batch_
         logger.debug("%s: shuffle_buffer=%s has no effect (samples are drawn as a full permutation)", split,
                      shuffle_buffer)
     for key, value in (("use_worker_cache", use_worker_cache), ("repeat", repeat),
-                       ("use_multiple_workers", use_multiple_workers)):
+                       ("use_multiple_workers", use_multiple_workers), ("num_examples", num_examples)):
         _note(split, key, value)
     if pad_last:
         raise ValueError("pad_last: padding the last batch with empty samples is not supported here; drop it and "

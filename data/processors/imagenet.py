@@ -220,13 +220,16 @@ def build_dataloader(split: str, data_dir: Optional[str] = None, batch_size: int
                      shuffle: bool = True, shuffle_seed: Optional[int] = None, drop_last: bool = True,
                      num_workers: int = 0, prefetch_factor: Optional[int] = 10, persistent_workers: bool = True,
                      sampler: str = "random", ra_sampler_num_repeat: int = 3, mixup_alpha: float = 0.1,
-                     cutmix_alpha: float = 0.1, use_worker_cache: bool = False, use_fake_data: Any = None) -> DataLoader:
+                     cutmix_alpha: float = 0.1, use_worker_cache: bool = False, use_fake_data: Any = None,
+                     patch_size: Optional[list] = None, image_channels: Optional[int] = None,
+                     max_sequence_length: Optional[int] = None) -> DataLoader:
     """Data function of vision_transformer: the split's DataLoader of (images, labels); see the module doc.
 
     ``noaugment``: only resize to ``image_size`` and to_tensor (the vendor's rule). Shuffling is for the
     train split only (the vendor's). ``num_classes`` (a deprecated key of the vendor's) is checked against
     the folder's class count when given. ``sampler: repeated-aug`` is the vendor's GPU-distributed one and
-    is refused.
+    is refused. ``patch_size``, ``image_channels`` and ``max_sequence_length``: Release 2.3's files copy the
+    model's into the input, where the vendor's processor reads none of them; no effect here either.
     """
     where = "train_input" if split == "train" else "eval_input"
     if data_processor != "ImageNet1KProcessor":

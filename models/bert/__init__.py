@@ -3,7 +3,7 @@
 
 from cs_run.registry import register_model
 
-BERT_DATA_PROCESSORS = ("BertCSVDynamicMaskDataProcessor", "BertHDF5DataProcessor")
+BERT_DATA_PROCESSORS = ("BertCSVDynamicMaskDataProcessor", "BertHDF5DataProcessor", "BertCSVDataProcessor")
 
 register_model("bert", "cs_run.models.bert.model:build_model", data_processors=BERT_DATA_PROCESSORS,
                hf_converter="cs_run.models.bert.hf", hf_model_types=("roberta",), input_keys=("disable_nsp",),

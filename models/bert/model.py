@@ -30,6 +30,7 @@ from torch import nn
 from cs_run.metrics import AccuracyMetric, PerplexityMetric
 from cs_run.models.common.activations import ACTIVATIONS
 from cs_run.models.common.attention import MultiheadAttention
+from cs_run.models.common.config import key as config_key
 from cs_run.models.common.embeddings import FixedPositionEmbeddingLayer, LearnedPositionEmbeddingLayer
 from cs_run.models.common.encoder import TransformerEncoder, TransformerEncoderLayer, key_padding_mask
 from cs_run.models.common.ffn import Dense, FeedForwardNetwork, Pooler
@@ -55,7 +56,7 @@ DEFAULT_LR_ADJUSTMENT_GROUPS = {
     "pooler": "*pooler*weight",
 }
 # Keys that steer Cerebras hardware only: accepted, same math here.
-_HARDWARE_KEYS = ("attention_kernel", "fold_rope_consts", "dtype")
+_HARDWARE_KEYS = ("attention_kernel", "fold_rope_consts", "dtype", "enable_vts", "precision_opt_level")
 
 
 @dataclass
@@ -122,6 +123,10 @@ class BertConfig:
     output_logits_alpha: float = 1.0
     scale_output_logits_by_d: bool = True
     dtype: Optional[str] = None
+    enable_vts: bool = config_key(False, "1.6.0", "set by Releases 1.6-1.7's files: strip the padding on Cerebras "
+                                  "hardware (cbtorch StripPadding); the padding is masked either way, same loss here")
+    precision_opt_level: Optional[int] = config_key(None, "1.8.0", "Release 1.8's weight-streaming files: the Cerebras "
+                                             "compiler's precision level (read from model); no effect here")
     # pretraining (BertForPreTrainingModelConfig)
     share_embedding_weights: bool = True
     pad_token_id: int = 0

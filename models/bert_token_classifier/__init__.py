@@ -7,5 +7,6 @@ register_model("bert/token_classifier", "cs_run.models.bert_token_classifier.mod
                data_processors=("BertTokenClassifierDataProcessor",),
                input_keys=("label_vocab_file", "include_padding_in_loss"),
                config_class="cs_run.models.bert_token_classifier.model:BertTokenClassifierConfig",
+               keys_from_input=(("label_vocab_file", "label_vocab_file"),),  # R_1.6-2.1 token_classifier/utils.py
                builder="cs_run.models.bert_token_classifier.model:build",
                hf_converter="cs_run.models.bert_token_classifier.hf")

@@ -44,7 +44,9 @@ __all__ = ["DPOModel", "build_model", "dpo_parameters", "model_defaults", "seque
 
 logger = logging.getLogger(__name__)
 
-_OWN_KEYS = ("name", "dpo", "compute_eval_metrics")
+_OWN_KEYS = ("name", "dpo", "compute_eval_metrics", "mixed_precision", "use_bfloat16", "fp16_type")
+"""The keys of a flat (Release 2.2-2.4) dpo model section that stay in it: the DPO model's own and the run's
+precision (model.mixed_precision, use_bfloat16, fp16_type); the rest is the policy's."""
 
 POLICY_PREFIX = "policy_model."
 """The policy's weights' key prefix in a DPO checkpoint's model state (the reference's is ``ref_model.``)."""

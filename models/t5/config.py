@@ -42,6 +42,8 @@ class T5Config:
     num_heads: int = key(8, "1.6.0", "attention heads")
     relative_attention_num_buckets: int = key(32, "1.6.0", "relative position buckets (max distance 128)")
     norm_type: str = key("rmsnorm", "2.0.2", "rmsnorm (T5's) or layernorm")
+    use_t5_layer_norm: Optional[bool] = key(None, "1.6.0", "Releases 1.6-1.9's norm switch, norm_type since 2.0: "
+                                            "true rmsnorm (T5LayerNorm), false layernorm")
     dropout_rate: float = key(0.1, "1.6.0", "dropout of every residual branch and around the stacks")
     relu_dropout_rate: Optional[float] = key(None, "1.6.0", "encoder FFN inner dropout; None: dropout_rate")
     layer_norm_epsilon: float = key(1e-5, "1.6.0", "the norms' epsilon")
@@ -52,6 +54,8 @@ class T5Config:
     use_projection_bias_in_attention: bool = key(False, "1.6.0", "q/k/v biases")
     attention_softmax_fp32: bool = key(True, "1.8.0", "softmax in float32 under mixed precision")
     attention_kernel: Optional[str] = key(None, "1.9.1", "a Cerebras attention kernel; same attention here")
+    enable_vts: bool = key(False, "1.6.0", "set by Releases 1.6-1.8's files: strip the padding on Cerebras hardware "
+                           "(cbtorch StripPadding, training only); the padding is masked either way, same loss here")
     use_cache: bool = key(False, "1.7.0", "inference key/value cache (refused: training only)")
     decoder_start_token_id: Optional[int] = key(None, "1.7.0", "read by no forward here (the data shifts labels)")
     pad_token_id: int = key(0, "1.7.0", "the pad token")
@@ -97,6 +101,11 @@ class T5Config:
             self.relu_dropout_rate = self.dropout_rate
         if self.decoder_nonlinearity is None:
             self.decoder_nonlinearity = self.encoder_nonlinearity
+        if self.use_t5_layer_norm is not None:  # R_1.6-1.9 t5/model.py: RMSNorm if use_t5_layer_norm else LayerNorm
+            if self.use_t5_layer_norm and self.norm_type == "layernorm":
+                raise ValueError("use_t5_layer_norm: true asks for rmsnorm and norm_type is layernorm; give one of "
+                                 "them (norm_type since Release 2.0)")
+            self.norm_type = "rmsnorm" if self.use_t5_layer_norm else "layernorm"
         for name in ("src_vocab_size", "tgt_vocab_size"):
             if not 1 <= getattr(self, name) <= 512000:
                 raise ValueError(f"{name}: must be in [1, 512000], got {getattr(self, name)}")

@@ -7,4 +7,6 @@ biases, the Transformer's initializers and scaled attention. It reads parallel t
 from cs_run.registry import register_model
 
 register_model("transformer", "cs_run.models.t5.model:build_model", data_processors=("TransformerDynamicDataProcessor",),
-               config_class="cs_run.models.t5.config:T5Config", builder="cs_run.models.t5.model:build")
+               config_class="cs_run.models.t5.config:T5Config", builder="cs_run.models.t5.model:build",
+               keys_from_input=(("src_max_position_embeddings", "src_max_sequence_length"),
+                                ("tgt_max_position_embeddings", "tgt_max_sequence_length")))
