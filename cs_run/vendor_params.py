@@ -267,6 +267,9 @@ def _check_unknown(raw: dict, section: str, table: dict, own: list, locate) -> N
             raise ParamsError(unknown_key_message(path, key, own + sorted(table), where=locate(path)))
 
 
+_LABELS = ("description", "tag")
+
+
 def normalize(raw: dict, locate=lambda key: "", runconfig_keys: Optional[list] = None,
               data_processor_read: frozenset = frozenset()) -> dict:
     """Bring a flat vendor params dict (any release) into cs-run's sections, in place; returns it.
@@ -276,6 +279,9 @@ def normalize(raw: dict, locate=lambda key: "", runconfig_keys: Optional[list] =
     section's own validation). ``data_processor_read``: the input sections whose data function reads
     ``data_processor`` (:func:`cs_run.registry.sections_reading_data_processor`); it stays in those.
     """
+    for label in _LABELS:  # the 2.0/2.1 dit files' free-text labels: no runner read them
+        if isinstance(raw.get(label), str):
+            _record(label, raw.pop(label), "a label of the file, read by no Model Zoo runner")
     csconfig = raw.pop("csconfig", None)
     if csconfig is not None:
         if not isinstance(csconfig, dict):

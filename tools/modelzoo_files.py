@@ -122,6 +122,19 @@ SWEEP_REFUSALS = {  # "<first tag>:<file>": words of its one error line (alterna
     "Release_2.1.0:gpt3/configs/sparsity/pretraining/params_gpt3_6p7b_vspdf_phase1.yaml": "the Model Zoo 2.0/2.1 spelling",
     "Release_2.3.0:esm2/classification/configs/params_esm2_650M_UR50_classifier.yaml": "unknown model 'esm2/classification'",
     "Release_2.3.0:esm2/classification/configs/params_esm2_a10_UR50_classifier.yaml": "unknown model 'esm2/classification'",
+    "Release_2.2.0:llava/configs/params_llava_v1p5_pretrain_13b_phase1_MSL2K.yaml": "unknown key train_input.bos_token_id",
+    "Release_2.2.0:llava/configs/params_llava_v1p5_pretrain_13b_phase2_MSL2K.yaml": "unknown key train_input.bos_token_id",
+    "Release_2.2.0:llava/configs/params_llava_v1p5_pretrain_7b_phase1_MSL2K.yaml": "unknown key train_input.bos_token_id",
+    "Release_2.2.0:llava/configs/params_llava_v1p5_pretrain_7b_phase2_MSL2K.yaml": "unknown key train_input.bos_token_id",
+    "Release_2.2.0:dpr/configs/params_dpr_base_nq.yaml": "unknown key model.scale_similarity",
+    "Release_2.2.0:dpr/embedding_generation/configs/dpr_base_embed.yaml": "DPREmbedGenHDF5DataProcessor",
+    "Release_2.2.0:dpr/embedding_generation/configs/dpr_nano_embed_synthetic.yaml": "DPREmbedGenSyntheticDataProcessor",
+    "Release_2.3.0:dpr/configs/params_dpr_base_nq.yaml": "q_encoder.fp16_type: not a key of a DPR encoder",
+    "Release_2.2.1:llava/configs/params_llava_v1p5_pretrain_13b_phase1_MSL2K.yaml": "unknown key train_input.bos_token_id",
+    "Release_2.2.1:llava/configs/params_llava_v1p5_pretrain_13b_phase2_MSL2K.yaml": "unknown key train_input.bos_token_id",
+    "Release_2.2.1:llava/configs/params_llava_v1p5_pretrain_7b_phase1_MSL2K.yaml": "unknown key train_input.bos_token_id",
+    "Release_2.2.1:llava/configs/params_llava_v1p5_pretrain_7b_phase2_MSL2K.yaml": "unknown key train_input.bos_token_id",
+    "Release_2.2.1:dpr/configs/params_dpr_base_nq.yaml": "unknown key model.scale_similarity",
 }
 """The files of the sweep of every tag refused by name (docs/modelzoo_sweep.md says why), by the tag each first
 appears in (a later tag's byte-identical copy is the same file); tests/models/test_modelzoo_releases.py checks
@@ -137,6 +150,7 @@ T5_SIZES = {"d_model": 64, "d_kv": 16, "d_ff": 128, "encoder_num_hidden_layers":
             "src_vocab_size": 512, "tgt_vocab_size": 512, "src_max_position_embeddings": 64,
             "tgt_max_position_embeddings": 16}
 """t5's sizes: 64 source tokens (70 raw ones, 14 targets: data/processors/t5.raw_sequence_lengths) and 16 targets."""
+IMAGE_CLASSES = 3  # write_images' class folders
 IMAGE_PATCHES = 4  # a (global) image's patches per side: 56 x 56 pixels at patch 14
 LOCAL_PATCHES = 2  # a dino local crop's patches per side (interpolate_position_embedding.local_patch_dims)
 DINO_OUT, DINO_BOTTLENECK = 128, 32  # DinoHead output_size (the losses' input_size) and bottleneck_size
@@ -291,6 +305,8 @@ def _shrink_images(section: dict, data_dir: str, side: int) -> None:
         crops["local_image_size"] = LOCAL_PATCHES * patch
         return
     section["data_dir"] = root
+    if section.get("num_classes") is not None:  # write_images' class folders
+        section["num_classes"] = IMAGE_CLASSES
     if section.get("image_size") is not None:
         section["image_size"] = [side, side]
     for spec in section.get("transforms") or ():
@@ -430,11 +446,13 @@ def shrink(raw: dict, shards: Path, model_dir: Path, stub: bool = False) -> dict
                     ("fit", "train_dataloader"), ("fit", "val_dataloader"), ("validate", "val_dataloader"),
                     ("validate_all", "val_dataloaders"))], model_dir.parent)
         return raw
+    side = 0
     if isinstance(raw.get("model"), dict):
         _shrink_model(raw["model"])
+        side = (raw["model"].get("image_size") or [0])[0]
     for name, path in (("train_input", train), ("eval_input", val)):
         if isinstance(raw.get(name), dict):
-            _shrink_input(raw[name], path, image_start_idx=_image_start(raw.get("model")))
+            _shrink_input(raw[name], path, side, _image_start(raw.get("model")))
     rc = raw.setdefault("runconfig", {})
     rc["model_dir"] = str(model_dir)
     rc["max_steps"] = STEPS
@@ -704,7 +722,7 @@ def write_transformer_text(out: Path, lines: int = 48, seed: int = 0) -> None:
         (out / split / "meta.dat").write_text(f"src.txt tgt.txt {lines}\n")
 
 
-def write_images(out: Path, classes: int = 3, per_class: int = 4, seed: int = 0) -> None:
+def write_images(out: Path, classes: int = IMAGE_CLASSES, per_class: int = 4, seed: int = 0) -> None:
     """Seeded random JPEGs in the ImageNet layout, ``out/{train,val}/<class>/<n>.JPEG`` (80 x 72 pixels, larger
     than every shrunk crop), for ImageNet1KProcessor and DinoImageDataProcessor."""
     import numpy as np  # noqa: PLC0415 - only the image writer needs these

@@ -252,3 +252,17 @@ def test_cbfloat16_from_csconfig_sets_the_half_type(tmp_path):
     data["model"]["mixed_precision"] = True
     data["csconfig"] = {"use_cbfloat16": True}
     assert load_params(_write(tmp_path, data)).model.fp16_type == "cbfloat16"
+
+
+@pytest.mark.parametrize("labels, error", [
+    ({"description": "DiT-S with patch size 2*2", "tag": "dit_s_2"}, None),  # the 2.0/2.1 dit files' labels
+    ({"description": {"not": "text"}}, "unknown key description"),  # a section by that name: still unknown
+    ({"descripton": "typo"}, "unknown key descripton"),
+])
+def test_a_files_text_labels_are_recorded_and_other_top_level_keys_stay_errors(tmp_path, labels, error):
+    data = {**{k: dict(v) for k, v in BASE.items()}, **labels}
+    if error is None:
+        assert load_params(_write(tmp_path, data)).model is not None
+    else:
+        with pytest.raises(ParamsError, match=error):
+            load_params(_write(tmp_path, data))
