@@ -860,7 +860,7 @@ def write_data(root: Path, kinds: set, cs_run: str) -> None:
 
 def shards_of(name: str, args) -> Path:
     """The data a file reads: --shards, or with --data-root its family's folder (fc_mnist: the bundled digits)."""
-    if not args.data_root:
+    if not getattr(args, "data_root", None):  # callers that build their own args give only shards
         return Path(args.shards)
     kind = DATA_OF[family_of(name)]
     return Path("bundled:digits") if kind == "mnist" else Path(args.data_root) / kind

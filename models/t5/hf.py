@@ -15,6 +15,7 @@ bias-free and shares one embedding: a model outside that is refused by the key t
 from __future__ import annotations
 
 import re
+from dataclasses import make_dataclass
 from pathlib import Path
 
 import torch
@@ -32,6 +33,8 @@ _ATTN = (("q", "proj_q_dense_layer"), ("k", "proj_k_dense_layer"), ("v", "proj_v
 _BIAS = "layer.0.SelfAttention.relative_attention_bias.weight"
 # keys that change no eval output and that HF's config need not carry
 _TRAINING_ONLY = ("label_smoothing", "decoder_start_token_id", "use_cache")
+# with relative positions, the lengths a params file may give (or take from its input, keys_from_input) change nothing
+_FIXED_POSITION_LENGTHS = ("src_max_position_embeddings", "tgt_max_position_embeddings")
 _ACTIVATIONS = {"relu": "relu", "gelu": "gelu"}  # HF feed_forward_proj <-> the Model Zoo's nonlinearity
 
 
@@ -187,6 +190,10 @@ class _T5Adapter(HFAdapter):
         if act not in _ACTIVATIONS:
             raise ParamsError(f"params: model.encoder_nonlinearity: {act!r} has no Hugging Face t5 equivalent (its "
                               "gated-gelu is the tanh GELU); convert a relu or gelu model")
+        if model.config.get("position_embedding_type") != "fixed":  # the lengths of fixed positions: unused here
+            model = make_dataclass("Shown", ["config"])(
+                {k: v for k, v in model.config.items() if k not in _FIXED_POSITION_LENGTHS})
+            model_keys = {k: v for k, v in model_keys.items() if k not in _FIXED_POSITION_LENGTHS}
         super().check_expressible(model, model_keys, config)
 
 
