@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from cs_run.data.readers.meta_dat import buffered_csv_rows
+from cs_run.data.readers.meta_dat import buffered_csv_rows, whole_batches
 from cs_run.data.readers.meta_dat import read_meta as _read_meta
 from cs_run.errors import DataError
 from cs_run.registry import register_data_processor
@@ -133,18 +133,7 @@ class BertCSVDynamicMaskDataset(IterableDataset):
                  dynamic_mlm_scale: bool, pad_ids: tuple[int, int, int], segment_pad_id: int, shuffle: bool,
                  shuffle_seed: Optional[int], shuffle_buffer: Optional[int], drop_last: bool) -> None:
         super().__init__()
-        files = read_meta(data_dir)
-        total = sum(rows for _, rows in files)
-        if total < batch_size:
-            raise DataError(f"data_dir {data_dir}: {total} rows in meta.dat, fewer than one batch of {batch_size}; "
-                            "lower batch_size or add data")
-        self.num_examples = (total // batch_size) * batch_size  # get_data_for_task: whole batches, one task
-        self.files, left = [], self.num_examples
-        for path, rows in files:
-            if left <= 0:
-                break
-            self.files.append((path, min(rows, left)))
-            left -= rows
+        self.files, self.num_examples = whole_batches(read_meta(data_dir), batch_size, data_dir)
         self.batch_size, self.drop_last = batch_size, drop_last
         case = str.lower if do_lower else str  # do_lower: the special tokens are lowercased too
         self.vocab, self.vocab_size, self.oov_id = build_vocab(vocab_file, do_lower, case(oov_token))

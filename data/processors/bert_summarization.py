@@ -26,6 +26,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from cs_run.data.processors.bert import build_vocab, read_meta
+from cs_run.data.readers.meta_dat import whole_batches
 from cs_run.errors import DataError
 from cs_run.registry import register_data_processor
 
@@ -58,17 +59,7 @@ class BertSumCSVDataset(IterableDataset):
                  pad_id: Optional[int], do_lower: bool, shuffle: bool, shuffle_seed: Optional[int],
                  shuffle_buffer: Optional[int], drop_last: bool) -> None:
         super().__init__()
-        files = read_meta(data_dir)
-        total = sum(rows for _, rows in files)
-        if total < batch_size:
-            raise DataError(f"data_dir {data_dir}: {total} rows in meta.dat, fewer than one batch of {batch_size}; "
-                            "lower batch_size or add data")
-        self.num_examples = (total // batch_size) * batch_size
-        self.files, left = [], self.num_examples
-        for path, rows in files:
-            if left > 0:
-                self.files.append((path, min(rows, left)))
-                left -= rows
+        self.files, self.num_examples = whole_batches(read_meta(data_dir), batch_size, data_dir)
         case = str.lower if do_lower else str
         vocab, _, oov_id = build_vocab(vocab_file, do_lower, case("[UNK]"))
         self.pad_id = vocab.get(case("[PAD]"), oov_id) if pad_id is None else pad_id

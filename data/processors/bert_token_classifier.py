@@ -27,7 +27,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from cs_run.data.processors.bert import build_vocab, read_meta
-from cs_run.data.readers.meta_dat import buffered_csv_rows
+from cs_run.data.readers.meta_dat import buffered_csv_rows, whole_batches
 from cs_run.errors import DataError
 from cs_run.registry import register_data_processor
 
@@ -61,17 +61,7 @@ class BertTokenClassifierDataset(IterableDataset):
                  max_sequence_length: int, include_padding_in_loss: bool, pad_ids: tuple, shuffle: bool,
                  shuffle_seed: Optional[int], shuffle_buffer: Optional[int], drop_last: bool) -> None:
         super().__init__()
-        files = read_meta(data_dir)
-        total = sum(rows for _, rows in files)
-        if total < batch_size:
-            raise DataError(f"data_dir {data_dir}: {total} rows in meta.dat, fewer than one batch of {batch_size}; "
-                            "lower batch_size or add data")
-        self.num_examples = (total // batch_size) * batch_size
-        self.files, left = [], self.num_examples
-        for path, rows in files:
-            if left > 0:
-                self.files.append((path, min(rows, left)))
-                left -= rows
+        self.files, self.num_examples = whole_batches(read_meta(data_dir), batch_size, data_dir)
         case = str.lower if do_lower else str
         self.vocab, _, self.oov_id = build_vocab(vocab_file, do_lower, case("[UNK]"))
         self.label_map = read_label_map(label_vocab_file)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from cs_run.errors import DataError
 
-__all__ = ["read_meta", "buffered_csv_rows"]
+__all__ = ["read_meta", "whole_batches", "buffered_csv_rows"]
 
 
 def read_meta(data_dir: Union[str, list], *, form: str, written_by: str, key: str = "data_dir",
@@ -35,6 +35,23 @@ def read_meta(data_dir: Union[str, list], *, form: str, written_by: str, key: st
             files = tuple(os.path.join(str(folder), p) for p in parts[:-1])
             out.append((files if columns > 2 else files[0], int(parts[-1])))
     return out
+
+
+def whole_batches(files: list[tuple[str, int]], batch_size: int, data_dir) -> tuple[list[tuple[str, int]], int]:
+    """(files, rows) cut to whole batches, in order (the vendor's get_data_for_task): the files up to the last
+    whole batch, the last one's count cut there, and how many rows that is."""
+    total = sum(rows for _, rows in files)
+    if total < batch_size:
+        raise DataError(f"data_dir {data_dir}: {total} rows in meta.dat, fewer than one batch of {batch_size}; "
+                        "lower batch_size or add data")
+    num_examples = (total // batch_size) * batch_size
+    kept, left = [], num_examples
+    for path, rows in files:
+        if left <= 0:
+            break
+        kept.append((path, min(rows, left)))
+        left -= rows
+    return kept, num_examples
 
 
 def buffered_csv_rows(files: Sequence[tuple[str, int]], rng: random.Random, *, shuffle: bool, buffer_size: int,
