@@ -93,6 +93,8 @@ class PyTorchBaseRunner(RunnerHooks):
         self.model = self.strategy.shard(self.model, self.torch_device)  # before the optimizer holds its parameters
         self.optimizer, self.lr_scheduler, self.grad_scaler = _build.build_training_parts(
             params, self.model, optimizer_fn, lr_scheduler_fn)
+        if self.grad_scaler is not None:  # its state where the step runs: a CUDA graph takes no host inputs
+            self.grad_scaler.to(self.torch_device)
         if self.sparsity is not None and self.optimizer is not None:
             self.sparsity.apply(self.optimizer)  # the masks reach the optimizer's state
         self._sparsity_log = (SparsityLog(self.sparsity) if self.sparsity is not None and self.optimizer is not None
