@@ -17,8 +17,9 @@ the host time when the step returned. Sections:
   main process: ``num_workers: 0``). Overlapped, the slow loader's time hides under the step; serial, it
   adds to it. Time per step = host time from step 5 to the last step (synchronised) / steps.
 * offload: the Model Zoo's Llama-3.2-1B keys (bench_lm.py's), batch 4 x 2048, bf16, 20 steps: unsharded
-  against ``sharding: fsdp, offload: cpu``: peak device memory, tokens/s (steps 3..20), and the largest
-  relative loss difference over the 20 steps.
+  against ``sharding: fsdp, offload: cpu``: peak device memory (the run's own: above what was allocated
+  before it, after a garbage collection), tokens/s (steps 3..20), and the largest relative loss
+  difference over the 20 steps.
 
 One JSON line per run goes to ``--out`` (default: print only), for the README's tables.
 """
@@ -26,6 +27,7 @@ One JSON line per run goes to ``--out`` (default: print only), for the README's 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import tempfile
@@ -92,9 +94,12 @@ def fit(device: str, keys: dict, data: TokenBatches, steps: int, precision: dict
     """One Trainer.fit; the losses (floats), per-step host times and the device's peak memory."""
     _RECORD.update(losses=[], times=[], steps=steps)
     cuda = torch.cuda.is_available() and device != "CPU"
+    held = 0
     if cuda:
+        gc.collect()  # the previous run's runner, model and optimizer state (reference cycles) go now
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+        held = torch.cuda.memory_allocated()  # what is still allocated: not this run's
     loader = torch.utils.data.DataLoader(data, batch_size=None, shuffle=False, num_workers=0, pin_memory=cuda)
     backend = {"backend_type": device}
     if device == "CSX":
@@ -114,7 +119,8 @@ def fit(device: str, keys: dict, data: TokenBatches, steps: int, precision: dict
             print(f"  FAILED after {len(_RECORD['losses'])} steps: {error}", flush=True)
         wall = time.perf_counter() - t0
     return {"losses": [float(x) for x in _RECORD["losses"]], "times": list(_RECORD["times"]), "wall_s": wall,
-            "peak_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None, "error": error}
+            "peak_gb": (torch.cuda.max_memory_allocated() - held) / 2**30 if cuda else None,
+            "held_before_gb": held / 2**30, "error": error}
 
 
 def per_step(times: list[float], first: int) -> float:
@@ -184,6 +190,7 @@ def section_offload(args, gpu: str) -> None:
         runs[layout] = run
         step_s = per_step(run["times"], 3)
         emit(args.out, "offload", f"sharding {layout[0]}, offload {layout[1]}", peak_gb=run["peak_gb"],
+             held_before_gb=run["held_before_gb"],
              ms_per_step=step_s * 1e3, tokens_per_s=batch * seq / step_s, first_loss=run["losses"][0],
              last_loss=run["losses"][-1], wall_s=run["wall_s"])
     emit(args.out, "offload", "fsdp+offload vs unsharded",
