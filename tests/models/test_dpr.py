@@ -124,10 +124,44 @@ ENC = {"vocab_size": 97, "hidden_size": 16, "num_hidden_layers": 1, "num_heads":
     ({"encoder": ENC, "pooler_type": "max"}, "pooler_type: 'max' is not one of mean, cls, ffn_pooler"),
     ({"encoder": 7}, "encoder: expected a mapping"),
     ({"encoder": ENC, "softmax_temperature": 0.0}, "softmax_temperature: must be > 0"),
+    ({"q_encoder": {**ENC, "fp16_type": "half"}, "ctx_encoder": ENC}, r"q_encoder\.fp16_type: 'half' is not one of"),
+    ({"encoder": {**ENC, "mixed_precision": "yes"}}, r"encoder\.mixed_precision: expected true or false"),
+    ({"encoder": ENC, "scale_similarity": True, "mutual_information": True}, "scale_similarity: Release 2.2's key"),
 ])
 def test_bad_keys_are_errors_naming_the_key(keys, match):
     with pytest.raises(ValueError, match=match):
         DPRConfig(**keys)
+
+
+def test_scale_similarity_divides_the_scores_by_the_root_of_the_width_by_hand():
+    """Release 2.2's scale_similarity: the loss is the cross entropy of q @ c.T / sqrt(16), from the embeddings."""
+    g = torch.Generator().manual_seed(3)
+    batch = {"questions_input_ids": torch.randint(1, 97, (3, 6), generator=g),
+             "ctx_input_ids": torch.randint(1, 97, (3, 2, 6), generator=g)}
+    batch.update(questions_attention_mask=torch.ones(3, 6, dtype=torch.int32),
+                 questions_token_type_ids=torch.zeros(3, 6, dtype=torch.int32),
+                 ctx_attention_mask=torch.ones(3, 2, 6, dtype=torch.int32),
+                 ctx_token_type_ids=torch.zeros(3, 2, 6, dtype=torch.int32), labels=torch.arange(3) * 2)
+    enc = {**ENC, "dropout_rate": 0.0, "attention_dropout_rate": 0.0}
+    torch.manual_seed(0)
+    model = build({"name": "dpr", "q_encoder": enc, "ctx_encoder": enc, "scale_similarity": True})
+    with torch.no_grad():
+        loss = model(dict(batch)).item()
+        _, _, q, c = model.model(**{k: v for k, v in batch.items() if k != "labels"})
+    scores = (q @ c.T) / 4.0  # hidden_size 16
+    expected = -torch.stack([torch.log_softmax(scores[i], 0)[2 * i] for i in range(3)]).mean()
+    assert loss == pytest.approx(expected.item(), rel=1e-6)
+    assert loss != pytest.approx(dpr_loss(q @ c.T, batch["labels"], 1.0).item(), rel=1e-3)  # it does scale
+
+
+def test_an_encoders_precision_keys_change_nothing():
+    """Release 2.2/2.3's q_encoder.mixed_precision / fp16_type: read by no vendor code, the same model here."""
+    torch.manual_seed(0)
+    plain = build({"name": "dpr", "q_encoder": ENC, "ctx_encoder": ENC}).state_dict()
+    torch.manual_seed(0)
+    marked = {**ENC, "mixed_precision": True, "fp16_type": "cbfloat16"}
+    with_keys = build({"name": "dpr", "q_encoder": marked, "ctx_encoder": marked}).state_dict()
+    assert plain.keys() == with_keys.keys() and all(torch.equal(plain[k], with_keys[k]) for k in plain)
 
 
 def _write(params: dict, path: Path) -> Path:
