@@ -39,9 +39,9 @@ def data(tmp_path_factory) -> Path:
     return out
 
 
-def _shrunk(data: Path, tmp_path: Path) -> dict:
+def _shrunk(data: Path, tmp_path: Path, tag: str = TAG) -> dict:
     text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show",
-                           f"{TAG}:src/cerebras/modelzoo/models/nlp/dpr/configs/params_dpr_base_nq.yaml"], check=True,
+                           f"{tag}:src/cerebras/modelzoo/models/nlp/dpr/configs/params_dpr_base_nq.yaml"], check=True,
                           capture_output=True, text=True).stdout
     raw, _ = parse_yaml(text, "params_dpr_base_nq.yaml")
     return mz.shrink(raw, data, tmp_path / "model_dir")
@@ -190,3 +190,22 @@ def test_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, data):
     cpu, csx = (read_scalars(tmp_path / d / "train")["loss"] for d in ("cpu", "csx"))
     assert [step for step, _ in cpu] == [1, 2, 3, 4, 5]
     assert cpu == csx and all(np.isfinite(loss) for _, loss in cpu)
+
+
+@needs_mirror
+@pytest.mark.slow
+def test_the_release_2_2_and_2_3_files_validate_and_train_3_cpu_steps(tmp_path, data):
+    """Refused before (model.scale_similarity at 2.2, q_encoder.fp16_type at 2.2 and 2.3): the flat files."""
+    for tag in ("Release_2.2.0", "Release_2.3.0"):
+        params = _shrunk(data, tmp_path / tag, tag)
+        assert params["model"]["q_encoder"]["fp16_type"] == "cbfloat16"
+        assert ("scale_similarity" in params["model"]) == (tag == "Release_2.2.0")
+        for section in (params["train_input"], params["eval_input"]):
+            section["num_workers"] = 0
+        params["runconfig"].update(max_steps=3, log_steps=1)
+        path = tmp_path / f"{tag}.yaml"
+        path.write_text(yaml.safe_dump(params, sort_keys=False))
+        _cli("validate-only", "--params", path, "--model_dir", tmp_path / tag / "v")
+        _cli("train", "--params", path, "--model_dir", tmp_path / tag / "cpu", "--device", "CPU")
+        losses = read_scalars(tmp_path / tag / "cpu" / "train")["loss"]
+        assert [step for step, _ in losses] == [1, 2, 3] and all(np.isfinite(loss) for _, loss in losses)
