@@ -47,7 +47,8 @@ POOLER_TYPES = ("mean", "cls", "ffn_pooler")
 _NOT_DPR = ("use_ffn_bias_in_mlm", "use_output_bias_in_mlm", "label_smoothing", "num_classes", "compute_eval_metrics")
 _DEPRECATED = ("mlm_loss_weight", "mlm_nonlinearity", "share_embedding_weights")
 # an encoder's copies of the run's precision keys (Release 2.2 / 2.3 files): read by no vendor code (module doc)
-_UNREAD_PRECISION = {"mixed_precision": (bool,), "fp16_type": ("bfloat16", "float16", "cbfloat16")}
+_UNREAD_PRECISION = ("mixed_precision", "fp16_type")
+_HALF_TYPES = ("bfloat16", "float16", "cbfloat16")
 
 
 def encoder_config(keys: Any, where: str, add_pooling_layer: bool) -> BertConfig:
@@ -68,9 +69,8 @@ def encoder_config(keys: Any, where: str, add_pooling_layer: bool) -> BertConfig
                          "hidden_size, num_hidden_layers, num_heads, filter_size, ...)")
     if not isinstance(keys.get("mixed_precision", False), bool):
         raise ValueError(f"{where}.mixed_precision: expected true or false, got {keys['mixed_precision']!r}")
-    if keys.get("fp16_type", "bfloat16") not in _UNREAD_PRECISION["fp16_type"]:
-        raise ValueError(f"{where}.fp16_type: {keys['fp16_type']!r} is not one of "
-                         f"{', '.join(_UNREAD_PRECISION['fp16_type'])}")
+    if keys.get("fp16_type", "bfloat16") not in _HALF_TYPES:
+        raise ValueError(f"{where}.fp16_type: {keys['fp16_type']!r} is not one of {', '.join(_HALF_TYPES)}")
     dropped = {"add_pooling_layer", *_DEPRECATED, *_UNREAD_PRECISION}
     given = {k: v for k, v in keys.items() if k not in dropped}
     try:
