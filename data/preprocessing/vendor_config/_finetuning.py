@@ -83,9 +83,10 @@ def _occurrences(text: str, token: str, at: int) -> list[tuple[int, int]]:
     return found
 
 
-def _extend_to_eos(text: str, regions: list[list], eos: Optional[str]) -> None:
+def _extend_to_eos(text: str, regions: list[list], eos: Optional[str], image_token: Optional[str] = None) -> None:
     """Each eos that follows a region (before the next one starts) joins that region: the completion's
-    closing eos is learned. ``regions`` are [start, end, loss] character ranges, changed in place."""
+    closing eos is learned. ``regions`` are [start, end, loss] character ranges, changed in place. With an
+    ``image_token`` (multimodal), an eos with that token between it and the region stays out of it."""
     if not regions or not eos:
         return
     found = _occurrences(text, eos, regions[0][0])
@@ -96,11 +97,12 @@ def _extend_to_eos(text: str, regions: list[list], eos: Optional[str]) -> None:
         if start <= eos_start < end:
             e += 1
             continue
+        image_between = image_token is not None and image_token in text[end:eos_start]
         if r + 1 < len(regions):
-            if end <= eos_start < regions[r + 1][0]:
+            if end <= eos_start < regions[r + 1][0] and not image_between:
                 regions[r][1] = eos_end
                 e += 1
-        else:
+        elif not image_between:
             regions[r][1] = eos_end
             e += 1
         r += 1
