@@ -118,6 +118,10 @@ LLAVA_CAPTIONS = [
         {"from": "human", "value": "<image>"},
         {"from": "gpt", "value": "a green square in the sun"}]},
 ]
+# an image in two user turns (the same file): two images, kept where max_num_img is 2, dropped where it is 1
+LLAVA_TWO_IMAGES = {"id": "5", "image": "blue.png", "conversations": [
+    {"from": "human", "value": "<image>\nWhat is this?"}, {"from": "gpt", "value": "A blue square."},
+    {"from": "human", "value": "And now? <image>"}, {"from": "gpt", "value": "Still blue."}]}
 LLAVA_IMAGES = {"red.png": (200, 30, 30), "blue.png": (30, 30, 200), "green.png": (30, 180, 60)}
 """the PNGs the llava records name (28 x 28, one colour and a white diagonal)"""
 
@@ -453,6 +457,32 @@ CASES += [
         "processing.max_seq_length": 32,
         "dataset.num_patches": 4,
     }),
+        # many records in two files, read and written in 1 KiB chunks and shuffled: the four datasets dealt and permuted
+    # together; two images per sample at most (img_path and img_data_loc 2 wide)
+    ("llava_phase_2_shuffle_chunks", "llava_phase_2_preproc.yaml", "llava_many", {
+        "setup.image_dir": "<IN>/images",
+        "processing.max_seq_length": 48,
+        "processing.read_chunk_size": 1,
+        "processing.write_chunk_size": 1,
+        "processing.shuffle_seed": 3,
+        "dataset.num_patches": 3,
+        "dataset.max_num_img": 2,
+    }),
+    # unshuffled 1 KiB chunks (buffers of the four datasets written as they fill), the loss mask inverted, a
+    # token limit (num_tokens: max_seq_length per sample)
+    ("llava_phase_1_chunks", "llava_phase_1_llama3.yaml", "llava_many", {
+        "setup.image_dir": "<IN>/images",
+        "processing.custom_tokenizer": DELETE,
+        "processing.tokenizer_params": DELETE,
+        "processing.huggingface_tokenizer": "<TOK>",
+        "processing.read_hook": "cerebras.modelzoo.data_preparation.data_preprocessing.hooks:finetuning_llava_hook",
+        "processing.max_seq_length": 48,
+        "processing.read_chunk_size": 1,
+        "processing.write_chunk_size": 1,
+        "processing.inverted_mask": True,
+        "processing.token_limit": 500,
+        "dataset.num_patches": 2,
+    }),
     # its image token (<|image|>) differs from the records' (<image>, read_hook_kwargs); one placeholder per image
     ("mllama_phase_2", "mllama_preproc_using_llava_phase_2.yaml", "llava", {
         "setup.image_dir": "<IN>/images",
@@ -602,11 +632,14 @@ def write_inputs(folder: str) -> None:
     with open(os.path.join(folder, "wikitext", "wiki.jsonl"), "w") as f:
         for doc in WIKITEXT_DOCS:
             f.write(json.dumps({"text": doc}) + "\n")
-    for name, records in (("llava", LLAVA_CHATS), ("llava_pretrain", LLAVA_CAPTIONS)):
+    many = [{**(LLAVA_CHATS + [LLAVA_TWO_IMAGES])[i % 6], "id": str(i)} for i in range(24)]
+    for name, parts in (("llava", [LLAVA_CHATS]), ("llava_pretrain", [LLAVA_CAPTIONS]),
+                        ("llava_many", [many[0::2], many[1::2]])):
         os.makedirs(os.path.join(folder, name, "images"), exist_ok=True)
-        with open(os.path.join(folder, name, "records.jsonl"), "w") as f:
-            for record in records:
-                f.write(json.dumps(record) + "\n")
+        for i, records in enumerate(parts):
+            with open(os.path.join(folder, name, "records.jsonl" if i == 0 else f"records{i}.jsonl"), "w") as f:
+                for record in records:
+                    f.write(json.dumps(record) + "\n")
         for image, colour in LLAVA_IMAGES.items():
             write_png(os.path.join(folder, name, "images", image), colour)
     os.makedirs(os.path.join(folder, "mixed"), exist_ok=True)

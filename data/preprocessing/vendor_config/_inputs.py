@@ -3,7 +3,8 @@
 Files are found as the vendor's tool finds them: every ``*.jsonl``, ``*.json.gz``, ``*.jsonl.zst``,
 ``*.txt``, ``*.parquet`` under the source folder, recursively, in sorted order. A ``*.jsonl.gz`` is not
 one of them (the vendor skips it, so cs-run does too, with a warning naming it: rename it ``.json.gz``).
-A record keeps only the hook's ``*_key`` columns (a number becomes its string); a .txt line is a
+A record keeps its columns, the hook's ``*_key`` ones added where missing (a number among them becomes its
+string), all counted in the read chunk's size; a .txt line is a
 record whose ``text`` column is the line. Records are grouped into read chunks of about
 ``read_chunk_size`` bytes, counted as the vendor counts them, because the output files are named
 after the chunk count. A line that is not JSON is one error with its file and line.
@@ -301,7 +302,9 @@ def read_chunks(files: list[str], keys: list[str], hook: Callable[..., list[dict
     size = 0
     for path in files:
         for number, row in _rows(path, skip_bad):
-            entry = {k: str(row[k]) if isinstance(row.get(k), numbers.Number) else row.get(k) for k in keys}
+            # every column of the record, the hook's keys added where missing and numbers among them as strings (the
+            # vendor's datasets map adds and converts those columns and keeps the others, which its chunk size counts)
+            entry = {**row, **{k: str(row[k]) if isinstance(row.get(k), numbers.Number) else row.get(k) for k in keys}}
             entry_size = sum(_data_size(v) for v in entry.values())
             if size + entry_size > chunk_size and size != 0:
                 yield chunk

@@ -27,7 +27,7 @@ import numpy as np
 
 from cs_run.errors import DataError, ParamsError
 
-from ._finetuning import FinetuningSamples, _extend_to_eos
+from ._finetuning import FinetuningSamples, _extend_to_eos, count_record
 from ._pretraining import clean_and_count, sample_stats
 from ._tokenizer import LoadedTokenizer
 
@@ -69,7 +69,7 @@ class MultimodalSamples(FinetuningSamples):
         """The sample one record's hook output makes (none or one); adds its counts to ``stats``."""
         if not entries:
             return []
-        stats["total_raw_docs"] += 1
+        count_record(stats)
         chat = entries[0]["type"] not in ("prompt", "completion")
         text, messages, regions, images, length, index = "", [], [], [], 0, 0
         for turn in entries:
