@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import h5py
@@ -69,13 +70,17 @@ def test_written_samples_read_back_through_llava_data(tmp_path):
 @pytest.mark.slow
 def test_written_samples_train_a_model_zoo_llava_file_3_steps(tmp_path):
     """The phase-1 7b file (its image at position 1, where the llava configs' chat template puts it), shrunk by
-    tools/modelzoo_files.py, trains 3 CPU steps on cs-run's llava_phase_2 output."""
+    tools/modelzoo_files.py, trains 3 CPU steps on the llava_phase_2 config's output, written by the tool's
+    --llava-config writer (cs-run data preprocess --config, the images copied)."""
     if not Path(mz.MIRROR).exists():
         pytest.skip("no local Model Zoo mirror")
     start = tmp_path / "shards" / "llava" / "start_1"
-    for split in ("train", "val"):
-        preprocess_config(str(_config("llava_phase_2", tmp_path, start / split)))
-    shutil.copytree(GOLDEN / "inputs" / "llava" / "images", start / "images")
+    config = _config("llava_phase_2", tmp_path, tmp_path / "unused")
+    mz.write_llava_from_config(start, str(config), str(Path(sys.executable).with_name("cs-run")))
+    with h5py.File(start / "train" / "output_chunk_0.h5", "r") as f, \
+            h5py.File(GOLDEN / "llava_phase_2" / "output_chunk_0.h5", "r") as want:
+        np.testing.assert_array_equal(f["data"][()], want["data"][()])
+    assert sorted(p.name for p in (start / "images").iterdir()) == ["blue.png", "green.png", "red.png"]
     text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show", "Release_2.10.0:src/cerebras/modelzoo/models/"
                            "multimodal/llava/configs/params_llava_v1p5_pretrain_7b_phase1_MSL2K.yaml"], check=True,
                           capture_output=True, text=True).stdout
