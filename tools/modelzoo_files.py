@@ -837,6 +837,23 @@ def write_dpo_shards(out: Path, pairs: int = 16, seed: int = 0) -> None:
             f.attrs["n_examples"] = pairs
 
 
+def write_llava_from_config(out: Path, config: str, cs_run: str) -> None:
+    """llava samples in ``out/train`` and ``out/val`` written by ``cs-run data preprocess --config`` of a Model Zoo
+    llava preprocessing config (its setup.output_dir replaced), and its setup.image_dir copied to ``out/images``:
+    the vendor tool's layout from records, for a file whose image_start_idx is where the config's chat template
+    puts the image."""
+    import shutil  # noqa: PLC0415 - only this writer needs it
+
+    params = yaml.safe_load(Path(config).read_text())
+    for split in ("train", "val"):
+        params["setup"]["output_dir"] = str(out / split)
+        written = out / f"{split}.yaml"
+        written.parent.mkdir(parents=True, exist_ok=True)
+        written.write_text(yaml.safe_dump(params, sort_keys=False))
+        subprocess.run([cs_run, "data", "preprocess", "--config", str(written)], check=True, capture_output=True)
+    shutil.copytree(params["setup"]["image_dir"], out / "images", dirs_exist_ok=True)
+
+
 def write_data(root: Path, kinds: set, cs_run: str) -> None:
     """Each data folder of DATA_OF that ``kinds`` names, under ``root/<kind>`` (written once: kept if there)."""
     writers = {"bert": write_bert_csv, "esm2": write_esm2_data, "t5": write_t5_text,
@@ -1054,6 +1071,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--write-llava-data", action="store_true",
                         help="first write llava samples and images (llava/start_N/train, val, images: the image at N, for "
                              "each image_start_idx of the files) under --shards (for --match llava/)")
+    parser.add_argument("--llava-config", metavar="YAML",
+                        help="with --write-llava-data: llava/start_1's samples from `cs-run data preprocess --config "
+                             "YAML` (a llava preprocessing config; its image_dir's images copied) in place of random ones")
     parser.add_argument("--write-dpr-data", action="store_true",
                         help="first write DPR HDF5 shards (train/, val/) to --shards (for --match dpr/)")
     parser.add_argument("--write-esm2-data", action="store_true",
@@ -1103,7 +1123,10 @@ def main() -> int:
         write_esm2_data(Path(args.shards))
     if args.write_llava_data:
         for start in LLAVA_IMAGE_STARTS:
-            write_llava_data(Path(args.shards) / "llava" / f"start_{start}", image_start_idx=start)
+            if args.llava_config and start == 1:
+                write_llava_from_config(Path(args.shards) / "llava" / "start_1", args.llava_config, args.cs_run)
+            else:
+                write_llava_data(Path(args.shards) / "llava" / f"start_{start}", image_start_idx=start)
             write_llava_data(Path(args.shards) / "llava" / f"start_{start}" / LLAVA_2_2_FOLDER, image_start_idx=start,
                              six_rows=True)
     if args.write_dpr_data:

@@ -7,7 +7,10 @@ Every ``*.h5`` file of ``data_dir`` holds ``data`` ``[n, 4, max_sequence_length]
 ``text_input_ids`` with placeholder tokens where the image features go, ``loss_mask``, ``labels``,
 ``key_padding_mask`` (1: no query attends to that key: the padding, and the image positions of a sample
 without an image)) and ``img_path`` ``[n, 1]`` (bytes: the image's path relative to ``img_data_dir``, or
-``None`` for a text-only sample, which gets a black image). Images are read with Pillow and go through
+``None`` for a text-only sample, which gets a black image). The data_preprocessing tool's multimodal
+finetuning (``cs-run data preprocess --config`` of the llava configs) writes a fifth row (token_modality_idx),
+``img_path`` as UTF-8 strings and ``has_img`` / ``img_data_loc`` beside it: read alike, the fifth row and the
+two extra datasets unread (as the vendor's processor reads the first four rows only). Images are read with Pillow and go through
 ``transforms`` (the vendor's specs, ``expand_to_square`` among them; then the run's floating-point type).
 ``image_data_size`` is the model's ``[num_channels, *image_size]`` whatever the file says (the vendor's
 post_init sets it from model.image_model), and every transformed image must have that shape.
@@ -48,7 +51,8 @@ FEATURES = ("text_input_ids", "loss_mask", "labels", "key_padding_mask")
 FEATURES_2_2 = ("text_input_ids", "loss_mask", "labels", "attention_span", "position_ids", "key_padding_mask")
 """Release 2.2's six rows (its processor's features_list, the ``*_shuffled`` data its files name): each token's
 VSL span (the keys a query may see: its own document's) and position; the model reads both."""
-LAYOUTS = {len(FEATURES): FEATURES, len(FEATURES_2_2): FEATURES_2_2}
+LAYOUTS = {len(FEATURES): FEATURES, len(FEATURES) + 1: FEATURES, len(FEATURES_2_2): FEATURES_2_2}
+"""The rows read, by the rows a sample holds: the data_preprocessing tool's fifth (token_modality_idx) unread."""
 HALF_TYPES = ("bfloat16", "float16", "cbfloat16")
 """Release 2.2's ``fp16_type`` values (its MultiModalHDF5Dataset's)."""
 NO_IMAGE = b"None"
@@ -131,11 +135,13 @@ def _check_shards(reader: H5Reader) -> None:
                          "samples [n, 4, max_sequence_length] as its llava preprocessing writes them")
     if reader.features not in LAYOUTS:
         raise ValueError(f"data_dir: {reader.files[0]} holds {reader.features} rows per sample; llava reads 4 "
-                         f"({', '.join(FEATURES)}) or Release 2.2's 6 ({', '.join(FEATURES_2_2)})")
+                         f"({', '.join(FEATURES)}; a fifth, token_modality_idx, is left unread) or Release 2.2's 6 "
+                         f"({', '.join(FEATURES_2_2)})")
     for i, path in enumerate(reader.files):
         with h5py.File(path, "r") as f:
             n = int(reader.offsets[i + 1] - reader.offsets[i])
-            if "img_path" not in f or f["img_path"].shape[:1] != (n,) or f["img_path"].dtype.kind != "S":
+            strings = "img_path" in f and (f["img_path"].dtype.kind == "S" or h5py.check_string_dtype(f["img_path"].dtype))
+            if not strings or f["img_path"].shape[:1] != (n,):
                 got = f"{f['img_path'].dtype}{list(f['img_path'].shape)}" if "img_path" in f else "none"
                 raise ValueError(f"data_dir: {path} needs 'img_path' of {n} byte strings (one per sample), got {got}; "
                                  "write it with the llava preprocessing")

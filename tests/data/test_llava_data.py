@@ -96,7 +96,7 @@ def test_the_writer_of_tools_modelzoo_files_is_the_preprocessing_layout(tmp_path
 @pytest.mark.parametrize("build, change, message", [
     (dict(paths="none"), {}, "needs 'img_path' of 4 byte strings"),
     (dict(features=3), {}, "holds 3 rows per sample; llava reads 4 (text_input_ids, loss_mask, labels, "
-                           "key_padding_mask) or Release 2.2's 6"),
+                           "key_padding_mask; a fifth, token_modality_idx, is left unread) or Release 2.2's 6"),
     (dict(paths=[[b"wide.png"], [b"gone.png"], [None], [None]]), {}, "gone.png (sample 1 of"),
     ({}, dict(transforms=[{"name": "to_tensor"}]), "transforms: the image of sample 0"),
     (dict(ids=600), {}, "holds token id"),

@@ -38,7 +38,7 @@ from cs_run.params import load_params  # noqa: E402
 from cs_run.runners import PyTorchBaseRunner  # noqa: E402
 from cs_run.summaries import read_scalars  # noqa: E402
 
-PATH_KEYS = [("setup", "output_dir"), ("setup", "data", "source"), ("processing", "huggingface_tokenizer"),
+PATH_KEYS = [("setup", "output_dir"), ("setup", "data", "source"), ("setup", "image_dir"), ("processing", "huggingface_tokenizer"),
              ("processing", "tokenizer_params", "encoder_file"), ("processing", "tokenizer_params", "vocab_file")]
 
 
@@ -154,7 +154,8 @@ BAD = [
     ("mode-unknown", lambda t, d: t.replace("mode: pretraining", "mode: pretrain"), ParamsError,
      r"setup\.mode is 'pretrain' .*use one of pretraining"),
     ("multimodal", lambda t, d: t.replace("  pack_sequences: true", "  pack_sequences: true\n  is_multimodal: true"),
-     ParamsError, r"dataset\.is_multimodal asks for multimodal preprocessing"),
+     ParamsError, r"setup\.mode is 'pretraining' with multimodal data \(image captions\) .*yaml:\d+\); cs-run's --config "
+     r"runs multimodal finetuning"),
     ("bert-in-finetuning", lambda t, d: t.replace("  pack_sequences: true", "  training_objective: bert_pretraining")
      .replace("mode: pretraining", "mode: finetuning"), ParamsError,
      r"dataset\.training_objective is 'bert_pretraining' in mode 'finetuning' .*yaml:\d+\); the vendor runs "

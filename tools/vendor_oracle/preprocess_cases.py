@@ -80,8 +80,54 @@ WIKITEXT_DOCS = [
     " The wafer @-@ scale engine [ cores ] runs { many } models ' in parallel ' . = = Notes = = \n",
 ]
 
+# LLaVA's conversation records (LLaVA-Instruct / LLaVA-Pretrain style: an image file name and "from"/"value"
+# turns, "<image>" where the picture goes); the images are small PNGs written beside them (images/). One record
+# names an image that is not there (the vendor skips it and counts it), one has no image (has_img False).
+LLAVA_CHATS = [
+    {"id": "0", "image": "red.png", "conversations": [
+        {"from": "human", "value": "<image>\nWhat color is the picture?"},
+        {"from": "gpt", "value": "It is red."}]},
+    {"id": "1", "image": "blue.png", "conversations": [
+        {"from": "human", "value": "Describe this.\n<image>"},
+        {"from": "gpt", "value": "A blue square."},
+        {"from": "human", "value": "Is it big?"},
+        {"from": "gpt", "value": "No, it is small."}]},
+    {"id": "2", "conversations": [
+        {"from": "human", "value": "What does the fox do?"},
+        {"from": "gpt", "value": "It jumps over the dog."}]},
+    {"id": "3", "image": "missing.png", "conversations": [
+        {"from": "human", "value": "<image>\nWhat is here?"},
+        {"from": "gpt", "value": "Nothing."}]},
+    {"id": "4", "image": "green.png", "conversations": [
+        {"from": "system", "value": "You are terse."},
+        {"from": "human", "value": "<image>"},
+        {"from": "gpt", "value": "A green square in the sun."}]},
+]
+# phase 1 (image captions): every record has an image; the user's words are dropped, the caption is learned
+LLAVA_CAPTIONS = [
+    {"id": "0", "image": "red.png", "conversations": [
+        {"from": "human", "value": "<image>\nRender a clear and concise summary of the photo."},
+        {"from": "gpt", "value": "a red square on a plain background"}]},
+    {"id": "1", "image": "blue.png", "conversations": [
+        {"from": "human", "value": "Give a short caption.\n<image>"},
+        {"from": "gpt", "value": "the blue one"}]},
+    {"id": "2", "image": "missing.png", "conversations": [
+        {"from": "human", "value": "<image>\nWhat is this?"},
+        {"from": "gpt", "value": "a lost picture"}]},
+    {"id": "3", "image": "green.png", "conversations": [
+        {"from": "human", "value": "<image>"},
+        {"from": "gpt", "value": "a green square in the sun"}]},
+]
+# an image in two user turns (the same file): two images, kept where max_num_img is 2, dropped where it is 1
+LLAVA_TWO_IMAGES = {"id": "5", "image": "blue.png", "conversations": [
+    {"from": "human", "value": "<image>\nWhat is this?"}, {"from": "gpt", "value": "A blue square."},
+    {"from": "human", "value": "And now? <image>"}, {"from": "gpt", "value": "Still blue."}]}
+LLAVA_IMAGES = {"red.png": (200, 30, 30), "blue.png": (30, 30, 200), "green.png": (30, 180, 60)}
+"""the PNGs the llava records name (28 x 28, one colour and a white diagonal)"""
+
 # what the tokenizer is trained on (every character the inputs use, so there are no unknown bytes)
 _TRAIN_TEXT = TEXT_DOCS + [d["prompt"] + " " + d["completion"] for d in PROMPT_COMPLETION]
+# (the llava records' words are not trained on: the tokenizer folder stays the one the other cases recorded with)
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>", "<|user|>", "<|assistant|>"]
 FIM_TOKENS = ["<fim_prefix>", "<fim_middle>", "<fim_suffix>"]
@@ -118,6 +164,9 @@ ESM_VOCAB = ["<cls>", "<pad>", "<eos>", "<unk>", "L", "A", "G", "V", "S", "E", "
 
 # (case id, vendor config file, input folder, {dotted key: value} overrides; "<IN>", "<OUT>", "<TOK>" are
 # filled in with the input folder, the output folder and the tokenizer folder)
+DELETE = "<DELETE>"
+"""an override value: the key is removed from the vendor's config"""
+
 CASES: list[tuple[str, str, str, dict]] = [
     ("hf_pretraining_packed", "hf_autoregressive_lm_preprocessing.yaml", "text", {
         "processing.max_seq_length": 16,
@@ -388,13 +437,68 @@ CASES += [
     }),
 ]
 
+# Multimodal finetuning (dataset.is_multimodal): each image turn becomes num_patches placeholder tokens (pad_id)
+# where the image token was; data is N x 5 x msl (text_input_ids, loss_mask, labels, key_padding_mask,
+# token_modality_idx) beside img_path, has_img and img_data_loc. The image token "<image>" is not in the tiny
+# tokenizer: the vendor registers it as a special token (so vocab_size grows by one). Phase 1's shipped
+# tokenizer is a custom class around the gated meta-llama/Meta-Llama-3-8B-Instruct; the case reads the local
+# Hugging Face folder instead (processing.custom_tokenizer and tokenizer_params removed).
+CASES += [
+    ("llava_phase_2", "llava_phase_2_preproc.yaml", "llava", {
+        "setup.image_dir": "<IN>/images",
+        "processing.max_seq_length": 64,
+        "dataset.num_patches": 4,
+    }),
+    ("llava_phase_1", "llava_phase_1_llama3.yaml", "llava_pretrain", {
+        "setup.image_dir": "<IN>/images",
+        "processing.custom_tokenizer": DELETE,
+        "processing.tokenizer_params": DELETE,
+        "processing.huggingface_tokenizer": "<TOK>",
+        "processing.max_seq_length": 32,
+        "dataset.num_patches": 4,
+    }),
+        # many records in two files, read and written in 1 KiB chunks and shuffled: the four datasets dealt and permuted
+    # together; two images per sample at most (img_path and img_data_loc 2 wide)
+    ("llava_phase_2_shuffle_chunks", "llava_phase_2_preproc.yaml", "llava_many", {
+        "setup.image_dir": "<IN>/images",
+        "processing.max_seq_length": 48,
+        "processing.read_chunk_size": 1,
+        "processing.write_chunk_size": 1,
+        "processing.shuffle_seed": 3,
+        "dataset.num_patches": 3,
+        "dataset.max_num_img": 2,
+    }),
+    # unshuffled 1 KiB chunks (buffers of the four datasets written as they fill), the loss mask inverted, a
+    # token limit (num_tokens: max_seq_length per sample)
+    ("llava_phase_1_chunks", "llava_phase_1_llama3.yaml", "llava_many", {
+        "setup.image_dir": "<IN>/images",
+        "processing.custom_tokenizer": DELETE,
+        "processing.tokenizer_params": DELETE,
+        "processing.huggingface_tokenizer": "<TOK>",
+        "processing.read_hook": "cerebras.modelzoo.data_preparation.data_preprocessing.hooks:finetuning_llava_hook",
+        "processing.max_seq_length": 48,
+        "processing.read_chunk_size": 1,
+        "processing.write_chunk_size": 1,
+        "processing.inverted_mask": True,
+        "processing.token_limit": 500,
+        "dataset.num_patches": 2,
+    }),
+    # its image token (<|image|>) differs from the records' (<image>, read_hook_kwargs); one placeholder per image
+    ("mllama_phase_2", "mllama_preproc_using_llava_phase_2.yaml", "llava", {
+        "setup.image_dir": "<IN>/images",
+        "processing.max_seq_length": 48,
+        "processing.write_chunk_size": 1024,
+    }),
+]
+
 # The Release_2.10.0 configs no case above runs, and why (cs-run's --config refuses each with one line).
 DEFERRED: dict[str, str] = {
-    "llava_phase_1_llama3.yaml": "multimodal (llava): out of scope",
-    "llava_phase_2_preproc.yaml": "multimodal (llava): out of scope",
-    "llava_single_image_token.yaml": "multimodal: out of scope (it also has no setup.mode or data)",
-    "mllama_preproc_using_llava_phase_2.yaml": "multimodal (mllama): out of scope",
-    "multimodal_pretraining_conceptual_captions.yaml": "multimodal, a Hugging Face hub dataset: out of scope",
+    "llava_single_image_token.yaml": "no setup.mode, data, read hook or is_multimodal (the vendor's tool stops on the "
+                                     "missing mode; cs-run refuses it with one line); with phase 2's added, the vendor "
+                                     "fails on the recording tokenizer (its bos is its eos: the region search raises "
+                                     "'offset mapping ... may be incorrect' and no sample is written): not recorded",
+    "multimodal_pretraining_conceptual_captions.yaml": "multimodal pretraining (image captions) from a Hugging Face "
+                                                       "hub dataset whose images are downloaded: refused by name",
 }
 
 # the keys every case sets (inputs, outputs, tokenizer, no ftfy)
@@ -528,6 +632,16 @@ def write_inputs(folder: str) -> None:
     with open(os.path.join(folder, "wikitext", "wiki.jsonl"), "w") as f:
         for doc in WIKITEXT_DOCS:
             f.write(json.dumps({"text": doc}) + "\n")
+    many = [{**(LLAVA_CHATS + [LLAVA_TWO_IMAGES])[i % 6], "id": str(i)} for i in range(24)]
+    for name, parts in (("llava", [LLAVA_CHATS]), ("llava_pretrain", [LLAVA_CAPTIONS]),
+                        ("llava_many", [many[0::2], many[1::2]])):
+        os.makedirs(os.path.join(folder, name, "images"), exist_ok=True)
+        for i, records in enumerate(parts):
+            with open(os.path.join(folder, name, "records.jsonl" if i == 0 else f"records{i}.jsonl"), "w") as f:
+                for record in records:
+                    f.write(json.dumps(record) + "\n")
+        for image, colour in LLAVA_IMAGES.items():
+            write_png(os.path.join(folder, name, "images", image), colour)
     os.makedirs(os.path.join(folder, "mixed"), exist_ok=True)
     with open(os.path.join(folder, "mixed", "a_lines.txt"), "w") as f:
         for i in range(12):  # about 1.1 KiB: more than one 1 KiB read chunk
@@ -537,12 +651,25 @@ def write_inputs(folder: str) -> None:
             f.write(json.dumps({"text": doc, "id": i}) + "\n")
 
 
+def write_png(path: str, colour: tuple[int, int, int], side: int = 28) -> None:
+    """A small RGB PNG: one colour with a white diagonal (llava's records name these)."""
+    from PIL import Image  # noqa: PLC0415  (the recorder and the tests that write images)
+
+    image = Image.new("RGB", (side, side), colour)
+    for i in range(side):
+        image.putpixel((i, i), (255, 255, 255))
+    image.save(path, format="PNG")
+
+
 def _set(params: dict, dotted: str, value) -> None:
     *head, last = dotted.split(".")
     node = params
     for key in head:
         node = node.setdefault(key, {})
-    node[last] = value
+    if value == DELETE:
+        node.pop(last, None)
+    else:
+        node[last] = value
 
 
 def case_params(vendor_config: dict, input_name: str, overrides: dict, inputs: str, out: str, tok: str) -> dict:

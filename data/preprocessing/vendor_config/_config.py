@@ -97,6 +97,7 @@ class PreprocessConfig:
     lines: dict = field(default_factory=dict)
     objective: Optional[str] = None  # dataset.training_objective (None: autoregressive)
     mlm: Optional[dict] = None  # training_objective mlm: _mlm.check_keys' mlm_fraction, with_gather, ignore_index, ...
+    multimodal: Optional[dict] = None  # dataset.is_multimodal: image_dir, image_token, num_patches, max_num_img, ...
 
     def at(self, key: str) -> str:
         """``file:line`` of a dotted key (the file alone where the key is not in it)."""
@@ -145,10 +146,15 @@ def _typed(section: dict, key: str, kind, prefix: str, path: str, lines: dict, d
 def _out_of_scope(setup: dict, processing: dict, dataset: dict, path: str, lines: dict) -> None:
     """Modes that belong to other work: one line naming them, before any other check."""
     hook = str(processing.get("read_hook") or "")
-    if dataset.get("is_multimodal") or setup.get("image_dir") or "llava" in hook or "image" in hook:
-        raise _fail(path, lines, "dataset.is_multimodal" if dataset.get("is_multimodal") else "setup.image_dir",
-                    "asks for multimodal preprocessing (llava, mllama, image captions)",
-                    "cs-run does not preprocess multimodal data; use the vendor's tool for this config")
+    asks = dataset.get("is_multimodal") or setup.get("image_dir") or "llava" in hook or "image" in hook
+    if asks and setup.get("mode") not in ("finetuning", None):
+        raise _fail(path, lines, "setup.mode", f"is {setup.get('mode')!r} with multimodal data (image captions)",
+                    "cs-run's --config runs multimodal finetuning (the llava hooks) only; use the vendor's tool for "
+                    "this config")
+    if asks and dataset.get("is_multimodal") is not True and setup.get("mode"):
+        key = "setup.image_dir" if setup.get("image_dir") else "processing.read_hook"
+        raise _fail(path, lines, key, "asks for images but dataset.is_multimodal is not true",
+                    "set dataset.is_multimodal: true (the images are otherwise left out)")
 
 
 def _not_yet(setup: dict, processing: dict, dataset: dict, mode: str, path: str, lines: dict) -> None:
@@ -323,8 +329,9 @@ def load_config(path: str) -> PreprocessConfig:
     mlm = _mlm.check_keys(dataset, lambda key, problem, fix: _fail(path, lines, key, problem, fix),
                           lambda key, kind, default: _typed(dataset, key, kind, "dataset", path, lines, default)) \
         if dataset.get("training_objective") == "mlm" else None
+    multimodal = _multimodal(setup, dataset, path, lines) if dataset.get("is_multimodal") is True else None
     return PreprocessConfig(
-        objective=dataset.get("training_objective"), mlm=mlm,
+        objective=dataset.get("training_objective"), mlm=mlm, multimodal=multimodal,
         fim=fim, splits=splits, hf_dataset=(source, hf_split) if kind == "huggingface" else None,
         inverted_mask=_typed(processing, "inverted_mask", bool, "processing", path, lines, False),
         path=path, params=copy.deepcopy(params), mode=mode, source=source, output_dir=output_dir,
@@ -350,6 +357,28 @@ def load_config(path: str) -> PreprocessConfig:
         skip_jsonl_errors=_typed(processing, "UNSAFE_skip_jsonl_decoding_errors", bool, "processing", path, lines,
                                  False),
         lines=lines)
+
+
+def _multimodal(setup: dict, dataset: dict, path: str, lines: dict) -> dict:
+    """dataset.is_multimodal's keys (the vendor's defaults), and setup.image_dir, the folder the records' image
+    paths are relative to (the vendor creates it where it is missing, then skips every record: refused here)."""
+    image_dir = _typed(setup, "image_dir", str, "setup", path, lines)
+    if not image_dir or not os.path.isdir(image_dir):
+        raise _fail(path, _nearest(lines, "setup.image_dir"), "setup.image_dir", f"is {image_dir!r}, not a folder",
+                    "give the folder the records' image paths are relative to")
+    if dataset.get("use_vsl"):
+        raise _fail(path, lines, "dataset.use_vsl", "is not run by cs-run's --config with dataset.is_multimodal",
+                    "set use_vsl to false")
+    keys = {}
+    for key, kind, default in (("num_patches", int, 1), ("max_num_img", int, 1)):
+        keys[key] = _typed(dataset, key, kind, "dataset", path, lines, default)
+        if keys[key] < 1:
+            raise _fail(path, lines, f"dataset.{key}", f"is {keys[key]}", "give a positive integer")
+    keys["image_token"] = _typed(dataset, "image_token", str, "dataset", path, lines, "<special_image_token>")
+    keys["use_single_image_token"] = _typed(dataset, "use_single_image_token", bool, "dataset", path, lines, False)
+    keys["register_special_image_token"] = _typed(dataset, "register_special_image_token", bool, "dataset", path,
+                                                  lines, True)
+    return {"image_dir": image_dir, **keys}
 
 
 def _shuffle_seed(processing: dict, path: str, lines: dict) -> Optional[int]:

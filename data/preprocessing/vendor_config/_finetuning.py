@@ -31,6 +31,19 @@ STATS_KEYS = ["normalized_bytes_count", "normalized_chars_count", "raw_bytes_cou
               "num_tokens", "n_examples", "total_raw_docs", "raw_docs_skipped"]
 
 
+RECORD_KEYS = ("total_raw_docs", "raw_docs_skipped", "discarded_files", "processed_files", "successful_files",
+               "raw_chars_count", "raw_bytes_count", "normalized_chars_count", "normalized_bytes_count")
+"""The counts the vendor's finetuning encode returns for every record, zeros included."""
+
+
+def count_record(stats: dict) -> None:
+    """One more record read; every per-record count present (a zero too), as in the vendor's running counts, whose
+    copy after each sample is what processing.token_limit restores (a later skip is then not counted)."""
+    for key in RECORD_KEYS:
+        stats[key] += 0
+    stats["total_raw_docs"] += 1
+
+
 def _token_start(offsets: list[tuple[int, int]], start_at: int, start: int) -> Optional[int]:
     for i in range(start_at, len(offsets)):
         if offsets[i][0] <= start < offsets[i][1] or offsets[i][0] > start:
@@ -83,9 +96,10 @@ def _occurrences(text: str, token: str, at: int) -> list[tuple[int, int]]:
     return found
 
 
-def _extend_to_eos(text: str, regions: list[list], eos: Optional[str]) -> None:
+def _extend_to_eos(text: str, regions: list[list], eos: Optional[str], image_token: Optional[str] = None) -> None:
     """Each eos that follows a region (before the next one starts) joins that region: the completion's
-    closing eos is learned. ``regions`` are [start, end, loss] character ranges, changed in place."""
+    closing eos is learned. ``regions`` are [start, end, loss] character ranges, changed in place. With an
+    ``image_token`` (multimodal), an eos with that token between it and the region stays out of it."""
     if not regions or not eos:
         return
     found = _occurrences(text, eos, regions[0][0])
@@ -96,11 +110,12 @@ def _extend_to_eos(text: str, regions: list[list], eos: Optional[str]) -> None:
         if start <= eos_start < end:
             e += 1
             continue
+        image_between = image_token is not None and image_token in text[end:eos_start]
         if r + 1 < len(regions):
-            if end <= eos_start < regions[r + 1][0]:
+            if end <= eos_start < regions[r + 1][0] and not image_between:
                 regions[r][1] = eos_end
                 e += 1
-        else:
+        elif not image_between:
             regions[r][1] = eos_end
             e += 1
         r += 1
@@ -128,7 +143,7 @@ class FinetuningSamples:
         """The sample one record's hook output makes (none or one); adds its counts to ``stats``."""
         if not entries:  # the hook dropped the record (an odd number of chat turns, ...): not counted
             return []
-        stats["total_raw_docs"] += 1
+        count_record(stats)
         if entries[0]["type"] not in ("prompt", "completion"):
             return self._chat(entries, stats, where)
         text, regions, length = "", [], 0

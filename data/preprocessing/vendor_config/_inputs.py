@@ -3,7 +3,8 @@
 Files are found as the vendor's tool finds them: every ``*.jsonl``, ``*.json.gz``, ``*.jsonl.zst``,
 ``*.txt``, ``*.parquet`` under the source folder, recursively, in sorted order. A ``*.jsonl.gz`` is not
 one of them (the vendor skips it, so cs-run does too, with a warning naming it: rename it ``.json.gz``).
-A record keeps only the hook's ``*_key`` columns (a number becomes its string); a .txt line is a
+A record keeps its columns, the hook's ``*_key`` ones added where missing (a number among them becomes its
+string), all counted in the read chunk's size; a .txt line is a
 record whose ``text`` column is the line. Records are grouped into read chunks of about
 ``read_chunk_size`` bytes, counted as the vendor counts them, because the output files are named
 after the chunk count. A line that is not JSON is one error with its file and line.
@@ -23,11 +24,15 @@ from typing import Any, Callable, Iterator
 
 from cs_run.errors import DataError, ParamsError
 
-__all__ = ["HOOKS", "MODE_HOOKS", "find_files", "read_chunks", "resolve_hook"]
+__all__ = ["HOOKS", "MODE_HOOKS", "RecordError", "find_files", "read_chunks", "resolve_hook"]
 
 SUFFIXES = (".jsonl", ".json.gz", ".jsonl.zst", ".txt", ".parquet")
 logger = logging.getLogger(__name__)
 _VENDOR_HOOKS = "cerebras.modelzoo.data_preparation.data_preprocessing.hooks"
+
+
+class RecordError(ValueError):
+    """A record a hook cannot turn into turns (the vendor's hooks raise ValueError): one line with its file:line."""
 
 
 def text_read_hook(example: dict, **kwargs: Any) -> list[dict]:
@@ -115,16 +120,85 @@ def nlg_read_hook(example: dict, **kwargs: Any) -> list[dict]:
             {"type": "completion", "content": [{"text": example.get(completion, "")}]}]
 
 
+def _llava_keys(kwargs: dict, name: str) -> tuple:
+    for key in ("multi_turn_key", "image_key", "phase", "image_token"):
+        if kwargs.get(key) is None:
+            raise ParamsError(f"data preprocess --config: {name} needs read_hook_kwargs.{key}")
+    return (kwargs["multi_turn_key"], kwargs["image_key"], kwargs["image_token"], kwargs["phase"],
+            kwargs.get("multi_turn_role_key", "from"), kwargs.get("multi_turn_content_key", "value"))
+
+
+def _llava_user(content: str, image_path, image_token: str, phase, strip: bool) -> tuple[list, list]:
+    """A user turn's parts: the image first where the text holds the image token (once at most), then the text
+    around it; phase 1 drops that text (the caption alone is learned)."""
+    parts = content.split(image_token)
+    if len(parts) > 2:
+        raise RecordError(f"has {len(parts) - 1} image tokens {image_token!r} in one user turn; the llava hooks take "
+                          "one per turn")
+    if len(parts) == 1:
+        if not strip:  # the vendor's prompt hook gives this turn no drop mask, and its tool stops on the mismatch
+            raise RecordError(f"has a prompt turn without the image token {image_token!r}; "
+                              "finetuning_llava_hook_prompt_completion reads one image per prompt")
+        return [{"text": content.strip()}], [False]
+    text = parts[0].strip() + parts[1].strip()
+    if not text:
+        return [{"image": image_path}], [False]
+    return [{"image": image_path}, {"text": text}], [False, phase == 1]
+
+
+def _llava_turns(example: dict, kwargs: dict, name: str, roles: dict) -> list[dict]:
+    key, image_key, image_token, phase, role_key, content_key = _llava_keys(kwargs, name)
+    image_path = example.get(image_key)
+    if roles["user"] == "prompt" and not image_path:
+        raise RecordError(f"has no {image_key!r} (finetuning_llava_hook_prompt_completion needs an image per record)")
+    out = []
+    for turn in example.get(key) or []:
+        who = turn.get(role_key)
+        role = roles.get("user" if who in ("human", "user") else "assistant" if who in ("gpt", "assistant") else who)
+        if role is None:
+            raise RecordError(f"has a turn whose {role_key!r} is {who!r}; give human / user, gpt / assistant"
+                              + (" or system" if "system" in roles else ""))
+        if role == "system":
+            text = (turn.get(content_key) or "").strip()
+            parts, drop = ([{"text": text}], [False]) if text else ([], [])
+        elif role == roles["user"]:
+            parts, drop = _llava_user(turn[content_key], image_path, image_token, phase, roles["user"] == "user")
+        else:
+            content = turn[content_key]
+            if image_token in content:
+                raise RecordError(f"has the image token {image_token!r} in an assistant turn; images go in user turns")
+            parts, drop = [{"text": content.strip() if roles["user"] == "user" else content}], [False]
+        out.append({"type": role, "content": parts, "semantic_drop_mask": drop})
+    return out
+
+
+def finetuning_llava_hook(example: dict, **kwargs: Any) -> list[dict]:
+    """LLaVA conversations as chat turns (system / user / assistant, stripped): a user turn's image token becomes
+    an image part ahead of its text; phase 1 drops that text (the vendor's finetuning_llava_hook)."""
+    return _llava_turns(example, kwargs, "finetuning_llava_hook",
+                        {"user": "user", "assistant": "assistant", "system": "system"})
+
+
+def finetuning_llava_hook_prompt_completion(example: dict, **kwargs: Any) -> list[dict]:
+    """LLaVA conversations as prompt / completion turns (not stripped; every record needs an image)."""
+    return _llava_turns(example, kwargs, "finetuning_llava_hook_prompt_completion",
+                        {"user": "prompt", "assistant": "completion"})
+
+
 HOOKS: dict[str, Callable[..., list[dict]]] = {
     "dpo_read_hook": dpo_read_hook,
     "chat_read_hook": chat_read_hook,
     "text_read_hook": text_read_hook,
     "prompt_completion_text_read_hook": prompt_completion_text_read_hook,
     "nlg_read_hook": nlg_read_hook,
+    "finetuning_llava_hook": finetuning_llava_hook,
+    "finetuning_llava_hook_prompt_completion": finetuning_llava_hook_prompt_completion,
 }
 MODE_HOOKS = {"pretraining": ("text_read_hook",), "finetuning": ("prompt_completion_text_read_hook", "chat_read_hook"),
-              "dpo": ("dpo_read_hook",), "nlg": ("nlg_read_hook",)}
-"""The vendor's read hooks cs-run runs, by function name (the module is the vendor's hooks module)."""
+              "dpo": ("dpo_read_hook",), "nlg": ("nlg_read_hook",),
+              "multimodal": ("finetuning_llava_hook", "finetuning_llava_hook_prompt_completion")}
+"""The vendor's read hooks cs-run runs, by function name (the module is the vendor's hooks module); multimodal:
+finetuning with dataset.is_multimodal."""
 
 
 def resolve_hook(name: str, mode: str, where: str) -> Callable[..., list[dict]]:
@@ -228,7 +302,9 @@ def read_chunks(files: list[str], keys: list[str], hook: Callable[..., list[dict
     size = 0
     for path in files:
         for number, row in _rows(path, skip_bad):
-            entry = {k: str(row[k]) if isinstance(row.get(k), numbers.Number) else row.get(k) for k in keys}
+            # every column of the record, the hook's keys added where missing and numbers among them as strings (the
+            # vendor's datasets map adds and converts those columns and keeps the others, which its chunk size counts)
+            entry = {**row, **{k: str(row[k]) if isinstance(row.get(k), numbers.Number) else row.get(k) for k in keys}}
             entry_size = sum(_data_size(v) for v in entry.values())
             if size + entry_size > chunk_size and size != 0:
                 yield chunk
@@ -239,12 +315,15 @@ def read_chunks(files: list[str], keys: list[str], hook: Callable[..., list[dict
                 raise DataError(f"data preprocess --config: {path}:{number} does not have the shape the read hook "
                                 f"{hook.__name__} reads ({type(e).__name__}: {e}); fix the record or the "
                                 "read_hook_kwargs keys") from None
+            except RecordError as e:
+                raise DataError(f"data preprocess --config: {path}:{number} {e}; fix the record") from None
             for turn in turns if hook is not nlg_read_hook else ():  # nlg's token id lists: checked by _nlg
                 for part in turn["content"]:
                     value = next(iter(part.values()))
                     if value is not None and not isinstance(value, str):
+                        what = "an image path" if "image" in part else "text"
                         raise DataError(f"data preprocess --config: {path}:{number} has a {type(value).__name__} where "
-                                        f"{hook.__name__} reads text; give a string")
+                                        f"{hook.__name__} reads {what}; give a string")
             chunk.append((f"{path}:{number}", turns))
             size += _data_size(entry)  # the vendor's chunk counts the keys' bytes too
     if size > 0:

@@ -67,6 +67,17 @@ def buffer_size(buffer: list[tuple[np.ndarray, ...]], keys: tuple[str, ...] = ("
             + sum(_nested_size(a) for chunk in buffer for a in chunk))
 
 
+def _typed(data: np.ndarray) -> tuple[np.ndarray, object]:
+    """An array and the h5 type the vendor stores it as: byte strings as UTF-8 strings, bools as bools, the rest i4."""
+    import h5py
+
+    if data.dtype.kind == "S":
+        return data, h5py.string_dtype(encoding="utf-8")
+    if data.dtype == np.bool_:
+        return data, np.bool_
+    return data.astype(np.int32, copy=False), "i4"
+
+
 def check_output_dir(output_dir: str, where: str) -> None:
     """Refuse an output folder that already holds a preprocessing run (nothing there is replaced unasked)."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
@@ -134,27 +145,29 @@ class Output:
 
         with h5py.File(os.path.join(self.stage, name), "w") as f:
             for i, key in enumerate(keys):
-                data = np.concatenate([chunk[i] for chunk in chunks]).astype(np.int32, copy=False)
-                f.create_dataset(key, data=data, dtype="i4", chunks=(1, *data.shape[1:]), compression="gzip")
+                data, dtype = _typed(np.concatenate([chunk[i] for chunk in chunks]))
+                f.create_dataset(key, data=data, dtype=dtype, chunks=(1, *data.shape[1:]), compression="gzip")
             f.attrs["n_examples"] = data.shape[0]
         self.names.append(name)
 
-    def append_h5(self, name: str, rows: np.ndarray) -> None:
-        """Append ``rows`` to the shuffled layout's file ``name`` (created resizable along the samples, as the
-        vendor's append_df_to_hdf5 creates it)."""
+    def append_h5(self, name: str, rows, keys: tuple[str, ...] = ("data",)) -> None:
+        """Append ``rows`` (an array, or one per key) to the shuffled layout's file ``name`` (created resizable
+        along the samples, as the vendor's append_df_to_hdf5 creates it)."""
         import h5py
 
-        rows = rows.astype(np.int32, copy=False)
+        columns = (rows,) if isinstance(rows, np.ndarray) else tuple(rows)
         with h5py.File(os.path.join(self.stage, name), "a") as f:
-            f.attrs["n_examples"] = f.attrs.get("n_examples", 0) + len(rows)
-            if "data" not in f:
-                f.create_dataset("data", data=rows, dtype="i4", chunks=(1, *rows.shape[1:]),
-                                 maxshape=(None, *rows.shape[1:]), compression="gzip")
-            else:
-                data = f["data"]
-                old = data.shape[0]
-                data.resize((old + len(rows), *data.shape[1:]))
-                data[old:] = rows
+            f.attrs["n_examples"] = f.attrs.get("n_examples", 0) + len(columns[0])
+            for key, column in zip(keys, columns):
+                column, dtype = _typed(column)
+                if key not in f:
+                    f.create_dataset(key, data=column, dtype=dtype, chunks=(1, *column.shape[1:]),
+                                     maxshape=(None, *column.shape[1:]), compression="gzip")
+                else:
+                    data = f[key]
+                    old = data.shape[0]
+                    data.resize((old + len(column), *data.shape[1:]))
+                    data[old:] = column
         if name not in self.names:
             self.names.append(name)
 
@@ -165,10 +178,11 @@ class Output:
 
         for i, name in enumerate(sorted(n for n in self.names if n.endswith(".h5"))):
             with h5py.File(os.path.join(self.stage, name), "r+") as f:
-                data = f["data"]
-                order = np.arange(data.shape[0])
+                order = np.arange(f[next(iter(f.keys()))].shape[0])
                 np.random.RandomState(seed + i).shuffle(order)
-                data[...] = data[:][order]
+                for key in f.keys():  # one order for every dataset of the file
+                    data = f[key]
+                    data[...] = data[:][order]
 
     def write_params(self, extra_processing: dict, features: list[str], stats: dict) -> None:
         """data_params.json: the config, the ids the run used, and the post-process counts."""

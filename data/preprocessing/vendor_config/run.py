@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from cs_run.errors import ParamsError
 
-from . import _bert, _dpo, _fim, _finetuning, _inputs, _mlm, _nlg, _output, _pretraining, _splits, _vsl
+from . import _bert, _dpo, _fim, _finetuning, _inputs, _mlm, _multimodal, _nlg, _output, _pretraining, _splits, _vsl
 from ._config import load_config
 from ._tokenizer import load_tokenizer
 
@@ -69,7 +69,7 @@ def _run_splits(cfg, progress: bool) -> PreprocessSummary:
     for name, msl in [(None, None)] + plan.targets:  # every folder a split writes, before anything is written
         _output.check_output_dir(_splits.target_dir(cfg.output_dir, name, msl), cfg.at("setup.output_dir"))
     _splits.check_splits_dir(plan, cfg.at("setup.data_splits_dir"))
-    _inputs.resolve_hook(cfg.read_hook, cfg.mode, cfg.at("processing.read_hook"))
+    _inputs.resolve_hook(cfg.read_hook, "multimodal" if cfg.multimodal else cfg.mode, cfg.at("processing.read_hook"))
     files = _inputs.find_files(cfg.source)
     if not files:
         raise ParamsError(f"data preprocess --config: setup.data.source {cfg.source} holds no "
@@ -113,6 +113,13 @@ def _generator(cfg, tok) -> tuple:
     elif cfg.mode == "nlg":
         gen = _nlg.NlgSamples(max_seq_length=cfg.max_seq_length, vocab_size=tok.vocab_size)
         stats_keys = _pretraining.STATS_KEYS
+    elif cfg.multimodal is not None:
+        gen = _multimodal.MultimodalSamples(
+            tok, max_seq_length=cfg.max_seq_length, min_sequence_len=cfg.min_sequence_len, use_ftfy=cfg.use_ftfy,
+            ftfy_normalizer=cfg.ftfy_normalizer, sep_token=cfg.sep_token, truncate_to_msl=cfg.truncate_to_msl,
+            chat_template=cfg.chat_template, end_of_turn_token=cfg.end_of_turn_token, inverted_mask=cfg.inverted_mask,
+            where=cfg.at("dataset.image_token"), **cfg.multimodal)
+        stats_keys, features = _finetuning.STATS_KEYS, _multimodal.FEATURES
     elif cfg.mode == "finetuning":
         gen = (_vsl.VslFinetuningSamples if cfg.use_vsl else _finetuning.FinetuningSamples)(
             tok, max_seq_length=cfg.max_seq_length, min_sequence_len=cfg.min_sequence_len, use_ftfy=cfg.use_ftfy,
@@ -153,7 +160,8 @@ def _run(cfg, progress: bool) -> PreprocessSummary:
         logger.info("data preprocess: no finished run in %s; an interrupted run leaves nothing behind (its output is "
                     "staged), so this one starts from the first input", cfg.output_dir)
     _output.check_output_dir(cfg.output_dir, cfg.at("setup.output_dir"))
-    hook = _inputs.resolve_hook(cfg.read_hook, cfg.mode, cfg.at("processing.read_hook"))
+    hook = _inputs.resolve_hook(cfg.read_hook, "multimodal" if cfg.multimodal else cfg.mode,
+                                cfg.at("processing.read_hook"))
     files = _inputs.find_files(cfg.source)
     if not files:
         raise ParamsError(f"data preprocess --config: setup.data.source {cfg.source} holds no "
@@ -211,13 +219,13 @@ def _output_files(files: list[str], write_chunk_size: int) -> int:
     return math.ceil(size / write_chunk_size)
 
 
-def _deal(out, rng, n_files: int, samples: list) -> None:
+def _deal(out, rng, n_files: int, samples: list, h5_keys: tuple[str, ...] = ("data",)) -> None:
     """processing.shuffle: each sample to ``output_chunk_<k>.h5``, k drawn per sample (the vendor's
-    np.random.choice(np.arange(n_files), n))."""
-    rows = np.stack(samples)
-    picks = rng.choice(np.arange(n_files), len(rows))
+    np.random.choice(np.arange(n_files), n)); a sample of several arrays keeps them together."""
+    columns = _output.stack(samples)
+    picks = rng.choice(np.arange(n_files), len(columns[0]))
     for k in dict.fromkeys(picks.tolist()):
-        out.append_h5(f"output_chunk_{k}.h5", rows[picks == k])
+        out.append_h5(f"output_chunk_{k}.h5", tuple(c[picks == k] for c in columns), h5_keys)
 
 
 def _write_samples(cfg, gen, out, files, keys, hook, stats_keys, progress: bool) -> dict:
@@ -253,7 +261,7 @@ def _write_samples(cfg, gen, out, files, keys, hook, stats_keys, progress: bool)
                 stats[key] += value
             samples = [s for unit in units for s in unit]
             if rng is not None:
-                _deal(out, rng, n_files, samples)
+                _deal(out, rng, n_files, samples, h5_keys)
             else:
                 buffer.append(_output.stack(samples))
                 if _output.buffer_size(buffer, h5_keys) >= cfg.write_chunk_size:
@@ -272,7 +280,7 @@ def _write_samples(cfg, gen, out, files, keys, hook, stats_keys, progress: bool)
     rest, rest_stats = gen.rest()
     if rest:
         if rng is not None:
-            _deal(out, rng, n_files, rest)
+            _deal(out, rng, n_files, rest, h5_keys)
         else:
             out.write_h5("output_chunk_1_prefix.h5", [_output.stack(rest)], h5_keys)
         for key in ("num_pad_tokens", "non_pad_tokens", "num_masked_tokens", "loss_valid_tokens", "num_tokens",
