@@ -290,11 +290,13 @@ def _shrink_multimodal_simple(model: dict) -> None:
     projection onto that width, the global projection onto the text model's, and the text model."""
     width = LLAVA_IMAGE_SIZES["hidden_size"]
     for entry in model["image_model_list"].get("image_models") or ():
-        if isinstance(entry, dict) and isinstance(entry.get("image_encoder"), dict):
-            entry["image_encoder"].update(LLAVA_IMAGE_SIZES)
-        if isinstance(entry, dict) and isinstance(entry.get("projection_layer"), dict):
-            entry["projection_layer"].update(input_unit=width,
-                                             layers_units=[width] * len(entry["projection_layer"]["layers_units"]))
+        parts = entry.get("image_model") if isinstance(entry, dict) else None  # Release 2.3: [encoder, projection]
+        encoder, projection = (parts + [None])[:2] if isinstance(parts, list) and parts else \
+            (entry.get("image_encoder"), entry.get("projection_layer")) if isinstance(entry, dict) else (None, None)
+        if isinstance(encoder, dict):
+            encoder.update(LLAVA_IMAGE_SIZES)
+        if isinstance(projection, dict):
+            projection.update(input_unit=width, layers_units=[width] * len(projection["layers_units"]))
     projection = model["image_model_list"].get("global_image_projection")
     if isinstance(projection, dict):
         projection["input_unit"] = width

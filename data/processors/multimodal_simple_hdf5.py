@@ -91,12 +91,14 @@ def build_dataloader(split: str, data_dir: Union[str, list, None] = None, img_da
                      max_sequence_length: Optional[int] = None, data_subset: Optional[str] = None,
                      sort_files: bool = True, use_vsl: bool = False, pad_last: bool = False,
                      use_worker_cache: bool = False, dataset_map_fn: Any = None, vocab_size: Any = None,
-                     noaugment: Any = None, micro_batch_size: Any = None,
+                     noaugment: Any = None, micro_batch_size: Any = None, bos_token_id: Any = None,
+                     pad_token_id: Any = None, mixed_precision: Any = None,
                      text_model: Optional[dict] = None) -> DataLoader:
     """Data function of multimodal_simple: the split's DataLoader of dicts (:data:`FEATURES`, ``image_data``,
     ``image_data_loc``); see the module doc. ``text_model`` is the model's section (the registry copies it
-    here): the vocabulary the samples are checked against. ``vocab_size``, ``noaugment``, ``micro_batch_size``
-    (deprecated in the vendor's) and ``use_worker_cache`` change nothing here."""
+    here): the vocabulary the samples are checked against. ``vocab_size``, ``noaugment``, ``micro_batch_size``,
+    ``bos_token_id``, ``pad_token_id``, ``mixed_precision`` (deprecated in the vendor's 2.4+ config, read by no
+    code of 2.3, whose files set them) and ``use_worker_cache`` change nothing here."""
     where = "train_input" if split == "train" else "eval_input"
     for key, value, why in (("use_vsl", use_vsl, "the vendor's multimodal_simple data refuses it too"),
                             ("pad_last", pad_last, "keep drop_last true: every step sees a full batch"),

@@ -60,14 +60,28 @@ def _check_static_dual_expert(text: dict) -> dict:
     return text
 
 
+def _current_entry(entry: object, where: str) -> object:
+    """Release 2.3's spelling of an ``image_models`` entry, ``{image_model: [encoder, projection]}`` (the
+    projection optional; its modeling_mmsimple built the same pair), as 2.4's ``image_encoder`` /
+    ``projection_layer``."""
+    if not (isinstance(entry, dict) and set(entry) == {"image_model"}):
+        return entry
+    parts = entry["image_model"]
+    if not isinstance(parts, list) or not 1 <= len(parts) <= 2:
+        raise ValueError(f"{where}.image_model: expected [image encoder] or [image encoder, projection] (Release "
+                         f"2.3's spelling), got {parts!r}")
+    return {"image_encoder": parts[0], "projection_layer": parts[1] if len(parts) == 2 else None}
+
+
 @dataclass
 class MultimodalSimpleConfig:
     """``model.name: multimodal_simple``: image encoders (each a ViT and an optional projection), a global
     projection of their concatenated features, and a Llama text model that reads them where
     ``image_data_loc`` says."""
 
-    image_model_list: dict = key({}, "2.4.0", "image_feature_select_mode, image_models (each image_encoder: "
-                                 "ViTModel, projection_layer: FeedForwardNetwork), global_image_projection")
+    image_model_list: dict = key({}, "2.3.0", "image_feature_select_mode, image_models (each image_encoder: "
+                                 "ViTModel, projection_layer: FeedForwardNetwork; 2.3: image_model: [encoder, "
+                                 "projection]), global_image_projection")
     text_model: dict = key({}, "2.3.0", "the language model's keys (name: LlamaModel)")
     freeze: Optional[list] = key(None, "2.3.0", "regular expressions: matching modules and parameters are frozen")
     output_list: Optional[list] = key(None, "2.3.0", "intermediate outputs to return (the vendor's model returns "
@@ -96,6 +110,7 @@ class MultimodalSimpleConfig:
         self.encoders = []
         for i, entry in enumerate(models):
             where = f"image_model_list.image_models[{i}]"
+            entry = _current_entry(entry, where)
             if not isinstance(entry, dict) or set(entry) - {"image_encoder", "projection_layer"} \
                     or "image_encoder" not in entry:
                 raise ValueError(f"{where}: expected {{image_encoder: {{name: ViTModel, ...}}, projection_layer: "
