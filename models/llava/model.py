@@ -25,8 +25,8 @@ from cs_run.models.common.freeze import freeze_modules
 from cs_run.models.common.lm import build as build_decoder
 from cs_run.models.common.lm import masked_lm_loss
 from cs_run.models.llava.config import LlavaConfig
-from cs_run.models.vision_transformer.vision_tower import Projector, image_features
 from cs_run.models.vision_transformer.trunk import ViTModel
+from cs_run.models.vision_transformer.vision_tower import Projector, image_features
 
 __all__ = ["Llava", "LlavaModel", "build", "build_model", "FEATURES"]
 

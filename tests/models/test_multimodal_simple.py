@@ -235,3 +235,17 @@ def test_bad_model_keys_name_the_key(change, message):
     with pytest.raises((ValueError, ParamsError)) as e:
         build(keys)
     assert message in str(e.value)
+
+
+def test_projections_start_as_the_vendors_feed_forward_network_not_llavas_projector():
+    """The vendor builds multimodal_simple's projections from FeedForwardNetworkConfig as written (xavier_uniform
+    weights: bound sqrt(6 / (fan_in + fan_out)) = 0.306 for 32 x 32; zero biases), not llava's kaiming_uniform(a =
+    sqrt(5)) override (bound 1 / sqrt(32) = 0.177); output_layer_initializer sets the last layer's."""
+    keys = _two_encoders()
+    keys["image_model_list"]["global_image_projection"]["output_layer_initializer"] = {"name": "constant", "val": 0.5}
+    torch.manual_seed(0)
+    projection = build(keys).model.image_model.projection
+    first, last = projection.ffn[0].linear_layer, projection.ffn[1].linear_layer
+    bound = (6 / 64) ** 0.5
+    assert 0.9 * bound < first.weight.abs().max() <= bound
+    assert torch.equal(first.bias, torch.zeros(32)) and torch.equal(last.weight, torch.full((32, 32), 0.5))
