@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # torch's OpenMP threads spin and fight on a 2-core shared host; tests and runs pin them.
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup run run-gpt2 test test-sweep test-torch-2.14 disk-for-torch-2.14 bench bench-gpu bench-gpu-profile lint clean
+.PHONY: setup run run-gpt2 test test-sweep test-torch-2.14 disk-for-torch-2.14 bench bench-gpu bench-gpu-profile bench-gpu-checks lint clean
 
 setup: $(STAMP)
 
@@ -104,3 +104,8 @@ bench-gpu: setup
 # the same table for those rows, then each row's device time by kernel class and its costliest kernels.
 bench-gpu-profile: setup
 	$(PY) bench/bench_lm.py --batch 32 --rows eager,compile,csx-inductor-cg --repeats 3 --profile 15
+
+# Issue 37's checks in one call on a lent GPU (CUDA tests, GPT-2 small at batch 32 and 16, fp16, overlap,
+# fsdp + offload), each part within a share of BUDGET_S seconds; logs in OUT (default ./gpu_out).
+bench-gpu-checks:
+	bash bench/gpu_checks.sh

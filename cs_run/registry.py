@@ -72,6 +72,9 @@ class ModelSpec:
     keys_from_input: tuple = ()
     """``(model key, train_input key)`` pairs: a model key the file leaves out takes the input's value, as the
     Model Zoo's own set_defaults copied it (t5's src/tgt_max_position_embeddings, R_1.6-2.2 t5/utils.py)."""
+    refused_processors: tuple = ()
+    """``(data_processor, why)`` pairs: a Model Zoo processor of the family that is not built here, refused with
+    what is missing and why rather than as an unknown name."""
 
 
 logger = logging.getLogger(__name__)
@@ -100,11 +103,11 @@ def register_model(name: str, model_fn: str, data_fn: Optional[str] = None, data
                    defaults_fn: Optional[str] = None, hf_converter: Optional[str] = None,
                    input_keys: tuple = (), hf_model_types: tuple = (), config_class: Optional[str] = None,
                    builder: Optional[str] = None, parallelize: Optional[str] = None,
-                   keys_from_input: tuple = ()) -> None:
+                   keys_from_input: tuple = (), refused_processors: tuple = ()) -> None:
     """Make ``model.name: <name>`` resolve to ``model_fn`` (and ``data_fn`` for its inputs); see :class:`ModelSpec`."""
     _MODELS[name] = ModelSpec(name, model_fn, data_fn, tuple(data_processors), defaults_fn, hf_converter,
                               tuple(input_keys), tuple(hf_model_types), config_class, builder, parallelize,
-                              keys_from_input=tuple(keys_from_input))
+                              keys_from_input=tuple(keys_from_input), refused_processors=tuple(refused_processors))
 
 
 def register_data_processor(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -187,6 +190,10 @@ def apply_model_defaults(raw: dict, locate=lambda key: "") -> dict:
         if spec is None or not spec.data_processors or not isinstance(section, dict) or section.get("data_fn"):
             continue
         processor = section.get("data_processor")
+        why = dict(spec.refused_processors).get(processor)
+        if why:
+            raise ParamsError(f"params: {name}.data_processor: {processor!r} is not built here: {why}"
+                              f"{locate(f'{name}.data_processor')}")
         if processor is not None and processor not in spec.data_processors:
             raise ParamsError(f"params: {name}.data_processor: {processor!r} is not one {spec.name}'s data reads; "
                               f"expected one of {', '.join(spec.data_processors)} (or set {name}.data_fn)"

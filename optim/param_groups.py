@@ -13,12 +13,20 @@ from typing import Any
 
 import torch
 
-__all__ = ["configure_param_groups", "lr_adjustment_scales"]
+__all__ = ["configure_param_groups", "lr_adjustment_scales", "register_norm_class"]
 
-_NORM_MODULES: tuple[type, ...] = (
+_NORM_MODULES: list[type] = [
     torch.nn.LayerNorm, torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.InstanceNorm1d,
     torch.nn.InstanceNorm2d, torch.nn.InstanceNorm3d, torch.nn.GroupNorm, torch.nn.SyncBatchNorm,
-) + ((torch.nn.RMSNorm,) if hasattr(torch.nn, "RMSNorm") else ())
+] + ([torch.nn.RMSNorm] if hasattr(torch.nn, "RMSNorm") else [])
+
+
+def register_norm_class(cls: type) -> type:
+    """Count ``cls``'s parameters as a normalization layer's (no weight decay), as the Model Zoo counts its own
+    RMSNorm; the models' shared layers register theirs (this layer cannot import them)."""
+    if cls not in _NORM_MODULES:
+        _NORM_MODULES.append(cls)
+    return cls
 
 # Model Zoo's default muP groups when the model defines no ``lr_adjustment_groups`` (optim_utils.py)
 _DEFAULT_LR_GROUPS: dict[str, list[str]] = {
@@ -58,7 +66,7 @@ def _decays(model: torch.nn.Module, name: str) -> bool:
     """Model Zoo's rule: no decay for biases and for parameters of normalization layers."""
     if "bias" in name:
         return False
-    return not any(module_name in name and isinstance(module, _NORM_MODULES)
+    return not any(module_name in name and isinstance(module, tuple(_NORM_MODULES))
                    for module_name, module in model.named_modules())
 
 

@@ -76,6 +76,8 @@ class PyTorchBaseRunner(RunnerHooks):
         rc = params.runconfig
         self.model_dir = Path(rc.model_dir)
         self.progress = Progress()  # the train loop's step and epoch counters
+        self._first_bad_step: Optional[torch.Tensor] = None  # a deferred loss check's (_track_loss)
+        self._bad_loss: Optional[torch.Tensor] = None
         distributed.set_num_workers_per_csx(rc.num_workers_per_csx)
         if rc.seed is not None:
             manual_seed(rc.seed)
@@ -91,6 +93,8 @@ class PyTorchBaseRunner(RunnerHooks):
         self.model = self.strategy.shard(self.model, self.torch_device)  # before the optimizer holds its parameters
         self.optimizer, self.lr_scheduler, self.grad_scaler = _build.build_training_parts(
             params, self.model, optimizer_fn, lr_scheduler_fn)
+        if self.grad_scaler is not None:  # its state where the step runs: a CUDA graph takes no host inputs
+            self.grad_scaler.to(self.torch_device)
         if self.sparsity is not None and self.optimizer is not None:
             self.sparsity.apply(self.optimizer)  # the masks reach the optimizer's state
         self._sparsity_log = (SparsityLog(self.sparsity) if self.sparsity is not None and self.optimizer is not None
@@ -405,14 +409,34 @@ class PyTorchBaseRunner(RunnerHooks):
     def _fetch_loss(self, loss: torch.Tensor) -> float:
         return float(loss)  # host sync point (free on an eager CPU step, which already ran)
 
+    @property
+    def _defers_loss_check(self) -> bool:
+        """Whether the per-step NaN/inf check waits on the device until a log or checkpoint step. Reading a
+        CPU tensor costs nothing, so the CPU runner stops at the bad step itself; reading a GPU's loss every
+        step would make the host wait for each step, and not prepare the next batch while it runs."""
+        return self.torch_device.type != "cpu"
+
     def _track_loss(self, loss: torch.Tensor, step: int) -> None:
-        """Per-step NaN/inf check. The eager runner reads the value at once, so it stops at the bad step."""
-        value = float(loss)
-        if not math.isfinite(value):
-            self._raise_bad_loss(value, step)
+        """Per-step NaN/inf check: at once, or the first bad step kept on the device (no host sync)."""
+        if not self._defers_loss_check:
+            value = float(loss)
+            if not math.isfinite(value):
+                self._raise_bad_loss(value, step)
+            return
+        bad = ~torch.isfinite(loss.detach())
+        if self._first_bad_step is None:
+            self._first_bad_step = torch.zeros((), dtype=torch.int64, device=loss.device)
+            self._bad_loss = torch.zeros((), dtype=loss.dtype, device=loss.device)
+        first = bad & (self._first_bad_step == 0)
+        self._first_bad_step = torch.where(first, step, self._first_bad_step)
+        self._bad_loss = torch.where(first, loss.detach(), self._bad_loss)
 
     def _raise_on_bad_loss(self) -> None:
-        """Called on log and checkpoint steps; runners that defer the per-step check raise here."""
+        """Called on log and checkpoint steps: raise for a deferred bad step."""
+        if self._first_bad_step is not None:
+            step = int(self._first_bad_step)  # host sync point: log and checkpoint steps only
+            if step:
+                self._raise_bad_loss(float(self._bad_loss), step)
 
     def _raise_bad_loss(self, value: float, step: int) -> None:
         last = _checkpoint_files.newest_finite_checkpoint(self.model_dir)

@@ -84,8 +84,6 @@ class PyTorchCSRunner(PyTorchBaseRunner):
         super().__init__(params, device="CSX", backend=backend, options=options, **builders)
         cs_compile(self.model, self.backend)
         self.trace_only = self.backend.compile_only or self.backend.validate_only
-        self._first_bad_step: Optional[torch.Tensor] = None
-        self._bad_loss: Optional[torch.Tensor] = None
         self._cs_train_step = self._compiled_train_step() if self.optimizer is not None else None
         self._cs_eval_step = self._compiled_eval_step()
         # How many steps are left is what tier auto weighs against an inductor build (engine/compile.py).
@@ -145,21 +143,9 @@ class PyTorchCSRunner(PyTorchBaseRunner):
                         "" if self.backend.validate_only else " and compiled")
             return {"summary": summary.format(), "graph": summary}
 
-    def _track_loss(self, loss: torch.Tensor, step: int) -> None:
-        """Remember the first non-finite step on the device: no host sync per step."""
-        bad = ~torch.isfinite(loss.detach())
-        if self._first_bad_step is None:
-            self._first_bad_step = torch.zeros((), dtype=torch.int64, device=loss.device)
-            self._bad_loss = torch.zeros((), dtype=loss.dtype, device=loss.device)
-        first = bad & (self._first_bad_step == 0)
-        self._first_bad_step = torch.where(first, step, self._first_bad_step)
-        self._bad_loss = torch.where(first, loss.detach(), self._bad_loss)
-
-    def _raise_on_bad_loss(self) -> None:
-        if self._first_bad_step is not None:
-            step = int(self._first_bad_step)  # host sync point: log and checkpoint steps only
-            if step:
-                self._raise_bad_loss(float(self._bad_loss), step)
+    @property
+    def _defers_loss_check(self) -> bool:
+        return True  # the compiled step's loss is read on log and checkpoint steps only, also on a CPU
 
 
 PyTorchCSCompiler = PyTorchCSRunner

@@ -122,19 +122,8 @@ SWEEP_REFUSALS = {  # "<first tag>:<file>": words of its one error line (alterna
     "Release_2.1.0:gpt3/configs/sparsity/pretraining/params_gpt3_6p7b_vspdf_phase1.yaml": "the Model Zoo 2.0/2.1 spelling",
     "Release_2.3.0:esm2/classification/configs/params_esm2_650M_UR50_classifier.yaml": "unknown model 'esm2/classification'",
     "Release_2.3.0:esm2/classification/configs/params_esm2_a10_UR50_classifier.yaml": "unknown model 'esm2/classification'",
-    "Release_2.2.0:llava/configs/params_llava_v1p5_pretrain_13b_phase1_MSL2K.yaml": "unknown key train_input.bos_token_id",
-    "Release_2.2.0:llava/configs/params_llava_v1p5_pretrain_13b_phase2_MSL2K.yaml": "unknown key train_input.bos_token_id",
-    "Release_2.2.0:llava/configs/params_llava_v1p5_pretrain_7b_phase1_MSL2K.yaml": "unknown key train_input.bos_token_id",
-    "Release_2.2.0:llava/configs/params_llava_v1p5_pretrain_7b_phase2_MSL2K.yaml": "unknown key train_input.bos_token_id",
-    "Release_2.2.0:dpr/configs/params_dpr_base_nq.yaml": "unknown key model.scale_similarity",
-    "Release_2.2.0:dpr/embedding_generation/configs/dpr_base_embed.yaml": "DPREmbedGenHDF5DataProcessor",
-    "Release_2.2.0:dpr/embedding_generation/configs/dpr_nano_embed_synthetic.yaml": "DPREmbedGenSyntheticDataProcessor",
-    "Release_2.3.0:dpr/configs/params_dpr_base_nq.yaml": "q_encoder.fp16_type: not a key of a DPR encoder",
-    "Release_2.2.1:llava/configs/params_llava_v1p5_pretrain_13b_phase1_MSL2K.yaml": "unknown key train_input.bos_token_id",
-    "Release_2.2.1:llava/configs/params_llava_v1p5_pretrain_13b_phase2_MSL2K.yaml": "unknown key train_input.bos_token_id",
-    "Release_2.2.1:llava/configs/params_llava_v1p5_pretrain_7b_phase1_MSL2K.yaml": "unknown key train_input.bos_token_id",
-    "Release_2.2.1:llava/configs/params_llava_v1p5_pretrain_7b_phase2_MSL2K.yaml": "unknown key train_input.bos_token_id",
-    "Release_2.2.1:dpr/configs/params_dpr_base_nq.yaml": "unknown key model.scale_similarity",
+    "Release_2.2.0:dpr/embedding_generation/configs/dpr_base_embed.yaml": "'DPREmbedGenHDF5DataProcessor' is not built here",
+    "Release_2.2.0:dpr/embedding_generation/configs/dpr_nano_embed_synthetic.yaml": "'DPREmbedGenSyntheticDataProcessor' is not built here",
 }
 """The files of the sweep of every tag refused by name (docs/modelzoo_sweep.md says why), by the tag each first
 appears in (a later tag's byte-identical copy is the same file); tests/models/test_modelzoo_releases.py checks
@@ -158,6 +147,8 @@ LLAVA_IMAGE_SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_heads": 4, 
 """llava's image tower: 28-pixel images of the files' 14-pixel patches, 4 patches (write_llava_data's images)."""
 LLAVA_IMAGE_STARTS = (1, 35)
 """The image_start_idx values of the Release 2.10 llava files: --write-llava-data writes samples for each."""
+LLAVA_2_2_FOLDER = "six_rows"
+"""Under each llava/start_N: Release 2.2's six-row samples (write_llava_data six_rows), which its files read."""
 DPR_LENGTH, DPR_CONTEXTS = 32, 2  # dpr's questions and contexts (a positive and a hard negative each)
 MAX_PREDICTIONS = 10  # bert's max_predictions_per_seq: 15% of the 64-token sequence
 MAX_CLS_TOKENS = 8  # extractive summarization's sentences per sample
@@ -377,6 +368,8 @@ def _shrink_input(section: dict, data_dir: str, side: int = 0, image_start_idx: 
         section["max_cls_tokens"] = MAX_CLS_TOKENS
     if section.get("img_data_dir") is not None:  # llava's samples and images (write_llava_data), image where the model's
         llava = Path(data_dir).parent / "llava" / f"start_{image_start_idx}"
+        if "bos_token_id" in section:  # Release 2.2's input keys: its files read the six-row samples
+            llava = llava / LLAVA_2_2_FOLDER
         if section.get("data_processor") == "MultimodalSimpleHDF5MapDataProcessor":  # write_multimodal_simple_data
             llava = Path(data_dir).parent / "multimodal_simple"
         section["data_dir"] = str(llava / Path(data_dir).name)
@@ -787,7 +780,7 @@ def write_dit_latents(out: Path, per_class: int = 4, seed: int = 0) -> None:
 def write_llava_data(out: Path, rows: int = 16, seed: int = 0, image_start_idx: int = 1, num_patches: int = 4,
                      max_sequence_length: int = MODEL_SIZES["max_position_embeddings"],
                      vocab_size: int = MODEL_SIZES["vocab_size"], pad_id: int = 0, bos_id: int = 1,
-                     eos_id: int = 2) -> None:
+                     eos_id: int = 2, six_rows: bool = False) -> None:
     """LlavaHDF5MapDataProcessor's samples in ``out/train`` and ``out/val`` and their images in ``out/images``:
     the layout of the vendor's llava preprocessing (Release 2.10 hdf5_preprocessing
     create_features_llava_phase1 and hdf5_base_preprocessor's writer): ``data`` [n, 4, msl] int32 of
@@ -797,7 +790,9 @@ def write_llava_data(out: Path, rows: int = 16, seed: int = 0, image_start_idx: 
     ``num_patches`` pad placeholders, a prompt and a completion, eos, then padding; the loss is on the completion (from the token
     before it), the keys padded out are the padding and, for every fourth sample (text only, ``img_path``
     None), the placeholders. Token ids are below ``vocab_size - 1``, the image token id of the HF config llava's
-adapter writes. Images are random RGB PNGs of varied sizes (``expand_to_square`` pads them)."""
+adapter writes. Images are random RGB PNGs of varied sizes (``expand_to_square`` pads them). ``six_rows``: Release
+2.2's layout (data/processors/llava_hdf5.FEATURES_2_2), one sample per row: its tokens' spans reach the sample's
+last token (``length - 1 - i``) and positions count from 0, both 0 on the padding (the 2.2 VSL writer's rule)."""
     import h5py  # noqa: PLC0415 - only this writer needs these
     import numpy as np  # noqa: PLC0415
     from PIL import Image  # noqa: PLC0415
@@ -807,6 +802,7 @@ adapter writes. Images are random RGB PNGs of varied sizes (``expand_to_square``
     images.mkdir(parents=True, exist_ok=True)
     for split, n in (("train", rows), ("val", max(rows // 2, BATCH_SIZE))):
         data, paths = np.zeros((n, 4, max_sequence_length), np.int32), []
+        spans, positions = np.zeros((n, max_sequence_length), np.int32), np.zeros((n, max_sequence_length), np.int32)
         for r in range(n):
             has_image = r % 4 != 3
             system = rng.integers(3, vocab_size - 1, image_start_idx - 1).tolist()
@@ -822,6 +818,7 @@ adapter writes. Images are random RGB PNGs of varied sizes (``expand_to_square``
             data[r, 1, :length] = scored[:length]
             data[r, 3] = 1
             data[r, 3, :length] = [1 - a for a in attend[:length]]
+            spans[r, :length], positions[r, :length] = np.arange(length - 1, -1, -1), np.arange(length)
             if has_image:
                 name = f"{split}_{r}.png"
                 h, w = int(rng.integers(20, 40)), int(rng.integers(20, 40))
@@ -830,6 +827,8 @@ adapter writes. Images are random RGB PNGs of varied sizes (``expand_to_square``
             else:
                 paths.append([None])
         (out / split).mkdir(parents=True, exist_ok=True)
+        if six_rows:  # ids, loss mask, labels, span, position, key padding
+            data = np.stack([data[:, 0], data[:, 1], data[:, 2], spans, positions, data[:, 3]], axis=1)
         with h5py.File(out / split / "data-0.h5", "w") as f:
             f.attrs["n_examples"] = n
             f.create_dataset("data", data=data)
@@ -925,8 +924,9 @@ def write_data(root: Path, kinds: set, cs_run: str) -> None:
     writers = {"bert": write_bert_csv, "esm2": write_esm2_data, "t5": write_t5_text,
                "transformer": write_transformer_text, "imagenet": write_images, "dpo": write_dpo_shards,
                "dit": lambda out: write_dit_latents(out / "dit"), "dpr": write_dpr_data,
-               "llava": lambda out: [write_llava_data(out / "llava" / f"start_{start}", image_start_idx=start)
-                                     for start in LLAVA_IMAGE_STARTS],
+               "llava": lambda out: [write_llava_data(out / "llava" / f"start_{start}" / folder, image_start_idx=start,
+                                                      six_rows=bool(folder))
+                                     for start in LLAVA_IMAGE_STARTS for folder in ("", LLAVA_2_2_FOLDER)],
                "multimodal_simple": lambda out: write_multimodal_simple_data(out / "multimodal_simple")}
     for kind in sorted(kinds - {"mnist"}):
         if (root / kind / ".written").exists():
@@ -943,7 +943,7 @@ def write_data(root: Path, kinds: set, cs_run: str) -> None:
 
 def shards_of(name: str, args) -> Path:
     """The data a file reads: --shards, or with --data-root its family's folder (fc_mnist: the bundled digits)."""
-    if not getattr(args, "data_root", None):  # callers that build their own args give only shards
+    if not args.data_root:
         return Path(args.shards)
     kind = DATA_OF[family_of(name)]
     return Path("bundled:digits") if kind == "mnist" else Path(args.data_root) / kind
@@ -1098,7 +1098,8 @@ def report(validated: list[str], trained: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The tool's options; :func:`default_args` and :func:`main` both read them, so a new option has one default."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tag", action="append", help="Model Zoo tag(s) (default Release_2.10.0)")
     parser.add_argument("--all-tags", action="store_true", help="every tag of the mirror (23), oldest first")
@@ -1150,6 +1151,28 @@ def main() -> int:
     parser.add_argument("--report", nargs="+", metavar="JSON", help="print docs/modelzoo_sweep.md's tables from "
                         "these --json files of a validate-only sweep (and --trained's) and exit")
     parser.add_argument("--trained", nargs="*", default=[], metavar="JSON", help="--json files of its training run")
+    return parser
+
+
+def default_args(**overrides) -> argparse.Namespace:
+    """The options of a run with no flags, then ``overrides`` (``shards=...``, ``command="train"``, ...): the one
+    way the tests build the ``args`` of :func:`run_one` and :func:`shrunk_params`.
+
+    Raises:
+        TypeError: an override that is no option of the tool (a misspelt one would be ignored otherwise).
+    """
+    args = build_parser().parse_args([])
+    unknown = sorted(set(overrides) - set(vars(args)))
+    if unknown:
+        raise TypeError(f"default_args: {', '.join(unknown)} is not an option of tools/modelzoo_files.py "
+                        f"(options: {', '.join(sorted(vars(args)))})")
+    for name, value in overrides.items():
+        setattr(args, name, value)
+    return args
+
+
+def main() -> int:
+    parser = build_parser()
     args = parser.parse_args()
     if args.report:
         print(report(args.report, args.trained), end="")
@@ -1167,6 +1190,8 @@ def main() -> int:
     if args.write_llava_data:
         for start in LLAVA_IMAGE_STARTS:
             write_llava_data(Path(args.shards) / "llava" / f"start_{start}", image_start_idx=start)
+            write_llava_data(Path(args.shards) / "llava" / f"start_{start}" / LLAVA_2_2_FOLDER, image_start_idx=start,
+                             six_rows=True)
     if args.write_multimodal_simple_data:
         write_multimodal_simple_data(Path(args.shards) / "multimodal_simple")
     if args.write_dpr_data:

@@ -99,12 +99,19 @@ def _tokenizer_files(checkpoint: Path, params: Path) -> list[Path]:
     return []
 
 
-def _hf_model_type(hf_dir: Path) -> Any:
+def _hf_model_type(hf_dir: Path) -> tuple[Any, str]:
+    """The model_type of an HF folder's config.json, or of its component folders' (one model_type in all: a
+    model the Model Zoo converts as several HF models, e.g. dpr's q_encoder/ and ctx_encoder/); and where."""
     cfg_path = hf_dir / "config.json"
     if not os.path.lexists(cfg_path):
+        parts = sorted(p / "config.json" for p in (hf_dir.iterdir() if hf_dir.is_dir() else ())
+                       if p.is_dir() and (p / "config.json").is_file())
+        types = {hf_folder.read_config(p).get("model_type") for p in parts}
+        if len(parts) > 1 and len(types) == 1:
+            return types.pop(), f"{parts[0]}: model_type"
         raise CheckpointError(f"--from hf: {cfg_path} not found (expected a Hugging Face model folder with "
                               "config.json and its weights)")
-    return hf_folder.read_config(cfg_path).get("model_type")
+    return hf_folder.read_config(cfg_path).get("model_type"), f"{cfg_path}: model_type"
 
 
 @click.group(name="checkpoint", cls=ErrorGroup)
@@ -116,7 +123,8 @@ HF_FAMILIES = ("gpt2, gpt3 (--to hf: GPT-2), btlm, jais, gptj, gpt-neox (model_t
                "mixtral, gemma2, falcon, bloom, starcoder and santacoder (model_type gpt_bigcode), mpt, "
                "vision_transformer (model_type vit and clip_vision_model), llava, bert (model_type bert and roberta), "
                "bert/classifier (model_type bert, BertForSequenceClassification), "
-               "bert/token_classifier (model_type bert, BertForTokenClassification), esm2 (model_type esm), t5")
+               "bert/token_classifier (model_type bert, BertForTokenClassification), esm2 (model_type esm), t5, "
+               "dpr (a folder of q_encoder/ and ctx_encoder/, as the Model Zoo's)")
 """The Hugging Face model_types ``--from hf`` reads and the families ``--to hf`` writes (the models with a
 Hugging Face converter: models/*/hf.py; tests/cli/test_help.py checks this against the registry)."""
 
@@ -186,8 +194,8 @@ def convert(src: str, dst: str, to: str | None, from_: str | None, params_path: 
                        f"{', ' + ', '.join(names) if names else '; no tokenizer found beside ' + str(params)}) "
                        f"with the model of {params}")
         else:
-            where = f"{Path(src) / 'config.json'}: model_type"
-            checkpoint, params = hf_converter(_hf_model_type(Path(src)), where).from_hf(src, dst)
+            model_type, where = _hf_model_type(Path(src))
+            checkpoint, params = hf_converter(model_type, where).from_hf(src, dst)
             copied = hf_folder.copy_side_files(side, Path(dst).parent)
             click.echo(f"wrote {checkpoint} (h5) and its params {params}"
                        + (f"; copied {', '.join(p.name for p in copied)} beside it" if copied else ""))

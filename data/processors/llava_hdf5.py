@@ -2,7 +2,8 @@
 ``data/multimodal/llava/LlavaHDF5MapDataProcessor.py`` over ``MultiModalHDF5Dataset``), as its llava
 preprocessing (``LlavaPhaseOnePreprocessor`` / ``LlavaPhaseTwoPreprocessor``) writes them.
 
-Every ``*.h5`` file of ``data_dir`` holds ``data`` ``[n, 4, max_sequence_length]`` (integer rows:
+Every ``*.h5`` file of ``data_dir`` holds ``data`` ``[n, 4, max_sequence_length]`` (or Release 2.2's six rows,
+:data:`FEATURES_2_2`; integer rows:
 ``text_input_ids`` with placeholder tokens where the image features go, ``loss_mask``, ``labels``,
 ``key_padding_mask`` (1: no query attends to that key: the padding, and the image positions of a sample
 without an image)) and ``img_path`` ``[n, 1]`` (bytes: the image's path relative to ``img_data_dir``, or
@@ -14,6 +15,10 @@ post_init sets it from model.image_model), and every transformed image must have
 Samples are split over the streamers and shuffled as GptHDF5MapDataProcessor's (a full permutation drawn
 from the loader's generator; ``batch_size`` is the global batch). Only the sample layout is read (the
 vendor refuses the corpus one), and ``use_vsl`` is refused (the vendor's too).
+
+Release 2.2's files also give ``bos_token_id``, ``pad_token_id`` and ``fp16_type``: 2.2's processor and its
+MultiModalHDF5Dataset read neither token id (the samples hold the tokens already), and ``fp16_type`` only as the
+image dtype of the padding sample ``pad_last`` adds (refused here); they are checked and have no effect.
 """
 
 from __future__ import annotations
@@ -34,12 +39,18 @@ from cs_run.distributed import get_streaming_batch_size, get_streaming_rank, num
 from cs_run.errors import DataError, ParamsError
 from cs_run.registry import register_data_processor
 
-__all__ = ["LlavaSamples", "build_dataloader", "samples_loader", "FEATURES", "NO_IMAGE"]
+__all__ = ["LlavaSamples", "build_dataloader", "samples_loader", "FEATURES", "FEATURES_2_2", "NO_IMAGE"]
 
 logger = logging.getLogger(__name__)
 
 FEATURES = ("text_input_ids", "loss_mask", "labels", "key_padding_mask")
 """The rows of ``data``, in order (the vendor's map of input_ids, input_mask, labels, attention_mask)."""
+FEATURES_2_2 = ("text_input_ids", "loss_mask", "labels", "attention_span", "position_ids", "key_padding_mask")
+"""Release 2.2's six rows (its processor's features_list, the ``*_shuffled`` data its files name): each token's
+VSL span (the keys a query may see: its own document's) and position; the model reads both."""
+LAYOUTS = {len(FEATURES): FEATURES, len(FEATURES_2_2): FEATURES_2_2}
+HALF_TYPES = ("bfloat16", "float16", "cbfloat16")
+"""Release 2.2's ``fp16_type`` values (its MultiModalHDF5Dataset's)."""
 NO_IMAGE = b"None"
 """``img_path`` of a text-only sample (numpy's bytes of None, as the preprocessing writes it)."""
 
@@ -113,7 +124,7 @@ class LlavaSamples(Dataset):
         sample = self.samples[index] % len(self.reader)
         row = self.reader[sample]
         self._check_ids(row[0], sample)
-        out = {name: torch.from_numpy(row[i].copy()) for i, name in enumerate(FEATURES)}
+        out = {name: torch.from_numpy(row[i].copy()) for i, name in enumerate(LAYOUTS[len(row)])}
         out["image_data"] = self._image(sample)
         return out
 
@@ -123,9 +134,9 @@ def _check_shards(reader: H5Reader) -> None:
     if not reader.by_sample:
         raise ValueError(f"data_dir: {reader.files[0]} holds the corpus layout (concatenated tokens); llava reads "
                          "samples [n, 4, max_sequence_length] as its llava preprocessing writes them")
-    if reader.features != len(FEATURES):
+    if reader.features not in LAYOUTS:
         raise ValueError(f"data_dir: {reader.files[0]} holds {reader.features} rows per sample; llava reads 4 "
-                         f"({', '.join(FEATURES)})")
+                         f"({', '.join(FEATURES)}) or Release 2.2's 6 ({', '.join(FEATURES_2_2)})")
     for i, path in enumerate(reader.files):
         with h5py.File(path, "r") as f:
             n = int(reader.offsets[i + 1] - reader.offsets[i])
@@ -144,12 +155,20 @@ def build_dataloader(split: str, data_dir: Union[str, list, None] = None, img_da
                      max_sequence_length: Optional[int] = None, data_subset: Optional[str] = None,
                      sort_files: bool = True, use_vsl: bool = False, pad_last: bool = False,
                      use_worker_cache: bool = False, dataset_map_fn: Any = None, vocab_size: Any = None,
-                     image_model: Optional[dict] = None, text_model: Optional[dict] = None) -> DataLoader:
+                     image_model: Optional[dict] = None, text_model: Optional[dict] = None,
+                     bos_token_id: Optional[int] = None, pad_token_id: Optional[int] = None,
+                     fp16_type: Optional[str] = None) -> DataLoader:
     """Data function of llava: the split's DataLoader of dicts (:data:`FEATURES` and ``image_data``); see the
     module doc. ``image_model`` and ``text_model`` are the model's sections (the registry copies them here):
     the image shape and the vocabulary the samples are checked against. ``vocab_size`` (deprecated in the
-    vendor's) and ``use_worker_cache`` change nothing here."""
+    vendor's) and ``use_worker_cache`` change nothing here, nor Release 2.2's ``bos_token_id``, ``pad_token_id``
+    and ``fp16_type`` (the module doc says why)."""
     where = "train_input" if split == "train" else "eval_input"
+    if fp16_type not in (None, *HALF_TYPES):
+        raise ParamsError(f"params: {where}.fp16_type: {fp16_type!r} is not one of {', '.join(HALF_TYPES)}")
+    for key, value in (("bos_token_id", bos_token_id), ("pad_token_id", pad_token_id)):
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            raise ParamsError(f"params: {where}.{key}: expected a token id (an integer >= 0), got {value!r}")
     for key, value, why in (("use_vsl", use_vsl, "the vendor's llava data refuses it too"),
                             ("pad_last", pad_last, "keep drop_last true: every step sees a full batch"),
                             ("dataset_map_fn", dataset_map_fn, "the four rows are read by position")):

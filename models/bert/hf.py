@@ -26,12 +26,13 @@ from cs_run.errors import ParamsError
 from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, Taker, assign, build, check_weights
 from cs_run.registry import hf_converter
 
-__all__ = ["hf_config", "model_keys_from_hf_config", "to_hf_state_dict", "from_hf_state_dict", "ADAPTER", "from_hf",
+__all__ = ["HF_ACTIVATIONS", "layer_pairs",
+           "hf_config", "model_keys_from_hf_config", "to_hf_state_dict", "from_hf_state_dict", "ADAPTER", "from_hf",
            "to_hf"]
 
 # HF architectures of model_type bert that a head family of its own converts (model.name)
 _HEADS = {"BertForSequenceClassification": "bert/classifier", "BertForTokenClassification": "bert/token_classifier"}
-_HF_ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu", "tanh", "quick_gelu", "gelu_fast")
+HF_ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu", "tanh", "quick_gelu", "gelu_fast")
 # training-only keys HF's config has no place for; they change no output
 _TRAINING_ONLY = ("mlm_loss_weight", "label_smoothing")
 
@@ -47,9 +48,9 @@ def hf_config(c: dict) -> dict:
         raise ParamsError("params: model.disable_nsp: true without mask_padding_in_positional_embed has no Hugging "
                           "Face equivalent here (RobertaForMaskedLM's positions skip padding; BertForPreTraining "
                           "has NSP)")
-    if c["encoder_nonlinearity"] not in _HF_ACTIVATIONS:
+    if c["encoder_nonlinearity"] not in HF_ACTIVATIONS:
         raise ParamsError(f"params: model.encoder_nonlinearity: {c['encoder_nonlinearity']!r} has no Hugging Face "
-                          f"equivalent (HF knows {', '.join(_HF_ACTIVATIONS)} under these names)")
+                          f"equivalent (HF knows {', '.join(HF_ACTIVATIONS)} under these names)")
     pad = c["pad_token_id"]
     out = {
         "vocab_size": c["vocab_size"], "hidden_size": c["hidden_size"], "num_hidden_layers": c["num_hidden_layers"],
@@ -91,7 +92,7 @@ def model_keys_from_hf_config(cfg: dict) -> dict:
             "num_segments": int(cfg.get("type_vocab_size", 2))}
 
 
-def _layer_pairs(i: int) -> list[tuple[str, str]]:
+def layer_pairs(i: int) -> list[tuple[str, str]]:
     h, o = f"encoder.layer.{i}.", f"transformer_encoder.layers.{i}."
     return [(h + "attention.self.query", o + "self_attn.proj_q_dense_layer"),
             (h + "attention.self.key", o + "self_attn.proj_k_dense_layer"),
@@ -108,7 +109,7 @@ def _names(model) -> list[tuple[str, str]]:
     roberta = _roberta(model.config)
     base, enc = ("roberta." if roberta else "bert."), "model.bert_encoder."
     mods = [("embeddings.LayerNorm", "embed_ln_f")] + \
-        [p for i in range(model.config["num_hidden_layers"]) for p in _layer_pairs(i)]
+        [p for i in range(model.config["num_hidden_layers"]) for p in layer_pairs(i)]
     if not roberta:
         mods.append(("pooler.dense", "pooler.pooler.ffn.0.linear_layer"))
     pairs = [(base + "embeddings.word_embeddings.weight", enc + "embedding_layer.word_embeddings.weight"),

@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from cs_run.errors import ParamsError
-from cs_run.models.bert.hf import _HF_ACTIVATIONS, _layer_pairs
+from cs_run.models.bert.hf import HF_ACTIVATIONS, layer_pairs
 from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, Taker, assign
 
 __all__ = ["hf_config", "model_keys_from_hf_config", "to_hf_state_dict", "from_hf_state_dict", "ADAPTER",
@@ -29,9 +29,9 @@ def hf_config(c: dict) -> dict:
     if c["pooler_nonlinearity"] != "tanh":
         raise ParamsError(f"params: model.pooler_nonlinearity: {c['pooler_nonlinearity']!r} has no Hugging Face "
                           "equivalent (BertPooler is tanh)")
-    if c["encoder_nonlinearity"] not in _HF_ACTIVATIONS:
+    if c["encoder_nonlinearity"] not in HF_ACTIVATIONS:
         raise ParamsError(f"params: model.encoder_nonlinearity: {c['encoder_nonlinearity']!r} has no Hugging Face "
-                          f"equivalent (HF knows {', '.join(_HF_ACTIVATIONS)})")
+                          f"equivalent (HF knows {', '.join(HF_ACTIVATIONS)})")
     return {"architectures": ["BertForSequenceClassification"], "model_type": "bert",
             "vocab_size": c["vocab_size"], "hidden_size": c["hidden_size"], "num_hidden_layers": c["num_hidden_layers"],
             "num_attention_heads": c["num_heads"], "intermediate_size": c["filter_size"],
@@ -69,7 +69,7 @@ def head_names(num_layers: int, pooler: bool = True) -> list[tuple[str, str]]:
     enc = "model.bert."
     mods = [("embeddings.LayerNorm", "embed_ln_f")] + \
         ([("pooler.dense", "pooler.pooler.ffn.0.linear_layer")] if pooler else []) + \
-        [p for i in range(num_layers) for p in _layer_pairs(i)]
+        [p for i in range(num_layers) for p in layer_pairs(i)]
     pairs = [("bert.embeddings.word_embeddings.weight", enc + "embedding_layer.word_embeddings.weight"),
              ("bert.embeddings.position_embeddings.weight", enc + "embedding_layer.position_embeddings.embed.weight"),
              ("bert.embeddings.token_type_embeddings.weight", enc + "embedding_layer.segment_embeddings.weight")]

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from cs_run.errors import ParamsError
-from cs_run.models.bert.hf import _HF_ACTIVATIONS
+from cs_run.models.bert.hf import HF_ACTIVATIONS
 from cs_run.models.bert_classifier.hf import from_hf_state_dict, to_hf_state_dict
 from cs_run.models.common.hf import HF_BUFFERS, HFAdapter
 
@@ -22,9 +22,9 @@ __all__ = ["hf_config", "model_keys_from_hf_config", "ADAPTER", "from_hf", "to_h
 
 def hf_config(c: dict) -> dict:
     """config.json of a bert/token_classifier model's resolved keys (its ``config``)."""
-    if c["encoder_nonlinearity"] not in _HF_ACTIVATIONS:
+    if c["encoder_nonlinearity"] not in HF_ACTIVATIONS:
         raise ParamsError(f"params: model.encoder_nonlinearity: {c['encoder_nonlinearity']!r} has no Hugging Face "
-                          f"equivalent (HF knows {', '.join(_HF_ACTIVATIONS)})")
+                          f"equivalent (HF knows {', '.join(HF_ACTIVATIONS)})")
     return {"architectures": ["BertForTokenClassification"], "model_type": "bert",
             "vocab_size": c["vocab_size"], "hidden_size": c["hidden_size"], "num_hidden_layers": c["num_hidden_layers"],
             "num_attention_heads": c["num_heads"], "intermediate_size": c["filter_size"],

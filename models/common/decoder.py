@@ -147,11 +147,13 @@ class DecoderLM(nn.Module):
             logits = torch.tanh(logits / self.final_logit_softcapping) * self.final_logit_softcapping
         return logits
 
-    def input_embeddings(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def input_embeddings(self, input_ids: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The hidden states the first layer reads for ``input_ids`` (the Model Zoo's
         ``compute_input_embeddings``): a multimodal model splices other features into them and passes them
-        back as :meth:`forward`'s ``input_embeddings``."""
-        return self._embedded(self.embedding_layer(input_ids))
+        back as :meth:`forward`'s ``input_embeddings``. ``position_ids`` read a learned / fixed position table
+        at them (Release 2.2's llava samples carry them; a rotary or ALiBi model has no table to read)."""
+        x = self.embedding_layer(input_ids) if position_ids is None else self._embedded_at(input_ids, position_ids)
+        return self._embedded(x)
 
     def forward(self, input_ids: Optional[torch.Tensor], attention_span: Optional[torch.Tensor] = None,
                 position_ids: Optional[torch.Tensor] = None, *, input_embeddings: Optional[torch.Tensor] = None,
@@ -162,7 +164,8 @@ class DecoderLM(nn.Module):
         ALiBi distances are read at them), as the Model Zoo's GPT2LMHeadModel takes them. A multimodal
         model gives ``input_embeddings`` (:meth:`input_embeddings`, spliced) instead of ``input_ids``, and
         ``key_padding_mask`` [batch, seq], added to every query's scores of those keys (the Model Zoo's
-        additive ``tgt_key_padding_mask``: 0 attends, the dtype's minimum does not)."""
+        additive ``tgt_key_padding_mask``: 0 attends, the dtype's minimum does not), over the causal mask or,
+        with ``attention_span`` (Release 2.2's llava samples), the VSL one."""
         if input_embeddings is not None:
             x = input_embeddings
         else:
@@ -170,19 +173,20 @@ class DecoderLM(nn.Module):
                 else self._embedded_at(input_ids, position_ids)
             x = self._embedded(x)
         length = x.shape[1]
-        if key_padding_mask is not None:  # the multimodal models' inputs: causal plus the padded keys
-            if attention_span is not None:
-                raise ValueError("key_padding_mask: not combined with VSL spans (attention_span) here")
-            padded = key_padding_mask[:, None, None, :].to(x.dtype)
-            low = torch.finfo(x.dtype).min  # two minima add to -inf: clamped, so no row is all -inf
-            full, sliding = ((m + padded).clamp(min=low) for m in self._masks(length, x))
-        elif attention_span is None:
+        if attention_span is None:
             full, sliding = self._masks(length, x)
         else:
             full = vsl_mask(attention_span, x.dtype, None if self.sliding_window_every_other_layer
                             else self.sliding_window, self.sink_tokens)
             sliding = vsl_mask(attention_span, x.dtype, self.sliding_window, self.sink_tokens) \
                 if self.sliding_window_every_other_layer else full
+        if key_padding_mask is not None:  # the multimodal models' inputs: the causal (or VSL) mask plus the padded keys
+            padded = key_padding_mask[:, None, None, :].to(x.dtype)
+            if attention_span is not None:  # a trailing pad query's only VSL key is its own: left seen, so no row is
+                # all masked (-inf and NaN in bfloat16); a padded position's output reaches no other (no one sees it)
+                padded = padded * (1 - torch.eye(length, dtype=x.dtype, device=x.device))
+            low = torch.finfo(x.dtype).min  # two minima add to -inf: clamped, so no row is all -inf
+            full, sliding = ((m + padded).clamp(min=low) for m in (full, sliding))
         rotary = self.embedding_layer.rotary
         if position_ids is None:
             bias = self.embedding_layer.position_bias(length)

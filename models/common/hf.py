@@ -158,7 +158,7 @@ HF_BUFFERS = (".attn.bias", ".attn.masked_bias", ".attention.bias", ".attention.
 _FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # safetensors' names
 # Resolved keys that do not change what a converted model computes in eval (dropout, initializers, loss,
 # inference and precision knobs): the rest must survive a trip through the HF config unchanged.
-_NOT_COMPUTED = ("dropout", "initializer", "lr_adjustment_groups", "loss_scaling", "loss_weight", "compute_eval_metrics",
+NOT_COMPUTED = ("dropout", "initializer", "lr_adjustment_groups", "loss_scaling", "loss_weight", "compute_eval_metrics",
                  "start_token", "loop_dim", "stop_sequences", "max_tokens", "temperature", "top_k", "top_p",
                  "dtype", "boundary_casting", "attention_softmax_fp32", "attention_kernel", "fold_rope_consts")
 
@@ -244,12 +244,12 @@ def _first_difference(model, model_keys: dict, back_keys: dict) -> Optional[tupl
     build; a section's key (moe) is named with its sub-key. None: the two compute the same."""
     back = {**back_keys, **build(back_keys, meta=True).config}
     for key, value in {**model_keys, **model.config}.items():  # raw keys: those a family keeps out of config
-        if key == "name" or any(word in key for word in _NOT_COMPUTED) or back.get(key) == value or \
+        if key == "name" or any(word in key for word in NOT_COMPUTED) or back.get(key) == value or \
                 (key not in model.config and not value and not back.get(key)):
             continue
         if isinstance(value, dict) and isinstance(back.get(key), dict):  # a section (moe): name its key
             differ = [sub for sub in {**value, **back[key]} if value.get(sub) != back[key].get(sub)
-                      and not any(word in sub for word in _NOT_COMPUTED)]
+                      and not any(word in sub for word in NOT_COMPUTED)]
             if not differ:
                 continue
             return f"{key}.{differ[0]}", value.get(differ[0]), back[key].get(differ[0])

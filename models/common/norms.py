@@ -13,9 +13,12 @@ from typing import Callable
 import torch
 from torch import nn
 
+from cs_run.optim.param_groups import register_norm_class
+
 __all__ = ["RMSNorm", "NORMS", "get_norm"]
 
 
+@register_norm_class  # a normalization layer: no weight decay (the Model Zoo's param groups name its RMSNorm)
 class RMSNorm(nn.Module):
     def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
         super().__init__()

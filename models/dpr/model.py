@@ -14,12 +14,20 @@ Loss (DPRLoss): cross entropy of ``q2c / softmax_temperature``; with ``mutual_in
 context-to-question loss over each question's positive context (``c2q``, labels ``context_labels``), mixed
 ``(1 - 1/(1 + C)) * q2c_loss + 1/(1 + C) * c2q_loss``. Eval metric with ``compute_eval_metrics``:
 ``eval/accuracy`` of ``argmax(q2c)`` against the labels.
+
+Release 2.2's keys: ``scale_similarity`` divides the q2c scores by ``sqrt(hidden_size)`` of the question encoder
+(2.2 ``dpr_model.py`` get_similarity_scores; 2.3 removed it). The 2.2 / 2.3 files give each encoder its own
+``mixed_precision`` and ``fp16_type``: the vendor's runner reads the run's precision from ``model.mixed_precision``
+/ ``model.fp16_type`` only and its encoder builder reads neither (2.2's check_unused_model_params drops them, 2.3
+keeps them as ModelConfig fields no code reads), so they are type-checked and have no effect here either (those
+files, with no model-level ``mixed_precision``, run in float32 as the vendor's did).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
@@ -38,6 +46,9 @@ POOLER_TYPES = ("mean", "cls", "ffn_pooler")
 # and share_embedding_weights as deprecated and unused)
 _NOT_DPR = ("use_ffn_bias_in_mlm", "use_output_bias_in_mlm", "label_smoothing", "num_classes", "compute_eval_metrics")
 _DEPRECATED = ("mlm_loss_weight", "mlm_nonlinearity", "share_embedding_weights")
+# an encoder's copies of the run's precision keys (Release 2.2 / 2.3 files): read by no vendor code (module doc)
+_UNREAD_PRECISION = ("mixed_precision", "fp16_type")
+_HALF_TYPES = ("bfloat16", "float16", "cbfloat16")
 
 
 def encoder_config(keys: Any, where: str, add_pooling_layer: bool) -> BertConfig:
@@ -52,11 +63,16 @@ def encoder_config(keys: Any, where: str, add_pooling_layer: bool) -> BertConfig
         raise ValueError(f"{where}: expected a mapping of bert encoder keys (vocab_size, hidden_size, ...), "
                          f"got {keys!r}")
     fields = {f.name for f in dataclasses.fields(BertConfig)} - set(_NOT_DPR)
-    unknown = sorted(set(keys) - fields - {"add_pooling_layer"})
+    unknown = sorted(set(keys) - fields - {"add_pooling_layer"} - set(_UNREAD_PRECISION))
     if unknown:
         raise ValueError(f"{where}.{unknown[0]}: not a key of a DPR encoder (bert's encoder keys: vocab_size, "
                          "hidden_size, num_hidden_layers, num_heads, filter_size, ...)")
-    given = {k: v for k, v in keys.items() if k not in _DEPRECATED and k != "add_pooling_layer"}
+    if not isinstance(keys.get("mixed_precision", False), bool):
+        raise ValueError(f"{where}.mixed_precision: expected true or false, got {keys['mixed_precision']!r}")
+    if keys.get("fp16_type", "bfloat16") not in _HALF_TYPES:
+        raise ValueError(f"{where}.fp16_type: {keys['fp16_type']!r} is not one of {', '.join(_HALF_TYPES)}")
+    dropped = {"add_pooling_layer", *_DEPRECATED, *_UNREAD_PRECISION}
+    given = {k: v for k, v in keys.items() if k not in dropped}
     try:
         c = BertConfig(**given).resolved()
     except (TypeError, ValueError) as e:
@@ -82,6 +98,8 @@ class DPRConfig:
     compute_eval_metrics: bool = key(False, "2.3.0", "eval/accuracy of the top-scored context")
     selected_encoder: Optional[Literal["q_encoder", "ctx_encoder", "encoder"]] = key(
         None, "2.4.0", "read by the vendor's embedding generation only; no effect here")
+    scale_similarity: bool = key(False, "2.2.0", "divide the scores by sqrt(the question encoder's hidden_size) "
+                                 "(Release 2.2 only)")
 
     def __post_init__(self) -> None:
         """DPRModelConfig's validate_encoders, the pooler choice and each encoder's keys, naming the key."""
@@ -93,6 +111,9 @@ class DPRConfig:
             raise ValueError("use_biencoder: false shares one encoder: give only encoder (not q_encoder/ctx_encoder)")
         if self.pooler_type not in POOLER_TYPES:
             raise ValueError(f"pooler_type: {self.pooler_type!r} is not one of {', '.join(POOLER_TYPES)}")
+        if self.scale_similarity and self.mutual_information:
+            raise ValueError("scale_similarity: Release 2.2's key, from before mutual_information (2.3); no Model "
+                             "Zoo release scales the context-to-question scores: set one of them false")
         if not self.softmax_temperature > 0:
             raise ValueError(f"softmax_temperature: must be > 0, got {self.softmax_temperature}")
         pooler = self.pooler_type == "ffn_pooler"
@@ -120,8 +141,9 @@ class DPRModel(nn.Module):
     """``forward`` -> (q2c scores [B, B*C], c2q scores [B, B] or None, question and context embeddings)."""
 
     def __init__(self, question: BertConfig, context: Optional[BertConfig], pooler_type: str,
-                 mutual_information: bool) -> None:
+                 mutual_information: bool, scale_similarity: bool = False) -> None:
         super().__init__()
+        self.score_divisor = math.sqrt(question.hidden_size) if scale_similarity else None
         self.question_encoder = BertModel(question)
         self.ctx_encoder = BertModel(context) if context is not None else None
         self.pooler_type = pooler_type
@@ -142,7 +164,8 @@ class DPRModel(nn.Module):
         q = self._pool(self.question_encoder, questions_input_ids, questions_attention_mask, questions_token_type_ids)
         c = self._pool(self.ctx_encoder or self.question_encoder, *flat)
         c2q = c.view(batch, num_context, -1)[:, 0, :] @ q.T if self.mutual_information else None
-        return q @ c.T, c2q, q, c
+        q2c = q @ c.T if self.score_divisor is None else q @ c.T / self.score_divisor
+        return q2c, c2q, q, c
 
 
 def dpr_loss(q2c: torch.Tensor, labels: torch.Tensor, temperature: float, c2q: Optional[torch.Tensor] = None,
@@ -163,7 +186,8 @@ class DPRWrapperModel(nn.Module):
         self.config = dataclasses.asdict(config)
         self.softmax_temperature = config.softmax_temperature
         self.mutual_information = config.mutual_information
-        self.model = DPRModel(*config.encoders(), config.pooler_type, config.mutual_information)
+        self.model = DPRModel(*config.encoders(), config.pooler_type, config.mutual_information,
+                              config.scale_similarity)
         self.accuracy_metric = AccuracyMetric(name="eval/accuracy") if config.compute_eval_metrics else None
 
     def forward(self, batch: dict) -> torch.Tensor:

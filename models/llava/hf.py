@@ -28,7 +28,7 @@ import yaml
 from torch import nn
 
 from cs_run.errors import CheckpointError, ParamsError
-from cs_run.models.common.hf import _NOT_COMPUTED, HFAdapter, Taker, assign, build, check_weights
+from cs_run.models.common.hf import NOT_COMPUTED, HFAdapter, Taker, assign, build, check_weights
 from cs_run.models.llama import hf as llama_hf
 from cs_run.models.vision_transformer.clip import hf_vision_config, vision_from_hf, vision_keys_from_hf, vision_to_hf
 
@@ -177,7 +177,7 @@ def hf_config(config: dict) -> dict:
 def _differences(ours: dict, theirs: dict, path: str = ""):
     """``(key path, ours, theirs)`` of each computed key whose value differs (dropout and initializers aside)."""
     for key, value in ours.items():
-        if any(word in key for word in _NOT_COMPUTED):
+        if any(word in key for word in NOT_COMPUTED):
             continue
         other = theirs.get(key) if isinstance(theirs, dict) else None
         if isinstance(value, dict) and isinstance(other, dict):

@@ -31,7 +31,8 @@ from cs_run.models.vision_transformer.vision_tower import Projector, image_featu
 __all__ = ["Llava", "LlavaModel", "build", "build_model", "FEATURES"]
 
 FEATURES = ("image_data", "text_input_ids", "loss_mask", "labels", "key_padding_mask")
-"""The batch a LlavaModel reads (LlavaHDF5MapDataProcessor's)."""
+"""The batch a LlavaModel reads (LlavaHDF5MapDataProcessor's); Release 2.2's samples add ``attention_span`` and
+``position_ids``."""
 
 
 class Llava(nn.Module):
@@ -54,13 +55,15 @@ class Llava(nn.Module):
         self.image_feature_select_layer_idx = cfg.image_feature_select_layer_idx
         self.image_feature_select_mode = cfg.image_feature_select_mode
 
-    def compute_input_embeddings(self, image_data: torch.Tensor, text_input_ids: torch.Tensor) -> torch.Tensor:
-        """The text embeddings with the projected image features in place of the image's placeholders."""
+    def compute_input_embeddings(self, image_data: torch.Tensor, text_input_ids: torch.Tensor,
+                                 position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The text embeddings (a position table read at ``position_ids`` when given) with the projected image
+        features in place of the image's placeholders."""
         features = image_features(self.image_model, image_data, self.image_feature_select_layer_idx,
                                   self.image_feature_select_mode)
         if self.projector_image_model is not None:
             features = self.projector_image_model(features)
-        text = self.text_model.input_embeddings(text_input_ids)
+        text = self.text_model.input_embeddings(text_input_ids, position_ids)
         start, n = self.image_start_idx, features.shape[1]
         if start + n > text.shape[1]:
             raise ValueError(f"image_start_idx: {start} + {n} image features exceed the sequence of {text.shape[1]} "
@@ -68,10 +71,14 @@ class Llava(nn.Module):
         return torch.cat([text[:, :start], features.to(text.dtype), text[:, start + n:]], dim=1)
 
     def forward(self, image_data: torch.Tensor, text_input_ids: torch.Tensor,
-                key_padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Logits [b, s, vocab]; ``key_padding_mask`` is additive (0 attends, the dtype's minimum does not)."""
-        embeddings = self.compute_input_embeddings(image_data, text_input_ids)
-        return self.text_model(None, input_embeddings=embeddings, key_padding_mask=key_padding_mask)
+                key_padding_mask: Optional[torch.Tensor] = None, attention_span: Optional[torch.Tensor] = None,
+                position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Logits [b, s, vocab]; ``key_padding_mask`` is additive (0 attends, the dtype's minimum does not).
+        Release 2.2's samples add ``attention_span`` (the VSL mask: each key seen only within its document) and
+        ``position_ids``, which 2.2's Llava reads in the text embeddings only (its decoder, given embeddings,
+        takes the rotary angles of positions 0 .. seq - 1)."""
+        embeddings = self.compute_input_embeddings(image_data, text_input_ids, position_ids)
+        return self.text_model(None, attention_span, input_embeddings=embeddings, key_padding_mask=key_padding_mask)
 
 
 class LlavaModel(nn.Module):
@@ -89,7 +96,8 @@ class LlavaModel(nn.Module):
     def logits(self, batch: dict) -> torch.Tensor:
         images = batch["image_data"]
         padding = batch["key_padding_mask"].to(images.dtype) * torch.finfo(images.dtype).min
-        return self.model(images, batch["text_input_ids"], padding)
+        return self.model(images, batch["text_input_ids"], padding, batch.get("attention_span"),
+                          batch.get("position_ids"))
 
     def forward(self, batch: dict) -> torch.Tensor:
         logits = self.logits(batch)

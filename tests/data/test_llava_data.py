@@ -63,6 +63,18 @@ def test_rows_and_images_read_back_by_hand(tmp_path):
     assert torch.equal(batch["image_data"][1], torch.zeros(3, SIZE, SIZE))  # text only: a black image
 
 
+def test_release_2_2_six_rows_read_back_by_hand(tmp_path):
+    """Release 2.2's map of six rows: ids, loss mask, labels, attention span, positions, key padding."""
+    root = _shards(tmp_path, features=6)
+    batch = next(iter(_loader(root)))
+    with h5py.File(root / "train" / "data-0.h5") as f:
+        data = f["data"][:2]
+    names = ("text_input_ids", "loss_mask", "labels", "attention_span", "position_ids", "key_padding_mask")
+    assert set(batch) == {*names, "image_data"}
+    for i, name in enumerate(names):
+        assert batch[name].dtype == torch.int32 and np.array_equal(batch[name].numpy(), data[:, i])
+
+
 def test_the_writer_of_tools_modelzoo_files_is_the_preprocessing_layout(tmp_path):
     """write_llava_data's samples, read back: the image placeholders are pad tokens, padded out as keys for a
     text-only sample and never scored; labels are the next inputs; the loss covers the completion and its eos."""
@@ -83,13 +95,17 @@ def test_the_writer_of_tools_modelzoo_files_is_the_preprocessing_layout(tmp_path
 
 @pytest.mark.parametrize("build, change, message", [
     (dict(paths="none"), {}, "needs 'img_path' of 4 byte strings"),
-    (dict(features=3), {}, "holds 3 rows per sample; llava reads 4"),
+    (dict(features=3), {}, "holds 3 rows per sample; llava reads 4 (text_input_ids, loss_mask, labels, "
+                           "key_padding_mask) or Release 2.2's 6"),
     (dict(paths=[[b"wide.png"], [b"gone.png"], [None], [None]]), {}, "gone.png (sample 1 of"),
     ({}, dict(transforms=[{"name": "to_tensor"}]), "transforms: the image of sample 0"),
     (dict(ids=600), {}, "holds token id"),
     ({}, dict(img_data_dir="/no/such/folder"), "train_input.img_data_dir: /no/such/folder is not a folder"),
     ({}, dict(use_vsl=True), "train_input.use_vsl"),
     ({}, dict(image_model=None, image_data_size=[3, 28]), "train_input.image_data_size"),
+    ({}, dict(fp16_type="half"), "train_input.fp16_type: 'half' is not one of bfloat16"),
+    ({}, dict(bos_token_id=-1), "train_input.bos_token_id: expected a token id"),
+    ({}, dict(pad_token_id="0"), "train_input.pad_token_id: expected a token id"),
 ])
 def test_bad_inputs_are_one_error_naming_what_and_where(tmp_path, build, change, message):
     root = _shards(tmp_path, **build)

@@ -14,7 +14,6 @@ with the same encoder weights, gathered at the [CLS] positions, through the clas
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import subprocess
@@ -234,9 +233,8 @@ def test_head_files_validate_and_train_five_steps_on_cpu_and_csx(tmp_path, data,
     """Each file passes validate-only and trains 5 steps on CPU and on CSX (fx), with the same losses where its
     training data is seeded (bert_base_ner_bc5cdr_chem shuffles without a shuffle_seed, so its batches differ)."""
     def run(command: str, device: str, out: str) -> dict:
-        args = argparse.Namespace(mirror=mz.MIRROR, out=str(tmp_path / out), shards=str(data),
-                                  name_from_folder=False, stub_model=False, command=command, device=device,
-                                  compile_tier="fx" if device == "CSX" else None, in_process=True)
+        args = mz.default_args(out=str(tmp_path / out), shards=str(data), command=command, device=device,
+                               compile_tier="fx" if device == "CSX" else None, in_process=True)
         return mz.run_one(_path(name), TAG, args)
 
     results = [run("validate-only", "CPU", "v"), run("train", "CPU", "cpu"), run("train", "CSX", "csx")]

@@ -39,9 +39,9 @@ def data(tmp_path_factory) -> Path:
     return out
 
 
-def _shrunk(data: Path, tmp_path: Path) -> dict:
+def _shrunk(data: Path, tmp_path: Path, tag: str = TAG) -> dict:
     text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show",
-                           f"{TAG}:src/cerebras/modelzoo/models/nlp/dpr/configs/params_dpr_base_nq.yaml"], check=True,
+                           f"{tag}:src/cerebras/modelzoo/models/nlp/dpr/configs/params_dpr_base_nq.yaml"], check=True,
                           capture_output=True, text=True).stdout
     raw, _ = parse_yaml(text, "params_dpr_base_nq.yaml")
     return mz.shrink(raw, data, tmp_path / "model_dir")
@@ -124,10 +124,44 @@ ENC = {"vocab_size": 97, "hidden_size": 16, "num_hidden_layers": 1, "num_heads":
     ({"encoder": ENC, "pooler_type": "max"}, "pooler_type: 'max' is not one of mean, cls, ffn_pooler"),
     ({"encoder": 7}, "encoder: expected a mapping"),
     ({"encoder": ENC, "softmax_temperature": 0.0}, "softmax_temperature: must be > 0"),
+    ({"q_encoder": {**ENC, "fp16_type": "half"}, "ctx_encoder": ENC}, r"q_encoder\.fp16_type: 'half' is not one of"),
+    ({"encoder": {**ENC, "mixed_precision": "yes"}}, r"encoder\.mixed_precision: expected true or false"),
+    ({"encoder": ENC, "scale_similarity": True, "mutual_information": True}, "scale_similarity: Release 2.2's key"),
 ])
 def test_bad_keys_are_errors_naming_the_key(keys, match):
     with pytest.raises(ValueError, match=match):
         DPRConfig(**keys)
+
+
+def test_scale_similarity_divides_the_scores_by_the_root_of_the_width_by_hand():
+    """Release 2.2's scale_similarity: the loss is the cross entropy of q @ c.T / sqrt(16), from the embeddings."""
+    g = torch.Generator().manual_seed(3)
+    batch = {"questions_input_ids": torch.randint(1, 97, (3, 6), generator=g),
+             "ctx_input_ids": torch.randint(1, 97, (3, 2, 6), generator=g)}
+    batch.update(questions_attention_mask=torch.ones(3, 6, dtype=torch.int32),
+                 questions_token_type_ids=torch.zeros(3, 6, dtype=torch.int32),
+                 ctx_attention_mask=torch.ones(3, 2, 6, dtype=torch.int32),
+                 ctx_token_type_ids=torch.zeros(3, 2, 6, dtype=torch.int32), labels=torch.arange(3) * 2)
+    enc = {**ENC, "dropout_rate": 0.0, "attention_dropout_rate": 0.0}
+    torch.manual_seed(0)
+    model = build({"name": "dpr", "q_encoder": enc, "ctx_encoder": enc, "scale_similarity": True})
+    with torch.no_grad():
+        loss = model(dict(batch)).item()
+        _, _, q, c = model.model(**{k: v for k, v in batch.items() if k != "labels"})
+    scores = (q @ c.T) / 4.0  # hidden_size 16
+    expected = -torch.stack([torch.log_softmax(scores[i], 0)[2 * i] for i in range(3)]).mean()
+    assert loss == pytest.approx(expected.item(), rel=1e-6)
+    assert loss != pytest.approx(dpr_loss(q @ c.T, batch["labels"], 1.0).item(), rel=1e-3)  # it does scale
+
+
+def test_an_encoders_precision_keys_change_nothing():
+    """Release 2.2/2.3's q_encoder.mixed_precision / fp16_type: read by no vendor code, the same model here."""
+    torch.manual_seed(0)
+    plain = build({"name": "dpr", "q_encoder": ENC, "ctx_encoder": ENC}).state_dict()
+    torch.manual_seed(0)
+    marked = {**ENC, "mixed_precision": True, "fp16_type": "cbfloat16"}
+    with_keys = build({"name": "dpr", "q_encoder": marked, "ctx_encoder": marked}).state_dict()
+    assert plain.keys() == with_keys.keys() and all(torch.equal(plain[k], with_keys[k]) for k in plain)
 
 
 def _write(params: dict, path: Path) -> Path:
@@ -156,3 +190,22 @@ def test_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, data):
     cpu, csx = (read_scalars(tmp_path / d / "train")["loss"] for d in ("cpu", "csx"))
     assert [step for step, _ in cpu] == [1, 2, 3, 4, 5]
     assert cpu == csx and all(np.isfinite(loss) for _, loss in cpu)
+
+
+@needs_mirror
+@pytest.mark.slow
+def test_the_release_2_2_and_2_3_files_validate_and_train_3_cpu_steps(tmp_path, data):
+    """Refused before (model.scale_similarity at 2.2, q_encoder.fp16_type at 2.2 and 2.3): the flat files."""
+    for tag in ("Release_2.2.0", "Release_2.3.0"):
+        params = _shrunk(data, tmp_path / tag, tag)
+        assert params["model"]["q_encoder"]["fp16_type"] == "cbfloat16"
+        assert ("scale_similarity" in params["model"]) == (tag == "Release_2.2.0")
+        for section in (params["train_input"], params["eval_input"]):
+            section["num_workers"] = 0
+        params["runconfig"].update(max_steps=3, log_steps=1)
+        path = tmp_path / f"{tag}.yaml"
+        path.write_text(yaml.safe_dump(params, sort_keys=False))
+        _cli("validate-only", "--params", path, "--model_dir", tmp_path / tag / "v")
+        _cli("train", "--params", path, "--model_dir", tmp_path / tag / "cpu", "--device", "CPU")
+        losses = read_scalars(tmp_path / tag / "cpu" / "train")["loss"]
+        assert [step for step, _ in losses] == [1, 2, 3] and all(np.isfinite(loss) for _, loss in losses)

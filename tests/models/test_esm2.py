@@ -7,7 +7,6 @@ against transformers, validate-only and 5 steps on CPU and CSX fx; BertCSVDataPr
 
 from __future__ import annotations
 
-import argparse
 import ast
 import csv
 import importlib.util
@@ -224,9 +223,8 @@ def test_first_loss_of_the_35m_file_is_the_vendor_loss_of_transformers_logits(tm
 @pytest.mark.parametrize("command, device", [("validate-only", "CPU"), ("train", "CPU"), ("train", "CSX")])
 @pytest.mark.parametrize("name", first_in_suite_rest_in_sweep(FILES, keep=["params_esm2_t33_650M_UR50D_vsl"]))
 def test_the_five_files_validate_and_train_five_steps(tmp_path, data, name, command, device):
-    args = argparse.Namespace(mirror=mz.MIRROR, out=str(tmp_path), shards=str(data), name_from_folder=False,
-                              stub_model=False, command=command, device=device,
-                              compile_tier="fx" if device == "CSX" else None, in_process=True)
+    args = mz.default_args(out=str(tmp_path), shards=str(data), command=command, device=device,
+                           compile_tier="fx" if device == "CSX" else None, in_process=True)
     result = mz.run_one(_path(name), TAG, args)
     assert result["first_error"] == "ok", (name, result)
     if command == "train":

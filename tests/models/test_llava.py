@@ -179,3 +179,73 @@ def test_bad_model_keys_name_the_key(change, message):
     with pytest.raises((ValueError, ParamsError), match=None) as e:
         build(keys)
     assert message in str(e.value)
+
+
+def _tiny_llava_and_batch():
+    """The tiny llava of the bad-key table (4 image patches at 1, a 16-token rotary Llama) and one sample of two
+    documents, as Release 2.2's six-row samples pack them: bos, image, 5 tokens | 4 tokens | 2 pads."""
+    torch.manual_seed(0)
+    model = build({"name": "llava", "image_model": _BASE_IMAGE, "text_model": _BASE_TEXT, "projector": _BASE_PROJ,
+                   "image_start_idx": 1})
+    ids = torch.randint(3, 64, (1, 16), generator=torch.Generator().manual_seed(1), dtype=torch.int32)
+    ends = (10, 14)  # documents [0, 10) and [10, 14), then padding
+    span = torch.tensor([[9 - k for k in range(10)] + [13 - k for k in range(10, 14)] + [0, 0]], dtype=torch.int32)
+    positions = torch.tensor([list(range(10)) + list(range(4)) + [0, 0]], dtype=torch.int32)
+    padding = torch.zeros(1, 16, dtype=torch.int32)
+    padding[:, ends[1]:] = 1
+    batch = {"image_data": torch.randn(1, 3, 28, 28, generator=torch.Generator().manual_seed(2)),
+             "text_input_ids": ids, "labels": ids.roll(-1, 1), "loss_mask": 1 - padding, "key_padding_mask": padding,
+             "attention_span": span, "position_ids": positions}
+    return model, batch
+
+
+def test_release_2_2_attention_span_keeps_each_document_to_itself_by_hand():
+    """Release 2.2's rows: a query sees key k when 0 <= q - k <= attention_span[k], so the second document's
+    logits do not depend on the first's tokens or image (they do under the plain causal mask); spans that
+    reach one sample's end, as the writer of one sample per row gives, are the causal mask itself."""
+    model, batch = _tiny_llava_and_batch()
+    other = dict(batch, image_data=torch.randn_like(batch["image_data"]))
+    other["text_input_ids"] = batch["text_input_ids"].clone()
+    other["text_input_ids"][:, 5:10] = (other["text_input_ids"][:, 5:10] + 7) % 61 + 3
+    causal = {k: v for k, v in batch.items() if k not in ("attention_span", "position_ids")}
+    causal_other = {k: v for k, v in other.items() if k not in ("attention_span", "position_ids")}
+    with torch.no_grad():
+        a, b = model.logits(batch), model.logits(other)
+        c, d = model.logits(causal), model.logits(causal_other)
+        one = dict(batch, attention_span=torch.tensor([[13 - k for k in range(14)] + [0, 0]], dtype=torch.int32))
+        e = model.logits(one)
+    torch.testing.assert_close(a[:, 10:14], b[:, 10:14], rtol=0, atol=0)
+    assert not torch.allclose(c[:, 10:14], d[:, 10:14]) and not torch.allclose(a[:, 10:14], c[:, 10:14])
+    torch.testing.assert_close(e[:, :14], c[:, :14], rtol=0, atol=1e-6)
+
+
+def test_release_2_2_trailing_padding_under_bfloat16_is_not_nan():
+    """A trailing pad query's only VSL key is itself, and padded: left seen, it keeps bfloat16's softmax finite
+    (an all-masked row was NaN and so was the loss, 0 * NaN)."""
+    model, batch = _tiny_llava_and_batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(batch)
+    assert torch.isfinite(loss)
+
+
+@pytest.mark.slow
+def test_release_2_2_files_validate_and_train_3_cpu_steps(tmp_path):
+    """The 2.2.0 files refused before (train_input.bos_token_id): their six-row samples (write_llava_data
+    six_rows), validate-only and 3 CPU steps; phase 1 (the image at 1) and phase 2 (at 35)."""
+    mz.write_llava_data(tmp_path / "d" / "llava" / "start_1" / mz.LLAVA_2_2_FOLDER, six_rows=True, rows=8)
+    mz.write_llava_data(tmp_path / "d" / "llava" / "start_35" / mz.LLAVA_2_2_FOLDER, six_rows=True, rows=8,
+                        image_start_idx=35)
+    for name in FILES[:2]:
+        text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show", "Release_2.2.0:src/cerebras/modelzoo/models/"
+                               f"multimodal/llava/configs/{name}.yaml"], check=True, capture_output=True, text=True).stdout
+        params = mz.shrink(parse_yaml(text, name)[0], tmp_path / "d", tmp_path / name / "model_dir")
+        assert params["train_input"]["bos_token_id"] == 1 and mz.LLAVA_2_2_FOLDER in params["train_input"]["data_dir"]
+        for section in (params["train_input"], params["eval_input"]):
+            section["num_workers"] = 0
+        params["runconfig"].update(max_steps=3, log_steps=1)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(params, sort_keys=False))
+        _cli("validate-only", "--params", path, "--model_dir", tmp_path / name / "v")
+        _cli("train", "--params", path, "--model_dir", tmp_path / name / "cpu", "--device", "CPU")
+        losses = read_scalars(tmp_path / name / "cpu" / "train")["loss"]
+        assert [s for s, _ in losses] == [1, 2, 3] and all(np.isfinite(v) for _, v in losses)

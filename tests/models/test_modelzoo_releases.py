@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -48,6 +46,8 @@ FIXED = [  # (tag, file, what stopped it before the fix)
     ("Release_1.8.0", OLD + "bert/fine_tuning/token_classifier/configs/bert_base_ner_bc5cdr_chem.yaml",
      "label_vocab_file from the input"),
     ("Release_2.2.0", NEW + "nlp/dpo/configs/params_zephyr_7b_dpo.yaml", "model.fp16_type of the flat dpo form"),
+    ("Release_2.2.0", NEW + "nlp/dpr/configs/params_dpr_base_nq.yaml", "model.scale_similarity"),
+    ("Release_2.3.0", NEW + "nlp/dpr/configs/params_dpr_base_nq.yaml", "q_encoder.fp16_type"),
     ("Release_2.4.0", NEW + "multimodal/multimodal_simple/configs/params_mm_llava_llama2_7b_phase1.yaml",
      "train_input.bos_token_id of multimodal_simple"),
     ("Release_2.3.0", NEW + "multimodal/multimodal_simple/configs/params_mm_llava_llama2_7b_phase1_v2.yaml",
@@ -61,12 +61,15 @@ REFUSED = [  # (tag, file, the error line's words): not built here, refused by n
      "unknown model 'esm2/classification'"),
     ("Release_2.0.2", OLD + "gpt3/configs/sparsity/pretraining/params_gpt3_125m_rigl75.yaml", "sparsity.schedule"),
     ("R_1.7.0", OLD + "gpt3/configs/params_gpt3_20b.yaml", "is given twice"),
+    ("Release_2.2.0", NEW + "nlp/dpr/embedding_generation/configs/dpr_base_embed.yaml",
+     "'DPREmbedGenHDF5DataProcessor' is not built here: Release 2.2's DPR embedding generation"),
+    ("Release_2.2.0", NEW + "nlp/dpr/embedding_generation/configs/dpr_nano_embed_synthetic.yaml",
+     "'DPREmbedGenSyntheticDataProcessor' is not built here: Release 2.2's DPR embedding generation"),
 ]
 
 
-def _args(data_root: Path, **more) -> types.SimpleNamespace:
-    return types.SimpleNamespace(mirror=mz.MIRROR, name_from_folder=True, data_root=str(data_root), shards=None,
-                                 stub_model=False, **more)
+def _args(data_root: Path, **more):
+    return mz.default_args(name_from_folder=True, data_root=str(data_root), **more)
 
 
 def _check(tag: str, name: str, tmp_path: Path) -> None:
@@ -96,6 +99,14 @@ def test_a_file_not_built_here_is_one_error_naming_it(tag, name, words, tmp_path
     with pytest.raises(ParamsError) as e:
         _check(tag, name, tmp_path)
     assert words in str(e.value) and "\n" not in str(e.value).strip()
+
+
+def test_the_tools_args_are_its_parsers_defaults_and_a_misspelt_option_is_an_error(tmp_path):
+    args = mz.default_args(shards=str(tmp_path))
+    assert vars(args) == {**vars(mz.build_parser().parse_args([])), "shards": str(tmp_path)}
+    assert mz.shards_of(NEW + "nlp/dpr/configs/params_dpr_base_nq.yaml", args) == tmp_path  # no --data-root
+    with pytest.raises(TypeError, match="shard is not an option"):
+        mz.default_args(shard=str(tmp_path))
 
 
 @pytest.mark.parametrize(("flag", "norm"), [(None, "rmsnorm"), (True, "rmsnorm"), (False, "layernorm")])
@@ -156,8 +167,7 @@ def test_every_file_of_a_tag_passes_validate_only_or_is_refused_by_name(tag, dat
         _RESULTS["first"] = {blob: (name, first) for name, first, blob in mz.sweep_jobs(mz.all_tags())[0]}
     first = _RESULTS["first"]
     jobs, per_tag = mz.sweep_jobs([tag])
-    args = _args(data_root, out=str(tmp_path), command="validate-only", device="CPU", compile_tier=None,
-                 in_process=True, cs_run=str(Path(sys.executable).with_name("cs-run")))
+    args = _args(data_root, out=str(tmp_path), in_process=True)  # validate-only on CPU, the tool's defaults
     todo = [job for job in jobs if job[2] not in _RESULTS]
     mz.write_data(data_root, {mz.DATA_OF[mz.family_of(name)] for name, _, _ in todo}, args.cs_run)
     for name, _, blob in todo:

@@ -158,3 +158,15 @@ def test_foreach_chunks_partition_the_params_in_order_within_the_limit(limit, mo
         assert len(chunks) == 1
     opt.param_groups[0]["params"] = []
     assert list(opt._foreach_chunks(opt.param_groups[0])) == []
+
+
+def test_off_the_cpu_a_group_is_one_foreach_chunk(monkeypatch):
+    """The chunks are for CPU caches; on an accelerator (here the meta device, as a GPU decides it) every
+    op covers the whole group."""
+    monkeypatch.setattr(optimizer_module, "FOREACH_CHUNK_BYTES", 4)
+    params = [torch.nn.Parameter(torch.zeros(n, device="meta")) for n in (3, 20, 1, 7)]
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt = csoptim.AdamW(params, lr=0.1)
+    chunks = list(opt._foreach_chunks(opt.param_groups[0], "exp_avg"))
+    assert len(chunks) == 1 and chunks[0][0] == params

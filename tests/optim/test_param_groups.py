@@ -69,6 +69,16 @@ def test_weight_decay_split_and_frozen_params():
     assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
 
 
+def test_the_models_rmsnorm_is_a_normalization_layer_without_weight_decay():
+    """The Model Zoo's rule names its own RMSNorm among the norm classes; cs-run's (models/common/norms.py)
+    registers itself the same way, so a llama's norm weights are not decayed."""
+    from cs_run.models.common.norms import RMSNorm
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4, bias=False), RMSNorm(4))
+    groups = csoptim.configure_param_groups(model, {"weight_decay": 0.1})
+    assert _summary(model, groups) == [(0.1, None, ["0.weight"]), (0.0, None, ["1.weight"])]
+
+
 def test_tags_and_lr_adjustment():
     model = _Net()
     groups = csoptim.configure_param_groups(model, {

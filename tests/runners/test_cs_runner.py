@@ -80,12 +80,18 @@ def test_same_hook_order_on_cpu_and_csx(toy_project, tmp_path):
     assert orders["CSX"][:3] == ["on_train_start", "on_train_epoch_start", "on_train_batch_start"]
 
 
-def test_csx_nan_stops_at_next_log_step_naming_first_bad_step(toy_project, tmp_path):
+@pytest.mark.parametrize("device", ["CSX", "GPU's rule"])
+def test_a_deferred_nan_check_stops_at_next_log_step_naming_first_bad_step(toy_project, tmp_path, monkeypatch, device):
     # Sample 44 -> batch 12 (no shuffle). The device-side check is read at step 15 (log step), before
-    # any checkpoint of the bad weights; the step-10 checkpoint is kept.
+    # any checkpoint of the bad weights; the step-10 checkpoint is kept. The eager runner defers the same
+    # way on a GPU (a loss read per step would sync the host with every step); here on the CPU with that
+    # rule forced, as a GPU run decides it (tests/engine/test_cuda.py runs it on a real GPU).
+    if device != "CSX":
+        from cs_run.runners import PyTorchRunner
+        monkeypatch.setattr(PyTorchRunner, "_defers_loss_check", True)
     md = tmp_path / "md"
-    runner = make_runner(toy_project, "CSX", **{"runconfig.model_dir": str(md), "train_input.nan_at": 44,
-                                                "train_input.shuffle": False})
+    runner = make_runner(toy_project, "CSX" if device == "CSX" else "CPU",
+                         **{"runconfig.model_dir": str(md), "train_input.nan_at": 44, "train_input.shuffle": False})
     with pytest.raises(Exception, match=r"loss is nan at step 12; training stopped and the newest checkpoint "
                                         r"with finite weights is .*checkpoint_10.mdl"):
         runner.run("train")
