@@ -12,7 +12,7 @@ import importlib
 FAMILIES = ("gpt2", "gpt3", "llama", "mistral", "mixtral", "gemma2", "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt",
             "gptj", "gpt_neox", "falcon", "fc_mnist", "vision_transformer", "bert",
             "bert_classifier", "bert_token_classifier", "bert_summarization", "esm2", "dpo", "t5", "transformer",
-            "dit", "dino", "llava", "dpr")
+            "dit", "dino", "llava", "dpr", "multimodal_simple")
 """Imported in this order (gpt2 first: see above)."""
 
 for _family in FAMILIES:

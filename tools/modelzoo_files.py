@@ -74,17 +74,17 @@ from cs_run._yaml import parse as parse_yaml
 MIRROR = "/work/.mirror/Cerebras+modelzoo/repo"
 FAMILIES = ("gpt2", "gpt3", "gptj", "gpt-neox", "gptneox", "llama", "mistral", "mixtral", "falcon", "gemma2",
             "starcoder", "santacoder", "jais", "btlm", "bloom", "mpt", "bert", "esm2", "t5", "transformer",
-            "dit", "dino", "llava", "dpr", "fc_mnist", "vision_transformer", "dpo")
+            "dit", "dino", "llava", "dpr", "fc_mnist", "vision_transformer", "dpo", "multimodal_simple")
 """Model families (models/nlp/<family>/..., models/vision/<family>/..., models/multimodal/<family>/..., fc_mnist/...):
 the decoder LMs, bert (its pretraining files and its heads' files: --write-bert-csv also writes the classifier's
 GLUE, the token classifier's NER and extractive summarization's BERTSUM data), esm2, t5, transformer, dit
 (--write-dit-latents), dino (its DINOv2 files and the vision_transformer eval_linear file, --write-images), llava
-(--write-llava-data's samples and images), dpr (--write-dpr-data), fc_mnist, vision_transformer and dpo; the other
-families (multimodal_simple, unet, ...) are left out."""
+(--write-llava-data's samples and images), dpr (--write-dpr-data), fc_mnist, vision_transformer, dpo and
+multimodal_simple (--write-multimodal-simple-data); the other families (unet, ...) are left out."""
 DECODERS = FAMILIES[:16]
 DATA_OF = {**dict.fromkeys(DECODERS, "gpt"), "bert": "bert", "esm2": "esm2", "t5": "t5", "transformer": "transformer",
            "fc_mnist": "mnist", "vision_transformer": "imagenet", "dino": "imagenet", "dpo": "dpo", "dit": "dit",
-           "llava": "llava", "dpr": "dpr"}
+           "llava": "llava", "dpr": "dpr", "multimodal_simple": "multimodal_simple"}
 """The data each family's files read: a folder of ``--data-root`` (:func:`write_data`), or fc_mnist's bundled digits."""
 
 SWEEP_REFUSALS = {  # "<first tag>:<file>": words of its one error line (alternatives split by " | ")
@@ -229,6 +229,9 @@ def _name_model(raw: dict, family: str, name: str = "") -> None:
 
 
 def _shrink_model(model: dict) -> None:
+    if isinstance(model.get("image_model_list"), dict):  # multimodal_simple: its encoders, projections, text model
+        _shrink_multimodal_simple(model)
+        return
     for encoder in ("q_encoder", "ctx_encoder", "encoder"):  # dpr's encoders are bert models
         if isinstance(model.get(encoder), dict):
             _shrink_model(model[encoder])
@@ -271,6 +274,26 @@ def _shrink_model(model: dict) -> None:
         model["max_position_embeddings"] = MODEL_SIZES["max_position_embeddings"] + SINK_TOKENS
     if isinstance(model.get("policy_model"), dict):  # dpo: the policy is a decoder LM's model section
         _shrink_model(model["policy_model"])
+
+
+def _shrink_multimodal_simple(model: dict) -> None:
+    """Each image encoder as llava's tower (LLAVA_IMAGE_SIZES: write_multimodal_simple_data's images), its
+    projection onto that width, the global projection onto the text model's, and the text model."""
+    width = LLAVA_IMAGE_SIZES["hidden_size"]
+    for entry in model["image_model_list"].get("image_models") or ():
+        parts = entry.get("image_model") if isinstance(entry, dict) else None  # Release 2.3: [encoder, projection]
+        encoder, projection = (parts + [None])[:2] if isinstance(parts, list) and parts else \
+            (entry.get("image_encoder"), entry.get("projection_layer")) if isinstance(entry, dict) else (None, None)
+        if isinstance(encoder, dict):
+            encoder.update(LLAVA_IMAGE_SIZES)
+        if isinstance(projection, dict):
+            projection.update(input_unit=width, layers_units=[width] * len(projection["layers_units"]))
+    projection = model["image_model_list"].get("global_image_projection")
+    if isinstance(projection, dict):
+        projection["input_unit"] = width
+        projection["layers_units"] = [MODEL_SIZES["hidden_size"]] * len(projection["layers_units"])
+    if isinstance(model.get("text_model"), dict):
+        _shrink_model(model["text_model"])
 
 
 def _keep_tagged_layers(model: dict, optimizer: object) -> None:
@@ -347,6 +370,8 @@ def _shrink_input(section: dict, data_dir: str, side: int = 0, image_start_idx: 
         llava = Path(data_dir).parent / "llava" / f"start_{image_start_idx}"
         if "bos_token_id" in section:  # Release 2.2's input keys: its files read the six-row samples
             llava = llava / LLAVA_2_2_FOLDER
+        if section.get("data_processor") == "MultimodalSimpleHDF5MapDataProcessor":  # write_multimodal_simple_data
+            llava = Path(data_dir).parent / "multimodal_simple"
         section["data_dir"] = str(llava / Path(data_dir).name)
         section["img_data_dir"] = str(llava / "images")
         section["image_data_size"] = [3, *LLAVA_IMAGE_SIZES["image_size"]]
@@ -810,6 +835,63 @@ last token (``length - 1 - i``) and positions count from 0, both 0 on the paddin
             f.create_dataset("img_path", data=np.array(paths, dtype="S"))
 
 
+def write_multimodal_simple_data(out: Path, rows: int = 16, seed: int = 0, max_num_img: int = 1, num_patches: int = 4,
+                                 max_sequence_length: int = MODEL_SIZES["max_position_embeddings"],
+                                 vocab_size: int = MODEL_SIZES["vocab_size"], pad_id: int = 0, bos_id: int = 1,
+                                 eos_id: int = 2) -> None:
+    """MultimodalSimpleHDF5MapDataProcessor's samples in ``out/train`` and ``out/val`` and their images in
+    ``out/images``: the layout of the vendor's multimodal preprocessing (Release 2.10 finetuning_token_generator
+    encode with is_multimodal, create_features_multimodal): ``data`` [n, 5, msl] int32 of input_ids, loss_mask,
+    labels, key_padding_mask, token_modality_idx; ``img_path`` [n, max_num_img] bytes (None: an unused slot);
+    ``has_img`` [n, 1] bool; ``img_data_loc`` [n, max_num_img, num_patches] int (each image's ``num_patches``
+    positions, msl for an unused slot). A sample is bos, then per image a few text tokens and ``num_patches``
+    pad placeholders (the image's, token_modality_idx 1), a prompt, a scored completion, eos, then padding
+    (key_padding_mask 1); sample ``r`` has ``r % (max_num_img + 1)`` images, so some have none. Images are
+    random RGB PNGs of varied sizes (``expand_to_square`` pads them)."""
+    import h5py  # noqa: PLC0415 - only this writer needs these
+    import numpy as np  # noqa: PLC0415
+    from PIL import Image  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    images = out / "images"
+    images.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", rows), ("val", max(rows // 2, BATCH_SIZE))):
+        data = np.zeros((n, 5, max_sequence_length), np.int32)
+        paths, loc = [], np.full((n, max_num_img, num_patches), max_sequence_length, np.int64)
+        for r in range(n):
+            tokens, modality, names = [bos_id], [0], []
+            for i in range(r % (max_num_img + 1)):
+                text = rng.integers(3, vocab_size - 1, int(rng.integers(0, 3))).tolist()
+                tokens += text
+                modality += [0] * len(text)
+                loc[r, i] = np.arange(len(tokens), len(tokens) + num_patches)
+                tokens += [pad_id] * num_patches
+                modality += [1] * num_patches
+                name = f"{split}_{r}_{i}.png"
+                h, w = int(rng.integers(20, 40)), int(rng.integers(20, 40))
+                Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(images / name)
+                names.append(name.encode())
+            prompt = rng.integers(3, vocab_size - 1, int(rng.integers(0, 4))).tolist()
+            room = max_sequence_length + 1 - (len(tokens) + len(prompt) + 1)
+            completion = rng.integers(3, vocab_size - 1, int(rng.integers(2, max(3, room // 2)))).tolist()
+            tokens += [*prompt, *completion, eos_id]
+            modality += [0] * (len(prompt) + len(completion) + 1)
+            scored = [0] * (len(tokens) - len(completion) - 2) + [1] * (len(completion) + 1)  # input positions
+            length = len(tokens) - 1
+            data[r, 0, :length], data[r, 2, :length] = tokens[:-1], tokens[1:]
+            data[r, 1, :length] = scored[:length]
+            data[r, 3, length:] = 1
+            data[r, 4, :length] = modality[:length]
+            paths.append(names + [None] * (max_num_img - len(names)))
+        (out / split).mkdir(parents=True, exist_ok=True)
+        with h5py.File(out / split / "data-0.h5", "w") as f:
+            f.attrs["n_examples"] = n
+            f.create_dataset("data", data=data)
+            f.create_dataset("img_path", data=np.array(paths, dtype="S"))
+            f.create_dataset("has_img", data=np.array([[bool(p[0])] for p in paths]))
+            f.create_dataset("img_data_loc", data=loc)
+
+
 def write_dpo_shards(out: Path, pairs: int = 16, seed: int = 0) -> None:
     """DPO shards as the vendor's DPOTokenGenerator writes them (Release 2.10 dpo_token_generator.py lines 428-501:
     per sample the rows chosen input_ids, attention_mask, labels, then the rejected ones, ``[n, 6, msl]`` with
@@ -861,7 +943,8 @@ def write_data(root: Path, kinds: set, cs_run: str) -> None:
                "dit": lambda out: write_dit_latents(out / "dit"), "dpr": write_dpr_data,
                "llava": lambda out: [write_llava_data(out / "llava" / f"start_{start}" / folder, image_start_idx=start,
                                                       six_rows=bool(folder))
-                                     for start in LLAVA_IMAGE_STARTS for folder in ("", LLAVA_2_2_FOLDER)]}
+                                     for start in LLAVA_IMAGE_STARTS for folder in ("", LLAVA_2_2_FOLDER)],
+               "multimodal_simple": lambda out: write_multimodal_simple_data(out / "multimodal_simple")}
     for kind in sorted(kinds - {"mnist"}):
         if (root / kind / ".written").exists():
             continue
@@ -1074,6 +1157,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--llava-config", metavar="YAML",
                         help="with --write-llava-data: llava/start_1's samples from `cs-run data preprocess --config "
                              "YAML` (a llava preprocessing config; its image_dir's images copied) in place of random ones")
+    parser.add_argument("--write-multimodal-simple-data", action="store_true",
+                        help="first write multimodal_simple samples and images (multimodal_simple/train, val, images) "
+                             "under --shards (for --match multimodal_simple/)")
     parser.add_argument("--write-dpr-data", action="store_true",
                         help="first write DPR HDF5 shards (train/, val/) to --shards (for --match dpr/)")
     parser.add_argument("--write-esm2-data", action="store_true",
@@ -1129,6 +1215,8 @@ def main() -> int:
                 write_llava_data(Path(args.shards) / "llava" / f"start_{start}", image_start_idx=start)
             write_llava_data(Path(args.shards) / "llava" / f"start_{start}" / LLAVA_2_2_FOLDER, image_start_idx=start,
                              six_rows=True)
+    if args.write_multimodal_simple_data:
+        write_multimodal_simple_data(Path(args.shards) / "multimodal_simple")
     if args.write_dpr_data:
         write_dpr_data(Path(args.shards))
     if args.write_t5_text:

@@ -42,7 +42,7 @@ from cs_run.distributed import get_streaming_batch_size, get_streaming_rank, num
 from cs_run.errors import DataError, ParamsError
 from cs_run.registry import register_data_processor
 
-__all__ = ["LlavaSamples", "build_dataloader", "FEATURES", "FEATURES_2_2", "NO_IMAGE"]
+__all__ = ["LlavaSamples", "build_dataloader", "samples_loader", "FEATURES", "FEATURES_2_2", "NO_IMAGE"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,25 +77,24 @@ class LlavaSamples(Dataset):
         self.reader, self.img_data_dir, self.image_data_size = reader, img_data_dir, list(image_data_size)
         self.transform, self.vocab_size = transform, vocab_size
         self.samples = replica_share(len(reader), rank, num_ranks, drop_last)
-        self._paths: dict[int, h5py.Dataset] = {}
+        self._paths: dict[tuple[int, str], h5py.Dataset] = {}
         self._pid = os.getpid()
 
     def __len__(self) -> int:
         return len(self.samples)
 
-    def _img_path(self, sample: int) -> tuple[bytes, Path]:
-        """(``img_path`` entry, its shard) of sample ``sample`` (after ``data_subset``)."""
+    def _entry(self, sample: int, name: str) -> tuple[np.ndarray, Path]:
+        """(dataset ``name``'s entry, its shard) of sample ``sample`` (after ``data_subset``)."""
         j = self.reader.subset(sample) if self.reader.subset is not None else sample
         f = int(np.searchsorted(self.reader.offsets, j, side="right")) - 1
         if os.getpid() != self._pid:  # a forked worker opens its own handles
             self._paths, self._pid = {}, os.getpid()
-        if f not in self._paths:
-            self._paths[f] = h5py.File(self.reader.files[f], "r")["img_path"]
-        entry = self._paths[f][j - self.reader.offsets[f]]
-        return bytes(np.asarray(entry).reshape(-1)[0]), self.reader.files[f]
+        if (f, name) not in self._paths:
+            self._paths[f, name] = h5py.File(self.reader.files[f], "r")[name]
+        return np.asarray(self._paths[f, name][j - self.reader.offsets[f]]), self.reader.files[f]
 
-    def _image(self, sample: int) -> torch.Tensor:
-        path, shard = self._img_path(sample)
+    def _load(self, path: bytes, sample: int, shard: Path) -> torch.Tensor:
+        """The image an ``img_path`` entry names, transformed (a black one for ``None``)."""
         image = _pil_image()
         c, h, w = self.image_data_size
         if path == NO_IMAGE:
@@ -115,14 +114,20 @@ class LlavaSamples(Dataset):
                             "crop to the model's image_size")
         return out
 
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        sample = self.samples[index] % len(self.reader)
-        row = self.reader[sample]
-        ids = row[0]
+    def _image(self, sample: int) -> torch.Tensor:
+        entry, shard = self._entry(sample, "img_path")
+        return self._load(bytes(entry.reshape(-1)[0]), sample, shard)
+
+    def _check_ids(self, ids: np.ndarray, sample: int) -> None:
         if self.vocab_size is not None and (ids.min() < 0 or ids.max() >= self.vocab_size):
             bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
             raise DataError(f"data_dir: sample {sample} holds token id {bad}; ids must be in [0, "
                             f"model.text_model.vocab_size={self.vocab_size})")
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        sample = self.samples[index] % len(self.reader)
+        row = self.reader[sample]
+        self._check_ids(row[0], sample)
         out = {name: torch.from_numpy(row[i].copy()) for i, name in enumerate(LAYOUTS[len(row)])}
         out["image_data"] = self._image(sample)
         return out
@@ -185,26 +190,41 @@ def build_dataloader(split: str, data_dir: Union[str, list, None] = None, img_da
     if not (isinstance(image_data_size, list) and len(image_data_size) == 3):
         raise ParamsError(f"params: {where}.image_data_size: expected [channels, height, width], got "
                           f"{image_data_size!r}")
+    return samples_loader(split, where, LlavaSamples, _check_shards, data_dir=data_dir, img_data_dir=img_data_dir,
+                          image_data_size=image_data_size, transforms=transforms, batch_size=batch_size,
+                          shuffle=shuffle, shuffle_seed=shuffle_seed, drop_last=drop_last, num_workers=num_workers,
+                          prefetch_factor=prefetch_factor, persistent_workers=persistent_workers,
+                          max_sequence_length=max_sequence_length, data_subset=data_subset, sort_files=sort_files,
+                          text_model=text_model)
+
+
+def samples_loader(split: str, where: str, samples_class: type, check_shards: Callable, *, data_dir, img_data_dir,
+                   image_data_size: list, transforms: list, batch_size: int, shuffle: bool, shuffle_seed, drop_last: bool,
+                   num_workers: int, prefetch_factor, persistent_workers: bool, max_sequence_length, data_subset,
+                   sort_files: bool, text_model: Optional[dict], **samples_keys: Any) -> DataLoader:
+    """The DataLoader of an image-and-text HDF5 processor (llava's, multimodal_simple's): the shards read and
+    checked (``check_shards``), the transform built, ``samples_class`` over them (``samples_keys`` its own
+    arguments), split over the streamers and batched."""
     if not Path(img_data_dir).is_dir():
         raise ParamsError(f"params: {where}.img_data_dir: {img_data_dir} is not a folder (the images the samples' "
                           "img_path entries name)")
     try:
         reader = H5Reader(data_dir, max_sequence_length, data_subset, sort_files)
-        _check_shards(reader)
+        check_shards(reader)
     except ValueError as e:
         raise ParamsError(f"params: {where}.{e}") from None
     transform = build_transform(transforms, where)
     _pil_image()  # the missing-package error now, not in a worker
     vocab = (text_model or {}).get("vocab_size")
-    dataset = LlavaSamples(reader, Path(img_data_dir), image_data_size, transform, vocab, get_streaming_rank(),
-                           num_streamers(), drop_last)
+    dataset = samples_class(reader, Path(img_data_dir), image_data_size, transform, vocab, get_streaming_rank(),
+                            num_streamers(), drop_last, **samples_keys)
     per_stream = get_streaming_batch_size(batch_size)
     if drop_last and len(dataset) < per_stream:
         raise ParamsError(f"params: {where}.batch_size: {per_stream} per streamer but the shards hold {len(dataset)} "
                           "samples (with drop_last no batch would be produced)")
     generator = torch.Generator().manual_seed(shuffle_seed) if shuffle_seed is not None else None
     extra = {"prefetch_factor": prefetch_factor, "persistent_workers": persistent_workers} if num_workers else {}
-    logger.info("llava data (%s): %d samples of %d tokens in %d shard(s) of %s", split, len(reader),
+    logger.info("%s data (%s): %d samples of %d tokens in %d shard(s) of %s", samples_class.__name__, split, len(reader),
                 reader.sequence_length, len(reader.files), data_dir)
     return DataLoader(dataset, batch_size=per_stream, shuffle=shuffle, drop_last=drop_last, num_workers=num_workers,
                       generator=generator, **extra)

@@ -37,7 +37,8 @@ from cs_run.models.common.rotary import check_scaling
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DecoderLMModel", "BlockLayout", "SEQUENTIAL", "build", "build_model", "model_defaults", "HARDWARE_KEYS"]
+__all__ = ["DecoderLMModel", "BlockLayout", "SEQUENTIAL", "build", "build_model", "model_defaults", "HARDWARE_KEYS",
+           "masked_lm_loss"]
 
 # Keys that steer the Cerebras compiler or kernels only: same math here.
 HARDWARE_KEYS = {
@@ -106,6 +107,20 @@ class DecoderLMModel(nn.Module):
             self.accuracy_metric(labels=labels.clone(), predictions=logits.argmax(-1).int(), weights=lm_weights)
             self.perplexity_metric(labels=labels.clone(), loss=summed.detach(), weights=lm_weights)
         return loss
+
+
+def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, loss_scaling: str,
+                   loss_weight: float) -> torch.Tensor:
+    """The Model Zoo's GPTLMHeadModelLoss, which the multimodal models (llava, multimodal_simple) use: the
+    labels' cross entropy (in float32) summed under ``mask``, / the masked tokens (``num_tokens``) or / the batch
+    size * ``loss_weight`` (``batch_size``)."""
+    token_loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1).long(),
+                                 reduction="none")
+    weights = mask.reshape(-1).to(torch.float32)
+    summed = torch.sum(token_loss * weights)
+    if loss_scaling == "num_tokens":
+        return summed / torch.sum(weights)
+    return summed / labels.shape[0] * loss_weight
 
 
 def _gpt2_initializers(specs: dict, default: dict, layers: int, width: Optional[float],

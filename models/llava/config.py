@@ -11,10 +11,10 @@ import math
 from dataclasses import dataclass, fields
 from typing import Literal, Optional
 
-from cs_run.models.common.activations import ACTIVATIONS
 from cs_run.models.common.config import DecoderConfig, key
+from cs_run.models.common.sections import current_spelling, section_keys
 from cs_run.models.vision_transformer.config import ViTModelConfig
-from cs_run.registry import check_config_keys
+from cs_run.models.vision_transformer.vision_tower import FeedForwardNetworkConfig
 
 __all__ = ["LlavaConfig", "ProjectorConfig", "IMAGE_MODEL", "TEXT_MODEL", "PROJECTOR"]
 
@@ -23,65 +23,26 @@ IMAGE_MODEL, TEXT_MODEL, PROJECTOR = ("ViTModel",), ("LlamaModel", "llama"), ("F
 
 
 @dataclass
-class ProjectorConfig:
-    """``projector.image_model``: the vendor's FeedForwardNetwork, one linear layer per ``layers_units``
-    entry, each followed by its ``layers_activation`` (null: none) and dropout. Its weights start
-    kaiming-uniform with a = sqrt(5) and its biases zero whatever the file says (the vendor's
-    ``update_projector`` overrides both)."""
+class ProjectorConfig(FeedForwardNetworkConfig):
+    """``projector.image_model``: the vendor's FeedForwardNetwork (its keys and checks:
+    :class:`FeedForwardNetworkConfig`), with llava's defaults. Its weights start kaiming-uniform with a =
+    sqrt(5) and its biases zero whatever the file says (the vendor's ``update_projector`` overrides both)."""
 
     input_unit: int = key(1024, "2.2.0", "input width (image_model.hidden_size)")
     layers_units: list = key([4096, 4096], "2.2.0", "output width of each layer (the last: text_model.hidden_size)")
-    layers_activation: Optional[list] = key(None, "2.2.0", "activation after each layer (null: none)")
-    layers_dropout_rates: Optional[list] = key(None, "2.2.0", "dropout after each layer (null: none)")
     use_bias: bool = key(True, "2.2.0", "the layers' biases")
     kernel_initializer: object = key("xavier_uniform", "2.2.0", "replaced by kaiming_uniform(a=sqrt(5)) in llava")
     bias_initializer: object = key("zeros", "2.2.0", "replaced by zeros in llava")
     output_layer_initializer: object = key(None, "2.2.0", "unused by llava's projector")
 
     def __post_init__(self) -> None:
-        n = len(self.layers_units)
-        if not n or not all(isinstance(u, int) and u > 0 for u in [self.input_unit, *self.layers_units]):
-            raise ValueError(f"projector.image_model.layers_units: expected positive widths, got {self.layers_units!r}")
-        for name in ("layers_activation", "layers_dropout_rates"):
-            value = getattr(self, name)
-            if value is None:
-                setattr(self, name, [None] * n)
-            elif not isinstance(value, list) or len(value) != n:
-                raise ValueError(f"projector.image_model.{name}: {value!r} needs one entry per layers_units entry ({n})")
-        for act in self.layers_activation:
-            if act is not None and str(act).lower() not in ACTIVATIONS:
-                raise ValueError(f"projector.image_model.layers_activation: unknown {act!r}; expected one of "
-                                 f"{', '.join(ACTIVATIONS)} or null")
-        for rate in self.layers_dropout_rates:
-            if rate is not None and not 0.0 <= rate < 1.0:
-                raise ValueError(f"projector.image_model.layers_dropout_rates: {rate} is not in [0, 1)")
+        try:
+            super().__post_init__()
+        except ValueError as e:
+            raise ValueError(f"projector.image_model.{e}") from None
         self.kernel_initializer = {"name": "kaiming_uniform", "a": math.sqrt(5)}
         self.bias_initializer = "zeros"
-
-
-def _section(value: object, section: str, names: tuple, config_class: type) -> dict:
-    """A sub-model's keys without its ``name``, checked against ``config_class`` (names and types)."""
-    if not isinstance(value, dict):
-        raise ValueError(f"{section}: expected a mapping of the {names[0]} keys, got {value!r}")
-    keys = dict(value)
-    got = keys.pop("name", None)
-    if got not in names:
-        raise ValueError(f"{section}.name: {got!r}; llava builds {' or '.join(names)} here (the vendor's 2.10 "
-                         f"{section})")
-    check_config_keys(config_class, keys, f"model.{section}", lambda key: "")
-    return keys
-
-
-def _current_spelling(text_model: object) -> object:
-    """``embd_pdrop``, the vendor's field name of ``embedding_dropout_rate`` (its alias), as the latter."""
-    if not isinstance(text_model, dict) or "embd_pdrop" not in text_model:
-        return text_model
-    keys = dict(text_model)
-    value = keys.pop("embd_pdrop")
-    if keys.setdefault("embedding_dropout_rate", value) != value:
-        raise ValueError(f"text_model.embd_pdrop: {value} and embedding_dropout_rate {keys['embedding_dropout_rate']}"
-                         " name one key twice; keep one")
-    return keys
+        self.output_layer_initializer = None
 
 
 @dataclass
@@ -102,8 +63,8 @@ class LlavaConfig:
         """Each section built as its family's config (``vit``, ``text``, ``projector_config``), every check once."""
         if self.moe:
             raise ValueError("moe: a mixture-of-experts text model is not built for llava here; leave it unset")
-        self.vit = ViTModelConfig(**_section(self.image_model, "image_model", IMAGE_MODEL, ViTModelConfig))
-        text = _section(_current_spelling(self.text_model), "text_model", TEXT_MODEL, DecoderConfig)
+        self.vit = ViTModelConfig(**section_keys(self.image_model, "image_model", IMAGE_MODEL, ViTModelConfig, "llava"))
+        text = section_keys(current_spelling(self.text_model), "text_model", TEXT_MODEL, DecoderConfig, "llava")
         text["compute_eval_metrics"] = False  # the vendor's llava reports no text metrics
         self.text = DecoderConfig(**text)
         self.projector_config = None
@@ -112,7 +73,8 @@ class LlavaConfig:
                 raise ValueError(f"projector: expected {{image_model: {{name: {PROJECTOR[0]}, ...}}}}, got "
                                  f"{self.projector!r} (a text_model projector is not built here)")
             if "image_model" in self.projector:
-                keys = _section(self.projector["image_model"], "projector.image_model", PROJECTOR, ProjectorConfig)
+                keys = section_keys(self.projector["image_model"], "projector.image_model", PROJECTOR, ProjectorConfig,
+                                    "llava")
                 self.projector_config = ProjectorConfig(**keys)
         width = self.projector_config.layers_units[-1] if self.projector_config else self.vit.hidden_size
         if self.projector_config and self.projector_config.input_unit != self.vit.hidden_size:

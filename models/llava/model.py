@@ -19,14 +19,14 @@ import typing
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from cs_run.models.common.freeze import freeze_modules
 from cs_run.models.common.lm import build as build_decoder
+from cs_run.models.common.lm import masked_lm_loss
 from cs_run.models.llava.config import LlavaConfig
-from cs_run.models.llava.vision_tower import Projector, image_features
 from cs_run.models.vision_transformer.trunk import ViTModel
+from cs_run.models.vision_transformer.vision_tower import Projector, image_features
 
 __all__ = ["Llava", "LlavaModel", "build", "build_model", "FEATURES"]
 
@@ -50,9 +50,7 @@ class Llava(nn.Module):
                          "image_feature_select_mode": cfg.image_feature_select_mode,
                          "image_start_idx": cfg.image_start_idx}
         """Every key as the model computes with it (the HF adapter compares them)."""
-        self.projector_image_model = Projector(**{k: v for k, v in dataclasses.asdict(cfg.projector_config).items()
-                                                  if k not in ("bias_initializer", "output_layer_initializer")}) \
-            if cfg.projector_config is not None else None
+        self.projector_image_model = Projector(cfg.projector_config) if cfg.projector_config is not None else None
         self.image_start_idx = cfg.image_start_idx
         self.image_feature_select_layer_idx = cfg.image_feature_select_layer_idx
         self.image_feature_select_mode = cfg.image_feature_select_mode
@@ -103,14 +101,7 @@ class LlavaModel(nn.Module):
 
     def forward(self, batch: dict) -> torch.Tensor:
         logits = self.logits(batch)
-        labels, mask = batch["labels"], batch["loss_mask"]
-        token_loss = F.cross_entropy(logits.float().reshape(-1, self.vocab_size), labels.reshape(-1).long(),
-                                     reduction="none")
-        weights = mask.reshape(-1).to(torch.float32)
-        summed = torch.sum(token_loss * weights)
-        if self.loss_scaling == "num_tokens":
-            return summed / torch.sum(weights)
-        return summed / labels.shape[0] * self.loss_weight
+        return masked_lm_loss(logits, batch["labels"], batch["loss_mask"], self.loss_scaling, self.loss_weight)
 
 
 def build(config: LlavaConfig) -> LlavaModel:

@@ -48,6 +48,10 @@ FIXED = [  # (tag, file, what stopped it before the fix)
     ("Release_2.2.0", NEW + "nlp/dpo/configs/params_zephyr_7b_dpo.yaml", "model.fp16_type of the flat dpo form"),
     ("Release_2.2.0", NEW + "nlp/dpr/configs/params_dpr_base_nq.yaml", "model.scale_similarity"),
     ("Release_2.3.0", NEW + "nlp/dpr/configs/params_dpr_base_nq.yaml", "q_encoder.fp16_type"),
+    ("Release_2.4.0", NEW + "multimodal/multimodal_simple/configs/params_mm_llava_llama2_7b_phase1.yaml",
+     "train_input.bos_token_id of multimodal_simple"),
+    ("Release_2.3.0", NEW + "multimodal/multimodal_simple/configs/params_mm_llava_llama2_7b_phase1_v2.yaml",
+     "image_models[0].image_model: [encoder, projection] of 2.3"),
 ]
 
 REFUSED = [  # (tag, file, the error line's words): not built here, refused by name
