@@ -144,18 +144,16 @@ def _checked_loader(loader: Any, name: str) -> torch.utils.data.DataLoader:
 
 def build_optimizer(opt: OptimizerParams, model: torch.nn.Module) -> torch.optim.Optimizer:
     """The optimizer block's class and keyword arguments (runner-only keys removed) over the model's
-    parameters, in the Model Zoo's param groups (:func:`cs_run.optim.configure_param_groups`) when the
-    block has ``adjust_learning_rate`` or ``params`` (tags) or the model's own muP learning-rate groups scale
-    some parameter (``lr_adjustment_groups``: the vendor's trainer groups every model, so its muP models get
-    their scales without an ``adjust_learning_rate``). Frozen parameters (LoRA's base weights) are left
-    out, as the vendor's trainer leaves them out: no optimizer state for weights that never step."""
+    parameters, in the Model Zoo's param groups (:func:`cs_run.optim.configure_param_groups`), as the vendor's
+    trainer groups every model (Release 2.3+ ``common/optim_utils.py``): biases and normalization layers
+    without weight decay, ``params`` tags, ``adjust_learning_rate`` and the model's own muP learning-rate
+    groups. Frozen parameters (LoRA's base weights) are left out, as the vendor's trainer leaves them out:
+    no optimizer state for weights that never step."""
 
     kwargs = dict(opt.extra)
     grouping = {key: kwargs.pop(key) for key in PARAM_GROUP_KEYS if key in kwargs}
     try:
-        grouped = bool(grouping) or bool(optim.lr_adjustment_scales(model, {}))
-        params: Any = optim.configure_param_groups(model, {**grouping, **kwargs}) if grouped else [
-            p for p in model.parameters() if p.requires_grad]
+        params = optim.configure_param_groups(model, {**grouping, **kwargs})
         return optim.configure_optimizer(opt.optimizer_type, params, **kwargs)
     except (TypeError, ValueError) as e:
         raise params_error(e) from None

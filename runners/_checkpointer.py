@@ -19,11 +19,12 @@ import torch
 
 from cs_run import distributed
 from cs_run.checkpoint import check_target
+from cs_run.checkpoint import info as checkpoint_info
 from cs_run.checkpoint.atomic import resolve
 from cs_run.checkpoint.h5 import TargetMismatchError
 from cs_run.errors import CheckpointError, ParamsError, TrainingError
 from cs_run.lora_params import LORA_SUFFIXES
-from cs_run.runners import _checkpoint_files, _decoder_start, _hf_start
+from cs_run.runners import _checkpoint_files, _decoder_start, _hf_start, _optimizer_layout
 from cs_run.runners._rng import capture_rng_state, restore_rng_state
 from cs_run.utils.streaming import RestartableDataLoader, StreamingLoader, load_state, replica_state
 
@@ -77,15 +78,26 @@ class Checkpointer:
         self.start = runner.strategy.broadcast_object(latest)  # every replica resumes from ordinal 0's choice
         return self.start
 
-    def _target(self, training: bool, held: Optional[set[str]] = None) -> dict[str, Any]:
+    def _target(self, training: bool, held: Optional[set[str]] = None, path: Optional[Path] = None) -> dict[str, Any]:
         """The live tensors a start checkpoint goes into: the model's, and the optimizer's to train
         (read in place; with a sharded strategy through :meth:`Strategy.load_target`). ``held``: the model
-        keys of the checkpoint, when LoRA adapters it lacks altogether start from their initialisation."""
+        keys of the checkpoint, when LoRA adapters it lacks altogether start from their initialisation.
+        ``path``: the checkpoint, whose optimizer state may be an earlier cs-run's one group
+        (:mod:`_optimizer_layout`)."""
         runner = self._runner
         target = {"model": self._without_fresh_adapters(runner.model.state_dict(), held)}
         if training and runner.optimizer is not None:
-            target["optimizer"] = runner.optimizer.state_dict()  # state tensors are read in place
+            one_group = path is not None and self._one_group(path)
+            target["optimizer"] = (_optimizer_layout.one_group_form(runner.optimizer, runner.model) if one_group
+                                   else runner.optimizer.state_dict())  # state tensors are read in place
         return target
+
+    def _one_group(self, path: Path) -> bool:
+        try:
+            keys = [k["key"] for k in checkpoint_info(str(path))["keys"]]
+        except CheckpointError:
+            return False  # the load reports it
+        return _optimizer_layout.is_one_group_checkpoint(keys, self._runner.optimizer, self._runner.model)
 
     def _without_fresh_adapters(self, model: dict[str, Any], held: Optional[set[str]]) -> dict[str, Any]:
         """A LoRA run starting from its base model's weights (a checkpoint with no ``lora_A``/``lora_B`` at
@@ -157,7 +169,8 @@ class Checkpointer:
             return path
         for candidate in self._candidates(path, training):
             try:
-                target = self._loaded_part(self._target(training, self._model_keys(candidate)), candidate, training)
+                target = self._loaded_part(self._target(training, self._model_keys(candidate), candidate), candidate,
+                                           training)
                 check_target(candidate, runner.strategy.load_target(target, torch.device("meta")))
                 return candidate
             except TargetMismatchError as e:
@@ -246,7 +259,7 @@ class Checkpointer:
             return
         for candidate in self._candidates(path, training=True):
             try:
-                state = self._read(candidate, self._loaded_part(self._target(True, self._model_keys(candidate)),
+                state = self._read(candidate, self._loaded_part(self._target(True, self._model_keys(candidate), candidate),
                                                                 candidate, True))
                 path = candidate
                 break
@@ -274,6 +287,12 @@ class Checkpointer:
         position and RNG wait in :attr:`pending_resume` for the train loop (or the RNG is restored now)."""
         runner = self._runner
         runner.progress.global_step = int(state.get("global_step", 0))
+        saved = state.get("optimizer")
+        if runner.optimizer is not None and saved is not None and len(saved["param_groups"]) == 1 < len(
+                runner.optimizer.param_groups):
+            logger.info("The checkpoint's optimizer state is one param group (cs-run before its optimizers were "
+                        "grouped as the Model Zoo's); each parameter's state goes to its group")
+            state = {**state, "optimizer": _optimizer_layout.regrouped(saved, runner.optimizer, runner.model)}
         for key, part in (("optimizer", runner.optimizer), ("lr_scheduler", runner.lr_scheduler),
                           ("grad_scaler", runner.grad_scaler), ("sparsity", runner.sparsity)):
             if part is not None and key in state:

@@ -396,9 +396,11 @@ class PyTorchBaseRunner(RunnerHooks):
     def _write_train_summaries(self, step: int, loss: float, rate: float, global_rate: float) -> None:
         """Loss, learning rate(s), loss scale and throughput into model_dir/train."""
         scalars = {"loss": loss, "samples_per_sec": rate, "global_samples_per_sec": global_rate}
-        groups = self.optimizer.param_groups
-        for i, group in enumerate(groups):
-            scalars["lr" if len(groups) == 1 else f"lr/group_{i}"] = float(group["lr"])
+        rates = [float(group["lr"]) for group in self.optimizer.param_groups]
+        if len(set(rates)) == 1:  # one rate, however many groups (weight decay splits every run's in two)
+            scalars["lr"] = rates[0]
+        else:
+            scalars.update({f"lr/group_{i}": rate for i, rate in enumerate(rates)})
         if self.grad_scaler is not None:
             scalars["loss_scale"] = self.grad_scaler.get_scale()
         if self._sparsity_log is not None:
