@@ -182,6 +182,13 @@ class FinetuningSamples:
             marker = f"<{index}_text>"  # finds the turn in the rendered text, then removed
             messages.append({"role": turn["type"], "content": marker + cleaned})
             regions.append((marker, len(cleaned), 1 if turn["type"] == "assistant" else 0))
+        text, spans, turn_token = self._chat_spans(messages, regions, where)
+        ids, offsets = self.tok.encode(text, add_special_tokens=False)
+        return self._finish(ids, offsets, spans, stats, where, turn_token)
+
+    def _chat_spans(self, messages: list[dict], regions: list[tuple], where: str) -> tuple[str, list, list]:
+        """The rendered conversation with its turn markers removed, each region's character span ``[start, end,
+        loss]`` and whether it takes the end-of-turn token after it (:meth:`_extend_turns`)."""
         text = self.render(messages, where)
         spans, at = [], 0
         for marker, length, loss in regions:
@@ -192,9 +199,7 @@ class FinetuningSamples:
             text = text.replace(marker, "")
             spans.append([start, start + length, loss])
             at = start + length
-        turn_token = self._extend_turns(text, spans)
-        ids, offsets = self.tok.encode(text, add_special_tokens=False)
-        return self._finish(ids, offsets, spans, stats, where, turn_token)
+        return text, spans, self._extend_turns(text, spans)
 
     def _extend_turns(self, text: str, spans: list[list]) -> list[bool]:
         """Which turns also take the one token after them (the template's end-of-turn), by the vendor's rule:

@@ -132,21 +132,6 @@ class MultimodalSamples(FinetuningSamples):
         self._images, self._has_regions = images, bool(spans) or bool(self._locs)
         return self._finish(ids, offsets, spans, stats, where, turn_token)
 
-    def _chat_spans(self, messages: list[dict], regions: list[tuple], where: str) -> tuple[str, list, list]:
-        """The rendered conversation with its markers removed, each text region's character span and whether
-        it takes the end-of-turn token after it."""
-        text = self.render(messages, where)
-        spans, at = [], 0
-        for marker, length, loss in regions:
-            start = text.find(marker, at)
-            if start == -1:
-                raise DataError(f"data preprocess --config: the chat template dropped a turn of {where}; use a "
-                                "template that writes every message's content")
-            text = text.replace(marker, "")
-            spans.append([start, start + length, loss])
-            at = start + length
-        return text, spans, self._extend_turns(text, spans)
-
     def _extend_turns(self, text: str, spans: list[list]) -> list[bool]:
         eos = self.end_of_turn or self.eos
         _extend_to_eos(text, spans, eos, self.image_token)
