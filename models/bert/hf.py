@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-import yaml
 
 from cs_run.checkpoint import save
 from cs_run.checkpoint.atomic import atomic_path
 from cs_run.checkpoint.hf_folder import read_config
 from cs_run.errors import ParamsError
-from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, Taker, assign, build, check_weights
+from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, Taker, assign, build, check_weights, params_file_text
 from cs_run.registry import hf_converter
 
 __all__ = ["HF_ACTIVATIONS", "layer_pairs",
@@ -170,11 +169,9 @@ def runnable_params(keys: dict, hf_dir: Path, checkpoint: Path) -> str:
                 "optimizer": {"optimizer_type": "AdamW", "weight_decay_rate": 0.01, "max_gradient_norm": 1.0,
                               "learning_rate": 1.0e-5},
                 "runconfig": {"max_steps": 1000, "log_steps": 10, "checkpoint_steps": 200, "seed": 1}}
-    head = (f"# bert converted from the Hugging Face folder {hf_dir} (cs-run checkpoint convert --from hf).\n"
-            f"# Fine-tune with: cs-run train --params THIS_FILE --checkpoint_path {checkpoint} --model_dir DIR\n"
-            "# after setting data_dir (the Model Zoo's BERT CSV folders, with meta.dat) and vocab_file.\n")
-    text = "".join(yaml.safe_dump({k: v}, sort_keys=False) + "\n" for k, v in sections.items())
-    return head + text.replace("  data_dir: null\n", "  data_dir: null  # SET ME: a BERT CSV folder\n")
+    return params_file_text("bert", hf_dir, checkpoint, sections,
+                            "data_dir (the Model Zoo's BERT CSV folders, with meta.dat) and vocab_file.",
+                            "a BERT CSV folder")
 
 
 class _BertAdapter(HFAdapter):

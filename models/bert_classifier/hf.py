@@ -12,11 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-import yaml
 
 from cs_run.errors import ParamsError
 from cs_run.models.bert.hf import HF_ACTIVATIONS, layer_pairs
-from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, Taker, assign
+from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, Taker, assign, params_file_text
 
 __all__ = ["hf_config", "model_keys_from_hf_config", "to_hf_state_dict", "from_hf_state_dict", "ADAPTER",
            "from_hf", "to_hf", "head_names"]
@@ -106,11 +105,9 @@ def runnable_params(keys: dict, hf_dir: Path, checkpoint: Path) -> str:
                 "optimizer": {"optimizer_type": "AdamW", "weight_decay": 0.01, "eps": 1.0e-6,
                               "max_gradient_norm": 1.0, "learning_rate": 1.0e-5},
                 "runconfig": {"max_steps": 1000, "log_steps": 10, "checkpoint_steps": 200, "seed": 1}}
-    head = (f"# bert/classifier converted from the Hugging Face folder {hf_dir} (cs-run checkpoint convert "
-            f"--from hf).\n# Fine-tune with: cs-run train --params THIS_FILE --checkpoint_path {checkpoint} "
-            "--model_dir DIR\n# after setting data_dir (a GLUE task folder of TSV files) and vocab_file.\n")
-    text = "".join(yaml.safe_dump({k: v}, sort_keys=False) + "\n" for k, v in sections.items())
-    return head + text.replace("  data_dir: null\n", "  data_dir: null  # SET ME: a GLUE folder\n")
+    return params_file_text("bert/classifier", hf_dir, checkpoint, sections,
+                            'data_dir (a GLUE task folder of TSV files) and vocab_file.',
+                            "a GLUE folder")
 
 
 ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict,

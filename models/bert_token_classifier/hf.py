@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from cs_run.errors import ParamsError
 from cs_run.models.bert.hf import HF_ACTIVATIONS
 from cs_run.models.bert_classifier.hf import from_hf_state_dict, to_hf_state_dict
-from cs_run.models.common.hf import HF_BUFFERS, HFAdapter
+from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, params_file_text
 
 # keys of the loss and the eval metric only: HF's config has no place for them, and they change no logits
 _TRAINING_ONLY = ("include_padding_in_loss", "label_vocab_file")
@@ -65,11 +63,9 @@ def runnable_params(keys: dict, hf_dir: Path, checkpoint: Path) -> str:
                 "optimizer": {"optimizer_type": "Adam", "eps": 1.0e-6, "max_gradient_norm": 1.0,
                               "learning_rate": 1.0e-5},
                 "runconfig": {"max_steps": 1000, "log_steps": 10, "checkpoint_steps": 200, "seed": 1}}
-    head = (f"# bert/token_classifier converted from the Hugging Face folder {hf_dir} (cs-run checkpoint convert "
-            f"--from hf).\n# Fine-tune with: cs-run train --params THIS_FILE --checkpoint_path {checkpoint} "
-            "--model_dir DIR\n# after setting data_dir (NER CSV folders with meta.dat) and vocab_file.\n")
-    text = "".join(yaml.safe_dump({k: v}, sort_keys=False) + "\n" for k, v in sections.items())
-    return head + text.replace("  data_dir: null\n", "  data_dir: null  # SET ME: an NER CSV folder\n")
+    return params_file_text("bert/token_classifier", hf_dir, checkpoint, sections,
+                            'data_dir (NER CSV folders with meta.dat) and vocab_file.',
+                            "an NER CSV folder")
 
 
 ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict,

@@ -34,7 +34,8 @@ from cs_run.registry import check_model_keys, get_model_spec, resolve_object
 
 __all__ = ["interleave_rotary", "deinterleave_rotary", "split_qkv_per_head", "fuse_qkv_per_head", "assign", "Taker",
            "give_renamed", "give_lm_head", "build", "HFAdapter", "load_checkpoint_model", "load_weights", "WEIGHTS",
-           "HF_BUFFERS", "check_weights", "safetensors_module", "runnable_params"]
+           "HF_BUFFERS", "check_weights", "safetensors_module", "runnable_params", "params_file_text",
+           "NOT_COMPUTED"]
 
 logger = logging.getLogger(__name__)
 
@@ -492,14 +493,22 @@ def runnable_params(model_keys: dict, hf_dir: Path, checkpoint: Path) -> str:
                                          "end_learning_rate": 1.0e-5, "total_iters": 900}]},
         "runconfig": {"max_steps": 1000, "log_steps": 10, "checkpoint_steps": 200, "seed": 1},
     }
-    head = (f"# {model_keys['name']} converted from the Hugging Face folder {hf_dir} "
-            f"(cs-run checkpoint convert --from hf).\n"
+    return params_file_text(model_keys["name"], hf_dir, checkpoint, sections,
+                            "train_input.data_dir and eval_input.data_dir to shards\n"
+                            "# tokenized with the tokenizer.json written beside this file:\n"
+                            "#   cs-run data preprocess TEXT_FILES -o DIR --tokenizer tokenizer.json --eval_fraction 0.05",
+                            "a folder of *.h5 shards")
+
+
+def params_file_text(name: str, hf_dir: Path, checkpoint: Path, sections: dict, after_setting: str,
+                     data_dir_is: str) -> str:
+    """A params file ``--from hf`` writes: where it came from and how to fine-tune from it (``after setting``
+    the data), its ``sections``, and a ``SET ME`` naming what each unset ``data_dir`` must be."""
+    head = (f"# {name} converted from the Hugging Face folder {hf_dir} (cs-run checkpoint convert --from hf).\n"
             f"# Fine-tune with: cs-run train --params THIS_FILE --checkpoint_path {checkpoint} --model_dir DIR\n"
-            "# after setting train_input.data_dir and eval_input.data_dir to shards\n"
-            "# tokenized with the tokenizer.json written beside this file:\n"
-            "#   cs-run data preprocess TEXT_FILES -o DIR --tokenizer tokenizer.json --eval_fraction 0.05\n")
+            f"# after setting {after_setting}\n")
     text = "".join(yaml.safe_dump({k: v}, sort_keys=False) + "\n" for k, v in sections.items())
-    return head + text.replace("  data_dir: null\n", "  data_dir: null  # SET ME: a folder of *.h5 shards\n")
+    return head + text.replace("  data_dir: null\n", f"  data_dir: null  # SET ME: {data_dir_is}\n")
 
 
 def _generation_config(side: list[Path]) -> dict:

@@ -19,14 +19,23 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 import torch
-import yaml
 
 from cs_run.checkpoint import save
 from cs_run.checkpoint.atomic import atomic_path
 from cs_run.checkpoint.hf_folder import read_config, replaced_folder
 from cs_run.errors import CheckpointError, ParamsError
 from cs_run.models.bert.hf import HF_ACTIVATIONS, layer_pairs
-from cs_run.models.common.hf import NOT_COMPUTED, WEIGHTS, Taker, assign, build, check_weights, load_checkpoint_model, safetensors_module
+from cs_run.models.common.hf import (
+    NOT_COMPUTED,
+    WEIGHTS,
+    Taker,
+    assign,
+    build,
+    check_weights,
+    load_checkpoint_model,
+    params_file_text,
+    safetensors_module,
+)
 from cs_run.models.dpr.model import encoder_config
 
 __all__ = ["SIDES", "model_keys_from_hf_configs", "hf_configs", "from_hf", "to_hf"]
@@ -180,11 +189,9 @@ def runnable_params(keys: dict, hf_dir: Path, checkpoint: Path) -> str:
                 "optimizer": {"optimizer_type": "Adam", "weight_decay": 0.0, "learning_rate": 1.0e-5,
                               "max_gradient_norm": 2.0},
                 "runconfig": {"max_steps": 1000, "log_steps": 10, "checkpoint_steps": 200, "seed": 1}}
-    head = (f"# dpr converted from the Hugging Face DPR folder {hf_dir} (cs-run checkpoint convert --from hf).\n"
-            f"# Fine-tune with: cs-run train --params THIS_FILE --checkpoint_path {checkpoint} --model_dir DIR\n"
-            "# after setting data_dir (DPR HDF5 shards, as the Model Zoo's DPR preprocessing writes them).\n")
-    text = "".join(yaml.safe_dump({k: v}, sort_keys=False) + "\n" for k, v in sections.items())
-    return head + text.replace("  data_dir: null\n", "  data_dir: null  # SET ME: a DPR HDF5 folder\n")
+    return params_file_text("dpr", hf_dir, checkpoint, sections,
+                            "data_dir (DPR HDF5 shards, as the Model Zoo's DPR preprocessing writes them).",
+                            "a DPR HDF5 folder")
 
 
 def from_hf(hf_dir: str | Path, dst: str | Path, params_out: Optional[str | Path] = None) -> tuple[Path, Path]:

@@ -18,7 +18,6 @@ import re
 from pathlib import Path
 
 import torch
-import yaml
 
 from cs_run.errors import ParamsError
 from cs_run.models.common.hf import (
@@ -30,6 +29,7 @@ from cs_run.models.common.hf import (
     check_weights,
     deinterleave_rotary,
     interleave_rotary,
+    params_file_text,
 )
 
 __all__ = ["hf_config", "model_keys_from_hf_config", "to_hf_state_dict", "from_hf_state_dict", "ADAPTER", "from_hf",
@@ -159,11 +159,9 @@ def runnable_params(keys: dict, hf_dir: Path, checkpoint: Path) -> str:
                 "optimizer": {"optimizer_type": "Adam", "betas": [0.9, 0.98], "eps": 1.0e-8, "weight_decay": 0.01,
                               "learning_rate": 4.0e-5},
                 "runconfig": {"max_steps": 1000, "log_steps": 10, "checkpoint_steps": 200, "seed": 1}}
-    head = (f"# esm2 converted from the Hugging Face folder {hf_dir} (cs-run checkpoint convert --from hf).\n"
-            f"# Fine-tune with: cs-run train --params THIS_FILE --checkpoint_path {checkpoint} --model_dir DIR\n"
-            "# after setting data_dir (the Model Zoo's BERT HDF5 shards of masked protein sequences).\n")
-    text = "".join(yaml.safe_dump({k: v}, sort_keys=False) + "\n" for k, v in sections.items())
-    return head + text.replace("  data_dir: null\n", "  data_dir: null  # SET ME: a folder of BERT HDF5 shards\n")
+    return params_file_text("esm2", hf_dir, checkpoint, sections,
+                            "data_dir (the Model Zoo's BERT HDF5 shards of masked protein sequences).",
+                            "a folder of BERT HDF5 shards")
 
 
 class _EsmAdapter(HFAdapter):
