@@ -283,11 +283,19 @@ def _data_parallel_after():
 
 @pytest.fixture(autouse=True)
 def _fresh_backend():
-    """One backend type per process (vendor rule): every test starts and ends without one."""
+    """One backend type per process (vendor rule): every test starts and ends without one, and with the
+    process's mixed-precision settings (``cstorch.amp``'s, which a run with mixed precision sets) as it found
+    them: a data function reads them (the image dtype), so a test must not see an earlier test's."""
+    from cs_run.amp import state as amp_state
     from cs_run.backend import _reset_for_tests
 
+    saved = dict(amp_state._state)
     with _reset_for_tests():
-        yield
+        try:
+            yield
+        finally:
+            amp_state._state.clear()
+            amp_state._state.update(saved)
 
 
 @pytest.fixture
