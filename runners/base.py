@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import math
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
@@ -33,6 +32,7 @@ from cs_run.runners import _build, _checkpoint_files, _create, _model_dir
 from cs_run.runners._checkpointer import Checkpointer
 from cs_run.runners._early_stopping import EarlyStopping
 from cs_run.runners._evaluator import Evaluator
+from cs_run.runners._loss_check import LossCheck
 from cs_run.runners._progress import Progress
 from cs_run.runners._reporting import SparsityLog, Summaries
 from cs_run.runners._rng import capture_rng_state, preserved_rng, restore_rng_state
@@ -76,8 +76,7 @@ class PyTorchBaseRunner(RunnerHooks):
         rc = params.runconfig
         self.model_dir = Path(rc.model_dir)
         self.progress = Progress()  # the train loop's step and epoch counters
-        self._first_bad_step: Optional[torch.Tensor] = None  # a deferred loss check's (_track_loss)
-        self._bad_loss: Optional[torch.Tensor] = None
+        self._loss_check = LossCheck(self._defers_loss_check, self._raise_bad_loss)
         distributed.set_num_workers_per_csx(rc.num_workers_per_csx)
         if rc.seed is not None:
             manual_seed(rc.seed)
@@ -325,7 +324,7 @@ class PyTorchBaseRunner(RunnerHooks):
         loop; on a signal raise :class:`~cs_run.interrupts.Interrupted` with what was saved."""
         step, path = self.checkpoints.saved
         if step != self.global_step:
-            self._raise_on_bad_loss()  # never checkpoint weights a NaN step produced
+            self._loss_check.raise_if_bad()  # never checkpoint weights a NaN step produced
             path = self.checkpoints.save()
         if self._stop.requested:
             interrupted = Interrupted(self._stop.signum, self.global_step, path)
@@ -368,9 +367,9 @@ class PyTorchBaseRunner(RunnerHooks):
         self._rate.tick(sum(batch_size(b) for b in micro_batches) * self.strategy.world_size)  # all replicas' samples
         log_step = is_log_step(run_step, run_steps, self.options.log_steps)
         checkpoint_step = is_checkpoint_step(run_step, run_steps, self.options.checkpoint_steps)
-        self._track_loss(loss, step)
+        self._loss_check.track(loss, step)
         if log_step or checkpoint_step:
-            self._raise_on_bad_loss()  # never checkpoint weights a NaN step produced
+            self._loss_check.raise_if_bad()  # never checkpoint weights a NaN step produced
         if log_step:
             value = self.strategy.mean_value(self._fetch_loss(loss))  # the global batch's loss
             rate, global_rate = self._rate.rate, self._rate.global_rate
@@ -413,32 +412,8 @@ class PyTorchBaseRunner(RunnerHooks):
 
     @property
     def _defers_loss_check(self) -> bool:
-        """Whether the per-step NaN/inf check waits on the device until a log or checkpoint step. Reading a
-        CPU tensor costs nothing, so the CPU runner stops at the bad step itself; reading a GPU's loss every
-        step would make the host wait for each step, and not prepare the next batch while it runs."""
+        """Whether the loss check waits on the device for a log or checkpoint step (:mod:`._loss_check`)."""
         return self.torch_device.type != "cpu"
-
-    def _track_loss(self, loss: torch.Tensor, step: int) -> None:
-        """Per-step NaN/inf check: at once, or the first bad step kept on the device (no host sync)."""
-        if not self._defers_loss_check:
-            value = float(loss)
-            if not math.isfinite(value):
-                self._raise_bad_loss(value, step)
-            return
-        bad = ~torch.isfinite(loss.detach())
-        if self._first_bad_step is None:
-            self._first_bad_step = torch.zeros((), dtype=torch.int64, device=loss.device)
-            self._bad_loss = torch.zeros((), dtype=loss.dtype, device=loss.device)
-        first = bad & (self._first_bad_step == 0)
-        self._first_bad_step = torch.where(first, step, self._first_bad_step)
-        self._bad_loss = torch.where(first, loss.detach(), self._bad_loss)
-
-    def _raise_on_bad_loss(self) -> None:
-        """Called on log and checkpoint steps: raise for a deferred bad step."""
-        if self._first_bad_step is not None:
-            step = int(self._first_bad_step)  # host sync point: log and checkpoint steps only
-            if step:
-                self._raise_bad_loss(float(self._bad_loss), step)
 
     def _raise_bad_loss(self, value: float, step: int) -> None:
         last = _checkpoint_files.newest_finite_checkpoint(self.model_dir)
