@@ -124,6 +124,9 @@ def _extend_to_eos(text: str, regions: list[list], eos: Optional[str], image_tok
 class FinetuningSamples:
     """Records in, one padded sample each."""
 
+    image_token: Optional[str] = None
+    """The multimodal generator's image placeholder (an eos past it stays out of a turn); none here."""
+
     def __init__(self, tok: LoadedTokenizer, *, max_seq_length: int, min_sequence_len: int, use_ftfy: bool,
                  ftfy_normalizer: str, sep_token, truncate_to_msl, chat_template: Optional[str] = None,
                  end_of_turn_token: Optional[str] = None, inverted_mask: bool = False) -> None:
@@ -205,7 +208,7 @@ class FinetuningSamples:
         """Which turns also take the one token after them (the template's end-of-turn), by the vendor's rule:
         with at most one eos in the text, a turn followed by template text, and the last turn when text follows."""
         eos = self.end_of_turn or self.eos
-        _extend_to_eos(text, spans, eos)
+        _extend_to_eos(text, spans, eos, self.image_token)
         count = 0 if not eos else len(_occurrences(text, eos, spans[0][0] if spans else 0))
         extra = [False] * len(spans)
         if count > 1:

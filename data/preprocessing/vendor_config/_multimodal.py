@@ -132,20 +132,6 @@ class MultimodalSamples(FinetuningSamples):
         self._images, self._has_regions = images, bool(spans) or bool(self._locs)
         return self._finish(ids, offsets, spans, stats, where, turn_token)
 
-    def _extend_turns(self, text: str, spans: list[list]) -> list[bool]:
-        eos = self.end_of_turn or self.eos
-        _extend_to_eos(text, spans, eos, self.image_token)
-        count = 0 if not eos else text.count(eos, spans[0][0] if spans else 0)
-        extra = [False] * len(spans)
-        if count > 1:
-            return extra
-        for i in range(1, len(spans)):
-            if spans[i - 1][1] != spans[i][0]:
-                extra[i - 1] = True
-            if i == len(spans) - 1 and spans[i][1] < len(text):
-                extra[i] = True
-        return extra
-
     def _place_images(self, ids: list[int], offsets: list, n_images: int,
                       where: str) -> Optional[tuple[list[int], list, list[tuple[int, int]]]]:
         """Each image token as the placeholders (their offsets the token's), and where they are; None where the
