@@ -97,7 +97,8 @@ class Checkpointer:
             keys = [k["key"] for k in checkpoint_info(str(path))["keys"]]
         except CheckpointError:
             return False  # the load reports it
-        return _optimizer_layout.is_one_group_checkpoint(keys, self._runner.optimizer, self._runner.model)
+        return _optimizer_layout.is_one_group(_optimizer_layout.stored_groups(keys), self._runner.optimizer,
+                                              self._runner.model)
 
     def _without_fresh_adapters(self, model: dict[str, Any], held: Optional[set[str]]) -> dict[str, Any]:
         """A LoRA run starting from its base model's weights (a checkpoint with no ``lora_A``/``lora_B`` at
@@ -288,8 +289,8 @@ class Checkpointer:
         runner = self._runner
         runner.progress.global_step = int(state.get("global_step", 0))
         saved = state.get("optimizer")
-        if runner.optimizer is not None and saved is not None and len(saved["param_groups"]) == 1 < len(
-                runner.optimizer.param_groups):
+        if saved is not None and _optimizer_layout.is_one_group(len(saved["param_groups"]), runner.optimizer,
+                                                                runner.model):
             logger.info("The checkpoint's optimizer state is one param group (cs-run before its optimizers were "
                         "grouped as the Model Zoo's); each parameter's state goes to its group")
             state = {**state, "optimizer": _optimizer_layout.regrouped(saved, runner.optimizer, runner.model)}

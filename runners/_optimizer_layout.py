@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["is_one_group_checkpoint", "one_group_form", "regrouped"]
+__all__ = ["stored_groups", "is_one_group", "one_group_form", "regrouped"]
 
 
 def _trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
@@ -21,11 +21,15 @@ def _grouped_params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [p for group in optimizer.param_groups for p in group["params"]]
 
 
-def is_one_group_checkpoint(keys: list[str], optimizer: Any, model: torch.nn.Module) -> bool:
-    """The checkpoint's optimizer keys (``optimizer.param_groups.<i>....``) hold one group where this run's
-    optimizer has several over the same trainable parameters."""
-    groups = {key.split(".")[2] for key in keys if key.startswith("optimizer.param_groups.")}
-    return (optimizer is not None and len(groups) == 1 and len(optimizer.param_groups) > 1
+def stored_groups(keys: list[str]) -> int:
+    """How many optimizer param groups a checkpoint's keys (``optimizer.param_groups.<i>....``) hold."""
+    return len({key.split(".")[2] for key in keys if key.startswith("optimizer.param_groups.")})
+
+
+def is_one_group(groups: int, optimizer: Any, model: torch.nn.Module) -> bool:
+    """A saved optimizer state of ``groups`` param groups is the one-group layout where this run's optimizer
+    has several over the same trainable parameters."""
+    return (optimizer is not None and groups == 1 and len(optimizer.param_groups) > 1
             and {id(p) for p in _grouped_params(optimizer)} == {id(p) for p in _trainable(model)})
 
 
