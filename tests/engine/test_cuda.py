@@ -17,6 +17,7 @@ import logging
 import pytest
 import torch
 
+import cs_run as cstorch
 from cs_run.engine import CompiledStep, EngineOptions
 from cs_run.optim import SGD, AdamW
 
@@ -109,3 +110,35 @@ def test_a_step_that_cannot_be_captured_runs_without_a_graph_and_says_why(tmp_pa
     fallback = run(True, "fallback")
     assert "no CUDA graph" in caplog.text and "cpu" in caplog.text  # the reason names the host tensor
     assert fallback == without
+
+
+def test_clipping_in_a_cuda_step_is_one_multi_tensor_norm(tmp_path, caplog):
+    """cs-run's clipping asks torch for its multi-tensor path on CUDA: the traced step holds one
+    ``_foreach_norm`` and one ``_foreach_mul_``, not a norm and a scaling per parameter (see
+    test_traced_clipping.py). Inductor's Triton kernels sum in their own order: within 1e-5 of eager."""
+    caplog.set_level(logging.INFO)
+
+    def run(compiled: bool):
+        model = _mlp()
+        opt = AdamW(model.parameters(), lr=0.01)
+
+        def step(x, y):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            cstorch.amp.optimizer_step(loss, opt, None, max_gradient_norm=0.05)  # small: every step clips
+            return loss
+
+        if compiled:
+            step = CompiledStep(step, EngineOptions(compile_tier="inductor", compile_dir=str(tmp_path / "c"),
+                                                    cuda_graphs=True))
+        losses = torch.stack([step(x, y).detach().clone() for x, y in _batches()])
+        return step, losses, [p.detach().clone() for p in model.parameters()]
+
+    _, eager_losses, eager_params = run(False)
+    compiled, losses, params = run(True)
+    ops = next(iter(compiled._executables.values()))[0].summary.op_counts
+    assert ops.get("_foreach_norm") == 1 and ops.get("linalg_vector_norm") == 1, ops  # the latter: of the norms
+    assert ops.get("_foreach_mul_", 0) >= 1, ops
+    assert "no CUDA graph" not in caplog.text
+    torch.testing.assert_close(losses, eager_losses, atol=1e-5, rtol=1e-5)
+    for a, b in zip(params, eager_params):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
