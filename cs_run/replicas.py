@@ -340,27 +340,34 @@ def record_failure(line: str, exit_code: int, peer_lost: bool = False) -> None:
     """Write this replica's one-line error where its elastic agent reads it (``TORCHELASTIC_ERROR_FILE``,
     the format of torch's ``ProcessFailure``), with a precise time and whether it only lost a peer
     (:func:`lost_peer`), so the launcher names the replica that failed first."""
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not path:
-        return
     now = time.time()
-    data = {"message": line, "timestamp": int(now),
-            "cs_run": {"line": line, "exit_code": exit_code, "time": now, "peer_lost": peer_lost}}
-    with contextlib.suppress(OSError):
-        with open(path, "w") as fh:
-            json.dump(data, fh)
+    _write_record({"message": line, "timestamp": int(now),
+                   "cs_run": {"line": line, "exit_code": exit_code, "time": now, "peer_lost": peer_lost}})
 
 
 def record_finished() -> None:
     """Note for the launcher that this replica's run completed (read only if the process then fails on its
     way out): its ``Error:`` line then says the run ended, not to rerun a command that has nothing to do."""
+    now = time.time()
+    _write_record({"message": "finished", "timestamp": int(now), "cs_run": {"finished": True, "time": now}})
+
+
+def _write_record(data: dict) -> None:
+    """Replace this replica's error file (``TORCHELASTIC_ERROR_FILE``) at once: the agent reads it when the
+    replica has exited, and a replica killed while writing in place left it empty, which the agent cannot
+    parse (a JSONDecodeError instead of the job's one line). A complete file is renamed over it."""
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path:
         return
-    now = time.time()
     with contextlib.suppress(OSError):
-        with open(path, "w") as fh:
-            json.dump({"message": "finished", "timestamp": int(now), "cs_run": {"finished": True, "time": now}}, fh)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".error_file.")
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(data, fh)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
 
 def _record_uncaught_exceptions() -> None:

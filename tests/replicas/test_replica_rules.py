@@ -246,3 +246,37 @@ DONE = "after the run had completed: its last checkpoint is written, nothing to 
 ])
 def test_a_replica_that_fails_after_its_run_completed_is_not_told_to_rerun(tmp_path, failures, line):
     assert replicas._failure_line(ChildFailedError("x", failures(tmp_path)), 2) == (line, 1)
+
+
+class _KilledMidWrite(BaseException):
+    """Stands for the replica being killed (SIGKILL) while it writes its record."""
+
+
+@pytest.mark.parametrize("earlier", [None, "finished"], ids=["no-earlier-record", "over-a-finished-record"])
+def test_a_replica_killed_while_writing_its_record_leaves_a_file_the_agent_can_read(tmp_path, monkeypatch, earlier):
+    """The agent parses a replica's error file once the replica has exited (torch's ProcessFailure); a file
+    left half-written or empty was a JSONDecodeError in the launcher instead of the job's one line."""
+    path = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+    if earlier:
+        replicas.record_finished()
+    before = path.read_text() if earlier else None
+
+    def dies_halfway(data, fh):
+        fh.write(json.dumps(data)[:7])
+        fh.flush()
+        raise _KilledMidWrite
+
+    monkeypatch.setattr(replicas.json, "dump", dies_halfway)
+    with pytest.raises(_KilledMidWrite):
+        replicas.record_failure("ValueError: bad", 1)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["error.json"] if earlier else [])  # no stray temp file
+    if earlier:
+        assert path.read_text() == before
+        failure = ProcessFailure(local_rank=0, pid=1, exitcode=-signal.SIGKILL, error_file=str(path))
+        assert replicas._record(failure) == {"finished": True, "time": json.loads(before)["cs_run"]["time"]}
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+    replicas.record_failure("ValueError: bad", 3)  # a write that completes replaces it whole
+    failure = ProcessFailure(local_rank=0, pid=1, exitcode=3, error_file=str(path))
+    assert replicas._own_record(failure)["line"] == "ValueError: bad"
