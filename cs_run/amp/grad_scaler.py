@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from cs_run.amp import _multi_tensor
 from cs_run.errors import ParamsError
 
 __all__ = ["GradScaler"]
@@ -192,7 +193,12 @@ class GradScaler(torch.nn.Module):
         # Same rounding as torch: reciprocal in float64, then float32 (exact for powers of two).
         inv_scale = self.current_scale.double().reciprocal().float()
         found = torch.zeros((), dtype=torch.float32, device=self.current_scale.device)
-        if grads:
+        if _multi_tensor.multi_tensor_kernels(grads):  # one multi-tensor kernel per device and dtype, as torch's GradScaler
+            for same in _by_device_and_dtype(grads):
+                found_here = torch.zeros((), dtype=torch.float32, device=same[0].device)
+                torch._amp_foreach_non_finite_check_and_unscale_(same, found_here, inv_scale.to(same[0].device))
+                found = torch.maximum(found, found_here.to(found.device))
+        elif grads:
             finite = torch.stack(
                 [g.isfinite().all().to(found.device) for g in grads]
             ).all()
@@ -318,6 +324,13 @@ class GradScaler(torch.nn.Module):
     def extra_repr(self) -> str:
         mode = "dynamic" if self.dynamic else ("static" if self.enabled else "disabled")
         return f"loss_scale={mode}, steps_per_increase={self.steps_per_increase}"
+
+
+def _by_device_and_dtype(tensors: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    for t in tensors:
+        groups.setdefault((t.device, t.dtype), []).append(t)
+    return list(groups.values())
 
 
 def _params(optimizer: torch.optim.Optimizer) -> Iterator[torch.Tensor]:

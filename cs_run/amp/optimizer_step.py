@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from cs_run.amp import _multi_tensor
 from cs_run.amp.grad_scaler import GradScaler
 from cs_run.errors import ParamsError
 
@@ -61,20 +62,6 @@ def check_clipping(max_gradient_norm: float | None, max_gradient_value: float | 
             raise ParamsError(f"{where}: invalid {name}: {bound!r} (must be a number > 0)")
 
 
-def _multi_tensor_clipping(params: list[torch.Tensor]) -> bool | None:
-    """``foreach`` for torch's clipping: True on CUDA, else torch's default (None).
-
-    torch's default takes the multi-tensor path only for plain tensors, so inside a CSX trace (fake
-    tensors) it clipped parameter by parameter: on CUDA one norm and one scaling kernel per parameter
-    (GPT-2 small: 197 and 196 of the 596 kernels its CSX step had over torch.compile's, H200,
-    2026-11-27). With True the trace holds one ``_foreach_norm`` (ATen's multi-tensor kernel, which
-    inductor calls as is) and one ``_foreach_mul_`` (a horizontally fused kernel). On the CPU the
-    per-parameter path stays: inductor fuses it into the step's C++ kernels, and an ahead-of-time CPU
-    library cannot call ``_foreach_norm``.
-    """
-    return True if params and params[0].device.type == "cuda" else None
-
-
 def apply_gradients(optimizer: torch.optim.Optimizer, grad_scaler: GradScaler | None = None,
                     max_gradient_norm: float | None = None, max_gradient_value: float | None = None) -> None:
     """The gradient step after the backward pass(es), one copy for the runners and :func:`optimizer_step`.
@@ -87,7 +74,7 @@ def apply_gradients(optimizer: torch.optim.Optimizer, grad_scaler: GradScaler | 
     if grad_scaler is not None:
         grad_scaler.unscale_(optimizer)
     params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-    foreach = _multi_tensor_clipping(params)
+    foreach = True if _multi_tensor.multi_tensor_kernels(params) else None  # None: torch's default
     if max_gradient_norm is not None:
         # error_if_nonfinite stays False: an overflow is handled by the scaler's skip, not an error.
         torch.nn.utils.clip_grad_norm_(params, float(max_gradient_norm), foreach=foreach)

@@ -115,7 +115,7 @@ def test_a_step_that_cannot_be_captured_runs_without_a_graph_and_says_why(tmp_pa
 def test_clipping_in_a_cuda_step_is_one_multi_tensor_norm(tmp_path, caplog):
     """cs-run's clipping asks torch for its multi-tensor path on CUDA: the traced step holds one
     ``_foreach_norm`` and one ``_foreach_mul_``, not a norm and a scaling per parameter (see
-    test_traced_clipping.py). Inductor's Triton kernels sum in their own order: within 1e-5 of eager."""
+    test_traced_multi_tensor.py). Inductor's Triton kernels sum in their own order: within 1e-5 of eager."""
     caplog.set_level(logging.INFO)
 
     def run(compiled: bool):

@@ -1,36 +1,39 @@
-"""Gradient clipping inside a CSX step: one multi-tensor op on CUDA, per parameter on the CPU.
+"""Clipping and unscaling inside a CSX step: one multi-tensor op on CUDA, per parameter on the CPU.
 
-torch's clipping picks its multi-tensor path only for plain tensors, so inside a trace (fake tensors)
-it clips parameter by parameter unless it is told ``foreach=True``; on CUDA that was a norm kernel and
-a scaling kernel per parameter. The CPU cannot run a CUDA trace, so the graph is checked on the CPU
+torch picks its multi-tensor paths only for plain tensors, so inside a trace (fake tensors) clipping
+and unscaling ran parameter by parameter; on CUDA that was a kernel or two per parameter
+(``cs_run/amp/_multi_tensor.py``). The CPU cannot run a CUDA trace, so the graph is checked on the CPU
 with the CUDA answer forced, and the rule itself on fake CUDA tensors.
 """
 
 from __future__ import annotations
-
-import importlib
 
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import cs_run as cstorch
+from cs_run.amp import GradScaler, _multi_tensor
 from cs_run.engine import CompiledStep, EngineOptions
 from cs_run.optim import AdamW
 
-optimizer_step_module = importlib.import_module("cs_run.amp.optimizer_step")  # the package's name is the function
 CLIPS = [{"max_gradient_norm": 0.05}, {"max_gradient_value": 0.01}]
 
 
 def test_the_multi_tensor_path_is_asked_for_on_cuda_only():
     with FakeTensorMode():  # a CUDA tensor's device without a GPU
         on_cuda = [torch.empty(3, device="cuda"), torch.empty(2, device="cuda")]
-    assert optimizer_step_module._multi_tensor_clipping(on_cuda) is True
-    assert optimizer_step_module._multi_tensor_clipping([torch.empty(3)]) is None  # torch's default
-    assert optimizer_step_module._multi_tensor_clipping([]) is None
+    assert _multi_tensor.multi_tensor_kernels(on_cuda) is True
+    assert _multi_tensor.multi_tensor_kernels([torch.empty(3)]) is False
+    assert _multi_tensor.multi_tensor_kernels([]) is False
 
 
-def _model_and_step(clip: dict):
+def _force(monkeypatch, answer: bool) -> None:
+    """The rule's answer for the clipping and the unscaling (both call it through its module)."""
+    monkeypatch.setattr(_multi_tensor, "multi_tensor_kernels", lambda tensors: answer)
+
+
+def _model_and_step(clip: dict, scaler: GradScaler | None = None):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8), torch.nn.Tanh(),
                                 torch.nn.Linear(8, 3))
@@ -38,19 +41,19 @@ def _model_and_step(clip: dict):
 
     def step(x, y):
         loss = torch.nn.functional.cross_entropy(model(x), y)
-        cstorch.amp.optimizer_step(loss, opt, None, **clip)
+        cstorch.amp.optimizer_step(loss, opt, scaler, **clip)
         return loss
 
     return model, step
 
 
 @pytest.mark.parametrize("clip", CLIPS, ids=["norm", "value"])
-@pytest.mark.parametrize("multi_tensor", [True, None], ids=["cuda-rule", "cpu-rule"])
+@pytest.mark.parametrize("multi_tensor", [True, False], ids=["cuda-rule", "cpu-rule"])
 def test_traced_clipping_ops_and_results(clip, multi_tensor, monkeypatch):
     """With the CUDA rule the graph clips with multi-tensor ops only; either way the replayed steps
     equal the eager ones bit for bit (the fx tier runs the same ATen kernels: a CPU ``_foreach_norm``
-    is a norm per tensor)."""
-    monkeypatch.setattr(optimizer_step_module, "_multi_tensor_clipping", lambda params: multi_tensor)
+    is a norm per tensor, and eager CPU clipping takes the multi-tensor path either way)."""
+    _force(monkeypatch, multi_tensor)
     g = torch.Generator().manual_seed(1)
     batches = [(torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g)) for _ in range(3)]
     eager_model, eager_step = _model_and_step(clip)
@@ -70,3 +73,37 @@ def test_traced_clipping_ops_and_results(clip, multi_tensor, monkeypatch):
         assert ops.get(multi) == 1 and ops.get(per_tensor, 0) == extra, ops
     else:
         assert ops.get(per_tensor) == n_params + extra and multi not in ops, ops
+
+
+@pytest.mark.parametrize("multi_tensor", [True, False], ids=["cuda-rule", "cpu-rule"])
+def test_traced_unscaling_ops_and_results(multi_tensor, monkeypatch):
+    """Dynamic loss scaling over steps with and without an overflow: with the CUDA rule the graph unscales
+    and checks with one ``_amp_foreach_non_finite_check_and_unscale_``; the replayed steps equal the eager
+    per-tensor path (the well-tested one) bit for bit, skipped steps and scale history included (the
+    scales are powers of two, so the unscaled gradients are exact either way)."""
+    g = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g)) for _ in range(5)]
+    batches[2][0][0, 0] = float("inf")  # an overflow: the step is skipped and the scale halves
+
+    def run(compiled: bool):
+        scaler = GradScaler("dynamic", init_scale=2.0**10, steps_per_increase=2)
+        model, step = _model_and_step({"max_gradient_norm": 0.05}, scaler)
+        if compiled:
+            step = CompiledStep(step, EngineOptions(compile_tier="fx", cuda_graphs=False))
+        _force(monkeypatch, multi_tensor and compiled)
+        history = []
+        for x, y in batches:
+            step(x, y)
+            history.append(float(scaler.current_scale))
+        return step, history, [p.detach().clone() for p in model.parameters()]
+
+    _, eager_history, eager_params = run(False)
+    compiled, history, params = run(True)
+    assert history == eager_history and eager_history[2] < eager_history[1], history
+    assert all(torch.equal(a, b) for a, b in zip(params, eager_params))
+    ops = next(iter(compiled._executables.values()))[0].summary.op_counts
+    n_params = len(params)  # the per-tensor check is isfinite(g).all(): an abs (and more) per gradient
+    if multi_tensor:
+        assert ops.get("_amp_foreach_non_finite_check_and_unscale_") == 1 and "abs" not in ops, ops
+    else:
+        assert ops.get("abs") == n_params and "_amp_foreach_non_finite_check_and_unscale_" not in ops, ops
