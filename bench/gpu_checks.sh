@@ -3,10 +3,11 @@
 # CSX inductor + CUDA graph) at batch 32 and 16, and the runner paths (fp16 + dynamic scaling, host/device
 # overlap, fsdp + cpu offload on the Llama-3.2-1B keys). Each part gets a share of a deadline (BUDGET_S,
 # default 560 s) and writes its log to OUT (default ./gpu_out); a part that runs out of time is cut, the
-# rest still run. PARTS picks and orders the parts (default: cuda_tests lm_b32 paths lm_b16 lm_llama; one
-# lent session's 15 device minutes fit about four). Run from the repository root: bash bench/gpu_checks.sh
+# rest still run. PARTS picks and orders the parts (default: cuda_tests lm_b32 lm_llama lm_b16 paths: what
+# 2026-11-27's run left unmeasured first; one lent session's 15 device minutes fit about four). Run from the
+# repository root: bash bench/gpu_checks.sh
 set -u
-PARTS=${PARTS:-cuda_tests lm_b32 paths lm_b16 lm_llama}
+PARTS=${PARTS:-cuda_tests lm_b32 lm_llama lm_b16 paths}
 OUT=${OUT:-./gpu_out}; mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-560}; START=$(date +%s)
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/inductor_cache
