@@ -107,3 +107,34 @@ def test_traced_unscaling_ops_and_results(multi_tensor, monkeypatch):
         assert ops.get("_amp_foreach_non_finite_check_and_unscale_") == 1 and "abs" not in ops, ops
     else:
         assert ops.get("abs") == n_params and "_amp_foreach_non_finite_check_and_unscale_" not in ops, ops
+
+
+@pytest.mark.slow
+def test_inductor_s_wrapper_form_runs_the_multi_tensor_ops(monkeypatch, caplog):
+    """The form CUDA steps are built in (inductor's Python wrapper, ``standalone_compile``) takes the
+    multi-tensor norm and unscale as ATen calls: built here on the CPU (where the ahead-of-time library
+    cannot call them) by failing the ahead-of-time build, it matches the eager steps within 1e-5 (its C++
+    kernels sum in their own order)."""
+    import cs_run.engine.aot as aot  # noqa: PLC0415
+
+    g = torch.Generator().manual_seed(3)
+    batches = [(torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g)) for _ in range(4)]
+
+    def run(compiled: bool):
+        scaler = GradScaler("dynamic", init_scale=2.0**10, steps_per_increase=2)
+        model, step = _model_and_step({"max_gradient_norm": 0.05}, scaler)
+        if compiled:
+            step = CompiledStep(step, EngineOptions(compile_tier="inductor", cuda_graphs=False))
+        losses = [step(x, y).detach().clone() for x, y in batches]
+        return step, torch.stack(losses), [p.detach().clone() for p in model.parameters()]
+
+    _, eager_losses, eager_params = run(False)
+    _force(monkeypatch, True)
+    monkeypatch.setattr(aot, "build", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("the CUDA path, please")))
+    compiled, losses, params = run(True)
+    assert "building inductor's Python-wrapper form" in caplog.text
+    ops = next(iter(compiled._executables.values()))[0].summary.op_counts
+    assert ops.get("_foreach_norm") == 1 and ops.get("_amp_foreach_non_finite_check_and_unscale_") == 1, ops
+    torch.testing.assert_close(losses, eager_losses, atol=1e-5, rtol=1e-5)
+    for a, b in zip(params, eager_params):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
