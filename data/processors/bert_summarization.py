@@ -22,11 +22,10 @@ import random
 from typing import Optional, Union
 
 import numpy as np
-import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from cs_run.data.processors.bert import build_vocab, read_meta
-from cs_run.data.readers.meta_dat import whole_batches
+from cs_run.data.processors.bert import build_vocab, read_meta, shard_and_shuffle_data, stack_features
+from cs_run.data.readers.meta_dat import batches, whole_batches
 from cs_run.errors import DataError
 from cs_run.registry import register_data_processor
 
@@ -112,20 +111,10 @@ class BertSumCSVDataset(IterableDataset):
                 "cls_weights": (cls_indices != self.pad_id).astype(np.float32)}
 
     def __iter__(self):
-        # shard_and_shuffle_data: worker w of W reads files w, w + W, ...; its seed is shuffle_seed + w + 1
-        info = torch.utils.data.get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        seed = self.shuffle_seed
-        if seed is not None and info is not None:
-            seed += worker + 1
-        batch: list = []
-        for path, line, cells in self._rows(self.files[worker::workers], random.Random(seed)):
-            batch.append(self.features(path, line, cells))
-            if len(batch) == self.batch_size:
-                yield {k: torch.from_numpy(np.stack([b[k] for b in batch])) for k in batch[0]}
-                batch = []
-        if batch and not self.drop_last:
-            yield {k: torch.from_numpy(np.stack([b[k] for b in batch])) for k in batch[0]}
+        files, seed = shard_and_shuffle_data(self.files, self.shuffle_seed)
+        rows = self._rows(files, random.Random(seed))
+        for batch in batches((self.features(*row) for row in rows), self.batch_size, self.drop_last):
+            yield stack_features(batch)
 
 
 @register_data_processor("BertSumCSVDataProcessor")

@@ -23,11 +23,10 @@ import random
 from typing import Optional, Union
 
 import numpy as np
-import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from cs_run.data.processors.bert import build_vocab, read_meta
-from cs_run.data.readers.meta_dat import buffered_csv_rows, whole_batches
+from cs_run.data.processors.bert import build_vocab, read_meta, shard_and_shuffle_data, stack_features
+from cs_run.data.readers.meta_dat import batches, buffered_csv_rows, whole_batches
 from cs_run.errors import DataError
 from cs_run.registry import register_data_processor
 
@@ -76,8 +75,8 @@ class BertTokenClassifierDataset(IterableDataset):
     def __len__(self) -> int:
         return self.num_examples // self.batch_size
 
-    def _rows(self, rng: random.Random):
-        return buffered_csv_rows(self.files, rng, shuffle=self.shuffle, buffer_size=self.shuffle_buffer,
+    def _rows(self, files: list, rng: random.Random):
+        return buffered_csv_rows(files, rng, shuffle=self.shuffle, buffer_size=self.shuffle_buffer,
                                  shuffle_files=False, check_header=_check_header)
 
     def features(self, path: str, line: int, row: dict) -> dict:
@@ -107,25 +106,10 @@ class BertTokenClassifierDataset(IterableDataset):
                 "token_type_ids": np.zeros((self.msl,), np.int32), "labels": label_ids}
 
     def __iter__(self):
-        # shard_and_shuffle_data: worker w of W reads files w, w + W, ...; its seed is shuffle_seed + w + 1
-        info = torch.utils.data.get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        seed = self.shuffle_seed
-        if seed is not None and info is not None:
-            seed += worker + 1
-        rng = random.Random(seed)
-        dataset = self
-        if workers > 1:
-            dataset = object.__new__(type(self))
-            dataset.__dict__.update(self.__dict__, files=self.files[worker::workers])
-        batch: list = []
-        for path, line, row in dataset._rows(rng):
-            batch.append(self.features(path, line, row))
-            if len(batch) == self.batch_size:
-                yield {k: torch.from_numpy(np.stack([b[k] for b in batch])) for k in batch[0]}
-                batch = []
-        if batch and not self.drop_last:
-            yield {k: torch.from_numpy(np.stack([b[k] for b in batch])) for k in batch[0]}
+        files, seed = shard_and_shuffle_data(self.files, self.shuffle_seed)
+        rows = self._rows(files, random.Random(seed))
+        for batch in batches((self.features(*row) for row in rows), self.batch_size, self.drop_last):
+            yield stack_features(batch)
 
 
 @register_data_processor("BertTokenClassifierDataProcessor")
