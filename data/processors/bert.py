@@ -28,7 +28,7 @@ import logging
 import os
 import random
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 import numpy as np
 import torch
@@ -42,7 +42,7 @@ from cs_run.registry import register_data_processor
 logger = logging.getLogger(__name__)
 
 __all__ = ["BertCSVDynamicMaskDataset", "BertHDF5Dataset", "build_dataloader", "read_meta", "build_vocab",
-           "create_masked_lm_predictions", "shard_and_shuffle_data", "stack_features", "DATA_PROCESSORS"]
+           "create_masked_lm_predictions", "ShardedRowsDataset", "stack_features", "DATA_PROCESSORS"]
 
 DATA_PROCESSORS = ("BertCSVDynamicMaskDataProcessor", "BertHDF5DataProcessor")
 
@@ -68,19 +68,39 @@ def build_vocab(vocab_file: str, do_lower: bool, oov_token: str) -> tuple[dict, 
     return vocab, len(words), words.index(oov_token)
 
 
-def shard_and_shuffle_data(files: list, shuffle_seed: Optional[int]) -> tuple[list, Optional[int]]:
-    """This input worker's files and seed as the vendor's bert_utils.shard_and_shuffle_data (the summarization and
-    NER processors'): worker w of W reads files w, w + W, ... with seed shuffle_seed + w + 1; the main process
-    reads them all with shuffle_seed itself (this processor's _worker_init_fn adds 1 there too)."""
-    info = torch.utils.data.get_worker_info()
-    if info is None:
-        return files, shuffle_seed
-    return files[info.id::info.num_workers], None if shuffle_seed is None else shuffle_seed + info.id + 1
-
-
 def stack_features(batch: list[dict]) -> dict[str, torch.Tensor]:
     """One batch of rows' numpy features as tensors: each key's arrays stacked on a new first axis."""
     return {k: torch.from_numpy(np.stack([b[k] for b in batch])) for k in batch[0]}
+
+
+class ShardedRowsDataset(IterableDataset):
+    """The batches of a meta.dat CSV folder's rows as the vendor's summarization and NER processors read it
+    (bert_utils.shard_and_shuffle_data): worker w of W reads files w, w + W, ... with seed shuffle_seed + w + 1,
+    the main process all of them with shuffle_seed itself (BertCSVDynamicMaskDataset's _worker_init_fn adds 1
+    there too), and each row's :meth:`features` are stacked ``batch_size`` at a time.
+
+    A subclass sets ``files``, ``num_examples``, ``batch_size``, ``drop_last`` and ``shuffle_seed`` and defines
+    ``_rows(files, rng)`` (``(path, line, row)`` of those files) and ``features(path, line, row)``.
+    """
+
+    files: list
+    num_examples: int
+    batch_size: int
+    drop_last: bool
+    shuffle_seed: Optional[int]
+
+    def __len__(self) -> int:
+        return self.num_examples // self.batch_size
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        info = torch.utils.data.get_worker_info()
+        files, seed = self.files, self.shuffle_seed
+        if info is not None:
+            files = files[info.id::info.num_workers]
+            seed = None if seed is None else seed + info.id + 1
+        rows = self._rows(files, random.Random(seed))
+        for batch in batches((self.features(*row) for row in rows), self.batch_size, self.drop_last):
+            yield stack_features(batch)
 
 
 def create_masked_lm_predictions(tokens: list, token_ids: list, max_sequence_length: int, mask_token_id: int,

@@ -23,10 +23,10 @@ import random
 from typing import Optional, Union
 
 import numpy as np
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader
 
-from cs_run.data.processors.bert import build_vocab, read_meta, shard_and_shuffle_data, stack_features
-from cs_run.data.readers.meta_dat import batches, buffered_csv_rows, whole_batches
+from cs_run.data.processors.bert import ShardedRowsDataset, build_vocab, read_meta
+from cs_run.data.readers.meta_dat import buffered_csv_rows, whole_batches
 from cs_run.errors import DataError
 from cs_run.registry import register_data_processor
 
@@ -53,7 +53,7 @@ def _check_header(path: str, columns: list) -> None:
         raise DataError(f"{path}:1: no column {missing[0]!r}; the NER CSV has 'tokens' and 'labels'")
 
 
-class BertTokenClassifierDataset(IterableDataset):
+class BertTokenClassifierDataset(ShardedRowsDataset):
     """Batches (dicts of int32 tensors) of the NER CSV rows; ``len(self)`` whole batches a pass (``drop_last``)."""
 
     def __init__(self, *, data_dir, batch_size: int, vocab_file: str, label_vocab_file: str, do_lower: bool,
@@ -71,9 +71,6 @@ class BertTokenClassifierDataset(IterableDataset):
         self.batch_size, self.drop_last = batch_size, drop_last
         self.shuffle, self.shuffle_seed = shuffle, shuffle_seed
         self.shuffle_buffer = 10 * batch_size if shuffle_buffer is None else shuffle_buffer
-
-    def __len__(self) -> int:
-        return self.num_examples // self.batch_size
 
     def _rows(self, files: list, rng: random.Random):
         return buffered_csv_rows(files, rng, shuffle=self.shuffle, buffer_size=self.shuffle_buffer,
@@ -104,12 +101,6 @@ class BertTokenClassifierDataset(IterableDataset):
         loss_mask = np.ones((self.msl,), np.int32) if self.include_padding_in_loss else attention_mask.copy()
         return {"input_ids": input_ids, "attention_mask": attention_mask, "loss_mask": loss_mask,
                 "token_type_ids": np.zeros((self.msl,), np.int32), "labels": label_ids}
-
-    def __iter__(self):
-        files, seed = shard_and_shuffle_data(self.files, self.shuffle_seed)
-        rows = self._rows(files, random.Random(seed))
-        for batch in batches((self.features(*row) for row in rows), self.batch_size, self.drop_last):
-            yield stack_features(batch)
 
 
 @register_data_processor("BertTokenClassifierDataProcessor")
