@@ -12,27 +12,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 import transformers
+from machine_info import cpu_name
 
 from cs_run.checkpoint import save
 from cs_run.models.common.generate import GenerationConfig, generate
 from cs_run.models.common.hf import build
 from cs_run.registry import hf_converter
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown CPU"
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")),
-                "unknown CPU")
 
 
 def models(folder: Path, hidden: int, layers: int, vocab: int):

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from machine_info import cpu_name
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "data" / "vendor_preprocess"
@@ -41,15 +42,6 @@ WORKLOADS = {  # name: (the recorded case whose config is run, input folder, max
     "multi-turn chat finetuning": ("multi_turn_dialogue", "chat", 512),
     "pretraining, shuffled VSL": ("hf_pretraining_vsl_shuffle_token_limit", "text", 2048),
 }
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown CPU"
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")),
-                "unknown CPU")
 
 
 def write_inputs(folder: Path, size: int) -> None:

@@ -23,18 +23,11 @@ import time
 from pathlib import Path
 
 import torch
+from machine_info import cpu_name
 
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS = ROOT / "examples" / "fc_mnist" / "params.yaml"
 TIERS = {"default": [], "fx": ["--compile_tier", "fx"], "inductor": ["--compile_tier", "inductor"]}
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        return "unknown (no lscpu)"
 
 
 def one_run(tier: str, steps: int, work: Path, index: int) -> tuple[float, float, str]:
@@ -62,7 +55,7 @@ def main() -> None:
     parser.add_argument("--inductor", action="store_true", help="also time the inductor tier")
     args = parser.parse_args()
     tiers = ["default", "fx"] + (["inductor"] if args.inductor else [])
-    print(f"CPU: {cpu_model()} ({os.cpu_count()} cores visible); torch {torch.__version__}; OMP_NUM_THREADS=1")
+    print(f"CPU: {cpu_name()} ({os.cpu_count()} cores visible); torch {torch.__version__}; OMP_NUM_THREADS=1")
     print(f"fc_mnist, cs-run train --device CSX --max_steps {args.steps}, fresh model_dir and empty compile cache "
           f"each run, {args.repeats} interleaved repeats")
     times: dict[str, list[float]] = {t: [] for t in tiers}

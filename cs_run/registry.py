@@ -82,20 +82,20 @@ logger = logging.getLogger(__name__)
 _MODELS: dict[str, ModelSpec] = {}
 MODEL_PACKAGES = ("cs_run.models",)
 """Packages whose import registers models (cs-run's own model home); imported on the first lookup."""
-_discovered = False
 
 _DATA: dict[str, Callable[..., Any]] = {}
 DATA_PACKAGES = ("cs_run.data.processors",)
 """Packages whose import registers data processors (cs-run's data home); imported on the first lookup."""
-_data_discovered = False
+_imported_homes: set[str] = set()
 
 
-def _discover() -> None:
-    """Import the model packages once, so their families register themselves; the core names no model."""
-    global _discovered
-    if not _discovered:
-        _discovered = True
-        for package in MODEL_PACKAGES:
+def _import_homes(packages: tuple[str, ...]) -> None:
+    """Import each of ``packages`` once (MODEL_PACKAGES, DATA_PACKAGES), so that their families or processors
+    register themselves; the core names none. Marked before the import, so a lookup while it runs does not
+    import it again."""
+    for package in packages:
+        if package not in _imported_homes:
+            _imported_homes.add(package)
             importlib.import_module(package)
 
 
@@ -126,7 +126,7 @@ def register_data_processor(*names: str) -> Callable[[Callable[..., Any]], Calla
 
 
 def registered_data_processors() -> list[str]:
-    _discover_data()
+    _import_homes(DATA_PACKAGES)
     return sorted(_DATA)
 
 
@@ -136,20 +136,11 @@ def data_processor_function(name: str, where: str) -> Callable[..., Any]:
     Raises:
         ParamsError: none is; ``where`` says where the name came from.
     """
-    _discover_data()
+    _import_homes(DATA_PACKAGES)
     if name not in _DATA:
         raise ParamsError(f"{where}: no data processor {name!r} is registered; registered: "
                           f"{', '.join(sorted(_DATA)) or 'none'}")
     return _DATA[name]
-
-
-def _discover_data() -> None:
-    """Import the data packages once, so their processors register themselves (see :func:`_discover`)."""
-    global _data_discovered
-    if not _data_discovered:
-        _data_discovered = True
-        for package in DATA_PACKAGES:
-            importlib.import_module(package)
 
 
 def hf_converter(name: Optional[str], where: str) -> Any:
@@ -158,7 +149,7 @@ def hf_converter(name: Optional[str], where: str) -> Any:
     Raises:
         ParamsError: the model is unknown or has no converter; ``where`` says where the name came from.
     """
-    _discover()
+    _import_homes(MODEL_PACKAGES)
     spec = _MODELS.get(name) if isinstance(name, str) else None
     if spec is None or not spec.hf_converter:  # an HF model_type another model reads (gpt_neox -> gpt-neox)
         spec = next((s for s in _MODELS.values() if s.hf_converter and name in s.hf_model_types), spec)
@@ -177,7 +168,7 @@ def apply_model_defaults(raw: dict, locate=lambda key: "") -> dict:
     model = raw.get("model")
     if not isinstance(model, dict):
         return raw
-    _discover()
+    _import_homes(MODEL_PACKAGES)
     if "name" not in model:
         named = {section.get("data_processor") for section in (raw.get("train_input"), raw.get("eval_input"))
                  if isinstance(section, dict)}
@@ -224,7 +215,7 @@ def sections_reading_data_processor(raw: dict) -> frozenset[str]:
     model = raw.get("model")
     if not isinstance(model, dict):
         return frozenset()
-    _discover()
+    _import_homes(MODEL_PACKAGES)
     spec = _MODELS.get(model.get("name"))
     if spec is None or not spec.data_processors:
         return frozenset()
@@ -233,13 +224,13 @@ def sections_reading_data_processor(raw: dict) -> frozenset[str]:
 
 
 def registered_models() -> list[str]:
-    _discover()
+    _import_homes(MODEL_PACKAGES)
     return sorted(_MODELS)
 
 
 def get_model_spec(name: str) -> ModelSpec:
     """A registered name, or a ``module:function`` string taken as the model function itself."""
-    _discover()
+    _import_homes(MODEL_PACKAGES)
     if name in _MODELS:
         return _MODELS[name]
     if ":" in name:

@@ -422,13 +422,11 @@ class Checkpointer:
 
 def _check_same_tensors(path: Path, loaded: dict[str, Any], live: dict[str, Any]) -> None:
     """The converted weights of ``path`` are the model's tensors, name for name and shape for shape."""
-    for key in sorted(set(loaded) | set(live)):
-        have, want = loaded.get(key), live.get(key)
-        if have is None or want is None or tuple(have.shape) != tuple(want.shape):
-            got = "nothing" if have is None else f"shape {list(have.shape)}"
-            raise CheckpointError(f"Hugging Face folder {path}: {key}: gives {got}, the model "
-                                  f"{'has no such tensor' if want is None else list(want.shape)}; convert it with "
-                                  f"{_hf_start.convert_command(path)} and use its params")
+    mismatch = _decoder_start.tensor_mismatch(loaded, live)
+    if mismatch is not None:
+        key, got, want = mismatch
+        raise CheckpointError(f"Hugging Face folder {path}: {key}: gives {got}, the model {want}; convert it with "
+                              f"{_hf_start.convert_command(path)} and use its params")
 
 
 def _data_topology() -> dict[str, int]:

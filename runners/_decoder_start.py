@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 import yaml
@@ -27,7 +27,7 @@ from cs_run.models.dpo.model import DPOModel
 if TYPE_CHECKING:
     from cs_run.runners.base import PyTorchBaseRunner
 
-__all__ = ["is_decoder_start", "decoder_start_state", "dpo_model", "both_roles"]
+__all__ = ["is_decoder_start", "decoder_start_state", "dpo_model", "both_roles", "tensor_mismatch"]
 
 logger = logging.getLogger("cs_run.runners")
 
@@ -83,6 +83,17 @@ def _folded(policy: torch.nn.Module, state: dict[str, Any], lora: Any, head: str
     return folded_state_dict(adapted)
 
 
+def tensor_mismatch(loaded: dict[str, Any], live: dict[str, Any]) -> Optional[tuple[str, str, str]]:
+    """The first key (in sorted order) where ``loaded`` and the model's ``live`` tensors differ in name or shape:
+    (key, what ``loaded`` holds, what the model has), in words for an error; None where they match."""
+    for key in sorted(set(loaded) | set(live)):
+        have, want = loaded.get(key), live.get(key)
+        if have is None or want is None or tuple(have.shape) != tuple(want.shape):
+            return (key, "nothing" if have is None else f"shape {list(have.shape)}",
+                    "has no such tensor" if want is None else str(list(want.shape)))
+    return None
+
+
 def decoder_start_state(runner: "PyTorchBaseRunner", head: str, path: Path) -> dict[str, Any]:
     """``{"model": state}`` of the DPO model from the decoder checkpoint ``path`` (see the module doc): the
     same weights under ``policy_model.`` and ``ref_model.``.
@@ -98,14 +109,11 @@ def decoder_start_state(runner: "PyTorchBaseRunner", head: str, path: Path) -> d
     state = {k: torch.as_tensor(v) for k, v in stored.items()}
     if any(k.endswith(LORA_SUFFIXES) for k in state):
         state = _folded(model.policy_model, state, _lora_params(head, path), head, path)
-    live = model.policy_model.state_dict()
-    for key in sorted(set(state) | set(live)):
-        have, want = state.get(key), live.get(key)
-        if have is None or want is None or tuple(have.shape) != tuple(want.shape):
-            got = "nothing" if have is None else f"shape {list(have.shape)}"
-            raise CheckpointError(f"{head}: {path} is not a checkpoint of model.policy_model: {key}: it holds {got}, "
-                                  f"the policy {'has no such tensor' if want is None else list(want.shape)}; start "
-                                  "from a checkpoint of the decoder policy_model describes")
+    mismatch = tensor_mismatch(state, model.policy_model.state_dict())
+    if mismatch is not None:
+        key, got, want = mismatch
+        raise CheckpointError(f"{head}: {path} is not a checkpoint of model.policy_model: {key}: it holds {got}, "
+                              f"the policy {want}; start from a checkpoint of the decoder policy_model describes")
     roles = [r for r in _ROLES if getattr(model, r, None) is not None]
     logger.info("Starting DPO from the decoder checkpoint %s: its weights are the %s's", path, " and the ".join(roles))
     return {"model": both_roles(model, state)}

@@ -66,6 +66,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, Optional
 
 import yaml
 
@@ -936,15 +937,35 @@ def write_llava_from_config(out: Path, config: str, cs_run: str) -> None:
     shutil.copytree(params["setup"]["image_dir"], out / "images", dirs_exist_ok=True)
 
 
+def write_llava_folders(out: Path, llava_config: Optional[str] = None, cs_run: str = "cs-run") -> None:
+    """llava's samples under ``out/llava/start_N`` for each of LLAVA_IMAGE_STARTS, each with Release 2.2's six-row
+    copy in LLAVA_2_2_FOLDER; with ``llava_config`` start_1's come from the vendor tool's config
+    (:func:`write_llava_from_config`)."""
+    for start in LLAVA_IMAGE_STARTS:
+        folder = out / "llava" / f"start_{start}"
+        if llava_config and start == 1:
+            write_llava_from_config(folder, llava_config, cs_run)
+        else:
+            write_llava_data(folder, image_start_idx=start)
+        write_llava_data(folder / LLAVA_2_2_FOLDER, image_start_idx=start, six_rows=True)
+
+
+DATA_WRITERS: dict[str, Callable[[Path], None]] = {
+    "bert": write_bert_csv, "esm2": write_esm2_data, "t5": write_t5_text, "transformer": write_transformer_text,
+    "imagenet": write_images, "dpo": write_dpo_shards, "dit": lambda out: write_dit_latents(out / "dit"),
+    "dpr": write_dpr_data, "llava": write_llava_folders,
+    "multimodal_simple": lambda out: write_multimodal_simple_data(out / "multimodal_simple")}
+"""Each written data folder of DATA_OF by its name: the writer of the folder it is given."""
+
+WRITE_FLAGS = {"write_dit_latents": "dit", "write_images": "imagenet", "write_bert_csv": "bert",
+               "write_esm2_data": "esm2", "write_llava_data": "llava",
+               "write_multimodal_simple_data": "multimodal_simple", "write_dpr_data": "dpr", "write_t5_text": "t5",
+               "write_transformer_text": "transformer"}
+"""Each ``--write-*`` flag's DATA_WRITERS entry, written under ``--shards`` in this order."""
+
+
 def write_data(root: Path, kinds: set, cs_run: str) -> None:
     """Each data folder of DATA_OF that ``kinds`` names, under ``root/<kind>`` (written once: kept if there)."""
-    writers = {"bert": write_bert_csv, "esm2": write_esm2_data, "t5": write_t5_text,
-               "transformer": write_transformer_text, "imagenet": write_images, "dpo": write_dpo_shards,
-               "dit": lambda out: write_dit_latents(out / "dit"), "dpr": write_dpr_data,
-               "llava": lambda out: [write_llava_data(out / "llava" / f"start_{start}" / folder, image_start_idx=start,
-                                                      six_rows=bool(folder))
-                                     for start in LLAVA_IMAGE_STARTS for folder in ("", LLAVA_2_2_FOLDER)],
-               "multimodal_simple": lambda out: write_multimodal_simple_data(out / "multimodal_simple")}
     for kind in sorted(kinds - {"mnist"}):
         if (root / kind / ".written").exists():
             continue
@@ -954,7 +975,7 @@ def write_data(root: Path, kinds: set, cs_run: str) -> None:
                             str(MODEL_SIZES["vocab_size"]), "--eval_fraction", "0.1"], check=True,
                            capture_output=True)
         else:
-            writers[kind](root / kind)
+            DATA_WRITERS[kind](root / kind)
         (root / kind / ".written").touch()
 
 
@@ -1199,30 +1220,12 @@ def main() -> int:
         return 0
     if not (args.shards or args.data_root):
         parser.error("one of --shards or --data-root is required")
-    if args.write_dit_latents:
-        write_dit_latents(Path(args.shards) / "dit")
-    if args.write_images:
-        write_images(Path(args.shards))
-    if args.write_bert_csv:
-        write_bert_csv(Path(args.shards))
-    if args.write_esm2_data:
-        write_esm2_data(Path(args.shards))
-    if args.write_llava_data:
-        for start in LLAVA_IMAGE_STARTS:
-            if args.llava_config and start == 1:
-                write_llava_from_config(Path(args.shards) / "llava" / "start_1", args.llava_config, args.cs_run)
+    for flag, kind in WRITE_FLAGS.items():
+        if getattr(args, flag):
+            if kind == "llava":
+                write_llava_folders(Path(args.shards), args.llava_config, args.cs_run)
             else:
-                write_llava_data(Path(args.shards) / "llava" / f"start_{start}", image_start_idx=start)
-            write_llava_data(Path(args.shards) / "llava" / f"start_{start}" / LLAVA_2_2_FOLDER, image_start_idx=start,
-                             six_rows=True)
-    if args.write_multimodal_simple_data:
-        write_multimodal_simple_data(Path(args.shards) / "multimodal_simple")
-    if args.write_dpr_data:
-        write_dpr_data(Path(args.shards))
-    if args.write_t5_text:
-        write_t5_text(Path(args.shards))
-    if args.write_transformer_text:
-        write_transformer_text(Path(args.shards))
+                DATA_WRITERS[kind](Path(args.shards))
     tags = all_tags(args.mirror) if args.all_tags else (args.tag or ["Release_2.10.0"])
     jobs, per_tag = sweep_jobs(tags, args.mirror, args.match)
     if args.failed_from:  # run again what failed there (after a fix)

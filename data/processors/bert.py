@@ -28,13 +28,13 @@ import logging
 import os
 import random
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from cs_run.data.readers.meta_dat import buffered_csv_rows, whole_batches
+from cs_run.data.readers.meta_dat import batches, buffered_csv_rows, whole_batches
 from cs_run.data.readers.meta_dat import read_meta as _read_meta
 from cs_run.errors import DataError
 from cs_run.registry import register_data_processor
@@ -42,7 +42,7 @@ from cs_run.registry import register_data_processor
 logger = logging.getLogger(__name__)
 
 __all__ = ["BertCSVDynamicMaskDataset", "BertHDF5Dataset", "build_dataloader", "read_meta", "build_vocab",
-           "create_masked_lm_predictions", "DATA_PROCESSORS"]
+           "create_masked_lm_predictions", "ShardedRowsDataset", "stack_features", "DATA_PROCESSORS"]
 
 DATA_PROCESSORS = ("BertCSVDynamicMaskDataProcessor", "BertHDF5DataProcessor")
 
@@ -66,6 +66,41 @@ def build_vocab(vocab_file: str, do_lower: bool, oov_token: str) -> tuple[dict, 
     for i, w in enumerate(words):
         vocab[w] = i  # a repeated word keeps its last id, as the vendor's dict update does
     return vocab, len(words), words.index(oov_token)
+
+
+def stack_features(batch: list[dict]) -> dict[str, torch.Tensor]:
+    """One batch of rows' numpy features as tensors: each key's arrays stacked on a new first axis."""
+    return {k: torch.from_numpy(np.stack([b[k] for b in batch])) for k in batch[0]}
+
+
+class ShardedRowsDataset(IterableDataset):
+    """The batches of a meta.dat CSV folder's rows as the vendor's summarization and NER processors read it
+    (bert_utils.shard_and_shuffle_data): worker w of W reads files w, w + W, ... with seed shuffle_seed + w + 1,
+    the main process all of them with shuffle_seed itself (BertCSVDynamicMaskDataset's _worker_init_fn adds 1
+    there too), and each row's :meth:`features` are stacked ``batch_size`` at a time.
+
+    A subclass sets ``files``, ``num_examples``, ``batch_size``, ``drop_last`` and ``shuffle_seed`` and defines
+    ``_rows(files, rng)`` (``(path, line, row)`` of those files) and ``features(path, line, row)``.
+    """
+
+    files: list
+    num_examples: int
+    batch_size: int
+    drop_last: bool
+    shuffle_seed: Optional[int]
+
+    def __len__(self) -> int:
+        return self.num_examples // self.batch_size
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        info = torch.utils.data.get_worker_info()
+        files, seed = self.files, self.shuffle_seed
+        if info is not None:
+            files = files[info.id::info.num_workers]
+            seed = None if seed is None else seed + info.id + 1
+        rows = self._rows(files, random.Random(seed))
+        for batch in batches((self.features(*row) for row in rows), self.batch_size, self.drop_last):
+            yield stack_features(batch)
 
 
 def create_masked_lm_predictions(tokens: list, token_ids: list, max_sequence_length: int, mask_token_id: int,
@@ -209,17 +244,12 @@ class BertCSVDynamicMaskDataset(IterableDataset):
         if workers > 1:
             dataset = object.__new__(type(self))
             dataset.__dict__.update(self.__dict__, files=self.files[worker::workers])
-        batch: list = []
-        for path, line, row in dataset._rows(rng):
-            batch.append(self._features(path, line, row, rng))
-            if len(batch) == self.batch_size:
-                yield self._collate(batch)
-                batch = []
-        if batch and not self.drop_last:
+        samples = (self._features(path, line, row, rng) for path, line, row in dataset._rows(rng))
+        for batch in batches(samples, self.batch_size, self.drop_last):
             yield self._collate(batch)
 
     def _collate(self, batch: list) -> dict:
-        out = {k: torch.from_numpy(np.stack([b[k] for b in batch])) for k in batch[0]}
+        out = stack_features(batch)
         if self.dynamic_mlm_scale:
             scale = len(batch) / torch.sum(out["masked_lm_mask"])
             out["mlm_loss_scale"] = scale.expand(len(batch), 1)

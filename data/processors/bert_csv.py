@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from cs_run.data.processors.bert import read_meta
-from cs_run.data.readers.meta_dat import buffered_csv_rows
+from cs_run.data.readers.meta_dat import batches, buffered_csv_rows
 from cs_run.errors import DataError
 from cs_run.registry import register_data_processor
 
@@ -81,13 +81,7 @@ class BertCSVDataset(IterableDataset):
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         rng = random.Random(None if self.seed is None else self.seed + worker)
-        batch: list = []
-        for features in self._rows(rng, worker, workers):
-            batch.append(features)
-            if len(batch) == self.batch_size:
-                yield self._collate(batch)
-                batch = []
-        if batch and not self.drop_last:
+        for batch in batches(self._rows(rng, worker, workers), self.batch_size, self.drop_last):
             yield self._collate(batch)
 
     def _collate(self, batch: list) -> dict:

@@ -22,10 +22,9 @@ import random
 from typing import Optional, Union
 
 import numpy as np
-import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader
 
-from cs_run.data.processors.bert import build_vocab, read_meta
+from cs_run.data.processors.bert import ShardedRowsDataset, build_vocab, read_meta
 from cs_run.data.readers.meta_dat import whole_batches
 from cs_run.errors import DataError
 from cs_run.registry import register_data_processor
@@ -52,7 +51,7 @@ def _pad(values: list, pad: int, length: int) -> np.ndarray:
     return out
 
 
-class BertSumCSVDataset(IterableDataset):
+class BertSumCSVDataset(ShardedRowsDataset):
     """Batches (dicts of tensors) of the BERTSUM CSV rows; ``len(self)`` whole batches a pass (``drop_last``)."""
 
     def __init__(self, *, data_dir, batch_size: int, vocab_file: str, max_sequence_length: int, max_cls_tokens: int,
@@ -67,9 +66,6 @@ class BertSumCSVDataset(IterableDataset):
         self.batch_size, self.drop_last = batch_size, drop_last
         self.shuffle, self.shuffle_seed = shuffle, shuffle_seed
         self.shuffle_buffer = 10 * batch_size if shuffle_buffer is None else shuffle_buffer
-
-    def __len__(self) -> int:
-        return self.num_examples // self.batch_size
 
     def _rows(self, files: list, rng: random.Random):
         buffer: list = []
@@ -110,22 +106,6 @@ class BertSumCSVDataset(IterableDataset):
                 "attention_mask": (input_ids != self.pad_id).astype(np.int32),
                 "labels": _pad(labels, self.pad_id, self.max_cls), "cls_indices": cls_indices,
                 "cls_weights": (cls_indices != self.pad_id).astype(np.float32)}
-
-    def __iter__(self):
-        # shard_and_shuffle_data: worker w of W reads files w, w + W, ...; its seed is shuffle_seed + w + 1
-        info = torch.utils.data.get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        seed = self.shuffle_seed
-        if seed is not None and info is not None:
-            seed += worker + 1
-        batch: list = []
-        for path, line, cells in self._rows(self.files[worker::workers], random.Random(seed)):
-            batch.append(self.features(path, line, cells))
-            if len(batch) == self.batch_size:
-                yield {k: torch.from_numpy(np.stack([b[k] for b in batch])) for k in batch[0]}
-                batch = []
-        if batch and not self.drop_last:
-            yield {k: torch.from_numpy(np.stack([b[k] for b in batch])) for k in batch[0]}
 
 
 @register_data_processor("BertSumCSVDataProcessor")

@@ -23,10 +23,9 @@ import random
 from typing import Optional, Union
 
 import numpy as np
-import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader
 
-from cs_run.data.processors.bert import build_vocab, read_meta
+from cs_run.data.processors.bert import ShardedRowsDataset, build_vocab, read_meta
 from cs_run.data.readers.meta_dat import buffered_csv_rows, whole_batches
 from cs_run.errors import DataError
 from cs_run.registry import register_data_processor
@@ -54,7 +53,7 @@ def _check_header(path: str, columns: list) -> None:
         raise DataError(f"{path}:1: no column {missing[0]!r}; the NER CSV has 'tokens' and 'labels'")
 
 
-class BertTokenClassifierDataset(IterableDataset):
+class BertTokenClassifierDataset(ShardedRowsDataset):
     """Batches (dicts of int32 tensors) of the NER CSV rows; ``len(self)`` whole batches a pass (``drop_last``)."""
 
     def __init__(self, *, data_dir, batch_size: int, vocab_file: str, label_vocab_file: str, do_lower: bool,
@@ -73,11 +72,8 @@ class BertTokenClassifierDataset(IterableDataset):
         self.shuffle, self.shuffle_seed = shuffle, shuffle_seed
         self.shuffle_buffer = 10 * batch_size if shuffle_buffer is None else shuffle_buffer
 
-    def __len__(self) -> int:
-        return self.num_examples // self.batch_size
-
-    def _rows(self, rng: random.Random):
-        return buffered_csv_rows(self.files, rng, shuffle=self.shuffle, buffer_size=self.shuffle_buffer,
+    def _rows(self, files: list, rng: random.Random):
+        return buffered_csv_rows(files, rng, shuffle=self.shuffle, buffer_size=self.shuffle_buffer,
                                  shuffle_files=False, check_header=_check_header)
 
     def features(self, path: str, line: int, row: dict) -> dict:
@@ -105,27 +101,6 @@ class BertTokenClassifierDataset(IterableDataset):
         loss_mask = np.ones((self.msl,), np.int32) if self.include_padding_in_loss else attention_mask.copy()
         return {"input_ids": input_ids, "attention_mask": attention_mask, "loss_mask": loss_mask,
                 "token_type_ids": np.zeros((self.msl,), np.int32), "labels": label_ids}
-
-    def __iter__(self):
-        # shard_and_shuffle_data: worker w of W reads files w, w + W, ...; its seed is shuffle_seed + w + 1
-        info = torch.utils.data.get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        seed = self.shuffle_seed
-        if seed is not None and info is not None:
-            seed += worker + 1
-        rng = random.Random(seed)
-        dataset = self
-        if workers > 1:
-            dataset = object.__new__(type(self))
-            dataset.__dict__.update(self.__dict__, files=self.files[worker::workers])
-        batch: list = []
-        for path, line, row in dataset._rows(rng):
-            batch.append(self.features(path, line, row))
-            if len(batch) == self.batch_size:
-                yield {k: torch.from_numpy(np.stack([b[k] for b in batch])) for k in batch[0]}
-                batch = []
-        if batch and not self.drop_last:
-            yield {k: torch.from_numpy(np.stack([b[k] for b in batch])) for k in batch[0]}
 
 
 @register_data_processor("BertTokenClassifierDataProcessor")

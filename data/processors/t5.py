@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
 
+from cs_run.data.readers.meta_dat import batches
 from cs_run.data.readers.meta_dat import read_meta as _read_meta
 from cs_run.errors import DataError
 from cs_run.registry import register_data_processor
@@ -220,13 +221,7 @@ class T5DynamicDataset(IterableDataset):
         files = self.files[worker::workers]
         if self.shuffle:
             rng.shuffle(files)
-        batch: list = []
-        for sample in self._samples(np_rng, rng, files):
-            batch.append(sample)
-            if len(batch) == self.batch_size:
-                yield self._collate(batch)
-                batch = []
-        if batch and not self.drop_last:
+        for batch in batches(self._samples(np_rng, rng, files), self.batch_size, self.drop_last):
             yield self._collate(batch)
 
     def _collate(self, batch: list) -> dict[str, torch.Tensor]:

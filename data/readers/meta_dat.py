@@ -1,5 +1,5 @@
-"""Folders indexed by a ``meta.dat`` (the Model Zoo's BERT CSV and T5/Transformer text layouts): the index, and
-the rows of its CSV files streamed through the vendor's shuffle buffer.
+"""Folders indexed by a ``meta.dat`` (the Model Zoo's BERT CSV and T5/Transformer text layouts): the index, the
+rows of its CSV files streamed through the vendor's shuffle buffer, and their samples in batches.
 
 Each processor keeps its own error texts (what the folder should have been written by), so they are arguments.
 """
@@ -10,11 +10,13 @@ import csv
 import os
 import random
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TypeVar, Union
 
 from cs_run.errors import DataError
 
-__all__ = ["read_meta", "whole_batches", "buffered_csv_rows"]
+__all__ = ["read_meta", "whole_batches", "buffered_csv_rows", "batches"]
+
+_T = TypeVar("_T")
 
 
 def read_meta(data_dir: Union[str, list], *, form: str, written_by: str, key: str = "data_dir",
@@ -84,3 +86,16 @@ def buffered_csv_rows(files: Sequence[tuple[str, int]], rng: random.Random, *, s
     if shuffle:
         rng.shuffle(buffer)
     yield from buffer
+
+
+def batches(samples: Iterable[_T], batch_size: int, drop_last: bool) -> Iterator[list[_T]]:
+    """``samples`` in lists of ``batch_size``, the last shorter one kept unless ``drop_last``: the rule of a torch
+    DataLoader's batches, which these processors' iterable datasets batch themselves (``batch_size=None``)."""
+    batch: list = []
+    for sample in samples:
+        batch.append(sample)
+        if len(batch) == batch_size:
+            yield batch
+            batch = []
+    if batch and not drop_last:
+        yield batch

@@ -91,16 +91,22 @@ def model_keys_from_hf_config(cfg: dict) -> dict:
             "num_segments": int(cfg.get("type_vocab_size", 2))}
 
 
-def layer_pairs(i: int) -> list[tuple[str, str]]:
-    h, o = f"encoder.layer.{i}.", f"transformer_encoder.layers.{i}."
+def layer_pairs(i: int, hf: str = "encoder.layer.", ours: str = "transformer_encoder.layers.",
+                norms: tuple[str, str] = ("attention.output.LayerNorm", "output.LayerNorm")) -> list[tuple[str, str]]:
+    """(HF module, our module) of encoder layer ``i``: HF's BertLayer under ``hf``, ours under ``ours``.
+
+    ``norms`` are HF's names of the layer's two LayerNorms (``norm1``, ``norm2``): ESM's layer is BERT's with
+    its pre-norms named ``attention.LayerNorm`` and ``LayerNorm``.
+    """
+    h, o = f"{hf}{i}.", f"{ours}{i}."
     return [(h + "attention.self.query", o + "self_attn.proj_q_dense_layer"),
             (h + "attention.self.key", o + "self_attn.proj_k_dense_layer"),
             (h + "attention.self.value", o + "self_attn.proj_v_dense_layer"),
             (h + "attention.output.dense", o + "self_attn.proj_output_dense_layer"),
-            (h + "attention.output.LayerNorm", o + "norm1"),
+            (h + norms[0], o + "norm1"),
             (h + "intermediate.dense", o + "ffn.ffn.0.linear_layer"),
             (h + "output.dense", o + "ffn.ffn.1.linear_layer"),
-            (h + "output.LayerNorm", o + "norm2")]
+            (h + norms[1], o + "norm2")]
 
 
 def _names(model) -> list[tuple[str, str]]:

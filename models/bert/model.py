@@ -18,7 +18,6 @@ than the sequence are gathered at ``masked_lm_positions``; labels as long as it 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
@@ -30,6 +29,7 @@ from torch import nn
 from cs_run.metrics import AccuracyMetric, PerplexityMetric
 from cs_run.models.common.activations import ACTIVATIONS
 from cs_run.models.common.attention import MultiheadAttention
+from cs_run.models.common.config import config_signature
 from cs_run.models.common.config import key as config_key
 from cs_run.models.common.embeddings import FixedPositionEmbeddingLayer, LearnedPositionEmbeddingLayer
 from cs_run.models.common.encoder import TransformerEncoder, TransformerEncoderLayer, key_padding_mask
@@ -497,7 +497,4 @@ def build_model(**keys: Any) -> BertForPreTrainingModel:
     return build(BertConfig(**keys))
 
 
-build_model.__signature__ = inspect.Signature([
-    inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
-                      default=f.default if f.default is not dataclasses.MISSING else f.default_factory(),
-                      annotation=f.type) for f in dataclasses.fields(BertConfig)])
+build_model.__signature__ = config_signature(BertConfig)

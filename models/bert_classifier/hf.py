@@ -18,9 +18,26 @@ from cs_run.models.bert.hf import HF_ACTIVATIONS, layer_pairs
 from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, Taker, assign, params_file_text
 
 __all__ = ["hf_config", "model_keys_from_hf_config", "to_hf_state_dict", "from_hf_state_dict", "ADAPTER",
-           "from_hf", "to_hf", "head_names"]
+           "from_hf", "to_hf", "head_names", "head_hf_config"]
 
 _PROBLEM = {"single_label_classification": "single_label_classification", "regression": "regression"}
+
+
+def head_hf_config(c: dict, architecture: str, classifier_dropout: float, num_labels: int) -> dict:
+    """config.json of a BERT fine-tuning head's resolved keys (its ``config``): HF's ``architecture`` with the
+    encoder keys both heads share and the head's dropout and label count (each head names them its own way)."""
+    if c["encoder_nonlinearity"] not in HF_ACTIVATIONS:
+        raise ParamsError(f"params: model.encoder_nonlinearity: {c['encoder_nonlinearity']!r} has no Hugging Face "
+                          f"equivalent (HF knows {', '.join(HF_ACTIVATIONS)})")
+    return {"architectures": [architecture], "model_type": "bert",
+            "vocab_size": c["vocab_size"], "hidden_size": c["hidden_size"], "num_hidden_layers": c["num_hidden_layers"],
+            "num_attention_heads": c["num_heads"], "intermediate_size": c["filter_size"],
+            "hidden_act": c["encoder_nonlinearity"], "hidden_dropout_prob": c["dropout_rate"],
+            "attention_probs_dropout_prob": c["attention_dropout_rate"], "classifier_dropout": classifier_dropout,
+            "layer_norm_eps": c["layer_norm_epsilon"], "initializer_range": c["initializer_range"],
+            "pad_token_id": c["embedding_pad_token_id"], "position_embedding_type": "absolute",
+            "max_position_embeddings": c["max_position_embeddings"], "type_vocab_size": c["num_segments"],
+            "num_labels": num_labels}
 
 
 def hf_config(c: dict) -> dict:
@@ -28,18 +45,8 @@ def hf_config(c: dict) -> dict:
     if c["pooler_nonlinearity"] != "tanh":
         raise ParamsError(f"params: model.pooler_nonlinearity: {c['pooler_nonlinearity']!r} has no Hugging Face "
                           "equivalent (BertPooler is tanh)")
-    if c["encoder_nonlinearity"] not in HF_ACTIVATIONS:
-        raise ParamsError(f"params: model.encoder_nonlinearity: {c['encoder_nonlinearity']!r} has no Hugging Face "
-                          f"equivalent (HF knows {', '.join(HF_ACTIVATIONS)})")
-    return {"architectures": ["BertForSequenceClassification"], "model_type": "bert",
-            "vocab_size": c["vocab_size"], "hidden_size": c["hidden_size"], "num_hidden_layers": c["num_hidden_layers"],
-            "num_attention_heads": c["num_heads"], "intermediate_size": c["filter_size"],
-            "hidden_act": c["encoder_nonlinearity"], "hidden_dropout_prob": c["dropout_rate"],
-            "attention_probs_dropout_prob": c["attention_dropout_rate"], "classifier_dropout": c["task_dropout"],
-            "layer_norm_eps": c["layer_norm_epsilon"], "initializer_range": c["initializer_range"],
-            "pad_token_id": c["embedding_pad_token_id"], "position_embedding_type": "absolute",
-            "max_position_embeddings": c["max_position_embeddings"], "type_vocab_size": c["num_segments"],
-            "num_labels": c["num_labels"], "problem_type": _PROBLEM[c["problem_type"]]}
+    return {**head_hf_config(c, "BertForSequenceClassification", c["task_dropout"], c["num_labels"]),
+            "problem_type": _PROBLEM[c["problem_type"]]}
 
 
 def model_keys_from_hf_config(cfg: dict) -> dict:

@@ -12,7 +12,6 @@ Loss (BertForSequenceClassificationLoss): ``single_label_classification`` the me
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
@@ -22,6 +21,7 @@ from torch import nn
 
 from cs_run.metrics import AccuracyMetric, FBetaScoreMetric
 from cs_run.models.bert.model import BertConfig, BertModel
+from cs_run.models.common.config import config_signature
 
 __all__ = ["BertClassifierConfig", "BertForSequenceClassification", "BertForSequenceClassificationModel",
            "build", "build_model"]
@@ -142,7 +142,4 @@ def build_model(**keys: Any) -> BertForSequenceClassificationModel:
     return build(BertClassifierConfig(**keys))
 
 
-build_model.__signature__ = inspect.Signature([
-    inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
-                      default=f.default if f.default is not dataclasses.MISSING else f.default_factory(),
-                      annotation=f.type) for f in dataclasses.fields(BertClassifierConfig)])
+build_model.__signature__ = config_signature(BertClassifierConfig)

@@ -13,7 +13,6 @@ keeps ``nonlinearity`` as the encoder's activation (its post_init does not copy 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
@@ -22,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cs_run.models.bert.model import BertConfig, BertModel
+from cs_run.models.common.config import config_signature
 
 __all__ = ["BertSummarizationConfig", "BertForSummarization", "BertSummarizationModel", "build", "build_model"]
 
@@ -125,7 +125,4 @@ def build_model(**keys: Any) -> BertSummarizationModel:
     return build(BertSummarizationConfig(**keys))
 
 
-build_model.__signature__ = inspect.Signature([
-    inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
-                      default=f.default if f.default is not dataclasses.MISSING else f.default_factory(),
-                      annotation=f.type) for f in dataclasses.fields(BertSummarizationConfig)])
+build_model.__signature__ = config_signature(BertSummarizationConfig)

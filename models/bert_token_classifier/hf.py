@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cs_run.errors import ParamsError
-from cs_run.models.bert.hf import HF_ACTIVATIONS
-from cs_run.models.bert_classifier.hf import from_hf_state_dict, to_hf_state_dict
+from cs_run.models.bert_classifier.hf import from_hf_state_dict, head_hf_config, to_hf_state_dict
 from cs_run.models.common.hf import HF_BUFFERS, HFAdapter, params_file_text
 
 # keys of the loss and the eval metric only: HF's config has no place for them, and they change no logits
@@ -20,18 +18,7 @@ __all__ = ["hf_config", "model_keys_from_hf_config", "ADAPTER", "from_hf", "to_h
 
 def hf_config(c: dict) -> dict:
     """config.json of a bert/token_classifier model's resolved keys (its ``config``)."""
-    if c["encoder_nonlinearity"] not in HF_ACTIVATIONS:
-        raise ParamsError(f"params: model.encoder_nonlinearity: {c['encoder_nonlinearity']!r} has no Hugging Face "
-                          f"equivalent (HF knows {', '.join(HF_ACTIVATIONS)})")
-    return {"architectures": ["BertForTokenClassification"], "model_type": "bert",
-            "vocab_size": c["vocab_size"], "hidden_size": c["hidden_size"], "num_hidden_layers": c["num_hidden_layers"],
-            "num_attention_heads": c["num_heads"], "intermediate_size": c["filter_size"],
-            "hidden_act": c["encoder_nonlinearity"], "hidden_dropout_prob": c["dropout_rate"],
-            "attention_probs_dropout_prob": c["attention_dropout_rate"],
-            "classifier_dropout": c["encoder_output_dropout_rate"], "layer_norm_eps": c["layer_norm_epsilon"],
-            "initializer_range": c["initializer_range"], "pad_token_id": c["embedding_pad_token_id"],
-            "position_embedding_type": "absolute", "max_position_embeddings": c["max_position_embeddings"],
-            "type_vocab_size": c["num_segments"], "num_labels": c["num_classes"]}
+    return head_hf_config(c, "BertForTokenClassification", c["encoder_output_dropout_rate"], c["num_classes"])
 
 
 def model_keys_from_hf_config(cfg: dict) -> dict:

@@ -12,7 +12,6 @@ begin with B or I (the others, O, X, [CLS], [SEP], [PAD], are left out).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -23,6 +22,7 @@ from torch import nn
 
 from cs_run.metrics import FBetaScoreMetric
 from cs_run.models.bert.model import BertConfig, BertModel
+from cs_run.models.common.config import config_signature
 
 __all__ = ["BertTokenClassifierConfig", "BertForTokenClassification", "BertForTokenClassificationModel", "build",
            "build_model", "eval_ignore_labels"]
@@ -153,7 +153,4 @@ def build_model(**keys: Any) -> BertForTokenClassificationModel:
     return build(BertTokenClassifierConfig(**keys))
 
 
-build_model.__signature__ = inspect.Signature([
-    inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
-                      default=f.default if f.default is not dataclasses.MISSING else f.default_factory(),
-                      annotation=f.type) for f in dataclasses.fields(BertTokenClassifierConfig)])
+build_model.__signature__ = config_signature(BertTokenClassifierConfig)

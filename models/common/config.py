@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
 from cs_run.models.common.activations import ACTIVATIONS
 
-__all__ = ["BaseDecoderConfig", "DecoderConfig", "key", "config_fields", "config_table", "Initializer", "NormType",
+__all__ = ["BaseDecoderConfig", "DecoderConfig", "key", "config_fields", "config_signature", "config_table", "Initializer", "NormType",
            "Activation"]
 
 Initializer = Optional[Union[str, dict]]
@@ -164,6 +165,15 @@ class DecoderConfig(BaseDecoderConfig):
 def config_fields(config_class: type) -> dict[str, dataclasses.Field]:
     """A config class's keys (name -> field), in declaration order."""
     return {f.name: f for f in dataclasses.fields(config_class)}
+
+
+def config_signature(config_class: type) -> inspect.Signature:
+    """A model function's signature: one keyword-only parameter per key of ``config_class`` (its default and
+    type), so that the registry checks a params file's ``model:`` keys against the config class they build."""
+    return inspect.Signature([
+        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
+                          default=f.default if f.default is not dataclasses.MISSING else f.default_factory(),
+                          annotation=f.type) for f in dataclasses.fields(config_class)])
 
 
 def _type_text(hint: Any) -> str:

@@ -501,14 +501,19 @@ def runnable_params(model_keys: dict, hf_dir: Path, checkpoint: Path) -> str:
 
 
 def params_file_text(name: str, hf_dir: Path, checkpoint: Path, sections: dict, after_setting: str,
-                     data_dir_is: str) -> str:
+                     data_dir_is: Optional[str], **set_me: str) -> str:
     """A params file ``--from hf`` writes: where it came from and how to fine-tune from it (``after setting``
-    the data), its ``sections``, and a ``SET ME`` naming what each unset ``data_dir`` must be."""
+    the data), its ``sections``, and a ``SET ME`` naming what each unset ``data_dir`` must be (``data_dir_is``;
+    None where the inputs have none) and each unset input key of ``set_me`` (llava's ``img_data_dir``, t5's
+    ``src_data_dir``)."""
     head = (f"# {name} converted from the Hugging Face folder {hf_dir} (cs-run checkpoint convert --from hf).\n"
             f"# Fine-tune with: cs-run train --params THIS_FILE --checkpoint_path {checkpoint} --model_dir DIR\n"
             f"# after setting {after_setting}\n")
     text = "".join(yaml.safe_dump({k: v}, sort_keys=False) + "\n" for k, v in sections.items())
-    return head + text.replace("  data_dir: null\n", f"  data_dir: null  # SET ME: {data_dir_is}\n")
+    for key, what in {"data_dir": data_dir_is, **set_me}.items():
+        if what is not None:
+            text = text.replace(f"  {key}: null\n", f"  {key}: null  # SET ME: {what}\n")
+    return head + text
 
 
 def _generation_config(side: list[Path]) -> dict:

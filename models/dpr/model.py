@@ -26,7 +26,6 @@ files, with no model-level ``mixed_precision``, run in float32 as the vendor's d
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
@@ -37,7 +36,7 @@ from torch import nn
 
 from cs_run.metrics import AccuracyMetric
 from cs_run.models.bert.model import BertConfig, BertModel
-from cs_run.models.common.config import key
+from cs_run.models.common.config import config_signature, key
 
 __all__ = ["DPRConfig", "DPRModel", "DPRWrapperModel", "dpr_loss", "mean_pooling", "build", "build_model"]
 
@@ -209,7 +208,4 @@ def build_model(**keys: Any) -> DPRWrapperModel:
     return build(DPRConfig(**keys))
 
 
-build_model.__signature__ = inspect.Signature([
-    inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
-                      default=f.default if f.default is not dataclasses.MISSING else f.default_factory(),
-                      annotation=f.type) for f in dataclasses.fields(DPRConfig)])
+build_model.__signature__ = config_signature(DPRConfig)

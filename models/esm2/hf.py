@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from cs_run.errors import ParamsError
+from cs_run.models.bert.hf import layer_pairs
 from cs_run.models.common.hf import (
     HF_BUFFERS,
     HFAdapter,
@@ -87,22 +88,13 @@ def model_keys_from_hf_config(cfg: dict) -> dict:
     }
 
 
-def _layer_pairs(i: int) -> list[tuple[str, str]]:
-    h, o = f"esm.encoder.layer.{i}.", f"model.bert_encoder.transformer_encoder.layers.{i}."
-    return [(h + "attention.self.query", o + "self_attn.proj_q_dense_layer"),
-            (h + "attention.self.key", o + "self_attn.proj_k_dense_layer"),
-            (h + "attention.self.value", o + "self_attn.proj_v_dense_layer"),
-            (h + "attention.output.dense", o + "self_attn.proj_output_dense_layer"),
-            (h + "attention.LayerNorm", o + "norm1"),
-            (h + "intermediate.dense", o + "ffn.ffn.0.linear_layer"),
-            (h + "output.dense", o + "ffn.ffn.1.linear_layer"),
-            (h + "LayerNorm", o + "norm2")]
-
-
 def _names(model) -> list[tuple[str, str]]:
     """(HF tensor, our tensor) of every weight but the tied decoder and the contact head."""
     c, enc, mlm = model.config, "model.bert_encoder.", "model.bert_mlm_head."
-    mods = [p for i in range(c["num_hidden_layers"]) for p in _layer_pairs(i)]
+    # EsmLayer has BertLayer's names but for its two pre-norms
+    mods = [p for i in range(c["num_hidden_layers"])
+            for p in layer_pairs(i, "esm.encoder.layer.", enc + "transformer_encoder.layers.",
+                                 norms=("attention.LayerNorm", "LayerNorm"))]
     mods += [("esm.encoder.emb_layer_norm_after", enc + "transformer_encoder.norm"),
              ("lm_head.dense", mlm + "mlm_transform.ffn.ffn.0.linear_layer"), ("lm_head.layer_norm", mlm + "mlm_transform.ln")]
     if c["embedding_layer_norm"]:

@@ -15,15 +15,13 @@ Loss, heads, metrics, module names and checkpoint keys are bert's, so a vendor E
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 
 from cs_run.models.bert.model import BertConfig, BertForPreTrainingModel, BertModel, BertPretrainModel, log_hardware_keys
-from cs_run.models.common.config import key
+from cs_run.models.common.config import config_signature, key
 
 __all__ = ["Esm2Config", "Esm2Model", "Esm2ForPreTrainingModel", "build", "build_model", "MASK_RATIO_TRAIN"]
 
@@ -105,7 +103,4 @@ def build_model(**keys: Any) -> Esm2ForPreTrainingModel:
     return build(Esm2Config(**keys))
 
 
-build_model.__signature__ = inspect.Signature([
-    inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
-                      default=f.default if f.default is not dataclasses.MISSING else f.default_factory(),
-                      annotation=f.type) for f in dataclasses.fields(Esm2Config)])
+build_model.__signature__ = config_signature(Esm2Config)

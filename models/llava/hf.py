@@ -24,11 +24,10 @@ import re
 from pathlib import Path
 
 import torch
-import yaml
 from torch import nn
 
 from cs_run.errors import CheckpointError, ParamsError
-from cs_run.models.common.hf import NOT_COMPUTED, HFAdapter, Taker, assign, build, check_weights
+from cs_run.models.common.hf import NOT_COMPUTED, HFAdapter, Taker, assign, build, check_weights, params_file_text
 from cs_run.models.llama import hf as llama_hf
 from cs_run.models.vision_transformer.clip import hf_vision_config, vision_from_hf, vision_keys_from_hf, vision_to_hf
 
@@ -246,14 +245,10 @@ def runnable_params(model_keys: dict, hf_dir: Path, checkpoint: Path) -> str:
                       "learning_rate": 2.0e-5},
         "runconfig": {"max_steps": 1000, "log_steps": 10, "checkpoint_steps": 200, "seed": 1},
     }
-    head = (f"# {model_keys['name']} converted from the Hugging Face folder {hf_dir} "
-            f"(cs-run checkpoint convert --from hf).\n"
-            f"# Fine-tune with: cs-run train --params THIS_FILE --checkpoint_path {checkpoint} --model_dir DIR\n"
-            "# after setting data_dir (llava samples: *.h5 of data [n, 4, msl] and img_path) and img_data_dir\n"
-            "# (the images they name) in both inputs.\n")
-    text = "".join(yaml.safe_dump({k: v}, sort_keys=False) + "\n" for k, v in sections.items())
-    return head + text.replace("  data_dir: null\n", "  data_dir: null  # SET ME: a folder of llava *.h5 samples\n") \
-        .replace("  img_data_dir: null\n", "  img_data_dir: null  # SET ME: the folder of their images\n")
+    return params_file_text(model_keys["name"], hf_dir, checkpoint, sections,
+                            "data_dir (llava samples: *.h5 of data [n, 4, msl] and img_path) and img_data_dir\n"
+                            "# (the images they name) in both inputs.", "a folder of llava *.h5 samples",
+                            img_data_dir="the folder of their images")
 
 
 ADAPTER = LlavaAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict,

@@ -19,10 +19,9 @@ from dataclasses import make_dataclass
 from pathlib import Path
 
 import torch
-import yaml
 
 from cs_run.errors import CheckpointError, ParamsError
-from cs_run.models.common.hf import HFAdapter, Taker, assign, build, check_weights
+from cs_run.models.common.hf import HFAdapter, Taker, assign, build, check_weights, params_file_text
 
 __all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "runnable_params",
            "from_hf", "to_hf", "ADAPTER"]
@@ -154,13 +153,9 @@ def runnable_params(model_keys: dict, hf_dir: Path, checkpoint: Path) -> str:
     sections = {"train_input": data("train"), "eval_input": data("eval"), "model": model_keys,
                 "optimizer": {"optimizer_type": "Adam", "learning_rate": 1.0e-4, "max_gradient_norm": 1.0},
                 "runconfig": {"max_steps": 1000, "log_steps": 10, "checkpoint_steps": 200, "seed": 1}}
-    head = (f"# {model_keys['name']} converted from the Hugging Face folder {hf_dir} "
-            f"(cs-run checkpoint convert --from hf).\n"
-            f"# Fine-tune with: cs-run train --params THIS_FILE --checkpoint_path {checkpoint} --model_dir DIR\n"
-            "# after setting src_vocab_file and src_data_dir of both inputs.\n")
-    text = "".join(yaml.safe_dump({k: v}, sort_keys=False) + "\n" for k, v in sections.items())
-    return head + text.replace("  src_data_dir: null\n", "  src_data_dir: null  # SET ME: a folder of text files\n") \
-        .replace("  src_vocab_file: null\n", "  src_vocab_file: null  # SET ME: the vocabulary file\n")
+    return params_file_text(model_keys["name"], hf_dir, checkpoint, sections,
+                            "src_vocab_file and src_data_dir of both inputs.", None,
+                            src_data_dir="a folder of text files", src_vocab_file="the vocabulary file")
 
 
 class _T5Adapter(HFAdapter):

@@ -28,7 +28,6 @@ Loss: per-token cross entropy times ``decoder_attention_mask`` (times the batch'
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import math
 from typing import Any, Optional
@@ -38,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cs_run.metrics import AccuracyMetric, PerplexityMetric
+from cs_run.models.common.config import config_signature
 from cs_run.models.common.embeddings import FixedPositionEmbeddingLayer
 from cs_run.models.common.encoder import key_padding_mask
 from cs_run.models.common.ffn import FeedForwardNetwork
@@ -425,7 +425,4 @@ def build_model(**keys: Any) -> T5ForConditionalGenerationModel:
     return build(T5Config(**keys))
 
 
-build_model.__signature__ = inspect.Signature([
-    inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
-                      default=f.default if f.default is not dataclasses.MISSING else f.default_factory(),
-                      annotation=f.type) for f in dataclasses.fields(T5Config)])
+build_model.__signature__ = config_signature(T5Config)

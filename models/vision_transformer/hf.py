@@ -21,10 +21,9 @@ import re
 from pathlib import Path
 
 import torch
-import yaml
 
 from cs_run.checkpoint.hf_folder import read_config
-from cs_run.models.common.hf import HFAdapter, Taker, assign
+from cs_run.models.common.hf import HFAdapter, Taker, assign, params_file_text
 from cs_run.models.vision_transformer import clip
 
 __all__ = ["model_keys_from_hf_config", "from_hf_state_dict", "to_hf_state_dict", "hf_config", "runnable_params",
@@ -168,13 +167,9 @@ def runnable_params(model_keys: dict, hf_dir: Path, checkpoint: Path) -> str:
                       "max_gradient_norm": 1.0, "learning_rate": 1.0e-4},
         "runconfig": {"max_steps": 1000, "log_steps": 10, "checkpoint_steps": 200, "seed": 1},
     }
-    head = (f"# {model_keys['name']} converted from the Hugging Face folder {hf_dir} "
-            f"(cs-run checkpoint convert --from hf).\n"
-            f"# Fine-tune with: cs-run train --params THIS_FILE --checkpoint_path {checkpoint} --model_dir DIR\n"
-            "# after setting train_input.data_dir and eval_input.data_dir to an ImageNet-layout folder\n"
-            "# (DIR/train/<class>/<image>, DIR/val/<class>/<image>).\n")
-    text = "".join(yaml.safe_dump({k: v}, sort_keys=False) + "\n" for k, v in sections.items())
-    return head + text.replace("  data_dir: null\n", "  data_dir: null  # SET ME: an ImageNet-layout folder\n")
+    return params_file_text(model_keys["name"], hf_dir, checkpoint, sections,
+                            "train_input.data_dir and eval_input.data_dir to an ImageNet-layout folder\n"
+                            "# (DIR/train/<class>/<image>, DIR/val/<class>/<image>).", "an ImageNet-layout folder")
 
 
 ADAPTER = HFAdapter(model_keys_from_hf_config, hf_config, from_hf_state_dict, to_hf_state_dict, file_layout=_layout,
