@@ -12,7 +12,6 @@ transformers loads the folder it writes and computes the same logits.
 from __future__ import annotations
 
 import json
-import re
 
 import h5py
 import numpy as np
@@ -20,11 +19,10 @@ import pytest
 import torch
 import yaml
 from click.testing import CliRunner
-from hf_helpers import TOL, tiny_hf
+from hf_helpers import TOL, eval_loss, tiny_hf
 
 from cs_run.checkpoint import load
 from cs_run.frontends.checkpoint_cli import checkpoint as checkpoint_cli
-from cs_run.frontends.cli import cli as main_cli
 
 transformers = pytest.importorskip("transformers")
 st = pytest.importorskip("safetensors.torch")
@@ -118,11 +116,7 @@ def test_convert_from_hf_evals_to_transformers_loss_and_back_is_exact(tmp_path, 
     params = {**written, "eval_input": {"data_processor": "GptHDF5DataProcessor", "data_dir": str(tmp_path / "eval"),
                                         "batch_size": BATCH, "shuffle": False},
               "runconfig": {"model_dir": str(tmp_path / "run"), "disable_progress_bar": True}}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    result = CliRunner().invoke(main_cli, ["eval", "--params", str(tmp_path / "params.yaml"), "--checkpoint_path",
-                                           str(tmp_path / "model.mdl")])
-    assert result.exit_code == 0, result.output
-    loss = float(re.search(r"eval/loss = ([0-9.]+)", result.output).group(1))
+    loss = eval_loss(params, tmp_path / "params.yaml", tmp_path / "model.mdl")
     assert loss == pytest.approx(hf_loss, rel=1e-5), (loss, hf_loss)
 
     _convert("--to", "hf", tmp_path / "model.mdl", tmp_path / "back", "--params", tmp_path / "model.yaml")
