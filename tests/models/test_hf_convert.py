@@ -12,6 +12,7 @@ transformers loads the folder it writes and computes the same logits.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -136,13 +137,18 @@ def test_convert_from_hf_evals_to_transformers_loss_and_back_is_exact(tmp_path, 
         torch.testing.assert_close(again(input_ids=tokens).logits, hf(input_ids=tokens).logits, **TOL)
 
 
-@pytest.fixture(scope="module")
-def llama_folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("llama_hf")
-    hf = tiny_hf("LlamaConfig", "LlamaForCausalLM", vocab_size=V, **FAMILIES[0].values[3])
+def _converted(root: Path, config_cls: str, model_cls: str, config: dict):
+    """A tiny transformers model saved as ``root/hf`` and ``--from hf`` converted to ``root/model.mdl`` (and
+    ``model.yaml``): (root, the transformers model)."""
+    hf = tiny_hf(config_cls, model_cls, vocab_size=V, **config)
     hf.save_pretrained(str(root / "hf"), safe_serialization=True)
     _convert("--from", "hf", root / "hf", root / "model.mdl")
-    return root
+    return root, hf
+
+
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory):
+    return _converted(tmp_path_factory.mktemp("llama_hf"), "LlamaConfig", "LlamaForCausalLM", FAMILIES[0].values[3])[0]
 
 
 
@@ -210,11 +216,7 @@ MIXTRAL = FAMILIES[2].values[3]
 
 @pytest.fixture(scope="module")
 def mixtral_folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mixtral_hf")
-    hf = tiny_hf("MixtralConfig", "MixtralForCausalLM", vocab_size=V, **MIXTRAL)
-    hf.save_pretrained(str(root / "hf"), safe_serialization=True)
-    _convert("--from", "hf", root / "hf", root / "model.mdl")
-    return root, hf
+    return _converted(tmp_path_factory.mktemp("mixtral_hf"), "MixtralConfig", "MixtralForCausalLM", MIXTRAL)
 
 
 def test_mixtral_folder_in_the_fused_transformers_5_layout_converts_to_the_same_checkpoint(tmp_path, mixtral_folder):
@@ -255,11 +257,7 @@ def test_to_hf_refuses_mixtral_routing_hf_does_not_compute(tmp_path, mixtral_fol
 
 @pytest.fixture(scope="module")
 def mpt_folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mpt_hf")
-    hf = tiny_hf("MptConfig", "MptForCausalLM", vocab_size=V, **FAMILIES[9].values[3])
-    hf.save_pretrained(str(root / "hf"), safe_serialization=True)
-    _convert("--from", "hf", root / "hf", root / "model.mdl")
-    return root
+    return _converted(tmp_path_factory.mktemp("mpt_hf"), "MptConfig", "MptForCausalLM", FAMILIES[9].values[3])[0]
 
 
 def _attn(**change):
