@@ -27,6 +27,7 @@ from cs_run.lora_params import check_lora_params
 from cs_run.models.common.lm import build_model
 from cs_run.models.common.lora import apply_lora
 from cs_run.summaries import read_scalars
+from tests.lora_by_hand import folded_by_hand
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "data" / "vendor_preprocess"  # the Release_2.10.0 configs the vendor tool ran
@@ -199,16 +200,6 @@ def test_the_first_lora_loss_is_cross_entropy_over_the_assistant_tokens_by_hand(
     assert losses[-1][1] < losses[0][1]
 
 
-def _folded_by_hand(path: Path) -> dict[str, torch.Tensor]:
-    """The LoRA checkpoint's weights with each adapter folded in: W + (B @ A) * alpha / r (Linear layers)."""
-    state = load(str(path))["model"]
-    out = {k: v for k, v in state.items() if not k.endswith((".lora_A", ".lora_B"))}
-    for key in [k for k in state if k.endswith(".lora_A")]:
-        stem = key[: -len(".lora_A")]
-        out[f"{stem}.weight"] = state[f"{stem}.weight"] + state[f"{stem}.lora_B"] @ state[key] * LORA["alpha"] / LORA["r"]
-    return out
-
-
 def _sequence_logps(lm, ids, labels, mask) -> torch.Tensor:
     """Each row's summed log-probability of its label tokens under the loss mask, by eager PyTorch."""
     with torch.no_grad():
@@ -224,7 +215,7 @@ def test_dpo_starts_from_the_lora_model_and_its_first_loss_is_trls(recipe):
 
     root = recipe["root"]
     lm = build_model(**{k: v for k, v in LLAMA.items() if k != "name"}).eval()
-    lm.load_state_dict(_folded_by_hand(root / "lora" / "checkpoint_20.mdl"))
+    lm.load_state_dict(folded_by_hand(root / "lora" / "checkpoint_20.mdl", LORA))
     rows = np.concatenate([h5py.File(f)["data"][:] for f in sorted((root / "dpo_shards").glob("*.h5"))])[:4]
     rows = torch.from_numpy(rows).long()
     chosen, rejected = (_sequence_logps(lm, rows[:, i], rows[:, i + 2], rows[:, i + 1]) for i in (0, 3))

@@ -5,9 +5,8 @@ create_bertsum_feature lines 348-399 and pad_input_sequence: pad or cut, masks b
 
 from __future__ import annotations
 
-import csv
-
 import pytest
+from csv_folders import write_train_split
 
 from cs_run.data.processors.bert_summarization import build_dataloader
 from cs_run.errors import DataError
@@ -19,13 +18,7 @@ ROWS = [["[2, 7, 8, 3, 2, 9, 3]", "[1, 0]", "[0, 0, 0, 0, 1, 1, 1]", "[0, 4]"],
 
 def _folder(tmp_path, rows=ROWS, header=HEADER):
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n")
-    data = tmp_path / "train"
-    data.mkdir()
-    with open(data / "part.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
-    (data / "meta.dat").write_text(f"part.csv {len(rows)}\n")
+    write_train_split(tmp_path, header, rows)
     return tmp_path
 
 

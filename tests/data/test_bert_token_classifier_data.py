@@ -6,10 +6,10 @@ label2id.json as ner_data_processor.py write_label_map_files, lines 229-243), ea
 
 from __future__ import annotations
 
-import csv
 import json
 
 import pytest
+from csv_folders import write_train_split
 
 from cs_run.data.processors.bert_token_classifier import build_dataloader
 from cs_run.errors import DataError
@@ -23,13 +23,7 @@ ROWS = [("[CLS] aspirin causes pain [SEP]", "[CLS] B O O [SEP]"),
 def _folder(tmp_path, rows=ROWS, header=("tokens", "labels")):
     (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
     (tmp_path / "label2id.json").write_text(json.dumps(LABELS))
-    data = tmp_path / "train"
-    data.mkdir()
-    with open(data / "part.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
-    (data / "meta.dat").write_text(f"part.csv {len(rows)}\n")
+    write_train_split(tmp_path, header, rows)
     return tmp_path
 
 

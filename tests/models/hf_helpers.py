@@ -3,11 +3,18 @@ test makes: the same weights through transformers and through cs-run give the sa
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 import torch
 import yaml
+from click.testing import CliRunner
 
 from cs_run.checkpoint import save
+from cs_run.frontends.checkpoint_cli import checkpoint as checkpoint_cli
+from cs_run.frontends.cli import cli as main_cli
 from cs_run.registry import get_model_spec, hf_converter, resolve_object
 
 # float32 on CPU: the two implementations order their sums differently (SDPA vs matmul, fused vs split
@@ -77,3 +84,46 @@ def cs_run_weights_as_transformers(tmp_path, config_cls: str, model_cls: str, na
     converter.to_hf(tmp_path / "ours.mdl", tmp_path / "hf", keys)
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf")).eval()
     return model.model.eval(), hf
+
+
+def assert_bit_equal(ours: dict, theirs: dict) -> None:
+    """The same keys, and each tensor equal to the bit (a state dict written back where nothing is recomputed)."""
+    assert ours.keys() == theirs.keys()
+    for key, value in theirs.items():
+        assert torch.equal(ours[key], value), key
+
+
+def eval_loss(params: dict, path: Path, checkpoint: Path) -> float:
+    """The eval/loss ``cs-run eval`` prints for ``params`` (written to ``path``) from ``checkpoint``."""
+    path.write_text(yaml.safe_dump(params))
+    result = CliRunner().invoke(main_cli, ["eval", "--params", str(path), "--checkpoint_path", str(checkpoint)])
+    assert result.exit_code == 0, result.output
+    return float(re.search(r"eval/loss = ([0-9.]+)", result.output).group(1))
+
+
+def to_hf_is_refused(tmp_path: Path, keys: dict) -> str:
+    """``checkpoint convert --to hf`` of a model of ``keys`` (a ``model:`` section) fails and writes no folder: for the
+    keys transformers cannot express. Returns the command's output."""
+    save({"model": build(keys).state_dict()}, str(tmp_path / "model.mdl"))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"model": keys}))
+    result = CliRunner().invoke(checkpoint_cli, ["convert", "--to", "hf", str(tmp_path / "model.mdl"),
+                                                 str(tmp_path / "out"), "--params", str(tmp_path / "params.yaml")])
+    assert result.exit_code != 0, result.output
+    assert not (tmp_path / "out").exists()
+    return result.output
+
+
+def back_to_hf_is_exact(tmp_path: Path, model_type: str) -> Path:
+    """``checkpoint convert --to hf`` of ``tmp_path/model.mdl`` (params ``model.yaml``, as ``--from hf`` wrote them)
+    into ``tmp_path/back``: the weights of ``tmp_path/hf`` bit for bit, config.json's model_type ``model_type``.
+    Returns the folder."""
+    st = pytest.importorskip("safetensors.torch")
+    back = tmp_path / "back"
+    result = CliRunner().invoke(checkpoint_cli, ["convert", "--to", "hf", str(tmp_path / "model.mdl"), str(back),
+                                                 "--params", str(tmp_path / "model.yaml")])
+    assert result.exit_code == 0, result.output
+    theirs = st.load_file(str(tmp_path / "hf" / "model.safetensors"))
+    ours = st.load_file(str(back / "model.safetensors"))
+    assert_bit_equal(ours, theirs)
+    assert json.loads((back / "config.json").read_text())["model_type"] == model_type
+    return back

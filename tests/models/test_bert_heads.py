@@ -14,9 +14,7 @@ with the same encoder weights, gathered at the [CLS] positions, through the clas
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,9 +22,10 @@ import torch
 import yaml
 from click.testing import CliRunner
 from hf_helpers import build as build_keys
+from hf_helpers import to_hf_is_refused
+from modelzoo_file_helpers import mz, needs_mirror, run_file, shrunk
 
-from cs_run._yaml import parse as parse_yaml
-from cs_run.checkpoint import load, save
+from cs_run.checkpoint import load
 from cs_run.data.processors.bert_classifier import build_dataloader
 from cs_run.data.processors.bert_summarization import build_dataloader as bertsum_data
 from cs_run.data.processors.bert_token_classifier import build_dataloader as ner_data
@@ -152,12 +151,7 @@ def test_checkpoint_convert_both_ways(tmp_path):
 def test_to_hf_refuses_a_pooler_hf_cannot_express(tmp_path):
     keys = dict(name="bert/classifier", hidden_size=32, num_hidden_layers=1, num_heads=4, filter_size=64,
                 max_position_embeddings=8, pooler_nonlinearity="relu")
-    save({"model": build_keys(keys).state_dict()}, str(tmp_path / "m.mdl"))
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump({"model": keys}))
-    result = CliRunner().invoke(checkpoint_cli, ["convert", "--to", "hf", "--params", str(tmp_path / "run.yaml"),
-                                                 str(tmp_path / "m.mdl"), str(tmp_path / "out")])
-    assert result.exit_code != 0 and "model.pooler_nonlinearity: 'relu'" in result.output
-    assert not (tmp_path / "out").exists()
+    assert "model.pooler_nonlinearity: 'relu'" in to_hf_is_refused(tmp_path, keys)
 
 
 BAD_KEYS = [
@@ -178,17 +172,11 @@ def test_bad_model_keys_are_one_error_naming_the_key(keys, named):
         build(BertClassifierConfig(**{**base, **keys}))
 
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
-_spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
-mz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mz)
-TAG = "Release_2.10.0"
 HEAD_FILES = ["classifier/configs/bert_base_classifier_sst2", "classifier/configs/bert_base_classifier_mnli",
                     "classifier/configs/bert_large_classifier_sst2", "classifier/configs/bert_large_classifier_mnli",
                     "token_classifier/configs/bert_base_ner_bc5cdr_chem",
                     "extractive_summarization/configs/bert_base_summarization",
                     "extractive_summarization/configs/bert_large_summarization"]
-needs_mirror = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
 
 
 def _path(name: str) -> str:
@@ -206,9 +194,7 @@ def data(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("name, labels", [("classifier/configs/bert_base_classifier_sst2", 2),
                                           ("classifier/configs/bert_large_classifier_mnli", 3)])
 def test_files_first_loss_is_transformers_loss(tmp_path, data, name, labels):
-    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show", f"{TAG}:{_path(name)}"], check=True,
-                          capture_output=True, text=True).stdout
-    trainer = mz.shrink(parse_yaml(text, name)[0], data, tmp_path / "model_dir")["trainer"]
+    trainer = shrunk(_path(name), data, tmp_path)["trainer"]
     keys = dict(trainer["init"]["model"])
     assert (keys["name"], keys["num_labels"]) == ("bert/classifier", labels)
     torch.manual_seed(1)
@@ -233,9 +219,7 @@ def test_head_files_validate_and_train_five_steps_on_cpu_and_csx(tmp_path, data,
     """Each file passes validate-only and trains 5 steps on CPU and on CSX (fx), with the same losses where its
     training data is seeded (bert_base_ner_bc5cdr_chem shuffles without a shuffle_seed, so its batches differ)."""
     def run(command: str, device: str, out: str) -> dict:
-        args = mz.default_args(out=str(tmp_path / out), shards=str(data), command=command, device=device,
-                               compile_tier="fx" if device == "CSX" else None, in_process=True)
-        return mz.run_one(_path(name), TAG, args)
+        return run_file(_path(name), data, tmp_path / out, command, device)
 
     results = [run("validate-only", "CPU", "v"), run("train", "CPU", "cpu"), run("train", "CSX", "csx")]
     assert all(r["first_error"] == "ok" for r in results), (name, results)
@@ -312,9 +296,7 @@ def test_token_classifier_checkpoint_convert_both_ways(tmp_path):
 @needs_mirror
 def test_ner_file_first_loss_is_the_vendor_loss_of_transformers_logits(tmp_path, data):
     name = "token_classifier/configs/bert_base_ner_bc5cdr_chem"
-    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show", f"{TAG}:{_path(name)}"], check=True,
-                          capture_output=True, text=True).stdout
-    trainer = mz.shrink(parse_yaml(text, name)[0], data, tmp_path / "model_dir")["trainer"]
+    trainer = shrunk(_path(name), data, tmp_path)["trainer"]
     keys = dict(trainer["init"]["model"])
     assert keys["include_padding_in_loss"] is True and keys["num_classes"] == 7
     torch.manual_seed(1)
@@ -405,9 +387,7 @@ def test_summarization_loss_by_hand(use_cls_bias, loss_weight):
 @needs_mirror
 def test_summarization_file_first_loss_by_hand(tmp_path, data):
     name = "extractive_summarization/configs/bert_base_summarization"
-    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show", f"{TAG}:{_path(name)}"], check=True,
-                          capture_output=True, text=True).stdout
-    trainer = mz.shrink(parse_yaml(text, name)[0], data, tmp_path / "model_dir")["trainer"]
+    trainer = shrunk(_path(name), data, tmp_path)["trainer"]
     keys = dict(trainer["init"]["model"])
     assert keys["loss_weight"] == 0.0539
     torch.manual_seed(1)

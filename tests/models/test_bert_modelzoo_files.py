@@ -5,28 +5,21 @@ RoBERTa), and every file passes validate-only and trains 5 steps on CPU and on C
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from hf_helpers import build
+from modelzoo_file_helpers import mz, needs_mirror, run_file, shrunk
 
-from cs_run._yaml import parse as parse_yaml
 from cs_run.data.processors.bert import build_dataloader
 from cs_run.models.bert.hf import hf_config, to_hf_state_dict
 from tests.modelzoo_marks import first_in_suite_rest_in_sweep
 
 transformers = pytest.importorskip("transformers")
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
-_spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
-mz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mz)
-TAG = "Release_2.10.0"
 FILES = ["bert_base_MSL128", "bert_base_MSL512", "bert_large_MSL512", "bert_large_MSL512_muP", "roberta_large"]
-pytestmark = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
+pytestmark = needs_mirror
 
 
 def _path(name: str) -> str:
@@ -41,10 +34,7 @@ def data(tmp_path_factory) -> Path:
 
 
 def _shrunk(name: str, data: Path, tmp_path: Path) -> dict:
-    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show", f"{TAG}:{_path(name)}"], check=True,
-                          capture_output=True, text=True).stdout
-    raw, _ = parse_yaml(text, name)
-    return mz.shrink(raw, data, tmp_path / "model_dir")
+    return shrunk(_path(name), data, tmp_path)
 
 
 @pytest.mark.parametrize("name, hf_class", [("bert_base_MSL128", "BertForPreTraining"),
@@ -86,9 +76,7 @@ def test_first_loss_is_the_vendor_loss_of_transformers_logits(tmp_path, data, na
 @pytest.mark.parametrize("command, device", [("validate-only", "CPU"), ("train", "CPU"), ("train", "CSX")])
 @pytest.mark.parametrize("name", first_in_suite_rest_in_sweep(FILES, keep=["bert_large_MSL512_muP"]))
 def test_the_five_files_validate_and_train_five_steps(tmp_path, data, name, command, device):
-    args = mz.default_args(out=str(tmp_path), shards=str(data), command=command, device=device,
-                           compile_tier="fx" if device == "CSX" else None, in_process=True)
-    result = mz.run_one(_path(name), TAG, args)
+    result = run_file(_path(name), data, tmp_path, command, device)
     assert result["first_error"] == "ok", (name, result)
     if command == "train":
         assert (Path(result["params"]).parent / "model_dir" / "checkpoint_5.mdl").is_file(), name  # 5 steps

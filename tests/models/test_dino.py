@@ -8,9 +8,7 @@ copy of params_dinov2_large_patch14_img224.yaml (tools/modelzoo_files.py's sizes
 from __future__ import annotations
 
 import copy
-import importlib.util
 import math
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,8 +16,8 @@ import torch
 import torch.nn.functional as F
 import yaml
 from click.testing import CliRunner
+from modelzoo_file_helpers import mz, needs_mirror, shrunk
 
-from cs_run._yaml import parse as parse_yaml
 from cs_run.data.processors.dino_image import build_dataloader
 from cs_run.frontends.cli import cli
 from cs_run.models.dino.config import TempLossConfig
@@ -29,12 +27,8 @@ from cs_run.models.dino.model import build_model
 from cs_run.models.vision_transformer.config import ViTModelConfig
 from cs_run.models.vision_transformer.trunk import ViTEmbeddingLayer
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
-_spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
-mz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mz)
 CONFIGS = "src/cerebras/modelzoo/models/vision/dino/configs/"
-pytestmark = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
+pytestmark = needs_mirror
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +41,7 @@ def images(tmp_path_factory) -> Path:
 
 def tiny(name: str, images: Path, tmp_path: Path) -> dict:
     """The vendor file with only sizes, batch, steps and data paths changed (tools/modelzoo_files.py)."""
-    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show", f"Release_2.10.0:{CONFIGS}{name}.yaml"],
-                          check=True, capture_output=True, text=True).stdout
-    raw, _ = parse_yaml(text, name)
-    return mz.shrink(raw, images, tmp_path / "model_dir")
+    return shrunk(f"{CONFIGS}{name}.yaml", images, tmp_path)
 
 
 def _model_keys(params: dict, **trunk) -> dict:

@@ -11,30 +11,22 @@ make test."""
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import yaml
-from click.testing import CliRunner
+from modelzoo_file_helpers import cli, mz, needs_mirror, shrunk, write
 
 import cs_run as cstorch
-from cs_run._yaml import parse as parse_yaml
-from cs_run.frontends.cli import cli as main_cli
 from cs_run.summaries import read_scalars
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
-_spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
-mz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mz)
 CONFIGS = "src/cerebras/modelzoo/models/vision/dino/configs/"
 FILES = ("params_dinov2_giant_patch14_img1036", "params_dinov2_large_224_bs2048", "params_dinov2_large_eval_linear",
          "params_dinov2_large_patch14_img224", "params_dinov2_large_patch14_img518",
          "params_dinov2_large_patch16_img224")
-pytestmark = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
+pytestmark = needs_mirror
 
 
 @pytest.fixture(scope="module")
@@ -51,23 +43,13 @@ def test_the_tool_finds_the_six_files():
 
 
 def _params(name: str, images: Path, tmp_path: Path) -> Path:
-    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show", f"Release_2.10.0:{CONFIGS}{name}.yaml"],
-                          check=True, capture_output=True, text=True).stdout
-    raw, _ = parse_yaml(text, name)
-    params = mz.shrink(raw, images, tmp_path / "model_dir")
+    params = shrunk(f"{CONFIGS}{name}.yaml", images, tmp_path)
     fit = params["trainer"]["fit"]
     for key in ("train_dataloader", "val_dataloader"):
         if isinstance(fit.get(key), dict):
             fit[key] = dict(fit[key], num_workers=0)  # worker processes on a 2-core test host; same batches
     params["trainer"]["init"].setdefault("logging", {})["log_steps"] = 1  # every step's loss (a step count)
-    path = tmp_path / "p.yaml"
-    path.write_text(yaml.safe_dump(params, sort_keys=False))
-    return path
-
-
-def _cli(*args) -> None:
-    result = CliRunner().invoke(main_cli, [*map(str, args)])
-    assert result.exit_code == 0, result.output
+    return write(params, tmp_path / "p.yaml")
 
 
 def _run(name: str, images: Path, tmp_path: Path, precision: bool = True) -> tuple[dict, dict]:
@@ -76,13 +58,13 @@ def _run(name: str, images: Path, tmp_path: Path, precision: bool = True) -> tup
         raw = yaml.safe_load(path.read_text())
         raw["trainer"]["init"]["precision"]["enabled"] = False
         path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    _cli("validate-only", "--params", path, "--model_dir", tmp_path / "v")
+    cli("validate-only", "--params", path, "--model_dir", tmp_path / "v")
     # eval_linear sets no trainer.init.seed: its head's init and its crops draw from the global generator, so
     # each run starts from one state, as a fresh process does (runs one after another in this process differ)
     torch.manual_seed(0)
-    _cli("train", "--params", path, "--model_dir", tmp_path / "cpu", "--device", "CPU")
+    cli("train", "--params", path, "--model_dir", tmp_path / "cpu", "--device", "CPU")
     torch.manual_seed(0)
-    _cli("train", "--params", path, "--model_dir", tmp_path / "csx", "--device", "CSX", "--compile_tier", "fx")
+    cli("train", "--params", path, "--model_dir", tmp_path / "csx", "--device", "CSX", "--compile_tier", "fx")
     cpu, csx = (read_scalars(tmp_path / d / "train") for d in ("cpu", "csx"))
     assert [step for step, _ in cpu["loss"]] == [1, 2, 3, 4, 5] == [step for step, _ in csx["loss"]]
     assert all(np.isfinite(loss) for _, loss in cpu["loss"])

@@ -8,9 +8,7 @@ hand from the run's own first batch."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -19,23 +17,16 @@ import torch
 import torch.nn.functional as F
 import yaml
 from click.testing import CliRunner
+from modelzoo_file_helpers import cli, in_process_every_step, mz, needs_mirror, shrunk, train_on_cpu_and_csx, write
 
-from cs_run._yaml import parse as parse_yaml
 from cs_run.data.processors.diffusion_latent import build_dataloader
 from cs_run.frontends.cli import cli as main_cli
 from cs_run.models.dit.model import DiTModel, build_model
 from cs_run.registry import get_model_spec
 from cs_run.summaries import read_scalars
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
-_spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
-mz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mz)
-TAG = "Release_2.10.0"
 FILES = ("small", "base", "large", "xlarge", "2B")
-pytestmark = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
-SECTIONS = (("fit", "train_dataloader"), ("fit", "val_dataloader"), ("validate", "val_dataloader"),
-            ("validate_all", "val_dataloaders"))
+pytestmark = needs_mirror
 
 
 @pytest.fixture(scope="module")
@@ -47,27 +38,7 @@ def shards(tmp_path_factory) -> Path:
 
 def _shrunk(name: str, shards: Path, tmp_path: Path) -> dict:
     path = f"src/cerebras/modelzoo/models/vision/dit/configs/params_dit_{name}_patchsize_2x2.yaml"
-    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show", f"{TAG}:{path}"], check=True,
-                          capture_output=True, text=True).stdout
-    raw, _ = parse_yaml(text, path)
-    params = mz.shrink(raw, shards, tmp_path / "model_dir")
-    for part, key in SECTIONS:
-        section = params["trainer"].get(part, {}).get(key)
-        if isinstance(section, dict):
-            section["num_workers"] = 0  # worker processes on a 2-core test machine; same batches
-    params["trainer"]["init"].setdefault("logging", {})["log_steps"] = 1
-    return params
-
-
-def _write(params: dict, path: Path) -> Path:
-    path.write_text(yaml.safe_dump(params, sort_keys=False))
-    return path
-
-
-def _cli(*args) -> str:
-    result = CliRunner().invoke(main_cli, [*map(str, args)])
-    assert result.exit_code == 0, result.output
-    return result.output
+    return in_process_every_step(shrunk(path, shards, tmp_path))
 
 
 def _model_keys(params: dict) -> dict:
@@ -245,8 +216,8 @@ def test_small_file_validates_and_its_first_loss_is_the_batch_noise_mean_square(
     diffusion noise."""
     params = _shrunk("small", shards, tmp_path)
     params["trainer"]["init"]["loop"]["max_steps"] = 2
-    params = _write(params, tmp_path / "p.yaml")
-    _cli("validate-only", "--params", params, "--model_dir", tmp_path / "v")
+    params = write(params, tmp_path / "p.yaml")
+    cli("validate-only", "--params", params, "--model_dir", tmp_path / "v")
     seen = []
     forward = DiTModel.forward
 
@@ -255,7 +226,7 @@ def test_small_file_validates_and_its_first_loss_is_the_batch_noise_mean_square(
             seen.append(({k: v.clone() for k, v in batch.items()}, {k: v.clone() for k, v in self.state_dict().items()}))
         return forward(self, batch)
     monkeypatch.setattr(DiTModel, "forward", recording)
-    _cli("train", "--params", params, "--model_dir", tmp_path / "cpu", "--device", "CPU")
+    cli("train", "--params", params, "--model_dir", tmp_path / "cpu", "--device", "CPU")
     losses = read_scalars(tmp_path / "cpu" / "train")["loss"]
     assert [step for step, _ in losses] == [1, 2] and all(np.isfinite(v) for _, v in losses)
     batch, weights = seen[0]
@@ -274,11 +245,7 @@ def test_small_file_validates_and_its_first_loss_is_the_batch_noise_mean_square(
 @pytest.mark.sweep
 @pytest.mark.parametrize("name", FILES)
 def test_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, shards, name):
-    params = _write(_shrunk(name, shards, tmp_path), tmp_path / "p.yaml")
-    _cli("validate-only", "--params", params, "--model_dir", tmp_path / "v")
-    _cli("train", "--params", params, "--model_dir", tmp_path / "cpu", "--device", "CPU")
-    _cli("train", "--params", params, "--model_dir", tmp_path / "csx", "--device", "CSX", "--compile_tier", "fx")
-    cpu, csx = (read_scalars(tmp_path / d / "train")["loss"] for d in ("cpu", "csx"))
+    cpu, csx = train_on_cpu_and_csx(write(_shrunk(name, shards, tmp_path), tmp_path / "p.yaml"), tmp_path)
     assert [step for step, _ in cpu] == [1, 2, 3, 4, 5]
     assert cpu == csx and all(np.isfinite(loss) for _, loss in cpu)
 
@@ -306,7 +273,7 @@ def test_bad_model_keys_are_one_error_naming_the_key(change, message):
 def test_a_bad_key_in_the_file_is_one_error_line_naming_file_and_key(tmp_path, shards):
     params = _shrunk("small", shards, tmp_path)
     params["trainer"]["init"]["model"]["schedule_name"] = "cosine"
-    path = _write(params, tmp_path / "p.yaml")
+    path = write(params, tmp_path / "p.yaml")
     result = CliRunner().invoke(main_cli, ["validate-only", "--params", str(path), "--model_dir", str(tmp_path / "v")])
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert result.exit_code == 2 and len(errors) == 1, result.output

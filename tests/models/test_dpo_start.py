@@ -19,6 +19,7 @@ from cs_run.frontends.cli import cli
 from cs_run.lora_params import check_lora_params
 from cs_run.models.common.lm import build_model as build_decoder
 from cs_run.models.common.lora import apply_lora
+from tests.lora_by_hand import folded_by_hand
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dpo_helpers import write_dpo_shards  # noqa: E402
@@ -68,15 +69,6 @@ def _dpo_params(root: Path) -> Path:
     return root / "dpo.yaml"
 
 
-def _by_hand(path: Path) -> dict[str, torch.Tensor]:
-    state = load(str(path))["model"]
-    out = {k: v for k, v in state.items() if not k.endswith((".lora_A", ".lora_B"))}
-    for key in [k for k in state if k.endswith(".lora_A")]:
-        stem = key[: -len(".lora_A")]
-        out[f"{stem}.weight"] = state[f"{stem}.weight"] + state[f"{stem}.lora_B"] @ state[key] * LORA["alpha"] / LORA["r"]
-    return out
-
-
 @pytest.mark.parametrize("lora", [False, True], ids=["plain", "lora_folded"])
 def test_the_policy_and_the_reference_start_from_the_decoders_weights_at_step_0(tmp_path, lora):
     params = {"model": {"name": "llama", **POLICY, **({"lora_params": LORA} if lora else {})}}
@@ -84,7 +76,7 @@ def test_the_policy_and_the_reference_start_from_the_decoders_weights_at_step_0(
     result = _cs_run("train", "--params", _dpo_params(tmp_path), "--model_dir", tmp_path / "dpo",
                      "--checkpoint_path", start)
     assert result.exit_code == 0, result.output
-    expected = _by_hand(start)
+    expected = folded_by_hand(start, LORA)
     initial = load(str(tmp_path / "dpo" / "checkpoint_0.mdl"))  # step 0: not the decoder's step 7
     for role in ("policy_model", "ref_model"):
         got = {k[len(role) + 1:]: v for k, v in initial["model"].items() if k.startswith(role + ".")}

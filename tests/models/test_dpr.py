@@ -6,30 +6,17 @@ and CSX fx with the same losses."""
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import yaml
-from click.testing import CliRunner
 from hf_helpers import build
+from modelzoo_file_helpers import TAG, in_process, mz, needs_mirror, shrunk, train_flat_file_3_cpu_steps, train_on_cpu_and_csx, write
 
-from cs_run._yaml import parse as parse_yaml
 from cs_run.data.processors.dpr import build_dataloader
-from cs_run.frontends.cli import cli as main_cli
 from cs_run.models.bert_classifier.hf import head_names
 from cs_run.models.dpr.model import DPRConfig, dpr_loss, mean_pooling
-from cs_run.summaries import read_scalars
-
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
-_spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
-mz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mz)
-TAG = "Release_2.10.0"
-needs_mirror = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +27,7 @@ def data(tmp_path_factory) -> Path:
 
 
 def _shrunk(data: Path, tmp_path: Path, tag: str = TAG) -> dict:
-    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show",
-                           f"{tag}:src/cerebras/modelzoo/models/nlp/dpr/configs/params_dpr_base_nq.yaml"], check=True,
-                          capture_output=True, text=True).stdout
-    raw, _ = parse_yaml(text, "params_dpr_base_nq.yaml")
-    return mz.shrink(raw, data, tmp_path / "model_dir")
+    return shrunk("src/cerebras/modelzoo/models/nlp/dpr/configs/params_dpr_base_nq.yaml", data, tmp_path, tag)
 
 
 def _hf_encoder(model, prefix: str, keys: dict):
@@ -164,30 +147,10 @@ def test_an_encoders_precision_keys_change_nothing():
     assert plain.keys() == with_keys.keys() and all(torch.equal(plain[k], with_keys[k]) for k in plain)
 
 
-def _write(params: dict, path: Path) -> Path:
-    for part, key in (("fit", "train_dataloader"), ("fit", "val_dataloader"), ("validate", "val_dataloader"),
-                      ("validate_all", "val_dataloaders")):
-        section = params["trainer"].get(part, {}).get(key)
-        if isinstance(section, dict):
-            section["num_workers"] = 0  # worker processes on a 2-core test machine; same batches
-    path.write_text(yaml.safe_dump(params, sort_keys=False))
-    return path
-
-
-def _cli(*args) -> str:
-    result = CliRunner().invoke(main_cli, [*map(str, args)])
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
 @needs_mirror
 @pytest.mark.slow
 def test_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, data):
-    params = _write(_shrunk(data, tmp_path), tmp_path / "p.yaml")
-    _cli("validate-only", "--params", params, "--model_dir", tmp_path / "v")
-    _cli("train", "--params", params, "--model_dir", tmp_path / "cpu", "--device", "CPU")
-    _cli("train", "--params", params, "--model_dir", tmp_path / "csx", "--device", "CSX", "--compile_tier", "fx")
-    cpu, csx = (read_scalars(tmp_path / d / "train")["loss"] for d in ("cpu", "csx"))
+    cpu, csx = train_on_cpu_and_csx(write(in_process(_shrunk(data, tmp_path)), tmp_path / "p.yaml"), tmp_path)
     assert [step for step, _ in cpu] == [1, 2, 3, 4, 5]
     assert cpu == csx and all(np.isfinite(loss) for _, loss in cpu)
 
@@ -200,12 +163,5 @@ def test_the_release_2_2_and_2_3_files_validate_and_train_3_cpu_steps(tmp_path, 
         params = _shrunk(data, tmp_path / tag, tag)
         assert params["model"]["q_encoder"]["fp16_type"] == "cbfloat16"
         assert ("scale_similarity" in params["model"]) == (tag == "Release_2.2.0")
-        for section in (params["train_input"], params["eval_input"]):
-            section["num_workers"] = 0
-        params["runconfig"].update(max_steps=3, log_steps=1)
-        path = tmp_path / f"{tag}.yaml"
-        path.write_text(yaml.safe_dump(params, sort_keys=False))
-        _cli("validate-only", "--params", path, "--model_dir", tmp_path / tag / "v")
-        _cli("train", "--params", path, "--model_dir", tmp_path / tag / "cpu", "--device", "CPU")
-        losses = read_scalars(tmp_path / tag / "cpu" / "train")["loss"]
+        losses = train_flat_file_3_cpu_steps(params, tmp_path / f"{tag}.yaml", tmp_path / tag)
         assert [step for step, _ in losses] == [1, 2, 3] and all(np.isfinite(loss) for _, loss in losses)

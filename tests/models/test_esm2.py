@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import ast
 import csv
-import importlib.util
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,10 +17,10 @@ import torch
 import torch.nn.functional as F
 import yaml
 from click.testing import CliRunner
-from hf_helpers import TOL, build, tiny_hf
+from hf_helpers import TOL, build, tiny_hf, to_hf_is_refused
+from modelzoo_file_helpers import mz, needs_mirror, run_file, shrunk
 
-from cs_run._yaml import parse as parse_yaml
-from cs_run.checkpoint import load, save
+from cs_run.checkpoint import load
 from cs_run.data.processors.bert import build_dataloader as bert_data
 from cs_run.data.processors.bert_csv import build_dataloader as csv_data
 from cs_run.errors import DataError
@@ -151,28 +149,15 @@ def test_esm2_from_hf_matches_esm_for_masked_lm_and_back_is_exact(tmp_path):
     (dict(position_embedding_type="learned"), "position_embedding_type"),
 ])
 def test_to_hf_refuses_an_esm2_hf_cannot_express(tmp_path, change, key):
-    keys = {**KEYS, **change}
-    model = build(keys)
-    save({"model": model.state_dict()}, str(tmp_path / "model.mdl"))
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"model": keys}))
-    result = CliRunner().invoke(checkpoint_cli, ["convert", "--to", "hf", str(tmp_path / "model.mdl"),
-                                                 str(tmp_path / "out"), "--params", str(tmp_path / "params.yaml")])
-    assert result.exit_code != 0
-    line = [x for x in result.output.splitlines() if x.startswith("Error:")]
-    assert len(line) == 1 and f"model.{key}" in line[0], result.output  # one line, naming the key
-    assert not (tmp_path / "out").exists()
+    output = to_hf_is_refused(tmp_path, {**KEYS, **change})
+    line = [x for x in output.splitlines() if x.startswith("Error:")]
+    assert len(line) == 1 and f"model.{key}" in line[0], output  # one line, naming the key
 
 
 # ---------------------------------------------------------------- the Model Zoo 2.10 files (tools/modelzoo_files.py)
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
-_spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
-mz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mz)
-TAG = "Release_2.10.0"
 FILES = ["params_esm2_t12_35M_UR50D", "params_esm2_t33_650M_UR50D", "params_esm2_t33_650M_UR50D_vsl",
          "params_esm2_t36_3B_UR50D", "params_esm2_t48_15B_UR50D"]
-needs_mirror = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
 
 
 def _path(name: str) -> str:
@@ -192,9 +177,7 @@ def test_first_loss_of_the_35m_file_is_the_vendor_loss_of_transformers_logits(tm
     of BertHDF5DataProcessor shards: logits within 1e-5 of EsmForMaskedLM with the same weights, and the
     vendor's loss (masked cross entropy summed / batch * mlm_loss_weight) by hand from them."""
     transformers = pytest.importorskip("transformers")
-    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show", f"{TAG}:{_path(FILES[0])}"], check=True,
-                          capture_output=True, text=True).stdout
-    trainer = mz.shrink(parse_yaml(text, FILES[0])[0], data, tmp_path / "model_dir")["trainer"]
+    trainer = shrunk(_path(FILES[0]), data, tmp_path)["trainer"]
     keys = dict(trainer["init"]["model"])
     section = {**trainer["fit"]["train_dataloader"], "num_workers": 0}
     torch.manual_seed(1)
@@ -223,9 +206,7 @@ def test_first_loss_of_the_35m_file_is_the_vendor_loss_of_transformers_logits(tm
 @pytest.mark.parametrize("command, device", [("validate-only", "CPU"), ("train", "CPU"), ("train", "CSX")])
 @pytest.mark.parametrize("name", first_in_suite_rest_in_sweep(FILES, keep=["params_esm2_t33_650M_UR50D_vsl"]))
 def test_the_five_files_validate_and_train_five_steps(tmp_path, data, name, command, device):
-    args = mz.default_args(out=str(tmp_path), shards=str(data), command=command, device=device,
-                           compile_tier="fx" if device == "CSX" else None, in_process=True)
-    result = mz.run_one(_path(name), TAG, args)
+    result = run_file(_path(name), data, tmp_path, command, device)
     assert result["first_error"] == "ok", (name, result)
     if command == "train":
         assert (Path(result["params"]).parent / "model_dir" / "checkpoint_5.mdl").is_file(), name  # 5 steps

@@ -12,7 +12,7 @@ transformers loads the folder it writes and computes the same logits.
 from __future__ import annotations
 
 import json
-import re
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -20,11 +20,10 @@ import pytest
 import torch
 import yaml
 from click.testing import CliRunner
-from hf_helpers import TOL, tiny_hf
+from hf_helpers import TOL, eval_loss, tiny_hf
 
 from cs_run.checkpoint import load
 from cs_run.frontends.checkpoint_cli import checkpoint as checkpoint_cli
-from cs_run.frontends.cli import cli as main_cli
 
 transformers = pytest.importorskip("transformers")
 st = pytest.importorskip("safetensors.torch")
@@ -118,11 +117,7 @@ def test_convert_from_hf_evals_to_transformers_loss_and_back_is_exact(tmp_path, 
     params = {**written, "eval_input": {"data_processor": "GptHDF5DataProcessor", "data_dir": str(tmp_path / "eval"),
                                         "batch_size": BATCH, "shuffle": False},
               "runconfig": {"model_dir": str(tmp_path / "run"), "disable_progress_bar": True}}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    result = CliRunner().invoke(main_cli, ["eval", "--params", str(tmp_path / "params.yaml"), "--checkpoint_path",
-                                           str(tmp_path / "model.mdl")])
-    assert result.exit_code == 0, result.output
-    loss = float(re.search(r"eval/loss = ([0-9.]+)", result.output).group(1))
+    loss = eval_loss(params, tmp_path / "params.yaml", tmp_path / "model.mdl")
     assert loss == pytest.approx(hf_loss, rel=1e-5), (loss, hf_loss)
 
     _convert("--to", "hf", tmp_path / "model.mdl", tmp_path / "back", "--params", tmp_path / "model.yaml")
@@ -142,13 +137,18 @@ def test_convert_from_hf_evals_to_transformers_loss_and_back_is_exact(tmp_path, 
         torch.testing.assert_close(again(input_ids=tokens).logits, hf(input_ids=tokens).logits, **TOL)
 
 
-@pytest.fixture(scope="module")
-def llama_folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("llama_hf")
-    hf = tiny_hf("LlamaConfig", "LlamaForCausalLM", vocab_size=V, **FAMILIES[0].values[3])
+def _converted(root: Path, config_cls: str, model_cls: str, config: dict):
+    """A tiny transformers model saved as ``root/hf`` and ``--from hf`` converted to ``root/model.mdl`` (and
+    ``model.yaml``): (root, the transformers model)."""
+    hf = tiny_hf(config_cls, model_cls, vocab_size=V, **config)
     hf.save_pretrained(str(root / "hf"), safe_serialization=True)
     _convert("--from", "hf", root / "hf", root / "model.mdl")
-    return root
+    return root, hf
+
+
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory):
+    return _converted(tmp_path_factory.mktemp("llama_hf"), "LlamaConfig", "LlamaForCausalLM", FAMILIES[0].values[3])[0]
 
 
 
@@ -216,11 +216,7 @@ MIXTRAL = FAMILIES[2].values[3]
 
 @pytest.fixture(scope="module")
 def mixtral_folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mixtral_hf")
-    hf = tiny_hf("MixtralConfig", "MixtralForCausalLM", vocab_size=V, **MIXTRAL)
-    hf.save_pretrained(str(root / "hf"), safe_serialization=True)
-    _convert("--from", "hf", root / "hf", root / "model.mdl")
-    return root, hf
+    return _converted(tmp_path_factory.mktemp("mixtral_hf"), "MixtralConfig", "MixtralForCausalLM", MIXTRAL)
 
 
 def test_mixtral_folder_in_the_fused_transformers_5_layout_converts_to_the_same_checkpoint(tmp_path, mixtral_folder):
@@ -261,11 +257,7 @@ def test_to_hf_refuses_mixtral_routing_hf_does_not_compute(tmp_path, mixtral_fol
 
 @pytest.fixture(scope="module")
 def mpt_folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mpt_hf")
-    hf = tiny_hf("MptConfig", "MptForCausalLM", vocab_size=V, **FAMILIES[9].values[3])
-    hf.save_pretrained(str(root / "hf"), safe_serialization=True)
-    _convert("--from", "hf", root / "hf", root / "model.mdl")
-    return root
+    return _converted(tmp_path_factory.mktemp("mpt_hf"), "MptConfig", "MptForCausalLM", FAMILIES[9].values[3])[0]
 
 
 def _attn(**change):

@@ -4,19 +4,15 @@ same images, the logits agree (float32, hf_helpers.TOL), and ``--to hf`` gives b
 
 from __future__ import annotations
 
-import json
-import re
-
 import numpy as np
 import pytest
 import torch
 import yaml
 from click.testing import CliRunner
-from hf_helpers import TOL, build, tiny_hf
+from hf_helpers import TOL, assert_bit_equal, back_to_hf_is_exact, build, eval_loss, tiny_hf
 
 from cs_run.checkpoint import save
 from cs_run.frontends.checkpoint_cli import checkpoint as checkpoint_cli
-from cs_run.frontends.cli import cli as main_cli
 from cs_run.models.vision_transformer import hf as vit_hf
 
 Image = pytest.importorskip("PIL.Image")
@@ -55,9 +51,7 @@ def test_vit_gives_transformers_logits_and_back_is_exact(extra):
         torch.testing.assert_close(model.model(images), theirs.logits, **TOL)
         torch.testing.assert_close(model((images, labels.int())), theirs.loss, **TOL)
     back = vit_hf.to_hf_state_dict(model, legacy=False)  # transformers 5's module names, as hf.state_dict()
-    assert back.keys() == hf.state_dict().keys()
-    for key, value in hf.state_dict().items():
-        assert torch.equal(back[key], value), key
+    assert_bit_equal(back, hf.state_dict())
 
 
 def test_convert_from_hf_evals_to_transformers_loss_and_back_is_exact(tmp_path):
@@ -76,23 +70,10 @@ def test_convert_from_hf_evals_to_transformers_loss_and_back_is_exact(tmp_path):
     eval_input = {**written["eval_input"], "data_dir": str(tmp_path / "data"), "batch_size": len(labels)}
     params = {**written, "train_input": {**written["train_input"], "data_dir": str(tmp_path / "data")},
               "eval_input": eval_input, "runconfig": {"model_dir": str(tmp_path / "run"), "disable_progress_bar": True}}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    result = CliRunner().invoke(main_cli, ["eval", "--params", str(tmp_path / "params.yaml"), "--checkpoint_path",
-                                           str(tmp_path / "model.mdl")])
-    assert result.exit_code == 0, result.output
-    loss = float(re.search(r"eval/loss = ([0-9.]+)", result.output).group(1))
+    loss = eval_loss(params, tmp_path / "params.yaml", tmp_path / "model.mdl")
     assert loss == pytest.approx(hf_loss, rel=1e-5), (loss, hf_loss)
 
-    result = CliRunner().invoke(checkpoint_cli, ["convert", "--to", "hf", str(tmp_path / "model.mdl"),
-                                                 str(tmp_path / "back"), "--params", str(tmp_path / "model.yaml")])
-    assert result.exit_code == 0, result.output
-    theirs = st.load_file(str(tmp_path / "hf" / "model.safetensors"))
-    ours = st.load_file(str(tmp_path / "back" / "model.safetensors"))
-    assert theirs.keys() == ours.keys()
-    for key, value in theirs.items():
-        assert torch.equal(ours[key], value), key
-    assert json.loads((tmp_path / "back" / "config.json").read_text())["model_type"] == "vit"
-    again = transformers.ViTForImageClassification.from_pretrained(str(tmp_path / "back")).eval()
+    again = transformers.ViTForImageClassification.from_pretrained(str(back_to_hf_is_exact(tmp_path, "vit"))).eval()
     with torch.no_grad():
         torch.testing.assert_close(again(pixel_values=pixels).logits, hf(pixel_values=pixels).logits, **TOL)
 

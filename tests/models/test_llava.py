@@ -6,34 +6,23 @@ the same weights; the bad model keys, each one error naming the key.
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-import yaml
-from click.testing import CliRunner
 from hf_helpers import TOL, build
+from modelzoo_file_helpers import in_process_every_step, mz, needs_mirror, shrunk, train_flat_file_3_cpu_steps, train_on_cpu_and_csx, write
 
-from cs_run._yaml import parse as parse_yaml
 from cs_run.data.processors.llava_hdf5 import build_dataloader
 from cs_run.errors import ParamsError
-from cs_run.frontends.cli import cli as main_cli
 from cs_run.models.llava import hf as llava_hf
-from cs_run.summaries import read_scalars
 from tests.modelzoo_marks import first_in_suite_rest_in_sweep
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
-_spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
-mz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mz)
-TAG = "Release_2.10.0"
 FILES = ["params_llava_v1p5_pretrain_7b_phase1_MSL2K", "params_llava_v1p5_pretrain_7b_phase2_MSL2K",
          "params_llava_v1p5_pretrain_13b_phase1_MSL2K", "params_llava_v1p5_pretrain_13b_phase2_MSL2K"]
-pytestmark = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
+pytestmark = needs_mirror
 
 
 @pytest.fixture(scope="module")
@@ -44,26 +33,12 @@ def data(tmp_path_factory) -> Path:
     return out
 
 
+def _path(name: str) -> str:
+    return f"src/cerebras/modelzoo/models/multimodal/llava/configs/{name}.yaml"
+
+
 def _shrunk(name: str, data: Path, tmp_path: Path) -> dict:
-    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show",
-                           f"{TAG}:src/cerebras/modelzoo/models/multimodal/llava/configs/{name}.yaml"], check=True,
-                          capture_output=True, text=True).stdout
-    raw, _ = parse_yaml(text, name)
-    return mz.shrink(raw, data, tmp_path / "model_dir")
-
-
-def _inputs(params: dict):
-    trainer = params["trainer"]
-    for part, key in (("fit", "train_dataloader"), ("fit", "val_dataloader"), ("validate", "val_dataloader"),
-                      ("validate_all", "val_dataloaders")):
-        section = trainer.get(part, {}).get(key)
-        if isinstance(section, dict):
-            yield section
-
-
-def _cli(*args) -> None:
-    result = CliRunner().invoke(main_cli, [*map(str, args)])
-    assert result.exit_code == 0, result.output
+    return shrunk(_path(name), data, tmp_path)
 
 
 @pytest.mark.slow
@@ -71,16 +46,8 @@ def _cli(*args) -> None:
 def test_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, data, name):
     """Phase 1 (both towers frozen, the image at 1) and phase 2 (the text model trains, the image at 35) in
     make test; the 13b files differ from the 7b ones only in sizes (make test-sweep)."""
-    params = _shrunk(name, data, tmp_path)
-    for section in _inputs(params):
-        section["num_workers"] = 0  # worker processes on a 2-core test machine; same batches
-    params["trainer"]["init"]["logging"]["log_steps"] = 1
-    path = tmp_path / "p.yaml"
-    path.write_text(yaml.safe_dump(params, sort_keys=False))
-    _cli("validate-only", "--params", path, "--model_dir", tmp_path / "v")
-    _cli("train", "--params", path, "--model_dir", tmp_path / "cpu", "--device", "CPU")
-    _cli("train", "--params", path, "--model_dir", tmp_path / "csx", "--device", "CSX", "--compile_tier", "fx")
-    cpu, csx = (read_scalars(tmp_path / d / "train")["loss"] for d in ("cpu", "csx"))
+    path = write(in_process_every_step(_shrunk(name, data, tmp_path)), tmp_path / "p.yaml")
+    cpu, csx = train_on_cpu_and_csx(path, tmp_path)
     assert [s for s, _ in cpu] == [1, 2, 3, 4, 5] == [s for s, _ in csx]
     assert all(np.isfinite(loss) for _, loss in cpu)
     # the fx tier runs the traced step's own aten calls in eager's order (bf16 autocast on both): the same floats
@@ -236,16 +203,7 @@ def test_release_2_2_files_validate_and_train_3_cpu_steps(tmp_path):
     mz.write_llava_data(tmp_path / "d" / "llava" / "start_35" / mz.LLAVA_2_2_FOLDER, six_rows=True, rows=8,
                         image_start_idx=35)
     for name in FILES[:2]:
-        text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show", "Release_2.2.0:src/cerebras/modelzoo/models/"
-                               f"multimodal/llava/configs/{name}.yaml"], check=True, capture_output=True, text=True).stdout
-        params = mz.shrink(parse_yaml(text, name)[0], tmp_path / "d", tmp_path / name / "model_dir")
+        params = shrunk(_path(name), tmp_path / "d", tmp_path / name, "Release_2.2.0")
         assert params["train_input"]["bos_token_id"] == 1 and mz.LLAVA_2_2_FOLDER in params["train_input"]["data_dir"]
-        for section in (params["train_input"], params["eval_input"]):
-            section["num_workers"] = 0
-        params["runconfig"].update(max_steps=3, log_steps=1)
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(params, sort_keys=False))
-        _cli("validate-only", "--params", path, "--model_dir", tmp_path / name / "v")
-        _cli("train", "--params", path, "--model_dir", tmp_path / name / "cpu", "--device", "CPU")
-        losses = read_scalars(tmp_path / name / "cpu" / "train")["loss"]
+        losses = train_flat_file_3_cpu_steps(params, tmp_path / f"{name}.yaml", tmp_path / name)
         assert [s for s, _ in losses] == [1, 2, 3] and all(np.isfinite(v) for _, v in losses)

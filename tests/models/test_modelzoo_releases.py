@@ -6,13 +6,13 @@ validate-only, checked against the table of docs/modelzoo_sweep.md."""
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from modelzoo_file_helpers import mz, needs_mirror
 
 from cs_run.errors import ParamsError
 from cs_run.models.bert.model import BertConfig
@@ -23,11 +23,6 @@ from cs_run.models.t5.model import build as build_t5
 from cs_run.params import load_params
 from cs_run.resolve import model_function, resolve_params
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
-_spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
-mz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mz)
-needs_mirror = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
 OLD = "modelzoo/transformers/pytorch/"
 NEW = "src/cerebras/modelzoo/models/"
 

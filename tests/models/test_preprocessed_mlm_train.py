@@ -12,10 +12,8 @@ shrunk Release 2.10 file 5 steps on CPU.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +22,8 @@ import torch
 import torch.nn.functional as F
 import yaml
 from hf_helpers import build
+from modelzoo_file_helpers import mz, needs_mirror, shrunk
 
-from cs_run._yaml import parse as parse_yaml
 from cs_run.data.preprocessing.vendor_config import preprocess_config
 from cs_run.data.processors.bert import build_dataloader as bert_data
 from cs_run.errors import DataError
@@ -33,11 +31,6 @@ from cs_run.summaries import read_scalars
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "data" / "vendor_preprocess"
-_spec = importlib.util.spec_from_file_location("modelzoo_files", ROOT / "tools" / "modelzoo_files.py")
-mz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mz)
-TAG = "Release_2.10.0"
-needs_mirror = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
 BERT_SPECIALS = ["[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"]
 
 
@@ -70,12 +63,9 @@ def _preprocess(case: str, edit, out: Path) -> Path:
     return out
 
 
-def _params(name: str, data: Path, model_dir: Path, model_keys: dict) -> dict:
+def _params(name: str, data: Path, tmp_path: Path, model_keys: dict) -> dict:
     """The Release 2.10 file shrunk, its model keys set and both dataloaders BertHDF5DataProcessor on ``data``."""
-    path = f"src/cerebras/modelzoo/models/nlp/{name}.yaml"
-    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show", f"{TAG}:{path}"], check=True,
-                          capture_output=True, text=True).stdout
-    params = mz.shrink(parse_yaml(text, name)[0], data, model_dir)
+    params = shrunk(f"src/cerebras/modelzoo/models/nlp/{name}.yaml", data, tmp_path)
     trainer = params["trainer"]
     vocab = json.loads((data / "data_params.json").read_text())["processing"]["vocab_size"]
     trainer["init"]["model"].update({"vocab_size": vocab, **model_keys})
@@ -105,7 +95,7 @@ def test_preprocessed_shards_train(case_id, recorded, edit, name, model_keys, tm
     import h5py
 
     data = _preprocess(recorded, edit, tmp_path / "data")
-    params = _params(name, data, tmp_path / "model_dir", model_keys)
+    params = _params(name, data, tmp_path, model_keys)
     section = params["trainer"]["fit"]["train_dataloader"]
     batch = next(iter(bert_data("train", **section)))
     with h5py.File(next(data.glob("*.h5")), "r") as f:  # the processor's first batch: the first rows written

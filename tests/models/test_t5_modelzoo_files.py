@@ -6,36 +6,25 @@ comparison only: norm_type rmsnorm, as HF's T5 has no LayerNorm, and no dropout)
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-import yaml
-from click.testing import CliRunner
 from hf_helpers import TOL, build
+from modelzoo_file_helpers import in_process_every_step, mz, needs_mirror, shrunk, train_on_cpu_and_csx, write
 
-from cs_run._yaml import parse as parse_yaml
 from cs_run.data.processors.t5 import build_dataloader
-from cs_run.frontends.cli import cli as main_cli
 from cs_run.models.t5.hf import hf_config, to_hf_state_dict
 from cs_run.params import load_params
 from cs_run.runners import build_lr_scheduler, build_optimizer
-from cs_run.summaries import read_scalars
 from tests.modelzoo_marks import first_in_suite_rest_in_sweep
 
 transformers = pytest.importorskip("transformers")
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "modelzoo_files.py"
-_spec = importlib.util.spec_from_file_location("modelzoo_files", TOOL)
-mz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(mz)
-TAG = "Release_2.10.0"
 FILES = ["t5_3B", "t5_11B"]
 MUP_FILE = "t5_11B_muP"
-pytestmark = pytest.mark.skipif(not Path(mz.MIRROR).exists(), reason="no local Model Zoo mirror")
+pytestmark = needs_mirror
 
 
 @pytest.fixture(scope="module")
@@ -46,38 +35,17 @@ def data(tmp_path_factory) -> Path:
 
 
 def _shrunk(name: str, data: Path, tmp_path: Path) -> dict:
-    text = subprocess.run(["git", f"--git-dir={mz.MIRROR}", "show",
-                           f"{TAG}:src/cerebras/modelzoo/models/nlp/t5/configs/{name}.yaml"], check=True,
-                          capture_output=True, text=True).stdout
-    raw, _ = parse_yaml(text, name)
-    return mz.shrink(raw, data, tmp_path / "model_dir")
-
-
-def _cli(*args) -> str:
-    result = CliRunner().invoke(main_cli, [*map(str, args)])
-    assert result.exit_code == 0, result.output
-    return result.output
+    return shrunk(f"src/cerebras/modelzoo/models/nlp/t5/configs/{name}.yaml", data, tmp_path)
 
 
 def _write(params: dict, path: Path) -> Path:
-    for part, key in (("fit", "train_dataloader"), ("fit", "val_dataloader"), ("validate", "val_dataloader"),
-                      ("validate_all", "val_dataloaders")):
-        section = params["trainer"].get(part, {}).get(key)
-        if isinstance(section, dict):
-            section["num_workers"] = 0  # worker processes on a 2-core test machine; same batches
-    params["trainer"]["init"].setdefault("logging", {})["log_steps"] = 1  # every step's loss (a step count)
-    path.write_text(yaml.safe_dump(params, sort_keys=False))
-    return path
+    return write(in_process_every_step(params), path)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", first_in_suite_rest_in_sweep([*FILES, MUP_FILE], keep=[MUP_FILE]))
 def test_file_validates_and_trains_5_steps_on_cpu_and_csx(tmp_path, data, name):
-    params = _write(_shrunk(name, data, tmp_path), tmp_path / "p.yaml")
-    _cli("validate-only", "--params", params, "--model_dir", tmp_path / "v")
-    _cli("train", "--params", params, "--model_dir", tmp_path / "cpu", "--device", "CPU")
-    _cli("train", "--params", params, "--model_dir", tmp_path / "csx", "--device", "CSX", "--compile_tier", "fx")
-    cpu, csx = (read_scalars(tmp_path / d / "train")["loss"] for d in ("cpu", "csx"))
+    cpu, csx = train_on_cpu_and_csx(_write(_shrunk(name, data, tmp_path), tmp_path / "p.yaml"), tmp_path)
     assert [step for step, _ in cpu] == [1, 2, 3, 4, 5]
     assert cpu == csx and all(np.isfinite(loss) for _, loss in cpu)
 

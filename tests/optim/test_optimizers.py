@@ -14,9 +14,8 @@ from tests.optim.helpers import SmallNet, batches, train, twins
 from tests.optim.optim_table import CASES, ROWS, TWIN_CASES, VENDOR_RULE_CASES, case_id
 
 
-@pytest.mark.parametrize("case", TWIN_CASES, ids=case_id)
-def test_matches_twin_over_50_steps(case):
-    """Where the vendor's rule is torch's: 50 steps in float64; tolerance per row (optim_table.atol)."""
+def _trained_with_twin(case) -> tuple[SmallNet, SmallNet]:
+    """Twin models (the same start), one trained by the row's optimizer and one by its torch twin, on the same data."""
     row, variant = case
     ours_model, ref_model = twins()
     ours = row.cls(ours_model.parameters(), **variant)
@@ -24,6 +23,14 @@ def test_matches_twin_over_50_steps(case):
     data = batches()
     train(ours_model, ours, data)
     train(ref_model, ref, data)
+    return ours_model, ref_model
+
+
+@pytest.mark.parametrize("case", TWIN_CASES, ids=case_id)
+def test_matches_twin_over_50_steps(case):
+    """Where the vendor's rule is torch's: 50 steps in float64; tolerance per row (optim_table.atol)."""
+    row, _ = case
+    ours_model, ref_model = _trained_with_twin(case)
     for (name, p), q in zip(ours_model.named_parameters(), ref_model.parameters()):
         assert not torch.equal(p, SmallNet().get_parameter(name)), "the optimizer did not move the parameter"
         diff = (p - q).abs().max().item()
@@ -33,13 +40,7 @@ def test_matches_twin_over_50_steps(case):
 @pytest.mark.parametrize("case", VENDOR_RULE_CASES, ids=case_id)
 def test_vendor_rule_really_differs_from_twin(case):
     """Where optim_table records a vendor rule, torch's twin does differ (so the golden files decide)."""
-    row, variant = case
-    ours_model, ref_model = twins()
-    ours = row.cls(ours_model.parameters(), **variant)
-    ref = row.twin(ref_model.parameters(), **{**row.twin_defaults, **variant})
-    data = batches()
-    train(ours_model, ours, data)
-    train(ref_model, ref, data)
+    ours_model, ref_model = _trained_with_twin(case)
     diff = max((p - q).abs().max().item() for p, q in zip(ours_model.parameters(), ref_model.parameters()))
     assert diff > 1e-7, f"{case_id(case)} equals its twin ({diff:.3g}); drop it from vendor_rule"
 

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 import torch
 from click.testing import CliRunner
+from trainer_toys import WithLoss, toy_data
 
 import cs_run
 from cs_run.backend import _reset_for_tests
@@ -125,25 +126,9 @@ def test_early_stopping_is_checked_before_any_work(toy_project, tmp_path):
     assert runner.global_step == 0
 
 
-def toy_model():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
-
-
-class WithLoss(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.net = toy_model()
-
-    def forward(self, batch):
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self.net(x), y)
-
-
 def loader(seed=0, n=32):
-    g = torch.Generator().manual_seed(seed)
-    data = torch.utils.data.TensorDataset(torch.randn(n, 6, generator=g), torch.randint(0, 3, (n,), generator=g))
-    return torch.utils.data.DataLoader(data, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(5))
+    return torch.utils.data.DataLoader(toy_data(seed, n), batch_size=4, shuffle=True,
+                                       generator=torch.Generator().manual_seed(5))
 
 
 def fit(model_dir, num_steps, device="CPU", **kwargs):

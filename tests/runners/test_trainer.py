@@ -4,33 +4,25 @@ from __future__ import annotations
 
 import pytest
 import torch
+import trainer_toys
 import yaml
 from torch.utils.data import DataLoader, TensorDataset
+from trainer_toys import toy_data
 
 import cs_run
 from cs_run.backend import _reset_for_tests
 from cs_run.frontends.trainer import Trainer, trainers_from_config
 
 
-def toy_model():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Dropout(0.1), torch.nn.Linear(8, 3))
+class WithLoss(trainer_toys.WithLoss):
+    """The toy classifier with a dropout of 0.1 before its head."""
 
-
-class WithLoss(torch.nn.Module):
     def __init__(self):
-        super().__init__()
-        self.net = toy_model()
-
-    def forward(self, batch):
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self.net(x), y)
+        super().__init__(dropout=0.1)
 
 
 def loader(seed=0, n=32):
-    g = torch.Generator().manual_seed(seed)
-    return DataLoader(TensorDataset(torch.randn(n, 6, generator=g), torch.randint(0, 3, (n,), generator=g)),
-                      batch_size=4, shuffle=False, drop_last=True)
+    return DataLoader(toy_data(seed, n), batch_size=4, shuffle=False, drop_last=True)
 
 
 def test_device_and_backend_are_mutually_exclusive():
