@@ -1,6 +1,7 @@
 """What users install: the sdist and the wheel built from it hold every module of the tree, and the wheel,
-installed into a clean venv (no editable install, no network), trains fc_mnist and a Llama-family params file
-and converts a Hugging Face model.
+installed into a clean venv (no editable install, no network), resolves every model family's and data
+processor's code that this tree registers, trains fc_mnist and a Llama-family params file and converts a
+Hugging Face model.
 
 Every earlier test ran an editable checkout, which hid a hand-kept package list that lacked
 ``cs_run.models.mpt``: the installed cs-run could not build any model. This test builds from a copy of the
@@ -99,6 +100,39 @@ def installed(built, tmp_path_factory) -> Path:
     where = _run([python, "-c", "import cs_run, cs_run.models.mpt; print(cs_run.__file__)"], cwd=venv.parent)
     assert where.stdout.strip().startswith(str(venv)), f"cs_run imported from {where.stdout.strip()}, not the wheel"
     return venv / "bin"
+
+
+# Every registered model's code (each ``module:attr`` its spec names, its HF converter module) and every
+# registered data processor, imported and resolved; prints the names, one JSON object.
+_RESOLVE_ALL = textwrap.dedent("""
+    import dataclasses, importlib, json
+    from cs_run import registry
+    models = {}
+    for name in registry.registered_models():
+        spec = registry.get_model_spec(name)
+        for field in ("model_fn", "defaults_fn", "config_class", "builder", "parallelize", "data_fn"):
+            value = getattr(spec, field)
+            if value and ":" in value:
+                registry.resolve_object(value, key=f"{name}.{field}")
+        if spec.hf_converter:
+            importlib.import_module(spec.hf_converter)
+        models[name] = sorted(f.name for f in dataclasses.fields(spec) if getattr(spec, f.name))
+    processors = registry.registered_data_processors()
+    for name in processors:
+        registry.data_processor_function(name, "wheel test")
+    print(json.dumps({"models": models, "processors": processors}))
+""")
+
+
+def test_the_installed_wheel_resolves_every_family_and_data_processor_the_tree_registers(installed):
+    """A family or processor whose module, data file or import the wheel lacks fails here by name (the
+    module list alone, as ``wheel-check`` reads it, does not import anything)."""
+    import json  # noqa: PLC0415
+
+    tree = json.loads(_run([sys.executable, "-c", _RESOLVE_ALL], cwd=ROOT).stdout)
+    wheel = json.loads(_run([installed / "python", "-c", _RESOLVE_ALL], cwd=installed).stdout)
+    assert len(tree["models"]) >= 30 and len(tree["processors"]) >= 19, tree  # 30 and 19 on 2026-11-28
+    assert wheel == tree
 
 
 def test_the_installed_wheel_trains_fc_mnist(installed, built, tmp_path):
