@@ -28,7 +28,7 @@ python3 -c "import cs_run.runners, cs_run.optim; print(\"cs_run imports\")" >> "
 cat "$OUT/env.log"
 for p in $PARTS; do
   case $p in
-    cuda_tests) part cuda_tests 150 env CS_RUN_TEST_CUDA=1 python3 -m pytest -q -m cuda -p no:cacheprovider tests/engine/test_cuda.py tests/runners/test_cuda_runs.py ;;
+    cuda_tests) part cuda_tests 220 env CS_RUN_TEST_CUDA=1 python3 -m pytest -q -m cuda -p no:cacheprovider tests/engine/test_cuda.py tests/runners/test_cuda_runs.py ;;
     lm_b32) part lm_b32 240 python3 bench/bench_lm.py --batch 32 --rows eager,compile,csx-inductor-cg --repeats 3 --profile 10 ;;
     paths) part paths 200 python3 bench/bench_gpu_paths.py --out "$OUT/paths.jsonl" ;;
     lm_b16) part lm_b16 200 python3 bench/bench_lm.py --batch 16 --rows eager,compile,csx-inductor-cg --repeats 3 ;;

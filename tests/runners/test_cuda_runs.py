@@ -10,7 +10,7 @@ Tolerances, all relative to the fp32 eager loss of the same step:
   autocast keeps the softmax and the loss in fp32, and 50 AdamW steps at 3e-4 let the rounding in the
   weights' updates add up. A broken scaler (a skipped step, an update not unscaled) is off by far more.
 * CSX (fx tier) vs eager, both fp16: 1e-3. The fx tier replays eager's aten kernels; cuBLAS may pick
-  other algorithms from a traced context.
+  other algorithms from a traced context. The inductor tier: 2e-2 against fp32, as eager fp16.
 * fsdp + offload vs unsharded, fp32: 1e-4 over 10 steps. The optimizer step runs on the CPU's kernels
   instead of the GPU's (ULPs apart), and FSDP2 reduces gradients in another order.
 """
@@ -59,9 +59,9 @@ def _batches(vocab: int, count: int, batch: int = 4, seq: int = 32):
 
 
 def _fit(tmp_path, name: str, model: dict, steps: int, device: str = "GPU", precision=None, no_sync=False,
-         **kwargs) -> list[float]:
+         tier: str = "fx", **kwargs) -> list[float]:
     _SEEN.update(losses=[], steps=steps, no_sync=no_sync)
-    backend = {"backend_type": device, **({"compile_tier": "fx"} if device == "CSX" else {})}
+    backend = {"backend_type": device, **({"compile_tier": tier} if device == "CSX" else {})}
     loader = torch.utils.data.DataLoader(_batches(model["vocab_size"], steps), batch_size=None, pin_memory=True)
     try:
         with _reset_for_tests():
@@ -91,6 +91,19 @@ def test_fp16_dynamic_loss_scaling_on_gpu_and_csx_follows_fp32(tmp_path, caplog)
     assert _max_rel(eager, fp32) < 2e-2, (eager, fp32)
     assert _max_rel(csx, eager) < 1e-3, (csx, eager)
     assert fp32[-1] < fp32[0] and eager[-1] < eager[0]  # it trained: 50 different batches, loss went down
+
+
+def test_fp16_dynamic_loss_scaling_on_the_csx_inductor_tier_follows_fp32(tmp_path, caplog):
+    """The inductor tier's Triton kernels (the multi-tensor unscale and clipping among them) with the
+    scaler, replayed as one CUDA graph: within fp16's tolerance of fp32 (kernels fused and summed in
+    inductor's order, so not compared to eager fp16 within 1e-3 as the fx tier is)."""
+    fp16 = {"mixed_precision": True, "fp16_type": "float16", "loss_scaling_factor": "dynamic"}
+    fp32 = _fit(tmp_path, "fp32", GPT2, 50)
+    caplog.set_level("INFO")
+    csx = _fit(tmp_path, "csx16-inductor", GPT2, 50, device="CSX", precision=fp16, tier="inductor")
+    assert "no CUDA graph" not in caplog.text
+    assert _max_rel(csx, fp32) < 2e-2, (csx, fp32)
+    assert csx[-1] < csx[0]
 
 
 def test_fsdp_with_cpu_offload_on_one_gpu_matches_the_unsharded_run(tmp_path):
