@@ -13,6 +13,7 @@ editable cs-run: a path line in a ``.pth`` file does not run that folder's own `
 from __future__ import annotations
 
 import configparser
+import json
 import os
 import shutil
 import site
@@ -127,8 +128,6 @@ _RESOLVE_ALL = textwrap.dedent("""
 def test_the_installed_wheel_resolves_every_family_and_data_processor_the_tree_registers(installed):
     """A family or processor whose module, data file or import the wheel lacks fails here by name (the
     module list alone, as ``wheel-check`` reads it, does not import anything)."""
-    import json  # noqa: PLC0415
-
     tree = json.loads(_run([sys.executable, "-c", _RESOLVE_ALL], cwd=ROOT).stdout)
     wheel = json.loads(_run([installed / "python", "-c", _RESOLVE_ALL], cwd=installed).stdout)
     assert len(tree["models"]) >= 30 and len(tree["processors"]) >= 19, tree  # 30 and 19 on 2026-11-28

@@ -88,3 +88,9 @@ def make_sgd_step():
         return loss
 
     return model, step
+
+
+def built(compiled):
+    """The (traced step, executable) a CompiledStep built for its one input signature."""
+    (entry,) = compiled._executables.values()
+    return entry

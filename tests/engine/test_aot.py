@@ -13,7 +13,7 @@ from cs_run.engine import CompiledStep, EngineOptions, aot, cache
 from cs_run.engine import compile as engine_compile
 from cs_run.engine.state import discover_state
 from cs_run.engine.trace import trace_step
-from tests.engine.helpers import TraceSafeSGD, make_sgd_step
+from tests.engine.helpers import TraceSafeSGD, built, make_sgd_step
 
 KEY = "0123456789abcdef0123456789abcdef"
 
@@ -115,7 +115,7 @@ def test_cpu_inductor_step_is_one_library_that_matches_eager_and_survives_damage
         compiled = CompiledStep(step, EngineOptions(compile_tier="inductor", compile_dir=str(tmp_path)))
         with caplog.at_level(logging.WARNING, logger="cs_run"):
             losses = [compiled(x) for x in batches()]
-        assert isinstance(next(iter(compiled._executables.values()))[1], aot.AOTStep)
+        assert isinstance(built(compiled)[1], aot.AOTStep)
         torch.testing.assert_close(losses, expected, rtol=1e-5, atol=1e-6)
         for p, q in zip(model.parameters(), ref_model.parameters()):
             torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
@@ -131,7 +131,7 @@ def test_cpu_inductor_step_is_one_library_that_matches_eager_and_survives_damage
 
     # The same library through its C interface with ctypes (how a step with collectives is called, the GIL
     # released): the same kernels, so the same bits as torch's runner, outputs and in-place state updates.
-    traced = next(iter(compiled._executables.values()))[0]
+    traced = built(compiled)[0]
     library = next((tmp_path / "artifacts").glob("*.aoti.so"))
     x = next(batches())
     results = []

@@ -15,7 +15,7 @@ from cs_run.engine import CompiledStep, EngineOptions
 from cs_run.engine import compile as engine_compile
 from cs_run.engine.cache import CompileCache
 from cs_run.engine.trial import PayoffGate, TierTrial, payoff
-from tests.engine.helpers import make_sgd_step
+from tests.engine.helpers import built, make_sgd_step
 
 # steps left, fx ms/step, build seconds -> tier. "at most" is steps x fx time: inductor cannot run a step in
 # less than no time, so a run that cannot save the build even then never builds it.
@@ -155,7 +155,7 @@ def test_compiled_step_builds_inductor_up_front_only_when_saved_or_of_unknown_le
     compiled.steps_left = (lambda: steps) if steps else None
     for x in batches(20):
         assert torch.equal(compiled(x), ref_step(x))  # every executable here is the graph's own code
-    executable = next(iter(compiled._executables.values()))[1]
+    executable = built(compiled)[1]
     assert type(executable) is expect
     assert len(fake_inductor) == (0 if expect is PayoffGate else 1)
     if expect is PayoffGate:
@@ -169,7 +169,7 @@ def test_a_run_shorter_than_the_timing_is_fx_at_once(fake_inductor, caplog, tmp_
     compiled.steps_left = lambda: 4
     with caplog.at_level(logging.INFO, logger="cs_run"):
         [compiled(x) for x in batches(4)]
-    assert fake_inductor == [] and next(iter(compiled._executables.values()))[1] is not None
+    assert fake_inductor == [] and built(compiled)[1] is not None
     assert "step runs on tier fx (4 steps left: too few to time" in caplog.text
 
 

@@ -26,6 +26,7 @@ from cs_run.engine.cache import graph_key
 from cs_run.engine.trial import TierTrial
 from cs_run.parallel.strategy import ReplicaGroup
 from tests.engine import replica_worker
+from tests.engine.helpers import built
 
 WORLD = 2
 TIMEOUT_S = 300  # hard limit of one spawn (both processes): a hang guard; inductor builds take ~100 s on a busy 2-core box
@@ -130,7 +131,7 @@ def test_replica_count_is_part_of_the_cache_key():
 
     compiled = CompiledStep(step, EngineOptions(compile_tier="fx"))
     compiled(torch.ones(2, 3))
-    traced = next(iter(compiled._executables.values()))[0]
+    traced = built(compiled)[0]
     assert traced.replicas is None
     batch = [torch.ones(2, 3)]
     keys = {graph_key(dataclasses.replace(traced, replicas=r), batch, "fx")

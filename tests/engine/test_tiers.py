@@ -19,6 +19,7 @@ from cs_run.engine import compile as engine_compile
 from cs_run.engine.cache import CompileCache
 from cs_run.engine.progress import compiling
 from cs_run.engine.trial import TierTrial
+from tests.engine.helpers import built
 
 
 class FakeClock:
@@ -163,7 +164,7 @@ def test_auto_trial_then_a_warm_process_loads_without_compiling(tmp_path, monkey
         losses.append(float(compiled(x, y)))
         torch.testing.assert_close(losses[-1], float(ref_step(x, y)), rtol=1e-5, atol=1e-6)  # either tier
     assert engine_compile.COUNTS["inductor_compile"] == before + 1
-    trial = next(iter(compiled._executables.values()))[1]
+    trial = built(compiled)[1]
     assert isinstance(trial, TierTrial) and trial.choice in ("fx", "inductor")
     med = trial.medians()
     assert med[trial.choice] == min(med.values())

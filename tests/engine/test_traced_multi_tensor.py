@@ -14,8 +14,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import cs_run as cstorch
 from cs_run.amp import GradScaler, _multi_tensor
-from cs_run.engine import CompiledStep, EngineOptions
+from cs_run.engine import CompiledStep, EngineOptions, aot
 from cs_run.optim import AdamW
+from tests.engine.helpers import built
 
 CLIPS = [{"max_gradient_norm": 0.05}, {"max_gradient_value": 0.01}]
 
@@ -31,6 +32,11 @@ def test_the_multi_tensor_path_is_asked_for_on_cuda_only():
 def _force(monkeypatch, answer: bool) -> None:
     """The rule's answer for the clipping and the unscaling (both call it through its module)."""
     monkeypatch.setattr(_multi_tensor, "multi_tensor_kernels", lambda tensors: answer)
+
+
+def _batches(seed: int, count: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g)) for _ in range(count)]
 
 
 def _model_and_step(clip: dict, scaler: GradScaler | None = None):
@@ -54,8 +60,7 @@ def test_traced_clipping_ops_and_results(clip, multi_tensor, monkeypatch):
     equal the eager ones bit for bit (the fx tier runs the same ATen kernels: a CPU ``_foreach_norm``
     is a norm per tensor, and eager CPU clipping takes the multi-tensor path either way)."""
     _force(monkeypatch, multi_tensor)
-    g = torch.Generator().manual_seed(1)
-    batches = [(torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g)) for _ in range(3)]
+    batches = _batches(1, 3)
     eager_model, eager_step = _model_and_step(clip)
     model, step = _model_and_step(clip)
     compiled = CompiledStep(step, EngineOptions(compile_tier="fx", cuda_graphs=False))
@@ -64,7 +69,7 @@ def test_traced_clipping_ops_and_results(clip, multi_tensor, monkeypatch):
     for (name, p), ref in zip(model.named_parameters(), eager_model.parameters()):
         assert torch.equal(p, ref), name
 
-    ops = next(iter(compiled._executables.values()))[0].summary.op_counts
+    ops = built(compiled)[0].summary.op_counts
     n_params = len(list(model.parameters()))
     # a norm: per parameter, then one of the stacked norms; a value: one clamp per parameter
     per_tensor, multi, extra = (("linalg_vector_norm", "_foreach_norm", 1) if "max_gradient_norm" in clip
@@ -81,8 +86,7 @@ def test_traced_unscaling_ops_and_results(multi_tensor, monkeypatch):
     and checks with one ``_amp_foreach_non_finite_check_and_unscale_``; the replayed steps equal the eager
     per-tensor path (the well-tested one) bit for bit, skipped steps and scale history included (the
     scales are powers of two, so the unscaled gradients are exact either way)."""
-    g = torch.Generator().manual_seed(2)
-    batches = [(torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g)) for _ in range(5)]
+    batches = _batches(2, 5)
     batches[2][0][0, 0] = float("inf")  # an overflow: the step is skipped and the scale halves
 
     def run(compiled: bool):
@@ -101,7 +105,7 @@ def test_traced_unscaling_ops_and_results(multi_tensor, monkeypatch):
     compiled, history, params = run(True)
     assert history == eager_history and eager_history[2] < eager_history[1], history
     assert all(torch.equal(a, b) for a, b in zip(params, eager_params))
-    ops = next(iter(compiled._executables.values()))[0].summary.op_counts
+    ops = built(compiled)[0].summary.op_counts
     n_params = len(params)  # the per-tensor check is isfinite(g).all(): an abs (and more) per gradient
     if multi_tensor:
         assert ops.get("_amp_foreach_non_finite_check_and_unscale_") == 1 and "abs" not in ops, ops
@@ -115,10 +119,7 @@ def test_inductor_s_wrapper_form_runs_the_multi_tensor_ops(monkeypatch, caplog):
     multi-tensor norm and unscale as ATen calls: built here on the CPU (where the ahead-of-time library
     cannot call them) by failing the ahead-of-time build, it matches the eager steps within 1e-5 (its C++
     kernels sum in their own order)."""
-    import cs_run.engine.aot as aot  # noqa: PLC0415
-
-    g = torch.Generator().manual_seed(3)
-    batches = [(torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g)) for _ in range(4)]
+    batches = _batches(3, 4)
 
     def run(compiled: bool):
         scaler = GradScaler("dynamic", init_scale=2.0**10, steps_per_increase=2)
@@ -133,7 +134,7 @@ def test_inductor_s_wrapper_form_runs_the_multi_tensor_ops(monkeypatch, caplog):
     monkeypatch.setattr(aot, "build", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("the CUDA path, please")))
     compiled, losses, params = run(True)
     assert "building inductor's Python-wrapper form" in caplog.text
-    ops = next(iter(compiled._executables.values()))[0].summary.op_counts
+    ops = built(compiled)[0].summary.op_counts
     assert ops.get("_foreach_norm") == 1 and ops.get("_amp_foreach_non_finite_check_and_unscale_") == 1, ops
     torch.testing.assert_close(losses, eager_losses, atol=1e-5, rtol=1e-5)
     for a, b in zip(params, eager_params):
