@@ -76,7 +76,8 @@ def graph_key(traced: TracedStep, batch: list[torch.Tensor], tier: str) -> str:
     if tier != "fx":  # inductor's kernels use the CPU (or GPU) they were built on (and parallelise for the thread
         # count of the building process: built with one thread they are serial); it compiles the rewritten graph
         devices = {t.device for t in traced.state.tensors + batch}
-        h.update(f"{_host_cpu()}|{_cuda_devices(devices)}|{torch.get_num_threads()}|{_lowering_digest()}".encode())
+        h.update(f"{_host_cpu()}|{_isa_override()}|{_cuda_devices(devices)}|{torch.get_num_threads()}|"
+                 f"{_lowering_digest()}".encode())
     return h.hexdigest()[:32]
 
 
@@ -117,6 +118,14 @@ def _host_cpu() -> str:
     return f"{platform.machine()}|{' '.join(sorted(flags.split()))}"
 
 
+def _isa_override() -> str:
+    """``ATEN_CPU_CAPABILITY``, which makes inductor build its CPU kernels for another vector ISA than the
+    host's. Inductor's own cache does not tell them apart: a build under ``avx2`` over a cache filled by the
+    host's (AVX-512) build returned losses of 1e36, and one under ``default`` did not compile (torch 2.13).
+    So the override is part of the key and has its own inductor folder (:attr:`CompileCache.inductor_dir`)."""
+    return os.environ.get("ATEN_CPU_CAPABILITY", "")
+
+
 _WARNED: set[tuple[str, str]] = set()
 
 
@@ -149,7 +158,9 @@ class CompileCache:
 
     @property
     def inductor_dir(self) -> Path:
-        return self.root / "inductor"
+        """Inductor's own caches; a vector-ISA override (:func:`_isa_override`) gets a folder of its own."""
+        override = _isa_override()
+        return self.root / "inductor" / f"aten-{override}" if override else self.root / "inductor"
 
     @property
     def artifacts_dir(self) -> Path:

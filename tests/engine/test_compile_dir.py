@@ -9,8 +9,11 @@ tier inductor with its artifacts folder a file.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -124,3 +127,55 @@ def test_a_step_with_a_0d_tensor_constant_gets_a_cache_key(tmp_path):
     compiled = CompiledStep(step, EngineOptions(compile_tier="fx", compile_dir=str(tmp_path)))
     x = torch.arange(3.0)
     assert torch.equal(compiled(x), step(x))
+
+
+_ISA_RUN = """
+import json, sys
+import torch
+torch.set_num_threads(1)
+from cs_run.engine import CompiledStep, EngineOptions, aot
+from cs_run.optim import SGD
+aot.build = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("the Python-wrapper form, please"))
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+opt = SGD(model.parameters(), lr=0.1)
+ref = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+ref.load_state_dict(model.state_dict())
+ref_opt = SGD(ref.parameters(), lr=0.1)
+
+def make(m, o):
+    def step(x, y):
+        loss = torch.nn.functional.cross_entropy(m(x), y)
+        loss.backward()
+        o.step()
+        o.zero_grad()
+        return loss
+    return step
+
+compiled = CompiledStep(make(model, opt), EngineOptions(compile_tier="inductor", compile_dir=sys.argv[1]))
+eager = make(ref, ref_opt)
+g = torch.Generator().manual_seed(1)
+pairs = []
+for _ in range(4):
+    x, y = torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g)
+    pairs.append((float(compiled(x, y)), float(eager(x, y))))
+print(json.dumps(pairs))
+"""
+
+
+@pytest.mark.slow
+def test_a_compile_dir_filled_for_the_host_s_vector_isa_is_not_reused_under_another(tmp_path):
+    """Inductor's own cache does not tell a build under ``ATEN_CPU_CAPABILITY`` from the host's: over a
+    compile_dir the host's build filled, ``default`` failed to compile and ``avx2`` (on an AVX-512 host)
+    gave losses of 1e36. The override is part of the key and has its own inductor folder. Each process
+    compares its compiled steps with its eager ones (within 1e-5: inductor's kernels sum in their order)."""
+    for capability in ("", "default"):
+        env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+        if capability:
+            env["ATEN_CPU_CAPABILITY"] = capability
+        result = subprocess.run([sys.executable, "-c", _ISA_RUN, str(tmp_path / "cd")], capture_output=True,
+                                text=True, env=env, timeout=300, stdin=subprocess.DEVNULL)
+        assert result.returncode == 0, (capability, result.stderr[-3000:])
+        for compiled, eager in json.loads(result.stdout.strip().splitlines()[-1]):
+            assert abs(compiled - eager) <= 1e-5 * abs(eager), (capability, compiled, eager)
+    assert (tmp_path / "cd" / "inductor" / "aten-default").is_dir()

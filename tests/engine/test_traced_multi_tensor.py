@@ -114,7 +114,7 @@ def test_traced_unscaling_ops_and_results(multi_tensor, monkeypatch):
 
 
 @pytest.mark.slow
-def test_inductor_s_wrapper_form_runs_the_multi_tensor_ops(monkeypatch, caplog):
+def test_inductor_s_wrapper_form_runs_the_multi_tensor_ops(monkeypatch, caplog, tmp_path):
     """The form CUDA steps are built in (inductor's Python wrapper, ``standalone_compile``) takes the
     multi-tensor norm and unscale as ATen calls: built here on the CPU (where the ahead-of-time library
     cannot call them) by failing the ahead-of-time build, it matches the eager steps within 1e-5 (its C++
@@ -125,7 +125,8 @@ def test_inductor_s_wrapper_form_runs_the_multi_tensor_ops(monkeypatch, caplog):
         scaler = GradScaler("dynamic", init_scale=2.0**10, steps_per_increase=2)
         model, step = _model_and_step({"max_gradient_norm": 0.05}, scaler)
         if compiled:
-            step = CompiledStep(step, EngineOptions(compile_tier="inductor", cuda_graphs=False))
+            step = CompiledStep(step, EngineOptions(compile_tier="inductor", cuda_graphs=False,
+                                                    compile_dir=str(tmp_path)))  # inductor's caches: its own
         losses = [step(x, y).detach().clone() for x, y in batches]
         return step, torch.stack(losses), [p.detach().clone() for p in model.parameters()]
 
