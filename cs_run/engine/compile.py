@@ -278,6 +278,9 @@ def _inductor_scope(cache: CompileCache | None) -> Iterator[None]:
 def _rewritten(traced: TracedStep, label: str) -> torch.fx.GraphModule:
     """The graph inductor compiles: a copy rewritten by ``passes.py`` (the fx tier keeps ``traced.gm``)."""
     gm, rewrites = passes.run_passes(traced.gm)
+    if passes.scale_before_add(gm):  # a torch bug's workaround, on every device (see its docstring)
+        gm.graph.lint()
+        gm.recompile()
     logger.debug("%s: graph passes before inductor: %s", label, rewrites)
     return gm
 

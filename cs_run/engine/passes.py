@@ -26,7 +26,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from cs_run._torch_compat import OpOverload, inductor_force_stride_order
 
-__all__ = ["PASSES", "run_passes", "share_gelu_erf", "unfuse_bias_addmm"]
+__all__ = ["PASSES", "run_passes", "scale_before_add", "share_gelu_erf", "unfuse_bias_addmm"]
 
 logger = logging.getLogger(__name__)
 aten = torch.ops.aten
@@ -149,6 +149,43 @@ def share_gelu_erf(gm: GraphModule) -> int:
                 result = _call(graph, aten.mul.Tensor, (grad, slope), backward)
             backward.replace_all_uses_with(result)
             graph.erase_node(backward)
+        count += 1
+    return count
+
+
+# Ops that only re-index their one tensor input: an mm seen through them is still the mm.
+_INDEXING = _VIEWS | {aten.t.default, aten.transpose.int, aten.permute.default, aten.alias.default}
+
+
+def _from_mm(node: object) -> bool:
+    while isinstance(node, Node) and node.op == "call_function" and node.target in _INDEXING:
+        node = node.args[0]
+    return isinstance(node, Node) and node.target is aten.mm.default
+
+
+def scale_before_add(gm: GraphModule) -> int:
+    """Rewrites ``add(x, y, alpha=a)`` (and ``add_``) with an ``mm`` on either side and ``a != 1`` into
+    ``add(x, mul(y, a))``; returns how many it rewrote.
+
+    A correctness workaround, for every device: inductor's post-grad pattern that folds ``add(inp, mm)``
+    into ``addmm(inp, ...)`` does not look at ``alpha`` and drops it (torch 2.13: ``p.add(a @ b,
+    alpha=-0.1)`` under ``torch.compile`` returns ``p + a @ b``), so a plain SGD step, ``p.add_(grad,
+    alpha=-lr)`` of a weight whose gradient is an mm, applied the whole gradient. ``mul`` then ``add`` is
+    how inductor lowers an alpha on the CPU (on CUDA it uses one fma: a rounding apart). Not one of
+    :data:`PASSES` (CPU speed-ups): the engine applies it to every inductor build (``compile._rewritten``)."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in (aten.add.Tensor, aten.add_.Tensor):
+            continue
+        alpha = node.kwargs.get("alpha", 1)
+        x, y = node.args[:2]
+        if alpha == 1 or len(node.args) != 2 or not (_from_mm(x) or _from_mm(y)) or _val(y) is None:
+            continue
+        with gm.graph.inserting_before(node):
+            scaled = _call(gm.graph, aten.mul.Tensor, (y, alpha), y)
+            add = _call(gm.graph, node.target, (x, scaled), node)
+        node.replace_all_uses_with(add)
+        gm.graph.erase_node(node)
         count += 1
     return count
 
